@@ -1,0 +1,337 @@
+// Package client is kin's Go SDK: a kin.Service that talks to a running
+// `kin serve` over its Unix socket or its HTTP address. The kin CLI uses
+// nothing else.
+package client
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"github.com/kin-agents/kin/kin"
+)
+
+// Client is a kin.Service over HTTP.
+type Client struct {
+	base  string // scheme://host, no trailing slash
+	token string
+	http  *http.Client
+	where string // for error messages
+}
+
+var _ kin.Service = (*Client)(nil)
+
+// Config says how to reach the daemon: a Unix socket, or an HTTP address
+// with the operator token.
+type Config struct {
+	Socket string // path of kin.sock
+	Addr   string // host:port or http://host:port
+	Token  string
+}
+
+// New returns a client for cfg. It does not connect until the first call.
+func New(cfg Config) (*Client, error) {
+	switch {
+	case cfg.Socket != "":
+		sock := cfg.Socket
+		tr := &http.Transport{
+			DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+				var d net.Dialer
+				return d.DialContext(ctx, "unix", sock)
+			},
+			MaxIdleConnsPerHost: 64,
+		}
+		return &Client{base: "http://kin", http: &http.Client{Transport: tr}, where: "socket " + sock}, nil
+	case cfg.Addr != "":
+		base := cfg.Addr
+		if !strings.Contains(base, "://") {
+			base = "http://" + base
+		}
+		u, err := url.Parse(base)
+		if err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") {
+			return nil, fmt.Errorf("KIN_ADDR %q is not host:port or an http(s) URL", cfg.Addr)
+		}
+		tr := http.DefaultTransport.(*http.Transport).Clone()
+		tr.MaxIdleConnsPerHost = 64
+		return &Client{base: strings.TrimRight(u.String(), "/"), token: cfg.Token, http: &http.Client{Transport: tr}, where: u.Host}, nil
+	}
+	return nil, errors.New("client: neither a socket nor an address to reach kin")
+}
+
+// FromEnv finds the daemon the way the CLI does: KIN_ADDR (+ KIN_TOKEN) if
+// set, else the socket in home (KIN_HOME, else ~/.kin when home is "").
+func FromEnv(home string) (*Client, error) {
+	if addr := os.Getenv("KIN_ADDR"); addr != "" {
+		return New(Config{Addr: addr, Token: os.Getenv("KIN_TOKEN")})
+	}
+	if home == "" {
+		home = os.Getenv("KIN_HOME")
+	}
+	if home == "" {
+		h, err := os.UserHomeDir()
+		if err != nil {
+			return nil, fmt.Errorf("cannot find kin's home: set KIN_HOME: %w", err)
+		}
+		home = filepath.Join(h, ".kin")
+	}
+	return New(Config{Socket: filepath.Join(home, "kin.sock")})
+}
+
+// Close releases idle connections.
+func (c *Client) Close() error {
+	c.http.CloseIdleConnections()
+	return nil
+}
+
+func (c *Client) do(ctx context.Context, method, path string, body, out any) error {
+	resp, err := c.send(ctx, method, path, body, "")
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if out == nil {
+		_, err = io.Copy(io.Discard, resp.Body)
+		return err
+	}
+	if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
+		return fmt.Errorf("kin at %s sent an unreadable answer to %s %s: %w", c.where, method, path, err)
+	}
+	return nil
+}
+
+func (c *Client) send(ctx context.Context, method, path string, body any, accept string) (*http.Response, error) {
+	var rd io.Reader
+	if body != nil {
+		b, err := json.Marshal(body)
+		if err != nil {
+			return nil, err
+		}
+		rd = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, c.base+path, rd)
+	if err != nil {
+		return nil, err
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if accept != "" {
+		req.Header.Set("Accept", accept)
+	}
+	if c.token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.token)
+	}
+	resp, err := c.http.Do(req)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		return nil, &kin.Error{Code: kin.ECodeUnavailable, Message: fmt.Sprintf("cannot reach kin at %s (is `kin serve` running?): %v", c.where, unwrapURLError(err))}
+	}
+	if resp.StatusCode >= 300 {
+		defer resp.Body.Close()
+		return nil, decodeError(resp)
+	}
+	return resp, nil
+}
+
+func unwrapURLError(err error) error {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		return ue.Err
+	}
+	return err
+}
+
+// decodeError turns an error response back into the *kin.Error the daemon
+// sent; a body that is not one (a proxy's page) still yields a kin error.
+func decodeError(resp *http.Response) error {
+	data, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+	var e kin.Error
+	if json.Unmarshal(data, &e) == nil && e.Code != "" {
+		return &e
+	}
+	code := kin.ECodeInternal
+	switch resp.StatusCode {
+	case http.StatusUnauthorized:
+		code = kin.ECodeUnauthorized
+	case http.StatusForbidden:
+		code = kin.ECodeForbidden
+	case http.StatusNotFound:
+		code = kin.ECodeNotFound
+	case http.StatusBadRequest:
+		code = kin.ECodeInvalid
+	case http.StatusServiceUnavailable, http.StatusBadGateway:
+		code = kin.ECodeUnavailable
+	}
+	return &kin.Error{Code: code, Message: fmt.Sprintf("HTTP %s: %s", resp.Status, strings.TrimSpace(string(data)))}
+}
+
+func (c *Client) Register(ctx context.Context, req kin.RegisterRequest) (*kin.Agent, error) {
+	var a kin.Agent
+	if err := c.do(ctx, "POST", "/v1/agents", req, &a); err != nil {
+		return nil, err
+	}
+	return &a, nil
+}
+
+func (c *Client) Agent(ctx context.Context, id kin.AgentID) (*kin.Agent, error) {
+	var a kin.Agent
+	if err := c.do(ctx, "GET", "/v1/agents/"+id.String(), nil, &a); err != nil {
+		return nil, err
+	}
+	return &a, nil
+}
+
+func (c *Client) Agents(ctx context.Context, f kin.AgentFilter) ([]*kin.Agent, error) {
+	q := url.Values{}
+	if f.Status != "" {
+		q.Set("status", string(f.Status))
+	}
+	if f.State != "" {
+		q.Set("state", string(f.State))
+	}
+	if f.Role != "" {
+		q.Set("role", f.Role)
+	}
+	if f.HasParent || f.Parent != 0 {
+		q.Set("parent", f.Parent.String())
+	}
+	if f.Responsible != "" {
+		q.Set("responsible", f.Responsible)
+	}
+	if f.Limit > 0 {
+		q.Set("limit", strconv.Itoa(f.Limit))
+	}
+	var out []*kin.Agent
+	return out, c.do(ctx, "GET", "/v1/agents"+query(q), nil, &out)
+}
+
+func query(q url.Values) string {
+	if len(q) == 0 {
+		return ""
+	}
+	return "?" + q.Encode()
+}
+
+func (c *Client) Children(ctx context.Context, id kin.AgentID) ([]*kin.Agent, error) {
+	var out []*kin.Agent
+	return out, c.do(ctx, "GET", "/v1/agents/"+id.String()+"/children", nil, &out)
+}
+
+func (c *Client) Ancestors(ctx context.Context, id kin.AgentID) ([]*kin.Agent, error) {
+	var out []*kin.Agent
+	return out, c.do(ctx, "GET", "/v1/agents/"+id.String()+"/ancestors", nil, &out)
+}
+
+func (c *Client) Tree(ctx context.Context, id kin.AgentID) ([]*kin.TreeNode, error) {
+	path := "/v1/tree"
+	if id != 0 {
+		path = "/v1/agents/" + id.String() + "/tree"
+	}
+	var out []*kin.TreeNode
+	return out, c.do(ctx, "GET", path, nil, &out)
+}
+
+func (c *Client) SetStatus(ctx context.Context, req kin.StatusRequest) ([]*kin.Agent, error) {
+	body := map[string]any{"action": req.Action}
+	if req.Cascade {
+		body["cascade"] = true
+	}
+	if req.Reason != "" {
+		body["reason"] = req.Reason
+	}
+	var out []*kin.Agent
+	return out, c.do(ctx, "POST", "/v1/agents/"+req.ID.String()+"/status", body, &out)
+}
+
+func eventQuery(f kin.EventFilter, follow bool) string {
+	q := url.Values{}
+	if f.Agent != 0 {
+		q.Set("agent", f.Agent.String())
+	}
+	if f.Since != 0 {
+		q.Set("since", strconv.FormatInt(f.Since, 10))
+	}
+	for _, t := range f.Types {
+		q.Add("type", t)
+	}
+	if f.Limit > 0 {
+		q.Set("limit", strconv.Itoa(f.Limit))
+	}
+	if follow {
+		q.Set("follow", "true")
+	}
+	return query(q)
+}
+
+func (c *Client) Events(ctx context.Context, f kin.EventFilter) ([]kin.Event, error) {
+	var out []kin.Event
+	return out, c.do(ctx, "GET", "/v1/events"+eventQuery(f, false), nil, &out)
+}
+
+// FollowEvents reads the live stream (JSON lines) until ctx ends, fn fails or
+// the daemon ends the stream.
+func (c *Client) FollowEvents(ctx context.Context, f kin.EventFilter, fn func(kin.Event) error) error {
+	resp, err := c.send(ctx, "GET", "/v1/events"+eventQuery(f, true), nil, "application/x-ndjson")
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 64<<10), 4<<20)
+	for sc.Scan() {
+		var e kin.Event
+		if err := json.Unmarshal(sc.Bytes(), &e); err != nil {
+			return fmt.Errorf("kin sent an unreadable event: %w", err)
+		}
+		if err := fn(e); err != nil {
+			return err
+		}
+	}
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	if err := sc.Err(); err != nil {
+		return &kin.Error{Code: kin.ECodeUnavailable, Message: fmt.Sprintf("the event stream from %s broke: %v", c.where, err)}
+	}
+	if f.Limit > 0 {
+		return nil
+	}
+	return &kin.Error{Code: kin.ECodeUnavailable, Message: "kin ended the event stream (the daemon is shutting down)"}
+}
+
+func (c *Client) Governor(ctx context.Context) (*kin.GovernorInfo, error) {
+	var g kin.GovernorInfo
+	if err := c.do(ctx, "GET", "/v1/governor", nil, &g); err != nil {
+		return nil, err
+	}
+	return &g, nil
+}
+
+func (c *Client) SetGovernor(ctx context.Context, key, value string) (*kin.GovernorInfo, error) {
+	var g kin.GovernorInfo
+	if err := c.do(ctx, "POST", "/v1/governor/settings", map[string]string{"key": key, "value": value}, &g); err != nil {
+		return nil, err
+	}
+	return &g, nil
+}
+
+func (c *Client) Status(ctx context.Context) (*kin.DaemonStatus, error) {
+	var s kin.DaemonStatus
+	if err := c.do(ctx, "GET", "/v1/status", nil, &s); err != nil {
+		return nil, err
+	}
+	return &s, nil
+}

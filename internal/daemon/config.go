@@ -1,0 +1,98 @@
+package daemon
+
+import (
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+)
+
+// Config configures a daemon. Build it with DefaultConfig, then override.
+type Config struct {
+	// Home holds the database, the socket and the operator token.
+	Home string
+	// HTTPAddr is the TCP address of the HTTP API; "" or "off" disables it.
+	HTTPAddr string
+	// Profile is a shipped profile's name or a profile file's path.
+	Profile string
+	// Store is the store's DSN: "" or "sqlite" for <home>/kin.db,
+	// "sqlite:PATH" or "sqlite://PATH" for another file.
+	Store string
+	// Synchronous is SQLite's synchronous setting, FULL (default) or NORMAL.
+	Synchronous string
+	// Version is reported by Status.
+	Version string
+	// Logger receives the daemon's structured logs; nil discards them.
+	Logger *slog.Logger
+	// Clock returns the current time; tests inject their own.
+	Clock func() time.Time
+}
+
+// DefaultHTTPAddr is where the HTTP API listens unless told otherwise.
+const DefaultHTTPAddr = "127.0.0.1:7777"
+
+// DefaultHome is $KIN_HOME, else ~/.kin.
+func DefaultHome() string {
+	if h := os.Getenv("KIN_HOME"); h != "" {
+		return h
+	}
+	if h, err := os.UserHomeDir(); err == nil {
+		return filepath.Join(h, ".kin")
+	}
+	return ".kin"
+}
+
+// DefaultConfig returns the defaults: home from DefaultHome, HTTP on
+// DefaultHTTPAddr, the default profile, SQLite in the home.
+func DefaultConfig() Config {
+	return Config{Home: DefaultHome(), HTTPAddr: DefaultHTTPAddr, Profile: "default", Version: "dev"}
+}
+
+// Validate names the first bad field.
+func (c *Config) Validate() error {
+	if c.Home == "" {
+		return fmt.Errorf("config: home is empty")
+	}
+	if _, err := c.storePath(); err != nil {
+		return err
+	}
+	if c.HTTPAddr != "" && c.HTTPAddr != "off" && !strings.Contains(c.HTTPAddr, ":") {
+		return fmt.Errorf("config: http address %q is not host:port (or \"off\")", c.HTTPAddr)
+	}
+	switch c.Synchronous {
+	case "", "FULL", "NORMAL":
+	default:
+		return fmt.Errorf("config: synchronous %q is not FULL or NORMAL", c.Synchronous)
+	}
+	return nil
+}
+
+// storePath resolves the store DSN to a SQLite path. It is the one switch
+// on the DSN's scheme.
+func (c *Config) storePath() (string, error) {
+	dsn := c.Store
+	switch {
+	case dsn == "" || dsn == "sqlite":
+		return filepath.Join(c.Home, "kin.db"), nil
+	case strings.HasPrefix(dsn, "sqlite://"):
+		return strings.TrimPrefix(dsn, "sqlite://"), nil
+	case strings.HasPrefix(dsn, "sqlite:"):
+		return strings.TrimPrefix(dsn, "sqlite:"), nil
+	case strings.HasPrefix(dsn, "postgres://"), strings.HasPrefix(dsn, "postgresql://"):
+		return "", fmt.Errorf("config: store %q: the PostgreSQL driver is not built yet; use sqlite", redact(dsn))
+	}
+	return "", fmt.Errorf("config: store %q: unknown scheme (use sqlite:PATH)", redact(dsn))
+}
+
+// redact hides a DSN's password.
+func redact(dsn string) string {
+	if i := strings.Index(dsn, "://"); i >= 0 {
+		rest := dsn[i+3:]
+		if at := strings.Index(rest, "@"); at >= 0 {
+			return dsn[:i+3] + "***@" + rest[at+1:]
+		}
+	}
+	return dsn
+}

@@ -1,0 +1,312 @@
+package daemon
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/kin-agents/kin/internal/governor"
+	"github.com/kin-agents/kin/internal/httpapi"
+	"github.com/kin-agents/kin/internal/store"
+	"github.com/kin-agents/kin/internal/store/sqlite"
+	"github.com/kin-agents/kin/kin"
+)
+
+// File names inside the home.
+const (
+	SocketName = "kin.sock"
+	TokenName  = "operator.token"
+	lockName   = "kin.lock"
+)
+
+// Daemon is a running `kin serve`.
+type Daemon struct {
+	cfg     Config
+	log     *slog.Logger
+	now     func() time.Time
+	store   store.Store
+	hub     *hub
+	pid     int
+	started time.Time
+	token   string
+
+	mu            sync.Mutex // guards profile and overrides
+	profile       kin.Profile
+	profileSource string
+	baseProfile   kin.Profile
+	overrides     map[string]string
+
+	lock     *os.File
+	unixLn   net.Listener
+	tcpLn    net.Listener
+	servers  []*http.Server
+	wg       sync.WaitGroup
+	closing  chan struct{}
+	closeErr error
+	once     sync.Once
+}
+
+var _ kin.Service = (*Daemon)(nil)
+
+// Start opens the home, the store and the listeners and starts serving. The
+// daemon runs until Close; ctx only bounds start-up.
+func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	d := &Daemon{
+		cfg:       cfg,
+		log:       cfg.Logger,
+		now:       cfg.Clock,
+		hub:       newHub(),
+		pid:       os.Getpid(),
+		overrides: map[string]string{},
+		closing:   make(chan struct{}),
+	}
+	if d.log == nil {
+		d.log = slog.New(slog.DiscardHandler)
+	}
+	if d.now == nil {
+		d.now = func() time.Time { return time.Now().UTC() }
+	}
+	defer func() {
+		if err != nil {
+			d.Close()
+		}
+	}()
+	if err := os.MkdirAll(cfg.Home, 0o700); err != nil {
+		return nil, fmt.Errorf("home %s: %w", cfg.Home, err)
+	}
+	if err := d.lockHome(); err != nil {
+		return nil, err
+	}
+	d.baseProfile, d.profileSource, err = governor.Load(cfg.Profile)
+	if err != nil {
+		return nil, err
+	}
+	path, _ := cfg.storePath()
+	st, err := sqlite.Open(ctx, path, sqlite.Options{Synchronous: cfg.Synchronous})
+	if err != nil {
+		return nil, err
+	}
+	d.store = st
+	if err := d.loadGovernor(ctx); err != nil {
+		return nil, err
+	}
+	if d.token, err = loadOrCreateToken(filepath.Join(cfg.Home, TokenName)); err != nil {
+		return nil, err
+	}
+	api := httpapi.New(d, d.token, d.log)
+	if err := d.listenUnix(api.Handler(false)); err != nil {
+		return nil, err
+	}
+	if cfg.HTTPAddr != "" && cfg.HTTPAddr != "off" {
+		if err := d.listenTCP(api.Handler(true)); err != nil {
+			return nil, err
+		}
+	}
+	d.started = d.now()
+	d.log.Info("kin serve started", "home", cfg.Home, "socket", d.SocketPath(), "http", d.HTTPAddr(),
+		"store", st.Driver(), "profile", d.profileSource)
+	return d, nil
+}
+
+// lockHome takes an exclusive lock on the home so that two daemons never
+// share one store and socket.
+func (d *Daemon) lockHome() error {
+	f, err := os.OpenFile(filepath.Join(d.cfg.Home, lockName), os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return fmt.Errorf("home %s: %w", d.cfg.Home, err)
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		f.Close()
+		if errors.Is(err, syscall.EWOULDBLOCK) {
+			return fmt.Errorf("another kin serve is already running with home %s", d.cfg.Home)
+		}
+		return fmt.Errorf("lock home %s: %w", d.cfg.Home, err)
+	}
+	f.Truncate(0)
+	f.WriteString(strconv.Itoa(os.Getpid()) + "\n")
+	d.lock = f
+	return nil
+}
+
+// loadGovernor applies the operator's persisted settings to the profile.
+func (d *Daemon) loadGovernor(ctx context.Context) error {
+	settings, err := d.store.SettingList(ctx)
+	if err != nil {
+		return fmt.Errorf("read governor settings: %w", err)
+	}
+	prof := d.baseProfile
+	overrides := map[string]string{}
+	for k, v := range settings {
+		key, ok := strings.CutPrefix(k, "governor.")
+		if !ok {
+			continue
+		}
+		n, err := strconv.Atoi(v)
+		if err == nil {
+			err = governor.SetSetting(&prof, key, n)
+		}
+		if err != nil {
+			return fmt.Errorf("stored governor setting %s=%q: %v", key, v, err)
+		}
+		overrides[key] = v
+	}
+	d.mu.Lock()
+	d.profile, d.overrides = prof, overrides
+	d.mu.Unlock()
+	return nil
+}
+
+// governor returns a snapshot of the profile in force.
+func (d *Daemon) governor() kin.Profile {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.profile
+}
+
+func loadOrCreateToken(path string) (string, error) {
+	if b, err := os.ReadFile(path); err == nil {
+		tok := strings.TrimSpace(string(b))
+		if len(tok) < 32 {
+			return "", fmt.Errorf("operator token %s is too short (at least 32 characters); remove it to have a new one made", path)
+		}
+		return tok, nil
+	} else if !errors.Is(err, os.ErrNotExist) {
+		return "", fmt.Errorf("operator token: %w", err)
+	}
+	buf := make([]byte, 32)
+	if _, err := rand.Read(buf); err != nil {
+		return "", err
+	}
+	tok := hex.EncodeToString(buf)
+	if err := writeFileAtomic(path, []byte(tok+"\n"), 0o600); err != nil {
+		return "", fmt.Errorf("operator token: %w", err)
+	}
+	return tok, nil
+}
+
+// writeFileAtomic writes data to path through a temporary file and a rename,
+// so readers see the old or the new file, never half of one.
+func writeFileAtomic(path string, data []byte, mode os.FileMode) error {
+	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(tmp.Name())
+	if err := tmp.Chmod(mode); err != nil {
+		tmp.Close()
+		return err
+	}
+	if _, err := tmp.Write(data); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Sync(); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Close(); err != nil {
+		return err
+	}
+	return os.Rename(tmp.Name(), path)
+}
+
+func (d *Daemon) listenUnix(h http.Handler) error {
+	path := d.SocketPath()
+	// We hold the home lock, so a socket file left here is stale.
+	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("socket %s: %w", path, err)
+	}
+	old := syscall.Umask(0o177) // the socket is born 0600: no window where others may connect
+	ln, err := net.Listen("unix", path)
+	syscall.Umask(old)
+	if err != nil {
+		return fmt.Errorf("socket %s: %w", path, err)
+	}
+	if err := os.Chmod(path, 0o600); err != nil {
+		ln.Close()
+		return fmt.Errorf("socket %s: %w", path, err)
+	}
+	d.unixLn = ln
+	d.serve(ln, h)
+	return nil
+}
+
+func (d *Daemon) listenTCP(h http.Handler) error {
+	ln, err := net.Listen("tcp", d.cfg.HTTPAddr)
+	if err != nil {
+		return fmt.Errorf("http %s: %w", d.cfg.HTTPAddr, err)
+	}
+	d.tcpLn = ln
+	d.serve(ln, h)
+	return nil
+}
+
+func (d *Daemon) serve(ln net.Listener, h http.Handler) {
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	d.servers = append(d.servers, srv)
+	d.wg.Add(1)
+	go func() {
+		defer d.wg.Done()
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			d.log.Error("serve", "addr", ln.Addr().String(), "err", err)
+		}
+	}()
+}
+
+// SocketPath is the operator socket.
+func (d *Daemon) SocketPath() string { return filepath.Join(d.cfg.Home, SocketName) }
+
+// HTTPAddr is the TCP address the API listens on, or "" if it does not.
+func (d *Daemon) HTTPAddr() string {
+	if d.tcpLn == nil {
+		return ""
+	}
+	return d.tcpLn.Addr().String()
+}
+
+// Token is the operator token.
+func (d *Daemon) Token() string { return d.token }
+
+// Close stops serving, ends event streams, and closes the store. It waits
+// for everything it started and is safe to call twice.
+func (d *Daemon) Close() error {
+	d.once.Do(func() {
+		close(d.closing)
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		var errs []error
+		for _, srv := range d.servers {
+			if err := srv.Shutdown(ctx); err != nil {
+				errs = append(errs, srv.Close())
+			}
+		}
+		d.wg.Wait()
+		if d.unixLn != nil {
+			os.Remove(d.SocketPath())
+		}
+		if d.store != nil {
+			errs = append(errs, d.store.Close())
+		}
+		if d.lock != nil {
+			d.lock.Close()
+		}
+		d.closeErr = errors.Join(errs...)
+		d.log.Info("kin serve stopped")
+	})
+	return d.closeErr
+}

@@ -1,0 +1,132 @@
+package governor
+
+import (
+	"bytes"
+	"embed"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"sort"
+	"strings"
+
+	"github.com/kin-agents/kin/kin"
+)
+
+//go:embed profiles/*.json
+var profileFS embed.FS
+
+// MaxProfileSize bounds a profile file.
+const MaxProfileSize = 1 << 20
+
+// ShippedProfiles lists the names of the profiles built into kin.
+func ShippedProfiles() []string {
+	entries, _ := profileFS.ReadDir("profiles")
+	var names []string
+	for _, e := range entries {
+		names = append(names, strings.TrimSuffix(e.Name(), ".json"))
+	}
+	sort.Strings(names)
+	return names
+}
+
+// Load returns the shipped profile called nameOrPath, or else the profile in
+// the file at that path. Source is what was loaded, for display.
+func Load(nameOrPath string) (p kin.Profile, source string, err error) {
+	if nameOrPath == "" {
+		nameOrPath = "default"
+	}
+	data, err := profileFS.ReadFile("profiles/" + nameOrPath + ".json")
+	if err == nil && !strings.ContainsAny(nameOrPath, "/.") {
+		p, err = Parse(data)
+		return p, nameOrPath, err
+	}
+	if !strings.ContainsAny(nameOrPath, "/.") {
+		return kin.Profile{}, "", fmt.Errorf("profile %q: no such shipped profile (shipped: %s) and not a file path", nameOrPath, strings.Join(ShippedProfiles(), ", "))
+	}
+	f, err := os.Open(nameOrPath)
+	if err != nil {
+		return kin.Profile{}, "", fmt.Errorf("profile: %w", err)
+	}
+	defer f.Close()
+	data, err = io.ReadAll(io.LimitReader(f, MaxProfileSize+1))
+	if err != nil {
+		return kin.Profile{}, "", fmt.Errorf("profile %s: %w", nameOrPath, err)
+	}
+	if len(data) > MaxProfileSize {
+		return kin.Profile{}, "", fmt.Errorf("profile %s: larger than %d bytes", nameOrPath, MaxProfileSize)
+	}
+	p, err = Parse(data)
+	if err != nil {
+		return kin.Profile{}, "", fmt.Errorf("profile %s: %w", nameOrPath, err)
+	}
+	return p, nameOrPath, nil
+}
+
+// Parse decodes a profile strictly (unknown keys are errors) and validates it.
+func Parse(data []byte) (kin.Profile, error) {
+	var p kin.Profile
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&p); err != nil {
+		return kin.Profile{}, fmt.Errorf("invalid profile JSON: %w", err)
+	}
+	if dec.More() {
+		return kin.Profile{}, fmt.Errorf("invalid profile JSON: more than one JSON value")
+	}
+	if err := Validate(p); err != nil {
+		return kin.Profile{}, err
+	}
+	return p, nil
+}
+
+// Validate checks a profile's values and names the first bad field.
+func Validate(p kin.Profile) error {
+	if p.Name == "" {
+		return fmt.Errorf("profile: name is required")
+	}
+	if p.MaxGenerationDepth < 0 {
+		return fmt.Errorf("profile %s: max_generation_depth %d is negative", p.Name, p.MaxGenerationDepth)
+	}
+	if p.MaxChildren < 0 {
+		return fmt.Errorf("profile %s: max_children %d is negative (0 means no limit)", p.Name, p.MaxChildren)
+	}
+	cb := p.CircuitBreaker
+	if cb.MaxRejections < 0 {
+		return fmt.Errorf("profile %s: circuit_breaker.max_rejections %d is negative (0 disables it)", p.Name, cb.MaxRejections)
+	}
+	if cb.MaxRejections > 0 && (cb.Window <= 0 || cb.Cooldown <= 0) {
+		return fmt.Errorf("profile %s: circuit_breaker needs a positive window and cooldown when max_rejections is set", p.Name)
+	}
+	roots := 0
+	for role, rule := range p.Roles {
+		if err := checkRoleName(role); err != nil {
+			return fmt.Errorf("profile %s: roles: %w", p.Name, err)
+		}
+		switch rule.Cardinality {
+		case kin.CardinalityAny, kin.CardinalitySingleton, kin.CardinalityPerContext:
+		default:
+			return fmt.Errorf("profile %s: roles.%s.cardinality %q is not one of \"\", \"singleton\", \"per_context\"", p.Name, role, rule.Cardinality)
+		}
+		for _, child := range rule.Spawns {
+			if _, ok := p.Roles[child]; !ok {
+				return fmt.Errorf("profile %s: roles.%s.spawns names %q, which is not a role of the profile", p.Name, role, child)
+			}
+		}
+		if rule.Root {
+			roots++
+		}
+	}
+	if len(p.Roles) > 0 && roots == 0 {
+		return fmt.Errorf("profile %s: no role has \"root\": true, so no agent could ever be registered", p.Name)
+	}
+	return nil
+}
+
+func checkRoleName(role string) error {
+	r := kin.RegisterRequest{Name: "x", Responsible: "x", Role: role}
+	if role == "" {
+		return fmt.Errorf("a role name is empty")
+	}
+	return r.Validate()
+}

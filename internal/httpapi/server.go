@@ -1,0 +1,387 @@
+package httpapi
+
+import (
+	"context"
+	"crypto/subtle"
+	_ "embed"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/kin-agents/kin/kin"
+)
+
+//go:embed openapi.json
+var openAPIDoc []byte
+
+// OpenAPI returns the API's OpenAPI 3 document.
+func OpenAPI() []byte { return openAPIDoc }
+
+// Server serves a kin.Service over HTTP.
+type Server struct {
+	svc   kin.Service
+	token string
+	log   *slog.Logger
+}
+
+// New returns a server for svc. token is the operator token that TCP
+// callers must present.
+func New(svc kin.Service, token string, log *slog.Logger) *Server {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Server{svc: svc, token: token, log: log}
+}
+
+// Route is one endpoint: a method and a net/http pattern.
+type Route struct {
+	Method, Pattern string
+	handle         func(*Server, http.ResponseWriter, *http.Request) error
+}
+
+// Routes lists every endpoint the server registers; the OpenAPI test checks
+// each is documented.
+func Routes() []Route {
+	return []Route{
+		{"GET", "/v1/status", (*Server).status},
+		{"GET", "/v1/openapi.json", (*Server).openAPI},
+		{"POST", "/v1/agents", (*Server).register},
+		{"GET", "/v1/agents", (*Server).listAgents},
+		{"GET", "/v1/agents/{id}", (*Server).getAgent},
+		{"GET", "/v1/agents/{id}/children", (*Server).children},
+		{"GET", "/v1/agents/{id}/ancestors", (*Server).ancestors},
+		{"GET", "/v1/agents/{id}/tree", (*Server).subtree},
+		{"POST", "/v1/agents/{id}/status", (*Server).setStatus},
+		{"GET", "/v1/tree", (*Server).forest},
+		{"GET", "/v1/events", (*Server).events},
+		{"GET", "/v1/governor", (*Server).governor},
+		{"POST", "/v1/governor/settings", (*Server).setGovernor},
+	}
+}
+
+// Handler returns the API. With requireToken every request must carry
+// "Authorization: Bearer <operator token>" (the TCP listener); without it
+// the caller is the operator by virtue of reaching the socket.
+func (s *Server) Handler(requireToken bool) http.Handler {
+	mux := http.NewServeMux()
+	for _, rt := range Routes() {
+		mux.HandleFunc(rt.Method+" "+rt.Pattern, func(w http.ResponseWriter, r *http.Request) {
+			if err := rt.handle(s, w, r); err != nil {
+				s.writeError(w, r, err)
+			}
+		})
+	}
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		s.writeError(w, r, kin.Errorf(kin.ECodeNotFound, "no endpoint %s %s (see /v1/openapi.json)", r.Method, r.URL.Path))
+	})
+	var h http.Handler = mux
+	if requireToken {
+		h = s.requireToken(h)
+	}
+	return s.logRequests(h)
+}
+
+func (s *Server) requireToken(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		auth := r.Header.Get("Authorization")
+		tok, ok := strings.CutPrefix(auth, "Bearer ")
+		if !ok || s.token == "" || subtle.ConstantTimeCompare([]byte(tok), []byte(s.token)) != 1 {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="kin"`)
+			msg := "this API needs the operator token: send Authorization: Bearer <the contents of operator.token in kin's home>"
+			if ok {
+				msg = "the operator token is wrong"
+			}
+			s.writeError(w, r, kin.Errorf(kin.ECodeUnauthorized, "%s", msg))
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+func (s *Server) logRequests(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		next.ServeHTTP(w, r)
+		s.log.Debug("http", "method", r.Method, "path", r.URL.Path, "dur", time.Since(start))
+	})
+}
+
+func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
+	code := kin.ErrorCodeOf(err)
+	if errors.Is(err, context.Canceled) && r.Context().Err() != nil {
+		return // the client went away
+	}
+	if code == kin.ECodeInternal {
+		s.log.Error("request failed", "method", r.Method, "path", r.URL.Path, "err", err)
+	}
+	if code == kin.ECodeCircuitOpen {
+		w.Header().Set("Retry-After", "60")
+	}
+	writeJSON(w, StatusOf(code), &kin.Error{Code: code, Message: kin.ErrorMessageOf(err)})
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) error {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	enc := json.NewEncoder(w)
+	return enc.Encode(v)
+}
+
+func pathID(r *http.Request) (kin.AgentID, error) {
+	return kin.ParseAgentID(r.PathValue("id"))
+}
+
+func (s *Server) status(w http.ResponseWriter, r *http.Request) error {
+	st, err := s.svc.Status(r.Context())
+	if err != nil {
+		return err
+	}
+	return writeJSON(w, http.StatusOK, st)
+}
+
+func (s *Server) openAPI(w http.ResponseWriter, r *http.Request) error {
+	w.Header().Set("Content-Type", "application/json")
+	_, err := w.Write(openAPIDoc)
+	return err
+}
+
+func (s *Server) register(w http.ResponseWriter, r *http.Request) error {
+	var req kin.RegisterRequest
+	if err := DecodeJSON(r.Body, &req); err != nil {
+		return err
+	}
+	a, err := s.svc.Register(r.Context(), req)
+	if err != nil {
+		return err
+	}
+	w.Header().Set("Location", "/v1/agents/"+a.ID.String())
+	return writeJSON(w, http.StatusCreated, a)
+}
+
+// ParseAgentFilter reads an agent filter from query parameters.
+func ParseAgentFilter(q map[string][]string) (kin.AgentFilter, error) {
+	var f kin.AgentFilter
+	for key, vals := range q {
+		if len(vals) != 1 {
+			return f, kin.Errorf(kin.ECodeInvalid, "query parameter %q is given %d times", key, len(vals))
+		}
+		v := vals[0]
+		switch key {
+		case "status":
+			f.Status = kin.Status(v)
+			if !f.Status.Valid() {
+				return f, kin.Errorf(kin.ECodeInvalid, "status %q is not one of active, suspended, revoked, terminated", v)
+			}
+		case "state":
+			f.State = kin.State(v)
+		case "role":
+			f.Role = v
+		case "responsible":
+			f.Responsible = v
+		case "parent":
+			n, err := strconv.ParseInt(v, 10, 64)
+			if err != nil || n < 0 {
+				return f, kin.Errorf(kin.ECodeInvalid, "parent %q is not an agent id (0 for roots)", v)
+			}
+			f.Parent, f.HasParent = kin.AgentID(n), true
+		case "limit":
+			n, err := strconv.Atoi(v)
+			if err != nil || n < 0 {
+				return f, kin.Errorf(kin.ECodeInvalid, "limit %q is not a whole number", v)
+			}
+			f.Limit = n
+		default:
+			return f, kin.Errorf(kin.ECodeInvalid, "unknown query parameter %q (known: status, state, role, parent, responsible, limit)", key)
+		}
+	}
+	return f, nil
+}
+
+func (s *Server) listAgents(w http.ResponseWriter, r *http.Request) error {
+	f, err := ParseAgentFilter(r.URL.Query())
+	if err != nil {
+		return err
+	}
+	out, err := s.svc.Agents(r.Context(), f)
+	if err != nil {
+		return err
+	}
+	return writeJSON(w, http.StatusOK, out)
+}
+
+func (s *Server) withID(w http.ResponseWriter, r *http.Request, get func(context.Context, kin.AgentID) (any, error)) error {
+	id, err := pathID(r)
+	if err != nil {
+		return err
+	}
+	out, err := get(r.Context(), id)
+	if err != nil {
+		return err
+	}
+	return writeJSON(w, http.StatusOK, out)
+}
+
+func (s *Server) getAgent(w http.ResponseWriter, r *http.Request) error {
+	return s.withID(w, r, func(ctx context.Context, id kin.AgentID) (any, error) { return s.svc.Agent(ctx, id) })
+}
+
+func (s *Server) children(w http.ResponseWriter, r *http.Request) error {
+	return s.withID(w, r, func(ctx context.Context, id kin.AgentID) (any, error) { return s.svc.Children(ctx, id) })
+}
+
+func (s *Server) ancestors(w http.ResponseWriter, r *http.Request) error {
+	return s.withID(w, r, func(ctx context.Context, id kin.AgentID) (any, error) { return s.svc.Ancestors(ctx, id) })
+}
+
+func (s *Server) subtree(w http.ResponseWriter, r *http.Request) error {
+	return s.withID(w, r, func(ctx context.Context, id kin.AgentID) (any, error) { return s.svc.Tree(ctx, id) })
+}
+
+func (s *Server) forest(w http.ResponseWriter, r *http.Request) error {
+	out, err := s.svc.Tree(r.Context(), 0)
+	if err != nil {
+		return err
+	}
+	return writeJSON(w, http.StatusOK, out)
+}
+
+// StatusBody is the body of POST /v1/agents/{id}/status.
+type StatusBody struct {
+	Action  kin.StatusAction `json:"action"`
+	Cascade bool             `json:"cascade,omitempty"`
+	Reason  string           `json:"reason,omitempty"`
+}
+
+func (s *Server) setStatus(w http.ResponseWriter, r *http.Request) error {
+	id, err := pathID(r)
+	if err != nil {
+		return err
+	}
+	var body StatusBody
+	if err := DecodeJSON(r.Body, &body); err != nil {
+		return err
+	}
+	out, err := s.svc.SetStatus(r.Context(), kin.StatusRequest{ID: id, Action: body.Action, Cascade: body.Cascade, Reason: body.Reason})
+	if err != nil {
+		return err
+	}
+	return writeJSON(w, http.StatusOK, out)
+}
+
+// ParseEventQuery reads an event filter and the follow flag from query
+// parameters.
+func ParseEventQuery(q map[string][]string) (f kin.EventFilter, follow bool, err error) {
+	for key, vals := range q {
+		if key != "type" && len(vals) != 1 {
+			return f, false, kin.Errorf(kin.ECodeInvalid, "query parameter %q is given %d times", key, len(vals))
+		}
+		v := vals[0]
+		switch key {
+		case "agent":
+			if f.Agent, err = kin.ParseAgentID(v); err != nil {
+				return f, false, err
+			}
+		case "since":
+			if f.Since, err = strconv.ParseInt(v, 10, 64); err != nil || f.Since < 0 {
+				return f, false, kin.Errorf(kin.ECodeInvalid, "since %q is not a sequence number", v)
+			}
+		case "limit":
+			if f.Limit, err = strconv.Atoi(v); err != nil || f.Limit < 0 {
+				return f, false, kin.Errorf(kin.ECodeInvalid, "limit %q is not a whole number", v)
+			}
+		case "type":
+			f.Types = vals
+		case "follow":
+			if follow, err = strconv.ParseBool(v); err != nil {
+				return f, false, kin.Errorf(kin.ECodeInvalid, "follow %q is not true or false", v)
+			}
+		default:
+			return f, false, kin.Errorf(kin.ECodeInvalid, "unknown query parameter %q (known: agent, since, type, limit, follow)", key)
+		}
+	}
+	return f, follow, nil
+}
+
+func (s *Server) events(w http.ResponseWriter, r *http.Request) error {
+	f, follow, err := ParseEventQuery(r.URL.Query())
+	if err != nil {
+		return err
+	}
+	if !follow {
+		out, err := s.svc.Events(r.Context(), f)
+		if err != nil {
+			return err
+		}
+		return writeJSON(w, http.StatusOK, out)
+	}
+	sse := strings.Contains(r.Header.Get("Accept"), "text/event-stream")
+	if sse {
+		w.Header().Set("Content-Type", "text/event-stream")
+	} else {
+		w.Header().Set("Content-Type", "application/x-ndjson")
+	}
+	w.Header().Set("Cache-Control", "no-store")
+	rc := http.NewResponseController(w)
+	started := false
+	err = s.svc.FollowEvents(r.Context(), f, func(e kin.Event) error {
+		if !started {
+			w.WriteHeader(http.StatusOK)
+			started = true
+		}
+		b, err := json.Marshal(e)
+		if err != nil {
+			return err
+		}
+		if sse {
+			_, err = fmt.Fprintf(w, "id: %d\nevent: %s\ndata: %s\n\n", e.Seq, e.Type, b)
+		} else {
+			_, err = fmt.Fprintf(w, "%s\n", b)
+		}
+		if err != nil {
+			return err
+		}
+		return rc.Flush()
+	})
+	if !started {
+		if err == nil || errors.Is(err, context.Canceled) {
+			w.WriteHeader(http.StatusOK)
+			return nil
+		}
+		return err
+	}
+	if err != nil && !errors.Is(err, context.Canceled) {
+		s.log.Debug("event stream ended", "err", err)
+	}
+	return nil
+}
+
+func (s *Server) governor(w http.ResponseWriter, r *http.Request) error {
+	g, err := s.svc.Governor(r.Context())
+	if err != nil {
+		return err
+	}
+	return writeJSON(w, http.StatusOK, g)
+}
+
+// GovernorSettingBody is the body of POST /v1/governor/settings.
+type GovernorSettingBody struct {
+	Key   string `json:"key"`
+	Value string `json:"value"`
+}
+
+func (s *Server) setGovernor(w http.ResponseWriter, r *http.Request) error {
+	var body GovernorSettingBody
+	if err := DecodeJSON(r.Body, &body); err != nil {
+		return err
+	}
+	g, err := s.svc.SetGovernor(r.Context(), body.Key, body.Value)
+	if err != nil {
+		return err
+	}
+	return writeJSON(w, http.StatusOK, g)
+}

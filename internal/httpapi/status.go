@@ -1,0 +1,36 @@
+package httpapi
+
+import (
+	"net/http"
+
+	"github.com/kin-agents/kin/kin"
+)
+
+// statusOf is the one table from error codes to HTTP statuses; the client
+// reads the code from the body, so the status is for humans and proxies.
+var statusOf = map[kin.ErrorCode]int{
+	kin.ECodeInvalid:           http.StatusBadRequest,
+	kin.ECodeNotFound:          http.StatusNotFound,
+	kin.ECodeConflict:          http.StatusConflict,
+	kin.ECodeInvalidTransition: http.StatusConflict,
+	kin.ECodeUnauthorized:      http.StatusUnauthorized,
+	kin.ECodeForbidden:         http.StatusForbidden,
+	kin.ECodeInternal:          http.StatusInternalServerError,
+	kin.ECodeUnavailable:       http.StatusServiceUnavailable,
+	kin.ECodeParentNotFound:    http.StatusUnprocessableEntity,
+	kin.ECodeParentNotActive:   http.StatusConflict,
+	kin.ECodeSpawnDepth:        http.StatusForbidden,
+	kin.ECodeWalletTaken:       http.StatusConflict,
+	kin.ECodeMaxChildren:       http.StatusConflict,
+	kin.ECodeSpawnNotAllowed:   http.StatusForbidden,
+	kin.ECodeCardinality:       http.StatusConflict,
+	kin.ECodeCircuitOpen:       http.StatusTooManyRequests,
+}
+
+// StatusOf returns the HTTP status for an error code (500 for unknown ones).
+func StatusOf(code kin.ErrorCode) int {
+	if s, ok := statusOf[code]; ok {
+		return s
+	}
+	return http.StatusInternalServerError
+}

@@ -1,0 +1,123 @@
+// Package kintest starts real kin daemons for tests and offers the helpers
+// tests share: WaitFor (no sleeps) and a settable clock.
+package kintest
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/kin-agents/kin/client"
+	"github.com/kin-agents/kin/internal/daemon"
+)
+
+// Daemon is a daemon started for a test, with a client on its socket.
+type Daemon struct {
+	*daemon.Daemon
+	Client *client.Client
+	Home   string
+	Config daemon.Config
+}
+
+// Option adjusts the test daemon's config.
+type Option func(*daemon.Config)
+
+// WithProfile selects a profile by name or path.
+func WithProfile(p string) Option { return func(c *daemon.Config) { c.Profile = p } }
+
+// WithClock injects a clock.
+func WithClock(f func() time.Time) Option { return func(c *daemon.Config) { c.Clock = f } }
+
+// WithHTTP serves the API on a free loopback port too.
+func WithHTTP() Option { return func(c *daemon.Config) { c.HTTPAddr = "127.0.0.1:0" } }
+
+// WithHome uses the given home instead of a fresh temporary one (to restart
+// a daemon on the same store).
+func WithHome(home string) Option { return func(c *daemon.Config) { c.Home = home } }
+
+// StartDaemon runs a real daemon on a temporary home with a real SQLite
+// file, and closes it when the test ends.
+func StartDaemon(t testing.TB, opts ...Option) *Daemon {
+	t.Helper()
+	cfg := daemon.DefaultConfig()
+	cfg.Home = shortTempDir(t)
+	cfg.HTTPAddr = "off"
+	cfg.Version = "test"
+	for _, o := range opts {
+		o(&cfg)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	d, err := daemon.Start(ctx, cfg)
+	if err != nil {
+		t.Fatalf("start daemon: %v", err)
+	}
+	c, err := client.New(client.Config{Socket: d.SocketPath()})
+	if err != nil {
+		d.Close()
+		t.Fatalf("client: %v", err)
+	}
+	t.Cleanup(func() {
+		c.Close()
+		if err := d.Close(); err != nil {
+			t.Errorf("close daemon: %v", err)
+		}
+	})
+	return &Daemon{Daemon: d, Client: c, Home: cfg.Home, Config: cfg}
+}
+
+// shortTempDir returns a temporary directory with a short path: Unix socket
+// paths are limited to 108 bytes and t.TempDir() can be longer.
+func shortTempDir(t testing.TB) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "kin")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	return filepath.Join(dir, "home")
+}
+
+// TempHome returns a fresh short home directory path (not yet created).
+func TempHome(t testing.TB) string { return shortTempDir(t) }
+
+// WaitFor polls cond until it is true or the deadline passes.
+func WaitFor(t testing.TB, within time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for delay := time.Millisecond; ; delay = min(delay*2, 50*time.Millisecond) {
+		if cond() {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s", within, what)
+		}
+		time.Sleep(delay)
+	}
+}
+
+// Clock is a settable clock for tests where time is the subject.
+type Clock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+// NewClock returns a clock at a fixed instant.
+func NewClock() *Clock { return &Clock{now: time.Date(2026, 3, 30, 12, 0, 0, 0, time.UTC)} }
+
+// Now returns the clock's time.
+func (c *Clock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+// Advance moves the clock forward.
+func (c *Clock) Advance(d time.Duration) {
+	c.mu.Lock()
+	c.now = c.now.Add(d)
+	c.mu.Unlock()
+}

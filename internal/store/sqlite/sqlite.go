@@ -1,0 +1,254 @@
+// Package sqlite is kin's embedded store: a single SQLite file in WAL mode
+// (modernc.org/sqlite, pure Go, so CGO_ENABLED=0 builds work).
+//
+// Writes go through one goroutine that commits concurrent Updates together
+// (group commit): each Update runs in its own savepoint inside a shared
+// transaction, so a failing Update undoes only its own writes, and every
+// caller is answered only after the shared commit is on disk
+// (synchronous=FULL). This keeps durable commits cheap under load while
+// Updates stay strictly serialised, which is what makes the governor's
+// checks atomic with the writes they guard.
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"path/filepath"
+	"sync"
+
+	_ "modernc.org/sqlite" // registers the "sqlite" database/sql driver
+
+	"github.com/kin-agents/kin/internal/store"
+)
+
+// maxBatch bounds how many Updates one commit carries.
+const maxBatch = 256
+
+// Store is the SQLite store. Open it with Open; Close it once.
+type Store struct {
+	reader
+	path   string
+	wdb    *sql.DB // one connection: the writer
+	rdb    *sql.DB // a pool of read-only connections
+	queue  chan *update
+	stop   chan struct{}
+	wg     sync.WaitGroup
+	closed sync.Once
+	mu     sync.RWMutex // guards done against Update racing Close
+	done   bool
+}
+
+type update struct {
+	ctx context.Context
+	fn  func(store.Tx) error
+	err chan error
+}
+
+var _ store.Store = (*Store)(nil)
+
+// Options tune a store. The zero value is the durable default.
+type Options struct {
+	// Synchronous is SQLite's synchronous pragma: "FULL" (default, durable
+	// across power loss) or "NORMAL" (durable across a crash of the process).
+	Synchronous string
+}
+
+// Open opens (creating if needed) the database file at path and migrates it.
+func Open(ctx context.Context, path string, opts Options) (*Store, error) {
+	if path == "" {
+		return nil, errors.New("sqlite: empty database path")
+	}
+	sync := opts.Synchronous
+	if sync == "" {
+		sync = "FULL"
+	}
+	if sync != "FULL" && sync != "NORMAL" {
+		return nil, fmt.Errorf("sqlite: synchronous must be FULL or NORMAL, not %q", sync)
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return nil, fmt.Errorf("sqlite: %w", err)
+	}
+	base := "file:" + (&url.URL{Path: path}).EscapedPath()
+	pragmas := "_pragma=busy_timeout(10000)&_pragma=foreign_keys(1)&_pragma=journal_mode(WAL)&_pragma=synchronous(" + sync + ")"
+	wdb, err := sql.Open("sqlite", base+"?_txlock=immediate&"+pragmas)
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: open %s: %w", path, err)
+	}
+	wdb.SetMaxOpenConns(1)
+	wdb.SetMaxIdleConns(1)
+	wdb.SetConnMaxLifetime(0)
+	if err := wdb.PingContext(ctx); err != nil {
+		wdb.Close()
+		return nil, fmt.Errorf("sqlite: open %s: %w", path, err)
+	}
+	if err := os.Chmod(path, 0o600); err != nil {
+		wdb.Close()
+		return nil, fmt.Errorf("sqlite: %w", err)
+	}
+	if err := migrate(ctx, wdb); err != nil {
+		wdb.Close()
+		return nil, fmt.Errorf("sqlite: %s: %w", path, err)
+	}
+	rdb, err := sql.Open("sqlite", base+"?"+pragmas+"&_pragma=query_only(1)")
+	if err != nil {
+		wdb.Close()
+		return nil, fmt.Errorf("sqlite: open %s: %w", path, err)
+	}
+	rdb.SetMaxOpenConns(8)
+	rdb.SetMaxIdleConns(8)
+	s := &Store{
+		reader: reader{q: rdb},
+		path:   path,
+		wdb:    wdb,
+		rdb:    rdb,
+		queue:  make(chan *update, maxBatch),
+		stop:   make(chan struct{}),
+	}
+	s.wg.Add(1)
+	go s.writeLoop()
+	return s, nil
+}
+
+// Driver names the driver and the file.
+func (s *Store) Driver() string { return "sqlite:" + s.path }
+
+// Close stops the writer after the Updates already queued and closes the
+// database. It is safe to call more than once.
+func (s *Store) Close() error {
+	var err error
+	s.closed.Do(func() {
+		s.mu.Lock()
+		s.done = true
+		s.mu.Unlock()
+		close(s.stop)
+		s.wg.Wait()
+		err = errors.Join(s.rdb.Close(), s.wdb.Close())
+	})
+	return err
+}
+
+// Update queues fn for the writer and waits for its durable result.
+func (s *Store) Update(ctx context.Context, fn func(store.Tx) error) error {
+	u := &update{ctx: ctx, fn: fn, err: make(chan error, 1)}
+	s.mu.RLock()
+	if s.done {
+		s.mu.RUnlock()
+		return store.ErrClosed
+	}
+	select {
+	case s.queue <- u:
+		s.mu.RUnlock()
+	case <-ctx.Done():
+		s.mu.RUnlock()
+		return ctx.Err()
+	}
+	// Once queued, the writer always answers: waiting for it (rather than
+	// for ctx) means a caller never returns while its write may still land.
+	return <-u.err
+}
+
+func (s *Store) writeLoop() {
+	defer s.wg.Done()
+	batch := make([]*update, 0, maxBatch)
+	for {
+		select {
+		case u := <-s.queue:
+			batch = append(batch[:0], u)
+		case <-s.stop:
+			// Answer whatever was queued before Close took the lock.
+			for {
+				select {
+				case u := <-s.queue:
+					s.commit([]*update{u})
+				default:
+					return
+				}
+			}
+		}
+	more:
+		for len(batch) < maxBatch {
+			select {
+			case u := <-s.queue:
+				batch = append(batch, u)
+			default:
+				break more
+			}
+		}
+		s.commit(batch)
+	}
+}
+
+// commit runs a batch of Updates in one transaction, each in a savepoint.
+func (s *Store) commit(batch []*update) {
+	errs := make([]error, len(batch))
+	answer := func() {
+		for i, u := range batch {
+			u.err <- errs[i]
+		}
+	}
+	ctx := context.Background()
+	tx, err := s.wdb.BeginTx(ctx, nil)
+	if err != nil {
+		for i := range errs {
+			errs[i] = fmt.Errorf("sqlite: begin: %w", err)
+		}
+		answer()
+		return
+	}
+	ok := 0
+	for i, u := range batch {
+		if err := u.ctx.Err(); err != nil {
+			errs[i] = err
+			continue
+		}
+		if _, err := tx.ExecContext(ctx, "SAVEPOINT u"); err != nil {
+			errs[i] = fmt.Errorf("sqlite: savepoint: %w", err)
+			continue
+		}
+		errs[i] = runUpdate(u, &txn{reader: reader{q: tx}, tx: tx})
+		if errs[i] != nil {
+			if _, err := tx.ExecContext(ctx, "ROLLBACK TO u"); err != nil {
+				// The transaction is in an unknown state: fail the batch.
+				tx.Rollback()
+				for j := range errs {
+					if errs[j] == nil || j == i {
+						errs[j] = fmt.Errorf("sqlite: rollback to savepoint: %w", err)
+					}
+				}
+				answer()
+				return
+			}
+		} else {
+			ok++
+		}
+		if _, err := tx.ExecContext(ctx, "RELEASE u"); err != nil {
+			errs[i] = fmt.Errorf("sqlite: release savepoint: %w", err)
+		}
+	}
+	if ok == 0 {
+		err = tx.Rollback()
+	} else {
+		err = tx.Commit()
+	}
+	if err != nil {
+		for i := range errs {
+			if errs[i] == nil {
+				errs[i] = fmt.Errorf("sqlite: commit: %w", err)
+			}
+		}
+	}
+	answer()
+}
+
+func runUpdate(u *update, tx *txn) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("sqlite: update panicked: %v", r)
+		}
+	}()
+	return u.fn(tx)
+}

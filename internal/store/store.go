@@ -1,0 +1,107 @@
+// Package store defines what kin keeps durably: agents, events, governor
+// settings and spawn rejections, behind the Store interface that each driver
+// (store/sqlite today, PostgreSQL later) implements and store/storetest
+// exercises.
+//
+// A store never decides anything: the governor's rules are checked by the
+// daemon inside Update, so that the check and the write are one transaction.
+// Drivers translate their own errors into the sentinels below, once.
+package store
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/kin-agents/kin/kin"
+)
+
+// Sentinel errors every driver maps its failures to.
+var (
+	ErrNotFound    = errors.New("store: not found")
+	ErrNameTaken   = errors.New("store: name taken by a live agent")
+	ErrWalletTaken = errors.New("store: wallet taken")
+	ErrClosed      = errors.New("store: closed")
+)
+
+// Store is a kin store. All methods are safe for concurrent use.
+type Store interface {
+	Reader
+	// Update runs fn in a read-write transaction and returns once fn's
+	// writes are durable (or fn failed and its writes were undone). Updates
+	// are serialised: fn sees every earlier Update's writes and no other
+	// writer runs while it does, so rules checked in fn hold for its write.
+	// A driver may commit several Updates together (group commit).
+	// fn must not keep tx after it returns and must not call Update.
+	Update(ctx context.Context, fn func(tx Tx) error) error
+	// Driver names the driver and its location, with no secrets.
+	Driver() string
+	Close() error
+}
+
+// Reader is the read side, used outside transactions and inside them.
+type Reader interface {
+	AgentGetByID(ctx context.Context, id kin.AgentID) (*kin.Agent, error)
+	AgentList(ctx context.Context, f kin.AgentFilter) ([]*kin.Agent, error)
+	// AgentAncestors returns the agent, then its parent, up to its root.
+	AgentAncestors(ctx context.Context, id kin.AgentID) ([]*kin.Agent, error)
+	// AgentSubtree returns the agent and all its descendants, each parent
+	// before its children (by generation, then id).
+	AgentSubtree(ctx context.Context, id kin.AgentID) ([]*kin.Agent, error)
+	AgentCount(ctx context.Context) (int, error)
+	EventList(ctx context.Context, f kin.EventFilter) ([]kin.Event, error)
+	EventLastSeq(ctx context.Context) (int64, error)
+	SettingList(ctx context.Context) (map[string]string, error)
+}
+
+// Tx is a read-write transaction.
+type Tx interface {
+	Reader
+	// AgentInsert stores a new agent with the next id and returns it.
+	// It fails with ErrNameTaken or ErrWalletTaken on a clash.
+	AgentInsert(ctx context.Context, p AgentInsertParams) (*kin.Agent, error)
+	AgentUpdateStatus(ctx context.Context, p AgentUpdateStatusParams) error
+	AgentUpdateSpawnBlock(ctx context.Context, id kin.AgentID, until time.Time) error
+	// AgentCountLive counts live agents (kin.Agent.Live) that match p.
+	AgentCountLive(ctx context.Context, p AgentCountLiveParams) (int, error)
+	// AgentLiveByName returns the live agent (status not terminated) with
+	// the name, or ErrNotFound.
+	AgentLiveByName(ctx context.Context, name string) (*kin.Agent, error)
+	AgentWalletExists(ctx context.Context, wallet string) (bool, error)
+	// EventAppend stores e with the next sequence number and returns it.
+	EventAppend(ctx context.Context, e kin.Event) (kin.Event, error)
+	SpawnRejectionInsert(ctx context.Context, p SpawnRejectionInsertParams) error
+	// SpawnRejectionCount counts a parent's counted rejections at or after Since.
+	SpawnRejectionCount(ctx context.Context, parent kin.AgentID, since time.Time) (int, error)
+	SettingSet(ctx context.Context, key, value string) error
+}
+
+// AgentInsertParams is a new agent; ID is assigned by the store.
+type AgentInsertParams struct {
+	Agent       kin.Agent
+	NameContext string // the context part of the name (seed 002), for cardinality
+}
+
+// AgentUpdateStatusParams changes status and state of one agent.
+type AgentUpdateStatusParams struct {
+	ID     kin.AgentID
+	Status kin.Status
+	State  kin.State // "" leaves the state as it is
+	At     time.Time
+}
+
+// AgentCountLiveParams selects live agents to count. Zero fields match all;
+// Parent counts only that parent's children when HasParent is set.
+type AgentCountLiveParams struct {
+	Parent      kin.AgentID
+	HasParent   bool
+	Role        string
+	NameContext *string // nil: any context
+}
+
+// SpawnRejectionInsertParams records one rejected spawn for the circuit breaker.
+type SpawnRejectionInsertParams struct {
+	Parent  kin.AgentID
+	At      time.Time
+	Counted bool // false for rejections caused by the open breaker itself
+}
