@@ -41,7 +41,7 @@ func New(svc kin.Service, token string, log *slog.Logger) *Server {
 // Route is one endpoint: a method and a net/http pattern.
 type Route struct {
 	Method, Pattern string
-	handle         func(*Server, http.ResponseWriter, *http.Request) error
+	handle          func(*Server, http.ResponseWriter, *http.Request) error
 }
 
 // Routes lists every endpoint the server registers; the OpenAPI test checks
