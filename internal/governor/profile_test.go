@@ -1,0 +1,100 @@
+package governor_test
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/kin-agents/kin/internal/governor"
+	"github.com/kin-agents/kin/kin"
+)
+
+func TestShippedProfilesLoad(t *testing.T) {
+	want := map[string]struct{ depth, children int }{
+		"default":   {10, 100},
+		"hierarchy": {3, 3},
+		"aauth":     {1, 100},
+	}
+	names := governor.ShippedProfiles()
+	if len(names) != len(want) {
+		t.Fatalf("shipped profiles = %v", names)
+	}
+	for _, n := range names {
+		p, src, err := governor.Load(n)
+		if err != nil {
+			t.Fatalf("%s: %v", n, err)
+		}
+		w := want[n]
+		if src != n || p.Name != n || p.MaxGenerationDepth != w.depth || p.MaxChildren != w.children {
+			t.Errorf("%s: %+v from %s", n, p, src)
+		}
+	}
+	hier, _, _ := governor.Load("hierarchy")
+	if hier.Roles["GO"].Cardinality != kin.CardinalitySingleton || !hier.Roles["GO"].Root {
+		t.Errorf("GO rule: %+v", hier.Roles["GO"])
+	}
+	if len(hier.Roles["Worker"].Spawns) != 0 {
+		t.Errorf("Workers never spawn: %+v", hier.Roles["Worker"])
+	}
+}
+
+func TestLoadProfileFile(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "team.json")
+	os.WriteFile(path, []byte(`{"name":"team","max_generation_depth":2,"max_children":5}`), 0o600)
+	p, src, err := governor.Load(path)
+	if err != nil || p.Name != "team" || src != path {
+		t.Fatalf("%+v %s %v", p, src, err)
+	}
+	if _, _, err := governor.Load("nosuch"); err == nil || !strings.Contains(err.Error(), "shipped: aauth, default, hierarchy") {
+		t.Errorf("unknown name: %v", err)
+	}
+	if _, _, err := governor.Load(filepath.Join(dir, "missing.json")); err == nil {
+		t.Error("missing file accepted")
+	}
+}
+
+func TestParseProfileRejectsBadProfiles(t *testing.T) {
+	tests := []struct{ json, want string }{
+		{`{"name":"x","max_generation_depth":1,"surprise":true}`, `unknown field "surprise"`},
+		{`{"max_generation_depth":1}`, "name is required"},
+		{`{"name":"x","max_generation_depth":-1}`, "max_generation_depth -1 is negative"},
+		{`{"name":"x","max_children":-2}`, "max_children -2"},
+		{`{"name":"x","circuit_breaker":{"max_rejections":3}}`, "positive window and cooldown"},
+		{`{"name":"x","circuit_breaker":{"max_rejections":3,"window":"soon","cooldown":"1m"}}`, "invalid profile JSON"},
+		{`{"name":"x","roles":{"GO":{"root":true,"spawns":["PO"]}}}`, `names "PO", which is not a role`},
+		{`{"name":"x","roles":{"GO":{"spawns":[]}}}`, `no role has "root": true`},
+		{`{"name":"x","roles":{"GO":{"root":true,"spawns":[],"cardinality":"few"}}}`, `cardinality "few"`},
+		{`{"name":"x","roles":{"bad role":{"root":true,"spawns":[]}}}`, "roles:"},
+		{`{"name":"x","roles":{"GO":{"root":true,"spawns":[],"extra":1}}}`, `unknown field "extra"`},
+		{`{"name":"x"} {"name":"y"}`, "more than one JSON value"},
+		{`[1,2]`, "invalid profile JSON"},
+	}
+	for _, tt := range tests {
+		_, err := governor.Parse([]byte(tt.json))
+		if err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("Parse(%s) = %v, want error mentioning %q", tt.json, err, tt.want)
+		}
+	}
+}
+
+func FuzzParseProfile(f *testing.F) {
+	for _, n := range governor.ShippedProfiles() {
+		b, _ := os.ReadFile(filepath.Join("profiles", n+".json"))
+		f.Add(b)
+	}
+	f.Add([]byte(`{"name":"x","roles":{"A":{"root":true,"spawns":["A"],"cardinality":"per_context"}}}`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		p, err := governor.Parse(data)
+		if err != nil {
+			return
+		}
+		if err := governor.Validate(p); err != nil {
+			t.Fatalf("Parse accepted a profile Validate rejects: %v", err)
+		}
+		// Every accepted profile is usable: the governor answers without panicking.
+		n, _ := kin.ParseName("x")
+		governor.CheckSpawn(p, governor.SpawnFacts{Name: n, Role: governor.Role(p, "", n)})
+	})
+}

@@ -1,0 +1,528 @@
+// Package storetest is the one test suite every store driver passes:
+// Exercise(t, open) runs it against a driver's fresh stores.
+package storetest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/kin-agents/kin/internal/store"
+	"github.com/kin-agents/kin/kin"
+)
+
+// Opener returns a new, empty store; the suite closes it.
+type Opener func(t *testing.T) store.Store
+
+var t0 = time.Date(2026, 3, 30, 12, 0, 0, 0, time.UTC)
+
+// Exercise runs the whole suite.
+func Exercise(t *testing.T, open Opener) {
+	t.Run("AgentInsertAndGet", func(t *testing.T) { testAgentInsertAndGet(t, open(t)) })
+	t.Run("AgentList", func(t *testing.T) { testAgentList(t, open(t)) })
+	t.Run("AncestorsAndSubtree", func(t *testing.T) { testAncestorsAndSubtree(t, open(t)) })
+	t.Run("NameUniqueAmongNonTerminated", func(t *testing.T) { testNameUnique(t, open(t)) })
+	t.Run("WalletUnique", func(t *testing.T) { testWalletUnique(t, open(t)) })
+	t.Run("CountLive", func(t *testing.T) { testCountLive(t, open(t)) })
+	t.Run("Events", func(t *testing.T) { testEvents(t, open(t)) })
+	t.Run("SettingsAndRejections", func(t *testing.T) { testSettingsAndRejections(t, open(t)) })
+	t.Run("FailedUpdateUndoesOnlyItself", func(t *testing.T) { testFailedUpdate(t, open(t)) })
+	t.Run("UpdatesAreSerialised", func(t *testing.T) { testSerialised(t, open(t)) })
+	t.Run("CloseTwiceAndUpdateAfterClose", func(t *testing.T) { testClose(t, open(t)) })
+}
+
+// Insert stores an agent called name under parent in its own Update.
+func Insert(t *testing.T, s store.Store, name string, parent kin.AgentID) *kin.Agent {
+	t.Helper()
+	var out *kin.Agent
+	err := s.Update(context.Background(), func(tx store.Tx) error {
+		gen := 0
+		if parent != 0 {
+			p, err := tx.AgentGetByID(context.Background(), parent)
+			if err != nil {
+				return err
+			}
+			gen = p.Generation + 1
+		}
+		var err error
+		out, err = tx.AgentInsert(context.Background(), store.AgentInsertParams{Agent: NewAgent(name, parent, gen)})
+		return err
+	})
+	if err != nil {
+		t.Fatalf("insert %s: %v", name, err)
+	}
+	return out
+}
+
+// NewAgent is a registered, active agent row.
+func NewAgent(name string, parent kin.AgentID, gen int) kin.Agent {
+	return kin.Agent{
+		Name: name, Parent: parent, Generation: gen, Responsible: "Dr. Schmidt",
+		Life: kin.LifeOwned, Status: kin.StatusActive, State: kin.StateRegistered,
+		CreatedAt: t0, CreatedBy: kin.Operator, UpdatedAt: t0,
+	}
+}
+
+func update(t *testing.T, s store.Store, fn func(tx store.Tx) error) {
+	t.Helper()
+	if err := s.Update(context.Background(), fn); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func testAgentInsertAndGet(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	a := NewAgent("coordinator", 0, 0)
+	a.Role, a.Wallet, a.ConstitutionHash, a.CapabilityHash, a.Scope, a.SelfModifying = "Research Coordinator", "0x4b19Ccf2", "sha256:c", "sha256:k", "research", true
+	var got *kin.Agent
+	update(t, s, func(tx store.Tx) error {
+		var err error
+		got, err = tx.AgentInsert(ctx, store.AgentInsertParams{Agent: a})
+		return err
+	})
+	if got.ID != 1 {
+		t.Fatalf("first id = %d, want 1", got.ID)
+	}
+	back, err := s.AgentGetByID(ctx, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.ID = 1
+	if fmt.Sprintf("%+v", *back) != fmt.Sprintf("%+v", a) {
+		t.Fatalf("stored  %+v\nwant    %+v", *back, a)
+	}
+	if second := Insert(t, s, "collector", 1); second.ID != 2 {
+		t.Fatalf("second id = %d", second.ID)
+	}
+	if _, err := s.AgentGetByID(ctx, 99); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("missing agent: %v", err)
+	}
+	if n, err := s.AgentCount(ctx); err != nil || n != 2 {
+		t.Fatalf("count = %d, %v", n, err)
+	}
+}
+
+func testAgentList(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	r := Insert(t, s, "r", 0)
+	Insert(t, s, "c1", r.ID)
+	c2 := Insert(t, s, "c2", r.ID)
+	update(t, s, func(tx store.Tx) error {
+		return tx.AgentUpdateStatus(ctx, store.AgentUpdateStatusParams{ID: c2.ID, Status: kin.StatusSuspended, At: t0})
+	})
+	check := func(f kin.AgentFilter, want ...string) {
+		t.Helper()
+		got, err := s.AgentList(ctx, f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var names []string
+		for _, a := range got {
+			names = append(names, a.Name)
+		}
+		if fmt.Sprint(names) != fmt.Sprint(want) {
+			t.Errorf("AgentList(%+v) = %v, want %v", f, names, want)
+		}
+	}
+	check(kin.AgentFilter{}, "r", "c1", "c2")
+	check(kin.AgentFilter{HasParent: true}, "r")
+	check(kin.AgentFilter{Parent: r.ID, HasParent: true}, "c1", "c2")
+	check(kin.AgentFilter{Status: kin.StatusSuspended}, "c2")
+	check(kin.AgentFilter{State: kin.StateRegistered, Limit: 2}, "r", "c1")
+	check(kin.AgentFilter{Responsible: "nobody"})
+}
+
+func testAncestorsAndSubtree(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	// seed 000's example tree
+	root := Insert(t, s, "coordinator", 0)
+	collector := Insert(t, s, "collector", root.ID)
+	writer := Insert(t, s, "writer", root.ID)
+	Insert(t, s, "reviewer", root.ID)
+	scraper := Insert(t, s, "scraper", collector.ID)
+	Insert(t, s, "fetcher", collector.ID)
+	latex := Insert(t, s, "latex", writer.ID)
+	other := Insert(t, s, "other-root", 0)
+
+	anc, err := s.AgentAncestors(ctx, latex.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := names(anc); got != "[latex writer coordinator]" {
+		t.Fatalf("ancestors = %s", got)
+	}
+	if anc, _ := s.AgentAncestors(ctx, root.ID); names(anc) != "[coordinator]" {
+		t.Fatalf("root ancestors = %s", names(anc))
+	}
+	if _, err := s.AgentAncestors(ctx, 999); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("missing: %v", err)
+	}
+	sub, err := s.AgentSubtree(ctx, root.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := names(sub); got != "[coordinator collector writer reviewer scraper fetcher latex]" {
+		t.Fatalf("subtree = %s", got)
+	}
+	if sub, _ := s.AgentSubtree(ctx, scraper.ID); names(sub) != "[scraper]" {
+		t.Fatalf("leaf subtree = %s", names(sub))
+	}
+	if sub, _ := s.AgentSubtree(ctx, other.ID); names(sub) != "[other-root]" {
+		t.Fatalf("other subtree = %s", names(sub))
+	}
+	if _, err := s.AgentSubtree(ctx, 999); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("missing: %v", err)
+	}
+}
+
+func names(as []*kin.Agent) string {
+	var n []string
+	for _, a := range as {
+		n = append(n, a.Name)
+	}
+	return fmt.Sprint(n)
+}
+
+func testNameUnique(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	a := Insert(t, s, "coder", 0)
+	err := s.Update(ctx, func(tx store.Tx) error {
+		_, err := tx.AgentInsert(ctx, store.AgentInsertParams{Agent: NewAgent("coder", 0, 0)})
+		return err
+	})
+	if !errors.Is(err, store.ErrNameTaken) {
+		t.Fatalf("duplicate live name: %v", err)
+	}
+	if got, err := txLiveByName(s, "coder"); err != nil || got.ID != a.ID {
+		t.Fatalf("live by name: %v %v", got, err)
+	}
+	update(t, s, func(tx store.Tx) error {
+		return tx.AgentUpdateStatus(ctx, store.AgentUpdateStatusParams{ID: a.ID, Status: kin.StatusTerminated, State: kin.StateTerminated, At: t0})
+	})
+	if _, err := txLiveByName(s, "coder"); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("terminated still live by name: %v", err)
+	}
+	b := Insert(t, s, "coder", 0) // the name is free again
+	if b.ID == a.ID {
+		t.Fatal("reused id")
+	}
+}
+
+func txLiveByName(s store.Store, name string) (*kin.Agent, error) {
+	var a *kin.Agent
+	err := s.Update(context.Background(), func(tx store.Tx) error {
+		var err error
+		a, err = tx.AgentLiveByName(context.Background(), name)
+		return err
+	})
+	return a, err
+}
+
+func testWalletUnique(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	a := NewAgent("a", 0, 0)
+	a.Wallet = "0xabc"
+	update(t, s, func(tx store.Tx) error {
+		_, err := tx.AgentInsert(ctx, store.AgentInsertParams{Agent: a})
+		return err
+	})
+	b := NewAgent("b", 0, 0)
+	b.Wallet = "0xabc"
+	err := s.Update(ctx, func(tx store.Tx) error {
+		exists, err := tx.AgentWalletExists(ctx, "0xabc")
+		if err != nil || !exists {
+			return fmt.Errorf("wallet exists = %v, %v", exists, err)
+		}
+		_, err = tx.AgentInsert(ctx, store.AgentInsertParams{Agent: b})
+		return err
+	})
+	if !errors.Is(err, store.ErrWalletTaken) {
+		t.Fatalf("duplicate wallet: %v", err)
+	}
+	// Agents without a wallet never clash.
+	Insert(t, s, "c", 0)
+	Insert(t, s, "d", 0)
+}
+
+func testCountLive(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	r := Insert(t, s, "GO", 0)
+	var ids []kin.AgentID
+	for _, n := range []string{"HO@a", "HO@b", "PO-x"} {
+		role, context := "HO", ""
+		if n[0] == 'P' {
+			role = "PO"
+		}
+		nm, _ := kin.ParseName(n)
+		context = nm.Context
+		a := NewAgent(n, r.ID, 1)
+		a.Role = role
+		update(t, s, func(tx store.Tx) error {
+			got, err := tx.AgentInsert(ctx, store.AgentInsertParams{Agent: a, NameContext: context})
+			if err == nil {
+				ids = append(ids, got.ID)
+			}
+			return err
+		})
+	}
+	count := func(p store.AgentCountLiveParams) int {
+		var n int
+		update(t, s, func(tx store.Tx) error {
+			var err error
+			n, err = tx.AgentCountLive(ctx, p)
+			return err
+		})
+		return n
+	}
+	a := "a"
+	if n := count(store.AgentCountLiveParams{Parent: r.ID, HasParent: true}); n != 3 {
+		t.Errorf("live children = %d", n)
+	}
+	if n := count(store.AgentCountLiveParams{Role: "HO"}); n != 2 {
+		t.Errorf("live HO = %d", n)
+	}
+	if n := count(store.AgentCountLiveParams{Role: "HO", NameContext: &a}); n != 1 {
+		t.Errorf("live HO@a = %d", n)
+	}
+	// Suspended agents are live; revoked, terminated and ended ones are not.
+	update(t, s, func(tx store.Tx) error {
+		if err := tx.AgentUpdateStatus(ctx, store.AgentUpdateStatusParams{ID: ids[0], Status: kin.StatusSuspended, At: t0}); err != nil {
+			return err
+		}
+		if err := tx.AgentUpdateStatus(ctx, store.AgentUpdateStatusParams{ID: ids[1], Status: kin.StatusRevoked, At: t0}); err != nil {
+			return err
+		}
+		return tx.AgentUpdateStatus(ctx, store.AgentUpdateStatusParams{ID: ids[2], Status: kin.StatusActive, State: kin.StateCancelled, At: t0})
+	})
+	if n := count(store.AgentCountLiveParams{Parent: r.ID, HasParent: true}); n != 1 {
+		t.Errorf("live children after changes = %d, want 1 (the suspended one)", n)
+	}
+	got, _ := s.AgentGetByID(ctx, ids[2])
+	if got.State != kin.StateCancelled || got.Status != kin.StatusActive {
+		t.Errorf("state update: %+v", got)
+	}
+	if err := s.Update(ctx, func(tx store.Tx) error {
+		return tx.AgentUpdateStatus(ctx, store.AgentUpdateStatusParams{ID: 999, Status: kin.StatusRevoked, At: t0})
+	}); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("update missing: %v", err)
+	}
+}
+
+func testEvents(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	if last, err := s.EventLastSeq(ctx); err != nil || last != 0 {
+		t.Fatalf("empty last seq = %d, %v", last, err)
+	}
+	var appended []kin.Event
+	update(t, s, func(tx store.Tx) error {
+		for i, ev := range []struct {
+			typ           string
+			agent, parent kin.AgentID
+		}{
+			{kin.EventAgentRegistered, 1, 0},
+			{kin.EventAgentRegistered, 2, 1},
+			{kin.EventChildSpawned, 2, 1},
+			{kin.EventSpawnRejected, 0, 2},
+			{kin.EventGovernorChanged, 0, 0},
+		} {
+			e, err := kin.NewEvent(ev.typ, ev.agent, ev.parent, map[string]any{"i": i})
+			if err != nil {
+				return err
+			}
+			e.Time = t0.Add(time.Duration(i) * time.Second)
+			e, err = tx.EventAppend(ctx, e)
+			if err != nil {
+				return err
+			}
+			appended = append(appended, e)
+		}
+		return nil
+	})
+	for i, e := range appended {
+		if e.Seq != int64(i+1) {
+			t.Fatalf("event %d seq = %d", i, e.Seq)
+		}
+	}
+	seqs := func(f kin.EventFilter) string {
+		t.Helper()
+		evs, err := s.EventList(ctx, f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []int64
+		for _, e := range evs {
+			out = append(out, e.Seq)
+		}
+		return fmt.Sprint(out)
+	}
+	for _, tt := range []struct {
+		f    kin.EventFilter
+		want string
+	}{
+		{kin.EventFilter{}, "[1 2 3 4 5]"},
+		{kin.EventFilter{Since: 3}, "[4 5]"},
+		{kin.EventFilter{Agent: 1}, "[1 2 3]"},
+		{kin.EventFilter{Agent: 2}, "[2 3 4]"},
+		{kin.EventFilter{Types: []string{kin.EventChildSpawned, kin.EventGovernorChanged}}, "[3 5]"},
+		{kin.EventFilter{Limit: 2, Since: 1}, "[2 3]"},
+	} {
+		if got := seqs(tt.f); got != tt.want {
+			t.Errorf("EventList(%+v) = %s, want %s", tt.f, got, tt.want)
+		}
+	}
+	evs, _ := s.EventList(ctx, kin.EventFilter{Since: 1, Limit: 1})
+	if e := evs[0]; e.Type != kin.EventAgentRegistered || e.Agent != 2 || e.Parent != 1 || !e.Time.Equal(t0.Add(time.Second)) || string(e.Data) != `{"i":1}` {
+		t.Errorf("stored event = %+v (data %s)", e, e.Data)
+	}
+	if last, _ := s.EventLastSeq(ctx); last != 5 {
+		t.Errorf("last seq = %d", last)
+	}
+}
+
+func testSettingsAndRejections(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	r := Insert(t, s, "r", 0)
+	update(t, s, func(tx store.Tx) error {
+		if err := tx.SettingSet(ctx, "governor.max_children", "3"); err != nil {
+			return err
+		}
+		return tx.SettingSet(ctx, "governor.max_children", "4")
+	})
+	if m, err := s.SettingList(ctx); err != nil || m["governor.max_children"] != "4" || len(m) != 1 {
+		t.Fatalf("settings = %v, %v", m, err)
+	}
+	update(t, s, func(tx store.Tx) error {
+		for i, counted := range []bool{true, true, false, true} {
+			if err := tx.SpawnRejectionInsert(ctx, store.SpawnRejectionInsertParams{Parent: r.ID, At: t0.Add(time.Duration(i) * time.Minute), Counted: counted}); err != nil {
+				return err
+			}
+		}
+		n, err := tx.SpawnRejectionCount(ctx, r.ID, t0.Add(time.Minute))
+		if err != nil {
+			return err
+		}
+		if n != 2 { // minutes 1 and 3; minute 2 is not counted
+			return fmt.Errorf("counted rejections = %d, want 2", n)
+		}
+		until := t0.Add(time.Hour)
+		if err := tx.AgentUpdateSpawnBlock(ctx, r.ID, until); err != nil {
+			return err
+		}
+		a, err := tx.AgentGetByID(ctx, r.ID)
+		if err != nil {
+			return err
+		}
+		if !a.SpawnBlockedUntil.Equal(until) {
+			return fmt.Errorf("blocked until = %v", a.SpawnBlockedUntil)
+		}
+		return nil
+	})
+}
+
+func testFailedUpdate(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	boom := errors.New("boom")
+	var wg sync.WaitGroup
+	errs := make([]error, 20)
+	for i := range errs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = s.Update(ctx, func(tx store.Tx) error {
+				if _, err := tx.AgentInsert(ctx, store.AgentInsertParams{Agent: NewAgent(fmt.Sprintf("a%d", i), 0, 0)}); err != nil {
+					return err
+				}
+				if i%2 == 1 {
+					return boom // after a write: it must be undone
+				}
+				return nil
+			})
+		}()
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if (i%2 == 1) != errors.Is(err, boom) {
+			t.Fatalf("update %d: %v", i, err)
+		}
+	}
+	all, err := s.AgentList(ctx, kin.AgentFilter{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(all) != 10 {
+		t.Fatalf("%d agents stored, want the 10 successful ones", len(all))
+	}
+	for _, a := range all {
+		var i int
+		fmt.Sscanf(a.Name, "a%d", &i)
+		if i%2 == 1 {
+			t.Fatalf("failed update's agent %s was kept", a.Name)
+		}
+	}
+	// A panicking update is undone and reported, and the store goes on.
+	err = s.Update(ctx, func(tx store.Tx) error {
+		tx.AgentInsert(ctx, store.AgentInsertParams{Agent: NewAgent("panic", 0, 0)})
+		panic("update bug")
+	})
+	if err == nil {
+		t.Fatal("panic not reported")
+	}
+	Insert(t, s, "after-panic", 0)
+	if n, _ := s.AgentCount(ctx); n != 11 {
+		t.Fatalf("count after panic = %d, want 11", n)
+	}
+}
+
+// testSerialised checks that a read-then-write in one Update is never
+// interleaved with another's: each update inserts an agent named after the
+// count it read, so a race would produce a name clash or a gap.
+func testSerialised(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	const n = 200
+	var wg sync.WaitGroup
+	errs := make(chan error, n)
+	for range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs <- s.Update(ctx, func(tx store.Tx) error {
+				c, err := tx.AgentCountLive(ctx, store.AgentCountLiveParams{})
+				if err != nil {
+					return err
+				}
+				_, err = tx.AgentInsert(ctx, store.AgentInsertParams{Agent: NewAgent(fmt.Sprintf("n%d", c), 0, 0)})
+				return err
+			})
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatalf("an update failed (not serialised?): %v", err)
+		}
+	}
+	all, _ := s.AgentList(ctx, kin.AgentFilter{})
+	for i, a := range all {
+		if a.Name != fmt.Sprintf("n%d", i) {
+			t.Fatalf("agent %d is %s", i, a.Name)
+		}
+	}
+}
+
+func testClose(t *testing.T, s store.Store) {
+	Insert(t, s, "a", 0)
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatalf("second close: %v", err)
+	}
+	err := s.Update(context.Background(), func(tx store.Tx) error { return nil })
+	if !errors.Is(err, store.ErrClosed) {
+		t.Fatalf("update after close: %v", err)
+	}
+}

@@ -1,0 +1,131 @@
+package kin
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"time"
+)
+
+// Event types. The names are a contract: consumers filter on them.
+const (
+	EventAgentRegistered = "agent.registered"    // seed 000 AgentRegistered: agent, creator, responsible, parent, generation
+	EventChildSpawned    = "agent.child.spawned" // seed 000 ChildSpawned: parent, child, generation
+	EventAgentStatus     = "agent.status"        // agent, from, to, by, reason
+	EventSpawnRejected   = "spawn.rejected"      // addressed to the parent: parent, code, message, ...
+	EventCircuitOpen     = "governor.circuit_open"
+	EventGovernorChanged = "governor.changed" // key, from, to, by
+)
+
+// Event is one entry of the append-only event stream. On the wire it is a
+// flat JSON object: seq, time and type, then the type's own fields (Data),
+// so that events keep the shape the seeds give them, e.g.
+//
+//	{"seq":7,"time":"...","type":"agent.child.spawned","parent":1,"child":2,"generation":1}
+//
+// Agent and Parent are the agents the event concerns, kept apart for
+// filtering; they are always also present in Data under the type's names.
+type Event struct {
+	Seq    int64
+	Time   time.Time
+	Type   string
+	Agent  AgentID
+	Parent AgentID
+	Data   json.RawMessage // a JSON object
+}
+
+// NewEvent builds an event of type typ about agent (and its parent, or 0)
+// with fields marshalled from data, which must encode to a JSON object.
+func NewEvent(typ string, agent, parent AgentID, data any) (Event, error) {
+	b, err := json.Marshal(data)
+	if err != nil {
+		return Event{}, fmt.Errorf("event %s: %w", typ, err)
+	}
+	if len(b) == 0 || b[0] != '{' {
+		return Event{}, fmt.Errorf("event %s: data must be a JSON object, got %s", typ, b)
+	}
+	return Event{Type: typ, Agent: agent, Parent: parent, Data: b}, nil
+}
+
+// MarshalJSON writes the flat form.
+func (e Event) MarshalJSON() ([]byte, error) {
+	var buf bytes.Buffer
+	head, err := json.Marshal(struct {
+		Seq  int64     `json:"seq"`
+		Time time.Time `json:"time"`
+		Type string    `json:"type"`
+	}{e.Seq, e.Time, e.Type})
+	if err != nil {
+		return nil, err
+	}
+	buf.Write(head[:len(head)-1])
+	data := bytes.TrimSpace(e.Data)
+	if len(data) > 2 { // more than "{}"
+		if data[0] != '{' {
+			return nil, fmt.Errorf("event %d data is not a JSON object", e.Seq)
+		}
+		buf.WriteByte(',')
+		buf.Write(data[1:])
+	} else {
+		buf.WriteByte('}')
+	}
+	return buf.Bytes(), nil
+}
+
+// UnmarshalJSON reads the flat form. The fields "agent", "child" and
+// "parent" fill Agent and Parent so that a decoded event filters like the
+// original.
+func (e *Event) UnmarshalJSON(b []byte) error {
+	var all map[string]json.RawMessage
+	if err := json.Unmarshal(b, &all); err != nil {
+		return err
+	}
+	var head struct {
+		Seq  int64     `json:"seq"`
+		Time time.Time `json:"time"`
+		Type string    `json:"type"`
+	}
+	if err := json.Unmarshal(b, &head); err != nil {
+		return err
+	}
+	var ids struct {
+		Agent  AgentID `json:"agent"`
+		Child  AgentID `json:"child"`
+		Parent AgentID `json:"parent"`
+	}
+	_ = json.Unmarshal(b, &ids) // these fields are optional and may hold names in some event types
+	delete(all, "seq")
+	delete(all, "time")
+	delete(all, "type")
+	data, err := json.Marshal(all)
+	if err != nil {
+		return err
+	}
+	*e = Event{Seq: head.Seq, Time: head.Time, Type: head.Type, Agent: ids.Agent, Parent: ids.Parent, Data: data}
+	if e.Agent == 0 {
+		e.Agent = ids.Child
+	}
+	return nil
+}
+
+// Field decodes the named field of the event's data into v.
+func (e Event) Field(name string, v any) error {
+	var all map[string]json.RawMessage
+	if err := json.Unmarshal(e.Data, &all); err != nil {
+		return err
+	}
+	raw, ok := all[name]
+	if !ok {
+		return fmt.Errorf("event %d (%s) has no field %q", e.Seq, e.Type, name)
+	}
+	return json.Unmarshal(raw, v)
+}
+
+// EventFilter selects events. Since is exclusive: events with a sequence
+// number greater than Since, so a reader passes back the last seq it saw.
+type EventFilter struct {
+	Agent AgentID  `json:"agent,omitempty"` // events concerning this agent (as subject or parent)
+	Since int64    `json:"since,omitempty"`
+	Types []string `json:"types,omitempty"`
+	Limit int      `json:"limit,omitempty"`
+}

@@ -1,0 +1,52 @@
+package kin
+
+import (
+	"context"
+	"time"
+)
+
+// Service is what kin offers. The daemon implements it in process; the
+// client SDK implements it over HTTP. The CLI holds only a Service.
+type Service interface {
+	// Register adds an agent under the governor's rules.
+	Register(ctx context.Context, req RegisterRequest) (*Agent, error)
+	// Agent returns one agent.
+	Agent(ctx context.Context, id AgentID) (*Agent, error)
+	// Agents lists agents matching f, by id.
+	Agents(ctx context.Context, f AgentFilter) ([]*Agent, error)
+	// Children lists an agent's direct children, by id.
+	Children(ctx context.Context, id AgentID) ([]*Agent, error)
+	// Ancestors returns the responsibility chain: the agent itself first,
+	// then its parent, up to its root.
+	Ancestors(ctx context.Context, id AgentID) ([]*Agent, error)
+	// Tree returns the subtree rooted at id, or every root's tree for id 0.
+	Tree(ctx context.Context, id AgentID) ([]*TreeNode, error)
+	// SetStatus suspends, resumes, revokes or terminates an agent (and with
+	// Cascade its subtree) and returns the agents whose status changed.
+	SetStatus(ctx context.Context, req StatusRequest) ([]*Agent, error)
+	// Events returns stored events matching f, oldest first.
+	Events(ctx context.Context, f EventFilter) ([]Event, error)
+	// FollowEvents calls fn for every matching event from f.Since on, then
+	// for each new one as it is committed, until ctx ends or fn fails.
+	FollowEvents(ctx context.Context, f EventFilter, fn func(Event) error) error
+	// Governor returns the rules in force.
+	Governor(ctx context.Context) (*GovernorInfo, error)
+	// SetGovernor changes one governor setting at runtime (operator only).
+	SetGovernor(ctx context.Context, key, value string) (*GovernorInfo, error)
+	// Status describes the daemon.
+	Status(ctx context.Context) (*DaemonStatus, error)
+}
+
+// DaemonStatus describes a running daemon.
+type DaemonStatus struct {
+	Version   string    `json:"version"`
+	PID       int       `json:"pid"`
+	Home      string    `json:"home"`
+	Socket    string    `json:"socket"`
+	HTTP      string    `json:"http,omitempty"`
+	Store     string    `json:"store"`
+	Profile   string    `json:"profile"`
+	StartedAt time.Time `json:"started_at"`
+	Agents    int       `json:"agents"`
+	LastEvent int64     `json:"last_event"`
+}
