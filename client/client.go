@@ -292,6 +292,9 @@ func (c *Client) FollowEvents(ctx context.Context, f kin.EventFilter, fn func(ki
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(make([]byte, 64<<10), 4<<20)
 	for sc.Scan() {
+		if len(bytes.TrimSpace(sc.Bytes())) == 0 {
+			continue // a keep-alive
+		}
 		var e kin.Event
 		if err := json.Unmarshal(sc.Bytes(), &e); err != nil {
 			return fmt.Errorf("kin sent an unreadable event: %w", err)

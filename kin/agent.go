@@ -67,6 +67,32 @@ const (
 // no longer counts as a live child.
 var TerminalStates = []State{StateCancelled, StateExited, StateFailed, StateTerminated}
 
+// AllStates lists every state, in lifecycle order.
+var AllStates = []State{StateRegistered, StateActive, StateStale, StateOffline, StateSuspended, StateStopping,
+	StateCancelled, StateExited, StateFailed, StateTerminated}
+
+// Valid reports whether s is one of AllStates.
+func (s State) Valid() bool {
+	for _, v := range AllStates {
+		if s == v {
+			return true
+		}
+	}
+	return false
+}
+
+// StateList is AllStates as a comma-separated list, for messages.
+func StateList() string {
+	out := ""
+	for i, s := range AllStates {
+		if i > 0 {
+			out += ", "
+		}
+		out += string(s)
+	}
+	return out
+}
+
 // Terminal reports whether s is one of TerminalStates.
 func (s State) Terminal() bool {
 	for _, t := range TerminalStates {

@@ -121,6 +121,23 @@ func (e Event) Field(name string, v any) error {
 	return json.Unmarshal(raw, v)
 }
 
+// MaxEventLimit bounds one page of events.
+const MaxEventLimit = 10000
+
+// Validate checks the filter's values.
+func (f EventFilter) Validate() error {
+	if f.Since < 0 {
+		return Errorf(ECodeInvalid, "since %d is negative", f.Since)
+	}
+	if f.Agent < 0 {
+		return Errorf(ECodeInvalid, "agent %d is not an agent id", f.Agent)
+	}
+	if f.Limit < 0 || f.Limit > MaxEventLimit {
+		return Errorf(ECodeInvalid, "limit %d is outside 0..%d", f.Limit, MaxEventLimit)
+	}
+	return nil
+}
+
 // EventFilter selects events. Since is exclusive: events with a sequence
 // number greater than Since, so a reader passes back the last seq it saw.
 type EventFilter struct {

@@ -108,16 +108,22 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 	if d.token, err = loadOrCreateToken(filepath.Join(cfg.Home, TokenName)); err != nil {
 		return nil, err
 	}
-	api := httpapi.New(d, d.token, d.log)
-	if err := d.listenUnix(api.Handler(false)); err != nil {
+	// Open both listeners before serving either, so no request sees a
+	// half-started daemon.
+	if err := d.listenUnix(); err != nil {
 		return nil, err
 	}
 	if cfg.HTTPAddr != "" && cfg.HTTPAddr != "off" {
-		if err := d.listenTCP(api.Handler(true)); err != nil {
+		if err := d.listenTCP(); err != nil {
 			return nil, err
 		}
 	}
 	d.started = d.now()
+	api := httpapi.New(d, d.token, d.log)
+	d.serve(d.unixLn, api.Handler(false))
+	if d.tcpLn != nil {
+		d.serve(d.tcpLn, api.Handler(true))
+	}
 	d.log.Info("kin serve started", "home", cfg.Home, "socket", d.SocketPath(), "http", d.HTTPAddr(),
 		"store", st.Driver(), "profile", d.profileSource)
 	return d, nil
@@ -225,7 +231,7 @@ func writeFileAtomic(path string, data []byte, mode os.FileMode) error {
 	return os.Rename(tmp.Name(), path)
 }
 
-func (d *Daemon) listenUnix(h http.Handler) error {
+func (d *Daemon) listenUnix() error {
 	path := d.SocketPath()
 	// We hold the home lock, so a socket file left here is stale.
 	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
@@ -242,17 +248,15 @@ func (d *Daemon) listenUnix(h http.Handler) error {
 		return fmt.Errorf("socket %s: %w", path, err)
 	}
 	d.unixLn = ln
-	d.serve(ln, h)
 	return nil
 }
 
-func (d *Daemon) listenTCP(h http.Handler) error {
+func (d *Daemon) listenTCP() error {
 	ln, err := net.Listen("tcp", d.cfg.HTTPAddr)
 	if err != nil {
 		return fmt.Errorf("http %s: %w", d.cfg.HTTPAddr, err)
 	}
 	d.tcpLn = ln
-	d.serve(ln, h)
 	return nil
 }
 

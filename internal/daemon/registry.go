@@ -12,9 +12,6 @@ import (
 	"github.com/kin-agents/kin/kin"
 )
 
-// MaxListLimit bounds one page of events.
-const MaxListLimit = 10000
-
 // caller is who is acting. Everything reaching the daemon today comes from
 // the operator (the socket or the operator token); per-agent callers arrive
 // with the supervisor's per-agent sockets.
@@ -178,6 +175,9 @@ func (d *Daemon) Agents(ctx context.Context, f kin.AgentFilter) ([]*kin.Agent, e
 	if f.Status != "" && !f.Status.Valid() {
 		return nil, kin.Errorf(kin.ECodeInvalid, "status %q is not one of active, suspended, revoked, terminated", f.Status)
 	}
+	if f.State != "" && !f.State.Valid() {
+		return nil, kin.Errorf(kin.ECodeInvalid, "state %q is not a state (%s)", f.State, kin.StateList())
+	}
 	if f.Limit < 0 {
 		return nil, kin.Errorf(kin.ECodeInvalid, "limit %d is negative", f.Limit)
 	}
@@ -309,7 +309,7 @@ func (d *Daemon) SetStatus(ctx context.Context, req kin.StatusRequest) ([]*kin.A
 
 // Events returns stored events.
 func (d *Daemon) Events(ctx context.Context, f kin.EventFilter) ([]kin.Event, error) {
-	if err := checkEventFilter(&f); err != nil {
+	if err := f.Validate(); err != nil {
 		return nil, err
 	}
 	out, err := d.store.EventList(ctx, f)
@@ -322,20 +322,10 @@ func (d *Daemon) Events(ctx context.Context, f kin.EventFilter) ([]kin.Event, er
 	return out, nil
 }
 
-func checkEventFilter(f *kin.EventFilter) error {
-	if f.Since < 0 {
-		return kin.Errorf(kin.ECodeInvalid, "since %d is negative", f.Since)
-	}
-	if f.Limit < 0 || f.Limit > MaxListLimit {
-		return kin.Errorf(kin.ECodeInvalid, "limit %d is outside 0..%d", f.Limit, MaxListLimit)
-	}
-	return nil
-}
-
 // FollowEvents streams events from f.Since on, live, until ctx ends, fn
 // fails or the daemon closes.
 func (d *Daemon) FollowEvents(ctx context.Context, f kin.EventFilter, fn func(kin.Event) error) error {
-	if err := checkEventFilter(&f); err != nil {
+	if err := f.Validate(); err != nil {
 		return err
 	}
 	const page = 1000

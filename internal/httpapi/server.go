@@ -8,9 +8,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/kin-agents/kin/kin"
@@ -27,6 +30,8 @@ type Server struct {
 	svc   kin.Service
 	token string
 	log   *slog.Logger
+	// KeepAlive is how often an idle event stream sends a keep-alive.
+	KeepAlive time.Duration
 }
 
 // New returns a server for svc. token is the operator token that TCP
@@ -35,7 +40,7 @@ func New(svc kin.Service, token string, log *slog.Logger) *Server {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Server{svc: svc, token: token, log: log}
+	return &Server{svc: svc, token: token, log: log, KeepAlive: 15 * time.Second}
 }
 
 // Route is one endpoint: a method and a net/http pattern.
@@ -88,8 +93,7 @@ func (s *Server) Handler(requireToken bool) http.Handler {
 
 func (s *Server) requireToken(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		auth := r.Header.Get("Authorization")
-		tok, ok := strings.CutPrefix(auth, "Bearer ")
+		tok, ok := bearerToken(r.Header.Get("Authorization"))
 		if !ok || s.token == "" || subtle.ConstantTimeCompare([]byte(tok), []byte(s.token)) != 1 {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="kin"`)
 			msg := "this API needs the operator token: send Authorization: Bearer <the contents of operator.token in kin's home>"
@@ -101,6 +105,16 @@ func (s *Server) requireToken(next http.Handler) http.Handler {
 		}
 		next.ServeHTTP(w, r)
 	})
+}
+
+// bearerToken returns the token of an "Authorization: Bearer <token>" header.
+// The scheme is case-insensitive (RFC 9110 §11.1), so "bearer" works too.
+func bearerToken(auth string) (string, bool) {
+	scheme, tok, ok := strings.Cut(auth, " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") {
+		return "", false
+	}
+	return strings.TrimLeft(tok, " "), true
 }
 
 func (s *Server) logRequests(next http.Handler) http.Handler {
@@ -166,7 +180,8 @@ func (s *Server) register(w http.ResponseWriter, r *http.Request) error {
 // ParseAgentFilter reads an agent filter from query parameters.
 func ParseAgentFilter(q map[string][]string) (kin.AgentFilter, error) {
 	var f kin.AgentFilter
-	for key, vals := range q {
+	for _, key := range slices.Sorted(maps.Keys(q)) { // sorted: the same query always names the same problem
+		vals := q[key]
 		if len(vals) != 1 {
 			return f, kin.Errorf(kin.ECodeInvalid, "query parameter %q is given %d times", key, len(vals))
 		}
@@ -179,6 +194,9 @@ func ParseAgentFilter(q map[string][]string) (kin.AgentFilter, error) {
 			}
 		case "state":
 			f.State = kin.State(v)
+			if !f.State.Valid() {
+				return f, kin.Errorf(kin.ECodeInvalid, "state %q is not a state (%s)", v, kin.StateList())
+			}
 		case "role":
 			f.Role = v
 		case "responsible":
@@ -276,8 +294,9 @@ func (s *Server) setStatus(w http.ResponseWriter, r *http.Request) error {
 // ParseEventQuery reads an event filter and the follow flag from query
 // parameters.
 func ParseEventQuery(q map[string][]string) (f kin.EventFilter, follow bool, err error) {
-	for key, vals := range q {
-		if key != "type" && len(vals) != 1 {
+	for _, key := range slices.Sorted(maps.Keys(q)) { // sorted: the same query always names the same problem
+		vals := q[key]
+		if len(vals) == 0 || key != "type" && len(vals) != 1 {
 			return f, false, kin.Errorf(kin.ECodeInvalid, "query parameter %q is given %d times", key, len(vals))
 		}
 		v := vals[0]
@@ -319,45 +338,79 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) error {
 		}
 		return writeJSON(w, http.StatusOK, out)
 	}
+	if err := f.Validate(); err != nil {
+		return err
+	}
 	sse := strings.Contains(r.Header.Get("Accept"), "text/event-stream")
+	if id := r.Header.Get("Last-Event-ID"); sse && id != "" && f.Since == 0 {
+		// An EventSource reconnecting resumes after the last event it saw.
+		if f.Since, err = strconv.ParseInt(id, 10, 64); err != nil || f.Since < 0 {
+			return kin.Errorf(kin.ECodeInvalid, "Last-Event-ID %q is not a sequence number", id)
+		}
+	}
 	if sse {
 		w.Header().Set("Content-Type", "text/event-stream")
 	} else {
 		w.Header().Set("Content-Type", "application/x-ndjson")
 	}
 	w.Header().Set("Cache-Control", "no-store")
+	// Headers go out at once, so a follower of a quiet stream knows it is
+	// connected; keep-alives (an SSE comment, an empty NDJSON line) keep
+	// proxies from closing it.
+	w.WriteHeader(http.StatusOK)
 	rc := http.NewResponseController(w)
-	started := false
-	err = s.svc.FollowEvents(r.Context(), f, func(e kin.Event) error {
-		if !started {
-			w.WriteHeader(http.StatusOK)
-			started = true
+	var mu sync.Mutex
+	write := func(format string, args ...any) error {
+		mu.Lock()
+		defer mu.Unlock()
+		if _, err := fmt.Fprintf(w, format, args...); err != nil {
+			return err
 		}
+		return rc.Flush()
+	}
+	if err := write(""); err != nil {
+		return nil
+	}
+	stop := make(chan struct{})
+	defer close(stop)
+	go func() {
+		t := time.NewTicker(s.KeepAlive)
+		defer t.Stop()
+		for {
+			select {
+			case <-t.C:
+				if sse {
+					write(": keep-alive\n\n")
+				} else {
+					write("\n")
+				}
+			case <-stop:
+				return
+			}
+		}
+	}()
+	err = s.svc.FollowEvents(r.Context(), f, func(e kin.Event) error {
 		b, err := json.Marshal(e)
 		if err != nil {
 			return err
 		}
 		if sse {
-			_, err = fmt.Fprintf(w, "id: %d\nevent: %s\ndata: %s\n\n", e.Seq, e.Type, b)
-		} else {
-			_, err = fmt.Fprintf(w, "%s\n", b)
+			return write("id: %d\nevent: %s\ndata: %s\n\n", e.Seq, e.Type, b)
 		}
-		if err != nil {
-			return err
-		}
-		return rc.Flush()
+		return write("%s\n", b)
 	})
-	if !started {
-		if err == nil || errors.Is(err, context.Canceled) {
-			w.WriteHeader(http.StatusOK)
-			return nil
-		}
-		return err
-	}
 	if err != nil && !errors.Is(err, context.Canceled) {
 		s.log.Debug("event stream ended", "err", err)
+		if sse {
+			write("event: error\ndata: %s\n\n", mustJSON(&kin.Error{Code: kin.ErrorCodeOf(err), Message: kin.ErrorMessageOf(err)}))
+		}
 	}
 	return nil
+}
+
+func mustJSON(v any) []byte {
+	b, _ := json.Marshal(v)
+	return b
 }
 
 func (s *Server) governor(w http.ResponseWriter, r *http.Request) error {

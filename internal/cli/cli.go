@@ -1,0 +1,293 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"regexp"
+	"strconv"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/kin-agents/kin/client"
+	"github.com/kin-agents/kin/kin"
+)
+
+// Exit statuses.
+const (
+	ExitOK    = 0
+	ExitError = 1 // the command ran and failed: the daemon refused, an agent was not found, ...
+	ExitUsage = 2 // the command line was wrong: unknown command or flag, bad flag value
+)
+
+// Env is what one run of the CLI works with.
+type Env struct {
+	Stdin  io.Reader
+	Stdout io.Writer
+	Stderr io.Writer
+	// Service, when set, is used instead of reaching the daemon through
+	// --home, KIN_HOME or KIN_ADDR (tests inject one).
+	Service kin.Service
+	// Getenv reads the environment; nil means os.Getenv. Only `kin serve`
+	// reads it here (the client SDK reads KIN_ADDR and KIN_HOME itself).
+	Getenv func(string) string
+}
+
+// Run runs the kin command line with args (without the program name) and
+// returns the process's exit status.
+func Run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	return Env{Stdin: stdin, Stdout: stdout, Stderr: stderr}.Run(ctx, args)
+}
+
+// Run runs the kin command line in e.
+func (e Env) Run(ctx context.Context, args []string) int {
+	if e.Stdin == nil {
+		e.Stdin = strings.NewReader("")
+	}
+	if e.Stdout == nil {
+		e.Stdout = io.Discard
+	}
+	if e.Stderr == nil {
+		e.Stderr = io.Discard
+	}
+	if e.Getenv == nil {
+		e.Getenv = os.Getenv
+	}
+	a := &app{env: e}
+	root := a.rootCommand()
+	root.SetArgs(args)
+	root.SetIn(e.Stdin)
+	root.SetOut(e.Stdout)
+	root.SetErr(e.Stderr)
+	cmd, err := root.ExecuteContextC(ctx)
+	if a.closeSvc != nil {
+		a.closeSvc()
+	}
+	if err == nil {
+		return ExitOK
+	}
+	return a.fail(ctx, cmd, args, err)
+}
+
+// app is one run's state: the streams, the persistent flags and the service.
+type app struct {
+	env      Env
+	home     string
+	jsonOut  bool
+	svc      kin.Service
+	closeSvc func() error
+}
+
+// service returns the injected service, or dials the daemon on first use.
+func (a *app) service() (kin.Service, error) {
+	if a.svc != nil {
+		return a.svc, nil
+	}
+	if a.env.Service != nil {
+		a.svc = a.env.Service
+		return a.svc, nil
+	}
+	c, err := client.FromEnv(a.home)
+	if err != nil {
+		return nil, kin.Errorf(kin.ECodeInvalid, "%v", err)
+	}
+	a.svc, a.closeSvc = c, c.Close
+	return c, nil
+}
+
+func (a *app) rootCommand() *cobra.Command {
+	root := &cobra.Command{
+		Use:   "kin",
+		Short: "kin: a lineage registry and governor for trees of AI agents",
+		Long: `kin registers AI agents with their lineage (who spawned whom, at which
+generation, who is responsible), governs spawning by a profile of rules, and
+lets the operator suspend, resume, revoke or terminate agents and subtrees.
+
+Run "kin serve" to start the daemon; every other command talks to it, over
+the socket in kin's home (--home, else $KIN_HOME, else ~/.kin), or over HTTP
+when KIN_ADDR (host:port) and KIN_TOKEN (the operator token) are set.
+
+Every command takes --json for machine-readable output. Exit status: 0 on
+success, 1 when the command failed (the error is on stderr; with --json as
+{"code": "...", "message": "..."}), 2 when the command line is wrong.`,
+		Example: `  kin serve &
+  kin register --name Research-Coordinator --responsible "Dr. Schmidt"
+  kin register --name Data-Collector --parent 1
+  kin tree
+  kin suspend 1 --cascade --reason "audit"`,
+		SilenceErrors: true,
+		SilenceUsage:  true,
+		CompletionOptions: cobra.CompletionOptions{
+			HiddenDefaultCmd: true,
+		},
+	}
+	root.PersistentFlags().StringVar(&a.home, "home", "", "kin's home `directory` (default $KIN_HOME, else ~/.kin)")
+	root.PersistentFlags().BoolVar(&a.jsonOut, "json", false, "print JSON instead of text (errors too, on stderr)")
+	root.SetFlagErrorFunc(flagError)
+	root.AddCommand(
+		a.serveCommand(),
+		a.registerCommand(),
+		a.showCommand(),
+		a.psCommand(),
+		a.childrenCommand(),
+		a.ancestorsCommand(),
+		a.treeCommand(),
+		a.statusChangeCommand(kin.ActionSuspend),
+		a.statusChangeCommand(kin.ActionResume),
+		a.statusChangeCommand(kin.ActionRevoke),
+		a.statusChangeCommand(kin.ActionTerminate),
+		a.eventsCommand(),
+		a.governorCommand(),
+		a.statusCommand(),
+	)
+	return root
+}
+
+// runError marks an error returned by a command's own code, as opposed to
+// one from cobra's parsing of the command line (a usage error).
+type runError struct{ err error }
+
+func (e *runError) Error() string { return e.err.Error() }
+func (e *runError) Unwrap() error { return e.err }
+
+// usageError is a command line that is wrong: exit status 2.
+type usageError struct{ msg string }
+
+func (e *usageError) Error() string { return e.msg }
+
+func usageErrorf(format string, args ...any) error {
+	return &usageError{msg: fmt.Sprintf(format, args...)}
+}
+
+// run adapts a command's body to cobra, marking its errors as its own.
+func run(f func(cmd *cobra.Command, args []string) error) func(*cobra.Command, []string) error {
+	return func(cmd *cobra.Command, args []string) error {
+		err := f(cmd, args)
+		var ue *usageError
+		if err == nil || errors.As(err, &ue) {
+			return err
+		}
+		return &runError{err: err}
+	}
+}
+
+// negativeArg matches pflag's complaint about "-1" given as an argument.
+var negativeArg = regexp.MustCompile(`^unknown shorthand flag: '\d' in (-\d+)$`)
+
+// flagError turns pflag's errors into usage errors, except a negative number
+// given where an agent id belongs: that is a bad id, like "abc" or "0".
+func flagError(cmd *cobra.Command, err error) error {
+	if m := negativeArg.FindStringSubmatch(err.Error()); m != nil && cmd.Annotations[annotationArgs] == argsID {
+		return &runError{err: badIDArg(m[1])}
+	}
+	return &usageError{msg: err.Error()}
+}
+
+// Command annotations.
+const (
+	annotationArgs = "kin.args"
+	argsID         = "id"
+)
+
+// fail reports err on stderr and returns the exit status.
+func (a *app) fail(ctx context.Context, cmd *cobra.Command, args []string, err error) int {
+	jsonOut := a.jsonOut || wantsJSON(args)
+	var re *runError
+	if !errors.As(err, &re) {
+		msg := err.Error()
+		if jsonOut {
+			writeJSONError(a.env.Stderr, kin.ECodeInvalid, msg)
+		} else {
+			path := "kin"
+			if cmd != nil {
+				path = cmd.CommandPath()
+			}
+			fmt.Fprintf(a.env.Stderr, "kin: %s\nRun '%s --help' for usage.\n", msg, path)
+		}
+		return ExitUsage
+	}
+	err = re.err
+	var code kin.ErrorCode
+	var msg string
+	var ke *kin.Error
+	switch {
+	case errors.As(err, &ke):
+		code, msg = ke.Code, ke.Message
+	case errors.Is(err, context.Canceled) && ctx.Err() != nil:
+		code, msg = kin.ECodeUnavailable, "interrupted"
+	default:
+		code, msg = kin.ECodeInternal, err.Error()
+	}
+	if jsonOut {
+		writeJSONError(a.env.Stderr, code, msg)
+	} else {
+		fmt.Fprintf(a.env.Stderr, "kin: %s (%s)\n", msg, code)
+	}
+	return ExitError
+}
+
+func writeJSONError(w io.Writer, code kin.ErrorCode, msg string) {
+	b, _ := json.Marshal(&kin.Error{Code: code, Message: msg})
+	fmt.Fprintf(w, "%s\n", b)
+}
+
+// wantsJSON finds --json in a command line that cobra could not parse, so
+// that even usage errors come as JSON when JSON was asked for.
+func wantsJSON(args []string) bool {
+	for _, s := range args {
+		if s == "--" {
+			return false
+		}
+		if v, ok := strings.CutPrefix(s, "--json"); ok {
+			if v == "" {
+				return true
+			}
+			if b, err := strconv.ParseBool(strings.TrimPrefix(v, "=")); err == nil && strings.HasPrefix(v, "=") {
+				return b
+			}
+		}
+	}
+	return false
+}
+
+// printJSON writes v as one indented JSON document on stdout.
+func (a *app) printJSON(v any) error {
+	enc := json.NewEncoder(a.env.Stdout)
+	enc.SetEscapeHTML(false)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+// idArgs accepts exactly one argument, an agent id (checked by the command,
+// so that a bad id is reported as such).
+func idArgs(cmd *cobra.Command, args []string) error {
+	if len(args) != 1 {
+		return usageErrorf("%s takes one agent ID (e.g. %s 7), not %d arguments", cmd.CommandPath(), cmd.CommandPath(), len(args))
+	}
+	return nil
+}
+
+// parseIDArg parses the ID argument.
+func parseIDArg(s string) (kin.AgentID, error) {
+	id, err := kin.ParseAgentID(s)
+	if err != nil {
+		return 0, badIDArg(s)
+	}
+	return id, nil
+}
+
+func badIDArg(s string) error {
+	return kin.Errorf(kin.ECodeInvalid, "argument ID %q is not an agent id: use a positive integer such as 7 or #7", s)
+}
+
+// nonNil makes empty lists print as [] rather than null.
+func nonNil[T any](s []T) []T {
+	if s == nil {
+		return []T{}
+	}
+	return s
+}

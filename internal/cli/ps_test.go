@@ -1,0 +1,95 @@
+package cli
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	"github.com/kin-agents/kin/internal/kintest"
+	"github.com/kin-agents/kin/kin"
+)
+
+func TestPs(t *testing.T) {
+	d := kintest.StartDaemon(t)
+	wantOK(t, kinAt(t, d, "ps"))
+	r := kinAt(t, d, "ps", "--json")
+	wantOK(t, r)
+	if strings.TrimSpace(r.stdout) != "[]" {
+		t.Errorf("empty registry: %q, want []", r.stdout)
+	}
+
+	seedLineage(t, d)
+	if _, err := d.Client.Register(context.Background(), kin.RegisterRequest{Name: "Other", Responsible: "ACME"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.Client.SetStatus(context.Background(), kin.StatusRequest{ID: 3, Action: kin.ActionSuspend}); err != nil {
+		t.Fatal(err)
+	}
+	r = kinAt(t, d, "ps")
+	wantOK(t, r)
+	lines := strings.Split(strings.TrimRight(r.stdout, "\n"), "\n")
+	if len(lines) != 9 {
+		t.Fatalf("%d lines, want header + 8:\n%s", len(lines), r.stdout)
+	}
+	if got := strings.Fields(lines[0]); strings.Join(got, " ") != "ID NAME ROLE PARENT GEN STATUS STATE RESPONSIBLE" {
+		t.Errorf("header = %q", lines[0])
+	}
+	if got := strings.Join(strings.Fields(lines[1]), " "); got != "1 Research-Coordinator coordinator - 0 active registered Dr. Schmidt" {
+		t.Errorf("row 1 = %q", got)
+	}
+	if got := strings.Join(strings.Fields(lines[7]), " "); got != "7 LaTeX-Formatter formatter 3 2 active registered Dr. Schmidt" {
+		t.Errorf("row 7 = %q", got)
+	}
+
+	for _, c := range []struct {
+		args []string
+		want []kin.AgentID
+	}{
+		{[]string{"--status", "suspended"}, []kin.AgentID{3}},
+		{[]string{"--parent", "0"}, []kin.AgentID{1, 8}},
+		{[]string{"--parent", "2"}, []kin.AgentID{5, 6}},
+		{[]string{"--role", "writer"}, []kin.AgentID{3}},
+		{[]string{"--responsible", "ACME"}, []kin.AgentID{8}},
+		{[]string{"--state", "registered", "--status", "active", "--parent", "1"}, []kin.AgentID{2, 4}},
+	} {
+		r := kinAt(t, d, append([]string{"ps", "--json"}, c.args...)...)
+		wantOK(t, r)
+		var agents []*kin.Agent
+		decodeOne(t, r.stdout, &agents)
+		var got []kin.AgentID
+		for _, a := range agents {
+			got = append(got, a.ID)
+		}
+		if !equalIDs(got, c.want) {
+			t.Errorf("ps %v = %v, want %v", c.args, got, c.want)
+		}
+	}
+}
+
+func equalIDs(a, b []kin.AgentID) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+func TestPsErrors(t *testing.T) {
+	d := kintest.StartDaemon(t)
+	wantUsage(t, kinAt(t, d, "ps", "--status", "sleeping"), "--status", "active, suspended")
+	wantUsage(t, kinAt(t, d, "ps", "--state", "sleeping"), "--state")
+	wantUsage(t, kinAt(t, d, "ps", "--parent", "abc"), "--parent")
+	wantUsage(t, kinAt(t, d, "ps", "--bogus"), "--bogus")
+	wantUsage(t, kinAt(t, d, "ps", "1"), `"1"`)
+	r := kinAt(t, d, "ps", "--status", "sleeping", "--json")
+	wantUsage(t, r)
+	var e kin.Error
+	decodeOne(t, r.stderr, &e)
+	if !strings.Contains(e.Message, "--status") {
+		t.Errorf("error = %+v", e)
+	}
+}

@@ -1,0 +1,56 @@
+package cli
+
+import (
+	"github.com/spf13/cobra"
+
+	"github.com/kin-agents/kin/kin"
+)
+
+func (a *app) registerCommand() *cobra.Command {
+	var req kin.RegisterRequest
+	cmd := &cobra.Command{
+		Use:   "register --name NAME --responsible WHO [flags]",
+		Short: "Register an agent, as a root or as the child of another",
+		Long: `Register an agent in the lineage registry and print it.
+
+Without --parent the agent is a root (generation 0) and --responsible, the
+accountable human or organisation, is required. With --parent it is that
+agent's child (generation = parent's + 1) and inherits the parent's
+responsible party unless --responsible names another. The governor's profile
+decides whether the spawn is allowed (see "kin governor show").`,
+		Example: `  kin register --name Research-Coordinator --responsible "Dr. Schmidt, COAI Research"
+  kin register --name Data-Collector --parent 1 --role collector --scope "public web pages"
+  kin register --name PO-MVP1 --parent 1 --life detached --json`,
+		Args: cobra.NoArgs,
+		RunE: run(func(cmd *cobra.Command, _ []string) error {
+			if req.Parent == 0 && req.Responsible == "" {
+				return usageErrorf("--responsible is required for a root agent (one without --parent)")
+			}
+			svc, err := a.service()
+			if err != nil {
+				return err
+			}
+			ag, err := svc.Register(cmd.Context(), req)
+			if err != nil {
+				return err
+			}
+			if a.jsonOut {
+				return a.printJSON(ag)
+			}
+			return writeAgent(a.env.Stdout, ag)
+		}),
+	}
+	f := cmd.Flags()
+	f.StringVar(&req.Name, "name", "", "the agent's `name`: letters, digits and - _ . : @ (e.g. PO-MVP1, HO@server1)")
+	f.StringVar(&req.Responsible, "responsible", "", "the accountable `party`, a human or organisation (required for roots; children inherit their parent's)")
+	f.Var(idFlag{id: &req.Parent, roots: true}, "parent", "the parent agent's `ID` (omit or 0 for a root)")
+	f.StringVar(&req.Role, "role", "", "the agent's `role` (profiles with roles derive it from the name when omitted)")
+	f.StringVar(&req.Scope, "scope", "", "the agent's operational `scope`, free text")
+	f.StringVar(&req.Wallet, "wallet", "", "the agent's `wallet` address; unique among agents")
+	f.StringVar(&req.ConstitutionHash, "constitution", "", "`hash` of the agent's constitution")
+	f.StringVar(&req.CapabilityHash, "capability", "", "`hash` of the agent's capability manifest")
+	f.BoolVar(&req.SelfModifying, "self-modifying", false, "the agent may modify its own code or prompts")
+	f.Var(newEnumFlag(&req.Life, kin.LifeOwned, kin.LifeDetached), "life", "the agent's `life`: owned (dies with its parent, the default) or detached")
+	cmd.MarkFlagRequired("name")
+	return cmd
+}

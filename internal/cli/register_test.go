@@ -1,0 +1,79 @@
+package cli
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/kin-agents/kin/internal/kintest"
+	"github.com/kin-agents/kin/kin"
+)
+
+func TestRegister(t *testing.T) {
+	d := kintest.StartDaemon(t)
+	r := kinAt(t, d, "register", "--name", "Research-Coordinator", "--responsible", "Dr. Schmidt, COAI Research",
+		"--role", "coordinator", "--scope", "research", "--wallet", "0x4b19", "--constitution", "sha256:c0", "--capability", "sha256:ca",
+		"--self-modifying")
+	wantOK(t, r)
+	for _, want := range []string{"ID", "Research-Coordinator", "coordinator", "Dr. Schmidt, COAI Research", "Generation      0", "0x4b19", "sha256:c0", "sha256:ca", "Self-modifying  yes"} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("output lacks %q:\n%s", want, r.stdout)
+		}
+	}
+
+	r = kinAt(t, d, "register", "--name", "Data-Collector", "--parent", "1", "--life", "detached", "--json")
+	wantOK(t, r)
+	var child kin.Agent
+	decodeOne(t, r.stdout, &child)
+	if child.ID != 2 || child.Parent != 1 || child.Generation != 1 || child.Life != kin.LifeDetached ||
+		child.Responsible != "Dr. Schmidt, COAI Research" || child.Status != kin.StatusActive {
+		t.Errorf("child = %+v", child)
+	}
+
+	// "#1" is accepted as in seed 000's "Agent #1".
+	wantOK(t, kinAt(t, d, "register", "--name", "Report-Writer", "--parent", "#1", "--json"))
+}
+
+func TestRegisterErrors(t *testing.T) {
+	d := kintest.StartDaemon(t)
+	wantOK(t, kinAt(t, d, "register", "--name", "root", "--responsible", "ops", "--json"))
+	before := lastEvent(t, d)
+
+	wantUsage(t, kinAt(t, d, "register", "--responsible", "ops"), `"name"`)
+	wantUsage(t, kinAt(t, d, "register", "--name", "x"), "--responsible")
+	wantUsage(t, kinAt(t, d, "register", "--name", "x", "--parent", "abc"), "--parent")
+	wantUsage(t, kinAt(t, d, "register", "--name", "x", "--parent", "-1"), "--parent")
+	wantUsage(t, kinAt(t, d, "register", "--name", "x", "--responsible", "ops", "--life", "forever"), "--life", "owned, detached")
+	wantUsage(t, kinAt(t, d, "register", "--name", "x", "--responsible", "ops", "--bogus"), "--bogus")
+	wantUsage(t, kinAt(t, d, "register", "extra", "--name", "x", "--responsible", "ops"), "extra")
+
+	wantError(t, kinAt(t, d, "register", "--name", "x", "--parent", "99", "--json"), kin.ECodeParentNotFound)
+	wantError(t, kinAt(t, d, "register", "--name", "root", "--responsible", "ops", "--json"), kin.ECodeConflict)
+	msg := wantError(t, kinAt(t, d, "register", "--name", "bad/name", "--responsible", "ops", "--json"), kin.ECodeInvalid)
+	if !strings.Contains(msg, "bad/name") {
+		t.Errorf("message %q does not name the name", msg)
+	}
+
+	r := kinAt(t, d, "register", "--name", "x", "--parent", "99")
+	if r.code != ExitError || !strings.HasPrefix(r.stderr, "kin: ") || !strings.HasSuffix(r.stderr, "(parent_not_found)\n") {
+		t.Errorf("exit %d, stderr %q", r.code, r.stderr)
+	}
+
+	// Only the rejected spawn under a missing parent is recorded (seed 002's
+	// alert); nothing else was written.
+	evs, err := d.Client.Events(t.Context(), kin.EventFilter{Since: before})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range evs {
+		if e.Type != kin.EventSpawnRejected {
+			t.Errorf("unexpected event %s", e.Type)
+		}
+	}
+}
+
+func TestRegisterGovernorRefusal(t *testing.T) {
+	d := kintest.StartDaemon(t, kintest.WithProfile("aauth"))
+	wantOK(t, kinAt(t, d, "register", "--name", "top", "--responsible", "ops", "--json"))
+	wantOK(t, kinAt(t, d, "register", "--name", "sub", "--parent", "1", "--json"))
+	wantError(t, kinAt(t, d, "register", "--name", "subsub", "--parent", "2", "--json"), kin.ECodeSpawnDepth)
+}

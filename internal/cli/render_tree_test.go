@@ -1,0 +1,118 @@
+package cli
+
+import (
+	"bytes"
+	"flag"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/kin-agents/kin/kin"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden files under testdata/")
+
+// goldenForest is seed 000's example hierarchy, plus a second root whose
+// responsible party needs escaping in every format, a suspended subtree and
+// a terminated leaf, with fixed times.
+func goldenForest() []*kin.TreeNode {
+	at := time.Date(2026, 3, 30, 12, 0, 0, 0, time.UTC)
+	node := func(id, parent kin.AgentID, gen int, name, role, responsible string, status kin.Status, kids ...*kin.TreeNode) *kin.TreeNode {
+		state := kin.StateRegistered
+		if status == kin.StatusTerminated {
+			state = kin.StateTerminated
+		}
+		if kids == nil {
+			kids = []*kin.TreeNode{}
+		}
+		return &kin.TreeNode{Agent: kin.Agent{
+			ID: id, Name: name, Role: role, Parent: parent, Generation: gen, Responsible: responsible,
+			Life: kin.LifeOwned, Status: status, State: state,
+			CreatedAt: at.Add(time.Duration(id) * time.Second), CreatedBy: kin.Operator,
+			UpdatedAt: at.Add(time.Duration(id) * time.Second),
+		}, Children: kids}
+	}
+	const hp = "Dr. Schmidt, COAI Research"
+	return []*kin.TreeNode{
+		node(1, 0, 0, "Research-Coordinator", "coordinator", hp, kin.StatusActive,
+			node(2, 1, 1, "Data-Collector", "collector", hp, kin.StatusActive,
+				node(5, 2, 2, "Web-Scraper", "scraper", hp, kin.StatusActive),
+				node(6, 2, 2, "API-Fetcher", "fetcher", hp, kin.StatusActive)),
+			node(3, 1, 1, "Report-Writer", "writer", hp, kin.StatusSuspended,
+				node(7, 3, 2, "LaTeX-Formatter", "formatter", hp, kin.StatusSuspended)),
+			node(4, 1, 1, "Peer-Reviewer", "", hp, kin.StatusActive,
+				node(9, 4, 2, "Checker", "", hp, kin.StatusTerminated))),
+		node(8, 0, 0, "Trader@exchange", "trader", `ACME "#1" <Ops> \ Desk`, kin.StatusActive),
+	}
+}
+
+func TestRenderTreeGolden(t *testing.T) {
+	subtree := goldenForest()[0].Children[1] // #3 Report-Writer, not a root
+	for _, c := range []struct {
+		name   string
+		forest []*kin.TreeNode
+		format treeFormat
+	}{
+		{"forest.txt", goldenForest(), formatText},
+		{"forest.json", goldenForest(), formatJSON},
+		{"forest.mmd", goldenForest(), formatMermaid},
+		{"forest.dot", goldenForest(), formatDOT},
+		{"subtree.txt", []*kin.TreeNode{subtree}, formatText},
+		{"subtree.mmd", []*kin.TreeNode{subtree}, formatMermaid},
+		{"subtree.dot", []*kin.TreeNode{subtree}, formatDOT},
+		{"empty.txt", nil, formatText},
+		{"empty.json", nil, formatJSON},
+		{"empty.mmd", nil, formatMermaid},
+		{"empty.dot", nil, formatDOT},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			var buf bytes.Buffer
+			if err := renderTree(&buf, c.forest, c.format); err != nil {
+				t.Fatal(err)
+			}
+			path := filepath.Join("testdata", "tree", c.name)
+			if *update {
+				if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+					t.Fatal(err)
+				}
+				if err := os.WriteFile(path, buf.Bytes(), 0o644); err != nil {
+					t.Fatal(err)
+				}
+				return
+			}
+			want, err := os.ReadFile(path)
+			if err != nil {
+				t.Fatalf("%v (run go test -update to create it)", err)
+			}
+			if !bytes.Equal(buf.Bytes(), want) {
+				t.Errorf("%s differs from the golden file (go test -update rewrites it):\n--- got\n%s\n--- want\n%s", c.name, buf.Bytes(), want)
+			}
+		})
+	}
+}
+
+// TestRenderTreeDeterministic: the order siblings arrive in does not change
+// the drawing, and rendering twice gives the same bytes.
+func TestRenderTreeDeterministic(t *testing.T) {
+	shuffled := goldenForest()
+	shuffled[0], shuffled[1] = shuffled[1], shuffled[0]
+	kids := shuffled[1].Children
+	kids[0], kids[2] = kids[2], kids[0]
+	kids[2].Children[0], kids[2].Children[1] = kids[2].Children[1], kids[2].Children[0]
+	for _, f := range []treeFormat{formatText, formatMermaid, formatDOT} {
+		var a, b, c bytes.Buffer
+		renderTree(&a, goldenForest(), f)
+		renderTree(&b, goldenForest(), f)
+		renderTree(&c, shuffled, f)
+		if a.String() != b.String() || a.String() != c.String() {
+			t.Errorf("%s: not deterministic:\n%s\n---\n%s", f, a.String(), c.String())
+		}
+	}
+}
+
+func TestRenderTreeUnknownFormat(t *testing.T) {
+	if err := renderTree(&bytes.Buffer{}, nil, "png"); err == nil {
+		t.Fatal("no error for format png")
+	}
+}
