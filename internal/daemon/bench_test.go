@@ -1,0 +1,417 @@
+package daemon_test
+
+// Benchmarks for the registry, each measured against its floor in the same
+// run (STYLE.md convention 12). docs/PERFORMANCE.md has the commands, the
+// targets and the numbers.
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	_ "modernc.org/sqlite" // the floors talk to SQLite directly
+
+	"github.com/kin-agents/kin/client"
+	"github.com/kin-agents/kin/internal/daemon"
+	"github.com/kin-agents/kin/internal/kintest"
+	"github.com/kin-agents/kin/internal/store"
+	"github.com/kin-agents/kin/internal/store/sqlite"
+	"github.com/kin-agents/kin/kin"
+)
+
+// benchClients is how many concurrent callers the throughput benchmarks
+// run: the client SDK keeps up to 64 idle connections per daemon.
+const benchClients = 64
+
+// rootEvery makes one registration in rootEvery a root; the others are
+// children of the caller's latest root, so the governor's parent checks run.
+const rootEvery = 10
+
+// BenchmarkRegister measures registrations per second through the API with
+// durable commits (synchronous=FULL), and the floor: single-threaded SQLite
+// inserts, one row per commit, with FULL and with NORMAL.
+func BenchmarkRegister(b *testing.B) {
+	var floor float64 // raw FULL commits/s, from the floor sub-benchmark
+	ratio := func(b *testing.B, perSec float64) {
+		if floor > 0 {
+			b.ReportMetric(perSec/floor, "x-floor")
+		}
+	}
+	b.Run("floor-sqlite-FULL", func(b *testing.B) { floor = benchRawInsert(b, "FULL") })
+	b.Run("floor-sqlite-NORMAL", func(b *testing.B) {
+		ratio(b, benchRawInsert(b, "NORMAL"))
+	})
+	b.Run("store-update-c64", func(b *testing.B) {
+		ratio(b, benchStoreRegister(b, benchClients))
+	})
+	b.Run("api-unix-c1", func(b *testing.B) {
+		d := kintest.StartDaemon(b, kintest.WithProfile(unlimitedProfile(b)))
+		ratio(b, benchAPIRegister(b, d.Client, 1))
+	})
+	b.Run("api-unix-c64", func(b *testing.B) {
+		d := kintest.StartDaemon(b, kintest.WithProfile(unlimitedProfile(b)))
+		ratio(b, benchAPIRegister(b, d.Client, benchClients))
+	})
+	b.Run("api-tcp-c64", func(b *testing.B) {
+		d := kintest.StartDaemon(b, kintest.WithProfile(unlimitedProfile(b)), kintest.WithHTTP())
+		c, err := client.New(client.Config{Addr: d.HTTPAddr(), Token: d.Token()})
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer c.Close()
+		ratio(b, benchAPIRegister(b, c, benchClients))
+	})
+}
+
+// unlimitedProfile writes the default profile without the children limit
+// (100 live children per parent) that a long run would hit.
+func unlimitedProfile(b *testing.B) string {
+	b.Helper()
+	path := filepath.Join(b.TempDir(), "bench.json")
+	prof := `{"name": "bench", "max_generation_depth": 10, "max_children": 0,
+	"circuit_breaker": {"max_rejections": 10, "window": "1m", "cooldown": "5m"}}`
+	if err := os.WriteFile(path, []byte(prof), 0o600); err != nil {
+		b.Fatal(err)
+	}
+	return path
+}
+
+// benchRawInsert is the floor for registrations: one agent-like row per
+// autocommit, single-threaded, on a WAL database, with database/sql and the
+// same driver. It returns commits per second.
+func benchRawInsert(b *testing.B, synchronous string) float64 {
+	path := filepath.Join(b.TempDir(), "floor.db")
+	db, err := sql.Open("sqlite", "file:"+path+"?_pragma=journal_mode(WAL)&_pragma=synchronous("+synchronous+")")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer db.Close()
+	db.SetMaxOpenConns(1)
+	ctx := context.Background()
+	if _, err := db.ExecContext(ctx, `CREATE TABLE agents (id INTEGER PRIMARY KEY, name TEXT NOT NULL,
+		parent_id INTEGER NOT NULL, generation INTEGER NOT NULL, responsible TEXT NOT NULL,
+		constitution_hash TEXT NOT NULL, status TEXT NOT NULL, created_at INTEGER NOT NULL);
+		CREATE INDEX agents_parent ON agents (parent_id, id)`); err != nil {
+		b.Fatal(err)
+	}
+	ins, err := db.PrepareContext(ctx, `INSERT INTO agents (name, parent_id, generation, responsible, constitution_hash, status, created_at)
+		VALUES (?, ?, ?, ?, ?, ?, ?)`)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer ins.Close()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if _, err := ins.ExecContext(ctx, fmt.Sprintf("a%d", i), i/rootEvery, 1, "bench@example.org", benchHash, "active", time.Now().UnixNano()); err != nil {
+			b.Fatal(err)
+		}
+	}
+	return reportRate(b, "commits/s")
+}
+
+// benchStoreRegister registers agents through store.Update with the writes
+// a registration makes (parent read, name check, insert, one or two events)
+// from clients goroutines: the group-committing store without HTTP.
+func benchStoreRegister(b *testing.B, clients int) float64 {
+	ctx := context.Background()
+	st, err := sqlite.Open(ctx, filepath.Join(b.TempDir(), "kin.db"), sqlite.Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer st.Close()
+	now := time.Now().UTC()
+	b.ResetTimer()
+	err = runPool(b.N, clients, func(i int, root *kin.AgentID) error {
+		return st.Update(ctx, func(tx store.Tx) error {
+			a := benchAgent(fmt.Sprintf("a%d", i), now)
+			if *root != 0 {
+				p, err := tx.AgentGetByID(ctx, *root)
+				if err != nil {
+					return err
+				}
+				a.Parent, a.Generation = p.ID, p.Generation+1
+			}
+			if _, err := tx.AgentLiveByName(ctx, a.Name); !errors.Is(err, store.ErrNotFound) {
+				return fmt.Errorf("name check: %v", err)
+			}
+			got, err := tx.AgentInsert(ctx, store.AgentInsertParams{Agent: a})
+			if err != nil {
+				return err
+			}
+			events := []string{kin.EventAgentRegistered}
+			if got.Parent != 0 {
+				events = append(events, kin.EventChildSpawned)
+			}
+			for _, typ := range events {
+				e, err := kin.NewEvent(typ, got.ID, got.Parent, map[string]any{"agent": got.ID, "parent": got.Parent})
+				if err != nil {
+					return err
+				}
+				e.Time = now
+				if _, err := tx.EventAppend(ctx, e); err != nil {
+					return err
+				}
+			}
+			if *root == 0 {
+				*root = got.ID
+			}
+			return nil
+		})
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return reportRate(b, "registrations/s")
+}
+
+// benchAPIRegister registers b.N agents through svc from clients goroutines.
+func benchAPIRegister(b *testing.B, svc kin.Service, clients int) float64 {
+	ctx := context.Background()
+	b.ResetTimer()
+	err := runPool(b.N, clients, func(i int, root *kin.AgentID) error {
+		req := kin.RegisterRequest{Name: fmt.Sprintf("a%d", i), Parent: *root, ConstitutionHash: benchHash}
+		if *root == 0 {
+			req.Responsible = "bench@example.org"
+		}
+		a, err := svc.Register(ctx, req)
+		if err != nil {
+			return err
+		}
+		if *root == 0 {
+			*root = a.ID
+		}
+		return nil
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return reportRate(b, "registrations/s")
+}
+
+// runPool calls op for i in [0, n) from clients goroutines. Each goroutine
+// has its own root: op registers a root when *root is 0 and sets it, and
+// runPool clears it every rootEvery calls of that goroutine. It returns the
+// first error.
+func runPool(n, clients int, op func(i int, root *kin.AgentID) error) error {
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	var once sync.Once
+	var first error
+	for range clients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var root kin.AgentID
+			for calls := 0; ; calls++ {
+				i := int(next.Add(1) - 1)
+				if i >= n {
+					return
+				}
+				if calls%rootEvery == 0 {
+					root = 0
+				}
+				if err := op(i, &root); err != nil {
+					once.Do(func() { first = fmt.Errorf("op %d: %w", i, err) })
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	return first
+}
+
+// reportRate reports b.N per second of the timed part under unit.
+func reportRate(b *testing.B, unit string) float64 {
+	rate := float64(b.N) / b.Elapsed().Seconds()
+	b.ReportMetric(rate, unit)
+	return rate
+}
+
+// BenchmarkAncestors measures the responsibility chain of an agent at
+// generation 10 in a store of 100,010 agents: through the API, straight
+// from the store, and the floor, a single-row SELECT by primary key.
+func BenchmarkAncestors(b *testing.B) {
+	f := loadForest(b)
+	ctx := context.Background()
+	var floor float64 // ns per floor query
+	ratio := func(b *testing.B) {
+		if floor > 0 {
+			b.ReportMetric(nsPerOp(b)/floor, "x-floor")
+		}
+	}
+	check := func(b *testing.B, got []*kin.Agent, err error) {
+		if err != nil {
+			b.Fatal(err)
+		}
+		if len(got) != forestDepth+1 {
+			b.Fatalf("%d ancestors, want %d", len(got), forestDepth+1)
+		}
+	}
+	b.Run("floor-select-pk", func(b *testing.B) {
+		for i := 0; i < b.N; i++ {
+			if _, err := selectAgent(ctx, f.db, f.deep[i%len(f.deep)]); err != nil {
+				b.Fatal(err)
+			}
+		}
+		floor = nsPerOp(b)
+	})
+	b.Run("store", func(b *testing.B) {
+		for i := 0; i < b.N; i++ {
+			got, err := f.store.AgentAncestors(ctx, f.deep[i%len(f.deep)])
+			check(b, got, err)
+		}
+		ratio(b)
+	})
+	b.Run("api-unix", func(b *testing.B) {
+		for i := 0; i < b.N; i++ {
+			got, err := f.d.Client.Ancestors(ctx, f.deep[i%len(f.deep)])
+			check(b, got, err)
+		}
+		ratio(b)
+	})
+}
+
+// BenchmarkSubtree measures the tree of a root with 10,000 descendants in a
+// store of 100,010 agents: through the API (Tree), straight from the store,
+// the JSON round trip alone, and two floors: the bare recursive CTE returning only ids, and reading
+// 10,001 whole rows by primary-key range.
+func BenchmarkSubtree(b *testing.B) {
+	f := loadForest(b)
+	ctx := context.Background()
+	want := forestDescendants + 1
+	var floor float64 // ns per floor-scan query
+	ratio := func(b *testing.B) {
+		if floor > 0 {
+			b.ReportMetric(nsPerOp(b)/floor, "x-floor")
+		}
+	}
+	b.Run("floor-cte-ids", func(b *testing.B) {
+		for i := 0; i < b.N; i++ {
+			n, err := subtreeIDs(ctx, f.db, f.roots[i%len(f.roots)])
+			if err != nil || n != want {
+				b.Fatalf("%d ids, %v", n, err)
+			}
+		}
+	})
+	b.Run("floor-scan-rows", func(b *testing.B) {
+		for i := 0; i < b.N; i++ {
+			n, err := scanRows(ctx, f.db, int64(i%len(f.roots))*int64(want), want)
+			if err != nil || n != want {
+				b.Fatalf("%d rows, %v", n, err)
+			}
+		}
+		floor = nsPerOp(b)
+	})
+	b.Run("store", func(b *testing.B) {
+		for i := 0; i < b.N; i++ {
+			got, err := f.store.AgentSubtree(ctx, f.roots[i%len(f.roots)])
+			if err != nil || len(got) != want {
+				b.Fatalf("%d agents, %v", len(got), err)
+			}
+		}
+		ratio(b)
+	})
+	b.Run("json-only", func(b *testing.B) {
+		// What the API adds besides the store and the socket: the daemon
+		// nests and encodes the tree, the client decodes it.
+		agents, err := f.store.AgentSubtree(ctx, f.roots[0])
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.ResetTimer()
+		for i := 0; i < b.N; i++ {
+			data, err := json.Marshal(daemon.BuildTree(agents, f.roots[0]))
+			if err != nil {
+				b.Fatal(err)
+			}
+			var got []*kin.TreeNode
+			if err := json.Unmarshal(data, &got); err != nil || len(got) != 1 {
+				b.Fatalf("tree %d, %v", len(got), err)
+			}
+			b.SetBytes(int64(len(data)))
+		}
+		ratio(b)
+	})
+	b.Run("api-unix", func(b *testing.B) {
+		for i := 0; i < b.N; i++ {
+			got, err := f.d.Client.Tree(ctx, f.roots[i%len(f.roots)])
+			if err != nil || len(got) != 1 || len(got[0].Children) != 10 {
+				b.Fatalf("tree %v, %v", len(got), err)
+			}
+		}
+		ratio(b)
+	})
+}
+
+func nsPerOp(b *testing.B) float64 { return float64(b.Elapsed().Nanoseconds()) / float64(b.N) }
+
+// selectAgent is the floor of a lookup: one row by primary key, every
+// column the store reads.
+func selectAgent(ctx context.Context, db *sql.DB, id kin.AgentID) (*kin.Agent, error) {
+	var a kin.Agent
+	var wallet sql.NullString
+	var created, updated, blocked int64
+	err := db.QueryRowContext(ctx, `SELECT id, name, role, parent_id, generation, responsible, wallet,
+		constitution_hash, capability_hash, scope, self_modifying, life, status, state,
+		created_at, created_by, updated_at, spawn_blocked_until FROM agents WHERE id = ?`, id).Scan(
+		&a.ID, &a.Name, &a.Role, &a.Parent, &a.Generation, &a.Responsible, &wallet,
+		&a.ConstitutionHash, &a.CapabilityHash, &a.Scope, &a.SelfModifying, &a.Life, &a.Status, &a.State,
+		&created, &a.CreatedBy, &updated, &blocked)
+	return &a, err
+}
+
+// subtreeIDs runs the bare recursive walk below id and counts the ids.
+func subtreeIDs(ctx context.Context, db *sql.DB, id kin.AgentID) (int, error) {
+	rows, err := db.QueryContext(ctx, `WITH RECURSIVE sub(id) AS (
+			SELECT id FROM agents WHERE id = ?
+			UNION ALL
+			SELECT a.id FROM agents a JOIN sub s ON a.parent_id = s.id
+		) SELECT id FROM sub`, id)
+	if err != nil {
+		return 0, err
+	}
+	defer rows.Close()
+	n := 0
+	for rows.Next() {
+		var got int64
+		if err := rows.Scan(&got); err != nil {
+			return n, err
+		}
+		n++
+	}
+	return n, rows.Err()
+}
+
+// scanRows reads n whole agent rows by primary-key range from after: the
+// cost of getting that many rows out of SQLite into Go, with no tree walk.
+func scanRows(ctx context.Context, db *sql.DB, after int64, n int) (int, error) {
+	rows, err := db.QueryContext(ctx, `SELECT id, name, role, parent_id, generation, responsible, wallet,
+		constitution_hash, capability_hash, scope, self_modifying, life, status, state,
+		created_at, created_by, updated_at, spawn_blocked_until FROM agents WHERE id > ? ORDER BY id LIMIT ?`, after, n)
+	if err != nil {
+		return 0, err
+	}
+	defer rows.Close()
+	got := 0
+	for rows.Next() {
+		var a kin.Agent
+		var wallet sql.NullString
+		var created, updated, blocked int64
+		if err := rows.Scan(&a.ID, &a.Name, &a.Role, &a.Parent, &a.Generation, &a.Responsible, &wallet,
+			&a.ConstitutionHash, &a.CapabilityHash, &a.Scope, &a.SelfModifying, &a.Life, &a.Status, &a.State,
+			&created, &a.CreatedBy, &updated, &blocked); err != nil {
+			return got, err
+		}
+		got++
+	}
+	return got, rows.Err()
+}
