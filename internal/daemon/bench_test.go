@@ -281,7 +281,8 @@ func BenchmarkAncestors(b *testing.B) {
 }
 
 // BenchmarkSubtree measures the tree of a root with 10,000 descendants in a
-// store of 100,010 agents: through the API (Tree), straight from the store,
+// store of 100,010 agents: through the API (Tree), in the daemon's process
+// (Daemon.Tree), straight from the store's recursive query,
 // the JSON round trip alone, and two floors: the bare recursive CTE returning only ids, and reading
 // 10,001 whole rows by primary-key range.
 func BenchmarkSubtree(b *testing.B) {
@@ -316,6 +317,17 @@ func BenchmarkSubtree(b *testing.B) {
 			got, err := f.store.AgentSubtree(ctx, f.roots[i%len(f.roots)])
 			if err != nil || len(got) != want {
 				b.Fatalf("%d agents, %v", len(got), err)
+			}
+		}
+		ratio(b)
+	})
+	b.Run("daemon", func(b *testing.B) {
+		// The service in process: the in-memory lineage walk, the rows by
+		// id from the store, and the nesting; no HTTP, no JSON.
+		for i := 0; i < b.N; i++ {
+			got, err := f.d.Daemon.Tree(ctx, f.roots[i%len(f.roots)])
+			if err != nil || len(got) != 1 || len(got[0].Children) != 10 {
+				b.Fatalf("tree %v, %v", len(got), err)
 			}
 		}
 		ratio(b)

@@ -38,6 +38,7 @@ type Daemon struct {
 	now     func() time.Time
 	store   store.Store
 	hub     *hub
+	lineage lineage
 	pid     int
 	started time.Time
 	token   string
@@ -104,6 +105,13 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 	d.store = st
 	if err := d.loadGovernor(ctx); err != nil {
 		return nil, err
+	}
+	links, err := st.AgentLinks(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("load lineage: %w", err)
+	}
+	for _, l := range links {
+		d.lineage.add(l.ID, l.Parent)
 	}
 	if d.token, err = loadOrCreateToken(filepath.Join(cfg.Home, TokenName)); err != nil {
 		return nil, err

@@ -117,6 +117,9 @@ func (d *Daemon) Register(ctx context.Context, req kin.RegisterRequest) (*kin.Ag
 	if err != nil {
 		return nil, d.storeError(err)
 	}
+	if out != nil {
+		d.lineage.add(out.ID, out.Parent)
+	}
 	d.hub.notify()
 	if refused != nil {
 		return nil, refused
@@ -205,14 +208,19 @@ func (d *Daemon) Ancestors(ctx context.Context, id kin.AgentID) ([]*kin.Agent, e
 	return out, nil
 }
 
-// Tree returns the subtree at id, or the whole forest for id 0.
+// Tree returns the subtree at id, or the whole forest for id 0. The shape
+// comes from the in-memory lineage; the rows from the store.
 func (d *Daemon) Tree(ctx context.Context, id kin.AgentID) ([]*kin.TreeNode, error) {
 	var agents []*kin.Agent
 	var err error
 	if id == 0 {
 		agents, err = d.store.AgentList(ctx, kin.AgentFilter{})
 	} else {
-		agents, err = d.store.AgentSubtree(ctx, id)
+		ids := d.lineage.subtree(id)
+		if ids == nil {
+			return nil, kin.Errorf(kin.ECodeNotFound, "agent %d not found", id)
+		}
+		agents, err = d.store.AgentListByIDs(ctx, ids)
 	}
 	if err != nil {
 		return nil, d.agentError(err, id)

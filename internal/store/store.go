@@ -49,6 +49,11 @@ type Reader interface {
 	// before its children (by generation, then id).
 	AgentSubtree(ctx context.Context, id kin.AgentID) ([]*kin.Agent, error)
 	AgentCount(ctx context.Context) (int, error)
+	// AgentLinks returns every agent's id and parent, by id.
+	AgentLinks(ctx context.Context) ([]AgentLink, error)
+	// AgentListByIDs returns the agents with the given ids, in that order;
+	// ids that do not exist are left out.
+	AgentListByIDs(ctx context.Context, ids []kin.AgentID) ([]*kin.Agent, error)
 	EventList(ctx context.Context, f kin.EventFilter) ([]kin.Event, error)
 	EventLastSeq(ctx context.Context) (int64, error)
 	SettingList(ctx context.Context) (map[string]string, error)
@@ -74,6 +79,11 @@ type Tx interface {
 	// SpawnRejectionCount counts a parent's counted rejections at or after Since.
 	SpawnRejectionCount(ctx context.Context, parent kin.AgentID, since time.Time) (int, error)
 	SettingSet(ctx context.Context, key, value string) error
+}
+
+// AgentLink is one parent-child link of the family tree.
+type AgentLink struct {
+	ID, Parent kin.AgentID
 }
 
 // AgentInsertParams is a new agent; ID is assigned by the store.

@@ -6,8 +6,11 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"runtime"
 	"slices"
+	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/kin-agents/kin/internal/store"
@@ -22,20 +25,47 @@ type queryer interface {
 }
 
 // reader implements store.Reader over the read pool or a transaction.
-type reader struct{ q queryer }
+type reader struct {
+	q  queryer
+	tx *sql.Tx // set inside a transaction
+	st *stmts  // prepared statements of q's database
+}
 
 // txn implements store.Tx.
 type txn struct {
 	reader
-	tx *sql.Tx
+}
+
+func (r reader) stmt(ctx context.Context, q string) *sql.Stmt {
+	st := r.st.get(ctx, q)
+	if st != nil && r.tx != nil {
+		st = r.tx.StmtContext(ctx, st) // reuses the statement prepared on the writer's connection
+	}
+	return st
+}
+
+func (r reader) query(ctx context.Context, q string, args ...any) (*sql.Rows, error) {
+	if st := r.stmt(ctx, q); st != nil {
+		return st.QueryContext(ctx, args...)
+	}
+	return r.q.QueryContext(ctx, q, args...)
+}
+
+func (r reader) queryRow(ctx context.Context, q string, args ...any) *sql.Row {
+	if st := r.stmt(ctx, q); st != nil {
+		return st.QueryRowContext(ctx, args...)
+	}
+	return r.q.QueryRowContext(ctx, q, args...)
+}
+
+func (r reader) exec(ctx context.Context, q string, args ...any) (sql.Result, error) {
+	if st := r.stmt(ctx, q); st != nil {
+		return st.ExecContext(ctx, args...)
+	}
+	return r.q.ExecContext(ctx, q, args...)
 }
 
 var _ store.Tx = (*txn)(nil)
-
-// agentColumns are read from the agents table aliased as "a".
-const agentColumns = `a.id, a.name, a.role, a.parent_id, a.generation, a.responsible, COALESCE(a.wallet, ''),
-	a.constitution_hash, a.capability_hash, a.scope, a.self_modifying, a.life, a.status, a.state,
-	a.created_at, a.created_by, a.updated_at, a.spawn_blocked_until`
 
 // liveSQL is kin.Agent.Live as SQL.
 var liveSQL = func() string {
@@ -46,27 +76,8 @@ var liveSQL = func() string {
 	return "status IN ('active', 'suspended') AND state NOT IN (" + strings.Join(quoted, ", ") + ")"
 }()
 
-type scanner interface{ Scan(dest ...any) error }
-
-func scanAgent(row scanner) (*kin.Agent, error) {
-	var a kin.Agent
-	var created, updated, blocked int64
-	err := row.Scan(&a.ID, &a.Name, &a.Role, &a.Parent, &a.Generation, &a.Responsible, &a.Wallet,
-		&a.ConstitutionHash, &a.CapabilityHash, &a.Scope, &a.SelfModifying, &a.Life, &a.Status, &a.State,
-		&created, &a.CreatedBy, &updated, &blocked)
-	if err != nil {
-		return nil, err
-	}
-	a.CreatedAt = time.Unix(0, created).UTC()
-	a.UpdatedAt = time.Unix(0, updated).UTC()
-	if blocked != 0 {
-		a.SpawnBlockedUntil = time.Unix(0, blocked).UTC()
-	}
-	return &a, nil
-}
-
 func (r reader) agents(ctx context.Context, query string, args ...any) ([]*kin.Agent, error) {
-	rows, err := r.q.QueryContext(ctx, query, args...)
+	rows, err := r.query(ctx, query, args...)
 	if err != nil {
 		return nil, interpretError(err)
 	}
@@ -83,7 +94,7 @@ func (r reader) agents(ctx context.Context, query string, args ...any) ([]*kin.A
 }
 
 func (r reader) AgentGetByID(ctx context.Context, id kin.AgentID) (*kin.Agent, error) {
-	a, err := scanAgent(r.q.QueryRowContext(ctx, `SELECT `+agentColumns+` FROM agents a WHERE id = ?`, id))
+	a, err := scanAgent(r.queryRow(ctx, sqlAgentByID, id))
 	return a, interpretError(err)
 }
 
@@ -117,13 +128,7 @@ func (r reader) AgentList(ctx context.Context, f kin.AgentFilter) ([]*kin.Agent,
 }
 
 func (r reader) AgentAncestors(ctx context.Context, id kin.AgentID) ([]*kin.Agent, error) {
-	out, err := r.agents(ctx, `
-		WITH RECURSIVE chain(id, depth) AS (
-			SELECT id, 0 FROM agents WHERE id = ?
-			UNION ALL
-			SELECT a.parent_id, c.depth + 1 FROM agents a JOIN chain c ON a.id = c.id WHERE a.parent_id <> 0
-		)
-		SELECT `+agentColumns+` FROM chain c JOIN agents a ON a.id = c.id ORDER BY c.depth`, id)
+	out, err := r.agents(ctx, sqlAgentAncestors, id)
 	if err == nil && len(out) == 0 {
 		err = store.ErrNotFound
 	}
@@ -131,28 +136,105 @@ func (r reader) AgentAncestors(ctx context.Context, id kin.AgentID) ([]*kin.Agen
 }
 
 func (r reader) AgentSubtree(ctx context.Context, id kin.AgentID) ([]*kin.Agent, error) {
-	// The order is applied here rather than with ORDER BY: SQLite would copy
-	// every wide row through its sorter, some 15% of the query's time
-	// for a 10k-agent subtree, where sorting the pointers takes a millisecond.
-	out, err := r.agents(ctx, `
-		WITH RECURSIVE sub(id) AS (
-			SELECT id FROM agents WHERE id = ?
-			UNION ALL
-			SELECT a.id FROM agents a JOIN sub s ON a.parent_id = s.id
-		)
-		SELECT `+agentColumns+` FROM sub s JOIN agents a ON a.id = s.id`, id)
+	out, err := r.agents(ctx, sqlAgentSubtree, id)
 	if err == nil && len(out) == 0 {
 		err = store.ErrNotFound
 	}
+	// The order is applied here rather than with ORDER BY: SQLite would copy
+	// every wide row through its sorter, some 15% of the query's time
+	// for a 10k-agent subtree, where sorting the pointers takes a millisecond.
 	slices.SortFunc(out, func(x, y *kin.Agent) int {
 		return cmp.Or(cmp.Compare(x.Generation, y.Generation), cmp.Compare(x.ID, y.ID))
 	})
 	return out, err
 }
 
+func (r reader) AgentLinks(ctx context.Context) ([]store.AgentLink, error) {
+	rows, err := r.query(ctx, `SELECT id, parent_id FROM agents ORDER BY id`)
+	if err != nil {
+		return nil, interpretError(err)
+	}
+	defer rows.Close()
+	var out []store.AgentLink
+	for rows.Next() {
+		var l store.AgentLink
+		if err := rows.Scan(&l.ID, &l.Parent); err != nil {
+			return nil, interpretError(err)
+		}
+		out = append(out, l)
+	}
+	return out, interpretError(rows.Err())
+}
+
+// parallelReadMin is the number of ids from which AgentListByIDs splits
+// its read across the read pool's connections, one chunk a CPU.
+const parallelReadMin = 4096
+
+func (r reader) AgentListByIDs(ctx context.Context, ids []kin.AgentID) ([]*kin.Agent, error) {
+	if len(ids) == 0 {
+		return []*kin.Agent{}, nil
+	}
+	var out []*kin.Agent
+	chunks := min(runtime.GOMAXPROCS(0), 8)
+	if r.tx != nil || len(ids) < parallelReadMin || chunks < 2 {
+		var err error
+		if out, err = r.agents(ctx, sqlAgentListByIDs, idArray(ids)); err != nil {
+			return nil, err
+		}
+	} else {
+		// A large subtree is read in parallel chunks. Each chunk may see a
+		// slightly later snapshot than the one before; a tree view does not
+		// promise more than each row being committed.
+		parts := make([][]*kin.Agent, chunks)
+		errs := make([]error, chunks)
+		size := (len(ids) + chunks - 1) / chunks
+		var wg sync.WaitGroup
+		for c := range chunks {
+			lo, hi := c*size, min((c+1)*size, len(ids))
+			if lo >= hi {
+				continue
+			}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				parts[c], errs[c] = r.agents(ctx, sqlAgentListByIDs, idArray(ids[lo:hi]))
+			}()
+		}
+		wg.Wait()
+		if err := errors.Join(errs...); err != nil {
+			return nil, err
+		}
+		out = slices.Concat(parts...)
+	}
+	// Put the rows in the caller's order here: an ORDER BY would copy
+	// every wide row through SQLite's sorter.
+	pos := make(map[kin.AgentID]int, len(ids))
+	for i, id := range ids {
+		if _, dup := pos[id]; !dup {
+			pos[id] = i
+		}
+	}
+	slices.SortFunc(out, func(x, y *kin.Agent) int { return cmp.Compare(pos[x.ID], pos[y.ID]) })
+	return out, nil
+}
+
+// idArray writes ids as a JSON array, which SQLite unnests with json_each:
+// one statement for any number of ids.
+func idArray(ids []kin.AgentID) string {
+	b := make([]byte, 0, len(ids)*7)
+	b = append(b, '[')
+	for i, id := range ids {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = strconv.AppendInt(b, int64(id), 10)
+	}
+	return string(append(b, ']'))
+}
+
 func (r reader) AgentCount(ctx context.Context) (int, error) {
 	var n int
-	err := r.q.QueryRowContext(ctx, `SELECT COUNT(*) FROM agents`).Scan(&n)
+	err := r.queryRow(ctx, `SELECT COUNT(*) FROM agents`).Scan(&n)
 	return n, interpretError(err)
 }
 
@@ -172,7 +254,7 @@ func (r reader) EventList(ctx context.Context, f kin.EventFilter) ([]kin.Event, 
 	if f.Limit > 0 {
 		q += fmt.Sprintf(" LIMIT %d", f.Limit)
 	}
-	rows, err := r.q.QueryContext(ctx, q, args...)
+	rows, err := r.query(ctx, q, args...)
 	if err != nil {
 		return nil, interpretError(err)
 	}
@@ -194,12 +276,12 @@ func (r reader) EventList(ctx context.Context, f kin.EventFilter) ([]kin.Event, 
 
 func (r reader) EventLastSeq(ctx context.Context) (int64, error) {
 	var n int64
-	err := r.q.QueryRowContext(ctx, `SELECT COALESCE(MAX(seq), 0) FROM events`).Scan(&n)
+	err := r.queryRow(ctx, `SELECT COALESCE(MAX(seq), 0) FROM events`).Scan(&n)
 	return n, interpretError(err)
 }
 
 func (r reader) SettingList(ctx context.Context) (map[string]string, error) {
-	rows, err := r.q.QueryContext(ctx, `SELECT key, value FROM settings ORDER BY key`)
+	rows, err := r.query(ctx, `SELECT key, value FROM settings ORDER BY key`)
 	if err != nil {
 		return nil, interpretError(err)
 	}
@@ -221,9 +303,7 @@ func (t *txn) AgentInsert(ctx context.Context, p store.AgentInsertParams) (*kin.
 	if a.Wallet != "" {
 		wallet = a.Wallet
 	}
-	res, err := t.tx.ExecContext(ctx, `INSERT INTO agents (name, name_context, role, parent_id, generation, responsible, wallet,
-		constitution_hash, capability_hash, scope, self_modifying, life, status, state, created_at, created_by, updated_at)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+	res, err := t.exec(ctx, sqlAgentInsert,
 		a.Name, p.NameContext, a.Role, a.Parent, a.Generation, a.Responsible, wallet,
 		a.ConstitutionHash, a.CapabilityHash, a.Scope, a.SelfModifying, a.Life, a.Status, a.State,
 		a.CreatedAt.UnixNano(), a.CreatedBy, a.UpdatedAt.UnixNano())
@@ -239,13 +319,13 @@ func (t *txn) AgentInsert(ctx context.Context, p store.AgentInsertParams) (*kin.
 }
 
 func (t *txn) AgentUpdateStatus(ctx context.Context, p store.AgentUpdateStatusParams) error {
-	res, err := t.tx.ExecContext(ctx, `UPDATE agents SET status = ?, state = CASE WHEN ? = '' THEN state ELSE ? END, updated_at = ? WHERE id = ?`,
+	res, err := t.exec(ctx, sqlAgentUpdateStatus,
 		p.Status, p.State, p.State, p.At.UnixNano(), p.ID)
 	return affectedOne(res, err)
 }
 
 func (t *txn) AgentUpdateSpawnBlock(ctx context.Context, id kin.AgentID, until time.Time) error {
-	res, err := t.tx.ExecContext(ctx, `UPDATE agents SET spawn_blocked_until = ? WHERE id = ?`, until.UnixNano(), id)
+	res, err := t.exec(ctx, sqlAgentSpawnBlock, until.UnixNano(), id)
 	return affectedOne(res, err)
 }
 
@@ -264,35 +344,34 @@ func affectedOne(res sql.Result, err error) error {
 }
 
 func (t *txn) AgentCountLive(ctx context.Context, p store.AgentCountLiveParams) (int, error) {
-	where := []string{liveSQL}
 	var args []any
 	if p.HasParent {
-		where, args = append(where, "parent_id = ?"), append(args, p.Parent)
+		args = append(args, p.Parent)
 	}
 	if p.Role != "" {
-		where, args = append(where, "role = ?"), append(args, p.Role)
+		args = append(args, p.Role)
 	}
 	if p.NameContext != nil {
-		where, args = append(where, "name_context = ?"), append(args, *p.NameContext)
+		args = append(args, *p.NameContext)
 	}
 	var n int
-	err := t.q.QueryRowContext(ctx, `SELECT COUNT(*) FROM agents WHERE `+strings.Join(where, " AND "), args...).Scan(&n)
+	err := t.queryRow(ctx, countLiveSQL(p.HasParent, p.Role != "", p.NameContext != nil), args...).Scan(&n)
 	return n, interpretError(err)
 }
 
 func (t *txn) AgentLiveByName(ctx context.Context, name string) (*kin.Agent, error) {
-	a, err := scanAgent(t.q.QueryRowContext(ctx, `SELECT `+agentColumns+` FROM agents a WHERE name = ? AND status <> 'terminated'`, name))
+	a, err := scanAgent(t.queryRow(ctx, sqlAgentLiveByName, name))
 	return a, interpretError(err)
 }
 
 func (t *txn) AgentWalletExists(ctx context.Context, wallet string) (bool, error) {
 	var n int
-	err := t.q.QueryRowContext(ctx, `SELECT COUNT(*) FROM agents WHERE wallet = ?`, wallet).Scan(&n)
+	err := t.queryRow(ctx, sqlAgentWalletExists, wallet).Scan(&n)
 	return n > 0, interpretError(err)
 }
 
 func (t *txn) EventAppend(ctx context.Context, e kin.Event) (kin.Event, error) {
-	res, err := t.tx.ExecContext(ctx, `INSERT INTO events (time, type, agent_id, parent_id, data) VALUES (?, ?, ?, ?, ?)`,
+	res, err := t.exec(ctx, sqlEventAppend,
 		e.Time.UnixNano(), e.Type, e.Agent, e.Parent, string(e.Data))
 	if err != nil {
 		return e, interpretError(err)
@@ -303,18 +382,18 @@ func (t *txn) EventAppend(ctx context.Context, e kin.Event) (kin.Event, error) {
 }
 
 func (t *txn) SpawnRejectionInsert(ctx context.Context, p store.SpawnRejectionInsertParams) error {
-	_, err := t.tx.ExecContext(ctx, `INSERT INTO spawn_rejections (parent_id, at, counted) VALUES (?, ?, ?)`, p.Parent, p.At.UnixNano(), p.Counted)
+	_, err := t.exec(ctx, sqlRejectionInsert, p.Parent, p.At.UnixNano(), p.Counted)
 	return interpretError(err)
 }
 
 func (t *txn) SpawnRejectionCount(ctx context.Context, parent kin.AgentID, since time.Time) (int, error) {
 	var n int
-	err := t.q.QueryRowContext(ctx, `SELECT COUNT(*) FROM spawn_rejections WHERE parent_id = ? AND at >= ? AND counted`, parent, since.UnixNano()).Scan(&n)
+	err := t.queryRow(ctx, sqlRejectionCount, parent, since.UnixNano()).Scan(&n)
 	return n, interpretError(err)
 }
 
 func (t *txn) SettingSet(ctx context.Context, key, value string) error {
-	_, err := t.tx.ExecContext(ctx, `INSERT INTO settings (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value`, key, value)
+	_, err := t.exec(ctx, sqlSettingSet, key, value)
 	return interpretError(err)
 }
 

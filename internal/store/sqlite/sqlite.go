@@ -31,6 +31,7 @@ const maxBatch = 256
 // Store is the SQLite store. Open it with Open; Close it once.
 type Store struct {
 	reader
+	wstmts *stmts
 	path   string
 	wdb    *sql.DB // one connection: the writer
 	rdb    *sql.DB // a pool of read-only connections
@@ -100,8 +101,16 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 	}
 	rdb.SetMaxOpenConns(8)
 	rdb.SetMaxIdleConns(8)
+	wstmts := newStmts(wdb, false)
+	if err := wstmts.prepare(ctx, writerStatements()); err != nil {
+		wstmts.close()
+		wdb.Close()
+		rdb.Close()
+		return nil, fmt.Errorf("sqlite: prepare: %w", err)
+	}
 	s := &Store{
-		reader: reader{q: rdb},
+		reader: reader{q: rdb, st: newStmts(rdb, true)},
+		wstmts: wstmts,
 		path:   path,
 		wdb:    wdb,
 		rdb:    rdb,
@@ -126,7 +135,7 @@ func (s *Store) Close() error {
 		s.mu.Unlock()
 		close(s.stop)
 		s.wg.Wait()
-		err = errors.Join(s.rdb.Close(), s.wdb.Close())
+		err = errors.Join(s.reader.st.close(), s.wstmts.close(), s.rdb.Close(), s.wdb.Close())
 	})
 	return err
 }
@@ -209,7 +218,7 @@ func (s *Store) commit(batch []*update) {
 			errs[i] = fmt.Errorf("sqlite: savepoint: %w", err)
 			continue
 		}
-		errs[i] = runUpdate(u, &txn{reader: reader{q: tx}, tx: tx})
+		errs[i] = runUpdate(u, &txn{reader: reader{q: tx, tx: tx, st: s.wstmts}})
 		if errs[i] != nil {
 			if _, err := tx.ExecContext(ctx, "ROLLBACK TO u"); err != nil {
 				// The transaction is in an unknown state: fail the batch.

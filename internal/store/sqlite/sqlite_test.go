@@ -2,12 +2,14 @@ package sqlite_test
 
 import (
 	"context"
+	"fmt"
 	"path/filepath"
 	"testing"
 
 	"github.com/kin-agents/kin/internal/store"
 	"github.com/kin-agents/kin/internal/store/sqlite"
 	"github.com/kin-agents/kin/internal/store/storetest"
+	"github.com/kin-agents/kin/kin"
 )
 
 func open(t *testing.T, path string) *sqlite.Store {
@@ -58,5 +60,41 @@ func TestDriverNamesFile(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "kin.db")
 	if got := open(t, path).Driver(); got != "sqlite:"+path {
 		t.Errorf("Driver() = %q", got)
+	}
+}
+
+// TestAgentListByIDsLarge takes the parallel path (4096 ids and more) and
+// checks every row comes back once, in the caller's order.
+func TestAgentListByIDsLarge(t *testing.T) {
+	s := open(t, filepath.Join(t.TempDir(), "kin.db"))
+	ctx := context.Background()
+	const n = 5000
+	err := s.Update(ctx, func(tx store.Tx) error {
+		for i := range n {
+			if _, err := tx.AgentInsert(ctx, store.AgentInsertParams{Agent: storetest.NewAgent(fmt.Sprintf("a%d", i), 0, 0)}); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids := make([]kin.AgentID, 0, n+1)
+	for id := kin.AgentID(n); id >= 1; id-- {
+		ids = append(ids, id)
+	}
+	ids = append(ids, n+7) // missing: left out
+	got, err := s.AgentListByIDs(ctx, ids)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != n {
+		t.Fatalf("%d rows, want %d", len(got), n)
+	}
+	for i, a := range got {
+		if a.ID != ids[i] || a.Name != fmt.Sprintf("a%d", a.ID-1) {
+			t.Fatalf("row %d is %d %s, want %d", i, a.ID, a.Name, ids[i])
+		}
 	}
 }

@@ -77,6 +77,10 @@ func testAgentInsertAndGet(t *testing.T, s store.Store) {
 	ctx := context.Background()
 	a := NewAgent("coordinator", 0, 0)
 	a.Role, a.Wallet, a.ConstitutionHash, a.CapabilityHash, a.Scope, a.SelfModifying = "Research Coordinator", "0x4b19Ccf2", "sha256:c", "sha256:k", "research", true
+	// Text that looks like a driver's separators, and text beyond ASCII, must
+	// come back byte for byte.
+	a.Responsible = "Dr. Schmidt, COAI Research: 12,3:ä\x1f∑"
+	a.Scope = "line one\nline two,\t3:abc"
 	var got *kin.Agent
 	update(t, s, func(tx store.Tx) error {
 		var err error
@@ -175,6 +179,17 @@ func testAncestorsAndSubtree(t *testing.T, s store.Store) {
 	}
 	if _, err := s.AgentSubtree(ctx, 999); !errors.Is(err, store.ErrNotFound) {
 		t.Fatalf("missing: %v", err)
+	}
+	links, err := s.AgentLinks(ctx)
+	if err != nil || fmt.Sprint(links) != "[{1 0} {2 1} {3 1} {4 1} {5 2} {6 2} {7 3} {8 0}]" {
+		t.Fatalf("links = %v, %v", links, err)
+	}
+	byID, err := s.AgentListByIDs(ctx, []kin.AgentID{latex.ID, 999, root.ID, scraper.ID})
+	if err != nil || names(byID) != "[latex coordinator scraper]" {
+		t.Fatalf("by ids = %s, %v", names(byID), err)
+	}
+	if none, err := s.AgentListByIDs(ctx, nil); err != nil || len(none) != 0 {
+		t.Fatalf("no ids = %v, %v", none, err)
 	}
 }
 
