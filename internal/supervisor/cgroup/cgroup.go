@@ -1,0 +1,304 @@
+package cgroup
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// Files a group must have for the supervisor to use it (Linux 5.14+).
+var Required = []string{"cgroup.procs", "cgroup.events", "cgroup.kill", "cgroup.freeze"}
+
+// Missing returns the Required files dir lacks.
+func Missing(dir string) []string {
+	var out []string
+	for _, f := range Required {
+		if _, err := os.Stat(filepath.Join(dir, f)); err != nil {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+// Events is cgroup.events. Populated covers the whole subtree; Frozen is the
+// effective state (a group is frozen when it or an ancestor is).
+type Events struct {
+	Populated bool
+	Frozen    bool
+}
+
+// ReadEvents reads dir/cgroup.events.
+func ReadEvents(dir string) (Events, error) {
+	b, err := os.ReadFile(filepath.Join(dir, "cgroup.events"))
+	if err != nil {
+		return Events{}, err
+	}
+	return parseEvents(string(b)), nil
+}
+
+func parseEvents(s string) Events {
+	var e Events
+	for _, line := range strings.Split(s, "\n") {
+		k, v, ok := strings.Cut(line, " ")
+		if !ok {
+			continue
+		}
+		switch k {
+		case "populated":
+			e.Populated = v == "1"
+		case "frozen":
+			e.Frozen = v == "1"
+		}
+	}
+	return e
+}
+
+// Waiting backs off from minPoll to maxPoll between re-reads of
+// cgroup.events, as a safety net under inotify (the kernel rate-limits
+// cgroup.events notifications to one per 10 ms, delaying but not dropping
+// them).
+const (
+	minPoll = time.Millisecond
+	maxPoll = 50 * time.Millisecond
+)
+
+// WaitEvents waits until done(cgroup.events of dir) is true, or ctx ends. It
+// watches the file with inotify through the Go netpoller (no thread is
+// parked) and re-reads it on every notification and on a short backoff.
+// When inotify instances run out (fs.inotify.max_user_instances, often 128,
+// is easily reached by many concurrent waits) it polls on the backoff alone.
+// It returns the last Events read; the error is ctx's, or the read's (a
+// removed group gives an error satisfying errors.Is(err, fs.ErrNotExist)).
+func WaitEvents(ctx context.Context, dir string, done func(Events) bool) (Events, error) {
+	e, err := ReadEvents(dir)
+	if err != nil || done(e) {
+		return e, err
+	}
+	w, err := watch(filepath.Join(dir, "cgroup.events"))
+	if err != nil {
+		return e, err
+	}
+	if w != nil {
+		defer w.Close()
+		stop := context.AfterFunc(ctx, func() { w.SetReadDeadline(time.Now()) })
+		defer stop()
+	}
+	var timer *time.Timer
+	buf := make([]byte, 4096)
+	backoff := minPoll
+	for {
+		// Read after arming the watch, so no change is missed.
+		e, err = ReadEvents(dir)
+		if err != nil || done(e) {
+			return e, err
+		}
+		if err := ctx.Err(); err != nil {
+			return e, err
+		}
+		if w != nil {
+			if err := w.SetReadDeadline(time.Now().Add(backoff)); err != nil {
+				return e, err
+			}
+			if _, err := w.Read(buf); err != nil && !errors.Is(err, os.ErrDeadlineExceeded) {
+				return e, err
+			}
+		} else {
+			if timer == nil {
+				timer = time.NewTimer(backoff)
+				defer timer.Stop()
+			} else {
+				timer.Reset(backoff)
+			}
+			select {
+			case <-timer.C:
+			case <-ctx.Done():
+			}
+		}
+		backoff = min(2*backoff, maxPoll)
+	}
+}
+
+// watch returns a pollable inotify file watching name for changes, or nil
+// when the system is out of inotify instances or watches.
+func watch(name string) (*os.File, error) {
+	fd, err := unix.InotifyInit1(unix.IN_NONBLOCK | unix.IN_CLOEXEC)
+	if err == unix.EMFILE || err == unix.ENFILE || err == unix.ENOMEM {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, os.NewSyscallError("inotify_init1", err)
+	}
+	if _, err := unix.InotifyAddWatch(fd, name, unix.IN_MODIFY); err != nil {
+		unix.Close(fd)
+		if err == unix.ENOSPC || err == unix.ENOMEM {
+			return nil, nil
+		}
+		return nil, &fs.PathError{Op: "inotify_add_watch", Path: name, Err: err}
+	}
+	return os.NewFile(uintptr(fd), "inotify"), nil
+}
+
+// WaitEmpty waits until nothing runs in dir's subtree. A group that no
+// longer exists counts as empty.
+func WaitEmpty(ctx context.Context, dir string) error {
+	_, err := WaitEvents(ctx, dir, func(e Events) bool { return !e.Populated })
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	return err
+}
+
+func writeFile(dir, name, value string) error {
+	f, err := os.OpenFile(filepath.Join(dir, name), os.O_WRONLY, 0)
+	if err != nil {
+		return err
+	}
+	_, err = f.WriteString(value)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+// Kill writes "1" to dir/cgroup.kill: SIGKILL to every process in dir and
+// every group below it, including processes forking meanwhile.
+func Kill(dir string) error { return writeFile(dir, "cgroup.kill", "1") }
+
+// SetFreeze writes dir/cgroup.freeze without waiting.
+func SetFreeze(dir string, frozen bool) error {
+	v := "0"
+	if frozen {
+		v = "1"
+	}
+	return writeFile(dir, "cgroup.freeze", v)
+}
+
+// FreezeSet reports dir's own cgroup.freeze setting (not the effective state).
+func FreezeSet(dir string) (bool, error) {
+	b, err := os.ReadFile(filepath.Join(dir, "cgroup.freeze"))
+	if err != nil {
+		return false, err
+	}
+	return strings.TrimSpace(string(b)) == "1", nil
+}
+
+// Freeze freezes dir's subtree and returns once cgroup.events says
+// "frozen 1" in dir and in every group below it. Checking dir alone is not
+// enough: a group turns frozen once its own processes are, which can be
+// before the processes of its nested groups are (seen on Linux 6.18).
+func Freeze(ctx context.Context, dir string) error {
+	if err := SetFreeze(dir, true); err != nil {
+		return err
+	}
+	return waitTree(ctx, dir, true)
+}
+
+// Thaw clears dir's cgroup.freeze and returns once cgroup.events says
+// "frozen 0" in dir and every group below it. It fails at once when a group
+// would stay frozen: an ancestor of dir up to (not including) stopAt, or a
+// group below dir, that is frozen itself.
+func Thaw(ctx context.Context, dir, stopAt string) error {
+	if err := SetFreeze(dir, false); err != nil {
+		return err
+	}
+	for d := filepath.Dir(dir); within(d, stopAt) && d != stopAt; d = filepath.Dir(d) {
+		if on, err := FreezeSet(d); err == nil && on {
+			return fmt.Errorf("cgroup %s stays frozen: ancestor %s is frozen", dir, d)
+		}
+	}
+	return waitTree(ctx, dir, false)
+}
+
+// waitTree waits until dir and every group below it report frozen. Groups
+// removed meanwhile are skipped.
+func waitTree(ctx context.Context, dir string, frozen bool) error {
+	return Walk(dir, func(d string) error {
+		if !frozen && d != dir {
+			if on, err := FreezeSet(d); err == nil && on {
+				return fmt.Errorf("cgroup %s stays frozen: it is frozen itself", d)
+			}
+		}
+		_, err := WaitEvents(ctx, d, func(e Events) bool { return e.Frozen == frozen })
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil
+		}
+		return err
+	})
+}
+
+// Procs lists the processes directly in dir (not in groups below it).
+// Zombies are not listed.
+func Procs(dir string) ([]int, error) {
+	b, err := os.ReadFile(filepath.Join(dir, "cgroup.procs"))
+	if err != nil {
+		return nil, err
+	}
+	var pids []int
+	for _, f := range strings.Fields(string(b)) {
+		if n, err := strconv.Atoi(f); err == nil {
+			pids = append(pids, n)
+		}
+	}
+	return pids, nil
+}
+
+// Walk calls fn for dir and every group below it, parents first.
+func Walk(dir string, fn func(dir string) error) error {
+	if err := fn(dir); err != nil {
+		return err
+	}
+	ents, err := os.ReadDir(dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	for _, e := range ents {
+		if e.IsDir() {
+			if err := Walk(filepath.Join(dir, e.Name()), fn); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// RemoveTree removes dir and every group below it, children first. The
+// groups must be empty (see WaitEmpty). Groups already gone are fine.
+func RemoveTree(dir string) error {
+	ents, err := os.ReadDir(dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, e := range ents {
+		if e.IsDir() {
+			errs = append(errs, RemoveTree(filepath.Join(dir, e.Name())))
+		}
+	}
+	if err := unix.Rmdir(dir); err != nil && err != unix.ENOENT {
+		errs = append(errs, &fs.PathError{Op: "rmdir", Path: dir, Err: err})
+	}
+	return errors.Join(errs...)
+}
+
+// Open opens dir for SysProcAttr.CgroupFD (clone3 CLONE_INTO_CGROUP).
+func Open(dir string) (int, error) {
+	fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return -1, &fs.PathError{Op: "open", Path: dir, Err: err}
+	}
+	return fd, nil
+}

@@ -1,0 +1,179 @@
+package cgroup
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+func TestParseMountinfo(t *testing.T) {
+	const info = `31 23 0:28 / /sys/fs/cgroup rw,relatime - tmpfs tmpfs rw,mode=755
+32 31 0:29 / /sys/fs/cgroup/cpu rw,relatime - cgroup cgroup rw,cpu
+41 31 0:38 / /sys/fs/cgroup/unified rw,relatime - cgroup2 cgroup2 rw
+50 23 0:38 /kin\040box /mnt/cg\040two ro,relatime shared:9 - cgroup2 cgroup2 rw
+51 23 0:38 / /mnt/cg3 rw,relatime - cgroup2 cgroup2 ro
+`
+	got, err := parseMountinfo(strings.NewReader(info))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []Mount{
+		{Dir: "/sys/fs/cgroup/unified", Root: "/", Writable: true},
+		{Dir: "/mnt/cg two", Root: "/kin box", Writable: false},
+		{Dir: "/mnt/cg3", Root: "/", Writable: false},
+	}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("got %+v\nwant %+v", got, want)
+	}
+	m, err := pickMount(want, "/kin box/a1")
+	if err != nil || m.Dir != "/sys/fs/cgroup/unified" {
+		t.Errorf("pickMount: %+v, %v", m, err)
+	}
+	if _, err := pickMount(nil, "/"); !errors.Is(err, ErrNoCgroup2) {
+		t.Errorf("no mounts: %v", err)
+	}
+	sub := Mount{Dir: "/mnt/cg", Root: "/kin"}
+	if d, ok := sub.DirOf("/kin/a1/a2"); !ok || d != "/mnt/cg/a1/a2" {
+		t.Errorf("DirOf below root: %q %v", d, ok)
+	}
+	if _, ok := sub.DirOf("/kinx/a1"); ok {
+		t.Error("DirOf matched a sibling with a common prefix")
+	}
+}
+
+func TestParseProcCgroup(t *testing.T) {
+	for in, want := range map[string]string{
+		"9:name=systemd:/\n0::/kin-1/a1\n": "/kin-1/a1",
+		"0::/kin-1/a1 (deleted)\n":         "/kin-1/a1",
+		"0::/\n":                           "/",
+	} {
+		if got, ok := parseProcCgroup(in); !ok || got != want {
+			t.Errorf("parseProcCgroup(%q) = %q, %v", in, got, ok)
+		}
+	}
+	if _, ok := parseProcCgroup("1:cpu:/\n"); ok {
+		t.Error("a v1-only file parsed")
+	}
+	if e := parseEvents("populated 1\nfrozen 0\n"); !e.Populated || e.Frozen {
+		t.Errorf("parseEvents: %+v", e)
+	}
+}
+
+// testGroup makes a group for this test under the writable cgroup2 mount,
+// removed (after a kill) when the test ends.
+func testGroup(t *testing.T) string {
+	t.Helper()
+	m, err := FindMount()
+	if err != nil || !m.Writable {
+		t.Skipf("no writable cgroup v2 here (%v, %+v)", err, m)
+	}
+	dir := filepath.Join(m.Dir, fmt.Sprintf("kin-test-cg-%d-%s", os.Getpid(), strings.ReplaceAll(t.Name(), "/", "_")))
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Skipf("cgroup2 at %s is not writable: %v", m.Dir, err)
+	}
+	t.Cleanup(func() {
+		Kill(dir)
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := WaitEmpty(ctx, dir); err != nil {
+			t.Error(err)
+		}
+		if err := RemoveTree(dir); err != nil {
+			t.Error(err)
+		}
+		if _, err := os.Stat(dir); !errors.Is(err, fs.ErrNotExist) {
+			t.Errorf("%s left behind", dir)
+		}
+	})
+	return dir
+}
+
+// startIn starts sleep inside dir with clone3(CLONE_INTO_CGROUP).
+func startIn(t *testing.T, dir string) *exec.Cmd {
+	t.Helper()
+	fd, err := Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer syscall.Close(fd)
+	cmd := exec.Command("sleep", "1000")
+	cmd.SysProcAttr = &syscall.SysProcAttr{UseCgroupFD: true, CgroupFD: fd}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	return cmd
+}
+
+func TestKillFreezeWait(t *testing.T) {
+	dir := testGroup(t)
+	child := filepath.Join(dir, "a2")
+	if err := os.Mkdir(child, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if miss := Missing(dir); len(miss) > 0 {
+		t.Fatalf("group lacks %v", miss)
+	}
+	c1, c2 := startIn(t, dir), startIn(t, child)
+	if d, err := mustMount(t).DirOfPID(c2.Process.Pid); err != nil || d != child {
+		t.Fatalf("DirOfPID: %q, %v; want %q", d, err, child)
+	}
+	if pids, err := Procs(dir); err != nil || len(pids) != 1 || pids[0] != c1.Process.Pid {
+		t.Fatalf("Procs: %v, %v", pids, err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := Freeze(ctx, dir); err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range []string{dir, child} {
+		if e, _ := ReadEvents(d); !e.Frozen {
+			t.Errorf("%s not frozen after Freeze: %+v", d, e)
+		}
+	}
+	if err := Thaw(ctx, child, filepath.Dir(dir)); err == nil {
+		t.Error("Thaw inside a frozen parent succeeded")
+	}
+	if err := Thaw(ctx, dir, filepath.Dir(dir)); err != nil {
+		t.Fatal(err)
+	}
+	// A wait that cannot be satisfied ends with its context.
+	short, cancelShort := context.WithTimeout(ctx, 20*time.Millisecond)
+	if err := WaitEmpty(short, dir); !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("WaitEmpty on a populated group: %v", err)
+	}
+	cancelShort()
+	if err := Kill(dir); err != nil {
+		t.Fatal(err)
+	}
+	if err := WaitEmpty(ctx, dir); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []*exec.Cmd{c1, c2} {
+		if err := c.Wait(); err == nil || c.ProcessState.Sys().(syscall.WaitStatus).Signal() != syscall.SIGKILL {
+			t.Errorf("pid %d: %v, want killed", c.Process.Pid, err)
+		}
+	}
+	if err := RemoveTree(dir); err != nil {
+		t.Fatal(err)
+	}
+	if err := WaitEmpty(ctx, dir); err != nil {
+		t.Errorf("WaitEmpty on a removed group: %v", err)
+	}
+}
+
+func mustMount(t *testing.T) Mount {
+	m, err := FindMount()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}

@@ -1,0 +1,118 @@
+// Package supervisor runs agent processes: it starts each in its own
+// cgroup nested under its parent agent's, waits for it, freezes, thaws and
+// kills whole subtrees, and tells which agent a pid belongs to. It owns the
+// daemon's child processes and their reaping; it must never import the
+// daemon, the store or the HTTP API, never park an OS thread per child,
+// and never move a running process between cgroups (no cgroup.procs
+// writes). Package cgroup below it holds the cgroup v2 file operations.
+//
+// # Containment
+//
+// New finds the cgroup2 mount in /proc/self/mountinfo (on this hybrid host
+// /sys/fs/cgroup/unified; never assumed) and creates the kin root group,
+// Config.Name (default "kin-<pid>"), under the daemon's own cgroup: that is
+// the subtree systemd delegates with Delegate=yes, and it keeps the root
+// out of other services' way. If that mkdir fails it tries the top of the
+// mount. Here the daemon runs in the root cgroup, so the kin root is
+// /sys/fs/cgroup/unified/kin-<pid>. Containment() then says "cgroup2".
+// Without a writable cgroup2 (or without cgroup.kill, Linux 5.14) it says
+// "process-groups" and ContainmentReason says why.
+//
+// Agent groups are <root>/a<id>, and a child's is <parent's group>/a<id>,
+// so a Stop of the parent's group reaches every descendant. A group holds
+// its agent's process and its children's groups at once: cgroup v2's "no
+// internal processes" rule only binds groups that enable domain controllers
+// for their children, and kin enables none (verified here by
+// TestStopTree). Detached agents, and agents whose parent the supervisor
+// does not know, get groups at the root (the unknown parent gets an empty
+// group there, in which its children nest).
+//
+// # Starting
+//
+// Start creates the group and forks with SysProcAttr.UseCgroupFD (clone3
+// CLONE_INTO_CGROUP), so the process is in its group from its first
+// instruction, with SysProcAttr.PidFD for a pidfd and Setpgid so it never
+// shares the daemon's process group (terminal signals, the fallback). The
+// daemon is a child subreaper (PR_SET_CHILD_SUBREAPER, set by New for the
+// whole process and never undone): processes that double-fork re-parent to
+// it instead of init, and they stay in the agent's group.
+//
+// # Reaping: one path per pid
+//
+// A supervised process is reaped only by its own waiter goroutine: the
+// pidfd is made non-blocking and wrapped in an *os.File, so the goroutine
+// parks in the netpoller (epoll) rather than on a thread, and
+// waitid(P_PIDFD, WNOHANG) collects the status once the pidfd turns
+// readable. 200 children cost 200 goroutines and no extra threads
+// (TestNoThreadPerChild). Nothing calls cmd.Wait or wait4(-1).
+//
+// Orphans (an agent's descendants that re-parented to the daemon) are
+// reaped by a sweep on SIGCHLD, designed not to steal any status:
+//
+//   - pids owned by a waiter are "claimed" in a process-wide set from fork
+//     until after their waiter reaped them, and the sweep skips them;
+//   - Start holds a process-wide lock shared from fork until the claim, and
+//     the sweep holds it exclusively, so it never sees an unclaimed pid that
+//     is in fact a supervised process just forked;
+//   - the sweep lists the daemon's children from /proc/self/task/*/children,
+//     peeks at each unclaimed one with waitid(P_PID, WNOWAIT), and reaps an
+//     exited one only if it is one of this supervisor's orphans: with cgroup2
+//     its group (still readable for a zombie) is under the kin root, so
+//     children that os/exec starts elsewhere in the daemon, in the daemon's
+//     own group, keep their status for their cmd.Wait (TestOrphanReaped).
+//
+// Stop also reaps the orphans of the subtree it killed before returning:
+// once the group is empty it pidfd_opens every unclaimed child in it (under
+// the exclusive lock, so the pids cannot be recycled), waits for each in the
+// netpoller and reaps it. An orphan whose re-parenting races with the kill
+// is reaped moments later by the SIGCHLD sweep.
+//
+// # Stopping, freezing
+//
+// Stop(id, grace): SIGTERM and SIGCONT to every process of the subtree
+// (each through a pidfd, after checking the pid is still in the subtree;
+// frozen groups are thawed first so the signal can be handled), up to grace
+// for cgroup.events to say "populated 0", then "1" into cgroup.kill at the
+// subtree's root, which kills processes that double-forked, called setsid,
+// changed process group, ignore SIGTERM or are frozen. It waits for
+// "populated 0" (inotify on cgroup.events through the netpoller, with a
+// short polling backoff as a safety net and as the fallback when inotify
+// instances run out), for every supervised process to be reaped, then
+// removes the groups children first. Starts into a subtree being stopped
+// are refused (ErrStopping); Starts already forking finish first and are
+// killed with it. Freeze and Thaw write cgroup.freeze and return only once
+// cgroup.events says "frozen 1" (or 0) in the group and in every group below
+// it: on this kernel a group reports frozen once its own processes are,
+// possibly before its nested groups' are.
+//
+// # Fallback: process groups
+//
+// Without cgroup2 every agent leads its own process group and carries
+// EnvMarker in its environment. A subtree's processes are found in /proc:
+// supervised processes, members of the groups they lead, processes with the
+// marker (which finds setsid'd orphans) and every descendant of those; they
+// get SIGTERM, then SIGKILL in rounds until none is left. Orphans are reaped
+// by the same sweep, which there reaps exited unclaimed children outside the
+// daemon's own process group. Freeze is SIGSTOP until all show state T.
+// Limits: a process that leaves its group and clears its environment before
+// its parent dies escapes; the daemon must not start other children with
+// Setpgid or Setsid through os/exec (the sweep would reap them); Discover and
+// Adopt need cgroups.
+//
+// # Other limits
+//
+// Because the daemon is a subreaper, a grandchild that a child started by
+// os/exec (outside the supervisor) leaves behind re-parents to the daemon
+// and stays a zombie: run such commands through the supervisor. AgentOfPID
+// reads /proc/<pid>/cgroup, so check a socket peer's pid while it is still
+// connected. The waitid siginfo layout assumes 64-bit Linux other than MIPS.
+//
+// # Restart
+//
+// Close kills everything (after Config.CloseGrace) and removes the kin root;
+// with Config.KeepOnClose it leaves processes and groups in place. A
+// restarted daemon with the same Config.Name finds the old groups with
+// Discover and takes them over with Adopt (a path from an earlier root also
+// works): Stop, Freeze, Group and AgentOfPID then work on them, though their
+// exit statuses, no longer the daemon's children's, are not collected.
+package supervisor

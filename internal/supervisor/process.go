@@ -1,0 +1,435 @@
+package supervisor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"reflect"
+	"runtime"
+	"strings"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/kin-agents/kin/internal/supervisor/cgroup"
+	"github.com/kin-agents/kin/kin"
+)
+
+// Spec says what to run for an agent.
+type Spec struct {
+	ID kin.AgentID
+	// ParentID nests the agent's group under its parent's, so that stopping
+	// the parent stops it too. 0 (or Detached) puts it at the kin root. A
+	// parent the supervisor does not know yet gets an empty group at the
+	// root, in which its children nest.
+	ParentID kin.AgentID
+	// Detached puts the group at the kin root whatever ParentID says (seed
+	// 001: detached children outlive their parent).
+	Detached bool
+	// Argv[0] is looked up in the daemon's PATH when it has no slash.
+	Argv []string
+	// Env is the complete environment; nil means an empty one (agents never
+	// inherit the daemon's secrets by accident).
+	Env []string
+	// Dir is the working directory; "" keeps the daemon's.
+	Dir string
+	// Stdout and Stderr receive the output; nil discards it. An *os.File is
+	// handed to the process as is; any other writer is fed from a pipe by a
+	// goroutine until every writer of that pipe (the agent and whatever it
+	// forked) has exited.
+	Stdout, Stderr io.Writer
+	// LogPath, when set, overrides Stdout and Stderr: both are appended to
+	// this file (created 0600).
+	LogPath string
+	// ExtraFiles become file descriptors 3, 4, ... of the process.
+	ExtraFiles []*os.File
+}
+
+// EnvMarker is the variable the process-groups fallback adds to every
+// agent's environment ("<supervisor name>/<agent id>") to find processes
+// that left the agent's process group.
+const EnvMarker = "KIN_SUPERVISOR_AGENT"
+
+// Exit is how a process ended.
+type Exit struct {
+	ID  kin.AgentID
+	Pid int
+	// Code is the exit status, or -1 when a signal killed the process.
+	Code int
+	// Signal is the signal that killed the process, or 0.
+	Signal     syscall.Signal
+	CoreDumped bool
+	Started    time.Time
+	Ended      time.Time
+	UserTime   time.Duration
+	SystemTime time.Duration
+	// Err is set when no status could be collected: ErrClosed when the
+	// supervisor was closed leaving the process running.
+	Err error
+}
+
+// Success reports a zero exit status.
+func (e Exit) Success() bool { return e.Err == nil && e.Code == 0 && e.Signal == 0 }
+
+func (e Exit) String() string {
+	switch {
+	case e.Err != nil:
+		return "unknown: " + e.Err.Error()
+	case e.Signal != 0:
+		s := "signal: " + e.Signal.String()
+		if e.CoreDumped {
+			s += " (core dumped)"
+		}
+		return s
+	}
+	return fmt.Sprintf("exit status %d", e.Code)
+}
+
+// Process is one started agent process.
+type Process struct {
+	ID      kin.AgentID
+	Pid     int
+	Cgroup  string // the agent's cgroup directory; "" with process groups
+	Started time.Time
+
+	pidfd *os.File      // owned by the waiter goroutine, which closes it
+	done  chan struct{} // closed once exit is set
+	exit  Exit
+}
+
+// Done is closed once the process has been reaped (or abandoned by Close).
+func (p *Process) Done() <-chan struct{} { return p.done }
+
+// Exit returns how the process ended, once Done is closed.
+func (p *Process) Exit() (Exit, bool) {
+	select {
+	case <-p.done:
+		return p.exit, true
+	default:
+		return Exit{}, false
+	}
+}
+
+// Wait waits for the process to end or ctx to be done.
+func (p *Process) Wait(ctx context.Context) (Exit, error) {
+	select {
+	case <-p.done:
+		return p.exit, p.exit.Err
+	case <-ctx.Done():
+		return Exit{}, ctx.Err()
+	}
+}
+
+// ErrProcessDone is returned by Signal once the process has been reaped.
+var ErrProcessDone = errors.New("supervisor: process already finished")
+
+// Signal sends sig to the process (not its group) through its pidfd, so it
+// can never hit a recycled pid.
+func (p *Process) Signal(sig syscall.Signal) error {
+	rc, err := p.pidfd.SyscallConn()
+	if err != nil {
+		return ErrProcessDone
+	}
+	var serr error
+	if err := rc.Control(func(fd uintptr) {
+		serr = unix.PidfdSendSignal(int(fd), sig, nil, 0)
+	}); err != nil {
+		return ErrProcessDone
+	}
+	if serr == unix.ESRCH {
+		return ErrProcessDone
+	}
+	return serr
+}
+
+// Start starts spec's process directly inside the agent's new cgroup
+// (clone3 CLONE_INTO_CGROUP), in its own process group, with a pidfd that
+// the supervisor waits on. An agent may run one process at a time; after it
+// exited, Start may run another in the same group.
+func (s *Supervisor) Start(ctx context.Context, spec Spec) (*Process, error) {
+	if spec.ID <= 0 {
+		return nil, fmt.Errorf("supervisor: start: agent id %d is not positive", spec.ID)
+	}
+	if len(spec.Argv) == 0 || spec.Argv[0] == "" {
+		return nil, fmt.Errorf("supervisor: start agent %d: empty argv", spec.ID)
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	argv0 := spec.Argv[0]
+	if !strings.Contains(argv0, "/") {
+		p, err := exec.LookPath(argv0)
+		if err != nil {
+			return nil, fmt.Errorf("supervisor: start agent %d: %w", spec.ID, err)
+		}
+		argv0 = p
+	}
+
+	a, created, err := s.beginStart(spec)
+	if err != nil {
+		return nil, err
+	}
+	p, err := s.spawn(a, spec, argv0)
+	s.mu.Lock()
+	close(a.starting)
+	a.starting = nil
+	if err == nil {
+		a.proc = p
+		s.procs[p.Pid] = p
+		// Start the waiter under mu so Close's wg.Wait cannot miss it.
+		s.wg.Add(1)
+		go s.waitProcess(p)
+	} else if created {
+		s.forgetLocked(a)
+		if s.cg {
+			unix.Rmdir(a.path)
+		}
+	}
+	s.mu.Unlock()
+	if err != nil {
+		return nil, fmt.Errorf("supervisor: start agent %d: %w", spec.ID, err)
+	}
+	s.log.Debug("started", keyAgent, spec.ID, keyPid, p.Pid, keyCgroup, p.Cgroup)
+	return p, nil
+}
+
+// beginStart finds or creates the agent's record and marks it starting.
+func (s *Supervisor) beginStart(spec Spec) (a *agent, created bool, err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil, false, ErrClosed
+	}
+	if a = s.agents[spec.ID]; a != nil {
+		switch {
+		case a.stopping != nil:
+			return nil, false, fmt.Errorf("supervisor: start agent %d: %w", spec.ID, ErrStopping)
+		case a.starting != nil || a.proc != nil && !isDone(a.proc):
+			return nil, false, fmt.Errorf("supervisor: start agent %d: %w", spec.ID, ErrRunning)
+		}
+		a.starting = make(chan struct{})
+		return a, false, nil
+	}
+	parentPath := s.root
+	if spec.ParentID != 0 && !spec.Detached {
+		par := s.agents[spec.ParentID]
+		if par == nil {
+			if par, err = s.placeholderLocked(spec.ParentID); err != nil {
+				return nil, false, err
+			}
+		}
+		if par.stopping != nil {
+			return nil, false, fmt.Errorf("supervisor: start agent %d: parent %d: %w", spec.ID, spec.ParentID, ErrStopping)
+		}
+		parentPath = par.path
+	}
+	a = &agent{id: spec.ID, path: filepath.Join(parentPath, groupName(spec.ID)), starting: make(chan struct{})}
+	s.rememberLocked(a)
+	return a, true, nil
+}
+
+// placeholderLocked creates an empty group at the root for a parent the
+// supervisor does not run (yet), so its children can nest in it.
+func (s *Supervisor) placeholderLocked(id kin.AgentID) (*agent, error) {
+	a := &agent{id: id, path: filepath.Join(s.root, groupName(id))}
+	if s.cg {
+		if err := os.Mkdir(a.path, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
+			return nil, fmt.Errorf("supervisor: group for parent %d: %w", id, err)
+		}
+	}
+	s.rememberLocked(a)
+	return a, nil
+}
+
+func isDone(p *Process) bool {
+	select {
+	case <-p.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// spawn forks and execs; a.starting keeps Stop away meanwhile.
+func (s *Supervisor) spawn(a *agent, spec Spec, argv0 string) (*Process, error) {
+	sys := &syscall.SysProcAttr{Setpgid: true}
+	env := spec.Env
+	if s.cg {
+		if err := os.Mkdir(a.path, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
+			return nil, err
+		}
+		cfd, err := cgroup.Open(a.path)
+		if err != nil {
+			return nil, err
+		}
+		defer unix.Close(cfd)
+		sys.UseCgroupFD = true
+		sys.CgroupFD = cfd
+	} else {
+		env = append(env[:len(env):len(env)], EnvMarker+"="+s.marker(a.id))
+	}
+	pidfd := -1
+	sys.PidFD = &pidfd
+
+	files, outs, closeAfter, err := s.stdio(spec)
+	defer func() {
+		for _, f := range closeAfter {
+			f.Close()
+		}
+	}()
+	if err != nil {
+		return nil, err
+	}
+	fds := make([]uintptr, len(files))
+	for i, f := range files {
+		fds[i] = f.Fd()
+	}
+	attr := &syscall.ProcAttr{Dir: spec.Dir, Env: env, Files: fds, Sys: sys}
+
+	spawnMu.RLock()
+	started := time.Now()
+	pid, err := syscall.ForkExec(argv0, spec.Argv, attr)
+	if err == nil {
+		claim(pid)
+	}
+	spawnMu.RUnlock()
+	runtime.KeepAlive(files)
+	if err != nil {
+		for _, o := range outs {
+			o.r.Close()
+		}
+		return nil, err
+	}
+	if pidfd < 0 {
+		// Cannot happen on Linux >= 5.3 (clone3 is required for
+		// UseCgroupFD anyway); without a pidfd there is no safe wait.
+		syscall.Kill(pid, syscall.SIGKILL)
+		var ws syscall.WaitStatus
+		syscall.Wait4(pid, &ws, 0, nil)
+		unclaim(pid)
+		return nil, errors.New("kernel returned no pidfd (CLONE_PIDFD needs Linux 5.3)")
+	}
+	unix.SetNonblock(pidfd, true) // so that os.NewFile registers it with the netpoller
+	p := &Process{
+		ID:      a.id,
+		Pid:     pid,
+		Started: started,
+		pidfd:   os.NewFile(uintptr(pidfd), "pidfd"),
+		done:    make(chan struct{}),
+	}
+	if s.cg {
+		p.Cgroup = a.path
+	}
+	for _, o := range outs {
+		s.mu.Lock()
+		s.outs[o.r] = struct{}{}
+		s.mu.Unlock()
+		s.wg.Add(1)
+		go s.copyOutput(o)
+	}
+	return p, nil
+}
+
+// output is a pipe whose read end r is copied to w.
+type output struct {
+	r *os.File
+	w io.Writer
+}
+
+// stdio builds fds 0, 1, 2 and ExtraFiles, the output pipes to drain, and
+// the parent's copies of the child's ends (closeAfter).
+func (s *Supervisor) stdio(spec Spec) (files []*os.File, outs []output, closeAfter []*os.File, err error) {
+	files = []*os.File{s.devnull}
+	if spec.LogPath != "" {
+		f, err := os.OpenFile(spec.LogPath, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		closeAfter = append(closeAfter, f)
+		files = append(files, f, f)
+	} else {
+		for i, w := range []io.Writer{spec.Stdout, spec.Stderr} {
+			switch w := w.(type) {
+			case nil:
+				files = append(files, s.devnull)
+			case *os.File:
+				files = append(files, w)
+			default:
+				if i == 1 && sameWriter(spec.Stdout, spec.Stderr) {
+					files = append(files, files[1]) // one pipe, one copier: no concurrent writes
+					continue
+				}
+				r, pw, err := os.Pipe()
+				if err != nil {
+					for _, o := range outs {
+						o.r.Close()
+					}
+					return nil, nil, closeAfter, err
+				}
+				outs = append(outs, output{r: r, w: w})
+				closeAfter = append(closeAfter, pw)
+				files = append(files, pw)
+			}
+		}
+	}
+	files = append(files, spec.ExtraFiles...)
+	return files, outs, closeAfter, nil
+}
+
+func sameWriter(a, b io.Writer) bool {
+	ta, tb := reflect.TypeOf(a), reflect.TypeOf(b)
+	return ta == tb && ta.Comparable() && a == b
+}
+
+func (s *Supervisor) copyOutput(o output) {
+	defer s.wg.Done()
+	io.Copy(o.w, o.r)
+	s.mu.Lock()
+	delete(s.outs, o.r)
+	s.mu.Unlock()
+	o.r.Close()
+}
+
+// waitProcess is the only reaper of p: it parks on p's pidfd in the
+// netpoller (a goroutine, not a thread) and reaps with waitid(P_PIDFD).
+func (s *Supervisor) waitProcess(p *Process) {
+	defer s.wg.Done()
+	si, ru, ok := reapPidfd(context.Background(), p.pidfd)
+	p.pidfd.Close()
+	e := Exit{ID: p.ID, Pid: p.Pid, Started: p.Started, Ended: time.Now(), Code: -1}
+	// Unclaim only after reaping: until then a sweep must not touch pid.
+	// An abandoned (Close) or stolen pid is unclaimed too, so that a later
+	// supervisor sweeping the same root may reap it.
+	unclaim(p.Pid)
+	if ok {
+		e.UserTime = time.Duration(ru.Utime.Nano())
+		e.SystemTime = time.Duration(ru.Stime.Nano())
+		switch si.Code {
+		case cldExited:
+			e.Code = int(si.Status)
+		case cldKilled, cldDumped:
+			e.Signal = syscall.Signal(si.Status)
+			e.CoreDumped = si.Code == cldDumped
+		}
+	} else {
+		e.Err = ErrClosed
+	}
+	s.mu.Lock()
+	if s.procs[p.Pid] == p {
+		delete(s.procs, p.Pid)
+	}
+	s.mu.Unlock()
+	p.exit = e
+	close(p.done)
+	if ok {
+		s.log.Debug("exited", keyAgent, p.ID, keyPid, p.Pid, keyExit, e.String())
+	}
+	if s.cfg.OnExit != nil {
+		s.cfg.OnExit(e)
+	}
+}

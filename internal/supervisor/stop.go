@@ -1,0 +1,377 @@
+package supervisor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/kin-agents/kin/internal/supervisor/cgroup"
+	"github.com/kin-agents/kin/kin"
+)
+
+// Stop stops agent id and every agent nested in its group (seed 001:
+// parent death cancels owned children): SIGTERM and SIGCONT to every
+// process of the subtree, up to grace for them to exit, then cgroup.kill at
+// the subtree's root, which no process escapes (double-forked, setsid,
+// changed process group, ignoring SIGTERM or frozen). Stop returns once the
+// groups are empty, every supervised process in them has been reaped and
+// its Exit reported, orphans already re-parented to the daemon have been
+// reaped, and the groups are removed (children first). grace 0 kills at
+// once. When ctx has no deadline, Config.KillTimeout bounds the wait after
+// the kill. A Stop already covering id is waited for instead.
+func (s *Supervisor) Stop(ctx context.Context, id kin.AgentID, grace time.Duration) error {
+	s.mu.Lock()
+	closed := s.closed
+	s.mu.Unlock()
+	if closed {
+		return ErrClosed
+	}
+	return s.stop(ctx, id, grace)
+}
+
+// Kill is Stop with no grace.
+func (s *Supervisor) Kill(ctx context.Context, id kin.AgentID) error { return s.Stop(ctx, id, 0) }
+
+func (s *Supervisor) stop(ctx context.Context, id kin.AgentID, grace time.Duration) error {
+	s.mu.Lock()
+	a := s.agents[id]
+	if a == nil {
+		s.mu.Unlock()
+		return fmt.Errorf("%w %d", ErrUnknownAgent, id)
+	}
+	if ch := a.stopping; ch != nil {
+		s.mu.Unlock()
+		select {
+		case <-ch:
+			s.mu.Lock()
+			defer s.mu.Unlock()
+			return a.stopErr
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	op := s.beginStopLocked(s.subtreeLocked(a))
+	s.mu.Unlock()
+	err := s.runStop(ctx, op, a.path, grace)
+	if err == nil && a.adopted && s.cg {
+		s.removeOldRoot(filepath.Dir(a.path))
+	}
+	if err != nil {
+		err = fmt.Errorf("supervisor: stop agent %d: %w", id, err)
+	}
+	s.endStop(op, err)
+	s.log.Debug("stopped", keyAgent, id, keyCgroup, a.path, keyErr, err)
+	return err
+}
+
+// stopOp is one Stop (or Close) in progress over a set of records.
+type stopOp struct {
+	done     chan struct{}
+	sub      []*agent
+	ids      map[kin.AgentID]bool
+	starting []chan struct{} // Starts in flight in the set
+	others   []chan struct{} // other Stops already covering part of the set
+}
+
+// beginStopLocked marks sub as stopping: Start refuses new processes and
+// children in it from now on.
+func (s *Supervisor) beginStopLocked(sub []*agent) *stopOp {
+	op := &stopOp{done: make(chan struct{}), sub: sub, ids: map[kin.AgentID]bool{}}
+	for _, b := range sub {
+		if b.stopping == nil {
+			b.stopping = op.done
+		} else {
+			op.others = append(op.others, b.stopping)
+		}
+		if b.starting != nil {
+			op.starting = append(op.starting, b.starting)
+		}
+		op.ids[b.id] = true
+	}
+	return op
+}
+
+// runStop empties dir's subtree (cgroup2) or op's agents' processes
+// (process groups), waits until their supervised processes are reaped and
+// removes the groups.
+func (s *Supervisor) runStop(ctx context.Context, op *stopOp, dir string, grace time.Duration) error {
+	// Starts in flight finish (fork is quick) before the kill, so that none
+	// lands in a group after it was killed. Later ones see stopping.
+	for _, ch := range op.starting {
+		<-ch
+	}
+	var procs []*Process
+	s.mu.Lock()
+	for _, b := range op.sub {
+		if b.proc != nil && !isDone(b.proc) {
+			procs = append(procs, b.proc)
+		}
+	}
+	s.mu.Unlock()
+
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, grace+s.killTimeout)
+		defer cancel()
+	}
+	var err error
+	if s.cg {
+		err = s.killCgroup(ctx, dir, grace)
+	} else {
+		err = s.killGroups(ctx, op.ids, procs, grace)
+	}
+	for _, p := range procs {
+		select {
+		case <-p.done:
+		case <-ctx.Done():
+			err = errors.Join(err, fmt.Errorf("agent %d pid %d not reaped: %w", p.ID, p.Pid, ctx.Err()))
+		}
+	}
+	if s.cg && err == nil {
+		err = cgroup.RemoveTree(dir)
+	}
+	for _, ch := range op.others {
+		select {
+		case <-ch:
+		case <-ctx.Done():
+		}
+	}
+	return err
+}
+
+// endStop forgets op's records on success and lets a later Stop retry on
+// failure.
+func (s *Supervisor) endStop(op *stopOp, err error) {
+	s.mu.Lock()
+	for _, b := range op.sub {
+		if b.stopping != op.done {
+			continue
+		}
+		b.stopErr = err
+		if err == nil {
+			s.forgetLocked(b)
+		} else {
+			b.stopping = nil
+		}
+	}
+	s.mu.Unlock()
+	close(op.done)
+}
+
+// removeOldRoot removes the now empty kin root of an earlier daemon run
+// that held an adopted group (best effort: it may hold other groups still).
+func (s *Supervisor) removeOldRoot(dir string) {
+	if dir == s.root || !within(dir, s.mount.Dir) || dir == s.mount.Dir || !strings.HasPrefix(filepath.Base(dir), "kin") {
+		return
+	}
+	s.mu.Lock()
+	known := s.paths[dir] != nil
+	s.mu.Unlock()
+	if !known {
+		unix.Rmdir(dir)
+	}
+}
+
+// killCgroup empties dir's subtree: TERM, grace, cgroup.kill, wait for
+// populated 0, reap re-parented orphans.
+func (s *Supervisor) killCgroup(ctx context.Context, dir string, grace time.Duration) error {
+	ev, err := cgroup.ReadEvents(dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if ev.Populated && grace > 0 {
+		thawTree(dir) // a frozen process cannot act on SIGTERM
+		s.signalTree(dir, unix.SIGTERM, unix.SIGCONT)
+		gctx, cancel := context.WithTimeout(ctx, grace)
+		ev, err = cgroup.WaitEvents(gctx, dir, func(e cgroup.Events) bool { return !e.Populated })
+		cancel()
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil
+		}
+	}
+	if ev.Populated {
+		if err := cgroup.Kill(dir); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return err
+		}
+		if err := cgroup.WaitEmpty(ctx, dir); err != nil {
+			return fmt.Errorf("cgroup %s still populated after cgroup.kill: %w", dir, err)
+		}
+	}
+	s.reapOrphansIn(ctx, dir)
+	return nil
+}
+
+// thawTree clears cgroup.freeze throughout dir's subtree.
+func thawTree(dir string) {
+	cgroup.Walk(dir, func(d string) error {
+		if on, err := cgroup.FreezeSet(d); err == nil && on {
+			cgroup.SetFreeze(d, false)
+		}
+		return nil
+	})
+}
+
+// signalTree sends sigs to every process in dir's subtree, each through a
+// pidfd opened before checking that the pid is still in the subtree, so a
+// recycled pid is never signalled.
+func (s *Supervisor) signalTree(dir string, sigs ...unix.Signal) {
+	cgroup.Walk(dir, func(d string) error {
+		pids, _ := cgroup.Procs(d)
+		for _, pid := range pids {
+			fd, err := unix.PidfdOpen(pid, 0)
+			if err != nil {
+				continue
+			}
+			if got, err := s.mount.DirOfPID(pid); err == nil && within(got, dir) {
+				for _, sig := range sigs {
+					unix.PidfdSendSignal(fd, sig, nil, 0)
+				}
+			}
+			unix.Close(fd)
+		}
+		return nil
+	})
+}
+
+// killGroups is killCgroup for the process-groups fallback: it finds the
+// subtree's processes in /proc (see scanTargets) and signals them in rounds
+// until none is left, since they may fork between a scan and the signals.
+func (s *Supervisor) killGroups(ctx context.Context, ids map[kin.AgentID]bool, procs []*Process, grace time.Duration) error {
+	if grace > 0 {
+		for _, pid := range s.scanTargets(ids, procs) {
+			signalPid(pid, unix.SIGTERM, unix.SIGCONT)
+		}
+		gctx, cancel := context.WithTimeout(ctx, grace)
+		waitUntil(gctx, func() bool { return len(s.scanTargets(ids, procs)) == 0 })
+		cancel()
+	}
+	// Done after two empty scans in a row: one scan can miss a process
+	// that is between fork and exec.
+	empty := 0
+	err := waitUntil(ctx, func() bool {
+		t := s.scanTargets(ids, procs)
+		for _, pid := range t {
+			signalPid(pid, unix.SIGKILL)
+		}
+		if len(t) > 0 {
+			empty = 0
+		} else {
+			empty++
+		}
+		return empty >= 2
+	})
+	s.sweep()
+	if err != nil {
+		return fmt.Errorf("processes of agents still alive after SIGKILL: %w", err)
+	}
+	return nil
+}
+
+func signalPid(pid int, sigs ...unix.Signal) {
+	fd, err := unix.PidfdOpen(pid, 0)
+	if err != nil {
+		return
+	}
+	for _, sig := range sigs {
+		unix.PidfdSendSignal(fd, sig, nil, 0)
+	}
+	unix.Close(fd)
+}
+
+// waitUntil polls cond with a backoff from 1 ms to 50 ms until it holds or
+// ctx ends (the fallback has no event to wait on).
+func waitUntil(ctx context.Context, cond func() bool) error {
+	backoff := time.Millisecond
+	t := time.NewTimer(0)
+	defer t.Stop()
+	for {
+		if cond() {
+			return nil
+		}
+		t.Reset(backoff)
+		select {
+		case <-ctx.Done():
+			if cond() {
+				return nil
+			}
+			return ctx.Err()
+		case <-t.C:
+		}
+		backoff = min(2*backoff, 50*time.Millisecond)
+	}
+}
+
+// Freeze freezes agent id and everything nested in it, and returns once
+// cgroup.events says "frozen 1". With process groups it sends SIGSTOP until
+// every process of the agents shows as stopped.
+func (s *Supervisor) Freeze(ctx context.Context, id kin.AgentID) error {
+	a, ids, procs, err := s.lookupSubtree(id)
+	if err != nil {
+		return err
+	}
+	if s.cg {
+		return cgroup.Freeze(ctx, a.path)
+	}
+	return waitUntil(ctx, func() bool {
+		all := true
+		for _, pid := range s.scanTargets(ids, procs) {
+			if st, err := readStat(pid); err == nil && st.state != 'T' && st.state != 't' {
+				all = false
+				signalPid(pid, unix.SIGSTOP)
+			}
+		}
+		return all
+	})
+}
+
+// Thaw undoes Freeze and returns once cgroup.events says "frozen 0". It
+// fails when an enclosing agent is frozen too.
+func (s *Supervisor) Thaw(ctx context.Context, id kin.AgentID) error {
+	a, ids, procs, err := s.lookupSubtree(id)
+	if err != nil {
+		return err
+	}
+	if s.cg {
+		return cgroup.Thaw(ctx, a.path, s.mount.Dir)
+	}
+	return waitUntil(ctx, func() bool {
+		none := true
+		for _, pid := range s.scanTargets(ids, procs) {
+			if st, err := readStat(pid); err == nil && st.state == 'T' {
+				none = false
+				signalPid(pid, unix.SIGCONT)
+			}
+		}
+		return none
+	})
+}
+
+func (s *Supervisor) lookupSubtree(id kin.AgentID) (*agent, map[kin.AgentID]bool, []*Process, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil, nil, nil, ErrClosed
+	}
+	a := s.agents[id]
+	if a == nil {
+		return nil, nil, nil, fmt.Errorf("%w %d", ErrUnknownAgent, id)
+	}
+	ids := map[kin.AgentID]bool{}
+	var procs []*Process
+	for _, b := range s.subtreeLocked(a) {
+		ids[b.id] = true
+		if b.proc != nil && !isDone(b.proc) {
+			procs = append(procs, b.proc)
+		}
+	}
+	return a, ids, procs, nil
+}

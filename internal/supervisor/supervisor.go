@@ -1,0 +1,372 @@
+package supervisor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/kin-agents/kin/internal/supervisor/cgroup"
+	"github.com/kin-agents/kin/kin"
+)
+
+// Containment values.
+const (
+	ContainmentCgroup2       = "cgroup2"
+	ContainmentProcessGroups = "process-groups"
+)
+
+// Errors. The daemon translates them to kin errors at its boundary.
+var (
+	ErrClosed       = errors.New("supervisor: closed")
+	ErrUnknownAgent = errors.New("supervisor: unknown agent")
+	ErrRunning      = errors.New("supervisor: agent already running")
+	ErrStopping     = errors.New("supervisor: agent is stopping")
+	ErrUnsupported  = errors.New("supervisor: not supported with process-groups containment")
+)
+
+// Log attribute keys.
+const (
+	keyAgent       = "agent"
+	keyPid         = "pid"
+	keyCgroup      = "cgroup"
+	keyExit        = "exit"
+	keyErr         = "err"
+	keyContainment = "containment"
+	keyReason      = "reason"
+)
+
+// Config configures a Supervisor. The zero value works.
+type Config struct {
+	// Name is the kin root cgroup's directory name, one path element;
+	// default "kin-<daemon pid>". A stable name lets a restarted daemon find
+	// its previous agents' groups under its own root (Discover, Adopt).
+	Name string
+	// Containment "" picks cgroup2 when a writable cgroup v2 exists and
+	// process groups otherwise; "cgroup2" makes New fail without it;
+	// "process-groups" forces the fallback.
+	Containment string
+	// CloseGrace is the grace Close gives processes between SIGTERM and
+	// cgroup.kill.
+	CloseGrace time.Duration
+	// KeepOnClose makes Close leave the processes and their groups alone
+	// (for a daemon restart); it still stops the supervisor's goroutines.
+	KeepOnClose bool
+	// KillTimeout bounds how long Stop waits for killed processes to be
+	// gone when its ctx has no deadline; default 10s.
+	KillTimeout time.Duration
+	// OnExit, if set, is called once per reaped process from the goroutine
+	// that reaped it; it must not block for long.
+	OnExit func(Exit)
+	Logger *slog.Logger
+}
+
+// Supervisor starts, waits for, freezes and kills agent processes, each in
+// its own cgroup nested under its parent's.
+type Supervisor struct {
+	cfg         Config
+	log         *slog.Logger
+	cg          bool // cgroup2 containment
+	reason      string
+	mount       cgroup.Mount
+	root        string // kin root cgroup dir; "/<name>", a virtual path, with process groups
+	createdRoot bool
+	killTimeout time.Duration
+	devnull     *os.File
+
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+	sigch  chan os.Signal
+
+	mu     sync.Mutex
+	closed bool
+	agents map[kin.AgentID]*agent
+	paths  map[string]*agent
+	procs  map[int]*Process      // live supervised processes by pid
+	outs   map[*os.File]struct{} // output pipes being drained
+
+	closeOnce sync.Once
+	closeErr  error
+}
+
+// agent is the supervisor's record of one agent group. path is the cgroup
+// directory (virtual with process groups); a subtree is every record whose
+// path is at or below it.
+type agent struct {
+	id       kin.AgentID
+	path     string
+	proc     *Process      // latest process, nil for groups without one
+	starting chan struct{} // non-nil while Start forks into the group
+	stopping chan struct{} // non-nil once a Stop covers the group; closed when done
+	stopErr  error
+	adopted  bool
+}
+
+func groupName(id kin.AgentID) string { return "a" + id.String() }
+
+// parseGroupName is groupName's inverse.
+func parseGroupName(name string) (kin.AgentID, bool) {
+	digits, ok := strings.CutPrefix(name, "a")
+	if !ok || digits == "" || digits[0] == '0' {
+		return 0, false
+	}
+	n, err := strconv.ParseInt(digits, 10, 64)
+	if err != nil || n <= 0 {
+		return 0, false
+	}
+	return kin.AgentID(n), true
+}
+
+func within(path, dir string) bool { return cgroup.Within(path, dir) }
+
+func (s *Supervisor) marker(id kin.AgentID) string { return s.cfg.Name + "/" + id.String() }
+
+// New makes the daemon a child subreaper (orphans of agents re-parent to
+// it), finds its containment and creates the kin root cgroup.
+//
+// The root goes under the daemon's own cgroup when that is writable (the
+// delegated subtree under systemd's Delegate=yes), else at the top of the
+// cgroup2 mount. Without controllers, a cgroup may hold processes and child
+// groups at once, which the nesting relies on. Without a writable cgroup2
+// (or cgroup.kill, Linux 5.14), agents get process groups instead.
+func New(cfg Config) (*Supervisor, error) {
+	if cfg.Name == "" {
+		cfg.Name = "kin-" + strconv.Itoa(selfPid)
+	}
+	if cfg.Name == "." || cfg.Name == ".." || strings.ContainsAny(cfg.Name, "/\x00\n") {
+		return nil, fmt.Errorf("supervisor: name %q is not a single path element", cfg.Name)
+	}
+	switch cfg.Containment {
+	case "", ContainmentCgroup2, ContainmentProcessGroups:
+	default:
+		return nil, fmt.Errorf("supervisor: containment %q is not %q or %q", cfg.Containment, ContainmentCgroup2, ContainmentProcessGroups)
+	}
+	if cfg.KillTimeout <= 0 {
+		cfg.KillTimeout = 10 * time.Second
+	}
+	s := &Supervisor{
+		cfg:         cfg,
+		log:         cfg.Logger,
+		killTimeout: cfg.KillTimeout,
+		agents:      map[kin.AgentID]*agent{},
+		paths:       map[string]*agent{},
+		procs:       map[int]*Process{},
+		outs:        map[*os.File]struct{}{},
+	}
+	if s.log == nil {
+		s.log = slog.New(slog.DiscardHandler)
+	}
+	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
+		return nil, fmt.Errorf("supervisor: PR_SET_CHILD_SUBREAPER: %w", err)
+	}
+	devnull, err := os.OpenFile(os.DevNull, os.O_RDWR, 0)
+	if err != nil {
+		return nil, fmt.Errorf("supervisor: %w", err)
+	}
+	s.devnull = devnull
+
+	if cfg.Containment == ContainmentProcessGroups {
+		s.reason = "requested by config"
+	} else if err := s.setupCgroup(); err != nil {
+		if cfg.Containment == ContainmentCgroup2 {
+			devnull.Close()
+			return nil, fmt.Errorf("supervisor: cgroup2 containment: %w", err)
+		}
+		s.reason = err.Error()
+	}
+	if !s.cg {
+		s.root = "/" + cfg.Name
+	}
+	s.log.Info("supervisor containment", keyContainment, s.Containment(), keyCgroup, s.Root(), keyReason, s.reason)
+
+	ctx, cancel := context.WithCancel(context.Background())
+	s.cancel = cancel
+	s.sigch = make(chan os.Signal, 1)
+	signal.Notify(s.sigch, syscall.SIGCHLD)
+	s.wg.Add(1)
+	go s.sweeper(ctx)
+	return s, nil
+}
+
+func (s *Supervisor) setupCgroup() error {
+	m, err := cgroup.FindMount()
+	if err != nil {
+		return err
+	}
+	if !m.Writable {
+		return fmt.Errorf("cgroup2 at %s is mounted read-only", m.Dir)
+	}
+	var parents []string
+	if own, err := m.DirOfPID(0); err == nil {
+		parents = append(parents, own)
+	}
+	if len(parents) == 0 || parents[0] != m.Dir {
+		parents = append(parents, m.Dir)
+	}
+	var errs []error
+	for _, parent := range parents {
+		dir := filepath.Join(parent, s.cfg.Name)
+		created := true
+		if err := os.Mkdir(dir, 0o755); errors.Is(err, os.ErrExist) {
+			created = false
+		} else if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if miss := cgroup.Missing(dir); len(miss) > 0 {
+			if created {
+				unix.Rmdir(dir)
+			}
+			return fmt.Errorf("cgroup %s lacks %s (Linux 5.14 or later needed)", dir, strings.Join(miss, ", "))
+		}
+		s.mount, s.root, s.createdRoot, s.cg = m, dir, created, true
+		return nil
+	}
+	return errors.Join(errs...)
+}
+
+// Containment is "cgroup2" or "process-groups".
+func (s *Supervisor) Containment() string {
+	if s.cg {
+		return ContainmentCgroup2
+	}
+	return ContainmentProcessGroups
+}
+
+// ContainmentReason says why the fallback is in force ("" with cgroup2).
+func (s *Supervisor) ContainmentReason() string { return s.reason }
+
+// Root is the kin root cgroup directory ("" with process groups).
+func (s *Supervisor) Root() string {
+	if !s.cg {
+		return ""
+	}
+	return s.root
+}
+
+func (s *Supervisor) sweeper(ctx context.Context) {
+	defer s.wg.Done()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-s.sigch:
+			s.sweep()
+		}
+	}
+}
+
+func (s *Supervisor) rememberLocked(a *agent) {
+	s.agents[a.id] = a
+	s.paths[a.path] = a
+}
+
+func (s *Supervisor) forgetLocked(a *agent) {
+	if s.agents[a.id] == a {
+		delete(s.agents, a.id)
+	}
+	if s.paths[a.path] == a {
+		delete(s.paths, a.path)
+	}
+}
+
+// subtreeLocked is a and every record nested in it.
+func (s *Supervisor) subtreeLocked(a *agent) []*agent {
+	out := []*agent{a}
+	for _, b := range s.agents {
+		if b != a && within(b.path, a.path) {
+			out = append(out, b)
+		}
+	}
+	return out
+}
+
+// Close stops the supervisor. Unless Config.KeepOnClose, it first stops
+// every group (grace Config.CloseGrace) and removes the kin root. It waits
+// for its goroutines and is safe to call more than once.
+func (s *Supervisor) Close() error {
+	s.closeOnce.Do(func() { s.closeErr = s.close() })
+	return s.closeErr
+}
+
+func (s *Supervisor) close() error {
+	s.mu.Lock()
+	s.closed = true
+	var starting []chan struct{}
+	var outside []kin.AgentID
+	for _, a := range s.agents {
+		if a.starting != nil {
+			starting = append(starting, a.starting)
+		}
+		if !within(a.path, s.root) && !s.nestedLocked(a) {
+			outside = append(outside, a.id)
+		}
+	}
+	s.mu.Unlock()
+	for _, ch := range starting {
+		<-ch
+	}
+
+	var errs []error
+	if !s.cfg.KeepOnClose {
+		ctx, cancel := context.WithTimeout(context.Background(), s.cfg.CloseGrace+s.killTimeout)
+		// Adopted groups of an earlier run's root first, then everything
+		// under this root at once: one cgroup.kill at the root (whatever
+		// else is in it, such as groups of an earlier run that were never
+		// adopted, goes too: the root is this supervisor's).
+		for _, id := range outside {
+			if err := s.stop(ctx, id, s.cfg.CloseGrace); err != nil && !errors.Is(err, ErrUnknownAgent) {
+				errs = append(errs, err)
+			}
+		}
+		s.mu.Lock()
+		all := make([]*agent, 0, len(s.agents))
+		for _, a := range s.agents {
+			all = append(all, a)
+		}
+		op := s.beginStopLocked(all)
+		s.mu.Unlock()
+		err := s.runStop(ctx, op, s.root, s.cfg.CloseGrace)
+		s.endStop(op, err)
+		errs = append(errs, err)
+		cancel()
+	}
+
+	s.cancel()
+	signal.Stop(s.sigch)
+	// Abandon what still runs: closing a pidfd or pipe ends its goroutine.
+	s.mu.Lock()
+	for _, p := range s.procs {
+		p.pidfd.Close()
+	}
+	for r := range s.outs {
+		r.Close()
+	}
+	s.mu.Unlock()
+	s.wg.Wait()
+	s.devnull.Close()
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("supervisor: close: %w", err)
+	}
+	return nil
+}
+
+// nestedLocked reports whether a lies inside another record's group.
+func (s *Supervisor) nestedLocked(a *agent) bool {
+	for d := filepath.Dir(a.path); d != "/" && d != "." && d != s.root; d = filepath.Dir(d) {
+		if s.paths[d] != nil {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,593 @@
+package supervisor
+
+import (
+	"bytes"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/kin-agents/kin/internal/supervisor/cgroup"
+	"github.com/kin-agents/kin/kin"
+)
+
+func TestContainment(t *testing.T) {
+	s := newCgroupSup(t, Config{})
+	root := s.Root()
+	if !strings.Contains(filepath.Base(root), "kin") {
+		t.Errorf("root %s is not named with kin", root)
+	}
+	m, err := cgroup.FindMount()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !within(root, m.Dir) {
+		t.Errorf("root %s is outside the cgroup2 mount %s", root, m.Dir)
+	}
+	if miss := cgroup.Missing(root); len(miss) > 0 {
+		t.Errorf("root lacks %v", miss)
+	}
+	t.Logf("containment %s, root %s, mount %s", s.Containment(), root, m.Dir)
+
+	f := newSup(t, Config{Containment: ContainmentProcessGroups})
+	if f.Containment() != ContainmentProcessGroups || f.Root() != "" || f.ContainmentReason() == "" {
+		t.Errorf("forced fallback: containment %q root %q reason %q", f.Containment(), f.Root(), f.ContainmentReason())
+	}
+	if _, err := New(Config{Name: "../kin-escape"}); err == nil {
+		t.Error("New accepted a name with a slash")
+	}
+}
+
+// TestStopTree runs a 3-level tree: the top agent has a child that moved
+// to its own process group; the middle one double-forks a process into a new
+// session (it re-parents to the daemon, the subreaper); the leaf ignores
+// SIGTERM, and so does its child. Stopping the top must kill and reap all of
+// them.
+func TestStopTree(t *testing.T) {
+	for _, grace := range []time.Duration{0, 300 * time.Millisecond} {
+		t.Run("grace="+grace.String(), func(t *testing.T) {
+			both(t, func(t *testing.T, s *Supervisor) { testStopTree(t, s, grace) })
+		})
+	}
+}
+
+func testStopTree(t *testing.T, s *Supervisor, grace time.Duration) {
+	ctx := testCtx(t)
+	dir := t.TempDir()
+	pids := filepath.Join(dir, "pids")
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := []string{"PATH=/usr/bin:/bin", "PIDS=" + pids, "TESTBIN=" + self}
+	top := writeScript(t, dir, "top.sh", `echo "top $$" >> "$PIDS"
+`+helperEnv+`=setpgid-sleep "$TESTBIN" &
+echo "top-child $!" >> "$PIDS"
+exec sleep 1000
+`)
+	mid := writeScript(t, dir, "mid.sh", `echo "mid $$" >> "$PIDS"
+( setsid sh -c 'echo "orphan $$" >> "$PIDS"; exec sleep 1000' & )
+exec sleep 1000
+`)
+	leaf := writeScript(t, dir, "leaf.sh", `trap '' TERM
+echo "leaf $$" >> "$PIDS"
+sleep 1000 &
+echo "leaf-child $!" >> "$PIDS"
+exec sleep 1000
+`)
+	p1 := start(t, s, Spec{ID: 1, Argv: []string{"/bin/sh", top}, Env: env})
+	p2 := start(t, s, Spec{ID: 2, ParentID: 1, Argv: []string{"/bin/sh", mid}, Env: env})
+	p3 := start(t, s, Spec{ID: 3, ParentID: 2, Argv: []string{"/bin/sh", leaf}, Env: env})
+
+	all := []string{"top", "top-child", "mid", "orphan", "leaf", "leaf-child"}
+	var labels map[string]int
+	waitFor(t, 10*time.Second, "all six processes to report", func() bool {
+		labels = readLabels(pids)
+		return len(labels) == len(all)
+	})
+	watches := map[string]pidWatch{}
+	for _, l := range all {
+		watches[l] = watchPid(t, labels[l])
+	}
+	orphan := labels["orphan"]
+	waitFor(t, 10*time.Second, "the double-forked process to re-parent to the subreaper", func() bool {
+		st, err := readStat(orphan)
+		return err == nil && st.ppid == os.Getpid()
+	})
+	if st, _ := readStat(orphan); st.sid != orphan {
+		t.Fatalf("orphan %d is in session %d, not its own", orphan, st.sid)
+	}
+	waitFor(t, 10*time.Second, "top's child to lead its own process group", func() bool {
+		st, err := readStat(labels["top-child"])
+		return err == nil && st.pgid == labels["top-child"]
+	})
+	for _, l := range []string{"leaf", "leaf-child"} {
+		if !sigIgnored(t, labels[l], unix.SIGTERM) {
+			t.Fatalf("%s (pid %d) does not ignore SIGTERM", l, labels[l])
+		}
+	}
+	if s.cg {
+		// A process lives in a group that also has child groups (no
+		// controllers are enabled, so "no internal processes" does not apply).
+		if !within(p2.Cgroup, p1.Cgroup) || !within(p3.Cgroup, p2.Cgroup) {
+			t.Fatalf("groups are not nested: %s %s %s", p1.Cgroup, p2.Cgroup, p3.Cgroup)
+		}
+		for _, p := range []*Process{p1, p2, p3} {
+			procs, err := cgroup.Procs(p.Cgroup)
+			if err != nil || len(procs) == 0 {
+				t.Fatalf("group %s holds no process (%v)", p.Cgroup, err)
+			}
+		}
+		if d, _ := s.mount.DirOfPID(orphan); d != p2.Cgroup {
+			t.Fatalf("orphan is in %s, not in its agent's group %s", d, p2.Cgroup)
+		}
+	}
+	for l, want := range map[string]kin.AgentID{"top": 1, "top-child": 1, "mid": 2, "orphan": 2, "leaf": 3, "leaf-child": 3} {
+		if got, ok := s.AgentOfPID(labels[l]); !ok || got != want {
+			t.Errorf("AgentOfPID(%s) = %d, %v; want %d", l, got, ok, want)
+		}
+	}
+
+	began := time.Now()
+	if err := s.Stop(ctx, 1, grace); err != nil {
+		t.Fatalf("Stop: %v", err)
+	}
+	took := time.Since(began)
+	if grace > 0 && took < grace {
+		t.Errorf("Stop took %v, less than the grace %v, though two processes ignore SIGTERM", took, grace)
+	}
+	t.Logf("Stop(grace %v) took %v", grace, took)
+
+	wantSig := map[*Process]syscall.Signal{p1: syscall.SIGKILL, p2: syscall.SIGKILL, p3: syscall.SIGKILL}
+	if grace > 0 {
+		wantSig[p1], wantSig[p2] = syscall.SIGTERM, syscall.SIGTERM
+	}
+	for p, sig := range wantSig {
+		e, ok := p.Exit()
+		if !ok {
+			t.Fatalf("agent %d: Stop returned before its process was reaped", p.ID)
+		}
+		if e.Signal != sig || e.Code != -1 {
+			t.Errorf("agent %d: %v, want signal %v", p.ID, e, sig)
+		}
+	}
+	for _, l := range all {
+		w := watches[l]
+		waitFor(t, 5*time.Second, l+" to be dead and reaped", w.reaped)
+	}
+	if s.cg {
+		if _, err := os.Stat(p1.Cgroup); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("group %s still exists after Stop", p1.Cgroup)
+		}
+	}
+	for _, id := range []kin.AgentID{1, 2, 3} {
+		if _, err := s.Group(id); !errors.Is(err, ErrUnknownAgent) {
+			t.Errorf("Group(%d) after Stop: %v, want ErrUnknownAgent", id, err)
+		}
+	}
+}
+
+func TestExitStatus(t *testing.T) {
+	both(t, func(t *testing.T, s *Supervisor) {
+		ctx := testCtx(t)
+		var mu sync.Mutex
+		reported := map[kin.AgentID]Exit{}
+		s.cfg.OnExit = func(e Exit) {
+			mu.Lock()
+			reported[e.ID] = e
+			mu.Unlock()
+		}
+		p3 := start(t, s, Spec{ID: 1, Argv: []string{"/bin/sh", "-c", "exit 3"}})
+		if e := waitExit(t, p3); e.Code != 3 || e.Signal != 0 || e.Success() || e.Err != nil {
+			t.Errorf("exit 3: got %v", e)
+		}
+		p0 := start(t, s, Spec{ID: 2, Argv: []string{"true"}})
+		if e := waitExit(t, p0); !e.Success() || e.Ended.Before(e.Started) {
+			t.Errorf("true: got %v (%v..%v)", e, e.Started, e.Ended)
+		}
+		self := start(t, s, Spec{ID: 3, Argv: []string{"/bin/sh", "-c", "kill -KILL $$"}})
+		if e := waitExit(t, self); e.Signal != syscall.SIGKILL || e.Code != -1 {
+			t.Errorf("kill -KILL $$: got %v", e)
+		}
+		term := start(t, s, sleeper(4, 0))
+		if err := term.Signal(syscall.SIGTERM); err != nil {
+			t.Fatal(err)
+		}
+		if e := waitExit(t, term); e.Signal != syscall.SIGTERM {
+			t.Errorf("SIGTERM: got %v", e)
+		}
+		if err := term.Signal(syscall.SIGTERM); !errors.Is(err, ErrProcessDone) {
+			t.Errorf("Signal after exit: %v, want ErrProcessDone", err)
+		}
+		killed := start(t, s, sleeper(5, 0))
+		if err := s.Kill(ctx, 5); err != nil {
+			t.Fatal(err)
+		}
+		if e, ok := killed.Exit(); !ok || e.Signal != syscall.SIGKILL {
+			t.Errorf("Kill: got %v, %v", e, ok)
+		}
+		// An agent may run again in its group once its process exited.
+		again := start(t, s, Spec{ID: 1, Argv: []string{"/bin/sh", "-c", "exit 4"}})
+		if e := waitExit(t, again); e.Code != 4 {
+			t.Errorf("second run: got %v", e)
+		}
+		if _, err := s.Start(ctx, sleeper(6, 0)); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.Start(ctx, sleeper(6, 0)); !errors.Is(err, ErrRunning) {
+			t.Errorf("second Start of a running agent: %v, want ErrRunning", err)
+		}
+		if _, err := s.Start(ctx, Spec{ID: 7, Argv: []string{"/nonexistent/kin-agent"}}); err == nil {
+			t.Error("Start of a missing binary succeeded")
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if e := reported[3]; e.Signal != syscall.SIGKILL {
+			t.Errorf("OnExit for agent 3: %v", e)
+		}
+	})
+}
+
+func TestFreezeThaw(t *testing.T) {
+	s := newCgroupSup(t, Config{})
+	ctx := testCtx(t)
+	p1 := start(t, s, sleeper(1, 0))
+	p2 := start(t, s, sleeper(2, 1))
+	events := func(p *Process) cgroup.Events {
+		e, err := cgroup.ReadEvents(p.Cgroup)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return e
+	}
+	if err := s.Freeze(ctx, 1); err != nil {
+		t.Fatalf("Freeze: %v", err)
+	}
+	for _, p := range []*Process{p1, p2} {
+		if e := events(p); !e.Frozen || !e.Populated {
+			t.Errorf("after Freeze, %s: %+v", p.Cgroup, e)
+		}
+	}
+	if err := s.Thaw(ctx, 2); err == nil {
+		t.Error("Thaw of a child inside a frozen parent succeeded")
+	}
+	if err := s.Thaw(ctx, 1); err != nil {
+		t.Fatalf("Thaw: %v", err)
+	}
+	for _, p := range []*Process{p1, p2} {
+		if e := events(p); e.Frozen {
+			t.Errorf("after Thaw, %s: %+v", p.Cgroup, e)
+		}
+	}
+	// A frozen tree stopped with a grace is thawed so SIGTERM can work.
+	if err := s.Freeze(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Stop(ctx, 1, 5*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []*Process{p1, p2} {
+		if e, _ := p.Exit(); e.Signal != syscall.SIGTERM {
+			t.Errorf("agent %d stopped while frozen: %v, want SIGTERM", p.ID, e)
+		}
+	}
+}
+
+func TestFreezeThawProcessGroups(t *testing.T) {
+	s := newSup(t, Config{Containment: ContainmentProcessGroups})
+	ctx := testCtx(t)
+	p1 := start(t, s, Spec{ID: 1, Argv: []string{"/bin/sh", "-c", "sleep 1000 & exec sleep 1000"}})
+	var pids []int
+	waitFor(t, 5*time.Second, "the agent's child", func() bool {
+		g, err := s.Group(1)
+		pids = g.Pids
+		return err == nil && len(pids) == 2
+	})
+	state := func(pid int) byte {
+		st, err := readStat(pid)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st.state
+	}
+	if err := s.Freeze(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	for _, pid := range pids {
+		if c := state(pid); c != 'T' {
+			t.Errorf("pid %d state %c after Freeze", pid, c)
+		}
+	}
+	if err := s.Thaw(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	for _, pid := range pids {
+		if c := state(pid); c == 'T' {
+			t.Errorf("pid %d still stopped after Thaw", pid)
+		}
+	}
+	if _, ok := p1.Exit(); ok {
+		t.Error("agent exited")
+	}
+}
+
+// TestNoThreadPerChild: waiting is done in the netpoller, so 200 children
+// cost 200 goroutines, not 200 threads.
+func TestNoThreadPerChild(t *testing.T) {
+	s := newCgroupSup(t, Config{})
+	before := threadCount(t)
+	for i := 1; i <= 200; i++ {
+		start(t, s, sleeper(kin.AgentID(i), 0))
+	}
+	after := threadCount(t)
+	t.Logf("threads: %d before, %d with 200 children", before, after)
+	if after >= 30 {
+		t.Errorf("%d threads with 200 children; want < 30", after)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestPeerInCgroup(t *testing.T) {
+	both(t, func(t *testing.T, s *Supervisor) {
+		p1 := start(t, s, sleeper(1, 0))
+		p2 := start(t, s, sleeper(2, 1))
+		for _, c := range []struct {
+			pid  int
+			id   kin.AgentID
+			want bool
+		}{
+			{p1.Pid, 1, true},
+			{p1.Pid, 2, false},
+			{p2.Pid, 2, true},
+			{p2.Pid, 1, false},
+			{os.Getpid(), 1, false},
+			{os.Getppid(), 1, false},
+		} {
+			if got := s.PeerInCgroup(c.pid, c.id); got != c.want {
+				t.Errorf("PeerInCgroup(%d, %d) = %v, want %v", c.pid, c.id, got, c.want)
+			}
+		}
+		if _, ok := s.AgentOfPID(os.Getpid()); ok {
+			t.Error("AgentOfPID(self) found an agent")
+		}
+	})
+}
+
+// TestOrphanReaped: an orphan that exits on its own is reaped by the
+// SIGCHLD sweep while its agent keeps running, and the sweep does not steal
+// the status of a child that os/exec started elsewhere in the process.
+func TestOrphanReaped(t *testing.T) {
+	both(t, func(t *testing.T, s *Supervisor) {
+		dir := t.TempDir()
+		pids := filepath.Join(dir, "pids")
+		env := []string{"PATH=/usr/bin:/bin", "PIDS=" + pids}
+		p := start(t, s, Spec{ID: 1, Env: env, Argv: []string{"/bin/sh", "-c",
+			`( setsid sh -c 'echo "orphan $$" >> "$PIDS"; exec sleep 1000' & ); exec sleep 1000`}})
+		var orphan int
+		waitFor(t, 5*time.Second, "the orphan", func() bool {
+			orphan = readLabels(pids)["orphan"]
+			if orphan == 0 {
+				return false
+			}
+			st, err := readStat(orphan)
+			return err == nil && st.ppid == os.Getpid()
+		})
+		w := watchPid(t, orphan)
+
+		var wg sync.WaitGroup
+		for range 4 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for range 10 {
+					err := exec.Command("/bin/sh", "-c", "exit 7").Run()
+					var ee *exec.ExitError
+					if !errors.As(err, &ee) || ee.ExitCode() != 7 {
+						t.Errorf("os/exec child: %v, want exit status 7", err)
+						return
+					}
+				}
+			}()
+		}
+		if err := unix.Kill(orphan, unix.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, 5*time.Second, "the orphan to be reaped", w.reaped)
+		wg.Wait()
+		if _, ok := p.Exit(); ok {
+			t.Error("the agent exited")
+		}
+	})
+}
+
+func TestAdopt(t *testing.T) {
+	name := uniqueName()
+	a := newCgroupSup(t, Config{Name: name, KeepOnClose: true})
+	p1 := start(t, a, sleeper(1, 0))
+	p2 := start(t, a, sleeper(2, 1))
+	w1, w2 := watchPid(t, p1.Pid), watchPid(t, p2.Pid)
+	if err := a.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if e, _ := p1.Exit(); !errors.Is(e.Err, ErrClosed) {
+		t.Fatalf("abandoned process: %v", e)
+	}
+	if w1.reaped() || w2.reaped() {
+		t.Fatal("KeepOnClose killed the processes")
+	}
+
+	b := newCgroupSup(t, Config{Name: name})
+	if b.Root() != a.Root() {
+		t.Fatalf("roots differ: %s %s", a.Root(), b.Root())
+	}
+	groups, err := b.Discover()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(groups) != 2 || groups[0].ID != 1 || groups[0].Parent != 0 || groups[1].ID != 2 || groups[1].Parent != 1 {
+		t.Fatalf("Discover: %+v", groups)
+	}
+	for i, want := range []int{p1.Pid, p2.Pid} {
+		if g := groups[i]; !g.Populated || len(g.Pids) != 1 || g.Pids[0] != want {
+			t.Errorf("group %d: %+v, want pid %d", g.ID, g, want)
+		}
+	}
+	for _, g := range groups {
+		if _, err := b.Adopt(g.Path); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if !b.PeerInCgroup(p2.Pid, 2) {
+		t.Error("adopted child's process is not attributed to it")
+	}
+	if err := b.Stop(testCtx(t), 1, 0); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 5*time.Second, "adopted processes to be killed and reaped", func() bool { return w1.reaped() && w2.reaped() })
+	if _, err := os.Stat(groups[0].Path); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("adopted group %s still exists", groups[0].Path)
+	}
+}
+
+// TestStopRacesStart: children started while their parent is being
+// stopped are either refused or killed with it; none runs on in a removed
+// group.
+func TestStopRacesStart(t *testing.T) {
+	both(t, func(t *testing.T, s *Supervisor) {
+		ctx := testCtx(t)
+		start(t, s, sleeper(1, 0))
+		var wg sync.WaitGroup
+		var mu sync.Mutex
+		var started []*Process
+		for i := range 20 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				p, err := s.Start(ctx, sleeper(kin.AgentID(100+i), 1))
+				if err != nil {
+					if !errors.Is(err, ErrStopping) {
+						t.Errorf("Start during Stop: %v", err)
+					}
+					return
+				}
+				mu.Lock()
+				started = append(started, p)
+				mu.Unlock()
+			}()
+		}
+		if err := s.Stop(ctx, 1, 0); err != nil {
+			t.Fatal(err)
+		}
+		wg.Wait()
+		for _, p := range started {
+			if _, done := p.Exit(); done {
+				continue
+			}
+			// Started after the Stop finished: it lives in a new group.
+			if got, ok := s.AgentOfPID(p.Pid); !ok || got != p.ID {
+				t.Errorf("pid %d of agent %d runs outside any group (got %d, %v)", p.Pid, p.ID, got, ok)
+			}
+		}
+	})
+}
+
+func TestOutput(t *testing.T) {
+	both(t, func(t *testing.T, s *Supervisor) {
+		var w syncBuffer
+		p := start(t, s, Spec{ID: 1, Argv: []string{"/bin/sh", "-c", "echo out; echo err >&2"}, Stdout: &w, Stderr: &w})
+		waitExit(t, p)
+		waitFor(t, 5*time.Second, "output", func() bool { return w.String() == "out\nerr\n" })
+
+		log := filepath.Join(t.TempDir(), "agent.log")
+		p = start(t, s, Spec{ID: 2, Argv: []string{"/bin/sh", "-c", "echo out; echo err >&2"}, LogPath: log})
+		waitExit(t, p)
+		if b, err := os.ReadFile(log); err != nil || string(b) != "out\nerr\n" {
+			t.Errorf("log file: %q, %v", b, err)
+		}
+	})
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
+}
+
+func TestClose(t *testing.T) {
+	both(t, func(t *testing.T, s *Supervisor) {
+		p := start(t, s, sleeper(1, 0))
+		c := start(t, s, sleeper(2, 1))
+		u := start(t, s, sleeper(4, 3)) // parent 3 is not supervised: an empty group
+		if err := s.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Close(); err != nil {
+			t.Fatalf("second Close: %v", err)
+		}
+		for _, p := range []*Process{p, c, u} {
+			if e, ok := p.Exit(); !ok || e.Signal != syscall.SIGKILL {
+				t.Errorf("agent %d after Close: %v, %v", p.ID, e, ok)
+			}
+		}
+		if _, err := s.Start(testCtx(t), sleeper(5, 0)); !errors.Is(err, ErrClosed) {
+			t.Errorf("Start after Close: %v", err)
+		}
+		if err := s.Stop(testCtx(t), 1, 0); !errors.Is(err, ErrClosed) {
+			t.Errorf("Stop after Close: %v", err)
+		}
+	})
+}
+
+// TestCloseStopsGoroutines: waiters, output copiers and the sweeper all end
+// with Close, whether it kills the processes or leaves them running.
+func TestCloseStopsGoroutines(t *testing.T) {
+	for _, keep := range []bool{false, true} {
+		before := runtime.NumGoroutine()
+		s := newSup(t, Config{KeepOnClose: keep})
+		var out syncBuffer
+		var ps []*Process
+		for i := range 5 {
+			ps = append(ps, start(t, s, Spec{ID: kin.AgentID(i + 1), Argv: []string{"sleep", "1000"}, Stdout: &out}))
+		}
+		if err := s.Close(); err != nil {
+			t.Fatal(err)
+		}
+		// os/signal's own loop may start with the first Notify.
+		waitFor(t, 5*time.Second, "goroutines to end", func() bool { return runtime.NumGoroutine() <= before+1 })
+		if keep {
+			// Left running, as asked: kill them here (they are in the root,
+			// which the next supervisor of this name would adopt).
+			for _, p := range ps {
+				unix.Kill(p.Pid, unix.SIGKILL)
+				var ws unix.WaitStatus
+				unix.Wait4(p.Pid, &ws, 0, nil)
+			}
+			if root := s.Root(); root != "" {
+				if err := cgroup.RemoveTree(root); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+	}
+}
