@@ -11,12 +11,16 @@ import (
 	"github.com/kin-agents/kin/kin"
 )
 
-// AgentOfPID returns the agent whose group process pid is in: with cgroup2,
-// the innermost supervised group enclosing pid's cgroup (a sub-cgroup an
-// agent made itself still counts as the agent's; a group merely named like
-// another agent's does not, since only supervised paths match). With process
-// groups it is a best effort: the supervised process itself, the process
-// group it leads, the EnvMarker, then the parent chain.
+// AgentOfPID returns the agent whose own process pid is. With cgroup2 that
+// is the innermost supervised group enclosing pid's cgroup, provided pid is
+// in that group's self leaf (or in a sub-cgroup of it, which an agent could
+// only make with delegation): <root>/a7/self is agent 7's and
+// <root>/a7/a12/self agent 12's. Only supervised groups count, so a
+// directory someone else made, named like an agent's group or a self leaf
+// (<root>/a7/a99/self for an unknown 99, <root>/a7/x/self), matches no
+// agent; nor does a process placed in a group directory itself, outside its
+// leaf. With process groups it is a best effort: the supervised process
+// itself, the process group it leads, the EnvMarker, then the parent chain.
 //
 // pid is read from /proc, so check a peer's pid while its socket is still
 // connected (SO_PEERCRED); the pid cannot be recycled before the peer
@@ -34,6 +38,9 @@ func (s *Supervisor) AgentOfPID(pid int) (kin.AgentID, bool) {
 		defer s.mu.Unlock()
 		for d := dir; within(d, s.mount.Dir) && d != s.mount.Dir; d = filepath.Dir(d) {
 			if a := s.paths[d]; a != nil {
+				if !within(dir, selfDir(a.path)) {
+					return 0, false // in a's group, but not one of a's own
+				}
 				return a.id, true
 			}
 		}
@@ -78,8 +85,10 @@ func (s *Supervisor) AgentOfPID(pid int) (kin.AgentID, bool) {
 	return 0, false
 }
 
-// PeerInCgroup reports whether process pid belongs to agent id's own group
-// (not to a child agent's): the check for a peer on agent id's socket.
+// PeerInCgroup reports whether process pid is one of agent id's own
+// processes: with cgroup2, whether it is in id's leaf <group>/self (or below
+// it), not in a child agent's group nor anywhere else in id's subtree. It is
+// the check for a peer on agent id's socket.
 func (s *Supervisor) PeerInCgroup(pid int, id kin.AgentID) bool {
 	got, ok := s.AgentOfPID(pid)
 	return ok && got == id
@@ -90,14 +99,24 @@ type Group struct {
 	ID kin.AgentID
 	// Parent is the agent of the nearest enclosing group, 0 at the root.
 	Parent kin.AgentID
-	// Path is the cgroup directory ("" with process groups).
-	Path string
-	// Pids are the processes in the group itself, not in nested groups.
+	// Path is the cgroup directory ("" with process groups), in which
+	// child agents' groups nest; Self (Path/self) is the leaf holding the
+	// agent's own processes.
+	Path, Self string
+	// Pids are the agent's own processes: those in Self and below it, not
+	// those of nested agents' groups.
 	Pids []int
 	// Populated: some process runs in the group or a nested one.
 	Populated bool
-	// Frozen is the effective freezer state.
+	// Frozen: the agent's own processes are frozen now, by its own Freeze
+	// or by an enclosing agent's subtree Freeze (cgroup.events of Self).
 	Frozen bool
+	// SelfFrozen: a Freeze of this agent is in force, of its own processes
+	// or of its subtree (Self's or Path's cgroup.freeze is 1).
+	SelfFrozen bool
+	// SubtreeFrozen: Freeze(subtree true) of this agent is in force
+	// (Path's cgroup.freeze is 1); Thaw needs subtree true to undo it.
+	SubtreeFrozen bool
 }
 
 // Group describes agent id's group now.
@@ -121,11 +140,13 @@ func (s *Supervisor) Group(id kin.AgentID) (Group, error) {
 	}
 	g := Group{ID: id, Pids: s.scanTargets(map[kin.AgentID]bool{id: true}, procs)}
 	g.Populated = len(g.Pids) > 0
-	return g, nil
+	st, err := s.freezeState(a, g.Pids)
+	g.Frozen, g.SelfFrozen, g.SubtreeFrozen = st.Frozen, st.SelfFrozen, st.SubtreeFrozen
+	return g, err
 }
 
 func readGroup(id kin.AgentID, dir string) (Group, error) {
-	g := Group{ID: id, Path: dir}
+	g := Group{ID: id, Path: dir, Self: selfDir(dir)}
 	for d := filepath.Dir(dir); d != "/" && d != "."; d = filepath.Dir(d) {
 		if pid, ok := parseGroupName(filepath.Base(d)); ok {
 			g.Parent = pid
@@ -136,14 +157,20 @@ func readGroup(id kin.AgentID, dir string) (Group, error) {
 	if err != nil {
 		return g, err
 	}
-	g.Populated, g.Frozen = ev.Populated, ev.Frozen
-	g.Pids, err = cgroup.Procs(dir)
+	g.Populated = ev.Populated
+	st, err := cgroupFreezeState(dir)
+	if err != nil {
+		return g, err
+	}
+	g.Frozen, g.SelfFrozen, g.SubtreeFrozen = st.Frozen, st.SelfFrozen, st.SubtreeFrozen
+	g.Pids, err = cgroup.ProcsTree(g.Self)
 	return g, err
 }
 
 // Discover lists the agent groups ("a<id>" directories) under the kin root,
 // parents first: after a daemon restart with the same Config.Name, these
-// are the previous run's agents, ready to Adopt.
+// are the previous run's agents, ready to Adopt. Self leaves, and whatever
+// lies in them or in directories not named a<id>, are not groups.
 func (s *Supervisor) Discover() ([]Group, error) {
 	if !s.cg {
 		return nil, ErrUnsupported
@@ -155,7 +182,7 @@ func (s *Supervisor) Discover() ([]Group, error) {
 		}
 		id, ok := parseGroupName(filepath.Base(d))
 		if !ok {
-			return nil
+			return fs.SkipDir
 		}
 		g, err := readGroup(id, d)
 		if err != nil && !errors.Is(err, fs.ErrNotExist) {
@@ -168,10 +195,12 @@ func (s *Supervisor) Discover() ([]Group, error) {
 }
 
 // Adopt takes over an existing agent group (from Discover, or any "a<id>"
-// directory in the cgroup2 mount, e.g. under an earlier daemon's root), so
-// that Stop, Freeze, Group and AgentOfPID work on it. Its processes are not
-// this daemon's children: their exit statuses are not collected, but Stop
-// still kills them and waits for the group to empty.
+// directory in the cgroup2 mount, e.g. under an earlier daemon's root, but
+// not one inside a self leaf), so that Stop, Freeze, Group and AgentOfPID
+// work on it. Its processes are not this daemon's children: their exit
+// statuses are not collected, but Stop still kills them and waits for the
+// group to empty. The group's own processes are those in its self leaf,
+// which Adopt creates if missing.
 func (s *Supervisor) Adopt(path string) (Group, error) {
 	if !s.cg {
 		return Group{}, ErrUnsupported
@@ -181,7 +210,15 @@ func (s *Supervisor) Adopt(path string) (Group, error) {
 	if !ok || !filepath.IsAbs(path) || !within(path, s.mount.Dir) || path == s.mount.Dir {
 		return Group{}, fmt.Errorf("supervisor: adopt %s: not an agent group (a<id>) in %s", path, s.mount.Dir)
 	}
+	for d := filepath.Dir(path); d != s.mount.Dir && within(d, s.mount.Dir); d = filepath.Dir(d) {
+		if _, isGroup := parseGroupName(filepath.Base(filepath.Dir(d))); isGroup && filepath.Base(d) == SelfLeaf {
+			return Group{}, fmt.Errorf("supervisor: adopt %s: inside the self leaf %s, not an agent group", path, d)
+		}
+	}
 	if _, err := os.Stat(filepath.Join(path, "cgroup.procs")); err != nil {
+		return Group{}, fmt.Errorf("supervisor: adopt: %w", err)
+	}
+	if err := os.Mkdir(selfDir(path), 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
 		return Group{}, fmt.Errorf("supervisor: adopt: %w", err)
 	}
 	s.mu.Lock()

@@ -92,10 +92,14 @@ func (e Exit) String() string {
 
 // Process is one started agent process.
 type Process struct {
-	ID      kin.AgentID
-	Pid     int
-	Cgroup  string // the agent's cgroup directory; "" with process groups
-	Started time.Time
+	ID  kin.AgentID
+	Pid int
+	// Cgroup is the agent's group, in which its children's groups nest;
+	// SelfCgroup (Cgroup/self) is the leaf the process runs in. Both are
+	// "" with process groups.
+	Cgroup     string
+	SelfCgroup string
+	Started    time.Time
 
 	pidfd *os.File      // owned by the waiter goroutine, which closes it
 	done  chan struct{} // closed once exit is set
@@ -147,10 +151,14 @@ func (p *Process) Signal(sig syscall.Signal) error {
 	return serr
 }
 
-// Start starts spec's process directly inside the agent's new cgroup
-// (clone3 CLONE_INTO_CGROUP), in its own process group, with a pidfd that
-// the supervisor waits on. An agent may run one process at a time; after it
-// exited, Start may run another in the same group.
+// Start starts spec's process directly inside the leaf <group>/self of the
+// agent's new group (clone3 CLONE_INTO_CGROUP), in its own process group,
+// with a pidfd that the supervisor waits on. An agent may run one process at
+// a time; after it exited, Start may run another in the same group. Start
+// refuses (ErrFrozen) while a Freeze of the agent, or a subtree Freeze of it
+// or of an enclosing agent, is in force or in progress: a process cloned
+// into a frozen group would freeze before its exec, and Start, waiting for
+// the exec, with it.
 func (s *Supervisor) Start(ctx context.Context, spec Spec) (*Process, error) {
 	if spec.ID <= 0 {
 		return nil, fmt.Errorf("supervisor: start: agent id %d is not positive", spec.ID)
@@ -187,6 +195,7 @@ func (s *Supervisor) Start(ctx context.Context, spec Spec) (*Process, error) {
 	} else if created {
 		s.forgetLocked(a)
 		if s.cg {
+			unix.Rmdir(selfDir(a.path))
 			unix.Rmdir(a.path)
 		}
 	}
@@ -211,6 +220,8 @@ func (s *Supervisor) beginStart(spec Spec) (a *agent, created bool, err error) {
 			return nil, false, fmt.Errorf("supervisor: start agent %d: %w", spec.ID, ErrStopping)
 		case a.starting != nil || a.proc != nil && !isDone(a.proc):
 			return nil, false, fmt.Errorf("supervisor: start agent %d: %w", spec.ID, ErrRunning)
+		case s.freezeBlocksLocked(a):
+			return nil, false, fmt.Errorf("supervisor: start agent %d: %w", spec.ID, ErrFrozen)
 		}
 		a.starting = make(chan struct{})
 		return a, false, nil
@@ -229,21 +240,36 @@ func (s *Supervisor) beginStart(spec Spec) (a *agent, created bool, err error) {
 		parentPath = par.path
 	}
 	a = &agent{id: spec.ID, path: filepath.Join(parentPath, groupName(spec.ID)), starting: make(chan struct{})}
+	if s.freezeBlocksLocked(a) {
+		return nil, false, fmt.Errorf("supervisor: start agent %d: parent %d: %w", spec.ID, spec.ParentID, ErrFrozen)
+	}
 	s.rememberLocked(a)
 	return a, true, nil
 }
 
-// placeholderLocked creates an empty group at the root for a parent the
-// supervisor does not run (yet), so its children can nest in it.
+// placeholderLocked creates an empty group (with its empty self leaf) at
+// the root for a parent the supervisor does not run (yet), so its children
+// can nest in it.
 func (s *Supervisor) placeholderLocked(id kin.AgentID) (*agent, error) {
 	a := &agent{id: id, path: filepath.Join(s.root, groupName(id))}
 	if s.cg {
-		if err := os.Mkdir(a.path, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
+		if err := makeGroup(a.path); err != nil {
 			return nil, fmt.Errorf("supervisor: group for parent %d: %w", id, err)
 		}
 	}
 	s.rememberLocked(a)
 	return a, nil
+}
+
+// makeGroup creates the agent group dir and its self leaf; either may exist.
+func makeGroup(dir string) error {
+	if err := os.Mkdir(dir, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
+		return err
+	}
+	if err := os.Mkdir(selfDir(dir), 0o755); err != nil && !errors.Is(err, os.ErrExist) {
+		return err
+	}
+	return nil
 }
 
 func isDone(p *Process) bool {
@@ -260,10 +286,15 @@ func (s *Supervisor) spawn(a *agent, spec Spec, argv0 string) (*Process, error) 
 	sys := &syscall.SysProcAttr{Setpgid: true}
 	env := spec.Env
 	if s.cg {
-		if err := os.Mkdir(a.path, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
+		if err := makeGroup(a.path); err != nil {
 			return nil, err
 		}
-		cfd, err := cgroup.Open(a.path)
+		// A Freeze that began before a.starting was set has been seen by
+		// beginStart; one that ended shows here; later ones wait for us.
+		if d := frozenDir(selfDir(a.path), s.mount.Dir); d != "" {
+			return nil, fmt.Errorf("%w (cgroup %s is frozen)", ErrFrozen, d)
+		}
+		cfd, err := cgroup.Open(selfDir(a.path))
 		if err != nil {
 			return nil, err
 		}
@@ -323,7 +354,7 @@ func (s *Supervisor) spawn(a *agent, spec Spec, argv0 string) (*Process, error) 
 		done:    make(chan struct{}),
 	}
 	if s.cg {
-		p.Cgroup = a.path
+		p.Cgroup, p.SelfCgroup = a.path, selfDir(a.path)
 	}
 	for _, o := range outs {
 		s.mu.Lock()

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io/fs"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -134,7 +135,7 @@ func (s *Supervisor) runStop(ctx context.Context, op *stopOp, dir string, grace 
 		}
 	}
 	if s.cg && err == nil {
-		err = cgroup.RemoveTree(dir)
+		err = removeGroups(op.sub, dir)
 	}
 	for _, ch := range op.others {
 		select {
@@ -143,6 +144,33 @@ func (s *Supervisor) runStop(ctx context.Context, op *stopOp, dir string, grace 
 		}
 	}
 	return err
+}
+
+// removeGroups removes dir's subtree, which must be empty: the groups of
+// the records in sub that lie in it (each self leaf, then its group),
+// deepest first, then dir. That takes one rmdir per directory and no
+// directory reads (which would add half again with two directories per
+// agent); only when something is left, such as directories kin did not
+// make, does it walk the tree.
+func removeGroups(sub []*agent, dir string) error {
+	paths := make([]string, 0, len(sub))
+	for _, b := range sub {
+		if within(b.path, dir) {
+			paths = append(paths, b.path)
+		}
+	}
+	depth := func(p string) int { return strings.Count(p, "/") }
+	slices.SortFunc(paths, func(a, b string) int { return depth(b) - depth(a) })
+	for _, p := range paths {
+		unix.Rmdir(selfDir(p))
+		if p != dir {
+			unix.Rmdir(p)
+		}
+	}
+	if err := unix.Rmdir(dir); err == nil || err == unix.ENOENT {
+		return nil
+	}
+	return cgroup.RemoveTree(dir)
 }
 
 // endStop forgets op's records on success and lets a later Stop retry on
@@ -308,70 +336,4 @@ func waitUntil(ctx context.Context, cond func() bool) error {
 		}
 		backoff = min(2*backoff, 50*time.Millisecond)
 	}
-}
-
-// Freeze freezes agent id and everything nested in it, and returns once
-// cgroup.events says "frozen 1". With process groups it sends SIGSTOP until
-// every process of the agents shows as stopped.
-func (s *Supervisor) Freeze(ctx context.Context, id kin.AgentID) error {
-	a, ids, procs, err := s.lookupSubtree(id)
-	if err != nil {
-		return err
-	}
-	if s.cg {
-		return cgroup.Freeze(ctx, a.path)
-	}
-	return waitUntil(ctx, func() bool {
-		all := true
-		for _, pid := range s.scanTargets(ids, procs) {
-			if st, err := readStat(pid); err == nil && st.state != 'T' && st.state != 't' {
-				all = false
-				signalPid(pid, unix.SIGSTOP)
-			}
-		}
-		return all
-	})
-}
-
-// Thaw undoes Freeze and returns once cgroup.events says "frozen 0". It
-// fails when an enclosing agent is frozen too.
-func (s *Supervisor) Thaw(ctx context.Context, id kin.AgentID) error {
-	a, ids, procs, err := s.lookupSubtree(id)
-	if err != nil {
-		return err
-	}
-	if s.cg {
-		return cgroup.Thaw(ctx, a.path, s.mount.Dir)
-	}
-	return waitUntil(ctx, func() bool {
-		none := true
-		for _, pid := range s.scanTargets(ids, procs) {
-			if st, err := readStat(pid); err == nil && st.state == 'T' {
-				none = false
-				signalPid(pid, unix.SIGCONT)
-			}
-		}
-		return none
-	})
-}
-
-func (s *Supervisor) lookupSubtree(id kin.AgentID) (*agent, map[kin.AgentID]bool, []*Process, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed {
-		return nil, nil, nil, ErrClosed
-	}
-	a := s.agents[id]
-	if a == nil {
-		return nil, nil, nil, fmt.Errorf("%w %d", ErrUnknownAgent, id)
-	}
-	ids := map[kin.AgentID]bool{}
-	var procs []*Process
-	for _, b := range s.subtreeLocked(a) {
-		ids[b.id] = true
-		if b.proc != nil && !isDone(b.proc) {
-			procs = append(procs, b.proc)
-		}
-	}
-	return a, ids, procs, nil
 }

@@ -33,7 +33,23 @@ var (
 	ErrRunning      = errors.New("supervisor: agent already running")
 	ErrStopping     = errors.New("supervisor: agent is stopping")
 	ErrUnsupported  = errors.New("supervisor: not supported with process-groups containment")
+	// ErrInFrozenSubtree: a Thaw cannot take effect because the agent lies
+	// in a subtree frozen as a whole (Freeze with subtree) by itself or an
+	// enclosing agent; thaw that one with subtree instead.
+	ErrInFrozenSubtree = errors.New("supervisor: agent is inside a frozen subtree")
+	// ErrFrozen: Start refuses to run a process for a frozen agent (its own
+	// Freeze, or a subtree Freeze of it or of an enclosing agent): the
+	// process would freeze between fork and exec, and Start with it.
+	ErrFrozen = errors.New("supervisor: agent is frozen")
 )
+
+// SelfLeaf is the name of the leaf group, inside each agent's group, that
+// holds the agent's own processes: <root>/a7/self, while child agents' groups
+// nest beside it (<root>/a7/a12, their processes in <root>/a7/a12/self).
+const SelfLeaf = "self"
+
+// selfDir is the leaf holding the processes of the agent whose group is dir.
+func selfDir(dir string) string { return filepath.Join(dir, SelfLeaf) }
 
 // Log attribute keys.
 const (
@@ -100,8 +116,8 @@ type Supervisor struct {
 }
 
 // agent is the supervisor's record of one agent group. path is the cgroup
-// directory (virtual with process groups); a subtree is every record whose
-// path is at or below it.
+// directory (virtual with process groups), whose SelfLeaf holds the agent's
+// own processes; a subtree is every record whose path is at or below it.
 type agent struct {
 	id       kin.AgentID
 	path     string
@@ -110,6 +126,12 @@ type agent struct {
 	stopping chan struct{} // non-nil once a Stop covers the group; closed when done
 	stopErr  error
 	adopted  bool
+	// With process groups only (cgroup2 keeps this in cgroup.freeze): a
+	// Freeze of this agent alone, or of its subtree, is in force.
+	freezeSelf, freezeSubtree bool
+	// Freezes of this agent alone, or of its subtree, in progress: Start
+	// refuses processes they cover, and they wait for Starts in flight.
+	freezingSelf, freezingTree int
 }
 
 func groupName(id kin.AgentID) string { return "a" + id.String() }
@@ -136,8 +158,8 @@ func (s *Supervisor) marker(id kin.AgentID) string { return s.cfg.Name + "/" + i
 //
 // The root goes under the daemon's own cgroup when that is writable (the
 // delegated subtree under systemd's Delegate=yes), else at the top of the
-// cgroup2 mount. Without controllers, a cgroup may hold processes and child
-// groups at once, which the nesting relies on. Without a writable cgroup2
+// cgroup2 mount. Processes live only in leaf groups (<group>/self), so the
+// layout would stay valid with controllers enabled. Without a writable cgroup2
 // (or cgroup.kill, Linux 5.14), agents get process groups instead.
 func New(cfg Config) (*Supervisor, error) {
 	if cfg.Name == "" {

@@ -115,19 +115,27 @@ exec sleep 1000
 		}
 	}
 	if s.cg {
-		// A process lives in a group that also has child groups (no
-		// controllers are enabled, so "no internal processes" does not apply).
-		if !within(p2.Cgroup, p1.Cgroup) || !within(p3.Cgroup, p2.Cgroup) {
+		// Groups nest (a1/a2/a3); each agent's processes are in its self
+		// leaf (a1/self, a1/a2/self, ...), never in a group directory.
+		if p2.Cgroup != filepath.Join(p1.Cgroup, "a2") || p3.Cgroup != filepath.Join(p2.Cgroup, "a3") {
 			t.Fatalf("groups are not nested: %s %s %s", p1.Cgroup, p2.Cgroup, p3.Cgroup)
 		}
 		for _, p := range []*Process{p1, p2, p3} {
-			procs, err := cgroup.Procs(p.Cgroup)
-			if err != nil || len(procs) == 0 {
-				t.Fatalf("group %s holds no process (%v)", p.Cgroup, err)
+			if p.SelfCgroup != filepath.Join(p.Cgroup, SelfLeaf) {
+				t.Fatalf("agent %d: leaf %s, group %s", p.ID, p.SelfCgroup, p.Cgroup)
+			}
+			if procs, err := cgroup.Procs(p.SelfCgroup); err != nil || len(procs) == 0 {
+				t.Fatalf("leaf %s holds no process (%v)", p.SelfCgroup, err)
+			}
+			if procs, err := cgroup.Procs(p.Cgroup); err != nil || len(procs) != 0 {
+				t.Fatalf("group %s holds processes %v (%v); they belong in its leaf", p.Cgroup, procs, err)
+			}
+			if d, err := s.mount.DirOfPID(p.Pid); err != nil || d != p.SelfCgroup {
+				t.Fatalf("agent %d's process is in %s (%v), want %s", p.ID, d, err, p.SelfCgroup)
 			}
 		}
-		if d, _ := s.mount.DirOfPID(orphan); d != p2.Cgroup {
-			t.Fatalf("orphan is in %s, not in its agent's group %s", d, p2.Cgroup)
+		if d, _ := s.mount.DirOfPID(orphan); d != p2.SelfCgroup {
+			t.Fatalf("orphan is in %s, not in its agent's leaf %s", d, p2.SelfCgroup)
 		}
 	}
 	for l, want := range map[string]kin.AgentID{"top": 1, "top-child": 1, "mid": 2, "orphan": 2, "leaf": 3, "leaf-child": 3} {
@@ -241,34 +249,54 @@ func TestFreezeThaw(t *testing.T) {
 	ctx := testCtx(t)
 	p1 := start(t, s, sleeper(1, 0))
 	p2 := start(t, s, sleeper(2, 1))
-	events := func(p *Process) cgroup.Events {
-		e, err := cgroup.ReadEvents(p.Cgroup)
+	events := func(dir string) cgroup.Events {
+		e, err := cgroup.ReadEvents(dir)
 		if err != nil {
 			t.Fatal(err)
 		}
 		return e
 	}
-	if err := s.Freeze(ctx, 1); err != nil {
+	if err := s.Freeze(ctx, 1, true); err != nil {
 		t.Fatalf("Freeze: %v", err)
 	}
-	for _, p := range []*Process{p1, p2} {
-		if e := events(p); !e.Frozen || !e.Populated {
-			t.Errorf("after Freeze, %s: %+v", p.Cgroup, e)
+	for _, dir := range []string{p1.Cgroup, p1.SelfCgroup, p2.Cgroup, p2.SelfCgroup} {
+		if e := events(dir); !e.Frozen || !e.Populated {
+			t.Errorf("after Freeze, %s: %+v", dir, e)
 		}
 	}
-	if err := s.Thaw(ctx, 2); err == nil {
-		t.Error("Thaw of a child inside a frozen parent succeeded")
+	if self, eff, err := s.Frozen(1); err != nil || !self || !eff {
+		t.Errorf("Frozen(1) = %v, %v, %v; want true, true", self, eff, err)
 	}
-	if err := s.Thaw(ctx, 1); err != nil {
+	if self, eff, err := s.Frozen(2); err != nil || self || !eff {
+		t.Errorf("Frozen(2) = %v, %v, %v; want false (not its own freeze), true", self, eff, err)
+	}
+	if g, err := s.Group(1); err != nil || !g.Frozen || !g.SelfFrozen || !g.SubtreeFrozen || len(g.Pids) != 1 || g.Pids[0] != p1.Pid {
+		t.Errorf("Group(1) = %+v, %v", g, err)
+	}
+	for _, sub := range []bool{false, true} {
+		if err := s.Thaw(ctx, 2, sub); !errors.Is(err, ErrInFrozenSubtree) {
+			t.Errorf("Thaw(child, subtree %v) inside a frozen parent: %v, want ErrInFrozenSubtree", sub, err)
+		}
+	}
+	if err := s.Thaw(ctx, 1, false); !errors.Is(err, ErrInFrozenSubtree) {
+		t.Errorf("Thaw(1, false) of a subtree freeze: %v, want ErrInFrozenSubtree", err)
+	}
+	if err := s.Thaw(ctx, 1, true); err != nil {
 		t.Fatalf("Thaw: %v", err)
 	}
-	for _, p := range []*Process{p1, p2} {
-		if e := events(p); e.Frozen {
-			t.Errorf("after Thaw, %s: %+v", p.Cgroup, e)
+	for _, dir := range []string{p1.Cgroup, p1.SelfCgroup, p2.Cgroup, p2.SelfCgroup} {
+		if e := events(dir); e.Frozen {
+			t.Errorf("after Thaw, %s: %+v", dir, e)
 		}
 	}
+	if self, eff, err := s.Frozen(1); err != nil || self || eff {
+		t.Errorf("Frozen(1) after Thaw = %v, %v, %v", self, eff, err)
+	}
 	// A frozen tree stopped with a grace is thawed so SIGTERM can work.
-	if err := s.Freeze(ctx, 1); err != nil {
+	if err := s.Freeze(ctx, 1, true); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Freeze(ctx, 2, false); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.Stop(ctx, 1, 5*time.Second); err != nil {
@@ -298,7 +326,7 @@ func TestFreezeThawProcessGroups(t *testing.T) {
 		}
 		return st.state
 	}
-	if err := s.Freeze(ctx, 1); err != nil {
+	if err := s.Freeze(ctx, 1, false); err != nil {
 		t.Fatal(err)
 	}
 	for _, pid := range pids {
@@ -306,13 +334,19 @@ func TestFreezeThawProcessGroups(t *testing.T) {
 			t.Errorf("pid %d state %c after Freeze", pid, c)
 		}
 	}
-	if err := s.Thaw(ctx, 1); err != nil {
+	if self, eff, err := s.Frozen(1); err != nil || !self || !eff {
+		t.Errorf("Frozen(1) = %v, %v, %v; want true, true", self, eff, err)
+	}
+	if err := s.Thaw(ctx, 1, false); err != nil {
 		t.Fatal(err)
 	}
 	for _, pid := range pids {
 		if c := state(pid); c == 'T' {
 			t.Errorf("pid %d still stopped after Thaw", pid)
 		}
+	}
+	if self, eff, err := s.Frozen(1); err != nil || self || eff {
+		t.Errorf("Frozen(1) after Thaw = %v, %v, %v", self, eff, err)
 	}
 	if _, ok := p1.Exit(); ok {
 		t.Error("agent exited")
@@ -416,6 +450,10 @@ func TestAdopt(t *testing.T) {
 	p1 := start(t, a, sleeper(1, 0))
 	p2 := start(t, a, sleeper(2, 1))
 	w1, w2 := watchPid(t, p1.Pid), watchPid(t, p2.Pid)
+	// A freeze of the child alone outlives the restart.
+	if err := a.Freeze(testCtx(t), 2, false); err != nil {
+		t.Fatal(err)
+	}
 	if err := a.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -434,7 +472,8 @@ func TestAdopt(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(groups) != 2 || groups[0].ID != 1 || groups[0].Parent != 0 || groups[1].ID != 2 || groups[1].Parent != 1 {
+	if len(groups) != 2 || groups[0].ID != 1 || groups[0].Parent != 0 || groups[1].ID != 2 || groups[1].Parent != 1 ||
+		groups[0].Path != p1.Cgroup || groups[1].Path != p2.Cgroup || groups[1].Self != p2.SelfCgroup {
 		t.Fatalf("Discover: %+v", groups)
 	}
 	for i, want := range []int{p1.Pid, p2.Pid} {
@@ -447,8 +486,20 @@ func TestAdopt(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if !b.PeerInCgroup(p2.Pid, 2) {
-		t.Error("adopted child's process is not attributed to it")
+	if !b.PeerInCgroup(p2.Pid, 2) || b.PeerInCgroup(p2.Pid, 1) || !b.PeerInCgroup(p1.Pid, 1) || b.PeerInCgroup(p1.Pid, 2) {
+		t.Error("adopted agents' processes are misattributed")
+	}
+	if self, eff, err := b.Frozen(2); err != nil || !self || !eff {
+		t.Errorf("adopted Frozen(2) = %v, %v, %v; want the freeze of the earlier run", self, eff, err)
+	}
+	if self, eff, err := b.Frozen(1); err != nil || self || eff {
+		t.Errorf("adopted Frozen(1) = %v, %v, %v; want not frozen", self, eff, err)
+	}
+	if err := b.Thaw(testCtx(t), 2, false); err != nil {
+		t.Fatal(err)
+	}
+	if _, eff, err := b.Frozen(2); err != nil || eff {
+		t.Errorf("adopted Frozen(2) after Thaw: %v, %v", eff, err)
 	}
 	if err := b.Stop(testCtx(t), 1, 0); err != nil {
 		t.Fatal(err)

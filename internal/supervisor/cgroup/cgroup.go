@@ -201,29 +201,90 @@ func Freeze(ctx context.Context, dir string) error {
 	return waitTree(ctx, dir, true)
 }
 
-// Thaw clears dir's cgroup.freeze and returns once cgroup.events says
-// "frozen 0" in dir and every group below it. It fails at once when a group
-// would stay frozen: an ancestor of dir up to (not including) stopAt, or a
-// group below dir, that is frozen itself.
+// FrozenError says that a group cannot thaw because another group, Dir
+// (an ancestor, or a group below it), is frozen itself.
+type FrozenError struct {
+	Group string // the group that stays frozen
+	Dir   string // the group whose own cgroup.freeze keeps it frozen
+	Below bool   // Dir is below Group, not an ancestor
+}
+
+func (e *FrozenError) Error() string {
+	if e.Below {
+		return fmt.Sprintf("cgroup %s stays frozen: %s below it is frozen itself", e.Group, e.Dir)
+	}
+	return fmt.Sprintf("cgroup %s stays frozen: ancestor %s is frozen", e.Group, e.Dir)
+}
+
+// FrozenAncestor returns the nearest ancestor of dir, up to (not including)
+// stopAt, whose own cgroup.freeze is 1, or "" when there is none.
+func FrozenAncestor(dir, stopAt string) string {
+	for d := filepath.Dir(dir); within(d, stopAt) && d != stopAt; d = filepath.Dir(d) {
+		if on, err := FreezeSet(d); err == nil && on {
+			return d
+		}
+	}
+	return ""
+}
+
+// Thaw clears dir's own cgroup.freeze and returns once cgroup.events says
+// "frozen 0" in dir and every group below it. When an ancestor of dir up to
+// (not including) stopAt is frozen itself, it fails with a *FrozenError
+// without writing anything (the thaw could not take effect); when a group
+// below dir is frozen itself, it fails with a *FrozenError after the write.
 func Thaw(ctx context.Context, dir, stopAt string) error {
+	if anc := FrozenAncestor(dir, stopAt); anc != "" {
+		return &FrozenError{Group: dir, Dir: anc}
+	}
 	if err := SetFreeze(dir, false); err != nil {
 		return err
 	}
-	for d := filepath.Dir(dir); within(d, stopAt) && d != stopAt; d = filepath.Dir(d) {
-		if on, err := FreezeSet(d); err == nil && on {
-			return fmt.Errorf("cgroup %s stays frozen: ancestor %s is frozen", dir, d)
-		}
+	// An ancestor frozen meanwhile would make the wait hang: check again.
+	if anc := FrozenAncestor(dir, stopAt); anc != "" {
+		return &FrozenError{Group: dir, Dir: anc}
 	}
 	return waitTree(ctx, dir, false)
 }
 
-// waitTree waits until dir and every group below it report frozen. Groups
-// removed meanwhile are skipped.
+// ThawTree clears cgroup.freeze in dir and in every group below it (parents
+// first), so that a subtree frozen by any mix of freezes of its groups ends
+// thawed, and returns once cgroup.events says "frozen 0" throughout. Like
+// Thaw, it fails with a *FrozenError, writing nothing, when an ancestor of
+// dir up to (not including) stopAt is frozen itself.
+func ThawTree(ctx context.Context, dir, stopAt string) error {
+	if anc := FrozenAncestor(dir, stopAt); anc != "" {
+		return &FrozenError{Group: dir, Dir: anc}
+	}
+	err := Walk(dir, func(d string) error {
+		on, err := FreezeSet(d)
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil
+		}
+		if err != nil || !on {
+			return err
+		}
+		if err := SetFreeze(d, false); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return err
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	if anc := FrozenAncestor(dir, stopAt); anc != "" {
+		return &FrozenError{Group: dir, Dir: anc}
+	}
+	return waitTree(ctx, dir, false)
+}
+
+// waitTree waits until dir and every group below it report frozen (or
+// thawed). Groups removed meanwhile are skipped. Waiting for a thaw fails
+// when a group below dir is frozen itself.
 func waitTree(ctx context.Context, dir string, frozen bool) error {
 	return Walk(dir, func(d string) error {
 		if !frozen && d != dir {
 			if on, err := FreezeSet(d); err == nil && on {
-				return fmt.Errorf("cgroup %s stays frozen: it is frozen itself", d)
+				return &FrozenError{Group: dir, Dir: d, Below: true}
 			}
 		}
 		_, err := WaitEvents(ctx, d, func(e Events) bool { return e.Frozen == frozen })
@@ -250,9 +311,29 @@ func Procs(dir string) ([]int, error) {
 	return pids, nil
 }
 
-// Walk calls fn for dir and every group below it, parents first.
+// ProcsTree lists the processes in dir and in every group below it. Groups
+// removed meanwhile are skipped; a missing dir gives an error satisfying
+// errors.Is(err, fs.ErrNotExist).
+func ProcsTree(dir string) ([]int, error) {
+	var pids []int
+	err := Walk(dir, func(d string) error {
+		p, err := Procs(d)
+		if errors.Is(err, fs.ErrNotExist) && d != dir {
+			return nil
+		}
+		pids = append(pids, p...)
+		return err
+	})
+	return pids, err
+}
+
+// Walk calls fn for dir and every group below it, parents first. When fn
+// returns fs.SkipDir, Walk does not descend into that group.
 func Walk(dir string, fn func(dir string) error) error {
 	if err := fn(dir); err != nil {
+		if err == fs.SkipDir {
+			return nil
+		}
 		return err
 	}
 	ents, err := os.ReadDir(dir)

@@ -177,3 +177,81 @@ func mustMount(t *testing.T) Mount {
 	}
 	return m
 }
+
+// TestThawTree: a leaf frozen on its own stays frozen through a Thaw of its
+// parent, and a Thaw of it fails (writing nothing) under a frozen ancestor;
+// ThawTree clears every freeze below it.
+func TestThawTree(t *testing.T) {
+	dir := testGroup(t)
+	self := filepath.Join(dir, "self")
+	child := filepath.Join(dir, "a2")
+	childSelf := filepath.Join(child, "self")
+	for _, d := range []string{self, child, childSelf} {
+		if err := os.Mkdir(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A stray directory inside a leaf: not a group for ProcsTree's caller,
+	// but its processes are listed, and Walk can skip it.
+	sub := filepath.Join(self, "sub")
+	if err := os.Mkdir(sub, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	c1, c3 := startIn(t, self), startIn(t, sub)
+	startIn(t, childSelf)
+	if pids, err := ProcsTree(self); err != nil || len(pids) != 2 {
+		t.Errorf("ProcsTree(self) = %v, %v; want %d and %d", pids, err, c1.Process.Pid, c3.Process.Pid)
+	}
+	if _, err := ProcsTree(filepath.Join(dir, "missing")); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("ProcsTree of a missing group: %v", err)
+	}
+	var walked []string
+	Walk(dir, func(d string) error {
+		walked = append(walked, d)
+		if filepath.Base(d) == "self" {
+			return fs.SkipDir
+		}
+		return nil
+	})
+	if strings.Contains(strings.Join(walked, " "), "sub") || len(walked) != 4 {
+		t.Errorf("Walk with SkipDir visited %v", walked)
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for _, d := range []string{childSelf, self, dir} {
+		if err := Freeze(ctx, d); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := FrozenAncestor(childSelf, filepath.Dir(dir)); got != dir {
+		t.Errorf("FrozenAncestor = %q, want %q", got, dir)
+	}
+	var fe *FrozenError
+	if err := Thaw(ctx, childSelf, filepath.Dir(dir)); !errors.As(err, &fe) || fe.Dir != dir || fe.Below {
+		t.Errorf("Thaw under a frozen ancestor: %v", err)
+	}
+	if on, _ := FreezeSet(childSelf); !on {
+		t.Error("a failed Thaw cleared the freeze")
+	}
+	if err := Thaw(ctx, dir, filepath.Dir(dir)); !errors.As(err, &fe) || !fe.Below {
+		t.Errorf("Thaw of a group whose leaves are frozen themselves: %v", err)
+	}
+	if e, _ := ReadEvents(self); !e.Frozen {
+		t.Errorf("%s thawed with its parent though frozen itself: %+v", self, e)
+	}
+	if err := ThawTree(ctx, dir, filepath.Dir(dir)); err != nil {
+		t.Fatal(err)
+	}
+	err := Walk(dir, func(d string) error {
+		on, err := FreezeSet(d)
+		e, _ := ReadEvents(d)
+		if err != nil || on || e.Frozen {
+			return fmt.Errorf("%s after ThawTree: freeze %v (%v), %+v", d, on, err, e)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Error(err)
+	}
+}
