@@ -69,9 +69,14 @@ func New(cfg Config) (*Client, error) {
 	return nil, errors.New("client: neither a socket nor an address to reach kin")
 }
 
-// FromEnv finds the daemon the way the CLI does: KIN_ADDR (+ KIN_TOKEN) if
-// set, else the socket in home (KIN_HOME, else ~/.kin when home is "").
+// FromEnv finds the daemon the way the CLI does: KIN_SOCKET if set (the
+// agent's own socket, which kin puts in every agent's environment: the
+// daemon knows the caller by it), else KIN_ADDR (+ KIN_TOKEN), else the
+// operator socket in home (KIN_HOME, else ~/.kin when home is "").
 func FromEnv(home string) (*Client, error) {
+	if sock := os.Getenv("KIN_SOCKET"); sock != "" {
+		return New(Config{Socket: sock})
+	}
 	if addr := os.Getenv("KIN_ADDR"); addr != "" {
 		return New(Config{Addr: addr, Token: os.Getenv("KIN_TOKEN")})
 	}

@@ -140,7 +140,23 @@ type Agent struct {
 	// SpawnBlockedUntil is set while the governor's circuit breaker refuses
 	// this agent's spawns.
 	SpawnBlockedUntil time.Time `json:"spawn_blocked_until,omitzero"`
+
+	// The runtime of a spawned agent (zero for registered-only agents).
+	PID           int           `json:"pid,omitempty"`
+	Command       []string      `json:"command,omitempty"`
+	Restart       RestartPolicy `json:"restart,omitempty"`
+	Grace         Duration      `json:"grace,omitempty"`
+	StartedAt     time.Time     `json:"started_at,omitzero"`
+	EndedAt       time.Time     `json:"ended_at,omitzero"`
+	Exit          *Exit         `json:"exit,omitempty"`
+	EndReason     string        `json:"end_reason,omitempty"` // exited, crashed, parent_dead, stopped, offline, lost, ...
+	Replaces      AgentID       `json:"replaces,omitempty"`   // the agent this one replaced after a crash
+	Cursor        string        `json:"cursor,omitempty"`     // the last cursor it reported
+	LastHeartbeat time.Time     `json:"last_heartbeat,omitzero"`
 }
+
+// Running reports whether the agent has a process that has not ended.
+func (a *Agent) Running() bool { return a.PID != 0 && a.EndedAt.IsZero() }
 
 // Live reports whether the agent counts against its parent's children limit
 // and its role's cardinality: not revoked or terminated, and still running or

@@ -15,6 +15,18 @@ const (
 	EventSpawnRejected   = "spawn.rejected"      // addressed to the parent: parent, code, message, ...
 	EventCircuitOpen     = "governor.circuit_open"
 	EventGovernorChanged = "governor.changed" // key, from, to, by
+
+	// The supervisor's events (seed 001 "Parent Death", seed 002 §5).
+	EventAgentStarted  = "agent.started"      // agent, pid, command
+	EventAgentExited   = "agent.exited"       // agent, state, code, signal
+	EventChildCancel   = "agent.child.cancel" // seed 001: parent, child, reason
+	EventAgentStop     = "agent.stop"         // seed 001: agent, status
+	EventAgentState    = "agent.state"        // agent, from, to: liveness transitions
+	EventAgentOffline  = "agent.offline"      // addressed to the parent: agent, parent, last_heartbeat
+	EventAgentReplaced = "agent.replaced"     // agent (the old one), replacement, cursor
+	EventAgentFailed   = "agent.failed"       // addressed to the parent: restart intensity exceeded
+	EventAgentAdopted  = "agent.adopted"      // a restarted daemon took the running agent back
+	EventAgentLost     = "agent.lost"         // its process ended while the daemon was down
 )
 
 // Event is one entry of the append-only event stream. On the wire it is a

@@ -24,6 +24,27 @@ type Profile struct {
 	// CircuitBreaker refuses a parent's spawns for a cool-down once too
 	// many of them were rejected within a window (seed 002 §4.2).
 	CircuitBreaker CircuitBreaker `json:"circuit_breaker"`
+	// AllowDetach lets agents have detached children, which outlive them.
+	// Seed 001: detached requires an explicit grant; denied by default.
+	AllowDetach bool `json:"allow_detach,omitempty"`
+	// Heartbeat is the liveness window (seed 002 §5).
+	Heartbeat Heartbeat `json:"heartbeat"`
+	// Restart limits crash replacements: at most MaxRestarts in Period
+	// for one agent and its replacements, like an OTP supervisor.
+	Restart RestartIntensity `json:"restart"`
+}
+
+// Heartbeat configures liveness: an agent that has heartbeated is stale
+// after one missed Window and offline after OfflineAfter missed windows.
+type Heartbeat struct {
+	Window       Duration `json:"window"`
+	OfflineAfter int      `json:"offline_after"`
+}
+
+// RestartIntensity is the restart limit.
+type RestartIntensity struct {
+	MaxRestarts int      `json:"max_restarts"`
+	Period      Duration `json:"period"`
 }
 
 // RoleRule is what a role may do under a profile.

@@ -35,6 +35,19 @@ type Service interface {
 	SetGovernor(ctx context.Context, key, value string) (*GovernorInfo, error)
 	// Status describes the daemon.
 	Status(ctx context.Context) (*DaemonStatus, error)
+
+	// Spawn registers an agent and starts its process, supervised.
+	Spawn(ctx context.Context, req SpawnRequest) (*Agent, error)
+	// Stop stops an agent's process and cancels its owned subtree, and
+	// returns the agents it stopped.
+	Stop(ctx context.Context, req StopRequest) ([]*Agent, error)
+	// Heartbeat reports an agent alive (seed 002 §5).
+	Heartbeat(ctx context.Context, req HeartbeatRequest) (*Agent, error)
+	// Logs calls fn with an agent's captured output from req.Offset on,
+	// and with Follow keeps doing so until the agent ends or ctx is done.
+	Logs(ctx context.Context, req LogsRequest, fn func([]byte) error) error
+	// Whoami returns the calling agent, or nil for the operator.
+	Whoami(ctx context.Context) (*Agent, error)
 }
 
 // DaemonStatus describes a running daemon.
@@ -49,4 +62,10 @@ type DaemonStatus struct {
 	StartedAt time.Time `json:"started_at"`
 	Agents    int       `json:"agents"`
 	LastEvent int64     `json:"last_event"`
+	// Containment is how agents' processes are held: "cgroup2" or
+	// "process-groups" (where no writable cgroup v2 exists).
+	Containment       string `json:"containment"`
+	ContainmentReason string `json:"containment_reason,omitempty"`
+	CgroupRoot        string `json:"cgroup_root,omitempty"`
+	Running           int    `json:"running"`
 }

@@ -24,6 +24,15 @@ type Config struct {
 	Synchronous string
 	// Version is reported by Status.
 	Version string
+	// LeaveRunning makes a clean shutdown leave agents running for the next
+	// daemon to re-adopt; by default a shutdown stops every agent.
+	LeaveRunning bool
+	// Containment forces "cgroup2" or "process-groups"; "" picks cgroup2
+	// when a writable cgroup v2 exists.
+	Containment string
+	// CgroupName names the kin root cgroup; default "kin-" and a hash of
+	// the home, stable across restarts so agents can be re-adopted.
+	CgroupName string
 	// Logger receives the daemon's structured logs; nil discards them.
 	Logger *slog.Logger
 	// Clock returns the current time; tests inject their own.

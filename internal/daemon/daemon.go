@@ -21,6 +21,7 @@ import (
 	"github.com/kin-agents/kin/internal/httpapi"
 	"github.com/kin-agents/kin/internal/store"
 	"github.com/kin-agents/kin/internal/store/sqlite"
+	"github.com/kin-agents/kin/internal/supervisor"
 	"github.com/kin-agents/kin/kin"
 )
 
@@ -49,6 +50,18 @@ type Daemon struct {
 	baseProfile   kin.Profile
 	overrides     map[string]string
 
+	// The supervisor and what the daemon knows of running agents.
+	sup          *supervisor.Supervisor
+	ctxDir       string // the agent filesystem's root: <home>/ctx
+	rtMu         sync.Mutex
+	runtimes     map[kin.AgentID]*runtime
+	adopted      map[kin.AgentID]*os.File // pidfds of re-adopted processes
+	shuttingDown bool
+	exitWG       sync.WaitGroup // exit handlers and restarts
+	agentSrv     *http.Server   // serves every agent socket
+	sockMu       sync.Mutex
+	socks        map[string]*agentSocket // by socket path
+
 	lock     *os.File
 	unixLn   net.Listener
 	tcpLn    net.Listener
@@ -75,6 +88,10 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 		pid:       os.Getpid(),
 		overrides: map[string]string{},
 		closing:   make(chan struct{}),
+		ctxDir:    filepath.Join(cfg.Home, "ctx"),
+		runtimes:  map[kin.AgentID]*runtime{},
+		adopted:   map[kin.AgentID]*os.File{},
+		socks:     map[string]*agentSocket{},
 	}
 	if d.log == nil {
 		d.log = slog.New(slog.DiscardHandler)
@@ -116,6 +133,35 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 	if d.token, err = loadOrCreateToken(filepath.Join(cfg.Home, TokenName)); err != nil {
 		return nil, err
 	}
+	for _, dir := range []string{filepath.Join(cfg.Home, "logs"), filepath.Join(d.ctxDir, "agent")} {
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			return nil, err
+		}
+	}
+	name := cfg.CgroupName
+	if name == "" {
+		name = defaultCgroupName(cfg.Home)
+	}
+	d.sup, err = supervisor.New(supervisor.Config{
+		Name:        name,
+		Containment: cfg.Containment,
+		KeepOnClose: cfg.LeaveRunning,
+		OnExit:      d.onExit,
+		Logger:      d.log,
+	})
+	if err != nil {
+		return nil, err
+	}
+	api := httpapi.New(d, d.token, d.log)
+	d.agentSrv = &http.Server{
+		Handler:           api.Handler(false),
+		ReadHeaderTimeout: 10 * time.Second,
+		ConnContext:       d.agentConnContext,
+		ConnState:         d.agentConnState,
+	}
+	if err := d.reconcile(ctx); err != nil {
+		return nil, fmt.Errorf("reconcile running agents: %w", err)
+	}
 	// Open both listeners before serving either, so no request sees a
 	// half-started daemon.
 	if err := d.listenUnix(); err != nil {
@@ -127,13 +173,15 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 		}
 	}
 	d.started = d.now()
-	api := httpapi.New(d, d.token, d.log)
-	d.serve(d.unixLn, api.Handler(false))
+	d.serve(d.unixLn, api.Handler(false), d.operatorConnContext)
 	if d.tcpLn != nil {
-		d.serve(d.tcpLn, api.Handler(true))
+		d.serve(d.tcpLn, api.Handler(true), nil)
 	}
+	d.wg.Add(1)
+	go d.watchLiveness()
 	d.log.Info("kin serve started", "home", cfg.Home, "socket", d.SocketPath(), "http", d.HTTPAddr(),
-		"store", st.Driver(), "profile", d.profileSource)
+		"store", st.Driver(), "profile", d.profileSource, "containment", d.sup.Containment(),
+		"containment_reason", d.sup.ContainmentReason(), "cgroup", d.sup.Root(), "running", d.runningCount())
 	return d, nil
 }
 
@@ -268,8 +316,8 @@ func (d *Daemon) listenTCP() error {
 	return nil
 }
 
-func (d *Daemon) serve(ln net.Listener, h http.Handler) {
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+func (d *Daemon) serve(ln net.Listener, h http.Handler, connContext func(context.Context, net.Conn) context.Context) {
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, ConnContext: connContext}
 	d.servers = append(d.servers, srv)
 	d.wg.Add(1)
 	go func() {
@@ -294,17 +342,49 @@ func (d *Daemon) HTTPAddr() string {
 // Token is the operator token.
 func (d *Daemon) Token() string { return d.token }
 
-// Close stops serving, ends event streams, and closes the store. It waits
-// for everything it started and is safe to call twice.
+// Close stops serving, stops every agent (unless the daemon was told to
+// leave them running for the next one), ends event streams, and closes the
+// store. It waits for everything it started and is safe to call twice.
 func (d *Daemon) Close() error {
 	d.once.Do(func() {
 		close(d.closing)
+		d.rtMu.Lock()
+		d.shuttingDown = true
+		d.rtMu.Unlock()
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		var errs []error
 		for _, srv := range d.servers {
 			if err := srv.Shutdown(ctx); err != nil {
 				errs = append(errs, srv.Close())
+			}
+		}
+		if d.sup != nil {
+			if !d.cfg.LeaveRunning {
+				d.stopAgents(context.Background())
+			}
+			d.rtMu.Lock()
+			for id, f := range d.adopted {
+				f.Close() // ends the pidfd watchers
+				delete(d.adopted, id)
+			}
+			d.rtMu.Unlock()
+			d.exitWG.Wait()
+			errs = append(errs, d.sup.Close())
+			d.exitWG.Wait() // exits the supervisor reported while closing
+		}
+		if d.agentSrv != nil {
+			if err := d.agentSrv.Shutdown(ctx); err != nil {
+				d.agentSrv.Close()
+			}
+			d.sockMu.Lock()
+			socks := make([]*agentSocket, 0, len(d.socks))
+			for _, s := range d.socks {
+				socks = append(socks, s)
+			}
+			d.sockMu.Unlock()
+			for _, s := range socks {
+				s.close()
 			}
 		}
 		d.wg.Wait()

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"os/signal"
 	"strings"
 	"sync"
 	"syscall"
@@ -18,30 +17,6 @@ import (
 	"github.com/kin-agents/kin/internal/kintest"
 	"github.com/kin-agents/kin/kin"
 )
-
-// TestMain lets the test binary act as a daemon process, so that tests can
-// kill -9 a real daemon.
-func TestMain(m *testing.M) {
-	if home := os.Getenv("KIN_TEST_DAEMON_HOME"); home != "" {
-		runDaemonProcess(home)
-		return
-	}
-	os.Exit(m.Run())
-}
-
-func runDaemonProcess(home string) {
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
-	defer stop()
-	cfg := daemon.DefaultConfig()
-	cfg.Home, cfg.HTTPAddr = home, "off"
-	d, err := daemon.Start(ctx, cfg)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	<-ctx.Done()
-	d.Close()
-}
 
 func TestSuspendDoesNotCascadeUnlessAsked(t *testing.T) {
 	d := kintest.StartDaemon(t)

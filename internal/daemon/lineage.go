@@ -91,4 +91,3 @@ func (l *lineage) isDescendant(id, ancestor kin.AgentID) bool {
 	}
 	return false
 }
-

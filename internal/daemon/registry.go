@@ -12,29 +12,60 @@ import (
 	"github.com/kin-agents/kin/kin"
 )
 
-// caller is who is acting. Everything reaching the daemon today comes from
-// the operator (the socket or the operator token); per-agent callers arrive
-// with the supervisor's per-agent sockets.
-func createdBy(ctx context.Context) string { return kin.Operator }
-
 // Register adds an agent under the governor's rules, checked in the same
 // transaction as the insert.
 func (d *Daemon) Register(ctx context.Context, req kin.RegisterRequest) (*kin.Agent, error) {
+	out, err := d.register(ctx, req, nil)
+	if err != nil {
+		return nil, err
+	}
+	d.lineage.add(out.ID, out.Parent)
+	return out, nil
+}
+
+// spawnExtra is what a spawn stores beside the registration.
+type spawnExtra struct {
+	command  []string
+	env      []string
+	dir      string
+	restart  kin.RestartPolicy
+	grace    kin.Duration
+	replaces kin.AgentID
+}
+
+// register validates, authorizes and inserts an agent (and its process spec
+// for a spawn) with its events, the governor's rules checked in the same
+// transaction. The caller adds the agent to the lineage.
+func (d *Daemon) register(ctx context.Context, req kin.RegisterRequest, extra *spawnExtra) (*kin.Agent, error) {
+	c := callerOf(ctx)
+	if c.refused != "" {
+		return nil, kin.Errorf(kin.ECodeForbidden, "%s", c.refused)
+	}
+	if req.Parent == 0 && c.agent != 0 {
+		req.Parent = c.agent // inside an agent, a spawn is a child of the caller
+	}
 	if err := req.Validate(); err != nil {
+		return nil, err
+	}
+	if req.Parent == 0 {
+		if err := d.operatorOnly(ctx, "register root agents"); err != nil {
+			return nil, err
+		}
+	} else if err := d.authorize(ctx, req.Parent, true); err != nil {
 		return nil, err
 	}
 	name, _ := kin.ParseName(req.Name) // validated above
 	if req.Life == "" {
 		req.Life = kin.LifeOwned
 	}
-	by := createdBy(ctx)
+	by := c.createdBy()
 	var out *kin.Agent
 	var refused *kin.Error
 	err := d.store.Update(ctx, func(tx store.Tx) error {
 		out, refused = nil, nil
 		prof := d.governor()
 		now := d.now()
-		facts := governor.SpawnFacts{ParentID: req.Parent, Name: name, Now: now}
+		facts := governor.SpawnFacts{ParentID: req.Parent, Name: name, Life: req.Life, Now: now}
 		if req.Parent != 0 {
 			p, err := tx.AgentGetByID(ctx, req.Parent)
 			if err != nil && !errors.Is(err, store.ErrNotFound) {
@@ -97,13 +128,18 @@ func (d *Daemon) Register(ctx context.Context, req kin.RegisterRequest) (*kin.Ag
 		if a.Responsible == "" && facts.Parent != nil {
 			a.Responsible = facts.Parent.Responsible // seed 000: children inherit by default
 		}
-		out, err = tx.AgentInsert(ctx, store.AgentInsertParams{Agent: a, NameContext: name.Context})
+		ins := store.AgentInsertParams{Agent: a, NameContext: name.Context}
+		if extra != nil {
+			ins.Agent.Command, ins.Agent.Restart, ins.Agent.Grace, ins.Agent.Replaces = extra.command, extra.restart, extra.grace, extra.replaces
+			ins.Env, ins.Dir = extra.env, extra.dir
+		}
+		out, err = tx.AgentInsert(ctx, ins)
 		if err != nil {
 			return err
 		}
 		if err := appendEvent(ctx, tx, now, kin.EventAgentRegistered, out.ID, out.Parent, registeredData{
 			Agent: out.ID, Name: out.Name, Role: out.Role, Creator: by, Responsible: out.Responsible,
-			Parent: out.Parent, Generation: out.Generation, Life: out.Life,
+			Parent: out.Parent, Generation: out.Generation, Life: out.Life, Replaces: out.Replaces,
 		}); err != nil {
 			return err
 		}
@@ -116,9 +152,6 @@ func (d *Daemon) Register(ctx context.Context, req kin.RegisterRequest) (*kin.Ag
 	})
 	if err != nil {
 		return nil, d.storeError(err)
-	}
-	if out != nil {
-		d.lineage.add(out.ID, out.Parent)
 	}
 	d.hub.notify()
 	if refused != nil {
@@ -166,6 +199,9 @@ func (d *Daemon) recordRejection(ctx context.Context, tx store.Tx, prof kin.Prof
 
 // Agent returns one agent.
 func (d *Daemon) Agent(ctx context.Context, id kin.AgentID) (*kin.Agent, error) {
+	if err := d.authorize(ctx, id, true); err != nil {
+		return nil, err
+	}
 	a, err := d.store.AgentGetByID(ctx, id)
 	if err != nil {
 		return nil, d.agentError(err, id)
@@ -175,6 +211,9 @@ func (d *Daemon) Agent(ctx context.Context, id kin.AgentID) (*kin.Agent, error) 
 
 // Agents lists agents.
 func (d *Daemon) Agents(ctx context.Context, f kin.AgentFilter) ([]*kin.Agent, error) {
+	if c := callerOf(ctx); c.refused != "" {
+		return nil, kin.Errorf(kin.ECodeForbidden, "%s", c.refused)
+	}
 	if f.Status != "" && !f.Status.Valid() {
 		return nil, kin.Errorf(kin.ECodeInvalid, "status %q is not one of active, suspended, revoked, terminated", f.Status)
 	}
@@ -187,6 +226,16 @@ func (d *Daemon) Agents(ctx context.Context, f kin.AgentFilter) ([]*kin.Agent, e
 	out, err := d.store.AgentList(ctx, f)
 	if err != nil {
 		return nil, d.storeError(err)
+	}
+	if c := callerOf(ctx); !c.operator() {
+		// An agent sees itself and its descendants only.
+		mine := out[:0]
+		for _, a := range out {
+			if d.authorize(ctx, a.ID, true) == nil {
+				mine = append(mine, a)
+			}
+		}
+		out = mine
 	}
 	return nonNil(out), nil
 }
@@ -201,6 +250,9 @@ func (d *Daemon) Children(ctx context.Context, id kin.AgentID) ([]*kin.Agent, er
 
 // Ancestors returns the responsibility chain, the agent first.
 func (d *Daemon) Ancestors(ctx context.Context, id kin.AgentID) ([]*kin.Agent, error) {
+	if err := d.authorize(ctx, id, true); err != nil {
+		return nil, err
+	}
 	out, err := d.store.AgentAncestors(ctx, id)
 	if err != nil {
 		return nil, d.agentError(err, id)
@@ -211,9 +263,18 @@ func (d *Daemon) Ancestors(ctx context.Context, id kin.AgentID) ([]*kin.Agent, e
 // Tree returns the subtree at id, or the whole forest for id 0. The shape
 // comes from the in-memory lineage; the rows from the store.
 func (d *Daemon) Tree(ctx context.Context, id kin.AgentID) ([]*kin.TreeNode, error) {
+	if c := callerOf(ctx); id == 0 && c.agent != 0 {
+		id = c.agent // an agent's forest is its own subtree
+	}
+	if err := d.authorize(ctx, id, true); id != 0 && err != nil {
+		return nil, err
+	}
 	var agents []*kin.Agent
 	var err error
 	if id == 0 {
+		if err := d.operatorOnly(ctx, "read the whole forest"); err != nil {
+			return nil, err
+		}
 		agents, err = d.store.AgentList(ctx, kin.AgentFilter{})
 	} else {
 		ids := d.lineage.subtree(id)
@@ -245,7 +306,11 @@ func BuildTree(agents []*kin.Agent, root kin.AgentID) []*kin.TreeNode {
 	return roots
 }
 
-// SetStatus applies an operator's status change.
+// SetStatus applies a status change. Suspending a running agent freezes its
+// cgroup (its own processes, or with Cascade the whole subtree) and its
+// state becomes suspended once the kernel reports it frozen; resuming thaws
+// it. Terminating a running agent stops it first, cancelling its owned
+// subtree. An agent may change only its descendants' status.
 func (d *Daemon) SetStatus(ctx context.Context, req kin.StatusRequest) ([]*kin.Agent, error) {
 	if !req.Action.Valid() {
 		return nil, kin.Errorf(kin.ECodeInvalid, "action %q is not one of suspend, resume, revoke, terminate", req.Action)
@@ -253,7 +318,33 @@ func (d *Daemon) SetStatus(ctx context.Context, req kin.StatusRequest) ([]*kin.A
 	if len(req.Reason) > kin.MaxScopeLen {
 		return nil, kin.Errorf(kin.ECodeInvalid, "reason is longer than %d bytes", kin.MaxScopeLen)
 	}
-	by := createdBy(ctx)
+	if err := d.authorize(ctx, req.ID, false); err != nil {
+		return nil, err
+	}
+	by := callerOf(ctx).createdBy()
+	var stopped []*kin.Agent
+	before := map[kin.AgentID]kin.Status{}
+	if req.Action == kin.ActionTerminate {
+		ids := []kin.AgentID{req.ID}
+		if req.Cascade {
+			ids = d.lineage.subtree(req.ID)
+		}
+		as, err := d.store.AgentListByIDs(ctx, ids)
+		if err != nil {
+			return nil, d.storeError(err)
+		}
+		for _, a := range as {
+			before[a.ID] = a.Status
+			if !a.Running() || d.runtimeOf(a.ID) == nil {
+				continue
+			}
+			got, err := d.cancelTree(context.WithoutCancel(ctx), a.ID, reasonTerminated, nil, true, kin.StateTerminated)
+			if err != nil {
+				return nil, err
+			}
+			stopped = append(stopped, got...)
+		}
+	}
 	var changed []*kin.Agent
 	var refused *kin.Error
 	err := d.store.Update(ctx, func(tx store.Tx) error {
@@ -277,17 +368,20 @@ func (d *Daemon) SetStatus(ctx context.Context, req kin.StatusRequest) ([]*kin.A
 		}
 		for _, a := range targets {
 			to, ok := req.Action.Transition(a.Status)
-			if !ok {
+			from := a.Status
+			if prev, wasStopped := before[a.ID]; wasStopped && a.Status == kin.StatusTerminated && prev != kin.StatusTerminated {
+				to, ok, from = kin.StatusTerminated, true, prev // stopped above: record the status change too
+			} else if !ok {
 				continue // with --cascade, descendants already past the change are left alone
 			}
 			state := kin.State("")
-			if to == kin.StatusTerminated {
+			if to == kin.StatusTerminated && !a.State.Terminal() {
 				state = kin.StateTerminated
 			}
 			if err := tx.AgentUpdateStatus(ctx, store.AgentUpdateStatusParams{ID: a.ID, Status: to, State: state, At: now}); err != nil {
 				return err
 			}
-			data := statusData{Agent: a.ID, From: a.Status, To: to, Action: req.Action, By: by, Reason: req.Reason}
+			data := statusData{Agent: a.ID, From: from, To: to, Action: req.Action, By: by, Reason: req.Reason}
 			if req.Cascade && a.ID != req.ID {
 				data.CascadeFrom = req.ID
 			}
@@ -312,12 +406,95 @@ func (d *Daemon) SetStatus(ctx context.Context, req kin.StatusRequest) ([]*kin.A
 		return nil, refused
 	}
 	d.hub.notify()
+	if req.Action == kin.ActionSuspend || req.Action == kin.ActionResume {
+		if err := d.freezeChanged(ctx, req, changed); err != nil {
+			return nil, err
+		}
+		ids := make([]kin.AgentID, len(changed))
+		for i, a := range changed {
+			ids[i] = a.ID
+		}
+		if changed, err = d.store.AgentListByIDs(ctx, ids); err != nil {
+			return nil, d.storeError(err)
+		}
+	}
 	return changed, nil
+}
+
+// freezeChanged freezes (or thaws) the processes of the agents whose status
+// was just suspended (or resumed), then records their state: suspended only
+// once the kernel says frozen.
+func (d *Daemon) freezeChanged(ctx context.Context, req kin.StatusRequest, changed []*kin.Agent) error {
+	var running []*kin.Agent
+	for _, a := range changed {
+		if a.Running() && d.runtimeOf(a.ID) != nil {
+			running = append(running, a)
+		}
+	}
+	if len(running) == 0 {
+		return nil
+	}
+	freeze := req.Action == kin.ActionSuspend
+	done := map[kin.AgentID]bool{}
+	if req.Cascade && d.runtimeOf(req.ID) != nil {
+		if err := d.freeze(ctx, req.ID, true, freeze); err != nil {
+			return kin.Errorf(kin.ECodeInternal, "%s agent %d's cgroup: %v", map[bool]string{true: "freeze", false: "thaw"}[freeze], req.ID, err)
+		}
+		for _, a := range running {
+			done[a.ID] = true
+		}
+	}
+	for _, a := range running {
+		if done[a.ID] {
+			continue
+		}
+		if err := d.freeze(ctx, a.ID, false, freeze); err != nil {
+			return kin.Errorf(kin.ECodeInternal, "%s agent %d: %v", map[bool]string{true: "freeze", false: "thaw"}[freeze], a.ID, err)
+		}
+	}
+	now := d.now()
+	err := d.store.Update(ctx, func(tx store.Tx) error {
+		for _, a := range running {
+			cur, err := tx.AgentGetByID(ctx, a.ID)
+			if err != nil {
+				return err
+			}
+			if cur.State.Terminal() || cur.State == kin.StateStopping {
+				continue
+			}
+			p := store.AgentUpdateParams{ID: a.ID, At: now}
+			to := kin.StateSuspended
+			if !freeze {
+				to = kin.StateRegistered
+				if !cur.LastHeartbeat.IsZero() {
+					// It could not heartbeat while frozen: a fresh window.
+					to = kin.StateActive
+					p.LastHeartbeat = &now
+				}
+			}
+			if to == cur.State {
+				continue
+			}
+			p.State = &to
+			if err := tx.AgentUpdate(ctx, p); err != nil {
+				return err
+			}
+			if err := appendEvent(ctx, tx, now, kin.EventAgentState, a.ID, a.Parent, stateData{Agent: a.ID, From: cur.State, To: to}); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	d.hub.notify()
+	if err != nil {
+		return d.storeError(err)
+	}
+	return nil
 }
 
 // Events returns stored events.
 func (d *Daemon) Events(ctx context.Context, f kin.EventFilter) ([]kin.Event, error) {
-	if err := f.Validate(); err != nil {
+	if err := d.eventFilterFor(ctx, &f); err != nil {
 		return nil, err
 	}
 	out, err := d.store.EventList(ctx, f)
@@ -333,7 +510,7 @@ func (d *Daemon) Events(ctx context.Context, f kin.EventFilter) ([]kin.Event, er
 // FollowEvents streams events from f.Since on, live, until ctx ends, fn
 // fails or the daemon closes.
 func (d *Daemon) FollowEvents(ctx context.Context, f kin.EventFilter, fn func(kin.Event) error) error {
-	if err := f.Validate(); err != nil {
+	if err := d.eventFilterFor(ctx, &f); err != nil {
 		return err
 	}
 	const page = 1000
@@ -376,6 +553,21 @@ func (d *Daemon) FollowEvents(ctx context.Context, f kin.EventFilter, fn func(ki
 	}
 }
 
+// eventFilterFor validates f and narrows it for an agent caller to events
+// about itself or one of its descendants.
+func (d *Daemon) eventFilterFor(ctx context.Context, f *kin.EventFilter) error {
+	if err := f.Validate(); err != nil {
+		return err
+	}
+	if c := callerOf(ctx); !c.operator() && f.Agent == 0 {
+		f.Agent = c.agent
+	}
+	if f.Agent != 0 {
+		return d.authorize(ctx, f.Agent, true)
+	}
+	return nil
+}
+
 // Governor returns the rules in force.
 func (d *Daemon) Governor(ctx context.Context) (*kin.GovernorInfo, error) {
 	d.mu.Lock()
@@ -390,6 +582,9 @@ func (d *Daemon) Governor(ctx context.Context) (*kin.GovernorInfo, error) {
 // SetGovernor changes a governor setting and records it as an event. The
 // change persists across restarts (it is kept in the store).
 func (d *Daemon) SetGovernor(ctx context.Context, key, value string) (*kin.GovernorInfo, error) {
+	if err := d.operatorOnly(ctx, "change the governor"); err != nil {
+		return nil, err
+	}
 	n, err := strconv.Atoi(value)
 	if err != nil {
 		return nil, kin.Errorf(kin.ECodeInvalid, "governor setting %s needs a whole number, not %q", key, value)
@@ -398,7 +593,7 @@ func (d *Daemon) SetGovernor(ctx context.Context, key, value string) (*kin.Gover
 	if err := governor.SetSetting(&probe, key, n); err != nil {
 		return nil, kin.Errorf(kin.ECodeInvalid, "%v", err)
 	}
-	by := createdBy(ctx)
+	by := callerOf(ctx).createdBy()
 	err = d.store.Update(ctx, func(tx store.Tx) error {
 		d.mu.Lock()
 		from := d.profile
@@ -443,16 +638,20 @@ func (d *Daemon) Status(ctx context.Context) (*kin.DaemonStatus, error) {
 		return nil, d.storeError(err)
 	}
 	return &kin.DaemonStatus{
-		Version:   d.cfg.Version,
-		PID:       d.pid,
-		Home:      d.cfg.Home,
-		Socket:    d.SocketPath(),
-		HTTP:      d.HTTPAddr(),
-		Store:     d.store.Driver(),
-		Profile:   d.profileSource,
-		StartedAt: d.started,
-		Agents:    n,
-		LastEvent: last,
+		Containment:       d.sup.Containment(),
+		ContainmentReason: d.sup.ContainmentReason(),
+		CgroupRoot:        d.sup.Root(),
+		Running:           d.runningCount(),
+		Version:           d.cfg.Version,
+		PID:               d.pid,
+		Home:              d.cfg.Home,
+		Socket:            d.SocketPath(),
+		HTTP:              d.HTTPAddr(),
+		Store:             d.store.Driver(),
+		Profile:           d.profileSource,
+		StartedAt:         d.started,
+		Agents:            n,
+		LastEvent:         last,
 	}, nil
 }
 
@@ -511,6 +710,7 @@ type registeredData struct {
 	Parent      kin.AgentID `json:"parent"`
 	Generation  int         `json:"generation"`
 	Life        kin.Life    `json:"life"`
+	Replaces    kin.AgentID `json:"replaces,omitempty"`
 }
 
 type childSpawnedData struct {

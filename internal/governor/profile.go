@@ -9,6 +9,7 @@ import (
 	"os"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/kin-agents/kin/kin"
 )
@@ -74,10 +75,37 @@ func Parse(data []byte) (kin.Profile, error) {
 	if dec.More() {
 		return kin.Profile{}, fmt.Errorf("invalid profile JSON: more than one JSON value")
 	}
+	p = WithDefaults(p)
 	if err := Validate(p); err != nil {
 		return kin.Profile{}, err
 	}
 	return p, nil
+}
+
+// Defaults for what a profile leaves out (seed 002 §5: heartbeats every
+// minute, offline after more than three missed; OTP-like restarts).
+const (
+	DefaultHeartbeatWindow = time.Minute
+	DefaultOfflineAfter    = 3
+	DefaultMaxRestarts     = 3
+	DefaultRestartPeriod   = time.Minute
+)
+
+// WithDefaults fills the fields a profile file may leave out.
+func WithDefaults(p kin.Profile) kin.Profile {
+	if p.Heartbeat.Window == 0 {
+		p.Heartbeat.Window = kin.Duration(DefaultHeartbeatWindow)
+	}
+	if p.Heartbeat.OfflineAfter == 0 {
+		p.Heartbeat.OfflineAfter = DefaultOfflineAfter
+	}
+	if p.Restart.Period == 0 {
+		p.Restart.Period = kin.Duration(DefaultRestartPeriod)
+	}
+	if p.Restart.MaxRestarts == 0 {
+		p.Restart.MaxRestarts = DefaultMaxRestarts
+	}
+	return p
 }
 
 // Validate checks a profile's values and names the first bad field.
@@ -97,6 +125,15 @@ func Validate(p kin.Profile) error {
 	}
 	if cb.MaxRejections > 0 && (cb.Window <= 0 || cb.Cooldown <= 0) {
 		return fmt.Errorf("profile %s: circuit_breaker needs a positive window and cooldown when max_rejections is set", p.Name)
+	}
+	if p.Heartbeat.Window < kin.Duration(10*time.Millisecond) {
+		return fmt.Errorf("profile %s: heartbeat.window %s is shorter than 10ms", p.Name, time.Duration(p.Heartbeat.Window))
+	}
+	if p.Heartbeat.OfflineAfter < 1 {
+		return fmt.Errorf("profile %s: heartbeat.offline_after %d must be at least 1", p.Name, p.Heartbeat.OfflineAfter)
+	}
+	if p.Restart.MaxRestarts < 0 || p.Restart.Period <= 0 {
+		return fmt.Errorf("profile %s: restart needs max_restarts >= 0 and a positive period", p.Name)
 	}
 	roots := 0
 	for role, rule := range p.Roles {

@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/kin-agents/kin/internal/governor"
 	"github.com/kin-agents/kin/kin"
@@ -36,6 +37,25 @@ func TestShippedProfilesLoad(t *testing.T) {
 	}
 	if len(hier.Roles["Worker"].Spawns) != 0 {
 		t.Errorf("Workers never spawn: %+v", hier.Roles["Worker"])
+	}
+}
+
+func TestProfileDefaults(t *testing.T) {
+	p, err := governor.Parse([]byte(`{"name":"bare"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if time.Duration(p.Heartbeat.Window) != time.Minute || p.Heartbeat.OfflineAfter != 3 || p.Restart.MaxRestarts != 3 || time.Duration(p.Restart.Period) != time.Minute || p.AllowDetach {
+		t.Fatalf("defaults = %+v", p)
+	}
+	for _, bad := range []struct{ json, want string }{
+		{`{"name":"x","heartbeat":{"window":"1ms"}}`, "shorter than 10ms"},
+		{`{"name":"x","heartbeat":{"window":"1s","offline_after":-1}}`, "offline_after"},
+		{`{"name":"x","restart":{"max_restarts":-1,"period":"1m"}}`, "max_restarts"},
+	} {
+		if _, err := governor.Parse([]byte(bad.json)); err == nil || !strings.Contains(err.Error(), bad.want) {
+			t.Errorf("Parse(%s) = %v, want %q", bad.json, err, bad.want)
+		}
 	}
 }
 

@@ -52,6 +52,7 @@ type SpawnFacts struct {
 	LiveChildren int  // the parent's live children (if Needs.LiveChildren)
 	LiveSameRole int  // live agents of Role (and of Name.Context when per_context)
 	WalletTaken  bool // the requested wallet is already registered
+	Life         kin.Life
 	Now          time.Time
 }
 
@@ -73,7 +74,7 @@ func CheckSpawn(p kin.Profile, f SpawnFacts) *kin.Error {
 		if f.Parent == nil {
 			return &kin.Error{Code: kin.ECodeParentNotFound, Message: MsgParentNotFound}
 		}
-		if f.Parent.Status != kin.StatusActive || f.Parent.State.Terminal() {
+		if f.Parent.Status != kin.StatusActive || f.Parent.State.Terminal() || f.Parent.State == kin.StateStopping {
 			return &kin.Error{Code: kin.ECodeParentNotActive, Message: MsgParentInactive}
 		}
 		if f.Now.Before(f.Parent.SpawnBlockedUntil) {
@@ -86,6 +87,9 @@ func CheckSpawn(p kin.Profile, f SpawnFacts) *kin.Error {
 	}
 	if err := checkRoles(p, f); err != nil {
 		return err
+	}
+	if f.Life == kin.LifeDetached && f.Parent != nil && !p.AllowDetach {
+		return kin.Errorf(kin.ECodeSpawnNotAllowed, "profile %s does not grant detach: detached children, which outlive their parent, need an explicit grant (seed 001)", p.Name)
 	}
 	if err := checkCardinality(p, f); err != nil {
 		return err

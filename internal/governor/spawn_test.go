@@ -97,6 +97,21 @@ func TestCheckSpawnRules(t *testing.T) {
 		}, "", ""},
 		{"open circuit refuses", def, func() governor.SpawnFacts { return spawn(t, def, blocked, "x", "") }, kin.ECodeCircuitOpen, "refused until"},
 		{"closed circuit allows", def, func() governor.SpawnFacts { return spawn(t, def, unblocked, "x", "") }, "", ""},
+		{"a stopping parent cannot spawn", def, func() governor.SpawnFacts {
+			p := agent(1, "", 0)
+			p.State = kin.StateStopping
+			return spawn(t, def, p, "x", "")
+		}, kin.ECodeParentNotActive, "Parent agent not active"},
+		{"detached children need a grant (seed 001)", def, func() governor.SpawnFacts {
+			f := spawn(t, def, agent(1, "", 0), "x", "")
+			f.Life = kin.LifeDetached
+			return f
+		}, kin.ECodeSpawnNotAllowed, "does not grant detach"},
+		{"a detached root is just a root", def, func() governor.SpawnFacts {
+			f := spawn(t, def, nil, "x", "")
+			f.Life = kin.LifeDetached
+			return f
+		}, "", ""},
 		{"any role may spawn any role by default", def, func() governor.SpawnFacts { return spawn(t, def, agent(1, "Worker", 0), "x", "GO") }, "", ""},
 
 		// seed 002's hierarchy
@@ -239,5 +254,15 @@ func TestSetSetting(t *testing.T) {
 	}
 	if err := governor.SetSetting(&p, "max_children", -1); err == nil {
 		t.Fatal("negative accepted")
+	}
+}
+
+func TestDetachGrantedByProfile(t *testing.T) {
+	p := mustLoad(t, "default")
+	p.AllowDetach = true
+	f := spawn(t, p, agent(1, "", 0), "x", "")
+	f.Life = kin.LifeDetached
+	if err := governor.CheckSpawn(p, f); err != nil {
+		t.Fatalf("refused with allow_detach: %v", err)
 	}
 }

@@ -34,6 +34,12 @@ func WithClock(f func() time.Time) Option { return func(c *daemon.Config) { c.Cl
 // WithHTTP serves the API on a free loopback port too.
 func WithHTTP() Option { return func(c *daemon.Config) { c.HTTPAddr = "127.0.0.1:0" } }
 
+// WithContainment forces "cgroup2" or "process-groups".
+func WithContainment(c string) Option { return func(cfg *daemon.Config) { cfg.Containment = c } }
+
+// WithLeaveRunning makes the daemon's Close leave agents running.
+func WithLeaveRunning() Option { return func(c *daemon.Config) { c.LeaveRunning = true } }
+
 // WithHome uses the given home instead of a fresh temporary one (to restart
 // a daemon on the same store).
 func WithHome(home string) Option { return func(c *daemon.Config) { c.Home = home } }

@@ -49,6 +49,9 @@ type Reader interface {
 	// before its children (by generation, then id).
 	AgentSubtree(ctx context.Context, id kin.AgentID) ([]*kin.Agent, error)
 	AgentCount(ctx context.Context) (int, error)
+	// AgentProcessSpec returns what was started for a spawned agent, for a
+	// replacement after a crash (or ErrNotFound).
+	AgentProcessSpec(ctx context.Context, id kin.AgentID) (ProcessSpec, error)
 	// AgentLinks returns every agent's id and parent, by id.
 	AgentLinks(ctx context.Context) ([]AgentLink, error)
 	// AgentListByIDs returns the agents with the given ids, in that order;
@@ -66,6 +69,8 @@ type Tx interface {
 	// It fails with ErrNameTaken or ErrWalletTaken on a clash.
 	AgentInsert(ctx context.Context, p AgentInsertParams) (*kin.Agent, error)
 	AgentUpdateStatus(ctx context.Context, p AgentUpdateStatusParams) error
+	// AgentUpdate changes the runtime fields p sets.
+	AgentUpdate(ctx context.Context, p AgentUpdateParams) error
 	AgentUpdateSpawnBlock(ctx context.Context, id kin.AgentID, until time.Time) error
 	// AgentCountLive counts live agents (kin.Agent.Live) that match p.
 	AgentCountLive(ctx context.Context, p AgentCountLiveParams) (int, error)
@@ -88,8 +93,34 @@ type AgentLink struct {
 
 // AgentInsertParams is a new agent; ID is assigned by the store.
 type AgentInsertParams struct {
-	Agent       kin.Agent
-	NameContext string // the context part of the name (seed 002), for cardinality
+	Agent       kin.Agent // Command, Restart, Grace and Replaces are stored too
+	NameContext string    // the context part of the name (seed 002), for cardinality
+	Env         []string  // the spawner's KEY=VALUE additions (never shown by kin.Agent)
+	Dir         string
+}
+
+// ProcessSpec is what a spawned agent runs.
+type ProcessSpec struct {
+	Command []string
+	Env     []string
+	Dir     string
+	Restart kin.RestartPolicy
+	Grace   kin.Duration
+}
+
+// AgentUpdateParams changes an agent's runtime fields; nil fields stay.
+type AgentUpdateParams struct {
+	ID            kin.AgentID
+	At            time.Time // updated_at
+	Status        *kin.Status
+	State         *kin.State
+	PID           *int
+	StartedAt     *time.Time
+	EndedAt       *time.Time
+	Exit          *kin.Exit
+	EndReason     *string
+	Cursor        *string
+	LastHeartbeat *time.Time
 }
 
 // AgentUpdateStatusParams changes status and state of one agent.

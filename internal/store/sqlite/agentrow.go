@@ -1,6 +1,7 @@
 package sqlite
 
 import (
+	"encoding/json"
 	"fmt"
 	"strconv"
 	"strings"
@@ -32,6 +33,9 @@ var agentCols = []struct {
 	{"capability_hash", colText}, {"scope", colText}, {"self_modifying", colInt}, {"life", colText},
 	{"status", colText}, {"state", colText}, {"created_at", colInt}, {"created_by", colText},
 	{"updated_at", colInt}, {"spawn_blocked_until", colInt},
+	{"pid", colInt}, {"command", colText}, {"restart", colText}, {"grace", colInt}, {"started_at", colInt},
+	{"ended_at", colInt}, {"exit_state", colInt}, {"exit_code", colInt}, {"exit_signal", colText},
+	{"end_reason", colText}, {"replaces", colInt}, {"cursor", colText}, {"last_heartbeat", colInt},
 }
 
 // agentColumns is the packed row, read from the agents table aliased "a".
@@ -103,6 +107,22 @@ func (r *rowReader) text() string {
 	return v
 }
 
+// unixTime turns stored nanoseconds into a time, 0 into the zero time.
+func unixTime(ns int64) time.Time {
+	if ns == 0 {
+		return time.Time{}
+	}
+	return time.Unix(0, ns).UTC()
+}
+
+// nanos is unixTime's inverse.
+func nanos(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return t.UnixNano()
+}
+
 func unpackAgent(packed string) (*kin.Agent, error) {
 	r := &rowReader{s: packed}
 	a := &kin.Agent{
@@ -124,9 +144,25 @@ func unpackAgent(packed string) (*kin.Agent, error) {
 		CreatedBy:        r.text(),
 		UpdatedAt:        time.Unix(0, r.int()).UTC(),
 	}
-	if blocked := r.int(); blocked != 0 {
-		a.SpawnBlockedUntil = time.Unix(0, blocked).UTC()
+	a.SpawnBlockedUntil = unixTime(r.int())
+	a.PID = int(r.int())
+	if cmd := r.text(); cmd != "" && r.err == nil {
+		if err := json.Unmarshal([]byte(cmd), &a.Command); err != nil {
+			r.err = fmt.Errorf("sqlite: agent %d command: %w", a.ID, err)
+		}
 	}
+	a.Restart = kin.RestartPolicy(r.text())
+	a.Grace = kin.Duration(r.int())
+	a.StartedAt = unixTime(r.int())
+	a.EndedAt = unixTime(r.int())
+	exitState, code, signal := r.int(), int(r.int()), r.text()
+	if exitState != 0 {
+		a.Exit = &kin.Exit{Code: code, Signal: signal, Known: exitState == 1}
+	}
+	a.EndReason = r.text()
+	a.Replaces = kin.AgentID(r.int())
+	a.Cursor = r.text()
+	a.LastHeartbeat = unixTime(r.int())
 	if r.err == nil && r.s != "" {
 		r.err = fmt.Errorf("sqlite: malformed agent row: %d bytes left over", len(r.s))
 	}

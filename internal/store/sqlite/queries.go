@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"database/sql"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"runtime"
@@ -306,7 +307,8 @@ func (t *txn) AgentInsert(ctx context.Context, p store.AgentInsertParams) (*kin.
 	res, err := t.exec(ctx, sqlAgentInsert,
 		a.Name, p.NameContext, a.Role, a.Parent, a.Generation, a.Responsible, wallet,
 		a.ConstitutionHash, a.CapabilityHash, a.Scope, a.SelfModifying, a.Life, a.Status, a.State,
-		a.CreatedAt.UnixNano(), a.CreatedBy, a.UpdatedAt.UnixNano())
+		a.CreatedAt.UnixNano(), a.CreatedBy, a.UpdatedAt.UnixNano(),
+		jsonList(a.Command), jsonList(p.Env), p.Dir, a.Restart, int64(a.Grace), a.Replaces)
 	if err != nil {
 		return nil, interpretError(err)
 	}
@@ -322,6 +324,82 @@ func (t *txn) AgentUpdateStatus(ctx context.Context, p store.AgentUpdateStatusPa
 	res, err := t.exec(ctx, sqlAgentUpdateStatus,
 		p.Status, p.State, p.State, p.At.UnixNano(), p.ID)
 	return affectedOne(res, err)
+}
+
+func (t *txn) AgentUpdate(ctx context.Context, p store.AgentUpdateParams) error {
+	set := []string{"updated_at = ?"}
+	args := []any{p.At.UnixNano()}
+	add := func(col string, v any) {
+		set = append(set, col+" = ?")
+		args = append(args, v)
+	}
+	if p.Status != nil {
+		add("status", *p.Status)
+	}
+	if p.State != nil {
+		add("state", *p.State)
+	}
+	if p.PID != nil {
+		add("pid", *p.PID)
+	}
+	if p.StartedAt != nil {
+		add("started_at", nanos(*p.StartedAt))
+	}
+	if p.EndedAt != nil {
+		add("ended_at", nanos(*p.EndedAt))
+	}
+	if p.Exit != nil {
+		known := 2
+		if p.Exit.Known {
+			known = 1
+		}
+		add("exit_state", known)
+		add("exit_code", p.Exit.Code)
+		add("exit_signal", p.Exit.Signal)
+	}
+	if p.EndReason != nil {
+		add("end_reason", *p.EndReason)
+	}
+	if p.Cursor != nil {
+		add("cursor", *p.Cursor)
+	}
+	if p.LastHeartbeat != nil {
+		add("last_heartbeat", nanos(*p.LastHeartbeat))
+	}
+	res, err := t.exec(ctx, `UPDATE agents SET `+strings.Join(set, ", ")+` WHERE id = ?`, append(args, p.ID)...)
+	return affectedOne(res, err)
+}
+
+func (r reader) AgentProcessSpec(ctx context.Context, id kin.AgentID) (store.ProcessSpec, error) {
+	var spec store.ProcessSpec
+	var cmd, env string
+	var grace int64
+	err := r.queryRow(ctx, `SELECT command, env, dir, restart, grace FROM agents WHERE id = ?`, id).Scan(&cmd, &env, &spec.Dir, &spec.Restart, &grace)
+	if err != nil {
+		return spec, interpretError(err)
+	}
+	if cmd == "" {
+		return spec, store.ErrNotFound
+	}
+	spec.Grace = kin.Duration(grace)
+	if err := json.Unmarshal([]byte(cmd), &spec.Command); err != nil {
+		return spec, fmt.Errorf("sqlite: agent %d command: %w", id, err)
+	}
+	if env != "" {
+		if err := json.Unmarshal([]byte(env), &spec.Env); err != nil {
+			return spec, fmt.Errorf("sqlite: agent %d env: %w", id, err)
+		}
+	}
+	return spec, nil
+}
+
+// jsonList stores a list as a JSON array, an empty one as "".
+func jsonList(l []string) string {
+	if len(l) == 0 {
+		return ""
+	}
+	b, _ := json.Marshal(l)
+	return string(b)
 }
 
 func (t *txn) AgentUpdateSpawnBlock(ctx context.Context, id kin.AgentID, until time.Time) error {

@@ -31,8 +31,9 @@ var (
 	sqlAgentLiveByName   = `SELECT ` + agentColumns + ` FROM agents a WHERE name = ? AND status <> 'terminated'`
 	sqlAgentWalletExists = `SELECT COUNT(*) FROM agents WHERE wallet = ?`
 	sqlAgentInsert       = `INSERT INTO agents (name, name_context, role, parent_id, generation, responsible, wallet,
-		constitution_hash, capability_hash, scope, self_modifying, life, status, state, created_at, created_by, updated_at)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
+		constitution_hash, capability_hash, scope, self_modifying, life, status, state, created_at, created_by, updated_at,
+		command, env, dir, restart, grace, replaces)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
 	sqlAgentUpdateStatus = `UPDATE agents SET status = ?, state = CASE WHEN ? = '' THEN state ELSE ? END, updated_at = ? WHERE id = ?`
 	sqlAgentSpawnBlock   = `UPDATE agents SET spawn_blocked_until = ? WHERE id = ?`
 	sqlEventAppend       = `INSERT INTO events (time, type, agent_id, parent_id, data) VALUES (?, ?, ?, ?, ?)`

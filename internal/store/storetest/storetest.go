@@ -31,6 +31,7 @@ func Exercise(t *testing.T, open Opener) {
 	t.Run("SettingsAndRejections", func(t *testing.T) { testSettingsAndRejections(t, open(t)) })
 	t.Run("FailedUpdateUndoesOnlyItself", func(t *testing.T) { testFailedUpdate(t, open(t)) })
 	t.Run("UpdatesAreSerialised", func(t *testing.T) { testSerialised(t, open(t)) })
+	t.Run("RuntimeFieldsAndProcessSpec", func(t *testing.T) { testRuntime(t, open(t)) })
 	t.Run("CloseTwiceAndUpdateAfterClose", func(t *testing.T) { testClose(t, open(t)) })
 }
 
@@ -539,5 +540,55 @@ func testClose(t *testing.T, s store.Store) {
 	err := s.Update(context.Background(), func(tx store.Tx) error { return nil })
 	if !errors.Is(err, store.ErrClosed) {
 		t.Fatalf("update after close: %v", err)
+	}
+}
+
+func testRuntime(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	a := NewAgent("worker", 0, 0)
+	a.Command = []string{"/bin/sh", "-c", "echo 'hi, there'"}
+	a.Restart, a.Grace, a.Replaces = kin.RestartOnFailure, kin.Duration(3*time.Second), 0
+	var id kin.AgentID
+	update(t, s, func(tx store.Tx) error {
+		got, err := tx.AgentInsert(ctx, store.AgentInsertParams{Agent: a, Env: []string{"A=1", "B=x=y"}, Dir: "/tmp"})
+		if err == nil {
+			id = got.ID
+		}
+		return err
+	})
+	spec, err := s.AgentProcessSpec(ctx, id)
+	if err != nil || fmt.Sprint(spec.Command) != fmt.Sprint(a.Command) || fmt.Sprint(spec.Env) != "[A=1 B=x=y]" || spec.Dir != "/tmp" || spec.Restart != kin.RestartOnFailure || spec.Grace != a.Grace {
+		t.Fatalf("spec = %+v, %v", spec, err)
+	}
+	plain := Insert(t, s, "registered-only", 0)
+	if _, err := s.AgentProcessSpec(ctx, plain.ID); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("spec of a registered-only agent: %v", err)
+	}
+	pid, started, ended := 4242, t0.Add(time.Second), t0.Add(time.Minute)
+	state, status, reason, cursor := kin.StateExited, kin.StatusTerminated, "crashed", "page=7"
+	update(t, s, func(tx store.Tx) error {
+		if err := tx.AgentUpdate(ctx, store.AgentUpdateParams{ID: id, At: started, PID: &pid, StartedAt: &started, Cursor: &cursor, LastHeartbeat: &started}); err != nil {
+			return err
+		}
+		return tx.AgentUpdate(ctx, store.AgentUpdateParams{ID: id, At: ended, State: &state, Status: &status, EndedAt: &ended,
+			Exit: &kin.Exit{Code: -1, Signal: "killed", Known: true}, EndReason: &reason})
+	})
+	got, err := s.AgentGetByID(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.PID != pid || !got.StartedAt.Equal(started) || !got.EndedAt.Equal(ended) || got.State != state || got.Status != status ||
+		got.Exit == nil || *got.Exit != (kin.Exit{Code: -1, Signal: "killed", Known: true}) || got.EndReason != reason ||
+		got.Cursor != cursor || !got.LastHeartbeat.Equal(started) || fmt.Sprint(got.Command) != fmt.Sprint(a.Command) ||
+		got.Restart != kin.RestartOnFailure || got.Grace != a.Grace || !got.UpdatedAt.Equal(ended) || got.Running() {
+		t.Fatalf("runtime fields = %+v", got)
+	}
+	if p, _ := s.AgentGetByID(ctx, plain.ID); p.Exit != nil || p.PID != 0 || !p.StartedAt.IsZero() || p.Command != nil {
+		t.Fatalf("registered-only agent has runtime fields: %+v", p)
+	}
+	if err := s.Update(ctx, func(tx store.Tx) error {
+		return tx.AgentUpdate(ctx, store.AgentUpdateParams{ID: 999, At: t0, PID: &pid})
+	}); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("update of a missing agent: %v", err)
 	}
 }

@@ -1,0 +1,98 @@
+package client
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/url"
+	"strconv"
+
+	"github.com/kin-agents/kin/kin"
+)
+
+// LogsErrorTrailer is the HTTP trailer in which the daemon reports an error
+// that ended a log stream after its 200 answer was sent, as a JSON kin.Error.
+const LogsErrorTrailer = "Kin-Error"
+
+func (c *Client) Spawn(ctx context.Context, req kin.SpawnRequest) (*kin.Agent, error) {
+	var a kin.Agent
+	if err := c.do(ctx, "POST", "/v1/spawn", req, &a); err != nil {
+		return nil, err
+	}
+	return &a, nil
+}
+
+// stopBody is the body of POST /v1/agents/{id}/stop.
+type stopBody struct {
+	Grace *kin.Duration `json:"grace,omitempty"`
+}
+
+func (c *Client) Stop(ctx context.Context, req kin.StopRequest) ([]*kin.Agent, error) {
+	var out []*kin.Agent
+	return out, c.do(ctx, "POST", "/v1/agents/"+req.ID.String()+"/stop", stopBody{Grace: req.Grace}, &out)
+}
+
+func (c *Client) Heartbeat(ctx context.Context, req kin.HeartbeatRequest) (*kin.Agent, error) {
+	var a kin.Agent
+	if err := c.do(ctx, "POST", "/v1/heartbeat", req, &a); err != nil {
+		return nil, err
+	}
+	return &a, nil
+}
+
+// Logs reads the raw output stream and calls fn with each chunk as it
+// arrives. It returns nil when the daemon ends the stream cleanly: at once
+// without Follow, once the agent has ended and everything was sent with it.
+func (c *Client) Logs(ctx context.Context, req kin.LogsRequest, fn func([]byte) error) error {
+	q := url.Values{}
+	if req.Offset != 0 {
+		q.Set("offset", strconv.FormatInt(req.Offset, 10))
+	}
+	if req.Follow {
+		q.Set("follow", "true")
+	}
+	resp, err := c.send(ctx, "GET", "/v1/agents/"+req.ID.String()+"/logs"+query(q), nil, "text/plain")
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := resp.Body.Read(buf)
+		if n > 0 {
+			if ferr := fn(buf[:n]); ferr != nil {
+				return ferr
+			}
+		}
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			return &kin.Error{Code: kin.ECodeUnavailable, Message: fmt.Sprintf("the log stream from %s broke: %v", c.where, err)}
+		}
+	}
+	// Trailers are read with the end of the body.
+	if t := resp.Trailer.Get(LogsErrorTrailer); t != "" {
+		var e kin.Error
+		if json.Unmarshal([]byte(t), &e) != nil || e.Code == "" {
+			return &kin.Error{Code: kin.ECodeInternal, Message: "kin ended the log stream with an unreadable error: " + t}
+		}
+		return &e
+	}
+	return nil
+}
+
+// Whoami returns the agent the daemon sees as the caller (the one whose
+// socket KIN_SOCKET names), or nil for the operator.
+func (c *Client) Whoami(ctx context.Context) (*kin.Agent, error) {
+	var a *kin.Agent
+	if err := c.do(ctx, "GET", "/v1/whoami", nil, &a); err != nil {
+		return nil, err
+	}
+	return a, nil
+}

@@ -1,0 +1,145 @@
+package daemon_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/signal"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/kin-agents/kin/client"
+	"github.com/kin-agents/kin/internal/daemon"
+	"github.com/kin-agents/kin/kin"
+)
+
+// TestMain lets the test binary be a daemon process (so tests can kill -9
+// a real daemon) or an agent program (so agents are real processes that
+// talk to kin through their own socket), chosen by the environment.
+func TestMain(m *testing.M) {
+	if home := os.Getenv("KIN_TEST_DAEMON_HOME"); home != "" {
+		runDaemonProcess(home)
+		return
+	}
+	if mode := os.Getenv("KINTEST_MODE"); mode != "" {
+		os.Exit(runAgent(mode))
+	}
+	os.Exit(m.Run())
+}
+
+func runDaemonProcess(home string) {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	cfg := daemon.DefaultConfig()
+	cfg.Home, cfg.HTTPAddr = home, "off"
+	cfg.Profile = os.Getenv("KIN_TEST_DAEMON_PROFILE")
+	d, err := daemon.Start(ctx, cfg)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	<-ctx.Done()
+	d.Close()
+}
+
+// Agent programs. Each writes what the test needs to KINTEST_OUT (a file)
+// and runs until killed unless it says otherwise.
+//
+//	sleep            wait forever
+//	ignore-term      ignore SIGTERM, wait forever
+//	double-fork      start a grandchild in a new session (setsid) that
+//	                 waits forever, write its pid, wait forever
+//	exit N           exit with status N
+//	echo TEXT        print TEXT to stdout and stderr, exit 0
+//	whoami           write "id:<agent id>" for the own socket and the
+//	                 operator socket (KINTEST_OPSOCK), then wait
+//	spawn-under ID   try to spawn a child under agent ID and one under
+//	                 itself; write both outcomes, then wait
+//	heartbeat-crash  write KIN_RESUME_CURSOR, heartbeat with cursor
+//	                 "c<agent id>", exit 1
+func runAgent(mode string) int {
+	args := strings.Fields(mode)
+	out := func(format string, a ...any) {
+		if path := os.Getenv("KINTEST_OUT"); path != "" {
+			f, err := os.OpenFile(path, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o600)
+			if err == nil {
+				fmt.Fprintf(f, format+"\n", a...)
+				f.Close()
+			}
+		}
+	}
+	ctx := context.Background()
+	self := func() *client.Client {
+		c, err := client.New(client.Config{Socket: os.Getenv("KIN_SOCKET")})
+		if err != nil {
+			out("client: %v", err)
+			os.Exit(2)
+		}
+		return c
+	}
+	switch args[0] {
+	case "sleep":
+	case "ignore-term":
+		signal.Ignore(syscall.SIGTERM)
+		out("ignoring")
+	case "double-fork":
+		cmd := exec.Command(os.Args[0])
+		cmd.Env = append(os.Environ(), "KINTEST_MODE=sleep", "KINTEST_OUT=")
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+		if err := cmd.Start(); err != nil {
+			out("fork: %v", err)
+			return 2
+		}
+		out("orphan %d", cmd.Process.Pid)
+		cmd.Process.Release() // never waited for: it outlives this process's interest
+	case "exit":
+		n, _ := strconv.Atoi(args[1])
+		return n
+	case "echo":
+		fmt.Println(strings.Join(args[1:], " "))
+		fmt.Fprintln(os.Stderr, "err:"+strings.Join(args[1:], " "))
+		return 0
+	case "whoami":
+		for _, sock := range []string{os.Getenv("KIN_SOCKET"), os.Getenv("KINTEST_OPSOCK")} {
+			c, _ := client.New(client.Config{Socket: sock})
+			a, err := c.Whoami(ctx)
+			switch {
+			case err != nil:
+				out("error %v", err)
+			case a == nil:
+				out("operator")
+			default:
+				out("id:%d", a.ID)
+			}
+		}
+	case "spawn-under":
+		c := self()
+		target, _ := kin.ParseAgentID(args[1])
+		me := os.Getenv("KIN_AGENT_NAME")
+		_, err := c.Spawn(ctx, kin.SpawnRequest{RegisterRequest: kin.RegisterRequest{Name: me + "-x", Parent: target}, Command: []string{os.Args[0]}, Env: []string{"KINTEST_MODE=sleep"}})
+		out("under %s: %s", args[1], kin.ErrorCodeOf(err))
+		child, err := c.Spawn(ctx, kin.SpawnRequest{RegisterRequest: kin.RegisterRequest{Name: me + "-own"}, Command: []string{os.Args[0]}, Env: []string{"KINTEST_MODE=sleep"}})
+		if err != nil {
+			out("own: %s", kin.ErrorCodeOf(err))
+		} else {
+			out("own: parent=%d", child.Parent)
+		}
+	case "heartbeat-crash":
+		out("resume=%s", os.Getenv("KIN_RESUME_CURSOR"))
+		_, err := self().Heartbeat(ctx, kin.HeartbeatRequest{Cursor: "c" + os.Getenv("KIN_AGENT_ID")})
+		if err != nil {
+			out("heartbeat: %v", err)
+		}
+		return 1
+	default:
+		out("unknown mode %q", mode)
+		return 2
+	}
+	for {
+		time.Sleep(time.Hour)
+	}
+}

@@ -1,0 +1,204 @@
+package daemon
+
+import (
+	"context"
+	"time"
+
+	"github.com/kin-agents/kin/internal/store"
+	"github.com/kin-agents/kin/kin"
+)
+
+// Liveness (seed 002 §5): registered -> active on the first heartbeat;
+// active -> stale after one missed window; stale -> active when heartbeats
+// resume; -> offline after OfflineAfter missed windows (an alert to the
+// parent); offline -> terminated when the parent or operator confirms
+// (kin terminate). Only agents that have heartbeated are watched: a
+// process that never heartbeats stays "registered" while it runs.
+
+// Heartbeat records that an agent is alive, with its cursor.
+func (d *Daemon) Heartbeat(ctx context.Context, req kin.HeartbeatRequest) (*kin.Agent, error) {
+	c := callerOf(ctx)
+	id := req.ID
+	if id == 0 {
+		if !c.operator() && c.refused == "" {
+			id = c.agent
+		} else if c.refused == "" {
+			return nil, kin.Errorf(kin.ECodeInvalid, "the operator heartbeats on behalf of an agent: name it (--id)")
+		}
+	}
+	if c.agent != 0 && id != c.agent {
+		return nil, kin.Errorf(kin.ECodeForbidden, "agent %d may heartbeat only for itself", c.agent)
+	}
+	if err := d.authorize(ctx, id, true); err != nil {
+		return nil, err
+	}
+	if len(req.Cursor) > kin.MaxCursorLen {
+		return nil, kin.Errorf(kin.ECodeInvalid, "cursor is %d bytes long; at most %d are allowed", len(req.Cursor), kin.MaxCursorLen)
+	}
+	for i := 0; i < len(req.Cursor); i++ {
+		if req.Cursor[i] < 0x20 || req.Cursor[i] == 0x7f {
+			return nil, kin.Errorf(kin.ECodeInvalid, "cursor has a control character at byte %d", i)
+		}
+	}
+	var out *kin.Agent
+	var refused error
+	err := d.store.Update(ctx, func(tx store.Tx) error {
+		out, refused = nil, nil
+		a, err := tx.AgentGetByID(ctx, id)
+		if err != nil {
+			return err
+		}
+		if a.State == kin.StateOffline {
+			// seed 002: offline -> terminated, when the parent or the operator confirms.
+			refused = kin.Errorf(kin.ECodeInvalidTransition, "agent %d is offline: it may have been replaced; its parent or the operator ends it with kin terminate", id)
+			return nil
+		}
+		if a.Status != kin.StatusActive || a.State.Terminal() || a.State == kin.StateStopping || a.State == kin.StateSuspended {
+			refused = kin.Errorf(kin.ECodeInvalidTransition, "agent %d is %s/%s: it cannot heartbeat", id, a.Status, a.State)
+			return nil
+		}
+		now := d.now()
+		p := store.AgentUpdateParams{ID: id, At: now, LastHeartbeat: &now}
+		if req.Cursor != "" {
+			p.Cursor = &req.Cursor
+		}
+		if a.State != kin.StateActive {
+			active := kin.StateActive
+			p.State = &active
+			if err := appendEvent(ctx, tx, now, kin.EventAgentState, id, a.Parent, stateData{Agent: id, From: a.State, To: active}); err != nil {
+				return err
+			}
+		}
+		if err := tx.AgentUpdate(ctx, p); err != nil {
+			return err
+		}
+		out, err = tx.AgentGetByID(ctx, id)
+		return err
+	})
+	if err != nil {
+		return nil, d.agentError(err, id)
+	}
+	if refused != nil {
+		return nil, refused
+	}
+	d.hub.notify()
+	return out, nil
+}
+
+// watchLiveness moves agents that stopped heartbeating to stale and offline,
+// and replaces offline ones whose restart policy says so. It ticks at a
+// quarter of the profile's window.
+func (d *Daemon) watchLiveness() {
+	defer d.wg.Done()
+	for {
+		window := time.Duration(d.governor().Heartbeat.Window)
+		t := time.NewTimer(max(window/4, 5*time.Millisecond))
+		select {
+		case <-d.closing:
+			t.Stop()
+			return
+		case <-t.C:
+		}
+		d.sweepLiveness(context.Background())
+	}
+}
+
+func (d *Daemon) sweepLiveness(ctx context.Context) {
+	prof := d.governor()
+	window := time.Duration(prof.Heartbeat.Window)
+	offlineAfter := time.Duration(prof.Heartbeat.OfflineAfter) * window
+	var watched []*kin.Agent
+	for _, st := range []kin.State{kin.StateActive, kin.StateStale} {
+		as, err := d.store.AgentList(ctx, kin.AgentFilter{State: st})
+		if err != nil {
+			d.log.Error("liveness sweep", "err", err)
+			return
+		}
+		watched = append(watched, as...)
+	}
+	now := d.now()
+	var offline []*kin.Agent
+	for _, a := range watched {
+		if a.Status != kin.StatusActive || a.LastHeartbeat.IsZero() {
+			continue
+		}
+		silent := now.Sub(a.LastHeartbeat)
+		var to kin.State
+		switch {
+		case silent > offlineAfter:
+			to = kin.StateOffline
+		case silent > window && a.State == kin.StateActive:
+			to = kin.StateStale
+		default:
+			continue
+		}
+		changed := false
+		err := d.store.Update(ctx, func(tx store.Tx) error {
+			changed = false
+			cur, err := tx.AgentGetByID(ctx, a.ID)
+			if err != nil {
+				return err
+			}
+			// A heartbeat may have landed since the list was read.
+			if cur.State != a.State || !cur.LastHeartbeat.Equal(a.LastHeartbeat) || cur.Status != kin.StatusActive {
+				return nil
+			}
+			if err := tx.AgentUpdate(ctx, store.AgentUpdateParams{ID: a.ID, At: now, State: &to}); err != nil {
+				return err
+			}
+			if err := appendEvent(ctx, tx, now, kin.EventAgentState, a.ID, a.Parent, stateData{Agent: a.ID, From: a.State, To: to}); err != nil {
+				return err
+			}
+			if to == kin.StateOffline {
+				// seed 002: "Governor alerts the parent orchestrator".
+				if err := appendEvent(ctx, tx, now, kin.EventAgentOffline, a.ID, a.Parent, offlineData{
+					Agent: a.ID, Parent: a.Parent, LastHeartbeat: a.LastHeartbeat, Cursor: a.Cursor,
+				}); err != nil {
+					return err
+				}
+			}
+			changed = true
+			return nil
+		})
+		if err != nil {
+			d.log.Error("liveness", "agent", a.ID, "err", err)
+			continue
+		}
+		if changed {
+			d.hub.notify()
+			if to == kin.StateOffline {
+				offline = append(offline, a)
+			}
+		}
+	}
+	for _, a := range offline {
+		if a.Restart != kin.RestartOnFailure && a.Restart != kin.RestartAlways || d.runtimeOf(a.ID) == nil {
+			continue
+		}
+		// Replace it: stop what is left of it, then start a new one from its cursor.
+		d.exitWG.Add(1)
+		go func() {
+			defer d.exitWG.Done()
+			if _, err := d.cancelTree(ctx, a.ID, reasonOffline, nil, true, kin.StateOffline); err != nil {
+				d.log.Error("stop offline agent", "agent", a.ID, "err", err)
+				return
+			}
+			if cur, err := d.store.AgentGetByID(ctx, a.ID); err == nil {
+				d.maybeRestart(ctx, cur, reasonOffline)
+			}
+		}()
+	}
+}
+
+type stateData struct {
+	Agent kin.AgentID `json:"agent"`
+	From  kin.State   `json:"from"`
+	To    kin.State   `json:"to"`
+}
+
+type offlineData struct {
+	Agent         kin.AgentID `json:"agent"`
+	Parent        kin.AgentID `json:"parent"`
+	LastHeartbeat time.Time   `json:"last_heartbeat"`
+	Cursor        string      `json:"cursor,omitempty"`
+}

@@ -1,0 +1,257 @@
+package daemon
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/kin-agents/kin/internal/store"
+	"github.com/kin-agents/kin/internal/supervisor"
+	"github.com/kin-agents/kin/kin"
+)
+
+// While the daemon is down, agents keep running: nothing can supervise them,
+// and killing a tree because its supervisor restarted would be worse. When
+// the daemon comes back it reconciles before it serves anyone:
+//
+//   - an agent the store says is running whose process is still alive in
+//     its cgroup is re-adopted: supervised again (its end is noticed through
+//     a pidfd, though its exit status cannot be collected: it is no longer
+//     the daemon's child), its socket reopened;
+//   - one whose process is gone is recorded "lost" (state exited, status
+//     unknown), and its owned subtree is cancelled as for any parent death;
+//   - groups under kin's root cgroup that belong to no running agent are
+//     killed.
+//
+// So no process of an agent is left running unaccounted for. Without
+// cgroup v2 nothing can be re-adopted: leftover agent processes are found by
+// their pid and KIN_AGENT_ID and killed, and recorded lost.
+
+// defaultCgroupName is "kin-" and a hash of the home: stable across
+// restarts, distinct per home.
+func defaultCgroupName(home string) string {
+	abs, err := filepath.Abs(home)
+	if err != nil {
+		abs = home
+	}
+	sum := sha256.Sum256([]byte(abs))
+	return "kin-" + hex.EncodeToString(sum[:6])
+}
+
+// reconcile runs once at start, before the daemon serves.
+func (d *Daemon) reconcile(ctx context.Context) error {
+	var running []*kin.Agent
+	for _, st := range []kin.State{kin.StateRegistered, kin.StateActive, kin.StateStale, kin.StateOffline, kin.StateSuspended, kin.StateStopping} {
+		as, err := d.store.AgentList(ctx, kin.AgentFilter{State: st})
+		if err != nil {
+			return err
+		}
+		for _, a := range as {
+			if a.Running() {
+				running = append(running, a)
+			}
+		}
+	}
+	groups := map[kin.AgentID]supervisor.Group{}
+	cg := d.sup.Containment() == supervisor.ContainmentCgroup2
+	if cg {
+		found, err := d.sup.Discover()
+		if err != nil {
+			return fmt.Errorf("discover agent cgroups: %w", err)
+		}
+		for _, g := range found {
+			groups[g.ID] = g
+		}
+	}
+	known := map[kin.AgentID]bool{}
+	var lost, unfinished []*kin.Agent
+	for _, a := range running {
+		known[a.ID] = true
+		alive := false
+		if g, ok := groups[a.ID]; ok {
+			if _, err := d.sup.Adopt(g.Path); err != nil {
+				d.log.Error("adopt", "agent", a.ID, "err", err)
+			} else {
+				alive = d.sup.PeerInCgroup(a.PID, a.ID) && !zombie(a.PID)
+			}
+		} else if !cg {
+			killLeftover(a)
+		}
+		if !alive {
+			lost = append(lost, a)
+			continue
+		}
+		if err := d.adopt(ctx, a); err != nil {
+			d.log.Error("adopt", "agent", a.ID, "err", err)
+			lost = append(lost, a)
+			continue
+		}
+		if a.State == kin.StateStopping {
+			unfinished = append(unfinished, a)
+		}
+	}
+	for _, a := range lost {
+		if _, err := d.recordEnd(ctx, a.ID, kin.StateExited, reasonLost, &kin.Exit{Code: -1}); err != nil {
+			return err
+		}
+		d.appendSimple(ctx, kin.EventAgentLost, a, lostData{Agent: a.ID, PID: a.PID})
+		d.log.Warn("agent lost while the daemon was down", "agent", a.ID, "pid", a.PID)
+	}
+	// Parent death applies to what happened while the daemon was down.
+	for _, a := range lost {
+		if _, err := d.cancelTree(ctx, a.ID, reasonParentDead, nil, false, ""); err != nil {
+			d.log.Error("cancel children of a lost agent", "agent", a.ID, "err", err)
+		}
+	}
+	// A cancellation the old daemon had begun is finished.
+	for _, a := range unfinished {
+		if _, err := d.cancelTree(ctx, a.ID, reasonStopped, nil, true, ""); err != nil {
+			d.log.Error("finish stop", "agent", a.ID, "err", err)
+		}
+	}
+	// Groups of no running agent: kill them.
+	for id, g := range groups {
+		if known[id] {
+			continue
+		}
+		if _, err := d.sup.Adopt(g.Path); err == nil {
+			if err := d.sup.Kill(ctx, id); err != nil && !errors.Is(err, supervisor.ErrUnknownAgent) {
+				d.log.Error("kill stray group", "path", g.Path, "err", err)
+			}
+		}
+	}
+	return nil
+}
+
+// adopt takes a running agent back: a runtime, its socket, a pidfd watch.
+func (d *Daemon) adopt(ctx context.Context, a *kin.Agent) error {
+	fd, err := unix.PidfdOpen(a.PID, unix.PIDFD_NONBLOCK)
+	if err != nil {
+		return fmt.Errorf("pidfd_open %d: %w", a.PID, err)
+	}
+	pidfd := os.NewFile(uintptr(fd), "pidfd")
+	rt := &runtime{id: a.ID, adopted: true, ready: make(chan struct{})}
+	d.rtMu.Lock()
+	d.runtimes[a.ID] = rt
+	d.adopted[a.ID] = pidfd
+	d.rtMu.Unlock()
+	defer close(rt.ready)
+	sock, err := d.listenAgent(a)
+	if err != nil {
+		d.log.Error("reopen agent socket", "agent", a.ID, "err", err)
+	} else {
+		rt.sock = sock
+	}
+	d.appendSimple(ctx, kin.EventAgentAdopted, a, adoptedData{Agent: a.ID, PID: a.PID})
+	d.log.Info("agent re-adopted", "agent", a.ID, "pid", a.PID)
+	d.exitWG.Add(1)
+	go func() {
+		defer d.exitWG.Done()
+		if !waitPidfd(pidfd) {
+			return // closed by the daemon's shutdown
+		}
+		d.rtMu.Lock()
+		delete(d.adopted, a.ID)
+		d.rtMu.Unlock()
+		pidfd.Close()
+		d.handleExit(a.ID, kin.Exit{Code: -1}) // not our child: no status
+	}()
+	return nil
+}
+
+// waitPidfd blocks (in the netpoller, not on a thread) until the process
+// ends; false if the file was closed first.
+func waitPidfd(f *os.File) bool {
+	rc, err := f.SyscallConn()
+	if err != nil {
+		return false
+	}
+	err = rc.Read(func(fd uintptr) bool {
+		fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+		n, _ := unix.Poll(fds, 0)
+		return n > 0
+	})
+	return err == nil
+}
+
+// zombie reports whether pid has exited but was not reaped yet (a zombie
+// still shows its cgroup).
+func zombie(pid int) bool {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return true
+	}
+	i := bytes.LastIndexByte(b, ')')
+	return i < 0 || i+2 >= len(b) || b[i+2] == 'Z' || b[i+2] == 'X'
+}
+
+// killLeftover kills an agent process left by an earlier daemon when no
+// cgroup can hold it, if the pid still is that agent's (its environment
+// says so: pids are recycled).
+func killLeftover(a *kin.Agent) {
+	env, err := os.ReadFile("/proc/" + strconv.Itoa(a.PID) + "/environ")
+	if err != nil || !bytes.Contains(env, []byte("\x00KIN_AGENT_ID="+a.ID.String()+"\x00")) && !bytes.HasPrefix(env, []byte("KIN_AGENT_ID="+a.ID.String()+"\x00")) {
+		return
+	}
+	syscall.Kill(-a.PID, syscall.SIGKILL)
+	syscall.Kill(a.PID, syscall.SIGKILL)
+}
+
+// appendSimple appends one event in its own transaction.
+func (d *Daemon) appendSimple(ctx context.Context, typ string, a *kin.Agent, data any) {
+	err := d.store.Update(ctx, func(tx store.Tx) error {
+		return appendEvent(ctx, tx, d.now(), typ, a.ID, a.Parent, data)
+	})
+	if err != nil {
+		d.log.Error("event", "type", typ, "agent", a.ID, "err", err)
+	}
+	d.hub.notify()
+}
+
+// stopAgents stops every running agent at shutdown (each with its grace).
+func (d *Daemon) stopAgents(ctx context.Context) {
+	d.rtMu.Lock()
+	ids := make([]kin.AgentID, 0, len(d.runtimes))
+	for id := range d.runtimes {
+		ids = append(ids, id)
+	}
+	d.rtMu.Unlock()
+	// Parents first (ids grow down the tree): a parent's cancellation covers
+	// its owned descendants, which are then skipped.
+	slices.Sort(ids)
+	for _, id := range ids {
+		rt := d.runtimeOf(id)
+		if rt == nil {
+			continue
+		}
+		d.rtMu.Lock()
+		claimed := rt.ending
+		d.rtMu.Unlock()
+		if claimed {
+			continue
+		}
+		if _, err := d.cancelTree(ctx, id, reasonShutdown, nil, true, ""); err != nil {
+			d.log.Error("stop at shutdown", "agent", id, "err", err)
+		}
+	}
+}
+
+type lostData struct {
+	Agent kin.AgentID `json:"agent"`
+	PID   int         `json:"pid"`
+}
+
+type adoptedData struct {
+	Agent kin.AgentID `json:"agent"`
+	PID   int         `json:"pid"`
+}

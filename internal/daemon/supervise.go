@@ -1,0 +1,640 @@
+package daemon
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/kin-agents/kin/internal/store"
+	"github.com/kin-agents/kin/internal/supervisor"
+	"github.com/kin-agents/kin/kin"
+)
+
+// Why an agent ended: kin.Agent.EndReason values.
+const (
+	reasonExited     = "exited"      // its process exited with status 0
+	reasonCrashed    = "crashed"     // non-zero status or a signal
+	reasonParentDead = "parent_dead" // seed 001: its owning parent ended
+	reasonStopped    = "stopped"     // kin stop
+	reasonTerminated = "terminated"  // kin terminate of a running agent
+	reasonOffline    = "offline"     // stopped to be replaced after going offline
+	reasonShutdown   = "shutdown"    // the daemon shut down
+	reasonLost       = "lost"        // it ended while the daemon was down
+	reasonStartFail  = "start_failed"
+)
+
+// runtime is the daemon's record of a running agent process.
+type runtime struct {
+	id      kin.AgentID
+	sock    *agentSocket
+	proc    *supervisor.Process // nil for an adopted process
+	adopted bool
+	ready   chan struct{} // closed once the start is recorded (or failed)
+	ending  bool          // guarded by Daemon.rtMu: a stop or cancellation records the end
+}
+
+func (d *Daemon) runtimeOf(id kin.AgentID) *runtime {
+	d.rtMu.Lock()
+	defer d.rtMu.Unlock()
+	return d.runtimes[id]
+}
+
+func (d *Daemon) removeRuntime(id kin.AgentID) {
+	d.rtMu.Lock()
+	rt := d.runtimes[id]
+	delete(d.runtimes, id)
+	d.rtMu.Unlock()
+	if rt != nil && rt.sock != nil {
+		rt.sock.close()
+	}
+}
+
+// Spawn registers an agent under the governor's rules and starts its
+// process in its own cgroup, nested under its parent's.
+func (d *Daemon) Spawn(ctx context.Context, req kin.SpawnRequest) (*kin.Agent, error) {
+	if err := req.ValidateProcess(); err != nil {
+		return nil, err
+	}
+	if req.Name == "" {
+		req.Name = defaultName(req.Command[0])
+	}
+	if err := d.checkSocketPath(req.Name); err != nil {
+		return nil, err
+	}
+	grace := kin.Duration(kin.DefaultGrace)
+	if req.Grace != nil {
+		grace = *req.Grace
+	}
+	restart := req.Restart
+	if restart == "" {
+		restart = kin.RestartNever
+	}
+	extra := &spawnExtra{command: req.Command, env: req.Env, dir: req.Dir, restart: restart, grace: grace}
+	a, err := d.register(ctx, req.RegisterRequest, extra)
+	if err != nil {
+		return nil, err
+	}
+	d.lineage.add(a.ID, a.Parent)
+	return d.start(context.WithoutCancel(ctx), a, store.ProcessSpec{Command: req.Command, Env: req.Env, Dir: req.Dir}, "")
+}
+
+// defaultName makes a name from the command: its base name and a random
+// suffix, within the name grammar.
+func defaultName(command string) string {
+	base := filepath.Base(command)
+	var b strings.Builder
+	for i := 0; i < len(base) && b.Len() < 40; i++ {
+		c := base[i]
+		if 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' {
+			b.WriteByte(c)
+		} else if b.Len() > 0 && (c == '-' || c == '_' || c == '.') && i+1 < len(base) {
+			b.WriteByte('-')
+		}
+	}
+	name := strings.TrimRight(b.String(), "-")
+	if name == "" {
+		name = "agent"
+	}
+	suffix := make([]byte, 3)
+	rand.Read(suffix)
+	return name + "-" + hex.EncodeToString(suffix)
+}
+
+// start runs a registered agent's process and records it. A process that
+// cannot start leaves the agent recorded as failed.
+func (d *Daemon) start(ctx context.Context, a *kin.Agent, spec store.ProcessSpec, cursor string) (*kin.Agent, error) {
+	rt := &runtime{id: a.ID, ready: make(chan struct{})}
+	d.rtMu.Lock()
+	if d.shuttingDown {
+		d.rtMu.Unlock()
+		return nil, d.failStart(ctx, a, errors.New("the daemon is shutting down"))
+	}
+	d.runtimes[a.ID] = rt
+	d.rtMu.Unlock()
+	defer close(rt.ready)
+
+	sock, err := d.listenAgent(a)
+	if err != nil {
+		d.removeRuntime(a.ID)
+		return nil, d.failStart(ctx, a, err)
+	}
+	rt.sock = sock
+	dir := spec.Dir
+	if dir == "" {
+		dir = d.cfg.Home
+	}
+	proc, err := d.sup.Start(ctx, supervisor.Spec{
+		ID:       a.ID,
+		ParentID: a.Parent,
+		Detached: a.Life == kin.LifeDetached,
+		Argv:     spec.Command,
+		Env:      d.agentEnv(a, sock.path, cursor, spec.Env),
+		Dir:      dir,
+		LogPath:  d.logPath(a.ID),
+	})
+	if err != nil {
+		d.removeRuntime(a.ID)
+		return nil, d.failStart(ctx, a, err)
+	}
+	rt.proc = proc
+	pid, started := proc.Pid, proc.Started.UTC()
+	var out *kin.Agent
+	err = d.store.Update(ctx, func(tx store.Tx) error {
+		if err := tx.AgentUpdate(ctx, store.AgentUpdateParams{ID: a.ID, At: d.now(), PID: &pid, StartedAt: &started}); err != nil {
+			return err
+		}
+		var err error
+		if out, err = tx.AgentGetByID(ctx, a.ID); err != nil {
+			return err
+		}
+		return appendEvent(ctx, tx, d.now(), kin.EventAgentStarted, a.ID, a.Parent, startedData{Agent: a.ID, PID: pid, Command: spec.Command})
+	})
+	if err != nil {
+		// The process runs but is not recorded: do not leave it unsupervised.
+		d.log.Error("record start", "agent", a.ID, "err", err)
+		d.sup.Kill(context.Background(), a.ID)
+		return nil, d.storeError(err)
+	}
+	d.hub.notify()
+	d.log.Info("agent started", "agent", a.ID, "name", a.Name, "pid", pid)
+	return out, nil
+}
+
+// failStart records that an agent's process could not start and returns
+// the error for the spawner.
+func (d *Daemon) failStart(ctx context.Context, a *kin.Agent, cause error) error {
+	now := d.now()
+	status, state, reason := kin.StatusTerminated, kin.StateFailed, reasonStartFail
+	err := d.store.Update(ctx, func(tx store.Tx) error {
+		if err := tx.AgentUpdate(ctx, store.AgentUpdateParams{ID: a.ID, At: now, Status: &status, State: &state, EndedAt: &now, EndReason: &reason}); err != nil {
+			return err
+		}
+		return appendEvent(ctx, tx, now, kin.EventAgentFailed, a.ID, a.Parent, failedData{Agent: a.ID, Parent: a.Parent, Reason: reason, Detail: cause.Error()})
+	})
+	if err != nil {
+		d.log.Error("record failed start", "agent", a.ID, "err", err)
+	}
+	d.hub.notify()
+	code := kin.ECodeInvalid
+	switch {
+	case errors.Is(cause, supervisor.ErrStopping), errors.Is(cause, supervisor.ErrFrozen):
+		code = kin.ECodeParentNotActive
+	case errors.Is(cause, supervisor.ErrClosed):
+		code = kin.ECodeUnavailable
+	}
+	return kin.Errorf(code, "agent %d (%s) was registered but its process could not start: %v", a.ID, a.Name, cause)
+}
+
+// agentEnv is the environment of an agent's process: a few variables of
+// the daemon's own, kin's identity variables, then the spawner's.
+func (d *Daemon) agentEnv(a *kin.Agent, sock, cursor string, extra []string) []string {
+	env := make([]string, 0, 12+len(extra))
+	for _, k := range []string{"PATH", "HOME", "LANG", "LC_ALL", "TZ", "TMPDIR", "USER", "LOGNAME"} {
+		if v, ok := os.LookupEnv(k); ok {
+			env = append(env, k+"="+v)
+		}
+	}
+	env = append(env,
+		"KIN_AGENT_ID="+a.ID.String(),
+		"KIN_AGENT_NAME="+a.Name,
+		"KIN_PARENT_ID="+a.Parent.String(),
+		"KIN_SOCKET="+sock,
+	)
+	if cursor != "" {
+		env = append(env, "KIN_RESUME_CURSOR="+cursor)
+	}
+	return append(env, extra...)
+}
+
+// onExit is the supervisor's callback for every reaped agent process.
+func (d *Daemon) onExit(ex supervisor.Exit) {
+	if errors.Is(ex.Err, supervisor.ErrClosed) {
+		return // left running on purpose (--leave-running): the next daemon re-adopts it
+	}
+	d.exitWG.Add(1)
+	go func() {
+		defer d.exitWG.Done()
+		d.handleExit(ex.ID, exitOf(ex))
+	}()
+}
+
+// exitOf translates the supervisor's exit into kin's.
+func exitOf(ex supervisor.Exit) kin.Exit {
+	switch {
+	case ex.Err != nil:
+		return kin.Exit{Code: -1}
+	case ex.Signal != 0:
+		return kin.Exit{Code: -1, Signal: signalName(ex.Signal), Known: true}
+	}
+	return kin.Exit{Code: ex.Code, Known: true}
+}
+
+func signalName(s syscall.Signal) string {
+	switch s {
+	case syscall.SIGKILL:
+		return "killed"
+	case syscall.SIGTERM:
+		return "terminated"
+	}
+	return strings.ToLower(s.String())
+}
+
+// handleExit records an agent's process ending on its own, cancels its
+// owned subtree (seed 001: parent death cancels children, synchronously),
+// and replaces it if its restart policy says so.
+func (d *Daemon) handleExit(id kin.AgentID, exit kin.Exit) {
+	rt := d.runtimeOf(id)
+	if rt == nil {
+		return
+	}
+	<-rt.ready
+	d.rtMu.Lock()
+	owned := rt.ending
+	rt.ending = true
+	d.rtMu.Unlock()
+	if owned {
+		return // a stop or cancellation records this end
+	}
+	ctx := context.Background()
+	state, reason := kin.StateTerminated, reasonExited
+	if !exit.Known || exit.Code != 0 || exit.Signal != "" {
+		state, reason = kin.StateExited, reasonCrashed
+	}
+	if rt.sock != nil {
+		rt.sock.close() // step 3 of the cancellation: nobody acts as a dead agent
+	}
+	a, err := d.recordEnd(ctx, id, state, reason, &exit)
+	if err != nil {
+		d.log.Error("record exit", "agent", id, "err", err)
+	}
+	d.log.Info("agent ended", "agent", id, "exit", exit.String(), "reason", reason)
+	// Its owned descendants, and whatever its process left behind.
+	if _, err := d.cancelTree(ctx, id, reasonParentDead, nil, false, ""); err != nil {
+		d.log.Error("cancel children", "agent", id, "err", err)
+	}
+	d.removeRuntime(id)
+	if a != nil {
+		d.maybeRestart(ctx, a, reason)
+	}
+}
+
+// recordEnd writes how an agent ended and its agent.exited event.
+func (d *Daemon) recordEnd(ctx context.Context, id kin.AgentID, state kin.State, reason string, exit *kin.Exit) (*kin.Agent, error) {
+	now := d.now()
+	status := kin.StatusTerminated
+	var out *kin.Agent
+	err := d.store.Update(ctx, func(tx store.Tx) error {
+		a, err := tx.AgentGetByID(ctx, id)
+		if err != nil {
+			return err
+		}
+		if !a.EndedAt.IsZero() {
+			out = a
+			return nil // recorded already
+		}
+		if err := tx.AgentUpdate(ctx, store.AgentUpdateParams{ID: id, At: now, Status: &status, State: &state, EndedAt: &now, Exit: exit, EndReason: &reason}); err != nil {
+			return err
+		}
+		data := exitedData{Agent: id, State: state, Reason: reason}
+		if exit != nil {
+			data.Code, data.Signal, data.Known = exit.Code, exit.Signal, exit.Known
+		}
+		if err := appendEvent(ctx, tx, now, kin.EventAgentExited, id, a.Parent, data); err != nil {
+			return err
+		}
+		out, err = tx.AgentGetByID(ctx, id)
+		return err
+	})
+	d.hub.notify()
+	return out, err
+}
+
+// Stop stops an agent's process and cancels its owned subtree the same way
+// parent death does (reason "stopped"). An agent may stop only its
+// descendants.
+func (d *Daemon) Stop(ctx context.Context, req kin.StopRequest) ([]*kin.Agent, error) {
+	if err := d.authorize(ctx, req.ID, false); err != nil {
+		return nil, err
+	}
+	if req.Grace != nil && (*req.Grace < 0 || time.Duration(*req.Grace) > kin.MaxGrace) {
+		return nil, kin.Errorf(kin.ECodeInvalid, "grace %s is outside 0..%s", time.Duration(*req.Grace), kin.MaxGrace)
+	}
+	a, err := d.store.AgentGetByID(ctx, req.ID)
+	if err != nil {
+		return nil, d.agentError(err, req.ID)
+	}
+	if a.State.Terminal() {
+		return nil, kin.Errorf(kin.ECodeInvalidTransition, "agent %d has already ended (%s)", a.ID, a.State)
+	}
+	return d.cancelTree(context.WithoutCancel(ctx), req.ID, reasonStopped, req.Grace, true, "")
+}
+
+// cancelTree is seed 001's cancellation sequence for the owned subtree of
+// root (root itself too when includeRoot): mark them stopping, close their
+// sockets, SIGTERM (with SIGCONT) their cgroups, wait the grace, SIGKILL
+// what is left (cgroup.kill), wait until the cgroups are empty, mark each
+// cancelled, and append agent.child.cancel and agent.stop for each.
+// Detached children and their subtrees are left alone. rootState overrides
+// the root's final state (default cancelled).
+func (d *Daemon) cancelTree(ctx context.Context, root kin.AgentID, reason string, grace *kin.Duration, includeRoot bool, rootState kin.State) ([]*kin.Agent, error) {
+	ids := d.lineage.subtree(root)
+	if ids == nil {
+		return nil, kin.Errorf(kin.ECodeNotFound, "agent %d not found", root)
+	}
+	all, err := d.store.AgentListByIDs(ctx, ids)
+	if err != nil {
+		return nil, d.storeError(err)
+	}
+	// The owned subtree, parents before children.
+	in := map[kin.AgentID]bool{root: true}
+	var targets []*kin.Agent
+	for _, a := range all {
+		if a.ID != root && (!in[a.Parent] || a.Life == kin.LifeDetached) {
+			continue
+		}
+		in[a.ID] = true
+		if (a.ID != root || includeRoot) && !a.State.Terminal() {
+			targets = append(targets, a)
+		}
+	}
+	// Claim the running ones: a concurrent cancellation that claimed an
+	// agent first records it.
+	var mine []*kin.Agent
+	d.rtMu.Lock()
+	for _, a := range targets {
+		if rt := d.runtimes[a.ID]; rt != nil {
+			if rt.ending && a.ID != root {
+				continue
+			}
+			rt.ending = true
+		}
+		mine = append(mine, a)
+	}
+	d.rtMu.Unlock()
+
+	// 1-2: mark them stopping.
+	now := d.now()
+	stopping := kin.StateStopping
+	if len(mine) > 0 {
+		err := d.store.Update(ctx, func(tx store.Tx) error {
+			for _, a := range mine {
+				if err := tx.AgentUpdate(ctx, store.AgentUpdateParams{ID: a.ID, At: now, State: &stopping}); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			return nil, d.storeError(err)
+		}
+		d.hub.notify()
+	}
+	// 3: close their sockets.
+	maxGrace := time.Duration(0)
+	var socks []*agentSocket
+	for _, a := range mine {
+		if rt := d.runtimeOf(a.ID); rt != nil && rt.sock != nil {
+			socks = append(socks, rt.sock)
+		}
+		maxGrace = max(maxGrace, time.Duration(a.Grace))
+	}
+	closeSockets(socks)
+	if grace != nil {
+		maxGrace = time.Duration(*grace)
+	}
+	// 4-6: SIGTERM, grace, SIGKILL, wait until empty. The root's group
+	// holds every owned descendant's group, and what the root's own process
+	// left behind.
+	if err := d.sup.Stop(ctx, root, maxGrace); err != nil && !errors.Is(err, supervisor.ErrUnknownAgent) {
+		d.log.Error("stop cgroup", "agent", root, "err", err)
+	}
+	for _, a := range mine { // agents under a registered-only root have groups of their own
+		if rt := d.runtimeOf(a.ID); rt != nil && a.ID != root {
+			if err := d.sup.Stop(ctx, a.ID, maxGrace); err != nil && !errors.Is(err, supervisor.ErrUnknownAgent) {
+				d.log.Error("stop cgroup", "agent", a.ID, "err", err)
+			}
+		}
+	}
+	// 7-8: record.
+	now = d.now()
+	var done []*kin.Agent
+	err = d.store.Update(ctx, func(tx store.Tx) error {
+		done = done[:0]
+		for _, a := range mine {
+			cur, err := tx.AgentGetByID(ctx, a.ID)
+			if err != nil {
+				return err
+			}
+			if !cur.EndedAt.IsZero() && cur.State.Terminal() {
+				continue // recorded by someone else
+			}
+			status, state, why := kin.StatusTerminated, kin.StateCancelled, reason
+			if a.ID == root && rootState != "" {
+				state = rootState
+			}
+			p := store.AgentUpdateParams{ID: a.ID, At: now, Status: &status, State: &state, EndReason: &why}
+			if cur.PID != 0 && cur.EndedAt.IsZero() {
+				p.EndedAt = &now
+				exit := kin.Exit{Code: -1}
+				if rt := d.runtimeOf(a.ID); rt != nil && rt.proc != nil {
+					if ex, ok := rt.proc.Exit(); ok {
+						exit = exitOf(ex)
+					}
+				}
+				p.Exit = &exit
+			}
+			if err := tx.AgentUpdate(ctx, p); err != nil {
+				return err
+			}
+			if a.ID != root {
+				if err := appendEvent(ctx, tx, now, kin.EventChildCancel, a.ID, a.Parent, childCancelData{Parent: a.Parent, Child: a.ID, Reason: reason}); err != nil {
+					return err
+				}
+			}
+			if err := appendEvent(ctx, tx, now, kin.EventAgentStop, a.ID, a.Parent, stopData{Agent: a.ID, Status: string(state)}); err != nil {
+				return err
+			}
+			got, err := tx.AgentGetByID(ctx, a.ID)
+			if err != nil {
+				return err
+			}
+			done = append(done, got)
+		}
+		return nil
+	})
+	for _, a := range mine {
+		d.removeRuntime(a.ID)
+	}
+	d.hub.notify()
+	if err != nil {
+		return nil, d.storeError(err)
+	}
+	if len(done) > 0 {
+		d.log.Info("cancelled", "root", root, "agents", len(done), "reason", reason)
+	}
+	return nonNil(done), nil
+}
+
+// maybeRestart replaces an agent that ended by itself when its restart
+// policy says so, within the profile's restart intensity (seed 002 §5.2:
+// the replacement resumes from the last cursor).
+func (d *Daemon) maybeRestart(ctx context.Context, old *kin.Agent, reason string) {
+	switch {
+	case old.Restart == kin.RestartAlways && (reason == reasonExited || reason == reasonCrashed || reason == reasonOffline):
+	case old.Restart == kin.RestartOnFailure && (reason == reasonCrashed || reason == reasonOffline):
+	default:
+		return
+	}
+	d.rtMu.Lock()
+	down := d.shuttingDown
+	d.rtMu.Unlock()
+	if down {
+		return
+	}
+	if old.Parent != 0 {
+		p, err := d.store.AgentGetByID(ctx, old.Parent)
+		if err != nil || p.Status != kin.StatusActive || p.State.Terminal() || p.State == kin.StateStopping {
+			return // a dead or stopping parent gets no replacement children
+		}
+	}
+	prof := d.governor()
+	restarts, err := d.recentRestarts(ctx, old, d.now().Add(-time.Duration(prof.Restart.Period)))
+	if err != nil {
+		d.log.Error("restart intensity", "agent", old.ID, "err", err)
+		return
+	}
+	if restarts >= prof.Restart.MaxRestarts {
+		d.markFailed(ctx, old, fmt.Sprintf("restart intensity exceeded: %d restarts within %s", restarts, time.Duration(prof.Restart.Period)))
+		return
+	}
+	spec, err := d.store.AgentProcessSpec(ctx, old.ID)
+	if err != nil {
+		d.log.Error("restart spec", "agent", old.ID, "err", err)
+		return
+	}
+	req := kin.RegisterRequest{
+		Name: old.Name, Role: old.Role, Parent: old.Parent, Responsible: old.Responsible,
+		ConstitutionHash: old.ConstitutionHash, CapabilityHash: old.CapabilityHash,
+		Scope: old.Scope, SelfModifying: old.SelfModifying, Life: old.Life,
+	}
+	extra := &spawnExtra{command: spec.Command, env: spec.Env, dir: spec.Dir, restart: old.Restart, grace: old.Grace, replaces: old.ID}
+	a, err := d.register(ctx, req, extra) // the operator's context: the supervisor acts
+	if err != nil {
+		d.markFailed(ctx, old, "replacement refused: "+err.Error())
+		return
+	}
+	d.lineage.add(a.ID, a.Parent)
+	err = d.store.Update(ctx, func(tx store.Tx) error {
+		return appendEvent(ctx, tx, d.now(), kin.EventAgentReplaced, old.ID, old.Parent, replacedData{
+			Agent: old.ID, Replacement: a.ID, Cursor: old.Cursor, Reason: reason, Restarts: restarts + 1,
+		})
+	})
+	if err != nil {
+		d.log.Error("record replacement", "agent", old.ID, "err", err)
+	}
+	if _, err := d.start(ctx, a, spec, old.Cursor); err != nil {
+		d.log.Error("start replacement", "agent", a.ID, "err", err)
+	}
+}
+
+// recentRestarts counts the replacements in old's chain (old, the agent it
+// replaced, and so on) created since since.
+func (d *Daemon) recentRestarts(ctx context.Context, old *kin.Agent, since time.Time) (int, error) {
+	n := 0
+	for a := old; a.Replaces != 0 && !a.CreatedAt.Before(since); {
+		n++
+		prev, err := d.store.AgentGetByID(ctx, a.Replaces)
+		if err != nil {
+			return n, err
+		}
+		a = prev
+	}
+	return n, nil
+}
+
+// markFailed records that an agent will not be replaced, and alerts its parent.
+func (d *Daemon) markFailed(ctx context.Context, a *kin.Agent, why string) {
+	now := d.now()
+	state := kin.StateFailed
+	err := d.store.Update(ctx, func(tx store.Tx) error {
+		if err := tx.AgentUpdate(ctx, store.AgentUpdateParams{ID: a.ID, At: now, State: &state}); err != nil {
+			return err
+		}
+		return appendEvent(ctx, tx, now, kin.EventAgentFailed, a.ID, a.Parent, failedData{Agent: a.ID, Parent: a.Parent, Reason: "restart_intensity", Detail: why})
+	})
+	if err != nil {
+		d.log.Error("record failure", "agent", a.ID, "err", err)
+	}
+	d.hub.notify()
+	d.log.Warn("agent failed", "agent", a.ID, "why", why)
+}
+
+// logPath is where an agent's stdout and stderr go.
+func (d *Daemon) logPath(id kin.AgentID) string {
+	return filepath.Join(d.cfg.Home, "logs", id.String()+".log")
+}
+
+// runningCount is the number of agent processes the daemon supervises.
+func (d *Daemon) runningCount() int {
+	d.rtMu.Lock()
+	defer d.rtMu.Unlock()
+	return len(d.runtimes)
+}
+
+// Event payloads of the supervisor.
+type startedData struct {
+	Agent   kin.AgentID `json:"agent"`
+	PID     int         `json:"pid"`
+	Command []string    `json:"command"`
+}
+
+type exitedData struct {
+	Agent  kin.AgentID `json:"agent"`
+	State  kin.State   `json:"state"`
+	Reason string      `json:"reason"`
+	Code   int         `json:"code"`
+	Signal string      `json:"signal,omitempty"`
+	Known  bool        `json:"known"`
+}
+
+// childCancelData and stopData are seed 001's events, in its shape.
+type childCancelData struct {
+	Parent kin.AgentID `json:"parent"`
+	Child  kin.AgentID `json:"child"`
+	Reason string      `json:"reason"`
+}
+
+type stopData struct {
+	Agent  kin.AgentID `json:"agent"`
+	Status string      `json:"status"`
+}
+
+type failedData struct {
+	Agent  kin.AgentID `json:"agent"`
+	Parent kin.AgentID `json:"parent"`
+	Reason string      `json:"reason"`
+	Detail string      `json:"detail,omitempty"`
+}
+
+type replacedData struct {
+	Agent       kin.AgentID `json:"agent"`
+	Replacement kin.AgentID `json:"replacement"`
+	Cursor      string      `json:"cursor,omitempty"`
+	Reason      string      `json:"reason"`
+	Restarts    int         `json:"restarts"`
+}
+
+// freeze freezes (or thaws) an agent's own processes, or its whole subtree.
+func (d *Daemon) freeze(ctx context.Context, id kin.AgentID, subtree, freeze bool) error {
+	if freeze {
+		return d.sup.Freeze(ctx, id, subtree)
+	}
+	return d.sup.Thaw(ctx, id, subtree)
+}
