@@ -106,6 +106,9 @@ func (a *app) rootCommand() *cobra.Command {
 		Long: `kin registers AI agents with their lineage (who spawned whom, at which
 generation, who is responsible), governs spawning by a profile of rules, and
 lets the operator suspend, resume, revoke or terminate agents and subtrees.
+It also runs them: "kin spawn" starts an agent's process under supervision,
+in a cgroup nested like the lineage, and "kin stop" ends it with its owned
+subtree.
 
 Run "kin serve" to start the daemon; every other command talks to it, over
 the socket in kin's home (--home, else $KIN_HOME, else ~/.kin), or over HTTP
@@ -118,7 +121,10 @@ success, 1 when the command failed (the error is on stderr; with --json as
   kin register --name Research-Coordinator --responsible "Dr. Schmidt"
   kin register --name Data-Collector --parent 1
   kin tree
-  kin suspend 1 --cascade --reason "audit"`,
+  kin suspend 1 --cascade --reason "audit"
+  kin spawn --parent 1 --name Web-Scraper -- python3 scrape.py
+  kin logs 8 --follow
+  kin stop 8`,
 		SilenceErrors: true,
 		SilenceUsage:  true,
 		CompletionOptions: cobra.CompletionOptions{
@@ -140,6 +146,11 @@ success, 1 when the command failed (the error is on stderr; with --json as
 		a.statusChangeCommand(kin.ActionResume),
 		a.statusChangeCommand(kin.ActionRevoke),
 		a.statusChangeCommand(kin.ActionTerminate),
+		a.spawnCommand(),
+		a.stopCommand(),
+		a.logsCommand(),
+		a.heartbeatCommand(),
+		a.whoamiCommand(),
 		a.eventsCommand(),
 		a.governorCommand(),
 		a.statusCommand(),

@@ -245,6 +245,7 @@ func TestEveryCommandHelp(t *testing.T) {
 		{"serve"}, {"register"}, {"show"}, {"ps"}, {"children"}, {"ancestors"}, {"tree"},
 		{"suspend"}, {"resume"}, {"revoke"}, {"terminate"}, {"events"},
 		{"governor"}, {"governor", "show"}, {"governor", "set"}, {"status"},
+		{"spawn"}, {"stop"}, {"logs"}, {"heartbeat"}, {"whoami"},
 	} {
 		r := runCLI(t, append(args, "--help")...)
 		wantOK(t, r)

@@ -32,8 +32,11 @@ object per line.
 With --follow the command keeps running and prints each new event as it is
 committed, until interrupted (Ctrl-C exits with status 0).
 
-Event types: ` + strings.Join([]string{kin.EventAgentRegistered, kin.EventChildSpawned, kin.EventAgentStatus}, ", ") + `,
-` + strings.Join([]string{kin.EventSpawnRejected, kin.EventCircuitOpen, kin.EventGovernorChanged}, ", ") + `.`,
+Event types of the registry and the governor: ` + strings.Join([]string{kin.EventAgentRegistered, kin.EventChildSpawned}, ", ") + `,
+` + strings.Join([]string{kin.EventAgentStatus, kin.EventSpawnRejected, kin.EventCircuitOpen, kin.EventGovernorChanged}, ", ") + `.
+Of the supervisor: ` + strings.Join([]string{kin.EventAgentStarted, kin.EventAgentExited, kin.EventChildCancel, kin.EventAgentStop}, ", ") + `,
+` + strings.Join([]string{kin.EventAgentState, kin.EventAgentOffline, kin.EventAgentReplaced, kin.EventAgentFailed}, ", ") + `,
+` + strings.Join([]string{kin.EventAgentAdopted, kin.EventAgentLost}, ", ") + `.`,
 		Example: `  kin events
   kin events --agent 7 --type agent.status
   kin events --since 120 --follow --json | jq .type`,

@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/kin-agents/kin/kin"
 )
@@ -104,3 +105,26 @@ func joinStrings[T ~string](vs []T) string {
 	}
 	return strings.Join(s, ", ")
 }
+
+// durationFlag is a duration flag that refuses negative values. It stays nil
+// unless given, so that "not given" and "0s" differ.
+type durationFlag struct{ d **kin.Duration }
+
+func (f durationFlag) String() string {
+	if f.d == nil || *f.d == nil {
+		return ""
+	}
+	return time.Duration(**f.d).String()
+}
+
+func (f durationFlag) Set(s string) error {
+	v, err := time.ParseDuration(s)
+	if err != nil || v < 0 {
+		return fmt.Errorf("not a duration: use e.g. 0s, 500ms, 10s or 1m30s")
+	}
+	d := kin.Duration(v)
+	*f.d = &d
+	return nil
+}
+
+func (f durationFlag) Type() string { return "DUR" }

@@ -142,6 +142,14 @@ func writeGovernor(w io.Writer, g *kin.GovernorInfo) error {
 		row("circuit_breaker", fmt.Sprintf("more than %d refused spawns within %s block the parent's spawns for %s",
 			cb.MaxRejections, time.Duration(cb.Window), time.Duration(cb.Cooldown)))
 	}
+	row("allow_detach", yesNo(p.AllowDetach)+" (detached children, which outlive their parent)")
+	if hb := p.Heartbeat; hb.Window > 0 {
+		row("heartbeat", fmt.Sprintf("an agent that has heartbeated is stale after %s without one, offline after %d such windows",
+			time.Duration(hb.Window), hb.OfflineAfter))
+	}
+	if rs := p.Restart; rs.Period > 0 {
+		row("restart", fmt.Sprintf("at most %d replacements of an agent within %s, then it has failed", rs.MaxRestarts, time.Duration(rs.Period)))
+	}
 	if len(p.Roles) == 0 {
 		row("roles", "any (any role may spawn any role)")
 	}

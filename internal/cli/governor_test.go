@@ -12,7 +12,9 @@ func TestGovernorShow(t *testing.T) {
 	d := kintest.StartDaemon(t)
 	r := kinAt(t, d, "governor", "show")
 	wantOK(t, r)
-	for _, want := range []string{"profile               default", "max_generation_depth  10", "max_children          100", "circuit_breaker       more than 10 refused spawns within 1m0s", "roles                 any"} {
+	for _, want := range []string{"profile               default", "max_generation_depth  10", "max_children          100", "circuit_breaker       more than 10 refused spawns within 1m0s", "roles                 any",
+		"allow_detach          no", "heartbeat             an agent that has heartbeated is stale after 1m0s without one, offline after 3 such windows",
+		"restart               at most 3 replacements of an agent within 1m0s"} {
 		if !strings.Contains(r.stdout, want) {
 			t.Errorf("output lacks %q:\n%s", want, r.stdout)
 		}

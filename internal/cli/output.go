@@ -79,16 +79,100 @@ func writeAgent(w io.Writer, a *kin.Agent) error {
 	if !a.SpawnBlockedUntil.IsZero() {
 		row("Spawns blocked until", formatTime(a.SpawnBlockedUntil))
 	}
+	writeRuntime(row, a)
 	return tw.Flush()
+}
+
+// writeRuntime adds a spawned agent's process to writeAgent's rows.
+func writeRuntime(row func(k, v string), a *kin.Agent) {
+	if len(a.Command) > 0 {
+		row("Command", commandString(a.Command))
+	}
+	if a.Running() {
+		row("PID", strconv.Itoa(a.PID))
+	}
+	if !a.StartedAt.IsZero() {
+		row("Started", formatTime(a.StartedAt))
+	}
+	if a.Restart != "" {
+		row("Restart", string(a.Restart))
+	}
+	if len(a.Command) > 0 {
+		row("Grace", time.Duration(a.Grace).String())
+	}
+	if a.Replaces != 0 {
+		row("Replaces", a.Replaces.String())
+	}
+	if !a.LastHeartbeat.IsZero() {
+		row("Last heartbeat", formatTime(a.LastHeartbeat))
+	}
+	if a.Cursor != "" {
+		row("Cursor", kvString(a.Cursor))
+	}
+	if !a.EndedAt.IsZero() {
+		row("Ended", formatTime(a.EndedAt))
+	}
+	if a.Exit != nil {
+		row("Exit", a.Exit.String())
+	}
+	if a.EndReason != "" {
+		row("End reason", a.EndReason)
+	}
+}
+
+// commandString shows a command line as a shell would take it back:
+// arguments with spaces, quotes or other special characters are quoted.
+func commandString(argv []string) string {
+	out := make([]string, len(argv))
+	for i, s := range argv {
+		out[i] = shellQuote(s)
+	}
+	return strings.Join(out, " ")
+}
+
+func shellQuote(s string) string {
+	if s != "" && strings.Trim(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_./:=@%+,") == "" {
+		return s
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+}
+
+// pidString is the pid of a running agent, or "-".
+func pidString(a *kin.Agent) string {
+	if !a.Running() {
+		return "-"
+	}
+	return strconv.Itoa(a.PID)
+}
+
+// endString says how an ended agent's process ended, e.g. "exit 0 (exited)"
+// or "signal killed (stopped)"; "-" while it runs or if it never ran.
+func endString(a *kin.Agent) string {
+	var parts []string
+	if a.Exit != nil {
+		parts = append(parts, a.Exit.String())
+	}
+	if a.EndReason != "" {
+		if len(parts) > 0 {
+			parts = append(parts, "("+a.EndReason+")")
+		} else {
+			parts = append(parts, a.EndReason)
+		}
+	}
+	if len(parts) == 0 {
+		return "-"
+	}
+	return strings.Join(parts, " ")
 }
 
 // writeAgentTable prints agents as the table of `kin ps`.
 func writeAgentTable(w io.Writer, agents []*kin.Agent) error {
 	tw := newTabWriter(w)
-	fmt.Fprintln(tw, "ID\tNAME\tROLE\tPARENT\tGEN\tSTATUS\tSTATE\tRESPONSIBLE")
+	fmt.Fprintln(tw, "ID\tNAME\tROLE\tPARENT\tGEN\tSTATUS\tSTATE\tPID\tEND\tRESPONSIBLE")
 	for _, a := range agents {
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n",
-			a.ID, a.Name, orDash(a.Role), parentString(a.Parent), a.Generation, a.Status, a.State, orDash(a.Responsible))
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\n",
+			a.ID, a.Name, orDash(a.Role), parentString(a.Parent), a.Generation, a.Status, a.State,
+			pidString(a), endString(a), orDash(a.Responsible))
 	}
 	return tw.Flush()
 }

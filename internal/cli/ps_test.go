@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -31,13 +32,13 @@ func TestPs(t *testing.T) {
 	if len(lines) != 9 {
 		t.Fatalf("%d lines, want header + 8:\n%s", len(lines), r.stdout)
 	}
-	if got := strings.Fields(lines[0]); strings.Join(got, " ") != "ID NAME ROLE PARENT GEN STATUS STATE RESPONSIBLE" {
+	if got := strings.Fields(lines[0]); strings.Join(got, " ") != "ID NAME ROLE PARENT GEN STATUS STATE PID END RESPONSIBLE" {
 		t.Errorf("header = %q", lines[0])
 	}
-	if got := strings.Join(strings.Fields(lines[1]), " "); got != "1 Research-Coordinator coordinator - 0 active registered Dr. Schmidt" {
+	if got := strings.Join(strings.Fields(lines[1]), " "); got != "1 Research-Coordinator coordinator - 0 active registered - - Dr. Schmidt" {
 		t.Errorf("row 1 = %q", got)
 	}
-	if got := strings.Join(strings.Fields(lines[7]), " "); got != "7 LaTeX-Formatter formatter 3 2 active registered Dr. Schmidt" {
+	if got := strings.Join(strings.Fields(lines[7]), " "); got != "7 LaTeX-Formatter formatter 3 2 active registered - - Dr. Schmidt" {
 		t.Errorf("row 7 = %q", got)
 	}
 
@@ -62,6 +63,31 @@ func TestPs(t *testing.T) {
 		}
 		if !equalIDs(got, c.want) {
 			t.Errorf("ps %v = %v, want %v", c.args, got, c.want)
+		}
+	}
+}
+
+// TestPsRuntime: a running agent shows its pid; an ended one how it ended.
+func TestPsRuntime(t *testing.T) {
+	d := kintest.StartDaemon(t)
+	running := spawnJSON(t, d, "--name", "runner", "--responsible", "ops", "sleep", "600")
+	failed := spawnJSON(t, d, "--name", "crasher", "--responsible", "ops", "sh", "-c", "exit 3")
+	waitEnded(t, d, failed.ID)
+	stopped := spawnJSON(t, d, "--name", "stopped", "--responsible", "ops", "sleep", "600")
+	wantOK(t, kinAt(t, d, "stop", stopped.ID.String(), "--grace", "0s"))
+	r := kinAt(t, d, "ps")
+	wantOK(t, r)
+	lines := strings.Split(strings.TrimRight(r.stdout, "\n"), "\n")
+	if len(lines) != 4 {
+		t.Fatalf("output:\n%s", r.stdout)
+	}
+	for i, want := range []string{
+		fmt.Sprintf("%d runner - - 0 active %s %d - ops", running.ID, running.State, running.PID),
+		fmt.Sprintf("%d crasher - - 0 terminated exited - exit 3 (crashed) ops", failed.ID),
+		fmt.Sprintf("%d stopped - - 0 terminated cancelled - signal killed (stopped) ops", stopped.ID),
+	} {
+		if got := strings.Join(strings.Fields(lines[i+1]), " "); got != want {
+			t.Errorf("row %d = %q, want %q", i+1, got, want)
 		}
 	}
 }

@@ -20,7 +20,8 @@ responsible party unless --responsible names another. The governor's profile
 decides whether the spawn is allowed (see "kin governor show").`,
 		Example: `  kin register --name Research-Coordinator --responsible "Dr. Schmidt, COAI Research"
   kin register --name Data-Collector --parent 1 --role collector --scope "public web pages"
-  kin register --name PO-MVP1 --parent 1 --life detached --json`,
+  kin register --name PO-MVP1 --parent 1 --role po --json
+  kin register --name Auditor --parent 1 --life detached   # with a profile that has allow_detach`,
 		Args: cobra.NoArgs,
 		RunE: run(func(cmd *cobra.Command, _ []string) error {
 			if req.Parent == 0 && req.Responsible == "" {
@@ -40,17 +41,25 @@ decides whether the spawn is allowed (see "kin governor show").`,
 			return writeAgent(a.env.Stdout, ag)
 		}),
 	}
+	registerFlags(cmd, &req,
+		"the agent's `name`: letters, digits and - _ . : @ (e.g. PO-MVP1, HO@server1)",
+		"the parent agent's `ID` (omit or 0 for a root)")
+	cmd.MarkFlagRequired("name")
+	return cmd
+}
+
+// registerFlags are the registration flags `kin register` and `kin spawn`
+// share; the two explain --name and --parent each their own way.
+func registerFlags(cmd *cobra.Command, req *kin.RegisterRequest, nameUsage, parentUsage string) {
 	f := cmd.Flags()
-	f.StringVar(&req.Name, "name", "", "the agent's `name`: letters, digits and - _ . : @ (e.g. PO-MVP1, HO@server1)")
+	f.StringVar(&req.Name, "name", "", nameUsage)
 	f.StringVar(&req.Responsible, "responsible", "", "the accountable `party`, a human or organisation (required for roots; children inherit their parent's)")
-	f.Var(idFlag{id: &req.Parent, roots: true}, "parent", "the parent agent's `ID` (omit or 0 for a root)")
+	f.Var(idFlag{id: &req.Parent, roots: true}, "parent", parentUsage)
 	f.StringVar(&req.Role, "role", "", "the agent's `role` (profiles with roles derive it from the name when omitted)")
 	f.StringVar(&req.Scope, "scope", "", "the agent's operational `scope`, free text")
 	f.StringVar(&req.Wallet, "wallet", "", "the agent's `wallet` address; unique among agents")
 	f.StringVar(&req.ConstitutionHash, "constitution", "", "`hash` of the agent's constitution")
 	f.StringVar(&req.CapabilityHash, "capability", "", "`hash` of the agent's capability manifest")
 	f.BoolVar(&req.SelfModifying, "self-modifying", false, "the agent may modify its own code or prompts")
-	f.Var(newEnumFlag(&req.Life, kin.LifeOwned, kin.LifeDetached), "life", "the agent's `life`: owned (dies with its parent, the default) or detached")
-	cmd.MarkFlagRequired("name")
-	return cmd
+	f.Var(newEnumFlag(&req.Life, kin.LifeOwned, kin.LifeDetached), "life", "the agent's `life`: owned (dies with its parent, the default) or detached (outlives it; the profile must have allow_detach)")
 }

@@ -1,15 +1,39 @@
 package cli
 
 import (
+	"encoding/json"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/kin-agents/kin/internal/governor"
 	"github.com/kin-agents/kin/internal/kintest"
 	"github.com/kin-agents/kin/kin"
 )
 
+// detachProfile writes the default profile with allow_detach granted: no
+// shipped profile grants it (seed 001: detached needs an explicit grant).
+func detachProfile(t *testing.T) string {
+	t.Helper()
+	p, _, err := governor.Load("default")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Name, p.AllowDetach = "detach", true
+	b, err := json.Marshal(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "detach.json")
+	if err := os.WriteFile(path, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
 func TestRegister(t *testing.T) {
-	d := kintest.StartDaemon(t)
+	d := kintest.StartDaemon(t, kintest.WithProfile(detachProfile(t)))
 	r := kinAt(t, d, "register", "--name", "Research-Coordinator", "--responsible", "Dr. Schmidt, COAI Research",
 		"--role", "coordinator", "--scope", "research", "--wallet", "0x4b19", "--constitution", "sha256:c0", "--capability", "sha256:ca",
 		"--self-modifying")
@@ -36,6 +60,8 @@ func TestRegister(t *testing.T) {
 func TestRegisterErrors(t *testing.T) {
 	d := kintest.StartDaemon(t)
 	wantOK(t, kinAt(t, d, "register", "--name", "root", "--responsible", "ops", "--json"))
+	// The default profile does not grant detached children.
+	wantError(t, kinAt(t, d, "register", "--name", "loose", "--parent", "1", "--life", "detached", "--json"), kin.ECodeSpawnNotAllowed)
 	before := lastEvent(t, d)
 
 	wantUsage(t, kinAt(t, d, "register", "--responsible", "ops"), `"name"`)

@@ -54,9 +54,9 @@ func byID(nodes []*kin.TreeNode) []*kin.TreeNode {
 
 // renderTreeText draws an indented tree:
 //
-//	#1 Research-Coordinator  role=coordinator gen=0 status=active state=registered responsible="Dr. Schmidt"
+//	#1 Research-Coordinator  role=coordinator gen=0 status=active state=active pid=4242 responsible="Dr. Schmidt"
 //	├── #2 Data-Collector  role=collector gen=1 status=active state=registered
-//	│   └── #5 Web-Scraper  ...
+//	│   └── #5 Web-Scraper  role=scraper gen=2 status=terminated state=cancelled signal=terminated reason=stopped
 //	└── #3 Report-Writer  ...
 func renderTreeText(w io.Writer, forest []*kin.TreeNode) {
 	if len(forest) == 0 {
@@ -67,6 +67,7 @@ func renderTreeText(w io.Writer, forest []*kin.TreeNode) {
 	walk = func(n *kin.TreeNode, prefix, branch string, top bool) {
 		line := fmt.Sprintf("#%d %s  role=%s gen=%d status=%s state=%s",
 			n.ID, n.Name, orDash(n.Role), n.Generation, n.Status, n.State)
+		line += runtimeText(&n.Agent)
 		if top {
 			line += " responsible=" + kvString(n.Responsible)
 		}
@@ -90,6 +91,31 @@ func renderTreeText(w io.Writer, forest []*kin.TreeNode) {
 	for _, n := range byID(forest) {
 		walk(n, "", "", true)
 	}
+}
+
+// runtimeText is what the text tree says of an agent's process: its pid
+// while it runs; how and why it ended once it has.
+func runtimeText(a *kin.Agent) string {
+	switch {
+	case a.Running():
+		return " pid=" + strconv.Itoa(a.PID)
+	case a.EndedAt.IsZero() && a.Exit == nil:
+		return ""
+	}
+	s := ""
+	switch e := a.Exit; {
+	case e == nil:
+	case !e.Known:
+		s += " exit=unknown"
+	case e.Signal != "":
+		s += " signal=" + kvString(e.Signal)
+	default:
+		s += " exit=" + strconv.Itoa(e.Code)
+	}
+	if a.EndReason != "" {
+		s += " reason=" + kvString(a.EndReason)
+	}
+	return s
 }
 
 // renderTreeJSON writes the forest as Service.Tree returns it.

@@ -34,7 +34,7 @@ func goldenForest() []*kin.TreeNode {
 		}, Children: kids}
 	}
 	const hp = "Dr. Schmidt, COAI Research"
-	return []*kin.TreeNode{
+	forest := []*kin.TreeNode{
 		node(1, 0, 0, "Research-Coordinator", "coordinator", hp, kin.StatusActive,
 			node(2, 1, 1, "Data-Collector", "collector", hp, kin.StatusActive,
 				node(5, 2, 2, "Web-Scraper", "scraper", hp, kin.StatusActive),
@@ -45,6 +45,28 @@ func goldenForest() []*kin.TreeNode {
 				node(9, 4, 2, "Checker", "", hp, kin.StatusTerminated))),
 		node(8, 0, 0, "Trader@exchange", "trader", `ACME "#1" <Ops> \ Desk`, kin.StatusActive),
 	}
+	// Spawned agents: #2 and #8 run; #6 crashed; #9 was stopped; #7 was
+	// lost while the daemon was down.
+	spawned := func(n *kin.TreeNode, pid int, state kin.State) {
+		n.PID, n.State = pid, state
+		n.Command = []string{"/usr/bin/agent", "--name", n.Name}
+		n.Restart, n.Grace = kin.RestartNever, kin.Duration(5*time.Second)
+		n.StartedAt = n.CreatedAt
+	}
+	ended := func(n *kin.TreeNode, exit kin.Exit, reason string) {
+		n.Status, n.EndedAt, n.Exit, n.EndReason = kin.StatusTerminated, at.Add(time.Minute), &exit, reason
+	}
+	data, checker := forest[0].Children[0], forest[0].Children[2].Children[0]
+	spawned(data, 4242, kin.StateActive)
+	spawned(forest[1], 5150, kin.StateActive)
+	spawned(data.Children[1], 4343, kin.StateExited)
+	ended(data.Children[1], kin.Exit{Code: 1, Known: true}, "crashed")
+	spawned(checker, 4444, kin.StateCancelled)
+	ended(checker, kin.Exit{Code: -1, Signal: "killed", Known: true}, "stopped")
+	formatter := forest[0].Children[1].Children[0]
+	spawned(formatter, 4545, kin.StateExited)
+	ended(formatter, kin.Exit{Code: -1}, "lost")
+	return forest
 }
 
 func TestRenderTreeGolden(t *testing.T) {

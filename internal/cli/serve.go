@@ -5,6 +5,8 @@ import (
 	"log/slog"
 	"path/filepath"
 	"runtime/debug"
+	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -16,11 +18,17 @@ import (
 
 // serveFlags are serve's flag values, "" where not given.
 type serveFlags struct {
-	home, http, profile, store string
+	home, http, profile, store, containment, leaveRunning string
 }
 
+// Containment choices of --containment; "auto" is the daemon's "".
+var containments = []string{"auto", "cgroup2", "process-groups"}
+
 func (a *app) serveCommand() *cobra.Command {
-	var fl serveFlags
+	var (
+		fl           serveFlags
+		leaveRunning bool
+	)
 	cmd := &cobra.Command{
 		Use:   "serve [flags]",
 		Short: "Run the kin daemon",
@@ -40,19 +48,33 @@ created with mode 0700:
   kin.db          the SQLite database: agents, events, governor settings
                   (unless --store names another file).
   kin.lock        held while a daemon runs, so that two never share a home.
+  logs/           each spawned agent's output, ID.log ("kin logs").
+  ctx/agent/      each running agent's own socket, NAME.sock.
+
+Agents' processes ("kin spawn") run each in its own cgroup, nested like the
+lineage under a kin root cgroup, when a writable cgroup v2 exists; else in
+process groups (--containment forces one or the other). The line kin serve
+prints once it listens says which is in force. When kin serve stops cleanly
+it stops every agent, unless --leave-running: then they go on, and the next
+kin serve on the same home takes them back.
 
 Configuration: built-in defaults, overridden by KIN_HOME, KIN_HTTP,
-KIN_PROFILE and KIN_STORE, overridden by the flags. The HTTP API listens on
+KIN_PROFILE, KIN_STORE, KIN_CONTAINMENT and KIN_LEAVE_RUNNING, overridden by
+the flags. The HTTP API listens on
 ` + daemon.DefaultHTTPAddr + ` unless --http says otherwise ("--http off" serves
 the socket only). Shipped profiles: ` + strings.Join(governor.ShippedProfiles(), ", ") + `; see
 "kin governor show".`,
 		Example: `  kin serve
   kin serve --home /var/lib/kin --http off
   kin serve --profile hierarchy --http 127.0.0.1:8080
-  KIN_PROFILE=./my-profile.json kin serve --store sqlite:/data/kin.db`,
+  KIN_PROFILE=./my-profile.json kin serve --store sqlite:/data/kin.db
+  kin serve --containment process-groups --leave-running`,
 		Args: cobra.NoArgs,
 		RunE: run(func(cmd *cobra.Command, _ []string) error {
 			fl.home = a.home
+			if cmd.Flags().Changed("leave-running") {
+				fl.leaveRunning = strconv.FormatBool(leaveRunning)
+			}
 			cfg, err := serveConfig(a.env.Getenv, fl)
 			if err != nil {
 				return err
@@ -64,14 +86,23 @@ the socket only). Shipped profiles: ` + strings.Join(governor.ShippedProfiles(),
 			if err != nil {
 				return kin.Errorf(kin.ECodeUnavailable, "kin serve cannot start: %v", err)
 			}
+			st, err := d.Status(ctx)
+			if err != nil {
+				d.Close()
+				return kin.Errorf(kin.ECodeUnavailable, "kin serve started but cannot describe itself: %v", err)
+			}
 			info := serveInfo{
-				Version:   cfg.Version,
-				Home:      cfg.Home,
-				Socket:    d.SocketPath(),
-				HTTP:      d.HTTPAddr(),
-				TokenFile: filepath.Join(cfg.Home, daemon.TokenName),
-				Profile:   cfg.Profile,
-				Store:     storeDescription(cfg),
+				Version:           cfg.Version,
+				Home:              cfg.Home,
+				Socket:            d.SocketPath(),
+				HTTP:              d.HTTPAddr(),
+				TokenFile:         filepath.Join(cfg.Home, daemon.TokenName),
+				Profile:           cfg.Profile,
+				Store:             storeDescription(cfg),
+				Containment:       st.Containment,
+				ContainmentReason: st.ContainmentReason,
+				CgroupRoot:        st.CgroupRoot,
+				LeaveRunning:      cfg.LeaveRunning,
 			}
 			if a.jsonOut {
 				err = a.printJSON(info)
@@ -91,6 +122,8 @@ the socket only). Shipped profiles: ` + strings.Join(governor.ShippedProfiles(),
 	f.StringVar(&fl.http, "http", "", "TCP `address` of the HTTP API, or \"off\" (default $KIN_HTTP, else "+daemon.DefaultHTTPAddr+")")
 	f.StringVar(&fl.profile, "profile", "", "governor profile: a shipped profile's `name` ("+strings.Join(governor.ShippedProfiles(), ", ")+") or a JSON file's path (default $KIN_PROFILE, else default)")
 	f.StringVar(&fl.store, "store", "", "store `DSN`: sqlite (<home>/kin.db) or sqlite:PATH (default $KIN_STORE, else sqlite)")
+	f.StringVar(&fl.containment, "containment", "", "`how` to hold agents' processes: "+strings.Join(containments, ", ")+" (auto: cgroup2 when a writable cgroup v2 exists, else process-groups) (default $KIN_CONTAINMENT, else auto)")
+	f.BoolVar(&leaveRunning, "leave-running", false, "leave agents running when kin serve stops, for the next kin serve to take back (default $KIN_LEAVE_RUNNING, else false)")
 	return cmd
 }
 
@@ -120,7 +153,20 @@ func serveConfig(getenv func(string) string, fl serveFlags) (daemon.Config, erro
 	httpAddr := pick(cfg.HTTPAddr, "KIN_HTTP", "http", fl.http)
 	profile := pick(cfg.Profile, "KIN_PROFILE", "profile", fl.profile)
 	store := pick(cfg.Store, "KIN_STORE", "store", fl.store)
+	containment := pick("auto", "KIN_CONTAINMENT", "containment", fl.containment)
+	leaveRunning := pick("false", "KIN_LEAVE_RUNNING", "leave-running", fl.leaveRunning)
 	cfg.Home, cfg.HTTPAddr, cfg.Profile, cfg.Store = home.value, httpAddr.value, profile.value, store.value
+	if !slices.Contains(containments, containment.value) {
+		return cfg, bad(containment, fmt.Errorf("not one of %s", strings.Join(containments, ", ")))
+	}
+	if containment.value != "auto" {
+		cfg.Containment = containment.value
+	}
+	lr, err := strconv.ParseBool(leaveRunning.value)
+	if err != nil {
+		return cfg, bad(leaveRunning, fmt.Errorf("not true or false"))
+	}
+	cfg.LeaveRunning = lr
 	if probe := (daemon.Config{Home: cfg.Home, HTTPAddr: cfg.HTTPAddr}); probe.Validate() != nil {
 		return cfg, bad(httpAddr, probe.Validate())
 	}
@@ -154,13 +200,17 @@ func version() string {
 
 // serveInfo is what `kin serve --json` prints once it listens.
 type serveInfo struct {
-	Version   string `json:"version"`
-	Home      string `json:"home"`
-	Socket    string `json:"socket"`
-	HTTP      string `json:"http,omitempty"`
-	TokenFile string `json:"token_file"`
-	Profile   string `json:"profile"`
-	Store     string `json:"store"`
+	Version           string `json:"version"`
+	Home              string `json:"home"`
+	Socket            string `json:"socket"`
+	HTTP              string `json:"http,omitempty"`
+	TokenFile         string `json:"token_file"`
+	Profile           string `json:"profile"`
+	Store             string `json:"store"`
+	Containment       string `json:"containment"`
+	ContainmentReason string `json:"containment_reason,omitempty"`
+	CgroupRoot        string `json:"cgroup_root,omitempty"`
+	LeaveRunning      bool   `json:"leave_running"`
 }
 
 // line is the one readable line serve prints on stderr once it listens.
@@ -169,6 +219,14 @@ func (s serveInfo) line() string {
 	if s.HTTP == "" {
 		httpPart = "no TCP address (--http off)"
 	}
-	return fmt.Sprintf("kin serve: listening on socket %s (operator access, mode 0600) and %s; operator token for HTTP in %s; profile %s; store %s; Ctrl-C to stop",
-		s.Socket, httpPart, s.TokenFile, s.Profile, s.Store)
+	contained := "agents contained by " + containmentString(s.Containment, s.ContainmentReason)
+	if s.CgroupRoot != "" {
+		contained += " under " + s.CgroupRoot
+	}
+	stop := "Ctrl-C to stop (and stop every agent)"
+	if s.LeaveRunning {
+		stop = "Ctrl-C to stop (agents keep running)"
+	}
+	return fmt.Sprintf("kin serve: listening on socket %s (operator access, mode 0600) and %s; operator token for HTTP in %s; profile %s; store %s; %s; %s",
+		s.Socket, httpPart, s.TokenFile, s.Profile, s.Store, contained, stop)
 }

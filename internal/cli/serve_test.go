@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -87,7 +88,9 @@ func TestServe(t *testing.T) {
 			line = l
 		}
 	}
-	for _, want := range []string{filepath.Join(home, "kin.sock"), "http://" + st.HTTP, filepath.Join(home, "operator.token"), "profile default", "sqlite:" + filepath.Join(home, "kin.db")} {
+	contained := "agents contained by " + containmentString(st.Containment, st.ContainmentReason)
+	for _, want := range []string{filepath.Join(home, "kin.sock"), "http://" + st.HTTP, filepath.Join(home, "operator.token"), "profile default",
+		"sqlite:" + filepath.Join(home, "kin.db"), contained, "(and stop every agent)"} {
 		if !strings.Contains(line, want) {
 			t.Errorf("listening line lacks %q: %q", want, line)
 		}
@@ -136,7 +139,8 @@ func TestServeJSON(t *testing.T) {
 	var info serveInfo
 	decodeOne(t, stdout.String(), &info)
 	if info.Socket != filepath.Join(home, "kin.sock") || info.HTTP != "" || info.Profile != "hierarchy" ||
-		info.TokenFile != filepath.Join(home, "operator.token") || info.Home != home {
+		info.TokenFile != filepath.Join(home, "operator.token") || info.Home != home || info.LeaveRunning ||
+		(info.Containment != "cgroup2" && info.Containment != "process-groups") || (info.Containment == "cgroup2") != (info.CgroupRoot != "") {
 		t.Errorf("info = %+v", info)
 	}
 	if strings.Contains(stderr.String(), "kin serve: listening") {
@@ -172,6 +176,27 @@ func TestServeConfig(t *testing.T) {
 	if cfg.Home != "/flag/home" || cfg.HTTPAddr != "off" || cfg.Profile != "hierarchy" || cfg.Store != "sqlite" {
 		t.Errorf("flags: %+v", cfg)
 	}
+
+	// Containment and leave-running: "auto" is the daemon's "".
+	for _, c := range []struct {
+		env          map[string]string
+		fl           serveFlags
+		containment  string
+		leaveRunning bool
+	}{
+		{nil, serveFlags{}, "", false},
+		{map[string]string{"KIN_CONTAINMENT": "process-groups", "KIN_LEAVE_RUNNING": "1"}, serveFlags{}, "process-groups", true},
+		{map[string]string{"KIN_CONTAINMENT": "process-groups", "KIN_LEAVE_RUNNING": "true"}, serveFlags{containment: "auto", leaveRunning: "false"}, "", false},
+		{nil, serveFlags{containment: "cgroup2", leaveRunning: "true"}, "cgroup2", true},
+	} {
+		cfg, err := serveConfig(func(k string) string { return c.env[k] }, c.fl)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if cfg.Containment != c.containment || cfg.LeaveRunning != c.leaveRunning {
+			t.Errorf("env %v, flags %+v: containment %q, leave running %v", c.env, c.fl, cfg.Containment, cfg.LeaveRunning)
+		}
+	}
 }
 
 func TestServeErrors(t *testing.T) {
@@ -189,6 +214,17 @@ func TestServeErrors(t *testing.T) {
 	wantUsage(t, serve(noEnv, "--profile", "/no/such/file.json"), "--profile")
 	wantUsage(t, serve(noEnv, "--store", "mysql://x"), "--store")
 	wantUsage(t, serve(noEnv, "--bogus"), "--bogus")
+	wantUsage(t, serve(noEnv, "--containment", "jail"), "--containment", "jail", "auto, cgroup2, process-groups")
+	wantUsage(t, serve(noEnv, "--leave-running=maybe"), "--leave-running")
+	for _, bad := range []map[string]string{{"KIN_CONTAINMENT": "jail"}, {"KIN_LEAVE_RUNNING": "maybe"}} {
+		var name string
+		for name = range bad {
+		}
+		msg := wantError(t, serve(func(k string) string { return bad[k] }, "--json"), kin.ECodeInvalid)
+		if !strings.Contains(msg, name) {
+			t.Errorf("message %q does not name %s", msg, name)
+		}
+	}
 	wantUsage(t, serve(noEnv, "extra"), "extra")
 
 	badEnv := func(k string) string { return map[string]string{"KIN_PROFILE": "no-such-profile"}[k] }
@@ -214,4 +250,67 @@ func TestServeErrors(t *testing.T) {
 	if !strings.Contains(e.Message, "already running") {
 		t.Errorf("error = %+v", e)
 	}
+}
+
+// TestServeContainment: --containment process-groups is in force and said
+// so on the start-up line.
+func TestServeContainment(t *testing.T) {
+	home := kintest.TempHome(t)
+	stop, _, stderr := startServe(t, Env{Getenv: noEnv}, home, "--http", "off", "--containment", "process-groups")
+	r := runCLI(t, "status", "--home", home, "--json")
+	wantOK(t, r)
+	var st kin.DaemonStatus
+	decodeOne(t, r.stdout, &st)
+	if st.Containment != "process-groups" {
+		t.Errorf("status = %+v", st)
+	}
+	if !strings.Contains(stderr.String(), "agents contained by "+containmentString(st.Containment, st.ContainmentReason)+";") {
+		t.Errorf("the start-up line does not say process-groups:\n%s", stderr.String())
+	}
+	if code := stop(); code != 0 {
+		t.Fatalf("exit %d:\n%s", code, stderr.String())
+	}
+}
+
+// TestServeLeaveRunning: with --leave-running a clean shutdown leaves the
+// agents running, and the next kin serve on the home takes them back;
+// without it, a shutdown stops them.
+func TestServeLeaveRunning(t *testing.T) {
+	home := kintest.TempHome(t)
+	stop, _, stderr := startServe(t, Env{Getenv: noEnv}, home, "--http", "off", "--leave-running")
+	if !strings.Contains(stderr.String(), "(agents keep running)") {
+		t.Errorf("the start-up line does not say agents keep running:\n%s", stderr.String())
+	}
+	r := runCLI(t, "spawn", "--home", home, "--json", "--name", "survivor", "--responsible", "ops", "sleep", "600")
+	wantOK(t, r)
+	var a kin.Agent
+	decodeOne(t, r.stdout, &a)
+	t.Cleanup(func() {
+		if t.Failed() { // it may be running still, with no daemon to stop it
+			syscall.Kill(a.PID, syscall.SIGKILL)
+		}
+	})
+	if code := stop(); code != 0 {
+		t.Fatalf("exit %d:\n%s", code, stderr.String())
+	}
+	if err := syscall.Kill(a.PID, 0); err != nil {
+		t.Fatalf("agent %d (pid %d) did not survive the shutdown: %v", a.ID, a.PID, err)
+	}
+
+	stop, _, stderr = startServe(t, Env{Getenv: noEnv}, home, "--http", "off")
+	r = runCLI(t, "show", "--home", home, "--json", a.ID.String())
+	wantOK(t, r)
+	var back kin.Agent
+	decodeOne(t, r.stdout, &back)
+	if !back.Running() || back.PID != a.PID {
+		t.Fatalf("after the restart: %+v", back)
+	}
+	if code := stop(); code != 0 {
+		t.Fatalf("exit %d:\n%s", code, stderr.String())
+	}
+	// Without --leave-running the shutdown stopped it. The pid is not
+	// reused this fast in practice; waiting for it to go is the check.
+	kintest.WaitFor(t, 30*time.Second, "the agent's process to end", func() bool {
+		return syscall.Kill(a.PID, 0) != nil
+	})
 }

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"strconv"
 	"strings"
 	"testing"
 
@@ -24,6 +25,52 @@ func TestShow(t *testing.T) {
 	decodeOne(t, r.stdout, &a)
 	if a.ID != 7 || a.Name != "LaTeX-Formatter" || a.Parent != 3 || a.Generation != 2 {
 		t.Errorf("agent = %+v", a)
+	}
+}
+
+// TestShowRuntime: a spawned agent's process while it runs, and how it ended.
+func TestShowRuntime(t *testing.T) {
+	d := kintest.StartDaemon(t)
+	a := spawnJSON(t, d, "--name", "worker", "--responsible", "ops", "--grace", "1s", "--restart", "on-failure", "sleep", "600")
+	r := kinAt(t, d, "show", a.ID.String())
+	wantOK(t, r)
+	sleep := mustLookPath(t, "sleep")
+	for _, want := range []string{
+		"Command         " + sleep + " 600\n",
+		"PID             " + strconv.Itoa(a.PID) + "\n",
+		"Started         " + formatTime(a.StartedAt) + "\n",
+		"Restart         on-failure\n",
+		"Grace           1s\n",
+	} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("output lacks %q:\n%s", want, r.stdout)
+		}
+	}
+	if strings.Contains(r.stdout, "Exit") || strings.Contains(r.stdout, "Ended") {
+		t.Errorf("a running agent shows an end:\n%s", r.stdout)
+	}
+	wantOK(t, kinAt(t, d, "stop", a.ID.String(), "--grace", "0s"))
+	ended := waitEnded(t, d, a.ID)
+	r = kinAt(t, d, "show", a.ID.String())
+	wantOK(t, r)
+	for _, want := range []string{
+		"Ended           " + formatTime(ended.EndedAt) + "\n",
+		"Exit            signal killed\n",
+		"End reason      stopped\n",
+	} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("output lacks %q:\n%s", want, r.stdout)
+		}
+	}
+	if strings.Contains(r.stdout, "PID") {
+		t.Errorf("an ended agent shows a pid:\n%s", r.stdout)
+	}
+	r = kinAt(t, d, "show", a.ID.String(), "--json")
+	wantOK(t, r)
+	var got kin.Agent
+	decodeOne(t, r.stdout, &got)
+	if got.PID != a.PID || got.Exit == nil || got.Exit.Signal != "killed" || got.EndReason != "stopped" {
+		t.Errorf("agent = %+v", got)
 	}
 }
 

@@ -12,8 +12,13 @@ func (a *app) statusCommand() *cobra.Command {
 		Use:   "status",
 		Short: "Show the daemon's status",
 		Long: `Show the running daemon: version, pid, home, where it listens, its store and
-governor profile, how many agents it holds and the last event's sequence
-number.`,
+governor profile, how many agents it holds and how many of them run, how it
+contains their processes, and the last event's sequence number.
+
+Containment is "cgroup2" (every agent in its own cgroup under the cgroup
+root, nested like the lineage: a stop reaches every process an agent
+started) or "process-groups", the fallback where no writable cgroup v2
+exists, with the reason (a process that leaves its group escapes a stop).`,
 		Example: `  kin status
   kin status --json`,
 		Args: cobra.NoArgs,
@@ -44,8 +49,25 @@ number.`,
 			row("Store", st.Store)
 			row("Profile", st.Profile)
 			row("Agents", strconv.Itoa(st.Agents))
+			row("Running", strconv.Itoa(st.Running))
+			row("Containment", containmentString(st.Containment, st.ContainmentReason))
+			if st.CgroupRoot != "" {
+				row("Cgroup root", st.CgroupRoot)
+			}
 			row("Last event", strconv.FormatInt(st.LastEvent, 10))
 			return tw.Flush()
 		}),
 	}
+}
+
+// containmentString is the containment in force, with why when there is a
+// reason (the fallback, or a forced choice).
+func containmentString(containment, reason string) string {
+	if containment == "" {
+		containment = "unknown"
+	}
+	if reason != "" {
+		return containment + " (" + reason + ")"
+	}
+	return containment
 }

@@ -15,26 +15,73 @@ func TestStatus(t *testing.T) {
 	seedLineage(t, d)
 	r := kinAt(t, d, "status")
 	wantOK(t, r)
-	for _, want := range []string{
-		"Version     test",
-		"PID         " + strconv.Itoa(os.Getpid()),
-		"Home        " + d.Home,
-		"Socket      " + d.SocketPath(),
-		"HTTP        off",
-		"Profile     default",
-		"Agents      7",
-		"Last event  13",
-	} {
-		if !strings.Contains(r.stdout, want+"\n") {
-			t.Errorf("output lacks %q:\n%s", want, r.stdout)
-		}
-	}
 	r = kinAt(t, d, "status", "--json")
 	wantOK(t, r)
 	var st kin.DaemonStatus
 	decodeOne(t, r.stdout, &st)
-	if st.Agents != 7 || st.LastEvent != 13 || st.Home != d.Home || st.StartedAt.IsZero() {
+	if st.Agents != 7 || st.LastEvent != 13 || st.Home != d.Home || st.StartedAt.IsZero() || st.Running != 0 {
 		t.Errorf("status = %+v", st)
+	}
+	containment := containmentString(st.Containment, st.ContainmentReason)
+	switch st.Containment {
+	case "cgroup2":
+		if st.CgroupRoot == "" {
+			t.Errorf("cgroup2 without a cgroup root: %+v", st)
+		}
+	case "process-groups":
+		if st.ContainmentReason == "" {
+			t.Errorf("the process-groups fallback without a reason: %+v", st)
+		}
+	default:
+		t.Errorf("containment %q is not cgroup2 or process-groups", st.Containment)
+	}
+	r = kinAt(t, d, "status")
+	wantOK(t, r)
+	want := []string{
+		"Version      test",
+		"PID          " + strconv.Itoa(os.Getpid()),
+		"Home         " + d.Home,
+		"Socket       " + d.SocketPath(),
+		"HTTP         off",
+		"Profile      default",
+		"Agents       7",
+		"Running      0",
+		"Containment  " + containment,
+		"Last event   13",
+	}
+	if st.CgroupRoot != "" {
+		want = append(want, "Cgroup root  "+st.CgroupRoot)
+	}
+	for _, w := range want {
+		if !strings.Contains(r.stdout, w+"\n") {
+			t.Errorf("output lacks %q:\n%s", w, r.stdout)
+		}
+	}
+}
+
+// TestStatusContainment: the fallback says why; a forced choice too.
+func TestStatusContainment(t *testing.T) {
+	d := kintest.StartDaemon(t, kintest.WithContainment("process-groups"))
+	r := kinAt(t, d, "status", "--json")
+	wantOK(t, r)
+	var st kin.DaemonStatus
+	decodeOne(t, r.stdout, &st)
+	if st.Containment != "process-groups" || st.CgroupRoot != "" {
+		t.Fatalf("status = %+v, want process-groups without a cgroup root", st)
+	}
+	r = kinAt(t, d, "status")
+	wantOK(t, r)
+	if !strings.Contains(r.stdout, "Containment  "+containmentString(st.Containment, st.ContainmentReason)+"\n") || strings.Contains(r.stdout, "Cgroup root") {
+		t.Errorf("output:\n%s", r.stdout)
+	}
+	for _, c := range []struct{ containment, reason, want string }{
+		{"cgroup2", "", "cgroup2"},
+		{"process-groups", "no writable cgroup v2", "process-groups (no writable cgroup v2)"},
+		{"", "", "unknown"},
+	} {
+		if got := containmentString(c.containment, c.reason); got != c.want {
+			t.Errorf("containmentString(%q, %q) = %q, want %q", c.containment, c.reason, got, c.want)
+		}
 	}
 }
 

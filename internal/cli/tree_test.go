@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 
@@ -90,4 +91,21 @@ func TestTreeErrors(t *testing.T) {
 	wantUsage(t, kinAt(t, d, "tree", "--format", "png"), "--format", "text, json, mermaid, dot")
 	wantUsage(t, kinAt(t, d, "tree", "--format", "mermaid", "--json"), "--json", "--format")
 	wantUsage(t, kinAt(t, d, "tree", "--bogus"), "--bogus")
+}
+
+// TestTreeRuntime: the text tree gives a running agent's pid, and how and
+// why an ended one ended.
+func TestTreeRuntime(t *testing.T) {
+	d := kintest.StartDaemon(t)
+	boss := spawnJSON(t, d, "--name", "boss", "--responsible", "ops", "sleep", "600")
+	done := spawnJSON(t, d, "--name", "done", "--parent", boss.ID.String(), "true")
+	waitEnded(t, d, done.ID)
+	r := kinAt(t, d, "tree")
+	wantOK(t, r)
+	want := fmt.Sprintf("#%d boss  role=- gen=0 status=active state=%s pid=%d responsible=ops\n"+
+		"└── #%d done  role=- gen=1 status=terminated state=terminated exit=0 reason=exited\n",
+		boss.ID, boss.State, boss.PID, done.ID)
+	if r.stdout != want {
+		t.Errorf("tree:\n%s\nwant:\n%s", r.stdout, want)
+	}
 }

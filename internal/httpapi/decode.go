@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
+	"unicode"
 
 	"github.com/kin-agents/kin/kin"
 )
@@ -45,12 +47,31 @@ func describeJSONError(err error) string {
 	case errors.As(err, &syn):
 		return fmt.Sprintf("syntax error at byte %d: %v", syn.Offset, syn)
 	case errors.As(err, &typ):
+		if error(typ) != err && typ.Field == "" {
+			return err.Error() // a type's own UnmarshalJSON wrapped it with a better explanation
+		}
 		if typ.Field != "" {
-			return fmt.Sprintf("field %q must be %s, not %s", typ.Field, typ.Type, typ.Value)
+			return fmt.Sprintf("field %q must be %s, not %s", jsonFieldPath(typ.Field), typ.Type, typ.Value)
 		}
 		return fmt.Sprintf("expected %s, not %s", typ.Type, typ.Value)
 	case errors.Is(err, io.ErrUnexpectedEOF):
 		return "the JSON ends too early"
 	}
 	return err.Error()
+}
+
+// jsonFieldPath drops the Go names of embedded structs that encoding/json
+// puts in an error's field path ("RegisterRequest.parent" for SpawnRequest's
+// parent): the caller only knows the flat JSON names, which in kin are
+// never capitalised.
+func jsonFieldPath(path string) string {
+	parts := strings.Split(path, ".")
+	out := parts[:0]
+	for i, p := range parts {
+		if i < len(parts)-1 && p != "" && unicode.IsUpper(rune(p[0])) {
+			continue
+		}
+		out = append(out, p)
+	}
+	return strings.Join(out, ".")
 }

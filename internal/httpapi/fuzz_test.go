@@ -204,6 +204,34 @@ func eventQuery(f kin.EventFilter, follow bool) url.Values {
 	return q
 }
 
+func FuzzParseLogsQuery(f *testing.F) {
+	for _, s := range append(querySeeds, "offset=0", "offset=123&follow=true", "offset=-5", "offset=1&offset=2", "offset=%2B3") {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		q, _ := url.ParseQuery(s)
+		offset, follow, err := httpapi.ParseLogsQuery(q)
+		if err != nil {
+			checkInvalid(t, err)
+			return
+		}
+		if offset < 0 {
+			t.Fatalf("ParseLogsQuery(%q) = offset %d", s, offset)
+		}
+		again := url.Values{}
+		if offset != 0 {
+			again.Set("offset", strconv.FormatInt(offset, 10))
+		}
+		if follow {
+			again.Set("follow", "true")
+		}
+		backOffset, backFollow, err := httpapi.ParseLogsQuery(again)
+		if err != nil || backOffset != offset || backFollow != follow {
+			t.Fatalf("ParseLogsQuery(%q) = %d, %v, but its encoding %q parses to %d, %v, %v", s, offset, follow, again.Encode(), backOffset, backFollow, err)
+		}
+	})
+}
+
 // TestParseQueriesEdgeCases pins what the fuzzers cannot reach through
 // url.ParseQuery: a key with no values (a caller building the map itself),
 // and that the same bad query always names the same problem.
@@ -212,6 +240,10 @@ func TestParseQueriesEdgeCases(t *testing.T) {
 		_, _, err := httpapi.ParseEventQuery(q)
 		checkInvalid(t, err)
 		_, err = httpapi.ParseAgentFilter(q)
+		checkInvalid(t, err)
+	}
+	for _, q := range []map[string][]string{{"offset": {}}, {"follow": nil}} {
+		_, _, err := httpapi.ParseLogsQuery(q)
 		checkInvalid(t, err)
 	}
 	q, _ := url.ParseQuery("since=x&limit=y&agent=z&follow=w")

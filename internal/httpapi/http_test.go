@@ -195,6 +195,19 @@ func TestUnknownRoutes(t *testing.T) {
 		{"GET", "/v1/agents?colour=red", http.StatusBadRequest, kin.ECodeInvalid},
 		{"GET", "/v1/events?since=-1", http.StatusBadRequest, kin.ECodeInvalid},
 		{"GET", "/v1/events?follow=true&limit=10001", http.StatusBadRequest, kin.ECodeInvalid},
+		{"GET", "/v1/spawn", http.StatusNotFound, kin.ECodeNotFound},
+		{"GET", "/v1/agents/1/stop", http.StatusNotFound, kin.ECodeNotFound},
+		{"POST", "/v1/whoami", http.StatusNotFound, kin.ECodeNotFound},
+		{"GET", "/v1/heartbeat", http.StatusNotFound, kin.ECodeNotFound},
+		{"POST", "/v1/agents/0/stop", http.StatusBadRequest, kin.ECodeInvalid},
+		{"POST", "/v1/agents/abc/stop", http.StatusBadRequest, kin.ECodeInvalid},
+		{"GET", "/v1/agents/abc/logs", http.StatusBadRequest, kin.ECodeInvalid},
+		{"GET", "/v1/agents/1/logs?colour=red", http.StatusBadRequest, kin.ECodeInvalid},
+		{"GET", "/v1/agents/1/logs?offset=-1", http.StatusBadRequest, kin.ECodeInvalid},
+		{"GET", "/v1/agents/1/logs?offset=x", http.StatusBadRequest, kin.ECodeInvalid},
+		{"GET", "/v1/agents/1/logs?follow=maybe", http.StatusBadRequest, kin.ECodeInvalid},
+		{"GET", "/v1/agents/1/logs?follow=true&follow=false", http.StatusBadRequest, kin.ECodeInvalid},
+		{"GET", "/v1/agents/99/logs", http.StatusNotFound, kin.ECodeNotFound},
 	} {
 		resp, body := a.call(tc.method, tc.path, nil)
 		t.Run(tc.method+" "+tc.path, func(t *testing.T) {
@@ -231,6 +244,23 @@ func TestBadJSONBodies(t *testing.T) {
 		{"status: wrong type", "/v1/agents/1/status", []byte(`{"action":"suspend","cascade":"yes"}`), `field "cascade" must be bool`},
 		{"governor: empty body", "/v1/governor/settings", nil, "empty"},
 		{"governor: wrong type", "/v1/governor/settings", []byte(`{"key":"max_children","value":5}`), `field "value" must be string`},
+		{"spawn: empty body", "/v1/spawn", nil, "empty"},
+		{"spawn: unknown field", "/v1/spawn", []byte(`{"command":["/bin/true"],"argv":["x"]}`), `unknown field "argv"`},
+		{"spawn: command not a list", "/v1/spawn", []byte(`{"command":"/bin/true"}`), `field "command" must be []string`},
+		{"spawn: env not a list", "/v1/spawn", []byte(`{"command":["/bin/true"],"env":{"A":"1"}}`), `field "env" must be []string`},
+		{"spawn: grace a number", "/v1/spawn", []byte(`{"command":["/bin/true"],"grace":5}`), `a duration is a string like "90s"`},
+		{"spawn: grace negative", "/v1/spawn", []byte(`{"command":["/bin/true"],"grace":"-1s"}`), "negative"},
+		{"spawn: grace not a duration", "/v1/spawn", []byte(`{"command":["/bin/true"],"grace":"soon"}`), "soon"},
+		{"spawn: parent a string", "/v1/spawn", []byte(`{"command":["/bin/true"],"parent":"1"}`), `field "parent" must be`},
+		{"spawn: trailing data", "/v1/spawn", []byte(`{"command":["/bin/true"]} {}`), "more than one JSON value"},
+		{"stop: unknown field", "/v1/agents/1/stop", []byte(`{"grace":"1s","force":true}`), `unknown field "force"`},
+		{"stop: grace a number", "/v1/agents/1/stop", []byte(`{"grace":0}`), `a duration is a string like "90s"`},
+		{"stop: grace negative", "/v1/agents/1/stop", []byte(`{"grace":"-5s"}`), "negative"},
+		{"stop: not an object", "/v1/agents/1/stop", []byte(`"5s"`), "not string"},
+		{"heartbeat: empty body", "/v1/heartbeat", nil, "empty"},
+		{"heartbeat: unknown field", "/v1/heartbeat", []byte(`{"cursor":"a","seq":1}`), `unknown field "seq"`},
+		{"heartbeat: id a string", "/v1/heartbeat", []byte(`{"id":"7"}`), `field "id" must be`},
+		{"heartbeat: cursor a number", "/v1/heartbeat", []byte(`{"cursor":42}`), `field "cursor" must be string`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			resp, body := a.call("POST", tc.path, tc.body)

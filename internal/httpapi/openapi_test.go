@@ -258,6 +258,76 @@ func kinErrorCodes(t *testing.T) []kin.ErrorCode {
 	return codes
 }
 
+// kinEventTypes reads every Event* string constant declared in package
+// kin's event.go, so that a new event type must be documented.
+func kinEventTypes(t *testing.T) []string {
+	t.Helper()
+	file, err := parser.ParseFile(token.NewFileSet(), "../../kin/event.go", nil, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var types []string
+	for _, decl := range file.Decls {
+		gen, ok := decl.(*ast.GenDecl)
+		if !ok || gen.Tok != token.CONST {
+			continue
+		}
+		for _, spec := range gen.Specs {
+			vs := spec.(*ast.ValueSpec)
+			for i, name := range vs.Names {
+				if !strings.HasPrefix(name.Name, "Event") || i >= len(vs.Values) {
+					continue
+				}
+				if lit, ok := vs.Values[i].(*ast.BasicLit); ok && lit.Kind == token.STRING {
+					s, err := strconv.Unquote(lit.Value)
+					if err != nil {
+						t.Fatal(err)
+					}
+					types = append(types, s)
+				}
+			}
+		}
+	}
+	if len(types) < 6 {
+		t.Fatalf("found only %d event types in kin/event.go: %v", len(types), types)
+	}
+	return types
+}
+
+func TestOpenAPIEventTypes(t *testing.T) {
+	var doc struct {
+		Components struct {
+			Schemas map[string]struct {
+				Description string `json:"description"`
+			} `json:"schemas"`
+		} `json:"components"`
+	}
+	if err := json.Unmarshal(httpapi.OpenAPI(), &doc); err != nil {
+		t.Fatal(err)
+	}
+	desc := doc.Components.Schemas["Event"].Description
+	for _, typ := range kinEventTypes(t) {
+		if !strings.Contains(desc, "- `"+typ+"`: ") {
+			t.Errorf("event type %q is not listed in the Event schema's description", typ)
+		}
+	}
+}
+
+func TestOpenAPIRestartPolicies(t *testing.T) {
+	spec := loadSpec(t)
+	enum := spec.Components.Schemas["RestartPolicy"].Enum
+	for _, p := range enum {
+		if !kin.RestartPolicy(p).Valid() {
+			t.Errorf("RestartPolicy enum has %q, which kin does not accept", p)
+		}
+	}
+	for _, p := range []kin.RestartPolicy{kin.RestartNever, kin.RestartOnFailure, kin.RestartAlways} {
+		if !slices.Contains(enum, string(p)) {
+			t.Errorf("restart policy %q is missing from the RestartPolicy enum", p)
+		}
+	}
+}
+
 func TestOpenAPIErrorCodes(t *testing.T) {
 	spec := loadSpec(t)
 	code := spec.Components.Schemas["Error"].Properties["code"]
@@ -388,6 +458,12 @@ func TestOpenAPISchemasMatchGoTypes(t *testing.T) {
 		{"RoleRule", reflect.TypeFor[kin.RoleRule](), true},
 		{"CircuitBreaker", reflect.TypeFor[kin.CircuitBreaker](), true},
 		{"DaemonStatus", reflect.TypeFor[kin.DaemonStatus](), true},
+		{"Heartbeat", reflect.TypeFor[kin.Heartbeat](), true},
+		{"RestartIntensity", reflect.TypeFor[kin.RestartIntensity](), true},
+		{"Exit", reflect.TypeFor[kin.Exit](), true},
+		{"SpawnRequest", reflect.TypeFor[kin.SpawnRequest](), false},
+		{"StopBody", reflect.TypeFor[httpapi.StopBody](), false},
+		{"HeartbeatRequest", reflect.TypeFor[kin.HeartbeatRequest](), false},
 		{"Error", reflect.TypeFor[kin.Error](), true},
 	} {
 		sch, ok := spec.Components.Schemas[tc.schema]

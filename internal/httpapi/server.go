@@ -66,6 +66,11 @@ func Routes() []Route {
 		{"GET", "/v1/events", (*Server).events},
 		{"GET", "/v1/governor", (*Server).governor},
 		{"POST", "/v1/governor/settings", (*Server).setGovernor},
+		{"POST", "/v1/spawn", (*Server).spawn},
+		{"POST", "/v1/agents/{id}/stop", (*Server).stop},
+		{"GET", "/v1/agents/{id}/logs", (*Server).logs},
+		{"POST", "/v1/heartbeat", (*Server).heartbeat},
+		{"GET", "/v1/whoami", (*Server).whoami},
 	}
 }
 
@@ -371,9 +376,17 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) error {
 	if err := write(""); err != nil {
 		return nil
 	}
+	// The keep-alive goroutine must be gone before the handler returns:
+	// net/http finishes the response then, and a late write would race it.
 	stop := make(chan struct{})
-	defer close(stop)
+	var wg sync.WaitGroup
+	wg.Add(1)
+	defer func() {
+		close(stop)
+		wg.Wait()
+	}()
 	go func() {
+		defer wg.Done()
 		t := time.NewTicker(s.KeepAlive)
 		defer t.Stop()
 		for {

@@ -1,0 +1,54 @@
+package cli
+
+import (
+	"context"
+	"errors"
+
+	"github.com/spf13/cobra"
+
+	"github.com/kin-agents/kin/kin"
+)
+
+func (a *app) logsCommand() *cobra.Command {
+	var req kin.LogsRequest
+	cmd := &cobra.Command{
+		Use:   "logs ID [--follow] [--offset N]",
+		Short: "Print what an agent's process wrote",
+		Long: `Print the output of agent ID's process: its stdout and stderr, interleaved
+as it wrote them, byte for byte (--json changes nothing). kin keeps the
+output in its home (logs/ID.log), also after the agent has ended.
+
+With --follow keep printing new output as it comes, until the agent has
+ended and everything was printed (then exit 0), or until interrupted
+(Ctrl-C, also exit 0). --offset skips that many bytes, e.g. what an earlier
+run already printed.`,
+		Example: `  kin logs 7
+  kin logs 7 --follow
+  kin logs 7 --offset 1048576 | less`,
+		Annotations: map[string]string{annotationArgs: argsID},
+		Args:        idArgs,
+		RunE: run(func(cmd *cobra.Command, args []string) error {
+			id, err := parseIDArg(args[0])
+			if err != nil {
+				return err
+			}
+			req.ID = id
+			svc, err := a.service()
+			if err != nil {
+				return err
+			}
+			ctx := cmd.Context()
+			err = svc.Logs(ctx, req, func(b []byte) error {
+				_, err := a.env.Stdout.Write(b)
+				return err
+			})
+			if req.Follow && errors.Is(err, context.Canceled) && ctx.Err() != nil {
+				return nil // interrupted: the normal way to stop following
+			}
+			return err
+		}),
+	}
+	cmd.Flags().BoolVarP(&req.Follow, "follow", "f", false, "keep printing new output until the agent has ended")
+	cmd.Flags().Var(nonNegFlag{n: &req.Offset}, "offset", "skip this many bytes of the output")
+	return cmd
+}

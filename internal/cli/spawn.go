@@ -1,0 +1,122 @@
+package cli
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/kin-agents/kin/kin"
+)
+
+func (a *app) spawnCommand() *cobra.Command {
+	var req kin.SpawnRequest
+	cmd := &cobra.Command{
+		Use:   "spawn [flags] [--] COMMAND [ARGS...]",
+		Short: "Start an agent: register it and run its process under supervision",
+		Long: `Register an agent, under the same governor rules as "kin register", and
+start COMMAND as its process. kin supervises it: the process runs in the
+agent's own cgroup, nested under its parent's (or in its own process group
+where no writable cgroup v2 exists, see "kin status"); its stdout and stderr
+are kept ("kin logs"); when it ends, its owned children are stopped; with
+--restart it is replaced after it crashes.
+
+Flags come before COMMAND: everything from COMMAND on is the agent's command
+line, so "--" is needed only when COMMAND itself starts with "-". A COMMAND
+without a slash is looked up in this shell's PATH, and the process starts in
+the current directory unless --dir names another.
+
+The process's environment holds PATH, HOME, LANG and a few more of the
+daemon's, each --env KEY=VALUE, and kin's own:
+
+  KIN_AGENT_ID, KIN_AGENT_NAME, KIN_PARENT_ID   who the agent is
+  KIN_SOCKET         the agent's own socket: kin commands the agent runs act
+                     as the agent, on itself and its descendants only
+  KIN_RESUME_CURSOR  for a replacement: the last cursor its predecessor
+                     reported with "kin heartbeat --cursor"
+
+Without --name kin makes a name from the command. Without --parent the agent
+is a root and needs --responsible, except when "kin spawn" runs inside an
+agent: then the new agent is that agent's child.
+
+Prints the agent, with its PID.`,
+		Example: `  kin spawn --name Research-Coordinator --responsible "Dr. Schmidt" -- python3 coordinator.py
+  kin spawn --parent 1 --name Web-Scraper --restart on-failure --grace 10s ./scrape.sh --depth 2
+  kin spawn --parent 1 --env LOG_LEVEL=debug --dir /srv/agents --json node agent.js
+  kin spawn --name Sleeper --responsible ops -- sleep 3600`,
+		Args: func(cmd *cobra.Command, args []string) error {
+			if len(args) == 0 {
+				return usageErrorf("%s needs the COMMAND to run after its flags, e.g. %s --name worker -- python3 worker.py", cmd.CommandPath(), cmd.CommandPath())
+			}
+			return nil
+		},
+		RunE: run(func(cmd *cobra.Command, args []string) error {
+			req.Command = slices.Clone(args)
+			req.Command[0] = resolveCommand(req.Command[0])
+			for _, kv := range req.Env {
+				if k, _, ok := strings.Cut(kv, "="); !ok || k == "" {
+					return usageErrorf("--env %q is not KEY=VALUE", kv)
+				}
+			}
+			dir, err := workDir(req.Dir)
+			if err != nil {
+				return err
+			}
+			req.Dir = dir
+			svc, err := a.service()
+			if err != nil {
+				return err
+			}
+			ag, err := svc.Spawn(cmd.Context(), req)
+			if err != nil {
+				return err
+			}
+			if a.jsonOut {
+				return a.printJSON(ag)
+			}
+			return writeAgent(a.env.Stdout, ag)
+		}),
+	}
+	// Flags stop at COMMAND: the agent's own flags are its business.
+	cmd.Flags().SetInterspersed(false)
+	registerFlags(cmd, &req.RegisterRequest,
+		"the agent's `name`: letters, digits and - _ . : @ (default: made from COMMAND)",
+		"the parent agent's `ID` (omit or 0 for a root; inside an agent, for that agent's child)")
+	f := cmd.Flags()
+	f.StringArrayVar(&req.Env, "env", nil, "add `KEY=VALUE` to the agent's environment (repeatable; KIN_* are kin's own)")
+	f.StringVar(&req.Dir, "dir", "", "the process's working `directory` (default: the current directory)")
+	f.Var(durationFlag{d: &req.Grace}, "grace", "time between SIGTERM and SIGKILL when the agent is stopped (default 5s; 0s kills at once)")
+	f.Var(newEnumFlag(&req.Restart, kin.RestartNever, kin.RestartOnFailure, kin.RestartAlways), "restart",
+		"`policy` for replacing the agent after its process ends: never (the default), on-failure (after a crash, or going offline), always")
+	return cmd
+}
+
+// resolveCommand makes a program name without a slash absolute, looked up
+// in the CLI's own PATH: the user means what their shell would run, and the
+// daemon's PATH may differ. A name not found is left for the daemon.
+func resolveCommand(name string) string {
+	if name == "" || strings.Contains(name, "/") {
+		return name
+	}
+	p, err := exec.LookPath(name)
+	if err != nil || !filepath.IsAbs(p) {
+		return name
+	}
+	return p
+}
+
+// workDir is the agent's working directory: dir made absolute against the
+// CLI's own, or the CLI's own when dir is "".
+func workDir(dir string) (string, error) {
+	if dir != "" && filepath.IsAbs(dir) {
+		return filepath.Clean(dir), nil
+	}
+	wd, err := os.Getwd()
+	if err != nil {
+		return "", kin.Errorf(kin.ECodeInvalid, "cannot find the current directory (give --dir): %v", err)
+	}
+	return filepath.Join(wd, dir), nil
+}

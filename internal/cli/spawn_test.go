@@ -1,0 +1,148 @@
+package cli
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/kin-agents/kin/internal/kintest"
+	"github.com/kin-agents/kin/kin"
+)
+
+func TestSpawn(t *testing.T) {
+	d := kintest.StartDaemon(t)
+	a := spawnJSON(t, d, "--name", "worker", "--responsible", "ops", "--grace", "2s", "--restart", "never",
+		"--env", "GREETING=hello", "--", "sh", "-c", `echo "$GREETING from $KIN_AGENT_NAME #$KIN_AGENT_ID"; echo oops >&2`)
+	sh, err := exec.LookPath("sh")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a.Name != "worker" || a.Responsible != "ops" || a.Parent != 0 || a.CreatedBy != kin.Operator ||
+		a.Command[0] != sh || len(a.Command) != 3 || a.Grace != kin.Duration(2e9) || a.Restart != kin.RestartNever {
+		t.Errorf("agent = %+v", a)
+	}
+	ended := waitEnded(t, d, a.ID)
+	if ended.Exit == nil || *ended.Exit != (kin.Exit{Code: 0, Known: true}) || ended.EndReason != "exited" {
+		t.Errorf("ended = %+v, exit %v", ended, ended.Exit)
+	}
+	if got, want := logsOf(t, d, a.ID), "hello from worker #"+a.ID.String()+"\noops\n"; got != want {
+		t.Errorf("output %q, want %q", got, want)
+	}
+
+	// Text: the agent as kin show prints it, with its process.
+	r := kinAt(t, d, "spawn", "--name", "napper", "--responsible", "ops", "sleep", "600")
+	wantOK(t, r)
+	for _, want := range []string{"Name            napper", "PID             ", "Command         " + mustLookPath(t, "sleep") + " 600", "Grace           5s", "Restart         never"} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("output lacks %q:\n%s", want, r.stdout)
+		}
+	}
+}
+
+func mustLookPath(t *testing.T, name string) string {
+	t.Helper()
+	p, err := exec.LookPath(name)
+	if err != nil {
+		t.Skipf("%s is not installed: %v", name, err)
+	}
+	return p
+}
+
+// TestSpawnDirAndArgs: the process starts in the CLI's directory unless
+// --dir says otherwise (relative to the CLI's), and everything after
+// COMMAND is its own, flags too.
+func TestSpawnDirAndArgs(t *testing.T) {
+	d := kintest.StartDaemon(t)
+	wd, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		dir, want string
+	}{
+		{"", wd},
+		{"testdata", filepath.Join(wd, "testdata")},
+		{os.TempDir(), os.TempDir()},
+	} {
+		args := []string{"--responsible", "ops"}
+		if c.dir != "" {
+			args = append(args, "--dir", c.dir)
+		}
+		a := spawnJSON(t, d, append(args, "sh", "-c", "pwd -P")...)
+		waitEnded(t, d, a.ID)
+		want, err := filepath.EvalSymlinks(c.want)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := logsOf(t, d, a.ID); got != want+"\n" {
+			t.Errorf("--dir %q: the process ran in %q, want %q", c.dir, got, want)
+		}
+	}
+	a := spawnJSON(t, d, "--responsible", "ops", "sh", "-c", `printf '%s|' "$@"`, "sh", "--json", "-v", "--", "a b")
+	waitEnded(t, d, a.ID)
+	if got := logsOf(t, d, a.ID); got != "--json|-v|--|a b|" {
+		t.Errorf("arguments arrived as %q", got)
+	}
+	if !strings.HasPrefix(a.Name, "sh-") {
+		t.Errorf("a name made from the command: %q", a.Name)
+	}
+}
+
+func TestSpawnErrors(t *testing.T) {
+	d := kintest.StartDaemon(t)
+	wantUsage(t, kinAt(t, d, "spawn", "--name", "x", "--responsible", "ops"), "needs the COMMAND")
+	wantUsage(t, kinAt(t, d, "spawn", "--name", "x", "--responsible", "ops", "--"), "needs the COMMAND")
+	wantUsage(t, kinAt(t, d, "spawn", "--env", "NOEQUALS", "--responsible", "ops", "true"), "--env", "NOEQUALS")
+	wantUsage(t, kinAt(t, d, "spawn", "--env", "=x", "--responsible", "ops", "true"), "--env")
+	wantUsage(t, kinAt(t, d, "spawn", "--grace", "-1s", "--responsible", "ops", "true"), "--grace")
+	wantUsage(t, kinAt(t, d, "spawn", "--grace", "soon", "--responsible", "ops", "true"), "--grace")
+	wantUsage(t, kinAt(t, d, "spawn", "--restart", "sometimes", "--responsible", "ops", "true"), "--restart", "on-failure")
+	wantUsage(t, kinAt(t, d, "spawn", "--life", "forever", "--responsible", "ops", "true"), "--life")
+	wantUsage(t, kinAt(t, d, "spawn", "--bogus", "true"), "--bogus")
+	before := lastEvent(t, d)
+
+	msg := wantError(t, kinAt(t, d, "spawn", "--json", "--responsible", "ops", "--env", "KIN_AGENT_ID=1", "true"), kin.ECodeInvalid)
+	if !strings.Contains(msg, "KIN_AGENT_ID") {
+		t.Errorf("message %q does not name the variable", msg)
+	}
+	wantError(t, kinAt(t, d, "spawn", "--json", "--name", "no spaces", "--responsible", "ops", "true"), kin.ECodeInvalid)
+	wantError(t, kinAt(t, d, "spawn", "--json", "--grace", "2h", "--responsible", "ops", "true"), kin.ECodeInvalid)
+	wantError(t, kinAt(t, d, "spawn", "--json", "--parent", "99", "true"), kin.ECodeParentNotFound)
+	if after := lastEvent(t, d); after != before+1 { // the spawn.rejected event of the missing parent
+		t.Errorf("bad spawns changed the log: last event %d -> %d", before, after)
+	}
+
+	// A program that does not exist is registered, then fails to start.
+	msg = wantError(t, kinAt(t, d, "spawn", "--json", "--name", "ghost", "--responsible", "ops", "/no/such/program"), kin.ECodeInvalid)
+	if !strings.Contains(msg, "could not start") {
+		t.Errorf("message %q", msg)
+	}
+}
+
+func TestResolveCommand(t *testing.T) {
+	dir := t.TempDir()
+	prog := filepath.Join(dir, "kin-test-agent")
+	if err := os.WriteFile(prog, []byte("#!/bin/sh\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("PATH", dir)
+	for _, c := range []struct{ in, want string }{
+		{"kin-test-agent", prog},
+		{"/bin/sh", "/bin/sh"},
+		{"./kin-test-agent", "./kin-test-agent"},
+		{"bin/tool", "bin/tool"},
+		{"no-such-program", "no-such-program"},
+		{"", ""},
+	} {
+		if got := resolveCommand(c.in); got != c.want {
+			t.Errorf("resolveCommand(%q) = %q, want %q", c.in, got, c.want)
+		}
+	}
+	t.Setenv("PATH", ".")
+	t.Chdir(dir)
+	if got := resolveCommand("kin-test-agent"); got != "kin-test-agent" {
+		t.Errorf("a program found through a relative PATH entry resolved to %q; it is left as given", got)
+	}
+}
