@@ -53,6 +53,7 @@ type Daemon struct {
 	// The supervisor and what the daemon knows of running agents.
 	sup          *supervisor.Supervisor
 	ctxDir       string // the agent filesystem's root: <home>/ctx
+	agentPath    string // PATH of agent processes
 	rtMu         sync.Mutex
 	runtimes     map[kin.AgentID]*runtime
 	adopted      map[kin.AgentID]*os.File // pidfds of re-adopted processes
@@ -89,6 +90,7 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 		overrides: map[string]string{},
 		closing:   make(chan struct{}),
 		ctxDir:    filepath.Join(cfg.Home, "ctx"),
+		agentPath: agentPATH(),
 		runtimes:  map[kin.AgentID]*runtime{},
 		adopted:   map[kin.AgentID]*os.File{},
 		socks:     map[string]*agentSocket{},

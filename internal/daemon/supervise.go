@@ -196,11 +196,12 @@ func (d *Daemon) failStart(ctx context.Context, a *kin.Agent, cause error) error
 // the daemon's own, kin's identity variables, then the spawner's.
 func (d *Daemon) agentEnv(a *kin.Agent, sock, cursor string, extra []string) []string {
 	env := make([]string, 0, 12+len(extra))
-	for _, k := range []string{"PATH", "HOME", "LANG", "LC_ALL", "TZ", "TMPDIR", "USER", "LOGNAME"} {
+	for _, k := range []string{"HOME", "LANG", "LC_ALL", "TZ", "TMPDIR", "USER", "LOGNAME"} {
 		if v, ok := os.LookupEnv(k); ok {
 			env = append(env, k+"="+v)
 		}
 	}
+	env = append(env, "PATH="+d.agentPath)
 	env = append(env,
 		"KIN_AGENT_ID="+a.ID.String(),
 		"KIN_AGENT_NAME="+a.Name,
@@ -211,6 +212,21 @@ func (d *Daemon) agentEnv(a *kin.Agent, sock, cursor string, extra []string) []s
 		env = append(env, "KIN_RESUME_CURSOR="+cursor)
 	}
 	return append(env, extra...)
+}
+
+// agentPATH is the PATH agents get: the daemon's, with the directory of
+// the running kin binary first, so that `kin` inside an agent is the kin
+// that supervises it (also under `go run`, whose binary is in a temporary
+// directory).
+func agentPATH() string {
+	path := os.Getenv("PATH")
+	if path == "" {
+		path = "/usr/local/bin:/usr/bin:/bin"
+	}
+	if exe, err := os.Executable(); err == nil && filepath.Base(exe) == "kin" {
+		path = filepath.Dir(exe) + string(os.PathListSeparator) + path
+	}
+	return path
 }
 
 // onExit is the supervisor's callback for every reaped agent process.
