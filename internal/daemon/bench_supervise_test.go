@@ -1,0 +1,967 @@
+package daemon_test
+
+// Benchmarks for the supervisor (issue 3), each measured against a raw
+// floor in the same run (STYLE.md convention 12). docs/PERFORMANCE.md,
+// section "Supervisor", has the commands, the targets and the numbers.
+//
+// Every iteration is a batch (200 timed spawns, 1,000 spawns, one cascade
+// of 1,111 agents, one daemon with 2,000 agents), so that one -benchtime
+// suits them all: run them with -benchtime=3x. They start real processes
+// (/bin/sleep 3600) in real cgroups and clean up after themselves even when
+// they fail: daemons closed, processes killed and reaped, groups removed.
+
+import (
+	"bufio"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io/fs"
+	"math"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/kin-agents/kin/client"
+	"github.com/kin-agents/kin/internal/daemon"
+	"github.com/kin-agents/kin/internal/kintest"
+	"github.com/kin-agents/kin/internal/supervisor/cgroup"
+	"github.com/kin-agents/kin/kin"
+)
+
+const (
+	spawnParents      = 4    // the spawned agents are children of a few roots
+	latencyBatch      = 200  // sequential spawns timed per iteration
+	throughputBatch   = 1000 // spawns per iteration
+	throughputClients = 16
+	cascadeFanout     = 10 // a root, then 10 x 10 x 10 below it: 1,110 descendants
+	memoryAgents      = 2000
+	memoryClients     = 16
+)
+
+// sleepArgv is every benchmark agent's process: long-running, so exits add
+// no work while it is measured.
+var sleepArgv = []string{"/bin/sleep", "3600"}
+
+// BenchmarkSpawnLatency times client.Spawn over the Unix socket (it returns
+// once the process runs and its pid is recorded), one call at a time, for
+// children of spawnParents roots, and, interleaved with it, the floor: a
+// plain os/exec Start of the same program into a fresh cgroup (mkdir and
+// open untimed, as the floor; raw-full-p50 includes them). It also times,
+// in the same loop, what the home's file system charges for the two files
+// every spawn creates there, the agent's socket and its log (home-inodes).
+func BenchmarkSpawnLatency(b *testing.B) {
+	g := newGroupCheck(b)
+	pids := newPidCheck(b)
+	d := startBenchDaemon(b, g)
+	var lat, raw, rawFull, inodes []time.Duration
+	for iter := 0; b.Loop(); iter++ {
+		parents := spawnRoots(b, d.Client, pids, fmt.Sprintf("lp%d", iter))
+		rg := newRawGroup(b, g, "lat")
+		for i := range latencyBatch {
+			req := sleepRequest(fmt.Sprintf("l%d-%d", iter, i), parents[i%len(parents)].ID)
+			t0 := time.Now()
+			a, err := d.Client.Spawn(ctx, req)
+			lat = append(lat, time.Since(t0))
+			if err != nil {
+				b.Fatalf("spawn %s: %v", req.Name, err)
+			}
+			pids.add(a)
+			full, start, err := rg.start("r" + strconv.Itoa(i))
+			if err != nil {
+				b.Fatal(err)
+			}
+			raw, rawFull = append(raw, start), append(rawFull, full)
+			took, err := homeInodes(d.Home, fmt.Sprintf("bench-%d-%d", iter, i))
+			if err != nil {
+				b.Fatal(err)
+			}
+			inodes = append(inodes, took)
+		}
+		stopRoots(b, d.Client, parents)
+		if err := rg.close(); err != nil {
+			b.Fatal(err)
+		}
+	}
+	p50, rawP50 := percentile(lat, 0.5), percentile(raw, 0.5)
+	b.ReportMetric(0, "ns/op") // an iteration is a batch: the percentiles say it
+	b.ReportMetric(ms(p50), "p50-ms")
+	b.ReportMetric(ms(percentile(lat, 0.9)), "p90-ms")
+	b.ReportMetric(ms(rawP50), "raw-p50-ms")
+	b.ReportMetric(ms(percentile(raw, 0.9)), "raw-p90-ms")
+	b.ReportMetric(ms(percentile(rawFull, 0.5)), "raw-full-p50-ms")
+	b.ReportMetric(ms(percentile(inodes, 0.5)), "home-inodes-p50-ms")
+	b.ReportMetric(float64(p50)/float64(rawP50), "x-raw-p50")
+}
+
+// homeInodes times what the home's file system charges for an agent's two
+// files: creating a log file in <home>/logs and binding a Unix socket in
+// <home>/ctx/agent, both named name. It removes them, untimed.
+func homeInodes(home, name string) (time.Duration, error) {
+	logPath := filepath.Join(home, "logs", name+".log")
+	sockPath := filepath.Join(home, "ctx", "agent", name+".sock")
+	t0 := time.Now()
+	f, err := os.OpenFile(logPath, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+	if err != nil {
+		return 0, err
+	}
+	ln, err := net.Listen("unix", sockPath)
+	took := time.Since(t0)
+	f.Close()
+	os.Remove(logPath)
+	if err != nil {
+		return 0, err
+	}
+	ln.Close() // unlinks the socket
+	return took, nil
+}
+
+// BenchmarkSpawnThroughput spawns throughputBatch agents per iteration from
+// throughputClients goroutines sharing one client on the Unix socket, then,
+// as the floor, starts as many processes from as many goroutines with
+// os/exec, each into a fresh cgroup (mkdir, open, clone3 into it: timed).
+func BenchmarkSpawnThroughput(b *testing.B) {
+	g := newGroupCheck(b)
+	pids := newPidCheck(b)
+	d := startBenchDaemon(b, g)
+	var spent, rawSpent time.Duration
+	n := 0
+	for iter := 0; b.Loop(); iter++ {
+		parents := spawnRoots(b, d.Client, pids, fmt.Sprintf("tp%d", iter))
+		reqs := make([]kin.SpawnRequest, throughputBatch)
+		for i := range reqs {
+			reqs[i] = sleepRequest(fmt.Sprintf("t%d-%d", iter, i), parents[i%len(parents)].ID)
+		}
+		t0 := time.Now()
+		agents, err := spawnAll(d.Client, reqs, throughputClients)
+		spent += time.Since(t0)
+		pids.add(agents...)
+		if err != nil {
+			b.Fatal(err)
+		}
+		n += len(reqs)
+
+		rg := newRawGroup(b, g, "tput")
+		var next atomic.Int64
+		var wg sync.WaitGroup
+		var rawErr atomic.Pointer[error]
+		t0 = time.Now()
+		for range throughputClients {
+			wg.Go(func() {
+				for i := int(next.Add(1) - 1); i < throughputBatch; i = int(next.Add(1) - 1) {
+					if _, _, err := rg.start("r" + strconv.Itoa(i)); err != nil {
+						rawErr.CompareAndSwap(nil, &err)
+						return
+					}
+				}
+			})
+		}
+		wg.Wait()
+		rawSpent += time.Since(t0)
+		if err := rawErr.Load(); err != nil {
+			b.Fatal(*err)
+		}
+		stopRoots(b, d.Client, parents)
+		if err := rg.close(); err != nil {
+			b.Fatal(err)
+		}
+	}
+	rate, rawRate := float64(n)/spent.Seconds(), float64(n)/rawSpent.Seconds()
+	b.ReportMetric(0, "ns/op")
+	b.ReportMetric(rate, "agents/s")
+	b.ReportMetric(rawRate, "raw-agents/s")
+	b.ReportMetric(rate/rawRate, "x-raw")
+}
+
+// BenchmarkCascade1000 builds a root agent with 10 x 10 x 10 owned
+// descendants (1,111 agents, grace 0), SIGKILLs the root's process and times
+// until every process of the tree is reaped and every descendant is recorded
+// cancelled. The floor, in the same iteration: 1,110 nested cgroups each
+// with one sleeping process, one cgroup.kill at the top, until cgroup.events
+// says populated 0 and every process is reaped (raw+rmdir adds removing the
+// groups, which the daemon does too). Each iteration runs its own daemon,
+// closed before the floor runs, so that its SIGCHLD handler does not weigh
+// on the floor; building the trees is not timed.
+func BenchmarkCascade1000(b *testing.B) {
+	g := newGroupCheck(b)
+	pids := newPidCheck(b)
+	var spent, raw, rawRm time.Duration
+	for iter := 0; b.Loop(); iter++ {
+		b.StopTimer()
+		d := startBenchDaemon(b, g)
+		root, tree := spawnTree(b, d, pids, iter)
+		last := tree[len(tree)-1]
+		rootGroup := filepath.Join(d.cgroupRoot, "a"+root.ID.String())
+		if _, err := os.Stat(rootGroup); err != nil {
+			b.Fatalf("the root's group: %v", err)
+		}
+
+		b.StartTimer()
+		t0 := time.Now()
+		if err := syscall.Kill(root.PID, syscall.SIGKILL); err != nil {
+			b.Fatal(err)
+		}
+		// Probe one row while the cancellation runs, then check everything
+		// (the probe only makes the poll cheap: the check decides).
+		err := poll(60*time.Second, 50*time.Microsecond, time.Millisecond, func() (bool, error) {
+			a, err := d.Daemon.Agent(ctx, last.ID)
+			if err != nil || a.EndedAt.IsZero() {
+				return false, err
+			}
+			return cascadeDone(d, root, tree, rootGroup)
+		})
+		took := time.Since(t0)
+		b.StopTimer()
+		if err != nil {
+			b.Fatalf("cascade: %v", err)
+		}
+		spent += took
+		if left := pids.leftover(); len(left) > 0 {
+			b.Fatalf("processes left after the cascade: %v", left)
+		}
+		d.Client.Close()
+		if err := d.Close(); err != nil {
+			b.Fatal(err)
+		}
+
+		kill, rm, err := rawCascade(b, g)
+		if err != nil {
+			b.Fatal(err)
+		}
+		raw += kill
+		rawRm += kill + rm
+		b.StartTimer()
+	}
+	b.ReportMetric(ms(spent)/float64(b.N), "ms")
+	b.ReportMetric(ms(raw)/float64(b.N), "raw-ms")
+	b.ReportMetric(ms(rawRm)/float64(b.N), "raw+rmdir-ms")
+	b.ReportMetric(float64(spent)/float64(raw), "x-raw")
+	b.ReportMetric(float64(spent)/float64(rawRm), "x-raw+rmdir")
+}
+
+// BenchmarkDaemonMemory2000 runs the daemon as a process of its own (the
+// test binary, see TestMain), spawns 2,000 sleeping agents into it over its
+// socket, and reads its VmRSS, VmHWM and Threads from /proc before and after.
+// It then stops the daemon with SIGTERM (a clean shutdown stops every agent)
+// and checks that no process and no group is left. The figures are the
+// largest over the iterations.
+func BenchmarkDaemonMemory2000(b *testing.B) {
+	g := newGroupCheck(b)
+	profile := unlimitedProfile(b)
+	var base, loaded procStatus
+	var shutdown time.Duration
+	for iter := 0; b.Loop(); iter++ {
+		pids := newPidCheck(b)
+		p := startDaemonProc(b, g, pids, profile)
+		before, err := readProcStatus(p.pid)
+		if err != nil {
+			b.Fatal(err)
+		}
+		parents := spawnRoots(b, p.client, pids, "mp")
+		reqs := make([]kin.SpawnRequest, memoryAgents-len(parents))
+		for i := range reqs {
+			reqs[i] = sleepRequest(fmt.Sprintf("m%d", i), parents[i%len(parents)].ID)
+		}
+		agents, err := spawnAll(p.client, reqs, memoryClients)
+		pids.add(agents...)
+		if err != nil {
+			b.Fatal(err)
+		}
+		st, err := p.client.Status(ctx)
+		if err != nil || st.Running != memoryAgents {
+			b.Fatalf("daemon status after the spawns: %+v, %v", st, err)
+		}
+		after, err := readProcStatus(p.pid)
+		if err != nil {
+			b.Fatal(err)
+		}
+		base, loaded = base.max(before), loaded.max(after)
+
+		took, err := p.stop(60 * time.Second)
+		if err != nil {
+			b.Fatal(err)
+		}
+		shutdown = max(shutdown, took)
+		if left := pids.leftover(); len(left) > 0 {
+			b.Fatalf("processes left after the daemon's shutdown: %v", left)
+		}
+		if _, err := os.Stat(p.cgroupRoot); !errors.Is(err, fs.ErrNotExist) {
+			b.Fatalf("the daemon's cgroup %s is left after its shutdown (%v)", p.cgroupRoot, err)
+		}
+	}
+	b.ReportMetric(0, "ns/op")
+	b.ReportMetric(float64(loaded.rssKB)/1024, "rss-MiB")
+	b.ReportMetric(float64(loaded.hwmKB)/1024, "hwm-MiB")
+	b.ReportMetric(float64(loaded.threads), "threads")
+	b.ReportMetric(float64(base.rssKB)/1024, "base-rss-MiB")
+	b.ReportMetric(float64(base.threads), "base-threads")
+	b.ReportMetric(ms(shutdown), "shutdown-ms")
+}
+
+// TestStopClosesManySockets stops a root with 150 children: enough for the
+// cancellation to close their sockets several at a time (closeSockets),
+// which otherwise only the benchmarks' trees reach (run it with -race).
+// Every socket file is gone and every process ended.
+func TestStopClosesManySockets(t *testing.T) {
+	prof := filepath.Join(t.TempDir(), "many.json")
+	if err := os.WriteFile(prof, []byte(`{"name":"many","max_generation_depth":3,"max_children":0}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	d := kintest.StartDaemon(t, kintest.WithProfile(prof))
+	root, err := d.Client.Spawn(ctx, sleepRequest("many", 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	reqs := make([]kin.SpawnRequest, 150)
+	for i := range reqs {
+		reqs[i] = sleepRequest(fmt.Sprintf("many-%d", i), root.ID)
+	}
+	kids, err := spawnAll(d.Client, reqs, 8)
+	t.Cleanup(func() {
+		for _, k := range kids {
+			if k != nil && procLeft(k.PID) != "" {
+				t.Errorf("process %d of %s left behind", k.PID, k.Name)
+			}
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sockDir := filepath.Join(d.Home, "ctx", "agent")
+	if ents, _ := os.ReadDir(sockDir); len(ents) != len(kids)+1 {
+		t.Fatalf("%d agent sockets, want %d", len(ents), len(kids)+1)
+	}
+	stopped, err := d.Client.Stop(ctx, kin.StopRequest{ID: root.ID})
+	if err != nil || len(stopped) != len(kids)+1 {
+		t.Fatalf("stop = %d agents, %v", len(stopped), err)
+	}
+	if ents, _ := os.ReadDir(sockDir); len(ents) != 0 {
+		t.Fatalf("%d agent sockets left after the stop, e.g. %s", len(ents), ents[0].Name())
+	}
+	for _, k := range append(kids, root) {
+		if procLeft(k.PID) != "" {
+			t.Fatalf("%s (pid %d) survived the stop", k.Name, k.PID)
+		}
+	}
+}
+
+// sleepRequest is a spawn of sleepArgv, killed at once when stopped.
+func sleepRequest(name string, parent kin.AgentID) kin.SpawnRequest {
+	grace := kin.Duration(0)
+	req := kin.SpawnRequest{
+		RegisterRequest: kin.RegisterRequest{Name: name, Parent: parent},
+		Command:         sleepArgv,
+		Grace:           &grace,
+	}
+	if parent == 0 {
+		req.Responsible = "bench@example.org"
+	}
+	return req
+}
+
+// spawnAll spawns reqs through svc from clients goroutines. It returns the
+// agents in the order of reqs (nil where a spawn failed or did not run) and
+// the first error.
+func spawnAll(svc kin.Service, reqs []kin.SpawnRequest, clients int) ([]*kin.Agent, error) {
+	out := make([]*kin.Agent, len(reqs))
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	var first atomic.Pointer[error]
+	for range min(clients, len(reqs)) {
+		wg.Go(func() {
+			for i := int(next.Add(1) - 1); i < len(reqs) && first.Load() == nil; i = int(next.Add(1) - 1) {
+				a, err := svc.Spawn(ctx, reqs[i])
+				if err != nil {
+					err = fmt.Errorf("spawn %s: %w", reqs[i].Name, err)
+					first.CompareAndSwap(nil, &err)
+					return
+				}
+				out[i] = a
+			}
+		})
+	}
+	wg.Wait()
+	if err := first.Load(); err != nil {
+		return out, *err
+	}
+	return out, nil
+}
+
+// spawnRoots spawns spawnParents sleeping roots named prefix-<k>.
+func spawnRoots(b *testing.B, svc kin.Service, pids *pidCheck, prefix string) []*kin.Agent {
+	b.Helper()
+	var out []*kin.Agent
+	for k := range spawnParents {
+		a, err := svc.Spawn(ctx, sleepRequest(fmt.Sprintf("%s-%d", prefix, k), 0))
+		if err != nil {
+			b.Fatal(err)
+		}
+		pids.add(a)
+		out = append(out, a)
+	}
+	return out
+}
+
+// stopRoots stops the roots and with them their owned subtrees.
+func stopRoots(b *testing.B, svc kin.Service, roots []*kin.Agent) {
+	b.Helper()
+	zero := kin.Duration(0)
+	for _, r := range roots {
+		if _, err := svc.Stop(ctx, kin.StopRequest{ID: r.ID, Grace: &zero}); err != nil {
+			b.Fatalf("stop %s: %v", r.Name, err)
+		}
+	}
+}
+
+// spawnTree spawns a sleeping root and 10 x 10 x 10 owned descendants below
+// it, level by level, from 8 clients. tree is the descendants, the leaves last.
+func spawnTree(b *testing.B, d *benchDaemon, pids *pidCheck, iter int) (root *kin.Agent, tree []*kin.Agent) {
+	b.Helper()
+	root, err := d.Client.Spawn(ctx, sleepRequest(fmt.Sprintf("c%d", iter), 0))
+	if err != nil {
+		b.Fatal(err)
+	}
+	pids.add(root)
+	level := []*kin.Agent{root}
+	for range 3 {
+		var reqs []kin.SpawnRequest
+		for _, p := range level {
+			for k := range cascadeFanout {
+				reqs = append(reqs, sleepRequest(fmt.Sprintf("%s-%d", p.Name, k), p.ID))
+			}
+		}
+		level, err = spawnAll(d.Client, reqs, 8)
+		pids.add(level...)
+		if err != nil {
+			b.Fatal(err)
+		}
+		tree = append(tree, level...)
+	}
+	return root, tree
+}
+
+// cascadeDone reports whether the root's end and every descendant's
+// cancellation are recorded and the root's group, which the supervisor
+// removes once every process in it is reaped, is gone.
+func cascadeDone(d *benchDaemon, root *kin.Agent, tree []*kin.Agent, rootGroup string) (bool, error) {
+	if _, err := os.Stat(rootGroup); !errors.Is(err, fs.ErrNotExist) {
+		return false, nil
+	}
+	r, err := d.Daemon.Agent(ctx, root.ID)
+	if err != nil || r.EndedAt.IsZero() {
+		return false, err
+	}
+	cancelled, err := d.Daemon.Agents(ctx, kin.AgentFilter{State: kin.StateCancelled})
+	if err != nil {
+		return false, err
+	}
+	ended := make(map[kin.AgentID]bool, len(cancelled))
+	for _, a := range cancelled {
+		if !a.EndedAt.IsZero() {
+			ended[a.ID] = true
+		}
+	}
+	for _, a := range tree {
+		if !ended[a.ID] {
+			return false, nil
+		}
+	}
+	return true, nil
+}
+
+// poll calls cond with a backoff from minWait to maxWait until it is true,
+// fails, or within has passed.
+func poll(within, minWait, maxWait time.Duration, cond func() (bool, error)) error {
+	deadline := time.Now().Add(within)
+	for wait := minWait; ; wait = min(2*wait, maxWait) {
+		ok, err := cond()
+		if ok || err != nil {
+			return err
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("not done after %s", within)
+		}
+		time.Sleep(wait)
+	}
+}
+
+// rawCascade builds the floor's tree, 1,110 nested groups each with a
+// sleeping process, in a group of its own, then times one cgroup.kill at
+// the top until populated 0 and every process reaped (kill), and removing
+// the groups (rm).
+func rawCascade(b *testing.B, g *groupCheck) (kill, rm time.Duration, err error) {
+	b.Helper()
+	rg := newRawGroup(b, g, "cascade")
+	var build func(dir string, depth int) error
+	build = func(dir string, depth int) error {
+		if depth == 3 {
+			return nil
+		}
+		for k := range cascadeFanout {
+			sub := filepath.Join(dir, "g"+strconv.Itoa(k))
+			if _, _, err := rg.start(sub); err != nil {
+				return err
+			}
+			if err := build(sub, depth+1); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	if err := build("", 0); err != nil {
+		return 0, 0, err
+	}
+	if n := len(rg.procs); n != cascadeFanout*(1+cascadeFanout*(1+cascadeFanout)) {
+		return 0, 0, fmt.Errorf("raw tree has %d processes", n)
+	}
+	t0 := time.Now()
+	if err := rg.killAndReap(); err != nil {
+		return 0, 0, err
+	}
+	kill = time.Since(t0)
+	t0 = time.Now()
+	if err := rg.close(); err != nil {
+		return 0, 0, err
+	}
+	return kill, time.Since(t0), nil
+}
+
+// rawGroup is a kin-named cgroup of the benchmark's own, outside every
+// daemon's root, holding the floors' processes.
+type rawGroup struct {
+	dir    string
+	mu     sync.Mutex
+	procs  []*exec.Cmd
+	closed bool
+}
+
+var rawSeq atomic.Int64
+
+func newRawGroup(b *testing.B, g *groupCheck, tag string) *rawGroup {
+	b.Helper()
+	dir := filepath.Join(g.mount, fmt.Sprintf("kin-bench-%d-%s-%d", os.Getpid(), tag, rawSeq.Add(1)))
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		b.Skipf("cgroup2 not writable: %v", err)
+	}
+	g.own(dir)
+	rg := &rawGroup{dir: dir}
+	b.Cleanup(func() {
+		if err := rg.close(); err != nil {
+			b.Error(err)
+		}
+	})
+	return rg
+}
+
+// start makes the group sub (a path below the raw group), opens it, and
+// starts sleepArgv into it with os/exec (clone3 CLONE_INTO_CGROUP). full is
+// the whole, start the Start call alone.
+func (rg *rawGroup) start(sub string) (full, start time.Duration, err error) {
+	t0 := time.Now()
+	dir := filepath.Join(rg.dir, sub)
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		return 0, 0, err
+	}
+	fd, err := cgroup.Open(dir)
+	if err != nil {
+		return 0, 0, err
+	}
+	cmd := exec.Command(sleepArgv[0], sleepArgv[1:]...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{UseCgroupFD: true, CgroupFD: fd}
+	t1 := time.Now()
+	err = cmd.Start()
+	start = time.Since(t1)
+	syscall.Close(fd)
+	full = time.Since(t0)
+	if err != nil {
+		return 0, 0, err
+	}
+	rg.mu.Lock()
+	rg.procs = append(rg.procs, cmd)
+	rg.mu.Unlock()
+	return full, start, nil
+}
+
+// killAndReap kills everything in the group with one cgroup.kill, waits
+// until cgroup.events says populated 0, and reaps every process.
+func (rg *rawGroup) killAndReap() error {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := cgroup.Kill(rg.dir); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	if err := cgroup.WaitEmpty(ctx, rg.dir); err != nil {
+		return fmt.Errorf("raw group %s: %w", rg.dir, err)
+	}
+	rg.mu.Lock()
+	procs := rg.procs
+	rg.procs = nil
+	rg.mu.Unlock()
+	var errs []error
+	for _, cmd := range procs {
+		var exit *exec.ExitError
+		if err := cmd.Wait(); err != nil && !errors.As(err, &exit) {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// close kills and reaps what runs in the group and removes it; calling it
+// again does nothing.
+func (rg *rawGroup) close() error {
+	rg.mu.Lock()
+	closed := rg.closed
+	rg.closed = true
+	rg.mu.Unlock()
+	if closed {
+		return nil
+	}
+	err := rg.killAndReap()
+	return errors.Join(err, cgroup.RemoveTree(rg.dir))
+}
+
+// benchDaemon is an in-process daemon with the children limit lifted.
+type benchDaemon struct {
+	*kintest.Daemon
+	cgroupRoot string
+}
+
+func startBenchDaemon(b *testing.B, g *groupCheck) *benchDaemon {
+	b.Helper()
+	d := kintest.StartDaemon(b, kintest.WithProfile(unlimitedProfile(b)))
+	st, err := d.Daemon.Status(ctx)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if st.Containment != "cgroup2" {
+		b.Skipf("the daemon runs with %s containment (%s): these benchmarks need cgroup2", st.Containment, st.ContainmentReason)
+	}
+	g.own(st.CgroupRoot)
+	return &benchDaemon{Daemon: d, cgroupRoot: st.CgroupRoot}
+}
+
+// daemonProc is a daemon running as a process of its own.
+type daemonProc struct {
+	cmd        *exec.Cmd
+	pid        int
+	home       string
+	client     *client.Client
+	cgroupRoot string
+	exited     chan struct{} // closed once cmd.Wait returned
+	waitErr    error
+}
+
+// startDaemonProc runs the test binary as a daemon (see TestMain) on a
+// fresh home with the given profile, and waits until it answers.
+func startDaemonProc(b *testing.B, g *groupCheck, pids *pidCheck, profile string) *daemonProc {
+	b.Helper()
+	home := kintest.TempHome(b)
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), "KIN_TEST_DAEMON_HOME="+home, "KIN_TEST_DAEMON_PROFILE="+profile)
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		b.Fatal(err)
+	}
+	p := &daemonProc{cmd: cmd, pid: cmd.Process.Pid, home: home, exited: make(chan struct{})}
+	go func() {
+		p.waitErr = cmd.Wait()
+		close(p.exited)
+	}()
+	// Its group is where defaultCgroupName puts it; Status confirms it
+	// below, but a daemon that never answers must be cleaned up too.
+	if m, err := cgroup.FindMount(); err == nil {
+		abs, _ := filepath.Abs(home)
+		sum := sha256.Sum256([]byte(abs))
+		p.cgroupRoot = filepath.Join(m.Dir, "kin-"+hex.EncodeToString(sum[:6]))
+	}
+	b.Cleanup(func() { p.cleanup(b, pids) })
+	c, err := client.New(client.Config{Socket: filepath.Join(home, daemon.SocketName)})
+	if err != nil {
+		b.Fatal(err)
+	}
+	p.client = c
+	var st *kin.DaemonStatus
+	err = poll(20*time.Second, time.Millisecond, 50*time.Millisecond, func() (bool, error) {
+		select {
+		case <-p.exited:
+			return false, fmt.Errorf("the daemon process exited: %v", p.waitErr)
+		default:
+		}
+		var serr error
+		st, serr = c.Status(ctx)
+		return serr == nil, nil
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	if st.Containment != "cgroup2" {
+		b.Skipf("the daemon runs with %s containment (%s): this benchmark needs cgroup2", st.Containment, st.ContainmentReason)
+	}
+	p.cgroupRoot = st.CgroupRoot
+	g.own(st.CgroupRoot)
+	return p
+}
+
+// stop sends SIGTERM and waits for the daemon to exit, and returns how long
+// the shutdown took.
+func (p *daemonProc) stop(within time.Duration) (time.Duration, error) {
+	p.client.Close()
+	t0 := time.Now()
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		return 0, err
+	}
+	select {
+	case <-p.exited:
+	case <-time.After(within):
+		return 0, fmt.Errorf("the daemon did not exit within %s of SIGTERM", within)
+	}
+	took := time.Since(t0)
+	if p.waitErr != nil {
+		return took, fmt.Errorf("daemon process: %v", p.waitErr)
+	}
+	return took, nil
+}
+
+// cleanup ends the daemon process if it still runs (SIGTERM, then SIGKILL)
+// and kills, reaps and removes whatever it left in its group.
+func (p *daemonProc) cleanup(b *testing.B, pids *pidCheck) {
+	if p.client != nil {
+		p.client.Close()
+	}
+	for _, sig := range []syscall.Signal{syscall.SIGTERM, syscall.SIGKILL} {
+		select {
+		case <-p.exited:
+		default:
+			p.cmd.Process.Signal(sig)
+			select {
+			case <-p.exited:
+			case <-time.After(30 * time.Second):
+			}
+		}
+	}
+	if p.cgroupRoot == "" {
+		return
+	}
+	if _, err := os.Stat(p.cgroupRoot); errors.Is(err, fs.ErrNotExist) {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	err := cgroup.Kill(p.cgroupRoot)
+	if err == nil {
+		err = cgroup.WaitEmpty(ctx, p.cgroupRoot)
+	}
+	pids.reapOrphans() // re-parented to this process when it is a subreaper
+	if err = errors.Join(err, cgroup.RemoveTree(p.cgroupRoot)); err != nil {
+		b.Errorf("cleaning up after the daemon process: %v", err)
+	}
+}
+
+// procStatus is what /proc/<pid>/status says of a process's memory and
+// threads.
+type procStatus struct {
+	rssKB, hwmKB, threads int
+}
+
+func (s procStatus) max(o procStatus) procStatus {
+	return procStatus{max(s.rssKB, o.rssKB), max(s.hwmKB, o.hwmKB), max(s.threads, o.threads)}
+}
+
+func readProcStatus(pid int) (procStatus, error) {
+	f, err := os.Open("/proc/" + strconv.Itoa(pid) + "/status")
+	if err != nil {
+		return procStatus{}, err
+	}
+	defer f.Close()
+	var s procStatus
+	found := 0
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		k, v, _ := strings.Cut(sc.Text(), ":")
+		fields := strings.Fields(v)
+		if len(fields) == 0 {
+			continue
+		}
+		n, err := strconv.Atoi(fields[0])
+		if err != nil {
+			continue
+		}
+		switch k {
+		case "VmRSS":
+			s.rssKB, found = n, found+1
+		case "VmHWM":
+			s.hwmKB, found = n, found+1
+		case "Threads":
+			s.threads, found = n, found+1
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return s, err
+	}
+	if found != 3 {
+		return s, fmt.Errorf("/proc/%d/status lacks VmRSS, VmHWM or Threads", pid)
+	}
+	return s, nil
+}
+
+// pidCheck remembers the agents' pids and fails the benchmark at its end
+// if any of them still runs or is an unreaped child of this process.
+type pidCheck struct {
+	mu   sync.Mutex
+	pids []int
+}
+
+func newPidCheck(b *testing.B) *pidCheck {
+	pc := &pidCheck{}
+	// Registered before the daemons' cleanups, so it runs after them.
+	b.Cleanup(func() {
+		if left := pc.leftover(); len(left) > 0 {
+			b.Errorf("processes left behind: %v", left)
+		}
+	})
+	return pc
+}
+
+func (pc *pidCheck) add(agents ...*kin.Agent) {
+	pc.mu.Lock()
+	defer pc.mu.Unlock()
+	for _, a := range agents {
+		if a != nil && a.PID > 0 {
+			pc.pids = append(pc.pids, a.PID)
+		}
+	}
+}
+
+// leftover lists the pids that still run the agents' program, or are
+// zombies this process has not reaped.
+func (pc *pidCheck) leftover() []string {
+	pc.mu.Lock()
+	defer pc.mu.Unlock()
+	var out []string
+	for _, pid := range pc.pids {
+		if why := procLeft(pid); why != "" {
+			out = append(out, fmt.Sprintf("%d (%s)", pid, why))
+		}
+	}
+	return out
+}
+
+// reapOrphans reaps those of the pids that are exited children of this
+// process.
+func (pc *pidCheck) reapOrphans() {
+	pc.mu.Lock()
+	defer pc.mu.Unlock()
+	for _, pid := range pc.pids {
+		var ws syscall.WaitStatus
+		syscall.Wait4(pid, &ws, syscall.WNOHANG, nil)
+	}
+}
+
+// procLeft says why pid counts as left behind: it runs sleep (a recycled
+// pid runs something else), or it is a zombie child of this process.
+func procLeft(pid int) string {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return ""
+	}
+	// pid (comm) state ppid ...
+	open, end := strings.IndexByte(string(b), '('), strings.LastIndexByte(string(b), ')')
+	if open < 0 || end < open {
+		return ""
+	}
+	comm := string(b[open+1 : end])
+	rest := strings.Fields(string(b[end+1:]))
+	if len(rest) < 2 {
+		return ""
+	}
+	state, ppid := rest[0], rest[1]
+	switch {
+	case state == "Z" && ppid == strconv.Itoa(os.Getpid()):
+		return "not reaped"
+	case state != "Z" && state != "X" && comm == "sleep":
+		return "running"
+	}
+	return ""
+}
+
+// groupCheck remembers the cgroups a benchmark creates (its raw groups and
+// its daemons' roots, all kin-named) and fails the benchmark at its end if
+// any is left. It also lists the kin-named groups at the top of the cgroup2
+// mount that appeared meanwhile and are not the benchmark's: other test
+// runs on a shared machine make those, so they are logged, not failed.
+type groupCheck struct {
+	mount  string
+	before map[string]bool
+	mu     sync.Mutex
+	ours   []string
+}
+
+func newGroupCheck(b *testing.B) *groupCheck {
+	b.Helper()
+	m, err := cgroup.FindMount()
+	if err != nil || !m.Writable {
+		b.Skipf("no writable cgroup v2 here (%v)", err)
+	}
+	g := &groupCheck{mount: m.Dir, before: kinGroups(m.Dir)}
+	// Registered first, so it runs after every other cleanup.
+	b.Cleanup(func() { g.check(b) })
+	return g
+}
+
+func (g *groupCheck) own(dir string) {
+	g.mu.Lock()
+	g.ours = append(g.ours, dir)
+	g.mu.Unlock()
+}
+
+func (g *groupCheck) check(b *testing.B) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for _, dir := range g.ours {
+		if _, err := os.Stat(dir); !errors.Is(err, fs.ErrNotExist) {
+			b.Errorf("cgroup %s is left behind (%v)", dir, err)
+		}
+	}
+	for name := range kinGroups(g.mount) {
+		dir := filepath.Join(g.mount, name)
+		if !g.before[name] && !slices.Contains(g.ours, dir) {
+			b.Logf("kin-named cgroup %s appeared during the benchmark and is not its own", dir)
+		}
+	}
+}
+
+// kinGroups lists the groups at the top of the mount whose name contains "kin".
+func kinGroups(mount string) map[string]bool {
+	out := map[string]bool{}
+	ents, _ := os.ReadDir(mount)
+	for _, e := range ents {
+		if e.IsDir() && strings.Contains(e.Name(), "kin") {
+			out[e.Name()] = true
+		}
+	}
+	return out
+}
+
+// percentile is the nearest-rank p-quantile of ds.
+func percentile(ds []time.Duration, p float64) time.Duration {
+	if len(ds) == 0 {
+		return 0
+	}
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	i := int(math.Ceil(p*float64(len(s)))) - 1
+	return s[min(max(i, 0), len(s)-1)]
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
