@@ -148,6 +148,7 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 		Name:        name,
 		Containment: cfg.Containment,
 		KeepOnClose: cfg.LeaveRunning,
+		DeferRemove: true, // a cascade is done once its processes are reaped and recorded
 		OnExit:      d.onExit,
 		Logger:      d.log,
 	})

@@ -477,11 +477,12 @@ func (d *Daemon) cancelTree(ctx context.Context, root kin.AgentID, reason string
 			if err := appendEvent(ctx, tx, now, kin.EventAgentStop, a.ID, a.Parent, stopData{Agent: a.ID, Status: string(state)}); err != nil {
 				return err
 			}
-			got, err := tx.AgentGetByID(ctx, a.ID)
-			if err != nil {
-				return err
+			// What was written, without reading it back.
+			cur.Status, cur.State, cur.EndReason, cur.UpdatedAt = status, state, why, now
+			if p.EndedAt != nil {
+				cur.EndedAt, cur.Exit = now, p.Exit
 			}
-			done = append(done, got)
+			done = append(done, cur)
 		}
 		return nil
 	})

@@ -135,7 +135,11 @@ func (s *Supervisor) runStop(ctx context.Context, op *stopOp, dir string, grace 
 		}
 	}
 	if s.cg && err == nil {
-		err = removeGroups(op.sub, dir)
+		if s.cfg.DeferRemove && s.deferRemove(op.sub, dir) {
+			// removed in the background
+		} else {
+			err = removeGroups(op.sub, dir)
+		}
 	}
 	for _, ch := range op.others {
 		select {
@@ -171,6 +175,24 @@ func removeGroups(sub []*agent, dir string) error {
 		return nil
 	}
 	return cgroup.RemoveTree(dir)
+}
+
+// deferRemove removes a stopped subtree's empty groups in a goroutine
+// that Close waits for; false if the supervisor is closing (remove now).
+func (s *Supervisor) deferRemove(sub []*agent, dir string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return false
+	}
+	s.removing.Add(1)
+	go func() {
+		defer s.removing.Done()
+		if err := removeGroups(sub, dir); err != nil {
+			s.log.Warn("remove stopped groups", keyCgroup, dir, keyErr, err)
+		}
+	}()
+	return true
 }
 
 // endStop forgets op's records on success and lets a later Stop retry on

@@ -642,3 +642,31 @@ func TestCloseStopsGoroutines(t *testing.T) {
 		}
 	}
 }
+
+// TestDeferRemove: with DeferRemove, Stop returns once the processes are
+// dead and reaped; the emptied groups go soon after, and by Close at the
+// latest.
+func TestDeferRemove(t *testing.T) {
+	s := newCgroupSup(t, Config{DeferRemove: true})
+	ctx := testCtx(t)
+	parent := start(t, s, sleeper(1, 0))
+	child := start(t, s, sleeper(2, 1))
+	group := filepath.Dir(child.SelfCgroup) // <root>/a1/a2
+	if err := s.Stop(ctx, 1, 0); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []*Process{parent, child} {
+		if _, ok := p.Exit(); !ok {
+			t.Fatalf("agent %d not reaped when Stop returned", p.ID)
+		}
+	}
+	waitFor(t, 10*time.Second, "the stopped groups to be removed", func() bool {
+		_, err := os.Stat(group)
+		return errors.Is(err, os.ErrNotExist)
+	})
+	if _, err := s.Group(1); !errors.Is(err, ErrUnknownAgent) {
+		t.Fatalf("a stopped agent is still known: %v", err)
+	}
+	// A new agent with a fresh group works while removals may run.
+	start(t, s, sleeper(3, 0))
+}

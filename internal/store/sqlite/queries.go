@@ -27,9 +27,10 @@ type queryer interface {
 
 // reader implements store.Reader over the read pool or a transaction.
 type reader struct {
-	q  queryer
-	tx *sql.Tx // set inside a transaction
-	st *stmts  // prepared statements of q's database
+	q     queryer
+	tx    *sql.Tx              // set inside a transaction
+	st    *stmts               // prepared statements of q's database
+	local map[string]*sql.Stmt // inside a transaction: statements prepared on it, for queries outside st
 }
 
 // txn implements store.Tx.
@@ -39,8 +40,19 @@ type txn struct {
 
 func (r reader) stmt(ctx context.Context, q string) *sql.Stmt {
 	st := r.st.get(ctx, q)
-	if st != nil && r.tx != nil {
+	switch {
+	case st != nil && r.tx != nil:
 		st = r.tx.StmtContext(ctx, st) // reuses the statement prepared on the writer's connection
+	case st == nil && r.local != nil:
+		// A query built from parameters (AgentUpdate's columns, say) runs
+		// many times in one batch: prepare it once for this transaction.
+		if st = r.local[q]; st == nil {
+			var err error
+			if st, err = r.tx.PrepareContext(ctx, q); err != nil {
+				return nil
+			}
+			r.local[q] = st
+		}
 	}
 	return st
 }

@@ -209,6 +209,7 @@ func (s *Store) commit(batch []*update) {
 		return
 	}
 	ok := 0
+	local := map[string]*sql.Stmt{} // closed with the transaction
 	for i, u := range batch {
 		if err := u.ctx.Err(); err != nil {
 			errs[i] = err
@@ -218,7 +219,7 @@ func (s *Store) commit(batch []*update) {
 			errs[i] = fmt.Errorf("sqlite: savepoint: %w", err)
 			continue
 		}
-		errs[i] = runUpdate(u, &txn{reader: reader{q: tx, tx: tx, st: s.wstmts}})
+		errs[i] = runUpdate(u, &txn{reader: reader{q: tx, tx: tx, st: s.wstmts, local: local}})
 		if errs[i] != nil {
 			if _, err := tx.ExecContext(ctx, "ROLLBACK TO u"); err != nil {
 				// The transaction is in an unknown state: fail the batch.
