@@ -4,6 +4,8 @@ import (
 	"fmt"
 
 	"github.com/spf13/cobra"
+
+	"github.com/kin-agents/kin/kin"
 )
 
 func (a *app) ancestorsCommand() *cobra.Command {
@@ -20,15 +22,7 @@ up to its root, one line per link with the party responsible for it. With
   kin ancestors 7 --json`,
 		Annotations: map[string]string{annotationArgs: argsID},
 		Args:        idArgs,
-		RunE: run(func(cmd *cobra.Command, args []string) error {
-			id, err := parseIDArg(args[0])
-			if err != nil {
-				return err
-			}
-			svc, err := a.service()
-			if err != nil {
-				return err
-			}
+		RunE: a.runOnID(func(cmd *cobra.Command, svc kin.Service, id kin.AgentID) error {
 			chain, err := svc.Ancestors(cmd.Context(), id)
 			if err != nil {
 				return err

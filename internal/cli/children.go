@@ -1,9 +1,9 @@
 package cli
 
 import (
-	"fmt"
-
 	"github.com/spf13/cobra"
+
+	"github.com/kin-agents/kin/kin"
 )
 
 func (a *app) childrenCommand() *cobra.Command {
@@ -16,29 +16,12 @@ count. "kin tree ID" shows the whole subtree.`,
   kin children 1 --json`,
 		Annotations: map[string]string{annotationArgs: argsID},
 		Args:        idArgs,
-		RunE: run(func(cmd *cobra.Command, args []string) error {
-			id, err := parseIDArg(args[0])
-			if err != nil {
-				return err
-			}
-			svc, err := a.service()
-			if err != nil {
-				return err
-			}
+		RunE: a.runOnID(func(cmd *cobra.Command, svc kin.Service, id kin.AgentID) error {
 			kids, err := svc.Children(cmd.Context(), id)
 			if err != nil {
 				return err
 			}
-			if a.jsonOut {
-				return a.printJSON(nonNil(kids))
-			}
-			if len(kids) > 0 {
-				if err := writeAgentTable(a.env.Stdout, kids); err != nil {
-					return err
-				}
-			}
-			_, err = fmt.Fprintln(a.env.Stdout, plural(len(kids), "child", "children"))
-			return err
+			return a.printAgents(kids, "child", "children", "")
 		}),
 	}
 }

@@ -186,6 +186,41 @@ func run(f func(cmd *cobra.Command, args []string) error) func(*cobra.Command, [
 	}
 }
 
+// runOnID is run for commands whose one argument is an agent ID: fn gets
+// the service and the parsed id.
+func (a *app) runOnID(fn func(cmd *cobra.Command, svc kin.Service, id kin.AgentID) error) func(*cobra.Command, []string) error {
+	return run(func(cmd *cobra.Command, args []string) error {
+		id, err := parseIDArg(args[0])
+		if err != nil {
+			return err
+		}
+		svc, err := a.service()
+		if err != nil {
+			return err
+		}
+		return fn(cmd, svc, id)
+	})
+}
+
+// printAgents prints agents as a JSON array, or as a table followed by a
+// count line ("3 agents stopped").
+func (a *app) printAgents(list []*kin.Agent, one, many, what string) error {
+	if a.jsonOut {
+		return a.printJSON(nonNil(list))
+	}
+	if len(list) > 0 {
+		if err := writeAgentTable(a.env.Stdout, list); err != nil {
+			return err
+		}
+	}
+	line := plural(len(list), one, many)
+	if what != "" {
+		line += " " + what
+	}
+	_, err := fmt.Fprintln(a.env.Stdout, line)
+	return err
+}
+
 // negativeArg matches pflag's complaint about "-1" given as an argument.
 var negativeArg = regexp.MustCompile(`^unknown shorthand flag: '\d' in (-\d+)$`)
 

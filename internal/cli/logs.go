@@ -27,18 +27,10 @@ run already printed.`,
   kin logs 7 --offset 1048576 | less`,
 		Annotations: map[string]string{annotationArgs: argsID},
 		Args:        idArgs,
-		RunE: run(func(cmd *cobra.Command, args []string) error {
-			id, err := parseIDArg(args[0])
-			if err != nil {
-				return err
-			}
+		RunE: a.runOnID(func(cmd *cobra.Command, svc kin.Service, id kin.AgentID) error {
 			req.ID = id
-			svc, err := a.service()
-			if err != nil {
-				return err
-			}
 			ctx := cmd.Context()
-			err = svc.Logs(ctx, req, func(b []byte) error {
+			err := svc.Logs(ctx, req, func(b []byte) error {
 				_, err := a.env.Stdout.Write(b)
 				return err
 			})

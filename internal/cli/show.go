@@ -2,6 +2,8 @@ package cli
 
 import (
 	"github.com/spf13/cobra"
+
+	"github.com/kin-agents/kin/kin"
 )
 
 func (a *app) showCommand() *cobra.Command {
@@ -15,15 +17,7 @@ the rest of what it was registered with.`,
   kin show '#7' --json`,
 		Annotations: map[string]string{annotationArgs: argsID},
 		Args:        idArgs,
-		RunE: run(func(cmd *cobra.Command, args []string) error {
-			id, err := parseIDArg(args[0])
-			if err != nil {
-				return err
-			}
-			svc, err := a.service()
-			if err != nil {
-				return err
-			}
+		RunE: a.runOnID(func(cmd *cobra.Command, svc kin.Service, id kin.AgentID) error {
 			ag, err := svc.Agent(cmd.Context(), id)
 			if err != nil {
 				return err

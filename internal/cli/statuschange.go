@@ -53,28 +53,13 @@ action that applies to none of them fails with invalid_transition.`,
 		Example:     fmt.Sprintf("  kin %[1]s 7\n  kin %[1]s 1 --cascade --reason \"incident 42\" --json", action),
 		Annotations: map[string]string{annotationArgs: argsID},
 		Args:        idArgs,
-		RunE: run(func(cmd *cobra.Command, args []string) error {
-			id, err := parseIDArg(args[0])
-			if err != nil {
-				return err
-			}
+		RunE: a.runOnID(func(cmd *cobra.Command, svc kin.Service, id kin.AgentID) error {
 			req.ID = id
-			svc, err := a.service()
-			if err != nil {
-				return err
-			}
 			changed, err := svc.SetStatus(cmd.Context(), req)
 			if err != nil {
 				return err
 			}
-			if a.jsonOut {
-				return a.printJSON(nonNil(changed))
-			}
-			if err := writeAgentTable(a.env.Stdout, changed); err != nil {
-				return err
-			}
-			_, err = fmt.Fprintf(a.env.Stdout, "%s %s\n", plural(len(changed), "agent", "agents"), help.done)
-			return err
+			return a.printAgents(changed, "agent", "agents", help.done)
 		}),
 	}
 	cmd.Flags().BoolVar(&req.Cascade, "cascade", false, "apply to every descendant too (those the change applies to)")

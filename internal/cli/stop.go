@@ -1,8 +1,6 @@
 package cli
 
 import (
-	"fmt"
-
 	"github.com/spf13/cobra"
 
 	"github.com/kin-agents/kin/kin"
@@ -31,28 +29,13 @@ invalid_transition.`,
   kin stop 7 --grace 30s --json`,
 		Annotations: map[string]string{annotationArgs: argsID},
 		Args:        idArgs,
-		RunE: run(func(cmd *cobra.Command, args []string) error {
-			id, err := parseIDArg(args[0])
-			if err != nil {
-				return err
-			}
+		RunE: a.runOnID(func(cmd *cobra.Command, svc kin.Service, id kin.AgentID) error {
 			req.ID = id
-			svc, err := a.service()
-			if err != nil {
-				return err
-			}
 			stopped, err := svc.Stop(cmd.Context(), req)
 			if err != nil {
 				return err
 			}
-			if a.jsonOut {
-				return a.printJSON(nonNil(stopped))
-			}
-			if err := writeAgentTable(a.env.Stdout, stopped); err != nil {
-				return err
-			}
-			_, err = fmt.Fprintf(a.env.Stdout, "%s stopped\n", plural(len(stopped), "agent", "agents"))
-			return err
+			return a.printAgents(stopped, "agent", "agents", "stopped")
 		}),
 	}
 	cmd.Flags().Var(durationFlag{d: &req.Grace}, "grace", "time between SIGTERM and SIGKILL for every agent stopped (default: each agent's own; 0s kills at once)")
