@@ -23,12 +23,20 @@ func TestMain(m *testing.M) {
 	// with KIN_ADDR set, must not leak in.
 	os.Unsetenv("KIN_SOCKET")
 	os.Unsetenv("KIN_ADDR")
-	os.Exit(m.Run())
+	code := m.Run()
+	kintest.RemoveAgentBinary()
+	os.Exit(code)
 }
 
 // kinAsAgent is the command line of an agent that runs `kin args...`.
+// Agents run as their own uids, so the command is AgentBinary's copy of
+// the test binary: `go test` keeps its own in a 0700 directory.
 func kinAsAgent(args ...string) []string {
-	return append([]string{"--env", asKinEnv + "=1", "--", os.Args[0]}, args...)
+	bin, err := kintest.AgentBinaryPath()
+	if err != nil {
+		panic(err)
+	}
+	return append([]string{"--env", asKinEnv + "=1", "--", bin}, args...)
 }
 
 // spawnJSON runs `kin spawn --json args...` against d and returns the agent.

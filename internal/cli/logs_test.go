@@ -40,7 +40,7 @@ func TestLogs(t *testing.T) {
 // and the command ends once the agent has.
 func TestLogsFollow(t *testing.T) {
 	d := kintest.StartDaemon(t)
-	gate := filepath.Join(t.TempDir(), "gate")
+	gate := filepath.Join(kintest.SharedDir(t), "gate") // the agent runs as another uid
 	// The agent waits for the test to open the gate: no sleeps in the test.
 	a := spawnJSON(t, d, "--responsible", "ops", "sh", "-c", `echo start; while [ ! -e "$1" ]; do sleep 0.01; done; echo end`, "sh", gate)
 

@@ -14,6 +14,7 @@ import (
 
 	"github.com/kin-agents/kin/client"
 	"github.com/kin-agents/kin/internal/daemon"
+	"github.com/kin-agents/kin/internal/kintest"
 	"github.com/kin-agents/kin/kin"
 )
 
@@ -28,7 +29,9 @@ func TestMain(m *testing.M) {
 	if mode := os.Getenv("KINTEST_MODE"); mode != "" {
 		os.Exit(runAgent(mode))
 	}
-	os.Exit(m.Run())
+	code := m.Run()
+	kintest.RemoveAgentBinary()
+	os.Exit(code)
 }
 
 func runDaemonProcess(home string) {

@@ -68,6 +68,13 @@ func (d *Daemon) listenAgent(a *kin.Agent) (*agentSocket, error) {
 	if err != nil {
 		return nil, fmt.Errorf("agent socket: %w", err)
 	}
+	if cred := d.agentCredential(a.ID); cred != nil {
+		// Only the agent's uid may connect (and the peer check still applies).
+		if err := os.Chown(path, int(cred.Uid), int(cred.Gid)); err != nil {
+			ln.Close()
+			return nil, fmt.Errorf("agent socket: %w", err)
+		}
+	}
 	s := &agentSocket{id: a.ID, path: path, ln: ln, conns: map[net.Conn]struct{}{}}
 	s.forget = func() {
 		d.sockMu.Lock()

@@ -24,6 +24,11 @@ type Config struct {
 	Synchronous string
 	// Version is reported by Status.
 	Version string
+	// AgentUIDBase, when not 0, runs each agent as its own uid and gid,
+	// AgentUIDBase + its id, so that agents cannot read one another's files
+	// or the daemon's. It needs a daemon running as root; DefaultConfig sets
+	// DefaultAgentUIDBase then. With 0 agents run as the daemon's user.
+	AgentUIDBase uint32
 	// LeaveRunning makes a clean shutdown leave agents running for the next
 	// daemon to re-adopt; by default a shutdown stops every agent.
 	LeaveRunning bool
@@ -38,6 +43,12 @@ type Config struct {
 	// Clock returns the current time; tests inject their own.
 	Clock func() time.Time
 }
+
+// DefaultAgentUIDBase is the first of the uids agents run as: a range no
+// distribution allocates to users or services (Debian and Fedora stop at
+// 60000-65535 for ordinary ranges; containers' subuid ranges start at
+// 100000 and are usually 65536 wide).
+const DefaultAgentUIDBase = 200000
 
 // DefaultHTTPAddr is where the HTTP API listens unless told otherwise.
 const DefaultHTTPAddr = "127.0.0.1:7777"
@@ -56,7 +67,11 @@ func DefaultHome() string {
 // DefaultConfig returns the defaults: home from DefaultHome, HTTP on
 // DefaultHTTPAddr, the default profile, SQLite in the home.
 func DefaultConfig() Config {
-	return Config{Home: DefaultHome(), HTTPAddr: DefaultHTTPAddr, Profile: "default", Version: "dev"}
+	c := Config{Home: DefaultHome(), HTTPAddr: DefaultHTTPAddr, Profile: "default", Version: "dev"}
+	if os.Geteuid() == 0 {
+		c.AgentUIDBase = DefaultAgentUIDBase
+	}
+	return c
 }
 
 // Validate names the first bad field.
@@ -69,6 +84,9 @@ func (c *Config) Validate() error {
 	}
 	if c.HTTPAddr != "" && c.HTTPAddr != "off" && !strings.Contains(c.HTTPAddr, ":") {
 		return fmt.Errorf("config: http address %q is not host:port (or \"off\")", c.HTTPAddr)
+	}
+	if c.AgentUIDBase != 0 && os.Geteuid() != 0 {
+		return fmt.Errorf("config: agent uid base %d needs a daemon running as root (set it to 0 to run agents as the daemon's user)", c.AgentUIDBase)
 	}
 	switch c.Synchronous {
 	case "", "FULL", "NORMAL":

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -90,7 +91,6 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 		overrides: map[string]string{},
 		closing:   make(chan struct{}),
 		ctxDir:    filepath.Join(cfg.Home, "ctx"),
-		agentPath: agentPATH(),
 		runtimes:  map[kin.AgentID]*runtime{},
 		adopted:   map[kin.AgentID]*os.File{},
 		socks:     map[string]*agentSocket{},
@@ -135,10 +135,8 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 	if d.token, err = loadOrCreateToken(filepath.Join(cfg.Home, TokenName)); err != nil {
 		return nil, err
 	}
-	for _, dir := range []string{filepath.Join(cfg.Home, "logs"), filepath.Join(d.ctxDir, "agent")} {
-		if err := os.MkdirAll(dir, 0o700); err != nil {
-			return nil, err
-		}
+	if err := d.prepareDirs(); err != nil {
+		return nil, err
 	}
 	name := cfg.CgroupName
 	if name == "" {
@@ -186,6 +184,89 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 		"store", st.Driver(), "profile", d.profileSource, "containment", d.sup.Containment(),
 		"containment_reason", d.sup.ContainmentReason(), "cgroup", d.sup.Root(), "running", d.runningCount())
 	return d, nil
+}
+
+// prepareDirs makes the directories agents use. The home is 0711: agents,
+// which run as their own uids, may pass through it to their sockets and
+// sessions under ctx, but not list it; what is private in it (the operator
+// token and socket, the database, the logs) is 0600 or 0700 itself.
+func (d *Daemon) prepareDirs() error {
+	if err := os.Chmod(d.cfg.Home, 0o711); err != nil {
+		return err
+	}
+	for dir, mode := range map[string]os.FileMode{
+		filepath.Join(d.cfg.Home, "logs"): 0o700,
+		d.ctxDir:                          0o711,
+		filepath.Join(d.ctxDir, "agent"):  0o711,
+		filepath.Join(d.ctxDir, "bin"):    0o755,
+	} {
+		if err := os.MkdirAll(dir, mode); err != nil {
+			return err
+		}
+		if err := os.Chmod(dir, mode); err != nil {
+			return err
+		}
+	}
+	d.agentPath = agentPATH(d.publishKin())
+	return nil
+}
+
+// publishKin puts the running kin binary where every agent may execute it,
+// <ctx>/bin/kin, so that `kin` inside an agent is the kin that supervises
+// it (also under `go run`, whose binary sits in a 0700 temporary
+// directory). It returns the directory, or "" when the daemon is not a kin
+// binary (a test).
+func (d *Daemon) publishKin() string {
+	exe, err := os.Executable()
+	if err != nil || filepath.Base(exe) != "kin" {
+		return ""
+	}
+	bin := filepath.Join(d.ctxDir, "bin")
+	dst := filepath.Join(bin, "kin")
+	tmp := dst + ".new"
+	os.Remove(tmp)
+	if err := os.Link(exe, tmp); err != nil {
+		if err := copyExecutable(exe, tmp); err != nil {
+			d.log.Warn("publish kin for agents", "err", err)
+			return ""
+		}
+	}
+	if err := os.Chmod(tmp, 0o755); err != nil || os.Rename(tmp, dst) != nil {
+		d.log.Warn("publish kin for agents", "path", dst)
+		return ""
+	}
+	return bin
+}
+
+func copyExecutable(from, to string) error {
+	in, err := os.Open(from)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	out, err := os.OpenFile(to, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o755)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(out, in); err != nil {
+		out.Close()
+		return err
+	}
+	if err := out.Chmod(0o755); err != nil { // whatever the umask is now
+		out.Close()
+		return err
+	}
+	return out.Close()
+}
+
+// agentCredential is the uid and gid agent id runs as, or nil to run as
+// the daemon's user.
+func (d *Daemon) agentCredential(id kin.AgentID) *syscall.Credential {
+	if d.cfg.AgentUIDBase == 0 {
+		return nil
+	}
+	uid := d.cfg.AgentUIDBase + uint32(id)
+	return &syscall.Credential{Uid: uid, Gid: uid, Groups: []uint32{}}
 }
 
 // lockHome takes an exclusive lock on the home so that two daemons never

@@ -131,13 +131,14 @@ func (d *Daemon) start(ctx context.Context, a *kin.Agent, spec store.ProcessSpec
 		dir = d.cfg.Home
 	}
 	proc, err := d.sup.Start(ctx, supervisor.Spec{
-		ID:       a.ID,
-		ParentID: a.Parent,
-		Detached: a.Life == kin.LifeDetached,
-		Argv:     spec.Command,
-		Env:      d.agentEnv(a, sock.path, cursor, spec.Env),
-		Dir:      dir,
-		LogPath:  d.logPath(a.ID),
+		ID:         a.ID,
+		ParentID:   a.Parent,
+		Detached:   a.Life == kin.LifeDetached,
+		Argv:       spec.Command,
+		Env:        d.agentEnv(a, sock.path, cursor, spec.Env),
+		Dir:        dir,
+		LogPath:    d.logPath(a.ID),
+		Credential: d.agentCredential(a.ID),
 	})
 	if err != nil {
 		d.removeRuntime(a.ID)
@@ -215,16 +216,14 @@ func (d *Daemon) agentEnv(a *kin.Agent, sock, cursor string, extra []string) []s
 }
 
 // agentPATH is the PATH agents get: the daemon's, with the directory of
-// the running kin binary first, so that `kin` inside an agent is the kin
-// that supervises it (also under `go run`, whose binary is in a temporary
-// directory).
-func agentPATH() string {
+// the published kin binary (publishKin) first.
+func agentPATH(kinDir string) string {
 	path := os.Getenv("PATH")
 	if path == "" {
 		path = "/usr/local/bin:/usr/bin:/bin"
 	}
-	if exe, err := os.Executable(); err == nil && filepath.Base(exe) == "kin" {
-		path = filepath.Dir(exe) + string(os.PathListSeparator) + path
+	if kinDir != "" {
+		path = kinDir + string(os.PathListSeparator) + path
 	}
 	return path
 }

@@ -42,7 +42,7 @@ func spawnAgent(t *testing.T, svc kin.Service, name string, parent kin.AgentID, 
 	t.Helper()
 	req := kin.SpawnRequest{
 		RegisterRequest: kin.RegisterRequest{Name: name, Parent: parent},
-		Command:         []string{os.Args[0]},
+		Command:         []string{kintest.AgentBinary(t)},
 		Env:             []string{"KINTEST_MODE=" + mode},
 	}
 	if parent == 0 {
@@ -64,7 +64,15 @@ func spawnAgent(t *testing.T, svc kin.Service, name string, parent kin.AgentID, 
 
 // outPath is a file an agent program writes what it has to say to.
 func outPath(t *testing.T) string {
-	return filepath.Join(t.TempDir(), "out")
+	path := filepath.Join(kintest.SharedDir(t), "out")
+	// Every agent appends, whatever uid it runs as.
+	if err := os.WriteFile(path, nil, 0o666); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(path, 0o666); err != nil {
+		t.Fatal(err)
+	}
+	return path
 }
 
 func waitOut(t *testing.T, path, want string) string {
@@ -228,7 +236,7 @@ func TestDetachedChildSurvivesItsParent(t *testing.T) {
 	// The default profile does not grant detach.
 	d2 := kintest.StartDaemon(t)
 	p2 := spawnAgent(t, d2.Client, "parent", 0, "sleep")
-	_, err := d2.Client.Spawn(ctx, kin.SpawnRequest{RegisterRequest: kin.RegisterRequest{Name: "d", Parent: p2.ID, Life: kin.LifeDetached}, Command: []string{os.Args[0]}})
+	_, err := d2.Client.Spawn(ctx, kin.SpawnRequest{RegisterRequest: kin.RegisterRequest{Name: "d", Parent: p2.ID, Life: kin.LifeDetached}, Command: []string{kintest.AgentBinary(t)}})
 	wantCode(t, err, kin.ECodeSpawnNotAllowed)
 }
 
@@ -264,8 +272,18 @@ func TestSocketOnlyActsForItsAgent(t *testing.T) {
 		lines = strings.Split(strings.TrimSpace(string(b)), "\n")
 		return len(lines) >= 2
 	})
-	if lines[0] != "id:"+a.ID.String() || lines[1] != "id:"+a.ID.String() {
-		t.Fatalf("whoami from inside the agent on its socket and on the operator socket: %q", lines)
+	if lines[0] != "id:"+a.ID.String() {
+		t.Fatalf("whoami from inside the agent on its own socket: %q", lines[0])
+	}
+	// On the operator socket: an agent running as its own uid cannot even
+	// connect (the socket is 0600, the daemon's); one running as the
+	// daemon's user connects and is still only itself.
+	if d.Config.AgentUIDBase != 0 {
+		if !strings.Contains(lines[1], "permission denied") {
+			t.Fatalf("an agent with its own uid reached the operator socket: %q", lines[1])
+		}
+	} else if lines[1] != "id:"+a.ID.String() {
+		t.Fatalf("whoami from inside the agent on the operator socket: %q", lines[1])
 	}
 	sock := filepath.Join(d.Home, "ctx", "agent", "coder.sock")
 	outsider, err := client.New(client.Config{Socket: sock})
@@ -279,6 +297,52 @@ func TestSocketOnlyActsForItsAgent(t *testing.T) {
 	wantCode(t, err, kin.ECodeForbidden)
 	if me, err := d.Client.Whoami(ctx); err != nil || me != nil {
 		t.Fatalf("the test process on the operator socket is the operator: %v, %v", me, err)
+	}
+}
+
+// TestOperatorSocketFromAgentWithoutOwnUID: where agents run as the
+// daemon's own user (AgentUIDBase 0), a process inside an agent that opens
+// the operator socket still acts only as that agent.
+func TestOperatorSocketFromAgentWithoutOwnUID(t *testing.T) {
+	d := kintest.StartDaemon(t, kintest.WithAgentUIDBase(0))
+	out := outPath(t)
+	a := spawnAgent(t, d.Client, "coder", 0, "whoami", withEnv("KINTEST_OUT="+out, "KINTEST_OPSOCK="+d.SocketPath()))
+	var lines []string
+	kintest.WaitFor(t, 10*time.Second, "both whoami answers", func() bool {
+		b, _ := os.ReadFile(out)
+		lines = strings.Split(strings.TrimSpace(string(b)), "\n")
+		return len(lines) >= 2
+	})
+	if lines[0] != "id:"+a.ID.String() || lines[1] != "id:"+a.ID.String() {
+		t.Fatalf("whoami from inside the agent on its socket and on the operator socket: %q", lines)
+	}
+}
+
+// TestAgentsRunAsTheirOwnUIDs: with the daemon as root, each agent runs as
+// AgentUIDBase + its id, never as root.
+func TestAgentsRunAsTheirOwnUIDs(t *testing.T) {
+	d := kintest.StartDaemon(t)
+	if os.Geteuid() != 0 {
+		t.Skip("agents get their own uids only under a root daemon; this test runs as uid", os.Geteuid())
+	}
+	a := spawnAgent(t, d.Client, "one", 0, "sleep")
+	b := spawnAgent(t, d.Client, "two", a.ID, "sleep")
+	for _, ag := range []*kin.Agent{a, b} {
+		st, err := os.ReadFile("/proc/" + strconv.Itoa(ag.PID) + "/status")
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := fmt.Sprintf("Uid:\t%d\t%d\t%d\t%d", daemon.DefaultAgentUIDBase+int(ag.ID), daemon.DefaultAgentUIDBase+int(ag.ID), daemon.DefaultAgentUIDBase+int(ag.ID), daemon.DefaultAgentUIDBase+int(ag.ID))
+		if !strings.Contains(string(st), want) {
+			t.Errorf("agent %d: want %q in\n%s", ag.ID, want, st)
+		}
+	}
+	// An agent cannot read the operator token.
+	tok := filepath.Join(d.Home, daemon.TokenName)
+	cmd := exec.Command("/bin/cat", tok)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(daemon.DefaultAgentUIDBase + int(a.ID)), Gid: uint32(daemon.DefaultAgentUIDBase + int(a.ID)), Groups: []uint32{}}}
+	if out, err := cmd.CombinedOutput(); err == nil || !strings.Contains(string(out), "Permission denied") {
+		t.Fatalf("an agent's uid read the operator token: %s %v", out, err)
 	}
 }
 

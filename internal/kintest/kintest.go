@@ -4,6 +4,7 @@ package kintest
 
 import (
 	"context"
+	"io"
 	"os"
 	"path/filepath"
 	"sync"
@@ -37,6 +38,9 @@ func WithHTTP() Option { return func(c *daemon.Config) { c.HTTPAddr = "127.0.0.1
 // WithContainment forces "cgroup2" or "process-groups".
 func WithContainment(c string) Option { return func(cfg *daemon.Config) { cfg.Containment = c } }
 
+// WithAgentUIDBase sets the uid base agents run under (0: the daemon's user).
+func WithAgentUIDBase(base uint32) Option { return func(c *daemon.Config) { c.AgentUIDBase = base } }
+
 // WithLeaveRunning makes the daemon's Close leave agents running.
 func WithLeaveRunning() Option { return func(c *daemon.Config) { c.LeaveRunning = true } }
 
@@ -66,10 +70,19 @@ func StartDaemon(t testing.TB, opts ...Option) *Daemon {
 		d.Close()
 		t.Fatalf("client: %v", err)
 	}
+	var cgroupRoot string
+	if st, err := d.Status(ctx); err == nil {
+		cgroupRoot = st.CgroupRoot
+	}
 	t.Cleanup(func() {
 		c.Close()
 		if err := d.Close(); err != nil {
 			t.Errorf("close daemon: %v", err)
+		}
+		if cgroupRoot != "" && !cfg.LeaveRunning {
+			if _, err := os.Stat(cgroupRoot); err == nil {
+				t.Errorf("the daemon left its cgroup %s behind", cgroupRoot)
+			}
 		}
 	})
 	return &Daemon{Daemon: d, Client: c, Home: cfg.Home, Config: cfg}
@@ -83,12 +96,94 @@ func shortTempDir(t testing.TB) string {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Agents run as their own unprivileged uids: they must be able to pass
+	// through to their sockets and sessions in the home.
+	if err := os.Chmod(dir, 0o711); err != nil {
+		t.Fatal(err)
+	}
 	t.Cleanup(func() { os.RemoveAll(dir) })
 	return filepath.Join(dir, "home")
 }
 
 // TempHome returns a fresh short home directory path (not yet created).
 func TempHome(t testing.TB) string { return shortTempDir(t) }
+
+var agentBinary struct {
+	once sync.Once
+	path string
+	err  error
+}
+
+// AgentBinary returns a copy of the running test binary that any uid may
+// execute: tests run it as an agent program, and agents run as their own
+// unprivileged uids while `go test` keeps its binaries in a 0700 directory.
+// The copy lives for the whole test process.
+func AgentBinary(t testing.TB) string {
+	t.Helper()
+	path, err := AgentBinaryPath()
+	if err != nil {
+		t.Fatalf("agent binary: %v", err)
+	}
+	return path
+}
+
+// AgentBinaryPath is AgentBinary for code without a testing.TB.
+func AgentBinaryPath() (string, error) {
+	agentBinary.once.Do(func() {
+		dir, err := os.MkdirTemp("", "kinbin")
+		if err == nil {
+			err = os.Chmod(dir, 0o755)
+		}
+		if err != nil {
+			agentBinary.err = err
+			return
+		}
+		self, err := os.Executable()
+		if err != nil {
+			agentBinary.err = err
+			return
+		}
+		path := filepath.Join(dir, filepath.Base(self))
+		agentBinary.path, agentBinary.err = path, copyFile(self, path, 0o755)
+	})
+	return agentBinary.path, agentBinary.err
+}
+
+func copyFile(from, to string, mode os.FileMode) error {
+	in, err := os.Open(from)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	out, err := os.OpenFile(to, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, mode)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(out, in); err != nil {
+		out.Close()
+		return err
+	}
+	if err := out.Chmod(mode); err != nil { // whatever the umask is now
+		out.Close()
+		return err
+	}
+	return out.Close()
+}
+
+// SharedDir returns a fresh directory every uid may write to, for files
+// agent programs leave for the test to read.
+func SharedDir(t testing.TB) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "kinshared")
+	if err == nil {
+		err = os.Chmod(dir, 0o777)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	return dir
+}
 
 // WaitFor polls cond until it is true or the deadline passes.
 func WaitFor(t testing.TB, within time.Duration, what string, cond func() bool) {
@@ -126,4 +221,12 @@ func (c *Clock) Advance(d time.Duration) {
 	c.mu.Lock()
 	c.now = c.now.Add(d)
 	c.mu.Unlock()
+}
+
+// RemoveAgentBinary deletes AgentBinary's copy; call it from TestMain after
+// the tests ran.
+func RemoveAgentBinary() {
+	if agentBinary.path != "" {
+		os.RemoveAll(filepath.Dir(agentBinary.path))
+	}
 }

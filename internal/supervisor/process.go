@@ -48,6 +48,9 @@ type Spec struct {
 	LogPath string
 	// ExtraFiles become file descriptors 3, 4, ... of the process.
 	ExtraFiles []*os.File
+	// Credential, when set, runs the process as that uid and gid (with no
+	// supplementary groups unless given): agents must not run as root.
+	Credential *syscall.Credential
 }
 
 // EnvMarker is the variable the process-groups fallback adds to every
@@ -283,7 +286,7 @@ func isDone(p *Process) bool {
 
 // spawn forks and execs; a.starting keeps Stop away meanwhile.
 func (s *Supervisor) spawn(a *agent, spec Spec, argv0 string) (*Process, error) {
-	sys := &syscall.SysProcAttr{Setpgid: true}
+	sys := &syscall.SysProcAttr{Setpgid: true, Credential: spec.Credential}
 	env := spec.Env
 	if s.cg {
 		if err := makeGroup(a.path); err != nil {
