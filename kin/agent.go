@@ -2,6 +2,7 @@ package kin
 
 import (
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -83,14 +84,11 @@ func (s State) Valid() bool {
 
 // StateList is AllStates as a comma-separated list, for messages.
 func StateList() string {
-	out := ""
+	names := make([]string, len(AllStates))
 	for i, s := range AllStates {
-		if i > 0 {
-			out += ", "
-		}
-		out += string(s)
+		names[i] = string(s)
 	}
-	return out
+	return strings.Join(names, ", ")
 }
 
 // Terminal reports whether s is one of TerminalStates.
@@ -226,22 +224,11 @@ func (r *RegisterRequest) Validate() error {
 		}
 	}
 	if r.Role != "" {
-		if n, err := ParseName(r.Role); err != nil || n.Sep != 0 || containsAny(r.Role, "@-") {
+		if n, err := ParseName(r.Role); err != nil || n.Sep != 0 || strings.ContainsAny(r.Role, "@-") {
 			return Errorf(ECodeInvalid, "role %q must be letters, digits, '_', '.', ':' and start and end with a letter or digit", r.Role)
 		}
 	}
 	return nil
-}
-
-func containsAny(s, chars string) bool {
-	for i := 0; i < len(s); i++ {
-		for j := 0; j < len(chars); j++ {
-			if s[i] == chars[j] {
-				return true
-			}
-		}
-	}
-	return false
 }
 
 // checkText rejects control characters (newlines only where multiline text

@@ -271,7 +271,7 @@ func ParseParentRef(s string) (ParentRef, error) {
 		return ParentRef{}, err
 	}
 	if p.Agent == "" {
-		return ParentRef{}, fmt.Errorf("ctxfs: parent %q has no agent:", s)
+		return ParentRef{}, fmt.Errorf("ctxfs: parent %q has no \"agent:\" field", s)
 	}
 	return p, nil
 }

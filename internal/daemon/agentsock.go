@@ -11,7 +11,6 @@ import (
 	goruntime "runtime" // the package has a type named runtime
 	"sync"
 	"sync/atomic"
-	"syscall"
 
 	"golang.org/x/sys/unix"
 
@@ -62,9 +61,12 @@ func (d *Daemon) listenAgent(a *kin.Agent) (*agentSocket, error) {
 	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return nil, err
 	}
-	old := syscall.Umask(0o177)
+	// No umask games here: the umask is process-wide, and flipping it on
+	// every spawn would change the mode of whatever another goroutine
+	// creates at that moment. Until the chmod below the socket has the
+	// daemon's usual mode; a process that connects in that window is still
+	// refused by the peer check in agentConnContext.
 	ln, err := net.Listen("unix", path)
-	syscall.Umask(old)
 	if err != nil {
 		return nil, fmt.Errorf("agent socket: %w", err)
 	}
@@ -74,6 +76,10 @@ func (d *Daemon) listenAgent(a *kin.Agent) (*agentSocket, error) {
 			ln.Close()
 			return nil, fmt.Errorf("agent socket: %w", err)
 		}
+	}
+	if err := os.Chmod(path, 0o600); err != nil {
+		ln.Close()
+		return nil, fmt.Errorf("agent socket: %w", err)
 	}
 	s := &agentSocket{id: a.ID, path: path, ln: ln, conns: map[net.Conn]struct{}{}}
 	s.forget = func() {

@@ -82,7 +82,7 @@ func (d *Daemon) reconcile(ctx context.Context) error {
 			if _, err := d.sup.Adopt(g.Path); err != nil {
 				d.log.Error("adopt", "agent", a.ID, "err", err)
 			} else {
-				alive = d.sup.PeerInCgroup(a.PID, a.ID) && !zombie(a.PID)
+				alive = d.sup.PeerInCgroup(a.PID, a.ID) && supervisor.ProcessAlive(a.PID)
 			}
 		} else if !cg {
 			killLeftover(a)
@@ -182,17 +182,6 @@ func waitPidfd(f *os.File) bool {
 		return n > 0
 	})
 	return err == nil
-}
-
-// zombie reports whether pid has exited but was not reaped yet (a zombie
-// still shows its cgroup).
-func zombie(pid int) bool {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return true
-	}
-	i := bytes.LastIndexByte(b, ')')
-	return i < 0 || i+2 >= len(b) || b[i+2] == 'Z' || b[i+2] == 'X'
 }
 
 // killLeftover kills an agent process left by an earlier daemon when no

@@ -15,12 +15,7 @@ import (
 // Register adds an agent under the governor's rules, checked in the same
 // transaction as the insert.
 func (d *Daemon) Register(ctx context.Context, req kin.RegisterRequest) (*kin.Agent, error) {
-	out, err := d.register(ctx, req, nil)
-	if err != nil {
-		return nil, err
-	}
-	d.lineage.add(out.ID, out.Parent)
-	return out, nil
+	return d.register(ctx, req, nil)
 }
 
 // spawnExtra is what a spawn stores beside the registration.
@@ -35,7 +30,7 @@ type spawnExtra struct {
 
 // register validates, authorizes and inserts an agent (and its process spec
 // for a spawn) with its events, the governor's rules checked in the same
-// transaction. The caller adds the agent to the lineage.
+// transaction, and adds it to the in-memory lineage once committed.
 func (d *Daemon) register(ctx context.Context, req kin.RegisterRequest, extra *spawnExtra) (*kin.Agent, error) {
 	c := callerOf(ctx)
 	if c.refused != "" {
@@ -157,6 +152,7 @@ func (d *Daemon) register(ctx context.Context, req kin.RegisterRequest, extra *s
 	if refused != nil {
 		return nil, refused
 	}
+	d.lineage.add(out.ID, out.Parent)
 	return out, nil
 }
 
@@ -322,7 +318,6 @@ func (d *Daemon) SetStatus(ctx context.Context, req kin.StatusRequest) ([]*kin.A
 		return nil, err
 	}
 	by := callerOf(ctx).createdBy()
-	var stopped []*kin.Agent
 	before := map[kin.AgentID]kin.Status{}
 	if req.Action == kin.ActionTerminate {
 		ids := []kin.AgentID{req.ID}
@@ -338,11 +333,9 @@ func (d *Daemon) SetStatus(ctx context.Context, req kin.StatusRequest) ([]*kin.A
 			if !a.Running() || d.runtimeOf(a.ID) == nil {
 				continue
 			}
-			got, err := d.cancelTree(context.WithoutCancel(ctx), a.ID, reasonTerminated, nil, true, kin.StateTerminated)
-			if err != nil {
+			if _, err := d.cancelTree(context.WithoutCancel(ctx), a.ID, reasonTerminated, nil, true, kin.StateTerminated); err != nil {
 				return nil, err
 			}
-			stopped = append(stopped, got...)
 		}
 	}
 	var changed []*kin.Agent

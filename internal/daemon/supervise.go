@@ -81,7 +81,6 @@ func (d *Daemon) Spawn(ctx context.Context, req kin.SpawnRequest) (*kin.Agent, e
 	if err != nil {
 		return nil, err
 	}
-	d.lineage.add(a.ID, a.Parent)
 	return d.start(context.WithoutCancel(ctx), a, store.ProcessSpec{Command: req.Command, Env: req.Env, Dir: req.Dir}, "")
 }
 
@@ -146,13 +145,9 @@ func (d *Daemon) start(ctx context.Context, a *kin.Agent, spec store.ProcessSpec
 	}
 	rt.proc = proc
 	pid, started := proc.Pid, proc.Started.UTC()
-	var out *kin.Agent
+	now := d.now()
 	err = d.store.Update(ctx, func(tx store.Tx) error {
-		if err := tx.AgentUpdate(ctx, store.AgentUpdateParams{ID: a.ID, At: d.now(), PID: &pid, StartedAt: &started}); err != nil {
-			return err
-		}
-		var err error
-		if out, err = tx.AgentGetByID(ctx, a.ID); err != nil {
+		if err := tx.AgentUpdate(ctx, store.AgentUpdateParams{ID: a.ID, At: now, PID: &pid, StartedAt: &started}); err != nil {
 			return err
 		}
 		return appendEvent(ctx, tx, d.now(), kin.EventAgentStarted, a.ID, a.Parent, startedData{Agent: a.ID, PID: pid, Command: spec.Command})
@@ -165,7 +160,9 @@ func (d *Daemon) start(ctx context.Context, a *kin.Agent, spec store.ProcessSpec
 	}
 	d.hub.notify()
 	d.log.Info("agent started", "agent", a.ID, "name", a.Name, "pid", pid)
-	return out, nil
+	out := *a // what was just written, without reading it back
+	out.PID, out.StartedAt, out.UpdatedAt = pid, started, now
+	return &out, nil
 }
 
 // failStart records that an agent's process could not start and returns
@@ -546,7 +543,6 @@ func (d *Daemon) maybeRestart(ctx context.Context, old *kin.Agent, reason string
 		d.markFailed(ctx, old, "replacement refused: "+err.Error())
 		return
 	}
-	d.lineage.add(a.ID, a.Parent)
 	err = d.store.Update(ctx, func(tx store.Tx) error {
 		return appendEvent(ctx, tx, d.now(), kin.EventAgentReplaced, old.ID, old.Parent, replacedData{
 			Agent: old.ID, Replacement: a.ID, Cursor: old.Cursor, Reason: reason, Restarts: restarts + 1,

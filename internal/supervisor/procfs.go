@@ -20,6 +20,14 @@ type procStat struct {
 
 func (st procStat) alive() bool { return st.state != 'Z' && st.state != 'X' && st.state != 'x' }
 
+// ProcessAlive reports whether pid is a process that has not exited: a
+// zombie (exited, not yet reaped) still shows its cgroup in /proc, so
+// membership alone does not say it runs.
+func ProcessAlive(pid int) bool {
+	st, err := readStat(pid)
+	return err == nil && st.alive()
+}
+
 func readStat(pid int) (procStat, error) {
 	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
 	if err != nil {
