@@ -377,7 +377,10 @@ func (d *Daemon) listenUnix() error {
 	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("socket %s: %w", path, err)
 	}
-	old := syscall.Umask(0o177) // the socket is born 0600: no window where others may connect
+	// The socket is born 0600: no window where others may connect. The
+	// umask is process-wide; this runs once, during Start, before the
+	// daemon serves or spawns anything that creates files.
+	old := syscall.Umask(0o177)
 	ln, err := net.Listen("unix", path)
 	syscall.Umask(old)
 	if err != nil {
