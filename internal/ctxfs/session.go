@@ -33,8 +33,11 @@ type SessionParams struct {
 	AgentID kin.AgentID
 	Run     string    // the run id, if known
 	Parent  ParentRef // zero for a root; a child session also gets output/
-	Cwd     string
-	State   kin.State // "" is registered
+	// Output makes output/ also in a session without a parent (a root
+	// agent handed a task by the operator).
+	Output bool
+	Cwd    string
+	State  kin.State // "" is registered
 	// Handoff, when not nil, becomes context/handoff.md: what the parent
 	// hands the child (seed 001's handoff.md).
 	Handoff []byte
@@ -108,7 +111,7 @@ func (f *FS) CreateSession(p SessionParams) error {
 		if err := f.mkdirWith(fd, dirContext, o, ctx); err != nil {
 			return err
 		}
-		if !p.Parent.IsZero() {
+		if p.Output || !p.Parent.IsZero() {
 			out, _, err := f.mkdirAt(fd, dirOutput, o, ModeAgentDir)
 			if err != nil {
 				return err

@@ -205,6 +205,20 @@ func CheckWith(c Contract, resultDir string, opts CheckOptions) (Report, error) 
 		return Report{}, fmt.Errorf("result directory: %w", err)
 	}
 	defer d.Close()
+	return checkDir(c, d, opts)
+}
+
+// CheckRoot is CheckWith for a result directory the caller has opened (a
+// daemon running as root opens it without following links on the way
+// there); the caller closes root.
+func CheckRoot(c Contract, root *os.Root, opts CheckOptions) (Report, error) {
+	if err := c.Validate(); err != nil {
+		return Report{}, err
+	}
+	return checkDir(c, &dir{root: root, borrowed: true}, opts)
+}
+
+func checkDir(c Contract, d *dir, opts CheckOptions) (Report, error) {
 	ck := &checker{c: c, d: d, opts: opts, hashes: map[string]string{}, rep: Report{
 		Sections: []SectionCheck{}, Artifacts: []ArtifactFile{}, Refs: []RefCheck{}, Violations: []Violation{}}}
 	if err := ck.result(); err != nil {

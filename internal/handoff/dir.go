@@ -14,7 +14,8 @@ import (
 // path is checked with Lstat, the file is opened through an os.Root, and the
 // opened file must be the one that was checked.
 type dir struct {
-	root *os.Root
+	root     *os.Root
+	borrowed bool // the caller's: Close leaves it open
 }
 
 func openDir(path string) (*dir, error) {
@@ -32,7 +33,12 @@ func openDir(path string) (*dir, error) {
 	return &dir{root: r}, nil
 }
 
-func (d *dir) Close() error { return d.root.Close() }
+func (d *dir) Close() error {
+	if d.borrowed {
+		return nil
+	}
+	return d.root.Close()
+}
 
 // entry is what a relative path names.
 type entry struct {

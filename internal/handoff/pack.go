@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"os"
 	"path"
 	"path/filepath"
 	"sort"
@@ -40,7 +41,8 @@ type Pack struct {
 
 // PackChild is one child in a Pack.
 type PackChild struct {
-	Name            string         `json:"name"`              // the agent file, else the folder's name
+	Name            string         `json:"name"`              // the agent file, else the folder's name (ContextPackRoots: the name given)
+	Agent           string         `json:"agent,omitempty"`   // ContextPackRoots: the agent file (kin writes the child's id there)
 	Session         string         `json:"session,omitempty"` // the session file
 	Status          string         `json:"status"`            // the status file; "unknown" without one
 	Task            string         `json:"task,omitempty"`    // the first non-empty line of handoff.md
@@ -62,6 +64,19 @@ type PackArtifact struct {
 	Reason   string `json:"reason,omitempty"`  // why it is not included
 }
 
+func (opts PackOptions) withDefaults() PackOptions {
+	if opts.MaxResultBytes <= 0 {
+		opts.MaxResultBytes = DefaultResultBytes
+	}
+	if opts.MaxArtifactBytes <= 0 {
+		opts.MaxArtifactBytes = DefaultPackArtifactBytes
+	}
+	if opts.ArtifactBudget <= 0 {
+		opts.ArtifactBudget = DefaultPackBudget
+	}
+	return opts
+}
+
 // ContextPack builds the pack for the given context/child/<child>/ folders.
 // From each it reads only agent, session, status, handoff.md (its first line),
 // result.md, refs.jsonl, contract.json and artifact/, never following a
@@ -73,15 +88,7 @@ type PackArtifact struct {
 // always give the same pack. A folder that cannot be opened is an error; any
 // problem inside one is a note.
 func ContextPack(childDirs []string, opts PackOptions) (*Pack, error) {
-	if opts.MaxResultBytes <= 0 {
-		opts.MaxResultBytes = DefaultResultBytes
-	}
-	if opts.MaxArtifactBytes <= 0 {
-		opts.MaxArtifactBytes = DefaultPackArtifactBytes
-	}
-	if opts.ArtifactBudget <= 0 {
-		opts.ArtifactBudget = DefaultPackBudget
-	}
+	opts = opts.withDefaults()
 	p := &Pack{Children: []PackChild{}}
 	sorted := make([]string, len(childDirs))
 	for i, cd := range childDirs {
@@ -99,13 +106,45 @@ func ContextPack(childDirs []string, opts PackOptions) (*Pack, error) {
 	return p, nil
 }
 
+// PackDir is a child folder already opened, for ContextPackRoots.
+type PackDir struct {
+	Name string   // the child's name: the folder's name
+	Root *os.Root // the folder; the caller closes it
+}
+
+// ContextPackRoots is ContextPack for folders the caller has opened (a
+// daemon running as root opens them without following links on the way
+// there). Each child is named by its PackDir's Name whatever its agent file
+// says; the agent file's value goes to PackChild.Agent.
+func ContextPackRoots(dirs []PackDir, opts PackOptions) (*Pack, error) {
+	opts = opts.withDefaults()
+	p := &Pack{Children: []PackChild{}}
+	for _, pd := range dirs {
+		c, err := packDir(&dir{root: pd.Root, borrowed: true}, pd.Name, true, opts)
+		if err != nil {
+			return nil, fmt.Errorf("context pack of %s: %w", pd.Name, err)
+		}
+		p.Children = append(p.Children, c)
+	}
+	sort.SliceStable(p.Children, func(i, j int) bool { return p.Children[i].Name < p.Children[j].Name })
+	return p, nil
+}
+
 func packChild(childDir string, opts PackOptions) (PackChild, error) {
 	d, err := openDir(childDir)
 	if err != nil {
 		return PackChild{}, err
 	}
 	defer d.Close()
-	c := PackChild{Name: filepath.Base(filepath.Clean(childDir)), Status: "unknown", Refs: []Ref{}, Artifacts: []PackArtifact{}}
+	return packDir(d, filepath.Base(filepath.Clean(childDir)), false, opts)
+}
+
+func packDir(d *dir, name string, named bool, opts PackOptions) (PackChild, error) {
+	c := PackChild{Name: name, Status: "unknown", Refs: []Ref{}, Artifacts: []PackArtifact{}}
+	agentDst := &c.Name
+	if named {
+		agentDst = &c.Agent
+	}
 	note := func(format string, args ...any) { c.Notes = append(c.Notes, fmt.Sprintf(format, args...)) }
 
 	// read reads up to max bytes of a file; ok is false when it is absent
@@ -151,7 +190,7 @@ func packChild(childDir string, opts PackOptions) (PackChild, error) {
 	for _, f := range []struct {
 		name string
 		dst  *string
-	}{{FileAgent, &c.Name}, {FileSession, &c.Session}, {FileStatus, &c.Status}} {
+	}{{FileAgent, agentDst}, {FileSession, &c.Session}, {FileStatus, &c.Status}} {
 		s, ok, err := small(f.name, maxSmallFile)
 		if err != nil {
 			return PackChild{}, err
