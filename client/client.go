@@ -177,7 +177,9 @@ func decodeError(resp *http.Response) error {
 		code = kin.ECodeNotFound
 	case http.StatusBadRequest:
 		code = kin.ECodeInvalid
-	case http.StatusServiceUnavailable, http.StatusBadGateway:
+	case http.StatusServiceUnavailable, http.StatusBadGateway, http.StatusGatewayTimeout:
+		// A proxy's 504 means kin did not answer it in time; kin's own
+		// timeouts come with a body.
 		code = kin.ECodeUnavailable
 	}
 	return &kin.Error{Code: code, Message: fmt.Sprintf("HTTP %s: %s", resp.Status, strings.TrimSpace(string(data)))}

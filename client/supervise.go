@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/url"
 	"strconv"
+	"time"
 
 	"github.com/kin-agents/kin/kin"
 )
@@ -95,4 +96,63 @@ func (c *Client) Whoami(ctx context.Context) (*kin.Agent, error) {
 		return nil, err
 	}
 	return a, nil
+}
+
+// waitBody is the body of POST /v1/agents/{id}/wait.
+type waitBody struct {
+	Timeout kin.Duration `json:"timeout,omitempty"`
+}
+
+// Wait blocks until agent req.ID has ended and its result is kept. The
+// daemon takes a timeout of at most kin.MaxWait, so a longer one is asked
+// for in turns; without one (0) ctx alone bounds the wait, and a timeout
+// the daemon answers all the same is asked again. The client sets no HTTP
+// timeout of its own.
+func (c *Client) Wait(ctx context.Context, req kin.WaitRequest) (*kin.AgentResult, error) {
+	path := "/v1/agents/" + req.ID.String() + "/wait"
+	if req.Timeout > 0 && time.Duration(req.Timeout) <= kin.MaxWait {
+		return c.wait(ctx, path, req.Timeout)
+	}
+	var deadline time.Time
+	if req.Timeout > 0 {
+		deadline = time.Now().Add(time.Duration(req.Timeout))
+	}
+	for {
+		ask := kin.Duration(0)
+		if !deadline.IsZero() {
+			left := time.Until(deadline)
+			if left <= 0 {
+				return nil, kin.Errorf(kin.ECodeTimeout, "agent %d has not ended within %s", req.ID, time.Duration(req.Timeout))
+			}
+			ask = kin.Duration(min(left, kin.MaxWait))
+		}
+		r, err := c.wait(ctx, path, ask)
+		if kin.ErrorCodeOf(err) != kin.ECodeTimeout {
+			return r, err
+		}
+	}
+}
+
+func (c *Client) wait(ctx context.Context, path string, timeout kin.Duration) (*kin.AgentResult, error) {
+	var r kin.AgentResult
+	if err := c.do(ctx, "POST", path, waitBody{Timeout: timeout}, &r); err != nil {
+		return nil, err
+	}
+	return &r, nil
+}
+
+func (c *Client) Result(ctx context.Context, id kin.AgentID) (*kin.AgentResult, error) {
+	var r kin.AgentResult
+	if err := c.do(ctx, "GET", "/v1/agents/"+id.String()+"/result", nil, &r); err != nil {
+		return nil, err
+	}
+	return &r, nil
+}
+
+func (c *Client) ContextPack(ctx context.Context, id kin.AgentID) (*kin.ContextPack, error) {
+	var p kin.ContextPack
+	if err := c.do(ctx, "GET", "/v1/agents/"+id.String()+"/context-pack", nil, &p); err != nil {
+		return nil, err
+	}
+	return &p, nil
 }

@@ -151,6 +151,13 @@ type Agent struct {
 	Replaces      AgentID       `json:"replaces,omitempty"`   // the agent this one replaced after a crash
 	Cursor        string        `json:"cursor,omitempty"`     // the last cursor it reported
 	LastHeartbeat time.Time     `json:"last_heartbeat,omitzero"`
+
+	// The agent filesystem (seed 001): its session id under
+	// home/<uid>/agent/<name>/session/, and where its handed-back result
+	// stands ("" when it has no result channel: no parent session and no
+	// handoff).
+	Session string       `json:"session,omitempty"`
+	Result  ResultStatus `json:"result,omitempty"`
 }
 
 // Running reports whether the agent has a process that has not ended.

@@ -27,6 +27,7 @@ const (
 	ECodeSpawnNotAllowed   ErrorCode = "spawn_not_allowed"
 	ECodeCardinality       ErrorCode = "cardinality_exceeded"
 	ECodeCircuitOpen       ErrorCode = "spawn_circuit_open" // seed 002's circuit breaker has tripped for this parent
+	ECodeTimeout           ErrorCode = "timeout"            // a wait ran out of time; nothing changed
 )
 
 // Error is the error every kin boundary speaks: the API sends it as

@@ -27,6 +27,7 @@ const (
 	EventAgentFailed   = "agent.failed"       // addressed to the parent: restart intensity exceeded
 	EventAgentAdopted  = "agent.adopted"      // a restarted daemon took the running agent back
 	EventAgentLost     = "agent.lost"         // its process ended while the daemon was down
+	EventAgentResult   = "agent.result"       // seed 001: a child's result checked and handed back: agent, parent, status, violations
 )
 
 // Event is one entry of the append-only event stream. On the wire it is a

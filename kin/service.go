@@ -48,6 +48,16 @@ type Service interface {
 	Logs(ctx context.Context, req LogsRequest, fn func([]byte) error) error
 	// Whoami returns the calling agent, or nil for the operator.
 	Whoami(ctx context.Context) (*Agent, error)
+
+	// Wait blocks until the agent has ended and its result (if it has a
+	// result channel) is checked and kept, then returns it; a timeout
+	// returns ECodeTimeout.
+	Wait(ctx context.Context, req WaitRequest) (*AgentResult, error)
+	// Result returns an agent's result as kin kept it, ended or not.
+	Result(ctx context.Context, id AgentID) (*AgentResult, error)
+	// ContextPack returns what the agent's context should include about
+	// its children (seed 001).
+	ContextPack(ctx context.Context, id AgentID) (*ContextPack, error)
 }
 
 // DaemonStatus describes a running daemon.

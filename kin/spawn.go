@@ -38,9 +38,11 @@ type SpawnRequest struct {
 	RegisterRequest
 	Command []string      `json:"command"`
 	Env     []string      `json:"env,omitempty"`   // KEY=VALUE, added to the agent's base environment
-	Dir     string        `json:"dir,omitempty"`   // working directory; default the daemon's home
+	Dir     string        `json:"dir,omitempty"`   // working directory; default the agent's session directory
 	Grace   *Duration     `json:"grace,omitempty"` // nil: DefaultGrace; 0: kill at once
 	Restart RestartPolicy `json:"restart,omitempty"`
+	// Handoff is what the parent hands the child (seed 001); nil: none.
+	Handoff *Handoff `json:"handoff,omitempty"`
 }
 
 // ValidateProcess checks the process part of the request (the registration

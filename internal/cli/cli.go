@@ -22,6 +22,11 @@ const (
 	ExitOK    = 0
 	ExitError = 1 // the command ran and failed: the daemon refused, an agent was not found, ...
 	ExitUsage = 2 // the command line was wrong: unknown command or flag, bad flag value
+	// ExitNotCompleted: kin wait's agent ended, but its result is not
+	// completed (contract_violated, failed, cancelled).
+	ExitNotCompleted = 3
+	// ExitTimeout: kin wait's --timeout passed before the agent ended.
+	ExitTimeout = 4
 )
 
 // Env is what one run of the CLI works with.
@@ -114,9 +119,14 @@ Run "kin serve" to start the daemon; every other command talks to it, over
 the socket in kin's home (--home, else $KIN_HOME, else ~/.kin), or over HTTP
 when KIN_ADDR (host:port) and KIN_TOKEN (the operator token) are set.
 
+A parent hands a child its task with "kin spawn --handoff" (seed 001's
+handoff protocol), waits for it with "kin wait", and reads what it handed
+back with "kin result" and "kin context pack".
+
 Every command takes --json for machine-readable output. Exit status: 0 on
 success, 1 when the command failed (the error is on stderr; with --json as
-{"code": "...", "message": "..."}), 2 when the command line is wrong.`,
+{"code": "...", "message": "..."}), 2 when the command line is wrong; "kin
+wait" adds 3 (the result is not completed) and 4 (it timed out).`,
 		Example: `  kin serve &
   kin register --name Research-Coordinator --responsible "Dr. Schmidt"
   kin register --name Data-Collector --parent 1
@@ -124,7 +134,9 @@ success, 1 when the command failed (the error is on stderr; with --json as
   kin suspend 1 --cascade --reason "audit"
   kin spawn --parent 1 --name Web-Scraper -- python3 scrape.py
   kin logs 8 --follow
-  kin stop 8`,
+  kin stop 8
+  kin spawn --parent 1 --name Reviewer --handoff task.md --ref spec.md -- ./review.sh
+  kin wait 9 --timeout 1h`,
 		SilenceErrors: true,
 		SilenceUsage:  true,
 		CompletionOptions: cobra.CompletionOptions{
@@ -151,6 +163,9 @@ success, 1 when the command failed (the error is on stderr; with --json as
 		a.logsCommand(),
 		a.heartbeatCommand(),
 		a.whoamiCommand(),
+		a.waitCommand(),
+		a.resultCommand(),
+		a.contextCommand(),
 		a.eventsCommand(),
 		a.governorCommand(),
 		a.statusCommand(),
@@ -164,6 +179,23 @@ type runError struct{ err error }
 
 func (e *runError) Error() string { return e.err.Error() }
 func (e *runError) Unwrap() error { return e.err }
+
+// exitStatus ends the run with its own exit status. With err, err is
+// reported as any error would be; without, the command has already said
+// everything on stdout.
+type exitStatus struct {
+	code int
+	err  error
+}
+
+func (e *exitStatus) Error() string {
+	if e.err == nil {
+		return fmt.Sprintf("exit status %d", e.code)
+	}
+	return e.err.Error()
+}
+
+func (e *exitStatus) Unwrap() error { return e.err }
 
 // usageError is a command line that is wrong: exit status 2.
 type usageError struct{ msg string }
@@ -257,6 +289,14 @@ func (a *app) fail(ctx context.Context, cmd *cobra.Command, args []string, err e
 		return ExitUsage
 	}
 	err = re.err
+	status := ExitError
+	var es *exitStatus
+	if errors.As(err, &es) {
+		if es.err == nil {
+			return es.code
+		}
+		status, err = es.code, es.err
+	}
 	var code kin.ErrorCode
 	var msg string
 	var ke *kin.Error
@@ -273,7 +313,7 @@ func (a *app) fail(ctx context.Context, cmd *cobra.Command, args []string, err e
 	} else {
 		fmt.Fprintf(a.env.Stderr, "kin: %s (%s)\n", msg, code)
 	}
-	return ExitError
+	return status
 }
 
 func writeJSONError(w io.Writer, code kin.ErrorCode, msg string) {

@@ -246,6 +246,7 @@ func TestEveryCommandHelp(t *testing.T) {
 		{"suspend"}, {"resume"}, {"revoke"}, {"terminate"}, {"events"},
 		{"governor"}, {"governor", "show"}, {"governor", "set"}, {"status"},
 		{"spawn"}, {"stop"}, {"logs"}, {"heartbeat"}, {"whoami"},
+		{"wait"}, {"result"}, {"context"}, {"context", "pack"},
 	} {
 		r := runCLI(t, append(args, "--help")...)
 		wantOK(t, r)

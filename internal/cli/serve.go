@@ -18,7 +18,7 @@ import (
 
 // serveFlags are serve's flag values, "" where not given.
 type serveFlags struct {
-	home, http, profile, store, containment, leaveRunning string
+	home, http, profile, store, ctx, containment, leaveRunning string
 }
 
 // Containment choices of --containment; "auto" is the daemon's "".
@@ -49,7 +49,12 @@ created with mode 0700:
                   (unless --store names another file).
   kin.lock        held while a daemon runs, so that two never share a home.
   logs/           each spawned agent's output, ID.log ("kin logs").
-  ctx/agent/      each running agent's own socket, NAME.sock.
+  ctx/            the agent filesystem of seed 001 (--ctx moves it, e.g. to
+                  /ctx): agent/NAME.d/ control files and agent/NAME.sock
+                  sockets, home/UID/agent/NAME/session/SID/ sessions, and in
+                  each parent's session context/child/CHILD/ its children's
+                  handoffs and checked results. See "The agent filesystem" in
+                  the README.
 
 Agents' processes ("kin spawn") run each in its own cgroup, nested like the
 lineage under a kin root cgroup, when a writable cgroup v2 exists; else in
@@ -59,7 +64,7 @@ it stops every agent, unless --leave-running: then they go on, and the next
 kin serve on the same home takes them back.
 
 Configuration: built-in defaults, overridden by KIN_HOME, KIN_HTTP,
-KIN_PROFILE, KIN_STORE, KIN_CONTAINMENT and KIN_LEAVE_RUNNING, overridden by
+KIN_PROFILE, KIN_STORE, KIN_CTX, KIN_CONTAINMENT and KIN_LEAVE_RUNNING, overridden by
 the flags. The HTTP API listens on
 ` + daemon.DefaultHTTPAddr + ` unless --http says otherwise ("--http off" serves
 the socket only). Shipped profiles: ` + strings.Join(governor.ShippedProfiles(), ", ") + `; see
@@ -68,7 +73,8 @@ the socket only). Shipped profiles: ` + strings.Join(governor.ShippedProfiles(),
   kin serve --home /var/lib/kin --http off
   kin serve --profile hierarchy --http 127.0.0.1:8080
   KIN_PROFILE=./my-profile.json kin serve --store sqlite:/data/kin.db
-  kin serve --containment process-groups --leave-running`,
+  kin serve --containment process-groups --leave-running
+  kin serve --ctx /ctx`,
 		Args: cobra.NoArgs,
 		RunE: run(func(cmd *cobra.Command, _ []string) error {
 			fl.home = a.home
@@ -102,6 +108,7 @@ the socket only). Shipped profiles: ` + strings.Join(governor.ShippedProfiles(),
 				Containment:       st.Containment,
 				ContainmentReason: st.ContainmentReason,
 				CgroupRoot:        st.CgroupRoot,
+				Ctx:               d.CtxRoot(),
 				LeaveRunning:      cfg.LeaveRunning,
 			}
 			if a.jsonOut {
@@ -121,6 +128,7 @@ the socket only). Shipped profiles: ` + strings.Join(governor.ShippedProfiles(),
 	f := cmd.Flags()
 	f.StringVar(&fl.http, "http", "", "TCP `address` of the HTTP API, or \"off\" (default $KIN_HTTP, else "+daemon.DefaultHTTPAddr+")")
 	f.StringVar(&fl.profile, "profile", "", "governor profile: a shipped profile's `name` ("+strings.Join(governor.ShippedProfiles(), ", ")+") or a JSON file's path (default $KIN_PROFILE, else default)")
+	f.StringVar(&fl.ctx, "ctx", "", "root `directory` of the agent filesystem, an absolute path (default $KIN_CTX, else <home>/ctx)")
 	f.StringVar(&fl.store, "store", "", "store `DSN`: sqlite (<home>/kin.db) or sqlite:PATH (default $KIN_STORE, else sqlite)")
 	f.StringVar(&fl.containment, "containment", "", "`how` to hold agents' processes: "+strings.Join(containments, ", ")+" (auto: cgroup2 when a writable cgroup v2 exists, else process-groups) (default $KIN_CONTAINMENT, else auto)")
 	f.BoolVar(&leaveRunning, "leave-running", false, "leave agents running when kin serve stops, for the next kin serve to take back (default $KIN_LEAVE_RUNNING, else false)")
@@ -153,6 +161,7 @@ func serveConfig(getenv func(string) string, fl serveFlags) (daemon.Config, erro
 	httpAddr := pick(cfg.HTTPAddr, "KIN_HTTP", "http", fl.http)
 	profile := pick(cfg.Profile, "KIN_PROFILE", "profile", fl.profile)
 	store := pick(cfg.Store, "KIN_STORE", "store", fl.store)
+	ctxRoot := pick("", "KIN_CTX", "ctx", fl.ctx)
 	containment := pick("auto", "KIN_CONTAINMENT", "containment", fl.containment)
 	leaveRunning := pick("false", "KIN_LEAVE_RUNNING", "leave-running", fl.leaveRunning)
 	cfg.Home, cfg.HTTPAddr, cfg.Profile, cfg.Store = home.value, httpAddr.value, profile.value, store.value
@@ -172,6 +181,10 @@ func serveConfig(getenv func(string) string, fl serveFlags) (daemon.Config, erro
 	}
 	if probe := (daemon.Config{Home: cfg.Home, Store: cfg.Store}); probe.Validate() != nil {
 		return cfg, bad(store, probe.Validate())
+	}
+	cfg.Ctx = ctxRoot.value
+	if probe := (daemon.Config{Home: cfg.Home, Ctx: cfg.Ctx}); probe.Validate() != nil {
+		return cfg, bad(ctxRoot, probe.Validate())
 	}
 	if _, _, err := governor.Load(cfg.Profile); err != nil {
 		return cfg, bad(profile, err)
@@ -210,6 +223,7 @@ type serveInfo struct {
 	Containment       string `json:"containment"`
 	ContainmentReason string `json:"containment_reason,omitempty"`
 	CgroupRoot        string `json:"cgroup_root,omitempty"`
+	Ctx               string `json:"ctx"`
 	LeaveRunning      bool   `json:"leave_running"`
 }
 
@@ -227,6 +241,6 @@ func (s serveInfo) line() string {
 	if s.LeaveRunning {
 		stop = "Ctrl-C to stop (agents keep running)"
 	}
-	return fmt.Sprintf("kin serve: listening on socket %s (operator access, mode 0600) and %s; operator token for HTTP in %s; profile %s; store %s; %s; %s",
-		s.Socket, httpPart, s.TokenFile, s.Profile, s.Store, contained, stop)
+	return fmt.Sprintf("kin serve: listening on socket %s (operator access, mode 0600) and %s; operator token for HTTP in %s; profile %s; store %s; agent filesystem %s; %s; %s",
+		s.Socket, httpPart, s.TokenFile, s.Profile, s.Store, s.Ctx, contained, stop)
 }

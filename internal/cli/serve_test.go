@@ -173,6 +173,15 @@ func TestServeConfig(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if cfg.Ctx != "" {
+		t.Errorf("ctx defaults to %q, want \"\" (<home>/ctx)", cfg.Ctx)
+	}
+	if cfg, err := serveConfig(func(k string) string { return map[string]string{"KIN_CTX": "/env/ctx"}[k] }, serveFlags{}); err != nil || cfg.Ctx != "/env/ctx" {
+		t.Errorf("KIN_CTX: %q, %v", cfg.Ctx, err)
+	}
+	if cfg, err := serveConfig(func(k string) string { return map[string]string{"KIN_CTX": "/env/ctx"}[k] }, serveFlags{ctx: "/ctx"}); err != nil || cfg.Ctx != "/ctx" {
+		t.Errorf("--ctx: %q, %v", cfg.Ctx, err)
+	}
 	if cfg.Home != "/flag/home" || cfg.HTTPAddr != "off" || cfg.Profile != "hierarchy" || cfg.Store != "sqlite" {
 		t.Errorf("flags: %+v", cfg)
 	}
@@ -213,6 +222,7 @@ func TestServeErrors(t *testing.T) {
 	wantUsage(t, serve(noEnv, "--profile", "no-such-profile"), "--profile", "no-such-profile", "aauth, default, hierarchy")
 	wantUsage(t, serve(noEnv, "--profile", "/no/such/file.json"), "--profile")
 	wantUsage(t, serve(noEnv, "--store", "mysql://x"), "--store")
+	wantUsage(t, serve(noEnv, "--ctx", "relative/ctx"), "--ctx", "not an absolute path")
 	wantUsage(t, serve(noEnv, "--bogus"), "--bogus")
 	wantUsage(t, serve(noEnv, "--containment", "jail"), "--containment", "jail", "auto, cgroup2, process-groups")
 	wantUsage(t, serve(noEnv, "--leave-running=maybe"), "--leave-running")

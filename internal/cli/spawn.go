@@ -14,6 +14,7 @@ import (
 
 func (a *app) spawnCommand() *cobra.Command {
 	var req kin.SpawnRequest
+	var ho handoffFlags
 	cmd := &cobra.Command{
 		Use:   "spawn [flags] [--] COMMAND [ARGS...]",
 		Short: "Start an agent: register it and run its process under supervision",
@@ -42,11 +43,35 @@ Without --name kin makes a name from the command. Without --parent the agent
 is a root and needs --responsible, except when "kin spawn" runs inside an
 agent: then the new agent is that agent's child.
 
+Handing off a task (seed 001's handoff protocol): --handoff FILE is the
+child's task, handoff.md ("-" reads it from stdin). With it may come:
+
+  --ref PATH       an input ref, a file the child should read (repeatable).
+                   kin spawn hashes it (sha256) here, with your own rights:
+                   the child is handed the path with the hash you saw.
+  --contract FILE  the output contract, contract.json: the sections result.md
+                   must have and the artifacts the child must produce. Without
+                   it: a non-empty result.md with a non-empty Summary section.
+  --policy FILE    the policy subset the child gets, a JSON object
+  --mounts FILE    the mount subset the child gets, a JSON object
+
+Every file is checked here first, and a bad one is named before anything is
+spawned. The child finds handoff.md at $KIN_HANDOFF, with refs.jsonl,
+contract.json, policy.json and mounts.json beside it, and writes its result
+into $KIN_OUTPUT: result.md, refs.jsonl (the files it used or made) and
+artifact/. When it ends, kin checks them against the contract, recomputing
+every ref's hash, and copies them into the parent's session under
+context/child/<child>/ with a status: completed, contract_violated, failed
+or cancelled. "kin wait" waits for that; "kin result" and "kin context pack"
+read it.
+
 Prints the agent, with its PID.`,
 		Example: `  kin spawn --name Research-Coordinator --responsible "Dr. Schmidt" -- python3 coordinator.py
   kin spawn --parent 1 --name Web-Scraper --restart on-failure --grace 10s ./scrape.sh --depth 2
   kin spawn --parent 1 --env LOG_LEVEL=debug --dir /srv/agents --json node agent.js
-  kin spawn --name Sleeper --responsible ops -- sleep 3600`,
+  kin spawn --name Sleeper --responsible ops -- sleep 3600
+  kin spawn --parent 1 --name rev-123 --handoff task.md --ref docs/spec.md --contract contract.json -- ./review.sh
+  echo "Summarise the logs." | kin spawn --parent 1 --handoff - --ref /var/log/app.log -- ./summarise.sh`,
 		Args: func(cmd *cobra.Command, args []string) error {
 			if len(args) == 0 {
 				return usageErrorf("%s needs the COMMAND to run after its flags, e.g. %s --name worker -- python3 worker.py", cmd.CommandPath(), cmd.CommandPath())
@@ -66,6 +91,9 @@ Prints the agent, with its PID.`,
 				return err
 			}
 			req.Dir = dir
+			if req.Handoff, err = ho.build(a.env.Stdin); err != nil {
+				return err
+			}
 			svc, err := a.service()
 			if err != nil {
 				return err
@@ -91,6 +119,7 @@ Prints the agent, with its PID.`,
 	f.Var(durationFlag{d: &req.Grace}, "grace", "time between SIGTERM and SIGKILL when the agent is stopped (default 5s; 0s kills at once)")
 	f.Var(newEnumFlag(&req.Restart, kin.RestartNever, kin.RestartOnFailure, kin.RestartAlways), "restart",
 		"`policy` for replacing the agent after its process ends: never (the default), on-failure (after a crash, or going offline), always")
+	ho.add(f)
 	return cmd
 }
 

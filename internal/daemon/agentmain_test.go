@@ -64,6 +64,7 @@ func runDaemonProcess(home string) {
 //	                 itself; write both outcomes, then wait
 //	heartbeat-crash  write KIN_RESUME_CURSOR, heartbeat with cursor
 //	                 "c<agent id>", exit 1
+//	coder, reviewer, ... seed 001's example (handoff_test.go)
 func runAgent(mode string) int {
 	args := strings.Fields(mode)
 	out := func(format string, a ...any) {
@@ -138,6 +139,8 @@ func runAgent(mode string) int {
 			out("heartbeat: %v", err)
 		}
 		return 1
+	case "coder", "reviewer", "reviewer-short", "reviewer-lie", "peek-parent", "chatty":
+		return runSeed001Agent(args[0], out)
 	default:
 		out("unknown mode %q", mode)
 		return 2

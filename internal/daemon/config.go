@@ -13,6 +13,10 @@ import (
 type Config struct {
 	// Home holds the database, the socket and the operator token.
 	Home string
+	// Ctx is the root of the agent filesystem (seed 001's /ctx); "" is
+	// <home>/ctx. It holds agent/<name>.d/ control files, sockets and every
+	// agent's sessions.
+	Ctx string
 	// HTTPAddr is the TCP address of the HTTP API; "" or "off" disables it.
 	HTTPAddr string
 	// Profile is a shipped profile's name or a profile file's path.
@@ -82,6 +86,12 @@ func (c *Config) Validate() error {
 	if _, err := c.storePath(); err != nil {
 		return err
 	}
+	if c.Ctx != "" && !filepath.IsAbs(c.Ctx) {
+		return fmt.Errorf("config: ctx %q is not an absolute path", c.Ctx)
+	}
+	if c.Ctx != "" && strings.ContainsAny(c.Ctx, "\x00\n") {
+		return fmt.Errorf("config: ctx %q holds a NUL or a newline", c.Ctx)
+	}
 	if c.HTTPAddr != "" && c.HTTPAddr != "off" && !strings.Contains(c.HTTPAddr, ":") {
 		return fmt.Errorf("config: http address %q is not host:port (or \"off\")", c.HTTPAddr)
 	}
@@ -94,6 +104,14 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("config: synchronous %q is not FULL or NORMAL", c.Synchronous)
 	}
 	return nil
+}
+
+// ctxDir is the agent filesystem's root.
+func (c *Config) ctxDir() string {
+	if c.Ctx != "" {
+		return filepath.Clean(c.Ctx)
+	}
+	return filepath.Join(c.Home, "ctx")
 }
 
 // storePath resolves the store DSN to a SQLite path. It is the one switch

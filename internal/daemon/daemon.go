@@ -18,6 +18,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/kin-agents/kin/internal/ctxfs"
 	"github.com/kin-agents/kin/internal/governor"
 	"github.com/kin-agents/kin/internal/httpapi"
 	"github.com/kin-agents/kin/internal/store"
@@ -53,7 +54,11 @@ type Daemon struct {
 
 	// The supervisor and what the daemon knows of running agents.
 	sup          *supervisor.Supervisor
-	ctxDir       string // the agent filesystem's root: <home>/ctx
+	ctxDir       string // the agent filesystem's root: Config.Ctx, default <home>/ctx
+	ctx          *ctxfs.FS
+	ctxw         *ctxWriter
+	ctxMu        sync.Mutex
+	ctxAgents    map[kin.AgentID]*ctxAgent
 	agentPath    string // PATH of agent processes
 	rtMu         sync.Mutex
 	runtimes     map[kin.AgentID]*runtime
@@ -90,7 +95,8 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 		pid:       os.Getpid(),
 		overrides: map[string]string{},
 		closing:   make(chan struct{}),
-		ctxDir:    filepath.Join(cfg.Home, "ctx"),
+		ctxDir:    cfg.ctxDir(),
+		ctxAgents: map[kin.AgentID]*ctxAgent{},
 		runtimes:  map[kin.AgentID]*runtime{},
 		adopted:   map[kin.AgentID]*os.File{},
 		socks:     map[string]*agentSocket{},
@@ -138,6 +144,14 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 	if err := d.prepareDirs(); err != nil {
 		return nil, err
 	}
+	if d.ctx, err = ctxfs.Open(d.ctxDir, ctxfs.Options{}); err != nil {
+		return nil, err
+	}
+	if n, err := d.ctx.RemoveTemps(); err != nil {
+		return nil, fmt.Errorf("agent filesystem: %w", err)
+	} else if n > 0 {
+		d.log.Info("agent filesystem: removed what interrupted writes left", "entries", n)
+	}
 	name := cfg.CgroupName
 	if name == "" {
 		name = defaultCgroupName(cfg.Home)
@@ -160,6 +174,8 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 		ConnContext:       d.agentConnContext,
 		ConnState:         d.agentConnState,
 	}
+	d.ctxw = newCtxWriter(d)
+	go d.ctxw.run()
 	if err := d.reconcile(ctx); err != nil {
 		return nil, fmt.Errorf("reconcile running agents: %w", err)
 	}
@@ -429,6 +445,9 @@ func (d *Daemon) HTTPAddr() string {
 // Token is the operator token.
 func (d *Daemon) Token() string { return d.token }
 
+// CtxRoot is the root of the agent filesystem.
+func (d *Daemon) CtxRoot() string { return d.ctxDir }
+
 // Close stops serving, stops every agent (unless the daemon was told to
 // leave them running for the next one), ends event streams, and closes the
 // store. It waits for everything it started and is safe to call twice.
@@ -475,6 +494,12 @@ func (d *Daemon) Close() error {
 			}
 		}
 		d.wg.Wait()
+		if d.ctxw != nil {
+			d.ctxw.stop() // the tree reflects the store, shutdown included
+		}
+		if d.ctx != nil {
+			d.ctx.Close()
+		}
 		if d.unixLn != nil {
 			os.Remove(d.SocketPath())
 		}

@@ -81,6 +81,7 @@ func (d *Daemon) Heartbeat(ctx context.Context, req kin.HeartbeatRequest) (*kin.
 	if refused != nil {
 		return nil, refused
 	}
+	d.ctxw.touch(id) // meta.json shows the last heartbeat
 	d.hub.notify()
 	return out, nil
 }

@@ -101,7 +101,12 @@ func (d *Daemon) reconcile(ctx context.Context) error {
 		}
 	}
 	for _, a := range lost {
-		if _, err := d.recordEnd(ctx, a.ID, kin.StateExited, reasonLost, &kin.Exit{Code: -1}); err != nil {
+		var res *outcome
+		if a.Result == kin.ResultRunning { // its result is judged on its own: the exit status is lost
+			o := d.collectResult(a, d.ctxAgentOf(ctx, a), kin.Exit{Code: -1})
+			res = &o
+		}
+		if _, err := d.recordEnd(ctx, a.ID, kin.StateExited, reasonLost, &kin.Exit{Code: -1}, res); err != nil {
 			return err
 		}
 		d.appendSimple(ctx, kin.EventAgentLost, a, lostData{Agent: a.ID, PID: a.PID})
@@ -140,7 +145,7 @@ func (d *Daemon) adopt(ctx context.Context, a *kin.Agent) error {
 		return fmt.Errorf("pidfd_open %d: %w", a.PID, err)
 	}
 	pidfd := os.NewFile(uintptr(fd), "pidfd")
-	rt := &runtime{id: a.ID, adopted: true, ready: make(chan struct{})}
+	rt := &runtime{id: a.ID, adopted: true, ready: make(chan struct{}), ctx: d.ctxAgentOf(ctx, a)}
 	d.rtMu.Lock()
 	d.runtimes[a.ID] = rt
 	d.adopted[a.ID] = pidfd

@@ -26,6 +26,7 @@ type spawnExtra struct {
 	restart  kin.RestartPolicy
 	grace    kin.Duration
 	replaces kin.AgentID
+	handoff  []byte // JSON of a validated kin.Handoff, or nil
 }
 
 // register validates, authorizes and inserts an agent (and its process spec
@@ -126,7 +127,7 @@ func (d *Daemon) register(ctx context.Context, req kin.RegisterRequest, extra *s
 		ins := store.AgentInsertParams{Agent: a, NameContext: name.Context}
 		if extra != nil {
 			ins.Agent.Command, ins.Agent.Restart, ins.Agent.Grace, ins.Agent.Replaces = extra.command, extra.restart, extra.grace, extra.replaces
-			ins.Env, ins.Dir = extra.env, extra.dir
+			ins.Env, ins.Dir, ins.Handoff = extra.env, extra.dir, extra.handoff
 		}
 		out, err = tx.AgentInsert(ctx, ins)
 		if err != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -36,6 +37,7 @@ type runtime struct {
 	sock    *agentSocket
 	proc    *supervisor.Process // nil for an adopted process
 	adopted bool
+	ctx     *ctxAgent     // its place in the agent filesystem
 	ready   chan struct{} // closed once the start is recorded (or failed)
 	ending  bool          // guarded by Daemon.rtMu: a stop or cancellation records the end
 }
@@ -76,12 +78,22 @@ func (d *Daemon) Spawn(ctx context.Context, req kin.SpawnRequest) (*kin.Agent, e
 	if restart == "" {
 		restart = kin.RestartNever
 	}
-	extra := &spawnExtra{command: req.Command, env: req.Env, dir: req.Dir, restart: restart, grace: grace}
+	var handoffJSON []byte
+	if req.Handoff != nil {
+		if _, err := parseHandoff(req.Handoff); err != nil {
+			return nil, err
+		}
+		var err error
+		if handoffJSON, err = json.Marshal(req.Handoff); err != nil {
+			return nil, kin.Errorf(kin.ECodeInvalid, "handoff: %v", err)
+		}
+	}
+	extra := &spawnExtra{command: req.Command, env: req.Env, dir: req.Dir, restart: restart, grace: grace, handoff: handoffJSON}
 	a, err := d.register(ctx, req.RegisterRequest, extra)
 	if err != nil {
 		return nil, err
 	}
-	return d.start(context.WithoutCancel(ctx), a, store.ProcessSpec{Command: req.Command, Env: req.Env, Dir: req.Dir}, "")
+	return d.start(context.WithoutCancel(ctx), a, store.ProcessSpec{Command: req.Command, Env: req.Env, Dir: req.Dir, Handoff: handoffJSON}, "")
 }
 
 // defaultName makes a name from the command: its base name and a random
@@ -125,16 +137,25 @@ func (d *Daemon) start(ctx context.Context, a *kin.Agent, spec store.ProcessSpec
 		return nil, d.failStart(ctx, a, err)
 	}
 	rt.sock = sock
-	dir := spec.Dir
-	if dir == "" {
-		dir = d.cfg.Home
+	cx, ctxEnv, dir, err := d.prepareCtx(ctx, a, spec, sock.path)
+	if err != nil {
+		d.removeRuntime(a.ID)
+		return nil, d.failStart(ctx, a, fmt.Errorf("agent filesystem: %w", err))
+	}
+	rt.ctx = cx
+	d.rememberCtx(a.ID, cx)
+	session := cx.session.ID
+	var result *kin.ResultStatus
+	if cx.resultChan {
+		running := kin.ResultRunning
+		result = &running
 	}
 	proc, err := d.sup.Start(ctx, supervisor.Spec{
 		ID:         a.ID,
 		ParentID:   a.Parent,
 		Detached:   a.Life == kin.LifeDetached,
 		Argv:       spec.Command,
-		Env:        d.agentEnv(a, sock.path, cursor, spec.Env),
+		Env:        append(d.agentEnv(a, sock.path, cursor, spec.Env), ctxEnv...),
 		Dir:        dir,
 		LogPath:    d.logPath(a.ID),
 		Credential: d.agentCredential(a.ID),
@@ -147,7 +168,7 @@ func (d *Daemon) start(ctx context.Context, a *kin.Agent, spec store.ProcessSpec
 	pid, started := proc.Pid, proc.Started.UTC()
 	now := d.now()
 	err = d.store.Update(ctx, func(tx store.Tx) error {
-		if err := tx.AgentUpdate(ctx, store.AgentUpdateParams{ID: a.ID, At: now, PID: &pid, StartedAt: &started}); err != nil {
+		if err := tx.AgentUpdate(ctx, store.AgentUpdateParams{ID: a.ID, At: now, PID: &pid, StartedAt: &started, Session: &session, Result: result}); err != nil {
 			return err
 		}
 		return appendEvent(ctx, tx, d.now(), kin.EventAgentStarted, a.ID, a.Parent, startedData{Agent: a.ID, PID: pid, Command: spec.Command})
@@ -161,7 +182,10 @@ func (d *Daemon) start(ctx context.Context, a *kin.Agent, spec store.ProcessSpec
 	d.hub.notify()
 	d.log.Info("agent started", "agent", a.ID, "name", a.Name, "pid", pid)
 	out := *a // what was just written, without reading it back
-	out.PID, out.StartedAt, out.UpdatedAt = pid, started, now
+	out.PID, out.StartedAt, out.UpdatedAt, out.Session = pid, started, now, session
+	if result != nil {
+		out.Result = *result
+	}
 	return &out, nil
 }
 
@@ -171,8 +195,22 @@ func (d *Daemon) failStart(ctx context.Context, a *kin.Agent, cause error) error
 	now := d.now()
 	status, state, reason := kin.StatusTerminated, kin.StateFailed, reasonStartFail
 	err := d.store.Update(ctx, func(tx store.Tx) error {
-		if err := tx.AgentUpdate(ctx, store.AgentUpdateParams{ID: a.ID, At: now, Status: &status, State: &state, EndedAt: &now, EndReason: &reason}); err != nil {
+		p := store.AgentUpdateParams{ID: a.ID, At: now, Status: &status, State: &state, EndedAt: &now, EndReason: &reason}
+		d.ctxMu.Lock()
+		c := d.ctxAgents[a.ID]
+		d.ctxMu.Unlock()
+		failed := kin.ResultFailed
+		if c != nil && c.resultChan {
+			p.Result = &failed
+		}
+		if err := tx.AgentUpdate(ctx, p); err != nil {
 			return err
+		}
+		if p.Result != nil {
+			rd := resultData{Agent: a.ID, Parent: a.Parent, Status: failed, Violations: []string{"the process could not start: " + cause.Error()}}
+			if err := appendEvent(ctx, tx, now, kin.EventAgentResult, a.ID, a.Parent, rd); err != nil {
+				return err
+			}
 		}
 		return appendEvent(ctx, tx, now, kin.EventAgentFailed, a.ID, a.Parent, failedData{Agent: a.ID, Parent: a.Parent, Reason: reason, Detail: cause.Error()})
 	})
@@ -282,7 +320,14 @@ func (d *Daemon) handleExit(id kin.AgentID, exit kin.Exit) {
 	if rt.sock != nil {
 		rt.sock.close() // step 3 of the cancellation: nobody acts as a dead agent
 	}
-	a, err := d.recordEnd(ctx, id, state, reason, &exit)
+	var res *outcome
+	if rt.ctx != nil && rt.ctx.resultChan {
+		if cur, err := d.store.AgentGetByID(ctx, id); err == nil {
+			o := d.collectResult(cur, rt.ctx, exit)
+			res = &o
+		}
+	}
+	a, err := d.recordEnd(ctx, id, state, reason, &exit, res)
 	if err != nil {
 		d.log.Error("record exit", "agent", id, "err", err)
 	}
@@ -298,7 +343,9 @@ func (d *Daemon) handleExit(id kin.AgentID, exit kin.Exit) {
 }
 
 // recordEnd writes how an agent ended and its agent.exited event.
-func (d *Daemon) recordEnd(ctx context.Context, id kin.AgentID, state kin.State, reason string, exit *kin.Exit) (*kin.Agent, error) {
+// With res, it also records where the agent's result stands, and its
+// agent.result event.
+func (d *Daemon) recordEnd(ctx context.Context, id kin.AgentID, state kin.State, reason string, exit *kin.Exit, res *outcome) (*kin.Agent, error) {
 	now := d.now()
 	status := kin.StatusTerminated
 	var out *kin.Agent
@@ -311,7 +358,11 @@ func (d *Daemon) recordEnd(ctx context.Context, id kin.AgentID, state kin.State,
 			out = a
 			return nil // recorded already
 		}
-		if err := tx.AgentUpdate(ctx, store.AgentUpdateParams{ID: id, At: now, Status: &status, State: &state, EndedAt: &now, Exit: exit, EndReason: &reason}); err != nil {
+		p := store.AgentUpdateParams{ID: id, At: now, Status: &status, State: &state, EndedAt: &now, Exit: exit, EndReason: &reason}
+		if res != nil {
+			p.Result = &res.status
+		}
+		if err := tx.AgentUpdate(ctx, p); err != nil {
 			return err
 		}
 		data := exitedData{Agent: id, State: state, Reason: reason}
@@ -320,6 +371,12 @@ func (d *Daemon) recordEnd(ctx context.Context, id kin.AgentID, state kin.State,
 		}
 		if err := appendEvent(ctx, tx, now, kin.EventAgentExited, id, a.Parent, data); err != nil {
 			return err
+		}
+		if res != nil {
+			rd := resultData{Agent: id, Parent: a.Parent, Status: res.status, Violations: res.violations}
+			if err := appendEvent(ctx, tx, now, kin.EventAgentResult, id, a.Parent, rd); err != nil {
+				return err
+			}
 		}
 		out, err = tx.AgentGetByID(ctx, id)
 		return err
@@ -452,6 +509,10 @@ func (d *Daemon) cancelTree(ctx context.Context, root kin.AgentID, reason string
 				state = rootState
 			}
 			p := store.AgentUpdateParams{ID: a.ID, At: now, Status: &status, State: &state, EndReason: &why}
+			cancelled := kin.ResultCancelled
+			if cur.Result == kin.ResultRunning {
+				p.Result = &cancelled
+			}
 			if cur.PID != 0 && cur.EndedAt.IsZero() {
 				p.EndedAt = &now
 				exit := kin.Exit{Code: -1}
@@ -472,6 +533,13 @@ func (d *Daemon) cancelTree(ctx context.Context, root kin.AgentID, reason string
 			}
 			if err := appendEvent(ctx, tx, now, kin.EventAgentStop, a.ID, a.Parent, stopData{Agent: a.ID, Status: string(state)}); err != nil {
 				return err
+			}
+			if p.Result != nil {
+				rd := resultData{Agent: a.ID, Parent: a.Parent, Status: cancelled, Violations: []string{"cancelled: " + reason}}
+				if err := appendEvent(ctx, tx, now, kin.EventAgentResult, a.ID, a.Parent, rd); err != nil {
+					return err
+				}
+				cur.Result = cancelled
 			}
 			// What was written, without reading it back.
 			cur.Status, cur.State, cur.EndReason, cur.UpdatedAt = status, state, why, now
@@ -537,7 +605,7 @@ func (d *Daemon) maybeRestart(ctx context.Context, old *kin.Agent, reason string
 		ConstitutionHash: old.ConstitutionHash, CapabilityHash: old.CapabilityHash,
 		Scope: old.Scope, SelfModifying: old.SelfModifying, Life: old.Life,
 	}
-	extra := &spawnExtra{command: spec.Command, env: spec.Env, dir: spec.Dir, restart: old.Restart, grace: old.Grace, replaces: old.ID}
+	extra := &spawnExtra{command: spec.Command, env: spec.Env, dir: spec.Dir, restart: old.Restart, grace: old.Grace, replaces: old.ID, handoff: spec.Handoff}
 	a, err := d.register(ctx, req, extra) // the operator's context: the supervisor acts
 	if err != nil {
 		d.markFailed(ctx, old, "replacement refused: "+err.Error())

@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kin-agents/kin/internal/handoff"
 	"github.com/kin-agents/kin/internal/httpapi"
 	"github.com/kin-agents/kin/internal/kintest"
 	"github.com/kin-agents/kin/kin"
@@ -328,6 +329,21 @@ func TestOpenAPIRestartPolicies(t *testing.T) {
 	}
 }
 
+func TestOpenAPIResultStatuses(t *testing.T) {
+	spec := loadSpec(t)
+	enum := spec.Components.Schemas["ResultStatus"].Enum
+	want := []string{string(kin.ResultRunning), string(kin.ResultCompleted), string(kin.ResultContractViolated),
+		string(kin.ResultFailed), string(kin.ResultCancelled)}
+	if !slices.Equal(enum, want) {
+		t.Errorf("ResultStatus enum = %v, want %v", enum, want)
+	}
+	for _, s := range enum {
+		if kin.ResultStatus(s).Ended() != (s != string(kin.ResultRunning)) {
+			t.Errorf("ResultStatus %q: Ended() disagrees with the schema's description", s)
+		}
+	}
+}
+
 func TestOpenAPIErrorCodes(t *testing.T) {
 	spec := loadSpec(t)
 	code := spec.Components.Schemas["Error"].Properties["code"]
@@ -464,6 +480,13 @@ func TestOpenAPISchemasMatchGoTypes(t *testing.T) {
 		{"SpawnRequest", reflect.TypeFor[kin.SpawnRequest](), false},
 		{"StopBody", reflect.TypeFor[httpapi.StopBody](), false},
 		{"HeartbeatRequest", reflect.TypeFor[kin.HeartbeatRequest](), false},
+		{"Handoff", reflect.TypeFor[kin.Handoff](), false},
+		{"Ref", reflect.TypeFor[kin.Ref](), false},
+		{"WaitBody", reflect.TypeFor[httpapi.WaitBody](), false},
+		{"AgentResult", reflect.TypeFor[kin.AgentResult](), true},
+		{"ContextPack", reflect.TypeFor[kin.ContextPack](), true},
+		{"PackChild", reflect.TypeFor[handoff.PackChild](), true},
+		{"PackArtifact", reflect.TypeFor[handoff.PackArtifact](), true},
 		{"Error", reflect.TypeFor[kin.Error](), true},
 	} {
 		sch, ok := spec.Components.Schemas[tc.schema]

@@ -71,6 +71,9 @@ func Routes() []Route {
 		{"GET", "/v1/agents/{id}/logs", (*Server).logs},
 		{"POST", "/v1/heartbeat", (*Server).heartbeat},
 		{"GET", "/v1/whoami", (*Server).whoami},
+		{"POST", "/v1/agents/{id}/wait", (*Server).wait},
+		{"GET", "/v1/agents/{id}/result", (*Server).result},
+		{"GET", "/v1/agents/{id}/context-pack", (*Server).contextPack},
 	}
 }
 

@@ -25,6 +25,10 @@ var statusOf = map[kin.ErrorCode]int{
 	kin.ECodeSpawnNotAllowed:   http.StatusForbidden,
 	kin.ECodeCardinality:       http.StatusConflict,
 	kin.ECodeCircuitOpen:       http.StatusTooManyRequests,
+	// Not 408: that says the request itself came too slowly, and clients
+	// may repeat it unasked. 504 says the answer waited for did not come in
+	// time, which is what a wait's timeout is.
+	kin.ECodeTimeout: http.StatusGatewayTimeout,
 }
 
 // StatusOf returns the HTTP status for an error code (500 for unknown ones).

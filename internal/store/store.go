@@ -97,6 +97,7 @@ type AgentInsertParams struct {
 	NameContext string    // the context part of the name (seed 002), for cardinality
 	Env         []string  // the spawner's KEY=VALUE additions (never shown by kin.Agent)
 	Dir         string
+	Handoff     []byte // JSON of the kin.Handoff the agent was given, or nil
 }
 
 // ProcessSpec is what a spawned agent runs.
@@ -106,6 +107,7 @@ type ProcessSpec struct {
 	Dir     string
 	Restart kin.RestartPolicy
 	Grace   kin.Duration
+	Handoff []byte // JSON of the kin.Handoff, or nil
 }
 
 // AgentUpdateParams changes an agent's runtime fields; nil fields stay.
@@ -121,6 +123,8 @@ type AgentUpdateParams struct {
 	EndReason     *string
 	Cursor        *string
 	LastHeartbeat *time.Time
+	Session       *string
+	Result        *kin.ResultStatus
 }
 
 // AgentUpdateStatusParams changes status and state of one agent.

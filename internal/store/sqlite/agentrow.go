@@ -36,6 +36,7 @@ var agentCols = []struct {
 	{"pid", colInt}, {"command", colText}, {"restart", colText}, {"grace", colInt}, {"started_at", colInt},
 	{"ended_at", colInt}, {"exit_state", colInt}, {"exit_code", colInt}, {"exit_signal", colText},
 	{"end_reason", colText}, {"replaces", colInt}, {"cursor", colText}, {"last_heartbeat", colInt},
+	{"session", colText}, {"result", colText},
 }
 
 // agentColumns is the packed row, read from the agents table aliased "a".
@@ -163,6 +164,8 @@ func unpackAgent(packed string) (*kin.Agent, error) {
 	a.Replaces = kin.AgentID(r.int())
 	a.Cursor = r.text()
 	a.LastHeartbeat = unixTime(r.int())
+	a.Session = r.text()
+	a.Result = kin.ResultStatus(r.text())
 	if r.err == nil && r.s != "" {
 		r.err = fmt.Errorf("sqlite: malformed agent row: %d bytes left over", len(r.s))
 	}

@@ -320,7 +320,7 @@ func (t *txn) AgentInsert(ctx context.Context, p store.AgentInsertParams) (*kin.
 		a.Name, p.NameContext, a.Role, a.Parent, a.Generation, a.Responsible, wallet,
 		a.ConstitutionHash, a.CapabilityHash, a.Scope, a.SelfModifying, a.Life, a.Status, a.State,
 		a.CreatedAt.UnixNano(), a.CreatedBy, a.UpdatedAt.UnixNano(),
-		jsonList(a.Command), jsonList(p.Env), p.Dir, a.Restart, int64(a.Grace), a.Replaces)
+		jsonList(a.Command), jsonList(p.Env), p.Dir, a.Restart, int64(a.Grace), a.Replaces, a.Result, string(p.Handoff))
 	if err != nil {
 		return nil, interpretError(err)
 	}
@@ -378,15 +378,21 @@ func (t *txn) AgentUpdate(ctx context.Context, p store.AgentUpdateParams) error 
 	if p.LastHeartbeat != nil {
 		add("last_heartbeat", nanos(*p.LastHeartbeat))
 	}
+	if p.Session != nil {
+		add("session", *p.Session)
+	}
+	if p.Result != nil {
+		add("result", *p.Result)
+	}
 	res, err := t.exec(ctx, `UPDATE agents SET `+strings.Join(set, ", ")+` WHERE id = ?`, append(args, p.ID)...)
 	return affectedOne(res, err)
 }
 
 func (r reader) AgentProcessSpec(ctx context.Context, id kin.AgentID) (store.ProcessSpec, error) {
 	var spec store.ProcessSpec
-	var cmd, env string
+	var cmd, env, handoff string
 	var grace int64
-	err := r.queryRow(ctx, `SELECT command, env, dir, restart, grace FROM agents WHERE id = ?`, id).Scan(&cmd, &env, &spec.Dir, &spec.Restart, &grace)
+	err := r.queryRow(ctx, `SELECT command, env, dir, restart, grace, handoff FROM agents WHERE id = ?`, id).Scan(&cmd, &env, &spec.Dir, &spec.Restart, &grace, &handoff)
 	if err != nil {
 		return spec, interpretError(err)
 	}
@@ -394,6 +400,9 @@ func (r reader) AgentProcessSpec(ctx context.Context, id kin.AgentID) (store.Pro
 		return spec, store.ErrNotFound
 	}
 	spec.Grace = kin.Duration(grace)
+	if handoff != "" {
+		spec.Handoff = []byte(handoff)
+	}
 	if err := json.Unmarshal([]byte(cmd), &spec.Command); err != nil {
 		return spec, fmt.Errorf("sqlite: agent %d command: %w", id, err)
 	}

@@ -32,8 +32,8 @@ var (
 	sqlAgentWalletExists = `SELECT COUNT(*) FROM agents WHERE wallet = ?`
 	sqlAgentInsert       = `INSERT INTO agents (name, name_context, role, parent_id, generation, responsible, wallet,
 		constitution_hash, capability_hash, scope, self_modifying, life, status, state, created_at, created_by, updated_at,
-		command, env, dir, restart, grace, replaces)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
+		command, env, dir, restart, grace, replaces, result, handoff)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
 	sqlAgentUpdateStatus = `UPDATE agents SET status = ?, state = CASE WHEN ? = '' THEN state ELSE ? END, updated_at = ? WHERE id = ?`
 	sqlAgentSpawnBlock   = `UPDATE agents SET spawn_blocked_until = ? WHERE id = ?`
 	sqlEventAppend       = `INSERT INTO events (time, type, agent_id, parent_id, data) VALUES (?, ?, ?, ?, ?)`

@@ -550,14 +550,16 @@ func testRuntime(t *testing.T, s store.Store) {
 	a.Restart, a.Grace, a.Replaces = kin.RestartOnFailure, kin.Duration(3*time.Second), 0
 	var id kin.AgentID
 	update(t, s, func(tx store.Tx) error {
-		got, err := tx.AgentInsert(ctx, store.AgentInsertParams{Agent: a, Env: []string{"A=1", "B=x=y"}, Dir: "/tmp"})
+		a.Result = kin.ResultRunning
+		got, err := tx.AgentInsert(ctx, store.AgentInsertParams{Agent: a, Env: []string{"A=1", "B=x=y"}, Dir: "/tmp", Handoff: []byte(`{"task":"t"}`)})
 		if err == nil {
 			id = got.ID
 		}
 		return err
 	})
 	spec, err := s.AgentProcessSpec(ctx, id)
-	if err != nil || fmt.Sprint(spec.Command) != fmt.Sprint(a.Command) || fmt.Sprint(spec.Env) != "[A=1 B=x=y]" || spec.Dir != "/tmp" || spec.Restart != kin.RestartOnFailure || spec.Grace != a.Grace {
+	if err != nil || fmt.Sprint(spec.Command) != fmt.Sprint(a.Command) || fmt.Sprint(spec.Env) != "[A=1 B=x=y]" || spec.Dir != "/tmp" || spec.Restart != kin.RestartOnFailure || spec.Grace != a.Grace ||
+		string(spec.Handoff) != `{"task":"t"}` {
 		t.Fatalf("spec = %+v, %v", spec, err)
 	}
 	plain := Insert(t, s, "registered-only", 0)
@@ -565,13 +567,16 @@ func testRuntime(t *testing.T, s store.Store) {
 		t.Fatalf("spec of a registered-only agent: %v", err)
 	}
 	pid, started, ended := 4242, t0.Add(time.Second), t0.Add(time.Minute)
-	state, status, reason, cursor := kin.StateExited, kin.StatusTerminated, "crashed", "page=7"
+	state, status, reason, cursor, session, result := kin.StateExited, kin.StatusTerminated, "crashed", "page=7", "default", kin.ResultFailed
 	update(t, s, func(tx store.Tx) error {
-		if err := tx.AgentUpdate(ctx, store.AgentUpdateParams{ID: id, At: started, PID: &pid, StartedAt: &started, Cursor: &cursor, LastHeartbeat: &started}); err != nil {
+		if err := tx.AgentUpdate(ctx, store.AgentUpdateParams{ID: id, At: started, PID: &pid, StartedAt: &started, Cursor: &cursor, LastHeartbeat: &started, Session: &session}); err != nil {
 			return err
 		}
+		if got, err := tx.AgentGetByID(ctx, id); err != nil || got.Result != kin.ResultRunning || got.Session != session {
+			return fmt.Errorf("after the start: %+v, %v", got, err)
+		}
 		return tx.AgentUpdate(ctx, store.AgentUpdateParams{ID: id, At: ended, State: &state, Status: &status, EndedAt: &ended,
-			Exit: &kin.Exit{Code: -1, Signal: "killed", Known: true}, EndReason: &reason})
+			Exit: &kin.Exit{Code: -1, Signal: "killed", Known: true}, EndReason: &reason, Result: &result})
 	})
 	got, err := s.AgentGetByID(ctx, id)
 	if err != nil {
@@ -580,10 +585,11 @@ func testRuntime(t *testing.T, s store.Store) {
 	if got.PID != pid || !got.StartedAt.Equal(started) || !got.EndedAt.Equal(ended) || got.State != state || got.Status != status ||
 		got.Exit == nil || *got.Exit != (kin.Exit{Code: -1, Signal: "killed", Known: true}) || got.EndReason != reason ||
 		got.Cursor != cursor || !got.LastHeartbeat.Equal(started) || fmt.Sprint(got.Command) != fmt.Sprint(a.Command) ||
-		got.Restart != kin.RestartOnFailure || got.Grace != a.Grace || !got.UpdatedAt.Equal(ended) || got.Running() {
+		got.Restart != kin.RestartOnFailure || got.Grace != a.Grace || !got.UpdatedAt.Equal(ended) || got.Running() ||
+		got.Session != session || got.Result != result {
 		t.Fatalf("runtime fields = %+v", got)
 	}
-	if p, _ := s.AgentGetByID(ctx, plain.ID); p.Exit != nil || p.PID != 0 || !p.StartedAt.IsZero() || p.Command != nil {
+	if p, _ := s.AgentGetByID(ctx, plain.ID); p.Exit != nil || p.PID != 0 || !p.StartedAt.IsZero() || p.Command != nil || p.Session != "" || p.Result != "" {
 		t.Fatalf("registered-only agent has runtime fields: %+v", p)
 	}
 	if err := s.Update(ctx, func(tx store.Tx) error {

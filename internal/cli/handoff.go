@@ -1,0 +1,156 @@
+package cli
+
+import (
+	"bytes"
+	"encoding/json"
+	"io"
+	"os"
+
+	"github.com/spf13/pflag"
+
+	"github.com/kin-agents/kin/internal/handoff"
+	"github.com/kin-agents/kin/kin"
+)
+
+// handoffFlags are kin spawn's flags for seed 001's handoff: the task and
+// the files that go with it.
+type handoffFlags struct {
+	flags                    *pflag.FlagSet
+	task                     string // --handoff FILE, "-" for stdin
+	refs                     []string
+	contract, policy, mounts string
+}
+
+func (h *handoffFlags) add(f *pflag.FlagSet) {
+	h.flags = f
+	f.StringVar(&h.task, "handoff", "", "hand the agent its task: handoff.md, read from `FILE` (- for stdin)")
+	f.StringArrayVar(&h.refs, "ref", nil, "with --handoff: an input ref, a `PATH` to a file the agent should read, hashed here (repeatable)")
+	f.StringVar(&h.contract, "contract", "", "with --handoff: the output contract, contract.json, from `FILE`")
+	f.StringVar(&h.policy, "policy", "", "with --handoff: the policy subset, a JSON object, from `FILE`")
+	f.StringVar(&h.mounts, "mounts", "", "with --handoff: the mount subset, a JSON object, from `FILE`")
+}
+
+// build reads the files the flags name and returns the handoff, checked as
+// the daemon will check it, so that a bad file is named before anything is
+// spawned; nil without --handoff. Refs are hashed here, with the caller's
+// own rights: the child is handed the hash of what its parent saw.
+func (h *handoffFlags) build(stdin io.Reader) (*kin.Handoff, error) {
+	if !h.flags.Changed("handoff") {
+		for _, name := range []string{"ref", "contract", "policy", "mounts"} {
+			if h.flags.Changed(name) {
+				return nil, usageErrorf("--%s is part of a handoff: it needs --handoff FILE, the task to hand the agent", name)
+			}
+		}
+		return nil, nil
+	}
+	task, err := readFlagFile("handoff", h.task, handoff.MaxTaskBytes, stdin)
+	if err != nil {
+		return nil, err
+	}
+	hh := handoff.Handoff{Task: string(task), Contract: handoff.DefaultContract()}
+	if err := hh.Validate(); err != nil { // only the task is set so far
+		return nil, kin.Errorf(kin.ECodeInvalid, "--handoff %s: %s", h.task, kin.ErrorMessageOf(err))
+	}
+	out := &kin.Handoff{Task: hh.Task}
+
+	if len(h.refs) > 0 {
+		if hh.Refs, err = handoff.InputRefs(h.refs); err != nil {
+			return nil, kin.Errorf(kin.ECodeInvalid, "--ref: %s", kin.ErrorMessageOf(err))
+		}
+		for _, r := range hh.Refs {
+			out.Refs = append(out.Refs, kin.Ref{Path: r.Path, Hash: r.Hash, Kind: r.Kind, Summary: r.Summary})
+		}
+	}
+	if h.flags.Changed("contract") {
+		data, err := readFlagFile("contract", h.contract, handoff.MaxContractSize, nil)
+		if err != nil {
+			return nil, err
+		}
+		if hh.Contract, err = handoff.ParseContract(data); err != nil {
+			return nil, kin.Errorf(kin.ECodeInvalid, "--contract %s: %s", h.contract, kin.ErrorMessageOf(err))
+		}
+		// Sent as written: the daemon reads it as strictly, and records it.
+		out.Contract = json.RawMessage(bytes.TrimSpace(data))
+	}
+	for _, s := range []struct {
+		flag, path string
+		dst        *json.RawMessage
+	}{{"policy", h.policy, &out.Policy}, {"mounts", h.mounts, &out.Mounts}} {
+		if !h.flags.Changed(s.flag) {
+			continue
+		}
+		data, err := readFlagFile(s.flag, s.path, handoff.MaxSubsetBytes, nil)
+		if err != nil {
+			return nil, err
+		}
+		if *s.dst, err = jsonObject(s.flag, s.path, data); err != nil {
+			return nil, err
+		}
+	}
+	hh.Policy, hh.Mounts = out.Policy, out.Mounts
+	if err := hh.Validate(); err != nil {
+		return nil, kin.Errorf(kin.ECodeInvalid, "the handoff is invalid: %s", kin.ErrorMessageOf(err))
+	}
+	return out, nil
+}
+
+// readFlagFile reads the file a flag names, at most max bytes; "-" is
+// stdin where stdin is given.
+func readFlagFile(flag, path string, max int64, stdin io.Reader) ([]byte, error) {
+	var r io.Reader
+	switch {
+	case path == "":
+		return nil, kin.Errorf(kin.ECodeInvalid, "--%s needs a file name", flag)
+	case path == "-" && stdin != nil:
+		r = stdin
+	default:
+		f, err := os.Open(path)
+		if err != nil {
+			return nil, kin.Errorf(kin.ECodeInvalid, "--%s: %v", flag, err) // "open FILE: no such file or directory"
+		}
+		defer f.Close()
+		// Pipes are fine (--handoff <(make-task)); refs, which the child
+		// reads again, are held to regular files by handoff.InputRefs.
+		if fi, err := f.Stat(); err == nil && fi.IsDir() {
+			return nil, kin.Errorf(kin.ECodeInvalid, "--%s %s is a directory, not a file", flag, path)
+		}
+		r = f
+	}
+	data, err := io.ReadAll(io.LimitReader(r, max+1))
+	if err != nil {
+		return nil, kin.Errorf(kin.ECodeInvalid, "--%s: reading %s: %v", flag, path, err)
+	}
+	if int64(len(data)) > max {
+		return nil, kin.Errorf(kin.ECodeInvalid, "--%s %s is larger than %d bytes", flag, path, max)
+	}
+	return data, nil
+}
+
+// jsonObject checks that data is one JSON object, and returns it trimmed.
+func jsonObject(flag, path string, data []byte) (json.RawMessage, error) {
+	data = bytes.TrimSpace(data)
+	var v any
+	if err := json.Unmarshal(data, &v); err != nil {
+		return nil, kin.Errorf(kin.ECodeInvalid, "--%s %s is not valid JSON: %v", flag, path, err)
+	}
+	if _, ok := v.(map[string]any); !ok {
+		return nil, kin.Errorf(kin.ECodeInvalid, "--%s %s must hold a JSON object, not %s", flag, path, jsonKind(v))
+	}
+	return json.RawMessage(data), nil
+}
+
+func jsonKind(v any) string {
+	switch v.(type) {
+	case []any:
+		return "an array"
+	case string:
+		return "a string"
+	case float64:
+		return "a number"
+	case bool:
+		return "a boolean"
+	case nil:
+		return "null"
+	}
+	return "an object"
+}

@@ -1,0 +1,269 @@
+package daemon
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/kin-agents/kin/internal/ctxfs"
+	"github.com/kin-agents/kin/kin"
+)
+
+// ctxWriter keeps the agent filesystem following the store. The store is
+// the record; every change to an agent is committed with an event, so the
+// writer follows the event log: for each batch of new events it rewrites
+// the control files of the agents they name (ctxfs skips files already
+// right), sets their sessions' state, appends the events to their
+// events.jsonl, and writes their status in their parents' sessions. Then
+// it records the last event applied in <ctx>/.kin-synced, so that after a
+// crash a new daemon resumes where this one stopped; events.jsonl is not
+// appended twice (the last seq in the file is read back first).
+//
+// Writing in the background keeps ~20 file replacements per change out of
+// the spawn and the cascade (each is fsynced); Wait waits for the writer,
+// so `kin wait` returns with the files up to date.
+type ctxWriter struct {
+	d *Daemon
+
+	mu      sync.Mutex
+	applied int64                // the last event applied
+	advance chan struct{}        // closed and replaced when applied moves
+	touched map[kin.AgentID]bool // changed without an event (heartbeats)
+	names   map[string]kin.AgentID
+
+	stopc chan struct{}
+	done  chan struct{}
+}
+
+// syncedFile holds the last event the tree reflects.
+const syncedFile = ".kin-synced"
+
+// ctxBatch is how many events one pass reads.
+const ctxBatch = 1000
+
+func newCtxWriter(d *Daemon) *ctxWriter {
+	w := &ctxWriter{
+		d: d, advance: make(chan struct{}), touched: map[kin.AgentID]bool{}, names: map[string]kin.AgentID{},
+		stopc: make(chan struct{}), done: make(chan struct{}),
+	}
+	if b, err := d.ctx.ReadFile(filepath.Join(d.ctx.Root, syncedFile), 64); err == nil {
+		w.applied, _ = strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+	}
+	return w
+}
+
+func (w *ctxWriter) run() {
+	defer close(w.done)
+	for {
+		changed := w.d.hub.wait()
+		w.sync()
+		select {
+		case <-changed:
+		case <-w.stopc:
+			w.sync()
+			return
+		}
+	}
+}
+
+// stop applies what is left and ends the writer.
+func (w *ctxWriter) stop() {
+	close(w.stopc)
+	<-w.done
+}
+
+// touch marks agents whose row changed without an event.
+func (w *ctxWriter) touch(ids ...kin.AgentID) {
+	w.mu.Lock()
+	for _, id := range ids {
+		w.touched[id] = true
+	}
+	w.mu.Unlock()
+}
+
+// waitApplied returns once the tree reflects event seq, or ctx is done.
+func (w *ctxWriter) waitApplied(ctx context.Context, seq int64) error {
+	for {
+		w.mu.Lock()
+		ok, ch := w.applied >= seq, w.advance
+		w.mu.Unlock()
+		if ok {
+			return nil
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-w.done:
+			return kin.Errorf(kin.ECodeUnavailable, "the daemon is shutting down")
+		}
+	}
+}
+
+// sync applies every event not yet applied, batch by batch.
+func (w *ctxWriter) sync() {
+	ctx := context.Background()
+	for {
+		w.mu.Lock()
+		since := w.applied
+		touched := w.touched
+		w.touched = map[kin.AgentID]bool{}
+		w.mu.Unlock()
+		evs, err := w.d.store.EventList(ctx, kin.EventFilter{Since: since, Limit: ctxBatch})
+		if err != nil {
+			w.d.log.Error("agent filesystem: read events", "err", err)
+			return
+		}
+		if len(evs) == 0 && len(touched) == 0 {
+			return
+		}
+		byAgent := map[kin.AgentID][]kin.Event{}
+		var ids []kin.AgentID
+		for _, ev := range evs {
+			if ev.Agent == 0 {
+				continue
+			}
+			if _, seen := byAgent[ev.Agent]; !seen {
+				ids = append(ids, ev.Agent)
+			}
+			byAgent[ev.Agent] = append(byAgent[ev.Agent], ev)
+		}
+		for id := range touched {
+			if _, seen := byAgent[id]; !seen {
+				byAgent[id] = nil
+				ids = append(ids, id)
+			}
+		}
+		agents, err := w.d.store.AgentListByIDs(ctx, ids)
+		if err != nil {
+			w.d.log.Error("agent filesystem: read agents", "err", err)
+			return
+		}
+		for _, a := range agents {
+			w.apply(ctx, a, byAgent[a.ID])
+		}
+		if len(evs) > 0 {
+			last := evs[len(evs)-1].Seq
+			if err := w.d.ctx.WriteFile(filepath.Join(w.d.ctx.Root, syncedFile), []byte(strconv.FormatInt(last, 10)+"\n"),
+				ctxfs.Owner{UID: os.Geteuid(), GID: os.Getegid()}, 0o600); err != nil {
+				w.d.log.Error("agent filesystem: record progress", "err", err)
+			}
+			w.mu.Lock()
+			w.applied = last
+			close(w.advance)
+			w.advance = make(chan struct{})
+			w.mu.Unlock()
+		}
+	}
+}
+
+// apply brings one agent's files up to date.
+func (w *ctxWriter) apply(ctx context.Context, a *kin.Agent, evs []kin.Event) {
+	d := w.d
+	c := d.ctxAgentOf(ctx, a)
+	if w.holdsName(a) {
+		v, err := ctxfs.ControlFor(a, c.rt)
+		if err == nil {
+			err = d.ctx.WriteControl(a.Name, v)
+		}
+		if err != nil {
+			d.log.Warn("agent filesystem: control files", "agent", a.ID, "err", err)
+		} else {
+			w.mu.Lock()
+			w.names[a.Name] = a.ID
+			w.mu.Unlock()
+		}
+	}
+	if c.session.Agent != "" {
+		if a.State != c.state && a.State.Valid() {
+			if err := d.ctx.SetSessionState(c.session, a.State, d.now()); err != nil {
+				d.log.Warn("agent filesystem: session state", "agent", a.ID, "err", err)
+			} else {
+				c.state = a.State
+			}
+		}
+		if len(evs) > 0 {
+			w.appendEvents(a, c, evs)
+		}
+	}
+	d.ctxMu.Lock()
+	stale := a.Result != "" && a.Result != c.childStatus
+	d.ctxMu.Unlock()
+	if stale {
+		d.setChildStatus(c, a.Result)
+	}
+}
+
+// appendEvents appends to the agent's events.jsonl the events it does not
+// hold yet.
+func (w *ctxWriter) appendEvents(a *kin.Agent, c *ctxAgent, evs []kin.Event) {
+	d := w.d
+	if !c.seqKnown {
+		// The first append since this daemon started: the file says where
+		// it stopped, and the store gives what came before this batch (an
+		// agent is registered before its session exists; a crash may have
+		// come between an append and the progress record).
+		seq, err := d.ctx.LastEventSeq(c.session)
+		if err != nil {
+			d.log.Warn("agent filesystem: events.jsonl", "agent", a.ID, "err", err)
+			return
+		}
+		c.lastSeq, c.seqKnown = seq, true
+		if seq < evs[0].Seq {
+			all, err := d.store.EventList(context.Background(), kin.EventFilter{Agent: a.ID, Since: seq})
+			if err != nil {
+				d.log.Warn("agent filesystem: events", "agent", a.ID, "err", err)
+				return
+			}
+			upTo := evs[len(evs)-1].Seq
+			evs = evs[:0:0]
+			for _, ev := range all {
+				if ev.Agent == a.ID && ev.Seq <= upTo {
+					evs = append(evs, ev)
+				}
+			}
+		}
+	}
+	var lines [][]byte
+	last := c.lastSeq
+	for _, ev := range evs {
+		if ev.Seq <= c.lastSeq {
+			continue
+		}
+		b, err := json.Marshal(ev)
+		if err != nil {
+			d.log.Warn("agent filesystem: event", "seq", ev.Seq, "err", err)
+			continue
+		}
+		lines, last = append(lines, b), ev.Seq
+	}
+	if len(lines) == 0 {
+		return
+	}
+	if err := d.ctx.AppendEvents(c.session, lines); err != nil {
+		d.log.Warn("agent filesystem: events.jsonl", "agent", a.ID, "err", err)
+		return
+	}
+	c.lastSeq = last
+}
+
+// holdsName reports whether a is the agent agent/<name> should describe:
+// no later agent of that name has taken it (names are unique among live
+// agents only, and an ended agent's files stay until its name is reused).
+func (w *ctxWriter) holdsName(a *kin.Agent) bool {
+	w.mu.Lock()
+	id, ok := w.names[a.Name]
+	w.mu.Unlock()
+	if !ok {
+		b, err := w.d.ctx.ReadFile(w.d.ctx.AgentFile(a.Name), 64)
+		if err == nil {
+			n, _ := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+			id = kin.AgentID(n)
+		}
+	}
+	return id <= a.ID
+}

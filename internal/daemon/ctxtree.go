@@ -1,0 +1,350 @@
+package daemon
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/kin-agents/kin/internal/ctxfs"
+	"github.com/kin-agents/kin/internal/handoff"
+	"github.com/kin-agents/kin/internal/store"
+	"github.com/kin-agents/kin/kin"
+)
+
+// The agent filesystem of seed 001 as the daemon keeps it (package ctxfs
+// owns the formats). What must exist before an agent's process starts is
+// made in its spawn: its session (the process's working directory and
+// $KIN_SESSION), its handoff, and its folder in the parent's session. The
+// control files, session states, events.jsonl and the parents' status files
+// follow the store from the background writer in ctxsync.go.
+
+// ctxAgent is what the daemon knows of one agent's place in the tree.
+type ctxAgent struct {
+	session     ctxfs.Session // zero Agent: none
+	parent      ctxfs.Session // the parent's session; zero Agent: none
+	childDir    string        // the folder's name in the parent's context/child/
+	rt          ctxfs.Runtime
+	contract    handoff.Contract
+	hasHandoff  bool
+	inputRefs   []string // the paths of its input refs
+	resultChan  bool     // it hands a result back (kin.Agent.Result is set)
+	lastSeq     int64
+	seqKnown    bool
+	state       kin.State        // last written to the session's state file
+	childStatus kin.ResultStatus // last written to the parent's status file
+}
+
+// agentOwner is who owns agent id's files: the uid and gid it runs as.
+func (d *Daemon) agentOwner(id kin.AgentID) ctxfs.Owner {
+	if c := d.agentCredential(id); c != nil {
+		return ctxfs.Owner{UID: int(c.Uid), GID: int(c.Gid)}
+	}
+	return ctxfs.Owner{UID: os.Geteuid(), GID: os.Getegid()}
+}
+
+// runID names an agent's run in parent references ("run:r7").
+func runID(id kin.AgentID) string { return "r" + id.String() }
+
+// parseHandoff validates a spawn's handoff wholly, before anything is
+// created, and returns it in the handoff package's form.
+func parseHandoff(h *kin.Handoff) (handoff.Handoff, error) {
+	out := handoff.Handoff{Task: h.Task, Policy: h.Policy, Mounts: h.Mounts}
+	for _, r := range h.Refs {
+		out.Refs = append(out.Refs, handoff.Ref{Path: r.Path, Hash: r.Hash, Kind: r.Kind, Summary: r.Summary})
+	}
+	if len(h.Contract) > 0 {
+		c, err := handoff.ParseContract(h.Contract)
+		if err != nil {
+			return handoff.Handoff{}, kin.Errorf(kin.ECodeInvalid, "handoff: %v", err)
+		}
+		out.Contract = c
+	} else {
+		out.Contract = handoff.DefaultContract()
+	}
+	if err := out.Validate(); err != nil {
+		return handoff.Handoff{}, kin.Errorf(kin.ECodeInvalid, "handoff: %v", err)
+	}
+	return out, nil
+}
+
+// handoffOf reads back a stored handoff (nil: none).
+func handoffOf(raw []byte) (*kin.Handoff, error) {
+	if len(raw) == 0 {
+		return nil, nil
+	}
+	var h kin.Handoff
+	if err := json.Unmarshal(raw, &h); err != nil {
+		return nil, fmt.Errorf("stored handoff: %w", err)
+	}
+	return &h, nil
+}
+
+// mountLines renders a mount subset ({"/work/docs": "ro"}) as the mount
+// control file's lines ("/work/docs ro"), sorted; values that are not
+// strings are kept as compact JSON.
+func mountLines(raw json.RawMessage) []string {
+	if len(raw) == 0 {
+		return nil
+	}
+	var m map[string]json.RawMessage
+	if json.Unmarshal(raw, &m) != nil {
+		return nil
+	}
+	var out []string
+	for k, v := range m {
+		var s string
+		if json.Unmarshal(v, &s) != nil {
+			s = string(v)
+		}
+		l := strings.TrimSpace(k + " " + s)
+		if l != "" && !strings.ContainsAny(l, "\n\r\x00") {
+			out = append(out, l)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// prepareCtx makes what an agent's process needs before it starts: its
+// session (with its handoff in context/) and, when its parent has a
+// session, its folder in the parent's context/child/. It returns the
+// agent's place in the tree and the environment and working directory
+// the process gets.
+func (d *Daemon) prepareCtx(ctx context.Context, a *kin.Agent, spec store.ProcessSpec, sock string) (*ctxAgent, []string, string, error) {
+	c := &ctxAgent{}
+	var h handoff.Handoff
+	if hk, err := handoffOf(spec.Handoff); err != nil {
+		return nil, nil, "", err
+	} else if hk != nil {
+		if h, err = parseHandoff(hk); err != nil {
+			return nil, nil, "", err
+		}
+		c.hasHandoff, c.contract = true, h.Contract
+		for _, r := range h.Refs {
+			c.inputRefs = append(c.inputRefs, r.Path)
+		}
+	} else {
+		c.contract = handoff.DefaultContract()
+	}
+	var parentRef ctxfs.ParentRef
+	if a.Parent != 0 {
+		d.ctxMu.Lock()
+		pc := d.ctxAgents[a.Parent] // a parent started by this daemon, recorded or not yet
+		d.ctxMu.Unlock()
+		if pc != nil && pc.session.Agent != "" {
+			c.parent = pc.session
+			parentRef = ctxfs.ParentRef{Agent: pc.session.Agent, Session: pc.session.ID, Run: runID(a.Parent)}
+		} else {
+			p, err := d.store.AgentGetByID(ctx, a.Parent)
+			if err != nil {
+				return nil, nil, "", fmt.Errorf("parent %d: %w", a.Parent, err)
+			}
+			parentRef = ctxfs.ParentRef{Agent: p.Name, Session: p.Session, Run: runID(p.ID)}
+			if p.Session != "" {
+				c.parent = ctxfs.Session{Owner: d.agentOwner(p.ID), Agent: p.Name, ID: p.Session}
+			}
+		}
+	}
+	c.resultChan = c.parent.Agent != "" || c.hasHandoff
+
+	o := d.agentOwner(a.ID)
+	var files []ctxfs.File
+	var task []byte
+	if c.hasHandoff {
+		hf, err := h.Marshal()
+		if err != nil {
+			return nil, nil, "", kin.Errorf(kin.ECodeInvalid, "handoff: %v", err)
+		}
+		for _, f := range hf {
+			if f.Name == handoff.FileHandoff {
+				task = f.Data
+				continue
+			}
+			files = append(files, ctxfs.File{Name: f.Name, Data: f.Data})
+		}
+	}
+	sp := ctxfs.SessionParams{
+		AgentID: a.ID, Run: runID(a.ID), Parent: parentRef, State: a.State,
+		Handoff: task, Context: files, Now: d.now(),
+	}
+	sp.Output = c.resultChan
+	var err error
+	for _, sid := range []string{ctxfs.DefaultSession, "s" + a.ID.String()} {
+		sp.Session = ctxfs.Session{Owner: o, Agent: a.Name, ID: sid}
+		sp.Cwd = spec.Dir
+		if sp.Cwd == "" {
+			sp.Cwd = d.ctx.Dir(sp.Session)
+		}
+		if err = d.ctx.CreateSession(sp); !errors.Is(err, fs.ErrExist) {
+			break
+		}
+	}
+	if err != nil {
+		return nil, nil, "", fmt.Errorf("session: %w", err)
+	}
+	c.session = sp.Session
+	c.state = a.State
+
+	if c.parent.Agent != "" {
+		cp := ctxfs.ChildParams{Parent: c.parent, ChildID: a.ID, ChildSession: c.session.ID, Handoff: task}
+		for _, name := range childDirNames(a) {
+			cp.Child = name
+			if err = d.ctx.CreateChildDir(cp); !errors.Is(err, fs.ErrExist) {
+				break
+			}
+		}
+		if err != nil {
+			return nil, nil, "", fmt.Errorf("the parent's context/child: %w", err)
+		}
+		c.childDir = cp.Child
+		c.childStatus = kin.ResultRunning
+	}
+
+	dir := d.ctx.Dir(c.session)
+	env := []string{ctxfs.EnvCtx + "=" + d.ctx.Root, ctxfs.EnvSession + "=" + dir}
+	if c.hasHandoff {
+		env = append(env, ctxfs.EnvHandoff+"="+filepath.Join(dir, "context", handoff.FileHandoff))
+	}
+	if c.resultChan {
+		env = append(env, ctxfs.EnvOutput+"="+d.ctx.OutputDir(o.UID, a.Name, c.session.ID))
+	}
+	c.rt = ctxfs.Runtime{
+		UID: o.UID, GID: o.GID, Iso: d.sup.Containment(), Cwd: sp.Cwd,
+		Path: filepath.SplitList(d.agentPath), Mount: mountLines(h.Mounts), Log: d.logPath(a.ID),
+		Parent: parentRef,
+	}
+	if len(h.Policy) > 0 {
+		c.rt.Policy = h.Policy
+	}
+	for _, kv := range append(d.agentEnv(a, sock, "", spec.Env), env...) {
+		k, _, _ := strings.Cut(kv, "=")
+		c.rt.Env = append(c.rt.Env, k)
+	}
+	return c, env, sp.Cwd, nil
+}
+
+// childDirNames are the names an agent's folder in its parent's
+// context/child/ may take: its name, or when an earlier agent of that name
+// has the folder, its name and id.
+func childDirNames(a *kin.Agent) []string {
+	alt := a.Name + "." + a.ID.String()
+	if len(alt) > kin.MaxNameLen {
+		alt = "agent-" + a.ID.String()
+	}
+	return []string{a.Name, alt}
+}
+
+// findChildDir finds which of childDirNames is a's folder: the one whose
+// agent file holds its id.
+func (d *Daemon) findChildDir(parent ctxfs.Session, a *kin.Agent) (string, bool) {
+	for _, name := range childDirNames(a) {
+		b, err := d.ctx.ReadFile(filepath.Join(d.ctx.ChildDir(parent.UID, parent.Agent, parent.ID, name), ctxfs.FileChildAgent), 64)
+		if err == nil && strings.TrimSpace(string(b)) == a.ID.String() {
+			return name, true
+		}
+	}
+	return "", false
+}
+
+// ctxAgentOf returns what the daemon knows of a's place in the tree,
+// rebuilding it from the store for an agent this daemon did not start.
+func (d *Daemon) ctxAgentOf(ctx context.Context, a *kin.Agent) *ctxAgent {
+	d.ctxMu.Lock()
+	c := d.ctxAgents[a.ID]
+	d.ctxMu.Unlock()
+	if c != nil {
+		return c
+	}
+	c = &ctxAgent{contract: handoff.DefaultContract()}
+	o := d.agentOwner(a.ID)
+	c.rt = ctxfs.Runtime{UID: o.UID, GID: o.GID}
+	if a.Session != "" {
+		c.session = ctxfs.Session{Owner: o, Agent: a.Name, ID: a.Session}
+	}
+	if spec, err := d.store.AgentProcessSpec(ctx, a.ID); err == nil {
+		c.rt.Iso, c.rt.Log = d.sup.Containment(), d.logPath(a.ID)
+		c.rt.Path = filepath.SplitList(d.agentPath)
+		c.rt.Cwd = spec.Dir
+		if c.rt.Cwd == "" && a.Session != "" {
+			c.rt.Cwd = d.ctx.Dir(c.session)
+		}
+		for _, kv := range d.agentEnv(a, d.socketPath(a.Name), "", spec.Env) {
+			k, _, _ := strings.Cut(kv, "=")
+			c.rt.Env = append(c.rt.Env, k)
+		}
+		if hk, err := handoffOf(spec.Handoff); err == nil && hk != nil {
+			if h, err := parseHandoff(hk); err == nil {
+				c.hasHandoff, c.contract = true, h.Contract
+				c.rt.Mount, c.rt.Policy = mountLines(h.Mounts), h.Policy
+				for _, r := range h.Refs {
+					c.inputRefs = append(c.inputRefs, r.Path)
+				}
+			}
+		}
+		if a.Session != "" {
+			c.rt.Env = append(c.rt.Env, ctxfs.EnvCtx, ctxfs.EnvSession)
+			if c.hasHandoff {
+				c.rt.Env = append(c.rt.Env, ctxfs.EnvHandoff)
+			}
+			if a.Result != "" {
+				c.rt.Env = append(c.rt.Env, ctxfs.EnvOutput)
+			}
+		}
+	}
+	if a.Parent != 0 {
+		if p, err := d.store.AgentGetByID(ctx, a.Parent); err == nil {
+			c.rt.Parent = ctxfs.ParentRef{Agent: p.Name, Session: p.Session, Run: runID(p.ID)}
+			if p.Session != "" && a.Result != "" {
+				c.parent = ctxfs.Session{Owner: d.agentOwner(p.ID), Agent: p.Name, ID: p.Session}
+				c.childDir, _ = d.findChildDir(c.parent, a)
+			}
+		}
+	}
+	c.resultChan = a.Result != ""
+	d.ctxMu.Lock()
+	if have := d.ctxAgents[a.ID]; have != nil {
+		c = have
+	} else {
+		d.ctxAgents[a.ID] = c
+	}
+	d.ctxMu.Unlock()
+	return c
+}
+
+// rememberCtx records the place of an agent this daemon started.
+func (d *Daemon) rememberCtx(id kin.AgentID, c *ctxAgent) {
+	d.ctxMu.Lock()
+	d.ctxAgents[id] = c
+	d.ctxMu.Unlock()
+}
+
+// resultDir is where an agent's result is kept: its folder in its parent's
+// session, or its own output/ when it has no parent session.
+func (d *Daemon) resultDir(a *kin.Agent, c *ctxAgent) string {
+	if c.parent.Agent != "" && c.childDir != "" {
+		return d.ctx.ChildDir(c.parent.UID, c.parent.Agent, c.parent.ID, c.childDir)
+	}
+	if c.session.Agent != "" {
+		return d.ctx.OutputDir(c.session.UID, a.Name, c.session.ID)
+	}
+	return ""
+}
+
+// openRoot opens the directory at path beneath the ctx root as an os.Root
+// without following a link on the way there: agents own their sessions
+// and could plant one for the daemon, which runs as root, to follow.
+func (d *Daemon) openRoot(path string) (*os.Root, error) {
+	f, err := d.ctx.OpenDir(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return os.OpenRoot("/proc/self/fd/" + strconv.Itoa(int(f.Fd()))) // the directory f is, whatever path names now
+}
