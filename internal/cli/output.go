@@ -80,6 +80,12 @@ func writeAgent(w io.Writer, a *kin.Agent) error {
 		row("Spawns blocked until", formatTime(a.SpawnBlockedUntil))
 	}
 	writeRuntime(row, a)
+	if a.Session != "" {
+		row("Session", a.Session)
+	}
+	if a.Result != "" {
+		row("Result", string(a.Result))
+	}
 	return tw.Flush()
 }
 

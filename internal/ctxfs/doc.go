@@ -28,8 +28,8 @@
 // text each: a list is one item a line, an empty or unknown value an empty
 // file, meta.json the kin.Agent as one line of JSON. The status file holds
 // the governance status (kin.Status); the runtime state (kin.State) is the
-// session's state file and meta.json's "state". testdata/agent-filesystem.md
-// is the README section describing the tree, with an `ls -R` that
+// session's state file and meta.json's "state". The README's section "The
+// agent filesystem" describes the tree, with an `ls -R` that
 // TestReadmeListing keeps true.
 //
 // # Isolation

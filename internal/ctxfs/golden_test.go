@@ -284,8 +284,8 @@ const (
 	readmeEnd   = "```\n<!-- /ls-R -->"
 )
 
-// TestReadmeListing keeps the listing in testdata/agent-filesystem.md (the
-// README section "The agent filesystem") true to the tree.
+// TestReadmeListing keeps the listing in the README's section "The agent
+// filesystem" true to the tree.
 func TestReadmeListing(t *testing.T) {
 	requireRoot(t)
 	f, parent, child := buildTwoAgents(t, filepath.Join(t.TempDir(), "ctx"))
@@ -309,7 +309,7 @@ func TestReadmeListing(t *testing.T) {
 		fmt.Fprintf(&b, "$ ls %s%s\n", flag, "/ctx"+strings.TrimPrefix(c.dir, f.Root))
 		b.WriteString(lsR(t, f.Root, c.dir, c.recursive))
 	}
-	path := filepath.Join("testdata", "agent-filesystem.md")
+	path := filepath.Join("..", "..", "README.md")
 	doc, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)

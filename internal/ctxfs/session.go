@@ -1,7 +1,6 @@
 package ctxfs
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -271,27 +270,5 @@ func (f *FS) SessionState(s Session) (kin.State, error) {
 // for lines longer than a page or on power loss, is removed by the next
 // append). The file must be owned by the session's uid and have one link.
 func (f *FS) AppendEvent(s Session, event []byte) error {
-	trimmed := bytes.TrimSpace(event)
-	if len(trimmed) == 0 || trimmed[0] != '{' || !json.Valid(trimmed) {
-		return fmt.Errorf("ctxfs: event is not a JSON object")
-	}
-	var buf bytes.Buffer
-	buf.Grow(len(trimmed) + 1)
-	if err := json.Compact(&buf, trimmed); err != nil {
-		return fmt.Errorf("ctxfs: event: %w", err)
-	}
-	buf.WriteByte('\n')
-	if buf.Len() > MaxEventLine {
-		return fmt.Errorf("ctxfs: event is %d bytes; at most %d: %w", buf.Len(), MaxEventLine, ErrTooLarge)
-	}
-	fd, err := f.openSession(s)
-	if err != nil {
-		return err
-	}
-	defer unix.Close(fd)
-	dir := f.Dir(s)
-	if err := f.appendAt(fd, FileEvents, buf.Bytes(), s.Owner, dir); err != nil {
-		return fmt.Errorf("ctxfs: %s: %w", dir, err)
-	}
-	return nil
+	return f.AppendEvents(s, [][]byte{event})
 }
