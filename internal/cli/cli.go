@@ -366,6 +366,14 @@ func parseIDArg(s string) (kin.AgentID, error) {
 	return id, nil
 }
 
+// optionalIDArg is the ID of a command whose ID may be left out (0).
+func optionalIDArg(args []string) (kin.AgentID, error) {
+	if len(args) == 0 {
+		return 0, nil
+	}
+	return parseIDArg(args[0])
+}
+
 func badIDArg(s string) error {
 	return kin.Errorf(kin.ECodeInvalid, "argument ID %q is not an agent id: use a positive integer such as 7 or #7", s)
 }

@@ -56,12 +56,9 @@ agent's own. The operator has no context of its own and must name an agent.`,
 			return nil
 		},
 		RunE: run(func(cmd *cobra.Command, args []string) error {
-			var id kin.AgentID
-			if len(args) == 1 {
-				var err error
-				if id, err = parseIDArg(args[0]); err != nil {
-					return err
-				}
+			id, err := optionalIDArg(args)
+			if err != nil {
+				return err
 			}
 			svc, err := a.service()
 			if err != nil {

@@ -2,8 +2,6 @@ package cli
 
 import (
 	"github.com/spf13/cobra"
-
-	"github.com/kin-agents/kin/kin"
 )
 
 func (a *app) treeCommand() *cobra.Command {
@@ -37,12 +35,9 @@ Formats:
 				}
 				format = formatJSON
 			}
-			var id kin.AgentID
-			if len(args) == 1 {
-				var err error
-				if id, err = parseIDArg(args[0]); err != nil {
-					return err
-				}
+			id, err := optionalIDArg(args)
+			if err != nil {
+				return err
 			}
 			svc, err := a.service()
 			if err != nil {

@@ -71,12 +71,12 @@
 // and the daemon should rewrite every control file from the store
 // (WriteControl skips files already right).
 //
-// Durability has a price: a new agent's control files and session (about
-// 30 files and directories, each fsynced) cost about ten durable file
-// replacements (BenchmarkNewAgent against BenchmarkFloorDurableFile: some
-// 11 ms here, against a 1-2 ms fork+exec); a status change rewrites only
-// the two files that changed. Options.NoSync trades power-loss durability
-// for that time; atomicity stays.
+// A new agent's control files and session are about 30 new files and
+// directories (BenchmarkNewAgent: 6-12 ms here, against 0.4-0.8 ms for
+// BenchmarkFloorDurableFile); a status change rewrites only the files that
+// changed. On these machines the time is creating inodes, not fsync: with
+// Options.NoSync (which trades power-loss durability; atomicity stays)
+// BenchmarkNewAgent took as long (docs/PERFORMANCE.md says why).
 //
 // # Lifetimes
 //

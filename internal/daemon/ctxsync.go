@@ -24,9 +24,10 @@ import (
 // crash a new daemon resumes where this one stopped; events.jsonl is not
 // appended twice (the last seq in the file is read back first).
 //
-// Writing in the background keeps ~20 file replacements per change out of
-// the spawn and the cascade (each is fsynced); Wait waits for the writer,
-// so `kin wait` returns with the files up to date.
+// Writing in the background keeps the control directory (some 20 new
+// files per agent) and the rewrites of each change out of the spawn and the
+// cascade; Wait waits for the writer, so `kin wait` returns with the files
+// up to date.
 type ctxWriter struct {
 	d *Daemon
 

@@ -30,7 +30,7 @@ type ctxAgent struct {
 	session     ctxfs.Session // zero Agent: none
 	parent      ctxfs.Session // the parent's session; zero Agent: none
 	childDir    string        // the folder's name in the parent's context/child/
-	rt          ctxfs.Runtime
+	rt          ctxfs.Runtime // the control values beyond kin.Agent
 	contract    handoff.Contract
 	hasHandoff  bool
 	inputRefs   []string // the paths of its input refs
@@ -74,14 +74,18 @@ func parseHandoff(h *kin.Handoff) (handoff.Handoff, error) {
 	return out, nil
 }
 
-// handoffOf reads back a stored handoff (nil: none).
-func handoffOf(raw []byte) (*kin.Handoff, error) {
+// handoffOf reads back and validates a stored handoff (nil: none).
+func handoffOf(raw []byte) (*handoff.Handoff, error) {
 	if len(raw) == 0 {
 		return nil, nil
 	}
-	var h kin.Handoff
-	if err := json.Unmarshal(raw, &h); err != nil {
+	var hk kin.Handoff
+	if err := json.Unmarshal(raw, &hk); err != nil {
 		return nil, fmt.Errorf("stored handoff: %w", err)
+	}
+	h, err := parseHandoff(&hk)
+	if err != nil {
+		return nil, err
 	}
 	return &h, nil
 }
@@ -119,20 +123,11 @@ func mountLines(raw json.RawMessage) []string {
 // the process gets.
 func (d *Daemon) prepareCtx(ctx context.Context, a *kin.Agent, spec store.ProcessSpec, sock string) (*ctxAgent, []string, string, error) {
 	c := &ctxAgent{}
-	var h handoff.Handoff
-	if hk, err := handoffOf(spec.Handoff); err != nil {
+	h, err := handoffOf(spec.Handoff)
+	if err != nil {
 		return nil, nil, "", err
-	} else if hk != nil {
-		if h, err = parseHandoff(hk); err != nil {
-			return nil, nil, "", err
-		}
-		c.hasHandoff, c.contract = true, h.Contract
-		for _, r := range h.Refs {
-			c.inputRefs = append(c.inputRefs, r.Path)
-		}
-	} else {
-		c.contract = handoff.DefaultContract()
 	}
+	c.setHandoff(h)
 	var parentRef ctxfs.ParentRef
 	if a.Parent != 0 {
 		d.ctxMu.Lock()
@@ -154,10 +149,9 @@ func (d *Daemon) prepareCtx(ctx context.Context, a *kin.Agent, spec store.Proces
 	}
 	c.resultChan = c.parent.Agent != "" || c.hasHandoff
 
-	o := d.agentOwner(a.ID)
 	var files []ctxfs.File
 	var task []byte
-	if c.hasHandoff {
+	if h != nil {
 		hf, err := h.Marshal()
 		if err != nil {
 			return nil, nil, "", kin.Errorf(kin.ECodeInvalid, "handoff: %v", err)
@@ -172,16 +166,11 @@ func (d *Daemon) prepareCtx(ctx context.Context, a *kin.Agent, spec store.Proces
 	}
 	sp := ctxfs.SessionParams{
 		AgentID: a.ID, Run: runID(a.ID), Parent: parentRef, State: a.State,
-		Handoff: task, Context: files, Now: d.now(),
+		Handoff: task, Context: files, Output: c.resultChan, Now: d.now(),
 	}
-	sp.Output = c.resultChan
-	var err error
 	for _, sid := range []string{ctxfs.DefaultSession, "s" + a.ID.String()} {
-		sp.Session = ctxfs.Session{Owner: o, Agent: a.Name, ID: sid}
-		sp.Cwd = spec.Dir
-		if sp.Cwd == "" {
-			sp.Cwd = d.ctx.Dir(sp.Session)
-		}
+		sp.Session = ctxfs.Session{Owner: d.agentOwner(a.ID), Agent: a.Name, ID: sid}
+		sp.Cwd = d.agentCwd(spec, sp.Session)
 		if err = d.ctx.CreateSession(sp); !errors.Is(err, fs.ErrExist) {
 			break
 		}
@@ -206,28 +195,63 @@ func (d *Daemon) prepareCtx(ctx context.Context, a *kin.Agent, spec store.Proces
 		c.childDir = cp.Child
 		c.childStatus = kin.ResultRunning
 	}
+	c.rt.Parent = parentRef
+	d.setRuntime(c, a, spec, sock)
+	return c, d.ctxEnv(a, c), sp.Cwd, nil
+}
 
+// setHandoff records what an agent's handoff (nil: none) says of its place
+// in the tree: the contract its result is checked against, its input refs,
+// and the mount and policy subsets its control files show.
+func (c *ctxAgent) setHandoff(h *handoff.Handoff) {
+	c.contract = handoff.DefaultContract()
+	if h == nil {
+		return
+	}
+	c.hasHandoff, c.contract = true, h.Contract
+	c.rt.Mount, c.rt.Policy = mountLines(h.Mounts), h.Policy
+	for _, r := range h.Refs {
+		c.inputRefs = append(c.inputRefs, r.Path)
+	}
+}
+
+// agentCwd is where a spawned agent's process starts: the spawn's dir, else
+// its session.
+func (d *Daemon) agentCwd(spec store.ProcessSpec, s ctxfs.Session) string {
+	if spec.Dir != "" || s.Agent == "" {
+		return spec.Dir
+	}
+	return d.ctx.Dir(s)
+}
+
+// ctxEnv is the agent filesystem's part of a spawned agent's environment.
+func (d *Daemon) ctxEnv(a *kin.Agent, c *ctxAgent) []string {
+	if c.session.Agent == "" {
+		return nil
+	}
 	dir := d.ctx.Dir(c.session)
 	env := []string{ctxfs.EnvCtx + "=" + d.ctx.Root, ctxfs.EnvSession + "=" + dir}
 	if c.hasHandoff {
 		env = append(env, ctxfs.EnvHandoff+"="+filepath.Join(dir, "context", handoff.FileHandoff))
 	}
 	if c.resultChan {
-		env = append(env, ctxfs.EnvOutput+"="+d.ctx.OutputDir(o.UID, a.Name, c.session.ID))
+		env = append(env, ctxfs.EnvOutput+"="+d.ctx.OutputDir(c.session.UID, a.Name, c.session.ID))
 	}
-	c.rt = ctxfs.Runtime{
-		UID: o.UID, GID: o.GID, Iso: d.sup.Containment(), Cwd: sp.Cwd,
-		Path: filepath.SplitList(d.agentPath), Mount: mountLines(h.Mounts), Log: d.logPath(a.ID),
-		Parent: parentRef,
-	}
-	if len(h.Policy) > 0 {
-		c.rt.Policy = h.Policy
-	}
-	for _, kv := range append(d.agentEnv(a, sock, "", spec.Env), env...) {
+	return env
+}
+
+// setRuntime fills the control values of a spawned agent that come from
+// the daemon and its spawn: how it runs, where, with what environment.
+func (d *Daemon) setRuntime(c *ctxAgent, a *kin.Agent, spec store.ProcessSpec, sock string) {
+	o := d.agentOwner(a.ID)
+	c.rt.UID, c.rt.GID = o.UID, o.GID
+	c.rt.Iso, c.rt.Log, c.rt.Path = d.sup.Containment(), d.logPath(a.ID), d.agentPathList
+	c.rt.Cwd = d.agentCwd(spec, c.session)
+	c.rt.Env = nil
+	for _, kv := range append(d.agentEnv(a, sock, "", spec.Env), d.ctxEnv(a, c)...) {
 		k, _, _ := strings.Cut(kv, "=")
 		c.rt.Env = append(c.rt.Env, k)
 	}
-	return c, env, sp.Cwd, nil
 }
 
 // childDirNames are the names an agent's folder in its parent's
@@ -262,41 +286,18 @@ func (d *Daemon) ctxAgentOf(ctx context.Context, a *kin.Agent) *ctxAgent {
 	if c != nil {
 		return c
 	}
-	c = &ctxAgent{contract: handoff.DefaultContract()}
+	c = &ctxAgent{resultChan: a.Result != ""}
 	o := d.agentOwner(a.ID)
-	c.rt = ctxfs.Runtime{UID: o.UID, GID: o.GID}
+	c.rt.UID, c.rt.GID = o.UID, o.GID
 	if a.Session != "" {
 		c.session = ctxfs.Session{Owner: o, Agent: a.Name, ID: a.Session}
 	}
+	c.setHandoff(nil)
 	if spec, err := d.store.AgentProcessSpec(ctx, a.ID); err == nil {
-		c.rt.Iso, c.rt.Log = d.sup.Containment(), d.logPath(a.ID)
-		c.rt.Path = filepath.SplitList(d.agentPath)
-		c.rt.Cwd = spec.Dir
-		if c.rt.Cwd == "" && a.Session != "" {
-			c.rt.Cwd = d.ctx.Dir(c.session)
+		if hk, err := handoffOf(spec.Handoff); err == nil {
+			c.setHandoff(hk)
 		}
-		for _, kv := range d.agentEnv(a, d.socketPath(a.Name), "", spec.Env) {
-			k, _, _ := strings.Cut(kv, "=")
-			c.rt.Env = append(c.rt.Env, k)
-		}
-		if hk, err := handoffOf(spec.Handoff); err == nil && hk != nil {
-			if h, err := parseHandoff(hk); err == nil {
-				c.hasHandoff, c.contract = true, h.Contract
-				c.rt.Mount, c.rt.Policy = mountLines(h.Mounts), h.Policy
-				for _, r := range h.Refs {
-					c.inputRefs = append(c.inputRefs, r.Path)
-				}
-			}
-		}
-		if a.Session != "" {
-			c.rt.Env = append(c.rt.Env, ctxfs.EnvCtx, ctxfs.EnvSession)
-			if c.hasHandoff {
-				c.rt.Env = append(c.rt.Env, ctxfs.EnvHandoff)
-			}
-			if a.Result != "" {
-				c.rt.Env = append(c.rt.Env, ctxfs.EnvOutput)
-			}
-		}
+		d.setRuntime(c, a, spec, d.socketPath(a.Name))
 	}
 	if a.Parent != 0 {
 		if p, err := d.store.AgentGetByID(ctx, a.Parent); err == nil {
@@ -307,7 +308,6 @@ func (d *Daemon) ctxAgentOf(ctx context.Context, a *kin.Agent) *ctxAgent {
 			}
 		}
 	}
-	c.resultChan = a.Result != ""
 	d.ctxMu.Lock()
 	if have := d.ctxAgents[a.ID]; have != nil {
 		c = have

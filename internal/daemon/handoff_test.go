@@ -77,18 +77,13 @@ func runFamily(t *testing.T, childMode string, wait bool) *family {
 		t.Fatalf("coder's session is %q, want %q", f.coder.Session, ctxfs.DefaultSession)
 	}
 	f.coderSession = filepath.Join(f.ctx, "home", uidOf(f.d, f.coder.ID), "agent", "coder", "session", "default")
-	var line string
+	said := "spawned " // coder says "spawned <id>", or with wait "child <id> <status>"
 	if wait {
-		line = lastLine(waitOut(t, f.out, "child "))
-		fields := strings.Fields(line)
-		id, _ := strconv.ParseInt(fields[1], 10, 64)
-		f.child = kin.AgentID(id)
-	} else {
-		line = lastLine(waitOut(t, f.out, "spawned "))
-		id, _ := strconv.ParseInt(strings.Fields(line)[1], 10, 64)
-		f.child = kin.AgentID(id)
+		said = "child "
 	}
-	if f.child == 0 {
+	line := lastLine(waitOut(t, f.out, said))
+	id, _ := strconv.ParseInt(strings.Fields(line)[1], 10, 64)
+	if f.child = kin.AgentID(id); f.child == 0 {
 		t.Fatalf("coder said %q", line)
 	}
 	return f

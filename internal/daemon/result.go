@@ -12,6 +12,7 @@ import (
 
 	"github.com/kin-agents/kin/internal/ctxfs"
 	"github.com/kin-agents/kin/internal/handoff"
+	"github.com/kin-agents/kin/internal/store"
 	"github.com/kin-agents/kin/kin"
 )
 
@@ -21,12 +22,17 @@ type outcome struct {
 	violations []string
 }
 
+// appendResult appends the agent.result event: where a's handed-back
+// result stands, and what it lacks.
+func appendResult(ctx context.Context, tx store.Tx, at time.Time, a, parent kin.AgentID, st kin.ResultStatus, violations []string) error {
+	return appendEvent(ctx, tx, at, kin.EventAgentResult, a, parent, resultData{Agent: a, Parent: parent, Status: st, Violations: violations})
+}
+
 // resultData is the agent.result event.
 type resultData struct {
 	Agent      kin.AgentID      `json:"agent"`
 	Parent     kin.AgentID      `json:"parent"`
 	Status     kin.ResultStatus `json:"status"`
-	Dir        string           `json:"dir,omitempty"`
 	Violations []string         `json:"violations,omitempty"`
 }
 
@@ -43,10 +49,8 @@ func (d *Daemon) collectResult(a *kin.Agent, c *ctxAgent, exit kin.Exit) outcome
 	if c.session.Agent == "" {
 		return outcome{status: kin.ResultFailed, violations: []string{"the agent has no session"}}
 	}
-	out := d.ctx.OutputDir(c.session.UID, a.Name, c.session.ID)
-	dir := out
-	if c.parent.Agent != "" && c.childDir != "" {
-		dir = d.ctx.ChildDir(c.parent.UID, c.parent.Agent, c.parent.ID, c.childDir)
+	out, dir := d.ctx.OutputDir(c.session.UID, a.Name, c.session.ID), d.resultDir(a, c)
+	if dir != out {
 		if _, err := d.ctx.CopyResult(out, dir); err != nil {
 			d.log.Warn("copy result", "agent", a.ID, "err", err)
 			o := outcome{status: kin.ResultContractViolated, violations: []string{"the result could not be copied: " + err.Error()}}
@@ -168,10 +172,14 @@ func (d *Daemon) Wait(ctx context.Context, req kin.WaitRequest) (*kin.AgentResul
 	}
 }
 
-// ended: the agent's process (if it had one) is over and its result, if
-// it hands one back, is kept.
+// ended: the agent's process is over (for a registered-only agent: it is
+// terminated, revoked or in a final state) and its result, if it hands one
+// back, is kept. A revoked agent whose process still runs has not ended.
 func ended(a *kin.Agent) bool {
 	over := a.State.Terminal() || a.Status == kin.StatusTerminated || a.Status == kin.StatusRevoked
+	if a.PID != 0 {
+		over = !a.EndedAt.IsZero()
+	}
 	return over && (a.Result == "" || a.Result.Ended())
 }
 

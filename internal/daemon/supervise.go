@@ -207,8 +207,7 @@ func (d *Daemon) failStart(ctx context.Context, a *kin.Agent, cause error) error
 			return err
 		}
 		if p.Result != nil {
-			rd := resultData{Agent: a.ID, Parent: a.Parent, Status: failed, Violations: []string{"the process could not start: " + cause.Error()}}
-			if err := appendEvent(ctx, tx, now, kin.EventAgentResult, a.ID, a.Parent, rd); err != nil {
+			if err := appendResult(ctx, tx, now, a.ID, a.Parent, failed, []string{"the process could not start: " + cause.Error()}); err != nil {
 				return err
 			}
 		}
@@ -373,8 +372,7 @@ func (d *Daemon) recordEnd(ctx context.Context, id kin.AgentID, state kin.State,
 			return err
 		}
 		if res != nil {
-			rd := resultData{Agent: id, Parent: a.Parent, Status: res.status, Violations: res.violations}
-			if err := appendEvent(ctx, tx, now, kin.EventAgentResult, id, a.Parent, rd); err != nil {
+			if err := appendResult(ctx, tx, now, id, a.Parent, res.status, res.violations); err != nil {
 				return err
 			}
 		}
@@ -535,8 +533,7 @@ func (d *Daemon) cancelTree(ctx context.Context, root kin.AgentID, reason string
 				return err
 			}
 			if p.Result != nil {
-				rd := resultData{Agent: a.ID, Parent: a.Parent, Status: cancelled, Violations: []string{"cancelled: " + reason}}
-				if err := appendEvent(ctx, tx, now, kin.EventAgentResult, a.ID, a.Parent, rd); err != nil {
+				if err := appendResult(ctx, tx, now, a.ID, a.Parent, cancelled, []string{"cancelled: " + reason}); err != nil {
 					return err
 				}
 				cur.Result = cancelled
