@@ -256,6 +256,18 @@ func TestCrash(t *testing.T) {
 	if err := f.CreateSession(ctxfs.SessionParams{Session: s, AgentID: 1, Cwd: "/work", Now: t0}); err != nil {
 		t.Fatal(err)
 	}
+	// The control files exist before the first kill, so that "the old
+	// version" is defined also for a kill inside the writer's first
+	// WriteControl (which would otherwise, rightly, leave none).
+	rt := runtimeFixture(s.Owner, ctxfs.ParentRef{}, 1)
+	rt.Policy = json.RawMessage(`{"v":-1}`)
+	v, err := ctxfs.ControlFor(agentFixture(1, "coder", 0, 100), rt)
+	if err == nil {
+		err = f.WriteControl("coder", v)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
 	argJSON, _ := json.Marshal(a)
 	const kills = 20
 	tornTails, temps := 0, 0
