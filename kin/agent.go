@@ -158,6 +158,9 @@ type Agent struct {
 	// handoff).
 	Session string       `json:"session,omitempty"`
 	Result  ResultStatus `json:"result,omitempty"`
+
+	// Stage is the agent's own stage ("" when it follows its parent's).
+	Stage string `json:"stage,omitempty"`
 }
 
 // Running reports whether the agent has a process that has not ended.
@@ -195,6 +198,13 @@ type RegisterRequest struct {
 	Scope            string  `json:"scope,omitempty"`
 	SelfModifying    bool    `json:"self_modifying,omitempty"`
 	Life             Life    `json:"life,omitempty"`
+	// Policy is the agent's own policy (nil: it keeps its parent's). It
+	// must be a subset of the parent's effective policy.
+	Policy *Policy `json:"policy,omitempty"`
+	// Stage names the preset the agent's tools follow ("": its parent's).
+	Stage string `json:"stage,omitempty"`
+	// Template provisions the agent's workspace (seed 003 §3).
+	Template *Template `json:"template,omitempty"`
 }
 
 // Validate checks the request's own fields (not the governor's rules) and
@@ -268,6 +278,9 @@ type AgentFilter struct {
 // TreeNode is an agent with its children, for `kin tree`.
 type TreeNode struct {
 	Agent
+	// Spend is the subtree's spend against its budget, for agents under a
+	// policy that has one or that reported usage.
+	Spend    *Spend      `json:"spend,omitempty"`
 	Children []*TreeNode `json:"children"`
 }
 

@@ -28,6 +28,13 @@ const (
 	EventAgentAdopted  = "agent.adopted"      // a restarted daemon took the running agent back
 	EventAgentLost     = "agent.lost"         // its process ended while the daemon was down
 	EventAgentResult   = "agent.result"       // seed 001: a child's result checked and handed back: agent, parent, status, violations
+
+	// The permission authority's events (seed 001, seed 003).
+	EventAgentPromoted   = "agent.promoted"   // agent, from, to, by: a stage change
+	EventToolDenied      = "tool.denied"      // agent, tool, reason: kin authorize said no
+	EventAgentUsage      = "agent.usage"      // agent, tokens, cost: reported spend
+	EventBudgetExhausted = "budget.exhausted" // agent, reason, detail: its subtree is being stopped
+	EventAgentMessage    = "agent.message"    // from, to, session, text (seed 003 §5); Agent is the recipient
 )
 
 // Event is one entry of the append-only event stream. On the wire it is a

@@ -7,7 +7,9 @@ import (
 
 // Handoff is what a parent hands a child at spawn (seed 001, "Handoff
 // Protocol"): the task (handoff.md), input refs with the sha256 the parent
-// saw, the policy and mount subsets, and the output contract. The daemon
+// saw, and the output contract. The policy and mount subsets are the
+// child's effective policy, which kin writes itself (RegisterRequest.Policy
+// asks for it). The daemon
 // validates it wholly before anything is created; the formats are those of
 // the handoff files the child receives.
 type Handoff struct {
@@ -18,10 +20,6 @@ type Handoff struct {
 	// artifacts the child must produce. Absent: a non-empty result.md with
 	// a non-empty Summary.
 	Contract json.RawMessage `json:"contract,omitempty"`
-	// Policy and Mounts are the policy and mount subsets, JSON objects,
-	// recorded as given (the permissions work enforces them).
-	Policy json.RawMessage `json:"policy,omitempty"`
-	Mounts json.RawMessage `json:"mounts,omitempty"`
 }
 
 // Ref is one line of a refs.jsonl: a file, its hash, what it is.

@@ -58,6 +58,28 @@ type Service interface {
 	// ContextPack returns what the agent's context should include about
 	// its children (seed 001).
 	ContextPack(ctx context.Context, id AgentID) (*ContextPack, error)
+
+	// Policy returns an agent's requested and effective policy and spend.
+	Policy(ctx context.Context, id AgentID) (*AgentPolicy, error)
+	// Authorize decides whether an agent may use a tool now (seed 003's
+	// tool presets; kin is the decision point for what the kernel cannot
+	// see). A denial is a Decision, not an error.
+	Authorize(ctx context.Context, req AuthorizeRequest) (*Decision, error)
+	// Explain says why an agent may or may not use a tool or reach a path,
+	// naming the rule and the ancestor it comes from.
+	Explain(ctx context.Context, req ExplainRequest) (*Explanation, error)
+	// Usage reports spend; it counts against the agent and every ancestor.
+	Usage(ctx context.Context, req UsageRequest) (*Spend, error)
+	// Promote changes an agent's stage (its parent or the operator only).
+	Promote(ctx context.Context, req PromoteRequest) (*Agent, error)
+	// ReadFile reads a file of another agent's workspace where both sides
+	// consent (seed 003 §4).
+	ReadFile(ctx context.Context, req ReadRequest) ([]byte, error)
+	// Send appends a message to an agent's session (seed 003 §5).
+	Send(ctx context.Context, req SendRequest) (*Message, error)
+	// Inbox calls fn for each message sent to the agent, and with Follow
+	// for each new one until ctx ends or fn fails.
+	Inbox(ctx context.Context, req InboxRequest, fn func(Message) error) error
 }
 
 // DaemonStatus describes a running daemon.

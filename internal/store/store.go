@@ -60,6 +60,11 @@ type Reader interface {
 	EventList(ctx context.Context, f kin.EventFilter) ([]kin.Event, error)
 	EventLastSeq(ctx context.Context) (int64, error)
 	SettingList(ctx context.Context) (map[string]string, error)
+	// AgentPolicyList returns every agent that has a stage, a policy or a
+	// deadline, by id.
+	AgentPolicyList(ctx context.Context) ([]AgentPolicyRow, error)
+	// SpendList returns every agent's reported spend, by id.
+	SpendList(ctx context.Context) ([]SpendRow, error)
 }
 
 // Tx is a read-write transaction.
@@ -84,6 +89,27 @@ type Tx interface {
 	// SpawnRejectionCount counts a parent's counted rejections at or after Since.
 	SpawnRejectionCount(ctx context.Context, parent kin.AgentID, since time.Time) (int, error)
 	SettingSet(ctx context.Context, key, value string) error
+	// SpendAdd adds reported usage to an agent's own spend.
+	SpendAdd(ctx context.Context, id kin.AgentID, tokens int64, cost float64) error
+	// SpendSetExhausted records why an agent's subtree was stopped for its
+	// budget.
+	SpendSetExhausted(ctx context.Context, id kin.AgentID, why string) error
+}
+
+// AgentPolicyRow is an agent's own stage and policy.
+type AgentPolicyRow struct {
+	ID         kin.AgentID
+	Stage      string
+	Policy     []byte // JSON of the kin.Policy it asked for, or nil
+	DeadlineAt time.Time
+}
+
+// SpendRow is an agent's own reported spend.
+type SpendRow struct {
+	ID        kin.AgentID
+	Tokens    int64
+	Cost      float64
+	Exhausted string // why its subtree was stopped, or ""
 }
 
 // AgentLink is one parent-child link of the family tree.
@@ -98,6 +124,8 @@ type AgentInsertParams struct {
 	Env         []string  // the spawner's KEY=VALUE additions (never shown by kin.Agent)
 	Dir         string
 	Handoff     []byte // JSON of the kin.Handoff the agent was given, or nil
+	Policy      []byte // JSON of the kin.Policy it asked for, or nil (Agent.Stage is stored too)
+	DeadlineAt  time.Time
 }
 
 // ProcessSpec is what a spawned agent runs.
@@ -125,6 +153,7 @@ type AgentUpdateParams struct {
 	LastHeartbeat *time.Time
 	Session       *string
 	Result        *kin.ResultStatus
+	Stage         *string
 }
 
 // AgentUpdateStatusParams changes status and state of one agent.

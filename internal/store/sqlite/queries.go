@@ -320,7 +320,8 @@ func (t *txn) AgentInsert(ctx context.Context, p store.AgentInsertParams) (*kin.
 		a.Name, p.NameContext, a.Role, a.Parent, a.Generation, a.Responsible, wallet,
 		a.ConstitutionHash, a.CapabilityHash, a.Scope, a.SelfModifying, a.Life, a.Status, a.State,
 		a.CreatedAt.UnixNano(), a.CreatedBy, a.UpdatedAt.UnixNano(),
-		jsonList(a.Command), jsonList(p.Env), p.Dir, a.Restart, int64(a.Grace), a.Replaces, a.Result, string(p.Handoff))
+		jsonList(a.Command), jsonList(p.Env), p.Dir, a.Restart, int64(a.Grace), a.Replaces, a.Result, string(p.Handoff),
+		a.Stage, string(p.Policy), nanos(p.DeadlineAt))
 	if err != nil {
 		return nil, interpretError(err)
 	}
@@ -383,6 +384,9 @@ func (t *txn) AgentUpdate(ctx context.Context, p store.AgentUpdateParams) error 
 	}
 	if p.Result != nil {
 		add("result", *p.Result)
+	}
+	if p.Stage != nil {
+		add("stage", *p.Stage)
 	}
 	res, err := t.exec(ctx, `UPDATE agents SET `+strings.Join(set, ", ")+` WHERE id = ?`, append(args, p.ID)...)
 	return affectedOne(res, err)
@@ -519,4 +523,55 @@ func interpretError(err error) error {
 		return fmt.Errorf("%w: %v", store.ErrClosed, err)
 	}
 	return fmt.Errorf("sqlite: %w", err)
+}
+
+func (r reader) AgentPolicyList(ctx context.Context) ([]store.AgentPolicyRow, error) {
+	rows, err := r.query(ctx, `SELECT id, stage, policy, deadline_at FROM agents WHERE stage <> '' OR policy <> '' OR deadline_at <> 0 ORDER BY id`)
+	if err != nil {
+		return nil, interpretError(err)
+	}
+	defer rows.Close()
+	var out []store.AgentPolicyRow
+	for rows.Next() {
+		var p store.AgentPolicyRow
+		var pol string
+		var deadline int64
+		if err := rows.Scan(&p.ID, &p.Stage, &pol, &deadline); err != nil {
+			return nil, interpretError(err)
+		}
+		if pol != "" {
+			p.Policy = []byte(pol)
+		}
+		p.DeadlineAt = unixTime(deadline)
+		out = append(out, p)
+	}
+	return out, interpretError(rows.Err())
+}
+
+func (r reader) SpendList(ctx context.Context) ([]store.SpendRow, error) {
+	rows, err := r.query(ctx, `SELECT agent_id, tokens, cost, exhausted FROM agent_spend ORDER BY agent_id`)
+	if err != nil {
+		return nil, interpretError(err)
+	}
+	defer rows.Close()
+	var out []store.SpendRow
+	for rows.Next() {
+		var s store.SpendRow
+		if err := rows.Scan(&s.ID, &s.Tokens, &s.Cost, &s.Exhausted); err != nil {
+			return nil, interpretError(err)
+		}
+		out = append(out, s)
+	}
+	return out, interpretError(rows.Err())
+}
+
+func (t *txn) SpendAdd(ctx context.Context, id kin.AgentID, tokens int64, cost float64) error {
+	_, err := t.exec(ctx, sqlSpendAdd, id, tokens, cost)
+	return interpretError(err)
+}
+
+func (t *txn) SpendSetExhausted(ctx context.Context, id kin.AgentID, why string) error {
+	_, err := t.exec(ctx, `INSERT INTO agent_spend (agent_id, exhausted) VALUES (?, ?)
+		ON CONFLICT (agent_id) DO UPDATE SET exhausted = excluded.exhausted`, id, why)
+	return interpretError(err)
 }

@@ -32,14 +32,16 @@ var (
 	sqlAgentWalletExists = `SELECT COUNT(*) FROM agents WHERE wallet = ?`
 	sqlAgentInsert       = `INSERT INTO agents (name, name_context, role, parent_id, generation, responsible, wallet,
 		constitution_hash, capability_hash, scope, self_modifying, life, status, state, created_at, created_by, updated_at,
-		command, env, dir, restart, grace, replaces, result, handoff)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
+		command, env, dir, restart, grace, replaces, result, handoff, stage, policy, deadline_at)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
 	sqlAgentUpdateStatus = `UPDATE agents SET status = ?, state = CASE WHEN ? = '' THEN state ELSE ? END, updated_at = ? WHERE id = ?`
 	sqlAgentSpawnBlock   = `UPDATE agents SET spawn_blocked_until = ? WHERE id = ?`
 	sqlEventAppend       = `INSERT INTO events (time, type, agent_id, parent_id, data) VALUES (?, ?, ?, ?, ?)`
 	sqlRejectionInsert   = `INSERT INTO spawn_rejections (parent_id, at, counted) VALUES (?, ?, ?)`
 	sqlRejectionCount    = `SELECT COUNT(*) FROM spawn_rejections WHERE parent_id = ? AND at >= ? AND counted`
 	sqlSettingSet        = `INSERT INTO settings (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value`
+	sqlSpendAdd          = `INSERT INTO agent_spend (agent_id, tokens, cost) VALUES (?, ?, ?)
+		ON CONFLICT (agent_id) DO UPDATE SET tokens = tokens + excluded.tokens, cost = cost + excluded.cost`
 )
 
 // writerStatements are prepared on the writer's connection at Open: every
@@ -49,7 +51,7 @@ func writerStatements() []string {
 	return []string{
 		sqlAgentByID, sqlAgentSubtree, sqlAgentLiveByName, sqlAgentWalletExists, sqlAgentInsert,
 		sqlAgentUpdateStatus, sqlAgentSpawnBlock, sqlEventAppend, sqlRejectionInsert, sqlRejectionCount,
-		sqlSettingSet, countLiveSQL(true, false, false), countLiveSQL(false, true, false), countLiveSQL(false, true, true),
+		sqlSettingSet, sqlSpendAdd, countLiveSQL(true, false, false), countLiveSQL(false, true, false), countLiveSQL(false, true, true),
 	}
 }
 

@@ -32,6 +32,7 @@ func Exercise(t *testing.T, open Opener) {
 	t.Run("FailedUpdateUndoesOnlyItself", func(t *testing.T) { testFailedUpdate(t, open(t)) })
 	t.Run("UpdatesAreSerialised", func(t *testing.T) { testSerialised(t, open(t)) })
 	t.Run("RuntimeFieldsAndProcessSpec", func(t *testing.T) { testRuntime(t, open(t)) })
+	t.Run("PolicyAndSpend", func(t *testing.T) { testPolicyAndSpend(t, open(t)) })
 	t.Run("CloseTwiceAndUpdateAfterClose", func(t *testing.T) { testClose(t, open(t)) })
 }
 
@@ -596,5 +597,48 @@ func testRuntime(t *testing.T, s store.Store) {
 		return tx.AgentUpdate(ctx, store.AgentUpdateParams{ID: 999, At: t0, PID: &pid})
 	}); !errors.Is(err, store.ErrNotFound) {
 		t.Fatalf("update of a missing agent: %v", err)
+	}
+}
+
+func testPolicyAndSpend(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	plain := Insert(t, s, "plain", 0)
+	deadline := time.Unix(1_800_000_000, 7).UTC()
+	var staged *kin.Agent
+	update(t, s, func(tx store.Tx) error {
+		a := NewAgent("staged", plain.ID, 1)
+		a.Stage = "restricted"
+		var err error
+		staged, err = tx.AgentInsert(ctx, store.AgentInsertParams{Agent: a, Policy: []byte(`{"env":["A*"]}`), DeadlineAt: deadline})
+		return err
+	})
+	if got, err := s.AgentGetByID(ctx, staged.ID); err != nil || got.Stage != "restricted" {
+		t.Fatalf("staged agent = %+v, %v", got, err)
+	}
+	rows, err := s.AgentPolicyList(ctx)
+	if err != nil || len(rows) != 1 || rows[0].ID != staged.ID || rows[0].Stage != "restricted" ||
+		string(rows[0].Policy) != `{"env":["A*"]}` || !rows[0].DeadlineAt.Equal(deadline) {
+		t.Fatalf("policy rows = %+v, %v (only the staged agent has one)", rows, err)
+	}
+	full := "full"
+	update(t, s, func(tx store.Tx) error {
+		if err := tx.AgentUpdate(ctx, store.AgentUpdateParams{ID: staged.ID, At: deadline, Stage: &full}); err != nil {
+			return err
+		}
+		if err := tx.SpendAdd(ctx, staged.ID, 100, 0.25); err != nil {
+			return err
+		}
+		if err := tx.SpendAdd(ctx, staged.ID, 20, 0.5); err != nil {
+			return err
+		}
+		return tx.SpendSetExhausted(ctx, plain.ID, "max_tokens")
+	})
+	if got, _ := s.AgentGetByID(ctx, staged.ID); got.Stage != "full" {
+		t.Fatalf("stage after promotion = %q", got.Stage)
+	}
+	spend, err := s.SpendList(ctx)
+	if err != nil || len(spend) != 2 || spend[0] != (store.SpendRow{ID: plain.ID, Exhausted: "max_tokens"}) ||
+		spend[1] != (store.SpendRow{ID: staged.ID, Tokens: 120, Cost: 0.75}) {
+		t.Fatalf("spend = %+v, %v", spend, err)
 	}
 }
