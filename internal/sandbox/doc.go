@@ -1,0 +1,79 @@
+// Package sandbox owns the shim that confines an agent's processes: the
+// hidden "kin sandbox-exec" subcommand (Main), the command line the daemon
+// builds for it (Args), and the Landlock rules and resource limits it
+// applies before it execs the agent's command. Go cannot run code between
+// fork and exec, so the daemon starts
+//
+//	[kinBinary, Subcommand, Args(spec)...]  =  [kin, "sandbox-exec", "--spec", "<JSON>"]
+//
+// and the shim, in the new process, opens and checks the granted paths,
+// restricts itself, sets the limits and syscall.Exec's spec.Argv. The
+// agent inherits the domain across exec and fork and can never leave it:
+// a nested shim only adds a layer (Landlock domains stack), so an agent
+// cannot regain what it lost, not even with Restrict false.
+//
+// It must never: import the daemon, the store, the CLI or the HTTP API (it
+// depends on the standard library and x/sys only); decide policy (the
+// daemon turns an agent's mounts into a Spec: Main adds no path by itself,
+// not even DefaultSystemRO or DefaultSystemRW); grant a path that is, or
+// passes through, a symbolic link (kin checked the canonical path: a link
+// there now was planted since, and is refused); widen a grant (a missing
+// path, or one the agent's user cannot reach, is skipped: no rule grants
+// less); run an agent unrestricted when Landlock is missing unless the
+// operator allowed best effort (and then say so loudly on stderr); be
+// called in the daemon's own process (Main replaces the process); or
+// return on success.
+//
+// # Rights
+//
+// The shim handles every filesystem right the kernel's ABI knows (up to
+// ABI 9's resolve_unix), so whatever is not granted is denied: reading,
+// listing, writing, creating, removing, executing, truncating, device
+// ioctls, linking or renaming across directories, and (ABI 9) connecting
+// to a pathname unix socket. RW grants all of them beneath a path, RO
+// grants execute, read_file, read_dir and resolve_unix (so an agent can
+// reach a socket, such as kin's, in a directory it reads). A rule on a
+// file that is not a directory keeps only the file rights (execute,
+// write_file, read_file, truncate, ioctl_dev, resolve_unix): the kernel
+// refuses the others there.
+//
+// Landlock grants the union of a layer's rules: a narrower mode beneath a
+// broader grant cannot be enforced. Args and Main refuse an RO path inside
+// an RW one (it would be writable); a hidden path beneath a granted one
+// cannot even be expressed in a Spec, so the daemon must refuse (or
+// report) such a policy itself.
+//
+// Not restricted in this version: TCP, UDP and abstract unix sockets
+// (Landlock's network rights and scopes are left unhandled: an agent
+// reaches the network as before) and signals (LANDLOCK_SCOPE_SIGNAL would
+// keep an agent from signalling processes outside its domain, the daemon
+// included; it is left for the daemon to decide). Before ABI 9 connecting
+// to a pathname unix socket is not restricted either, wherever it is.
+//
+// # Landlock without go-landlock
+//
+// The shim makes the three Landlock system calls itself (x/sys/unix), on
+// its goroutine locked to its OS thread: prctl(PR_SET_NO_NEW_PRIVS) and
+// landlock_restrict_self apply to the calling thread (before ABI 8's
+// TSYNC), and execve from that same thread keeps only that thread, so the
+// command runs wholly in the domain; the shim's other threads run only the
+// Go runtime and end at execve. go-landlock (v0.11.0, which builds here with
+// and without cgo) restricts every thread of the process instead, through
+// libcap's psx below ABI 8: with cgo psx links a pthread_create wrapper and
+// a signal handler into the whole kin binary, the daemon included, for a
+// guarantee the shim does not need; its best-effort mode silently falls
+// back to no restriction at all when a rule cannot be expressed, and it
+// adds a rule of its own (/proc/<pid>/task) under cgo. The raw calls, with
+// the path checks, are landlock.go, and the module's dependencies stay as
+// they were (go.mod is unchanged).
+//
+// # Limits
+//
+// CPUSeconds, MemoryBytes and OpenFiles set RLIMIT_CPU, RLIMIT_AS and
+// RLIMIT_NOFILE with soft = hard, so the agent cannot raise them (SIGKILL
+// at the CPU limit). RLIMIT_AS bounds virtual address space, not memory
+// used: a Go program needs well over 300 MiB of it just to start ("failed
+// to reserve page summary memory"), and JVMs and V8 reserve more; prefer
+// a cgroup's memory.max where one is available. RLIMIT_AS is set last,
+// right before exec, since the shim itself maps more than that.
+package sandbox

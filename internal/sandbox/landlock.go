@@ -1,0 +1,253 @@
+package sandbox
+
+import (
+	"errors"
+	"fmt"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// Filesystem access rights (include/uapi/linux/landlock.h).
+const (
+	accessExecute     = unix.LANDLOCK_ACCESS_FS_EXECUTE
+	accessWriteFile   = unix.LANDLOCK_ACCESS_FS_WRITE_FILE
+	accessReadFile    = unix.LANDLOCK_ACCESS_FS_READ_FILE
+	accessReadDir     = unix.LANDLOCK_ACCESS_FS_READ_DIR
+	accessTruncate    = unix.LANDLOCK_ACCESS_FS_TRUNCATE
+	accessIoctlDev    = unix.LANDLOCK_ACCESS_FS_IOCTL_DEV
+	accessResolveUnix = 1 << 16 // ABI 9: connect/sendmsg to a pathname unix socket (not yet in x/sys)
+
+	// accessAll is every right this package knows (ABI 9's).
+	accessAll = 1<<17 - 1
+	// accessFile are the rights that apply to a file that is not a
+	// directory: the kernel refuses a rule on a file with any other.
+	accessFile = accessExecute | accessWriteFile | accessReadFile | accessTruncate | accessIoctlDev | accessResolveUnix
+
+	// rightsRO is what Spec.RO grants; rightsRW what Spec.RW grants.
+	rightsRO = accessExecute | accessReadFile | accessReadDir | accessResolveUnix
+	rightsRW = accessAll
+)
+
+// handledAccess returns the filesystem rights a kernel of Landlock ABI v
+// can restrict, among those this package knows: all of them are handled,
+// so everything not granted is denied.
+func handledAccess(v int) uint64 {
+	switch {
+	case v <= 0:
+		return 0
+	case v == 1:
+		return 1<<13 - 1 // execute .. make_sym
+	case v == 2:
+		return 1<<14 - 1 // + refer
+	case v <= 4:
+		return 1<<15 - 1 // + truncate (3); 4 adds only network rights
+	case v <= 8:
+		return 1<<16 - 1 // + ioctl_dev (5); 6-8 add scopes and flags
+	default:
+		return accessAll // + resolve_unix (9)
+	}
+}
+
+var abiVersion = sync.OnceValue(func() int {
+	v, _, errno := unix.Syscall(unix.SYS_LANDLOCK_CREATE_RULESET, 0, 0, unix.LANDLOCK_CREATE_RULESET_VERSION)
+	if errno != 0 || int(v) < 0 {
+		return 0
+	}
+	return int(v)
+})
+
+// ABI returns the kernel's Landlock ABI version, 0 when Landlock is
+// unavailable (not built in, or not enabled at boot).
+func ABI() int { return abiVersion() }
+
+// rule is one granted path, opened (O_PATH) after its checks.
+type rule struct {
+	path   string
+	fd     int
+	access uint64
+}
+
+// pathError is a granted path the shim refuses (a symbolic link where kin
+// checked a canonical path, or a path it cannot open).
+type pathError struct {
+	path string
+	msg  string
+}
+
+func (e *pathError) Error() string { return fmt.Sprintf("path %s: %s", quote(e.path), e.msg) }
+
+// openRules opens every granted path, refusing a path that is a symbolic
+// link or passes through one (kin checked the canonical path: one that
+// became a link since resolves elsewhere). Missing paths, and paths the
+// agent's user cannot reach, are skipped: no rule grants less.
+func openRules(spec *Spec, handled uint64) ([]rule, error) {
+	var rules []rule
+	add := func(paths []string, access uint64) error {
+		for _, p := range paths {
+			fd, isDir, err := openCanonical(p)
+			if err != nil {
+				closeRules(rules)
+				return err
+			}
+			if fd < 0 {
+				continue
+			}
+			a := access & handled
+			if !isDir {
+				a &= accessFile
+			}
+			rules = append(rules, rule{path: p, fd: fd, access: a})
+		}
+		return nil
+	}
+	if err := add(spec.RW, rightsRW); err != nil {
+		return nil, err
+	}
+	if err := add(spec.RO, rightsRO); err != nil {
+		return nil, err
+	}
+	return rules, nil
+}
+
+func closeRules(rules []rule) {
+	for _, r := range rules {
+		unix.Close(r.fd)
+	}
+}
+
+// openCanonical opens p with O_PATH when p, resolved, is p itself. It
+// returns fd -1 for a path to skip.
+func openCanonical(p string) (fd int, isDir bool, err error) {
+	fd, err = unix.Openat2(unix.AT_FDCWD, p, &unix.OpenHow{
+		Flags:   unix.O_PATH | unix.O_CLOEXEC,
+		Resolve: unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS,
+	})
+	switch {
+	case err == nil:
+	case errors.Is(err, unix.ENOENT), errors.Is(err, unix.ENOTDIR), errors.Is(err, unix.EACCES):
+		return -1, false, nil
+	case errors.Is(err, unix.ELOOP):
+		return -1, false, symlinkError(p)
+	case errors.Is(err, unix.ENOSYS), errors.Is(err, unix.EPERM):
+		// No openat2 (or a seccomp filter hides it): resolve, compare,
+		// open without following, and compare what was opened.
+		return openCanonicalFallback(p)
+	default:
+		return -1, false, &pathError{p, "cannot open: " + err.Error()}
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		unix.Close(fd)
+		return -1, false, &pathError{p, "cannot stat: " + err.Error()}
+	}
+	return fd, st.Mode&unix.S_IFMT == unix.S_IFDIR, nil
+}
+
+func openCanonicalFallback(p string) (int, bool, error) {
+	real, err := filepath.EvalSymlinks(p)
+	if err != nil {
+		if errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ENOTDIR) || errors.Is(err, unix.EACCES) {
+			return -1, false, nil
+		}
+		return -1, false, &pathError{p, "cannot resolve: " + err.Error()}
+	}
+	if real != p {
+		return -1, false, symlinkError(p)
+	}
+	fd, err := unix.Open(p, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		if errors.Is(err, unix.ENOENT) || errors.Is(err, unix.EACCES) {
+			return -1, false, nil
+		}
+		return -1, false, &pathError{p, "cannot open: " + err.Error()}
+	}
+	buf := make([]byte, unix.PathMax)
+	n, err := unix.Readlink(fmt.Sprintf("/proc/self/fd/%d", fd), buf)
+	if err == nil && string(buf[:n]) != p {
+		unix.Close(fd)
+		return -1, false, symlinkError(p)
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		unix.Close(fd)
+		return -1, false, &pathError{p, "cannot stat: " + err.Error()}
+	}
+	return fd, st.Mode&unix.S_IFMT == unix.S_IFDIR, nil
+}
+
+func symlinkError(p string) error {
+	msg := "is a symbolic link or passes through one"
+	if real, err := filepath.EvalSymlinks(p); err == nil && real != p {
+		msg += " (it resolves to " + quote(real) + ")"
+	}
+	return &pathError{p, msg + "; kin grants only canonical paths, so it changed since kin checked it"}
+}
+
+// landlockError is a failure of a Landlock system call.
+type landlockError struct {
+	op  string
+	err error
+}
+
+func (e *landlockError) Error() string { return "landlock: " + e.op + ": " + e.err.Error() }
+
+// restrictThread builds the ruleset and restricts the calling OS thread
+// with it: the caller must have locked its goroutine to the thread (and
+// keep it locked) and exec from it. Landlock before ABI 8 restricts one
+// thread; execve keeps only the calling thread, so the program it starts
+// runs wholly in the domain. The shim's other threads run only the Go
+// runtime, never the agent's code, and end at execve.
+func restrictThread(abi int, rules []rule) error {
+	handled := handledAccess(abi)
+	attr := unix.LandlockRulesetAttr{Access_fs: handled}
+	// Network rights and scopes are left unhandled: the agent keeps TCP,
+	// abstract unix sockets and signals (see doc.go). Size the attribute
+	// to its first field: every ABI accepts that.
+	fd, _, errno := unix.Syscall(unix.SYS_LANDLOCK_CREATE_RULESET, uintptr(unsafe.Pointer(&attr)), unsafe.Sizeof(attr.Access_fs), 0)
+	if errno != 0 {
+		return &landlockError{"create ruleset", errno}
+	}
+	defer unix.Close(int(fd))
+	for _, r := range rules {
+		if r.access == 0 {
+			continue
+		}
+		pb := unix.LandlockPathBeneathAttr{Allowed_access: r.access, Parent_fd: int32(r.fd)}
+		_, _, errno := unix.Syscall6(unix.SYS_LANDLOCK_ADD_RULE, fd, unix.LANDLOCK_RULE_PATH_BENEATH, uintptr(unsafe.Pointer(&pb)), 0, 0, 0)
+		runtime.KeepAlive(&pb)
+		if errno != 0 {
+			return &landlockError{"add rule for " + quote(r.path) + " (" + accessString(r.access) + ")", errno}
+		}
+	}
+	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
+		return &landlockError{"prctl(PR_SET_NO_NEW_PRIVS)", err}
+	}
+	if _, _, errno := unix.Syscall(unix.SYS_LANDLOCK_RESTRICT_SELF, fd, 0, 0); errno != 0 {
+		if errno == unix.E2BIG {
+			return &landlockError{"restrict self", fmt.Errorf("%w (the agent is already nested in 16 Landlock domains, the kernel's maximum)", errno)}
+		}
+		return &landlockError{"restrict self", errno}
+	}
+	return nil
+}
+
+var accessNames = []string{
+	"execute", "write_file", "read_file", "read_dir", "remove_dir", "remove_file",
+	"make_char", "make_dir", "make_reg", "make_sock", "make_fifo", "make_block",
+	"make_sym", "refer", "truncate", "ioctl_dev", "resolve_unix",
+}
+
+func accessString(a uint64) string {
+	var names []string
+	for i, n := range accessNames {
+		if a&(1<<i) != 0 {
+			names = append(names, n)
+		}
+	}
+	return strings.Join(names, ",")
+}

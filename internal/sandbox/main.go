@@ -1,0 +1,153 @@
+package sandbox
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"os/exec"
+	"runtime"
+	"strings"
+	"syscall"
+)
+
+// Exit statuses of Main, as a shell's: the shim never returns otherwise.
+const (
+	ExitCannotRun = 126 // bad arguments, a refused path, Landlock or a limit failed, exec refused
+	ExitNotFound  = 127 // the command was not found
+)
+
+// WarningUnrestricted is what Main prints (after "kin sandbox: ") when it
+// runs an agent without Landlock because the operator allowed best effort.
+const WarningUnrestricted = "WARNING: Landlock is unavailable; running agent UNRESTRICTED (best effort allowed by the operator)"
+
+// Main is the shim: it parses the arguments Args produced, checks and
+// opens the granted paths, restricts itself with Landlock (unless the spec
+// says not to), sets the limits and execs the command, with the shim's
+// environment. It never returns on success. On failure it prints one line
+// on stderr, "kin sandbox: <what failed>: <why>", and returns 126, or 127
+// when the command was not found.
+func Main(args []string, stderr io.Writer) int {
+	spec, err := parseArgs(args)
+	if err != nil {
+		return fail(stderr, ExitCannotRun, err)
+	}
+	p, code, err := prepare(&spec, ABI(), stderr)
+	if err != nil {
+		return fail(stderr, code, err)
+	}
+	code, err = p.run()
+	return fail(stderr, code, err)
+}
+
+// plan is a checked spec, ready to run.
+type plan struct {
+	path   string   // the command, looked up
+	argv   []string // as given
+	abi    int      // 0: no Landlock
+	rules  []rule
+	limits []limit
+}
+
+// limit is one resource limit to set.
+type limit struct {
+	name     string
+	resource int
+	value    uint64
+}
+
+// prepare decides whether to restrict, looks the command up and opens the
+// granted paths: everything short of changing the process. The code goes
+// with a non-nil error.
+func prepare(spec *Spec, abi int, stderr io.Writer) (*plan, int, error) {
+	p := &plan{argv: spec.Argv}
+	if spec.Restrict {
+		switch {
+		case abi > 0:
+			p.abi = abi
+		case spec.BestEffort:
+			fmt.Fprintf(stderr, "kin sandbox: %s\n", WarningUnrestricted)
+		default:
+			return nil, ExitCannotRun, errors.New("landlock: unavailable on this kernel (not built in, or not enabled at boot with lsm=...,landlock): " +
+				"refusing to run the agent without its mounts enforced; the operator may allow best effort (best_effort) to run it unrestricted")
+		}
+	}
+	path, err := exec.LookPath(spec.Argv[0])
+	if err != nil {
+		if errors.Is(err, exec.ErrNotFound) || errors.Is(err, fs.ErrNotExist) {
+			if strings.Contains(spec.Argv[0], "/") {
+				return nil, ExitNotFound, fmt.Errorf("command not found: %s: no such file", quote(spec.Argv[0]))
+			}
+			return nil, ExitNotFound, fmt.Errorf("command not found: %s is not in PATH (%s)", quote(spec.Argv[0]), quote(os.Getenv("PATH")))
+		}
+		return nil, ExitCannotRun, fmt.Errorf("command %s: %v", quote(spec.Argv[0]), unwrapExecError(err))
+	}
+	p.path = path
+	for _, l := range []limit{
+		{"RLIMIT_CPU", syscall.RLIMIT_CPU, uint64(spec.CPUSeconds)},
+		{"RLIMIT_NOFILE", syscall.RLIMIT_NOFILE, uint64(spec.OpenFiles)},
+		{"RLIMIT_AS", syscall.RLIMIT_AS, uint64(spec.MemoryBytes)}, // last: see run
+	} {
+		if l.value > 0 {
+			p.limits = append(p.limits, l)
+		}
+	}
+	if p.abi > 0 {
+		p.rules, err = openRules(spec, handledAccess(p.abi))
+		if err != nil {
+			return nil, ExitCannotRun, err
+		}
+	}
+	return p, 0, nil
+}
+
+// run restricts the calling thread, sets the limits and execs the command
+// from that thread. It returns only on failure, with the exit status.
+func (p *plan) run() (int, error) {
+	// Landlock (before ABI 8) and no_new_privs apply to the calling
+	// thread: stay on it until execve, which keeps only this thread. Never
+	// unlocked: on failure the process exits.
+	runtime.LockOSThread()
+	if p.abi > 0 {
+		err := restrictThread(p.abi, p.rules)
+		closeRules(p.rules)
+		if err != nil {
+			return ExitCannotRun, err
+		}
+	}
+	env := os.Environ()
+	// The address-space limit last: the Go runtime must not need to map
+	// memory after it.
+	for _, l := range p.limits {
+		if err := syscall.Setrlimit(l.resource, &syscall.Rlimit{Cur: l.value, Max: l.value}); err != nil {
+			return ExitCannotRun, fmt.Errorf("rlimit: %s=%d: %v", l.name, l.value, err)
+		}
+	}
+	err := syscall.Exec(p.path, p.argv, env)
+	code := ExitCannotRun
+	hint := ""
+	switch {
+	case errors.Is(err, syscall.ENOENT):
+		code = ExitNotFound
+		hint = " (a script's interpreter may be missing)"
+	case errors.Is(err, syscall.EACCES) && p.abi > 0:
+		hint = " (Landlock: are the command and its interpreter under a granted path?)"
+	}
+	return code, fmt.Errorf("exec %s: %v%s", quote(p.path), err, hint)
+}
+
+// unwrapExecError drops exec.Error's own prefix ("exec: "name": ").
+func unwrapExecError(err error) error {
+	var ee *exec.Error
+	if errors.As(err, &ee) {
+		return ee.Err
+	}
+	return err
+}
+
+// fail prints err as Main's one line and returns code.
+func fail(stderr io.Writer, code int, err error) int {
+	fmt.Fprintf(stderr, "kin sandbox: %s\n", oneLine(err.Error()))
+	return code
+}

@@ -1,0 +1,209 @@
+package sandbox
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"slices"
+	"strings"
+)
+
+// Subcommand is the hidden kin subcommand that runs Main: the daemon starts
+// an agent as [kinBinary, Subcommand, Args(spec)...].
+const Subcommand = "sandbox-exec"
+
+// Spec is what the shim applies before exec'ing the agent's command.
+type Spec struct {
+	// RW are absolute, clean, canonical paths (directories or files)
+	// granted read, write, create, remove, rename/link within, and execute.
+	RW []string `json:"rw,omitempty"`
+	// RO are absolute, clean, canonical paths granted read and execute.
+	RO []string `json:"ro,omitempty"`
+	// Restrict false means no Landlock at all (the agent's policy lists no
+	// mounts); the limits still apply.
+	Restrict bool `json:"restrict,omitempty"`
+	// BestEffort: the operator allowed running unrestricted where the
+	// kernel has no Landlock.
+	BestEffort bool `json:"best_effort,omitempty"`
+	// CPUSeconds, MemoryBytes and OpenFiles set RLIMIT_CPU, RLIMIT_AS and
+	// RLIMIT_NOFILE (soft = hard); 0 leaves the limit as inherited.
+	CPUSeconds  int64 `json:",omitempty"`
+	MemoryBytes int64 `json:",omitempty"`
+	OpenFiles   int64 `json:",omitempty"`
+	// Argv is the agent's command; Argv[0] is looked up in the PATH of the
+	// shim's environment when it has no slash.
+	Argv []string `json:"argv"`
+}
+
+// specFlag is the one flag of the shim's command line.
+const specFlag = "--spec"
+
+// maxArgLen is Linux's limit on one argument string (MAX_ARG_STRLEN, 32
+// pages), less a margin: a longer spec would make execve fail with E2BIG.
+const maxArgLen = 32*4096 - 1024
+
+// Args returns the shim's command line after the program and Subcommand:
+// ["--spec", "<spec as JSON>"]. It validates spec as Main will.
+func Args(spec Spec) ([]string, error) {
+	if err := spec.validate(); err != nil {
+		return nil, err
+	}
+	b, err := json.Marshal(spec)
+	if err != nil {
+		return nil, fmt.Errorf("sandbox: encoding spec: %w", err)
+	}
+	if len(b) > maxArgLen {
+		return nil, fmt.Errorf("sandbox: spec is %d bytes as JSON, more than one argument may hold (%d)", len(b), maxArgLen)
+	}
+	return []string{specFlag, string(b)}, nil
+}
+
+// parseArgs is the inverse of Args: it accepts exactly what Args produces
+// (the --spec=JSON form too) and validates the spec.
+func parseArgs(args []string) (Spec, error) {
+	var raw string
+	switch {
+	case len(args) == 2 && args[0] == specFlag:
+		raw = args[1]
+	case len(args) == 1 && strings.HasPrefix(args[0], specFlag+"="):
+		raw = strings.TrimPrefix(args[0], specFlag+"=")
+	case len(args) == 0:
+		return Spec{}, errors.New("bad arguments: want --spec JSON, got nothing")
+	default:
+		return Spec{}, fmt.Errorf("bad arguments: want --spec JSON, got %d argument(s) starting with %s", len(args), quote(args[0]))
+	}
+	var spec Spec
+	dec := json.NewDecoder(strings.NewReader(raw))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&spec); err != nil {
+		return Spec{}, fmt.Errorf("bad spec: %v", oneLine(err.Error()))
+	}
+	if dec.More() {
+		return Spec{}, errors.New("bad spec: more than one JSON value")
+	}
+	if err := spec.validate(); err != nil {
+		return Spec{}, err
+	}
+	return spec, nil
+}
+
+// validate checks what the shim relies on. Its errors start with "bad
+// spec:" and are one line.
+func (s *Spec) validate() error {
+	if len(s.Argv) == 0 {
+		return errors.New("bad spec: argv is empty")
+	}
+	if s.Argv[0] == "" {
+		return errors.New("bad spec: argv[0] is empty")
+	}
+	for i, a := range s.Argv {
+		if strings.IndexByte(a, 0) >= 0 {
+			return fmt.Errorf("bad spec: argv[%d] contains a NUL byte", i)
+		}
+	}
+	for _, l := range []struct {
+		name string
+		v    int64
+	}{{"CPUSeconds", s.CPUSeconds}, {"MemoryBytes", s.MemoryBytes}, {"OpenFiles", s.OpenFiles}} {
+		if l.v < 0 {
+			return fmt.Errorf("bad spec: %s is negative (%d)", l.name, l.v)
+		}
+	}
+	for _, list := range []struct {
+		name  string
+		paths []string
+	}{{"rw", s.RW}, {"ro", s.RO}} {
+		for _, p := range list.paths {
+			if err := checkPath(p); err != nil {
+				return fmt.Errorf("bad spec: %s path %s: %v", list.name, quote(p), err)
+			}
+		}
+	}
+	// Landlock grants the union of a layer's rules: a read-only path
+	// under a read-write one would be writable all the same.
+	for _, ro := range s.RO {
+		for _, rw := range s.RW {
+			if within(ro, rw) {
+				return fmt.Errorf("bad spec: ro path %s is inside rw path %s: Landlock grants the union of rules, so it would be writable", quote(ro), quote(rw))
+			}
+		}
+	}
+	return nil
+}
+
+// checkPath accepts absolute, clean paths without NUL bytes.
+func checkPath(p string) error {
+	switch {
+	case p == "":
+		return errors.New("is empty")
+	case strings.IndexByte(p, 0) >= 0:
+		return errors.New("contains a NUL byte")
+	case !filepath.IsAbs(p):
+		return errors.New("is not absolute")
+	case filepath.Clean(p) != p:
+		return fmt.Errorf("is not clean (%s)", quote(filepath.Clean(p)))
+	}
+	return nil
+}
+
+// within says whether path p is dir or beneath it (both clean, absolute).
+func within(p, dir string) bool {
+	if dir == "/" || p == dir {
+		return true
+	}
+	return strings.HasPrefix(p, dir+"/")
+}
+
+// DefaultSystemRO returns the read-only system paths a program needs: the
+// canonical forms of /usr /bin /sbin /lib /lib64 /lib32 /etc /proc /sys
+// that exist here, without those another entry covers (on a merged-/usr
+// system /bin is a link to usr/bin, already under /usr). The daemon passes
+// them in Spec.RO; Main never adds them by itself.
+func DefaultSystemRO() []string {
+	return canonicalExisting([]string{"/usr", "/bin", "/sbin", "/lib", "/lib64", "/lib32", "/etc", "/proc", "/sys"})
+}
+
+// DefaultSystemRW returns the device files any program may write: /dev/null
+// (os/exec opens it for every child without a stdin or stdout), /dev/zero,
+// /dev/full, /dev/random and /dev/urandom, those that exist. Deliberately
+// not: /dev/tty, /dev/pts and /dev/ptmx (a terminal another process of the
+// same uid uses) and /dev/shm (a directory shared by every process here).
+func DefaultSystemRW() []string {
+	return canonicalExisting([]string{"/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom"})
+}
+
+// canonicalExisting resolves the paths that exist and drops duplicates and
+// those beneath another entry.
+func canonicalExisting(candidates []string) []string {
+	var all []string
+	for _, c := range candidates {
+		p, err := filepath.EvalSymlinks(c)
+		if err != nil || slices.Contains(all, p) {
+			continue
+		}
+		all = append(all, p)
+	}
+	var out []string
+	for _, p := range all {
+		if !slices.ContainsFunc(all, func(q string) bool { return q != p && within(p, q) }) {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// quote quotes a user-given string for a one-line message, shortened.
+func quote(s string) string {
+	const max = 200
+	if len(s) > max {
+		s = s[:max] + "..."
+	}
+	return fmt.Sprintf("%q", s)
+}
+
+// oneLine makes an error text one line.
+func oneLine(s string) string {
+	return string(bytes.ReplaceAll([]byte(s), []byte("\n"), []byte(" ")))
+}
