@@ -16,6 +16,10 @@ import (
 // fsync, under the same rules as AppendEvent. Nothing is written when one
 // of them is not a JSON object or too long.
 func (f *FS) AppendEvents(s Session, events [][]byte) error {
+	return f.appendLines(s, FileEvents, events)
+}
+
+func (f *FS) appendLines(s Session, name string, events [][]byte) error {
 	if len(events) == 0 {
 		return nil
 	}
@@ -40,7 +44,7 @@ func (f *FS) AppendEvents(s Session, events [][]byte) error {
 	}
 	defer unix.Close(fd)
 	dir := f.Dir(s)
-	if err := f.appendAt(fd, FileEvents, buf.Bytes(), s.Owner, dir); err != nil {
+	if err := f.appendAt(fd, name, buf.Bytes(), s.Owner, dir); err != nil {
 		return fmt.Errorf("ctxfs: %s: %w", dir, err)
 	}
 	return nil
@@ -51,27 +55,39 @@ func (f *FS) AppendEvents(s Session, events [][]byte) error {
 // restart so that an event already appended is not appended again. A last
 // line that does not parse counts as 0 (the caller then appends from its
 // own cursor).
-func (f *FS) LastEventSeq(s Session) (int64, error) {
+func (f *FS) LastEventSeq(s Session) (int64, error) { return f.lastSeq(s, FileEvents) }
+
+// LastMessageSeq is LastEventSeq for messages.jsonl: the "seq" of its last
+// line when kin appended it (a message sent through kin), else 0.
+func (f *FS) LastMessageSeq(s Session) (int64, error) { return f.lastSeq(s, FileMessages) }
+
+// AppendMessages appends messages sent through kin (JSON objects) to the
+// session's messages.jsonl, like AppendEvents.
+func (f *FS) AppendMessages(s Session, msgs [][]byte) error {
+	return f.appendLines(s, FileMessages, msgs)
+}
+
+func (f *FS) lastSeq(s Session, name string) (int64, error) {
 	fd, err := f.openSession(s)
 	if err != nil {
 		return 0, err
 	}
 	defer unix.Close(fd)
-	efd, err := unix.Openat(fd, FileEvents, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
+	efd, err := unix.Openat(fd, name, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
 	if errors.Is(err, unix.ENOENT) {
 		return 0, nil
 	}
 	if err != nil {
-		return 0, &fs.PathError{Op: "open", Path: FileEvents, Err: err}
+		return 0, &fs.PathError{Op: "open", Path: name, Err: err}
 	}
-	file := os.NewFile(uintptr(efd), FileEvents)
+	file := os.NewFile(uintptr(efd), name)
 	defer file.Close()
 	var st unix.Stat_t
 	if err := unix.Fstat(efd, &st); err != nil {
 		return 0, err
 	}
 	if st.Mode&unix.S_IFMT != unix.S_IFREG {
-		return 0, fmt.Errorf("%s: %w", FileEvents, ErrNotRegular)
+		return 0, fmt.Errorf("%s: %w", name, ErrNotRegular)
 	}
 	size := st.Size
 	if size == 0 {

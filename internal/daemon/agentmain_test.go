@@ -15,6 +15,7 @@ import (
 	"github.com/kin-agents/kin/client"
 	"github.com/kin-agents/kin/internal/daemon"
 	"github.com/kin-agents/kin/internal/kintest"
+	"github.com/kin-agents/kin/internal/sandbox"
 	"github.com/kin-agents/kin/kin"
 )
 
@@ -22,6 +23,9 @@ import (
 // a real daemon) or an agent program (so agents are real processes that
 // talk to kin through their own socket), chosen by the environment.
 func TestMain(m *testing.M) {
+	if len(os.Args) > 1 && os.Args[1] == sandbox.Subcommand {
+		os.Exit(sandbox.Main(os.Args[2:], os.Stderr))
+	}
 	if home := os.Getenv("KIN_TEST_DAEMON_HOME"); home != "" {
 		runDaemonProcess(home)
 		return

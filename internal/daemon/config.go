@@ -42,6 +42,19 @@ type Config struct {
 	// CgroupName names the kin root cgroup; default "kin-" and a hash of
 	// the home, stable across restarts so agents can be re-adopted.
 	CgroupName string
+	// PolicyConfig is the permission authority's configuration file (the
+	// global deny list and the stage presets, JSON or YAML); "" ships
+	// seed 003's presets restricted, supervised and full.
+	PolicyConfig string
+	// SandboxRO are the read-only system paths every agent with restricted
+	// mounts gets; nil: sandbox.DefaultSystemRO.
+	SandboxRO []string
+	// SandboxBestEffort runs agents with restricted mounts unrestricted
+	// where the kernel has no Landlock, instead of refusing them.
+	SandboxBestEffort bool
+	// ShimPath is the kin binary that applies the sandbox when the daemon
+	// is not itself a kin binary (tests); "" uses the published kin.
+	ShimPath string
 	// Logger receives the daemon's structured logs; nil discards them.
 	Logger *slog.Logger
 	// Clock returns the current time; tests inject their own.

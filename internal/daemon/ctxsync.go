@@ -208,6 +208,7 @@ func (w *ctxWriter) apply(ctx context.Context, a *kin.Agent, evs []kin.Event) {
 			w.appendEvents(a, c, evs)
 		}
 	}
+	w.appendMessages(a, c, evs)
 	d.ctxMu.Lock()
 	stale := a.Result != "" && a.Result != c.childStatus
 	d.ctxMu.Unlock()
@@ -284,4 +285,57 @@ func (w *ctxWriter) holdsName(a *kin.Agent) bool {
 		}
 	}
 	return id <= a.ID
+}
+
+// appendMessages appends the messages sent to a through kin to the
+// messages.jsonl of the session each names. A session that does not exist
+// (an agent that never ran, or a key nobody made) gets nothing: the message
+// stays in the event log, where kin inbox reads it.
+func (w *ctxWriter) appendMessages(a *kin.Agent, c *ctxAgent, evs []kin.Event) {
+	d := w.d
+	bySession := map[string][][]byte{}
+	lastOf := map[string]int64{}
+	var order []string
+	for _, ev := range evs {
+		if ev.Type != kin.EventAgentMessage {
+			continue
+		}
+		line, to, sid, ok := messageLine(ev)
+		if !ok || to != a.ID {
+			continue
+		}
+		if _, seen := bySession[sid]; !seen {
+			order = append(order, sid)
+		}
+		bySession[sid] = append(bySession[sid], line)
+		lastOf[sid] = ev.Seq
+	}
+	for _, sid := range order {
+		s := ctxfs.Session{Owner: d.agentOwner(a.ID), Agent: a.Name, ID: sid}
+		if c.msgSeq == nil {
+			c.msgSeq = map[string]int64{}
+		}
+		done, known := c.msgSeq[sid]
+		if !known {
+			var err error
+			if done, err = d.ctx.LastMessageSeq(s); err != nil {
+				d.log.Warn("agent filesystem: messages.jsonl", "agent", a.ID, "session", sid, "err", err)
+				continue
+			}
+		}
+		var lines [][]byte
+		for _, l := range bySession[sid] {
+			var m struct {
+				Seq int64 `json:"seq"`
+			}
+			if json.Unmarshal(l, &m) == nil && m.Seq > done {
+				lines = append(lines, l)
+			}
+		}
+		if err := d.ctx.AppendMessages(s, lines); err != nil {
+			d.log.Warn("agent filesystem: messages.jsonl", "agent", a.ID, "session", sid, "err", err)
+			continue
+		}
+		c.msgSeq[sid] = lastOf[sid]
+	}
 }

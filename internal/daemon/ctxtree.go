@@ -8,7 +8,6 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 
@@ -39,6 +38,7 @@ type ctxAgent struct {
 	seqKnown    bool
 	state       kin.State        // last written to the session's state file
 	childStatus kin.ResultStatus // last written to the parent's status file
+	msgSeq      map[string]int64 // by session: the last message appended to its messages.jsonl
 }
 
 // agentOwner is who owns agent id's files: the uid and gid it runs as.
@@ -55,7 +55,7 @@ func runID(id kin.AgentID) string { return "r" + id.String() }
 // parseHandoff validates a spawn's handoff wholly, before anything is
 // created, and returns it in the handoff package's form.
 func parseHandoff(h *kin.Handoff) (handoff.Handoff, error) {
-	out := handoff.Handoff{Task: h.Task, Policy: h.Policy, Mounts: h.Mounts}
+	out := handoff.Handoff{Task: h.Task}
 	for _, r := range h.Refs {
 		out.Refs = append(out.Refs, handoff.Ref{Path: r.Path, Hash: r.Hash, Kind: r.Kind, Summary: r.Summary})
 	}
@@ -90,32 +90,6 @@ func handoffOf(raw []byte) (*handoff.Handoff, error) {
 	return &h, nil
 }
 
-// mountLines renders a mount subset ({"/work/docs": "ro"}) as the mount
-// control file's lines ("/work/docs ro"), sorted; values that are not
-// strings are kept as compact JSON.
-func mountLines(raw json.RawMessage) []string {
-	if len(raw) == 0 {
-		return nil
-	}
-	var m map[string]json.RawMessage
-	if json.Unmarshal(raw, &m) != nil {
-		return nil
-	}
-	var out []string
-	for k, v := range m {
-		var s string
-		if json.Unmarshal(v, &s) != nil {
-			s = string(v)
-		}
-		l := strings.TrimSpace(k + " " + s)
-		if l != "" && !strings.ContainsAny(l, "\n\r\x00") {
-			out = append(out, l)
-		}
-	}
-	slices.Sort(out)
-	return out
-}
-
 // prepareCtx makes what an agent's process needs before it starts: its
 // session (with its handoff in context/) and, when its parent has a
 // session, its folder in the parent's context/child/. It returns the
@@ -126,6 +100,10 @@ func (d *Daemon) prepareCtx(ctx context.Context, a *kin.Agent, spec store.Proces
 	h, err := handoffOf(spec.Handoff)
 	if err != nil {
 		return nil, nil, "", err
+	}
+	if h != nil {
+		// seed 001's "policy subset" and "mount subset": what the child holds.
+		h.Policy, h.Mounts, _ = d.policyControl(a.ID)
 	}
 	c.setHandoff(h)
 	var parentRef ctxfs.ParentRef
@@ -209,7 +187,6 @@ func (c *ctxAgent) setHandoff(h *handoff.Handoff) {
 		return
 	}
 	c.hasHandoff, c.contract = true, h.Contract
-	c.rt.Mount, c.rt.Policy = mountLines(h.Mounts), h.Policy
 	for _, r := range h.Refs {
 		c.inputRefs = append(c.inputRefs, r.Path)
 	}
@@ -245,6 +222,7 @@ func (d *Daemon) ctxEnv(a *kin.Agent, c *ctxAgent) []string {
 func (d *Daemon) setRuntime(c *ctxAgent, a *kin.Agent, spec store.ProcessSpec, sock string) {
 	o := d.agentOwner(a.ID)
 	c.rt.UID, c.rt.GID = o.UID, o.GID
+	c.rt.Policy, _, c.rt.Mount = d.policyControl(a.ID)
 	c.rt.Iso, c.rt.Log, c.rt.Path = d.sup.Containment(), d.logPath(a.ID), d.agentPathList
 	c.rt.Cwd = d.agentCwd(spec, c.session)
 	c.rt.Env = nil

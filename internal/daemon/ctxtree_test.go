@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -70,16 +71,40 @@ func TestGoldenTreeTwoAgents(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	golden(t, "testdata/ctx-two-agents.txt", b.String())
+	golden(t, "testdata/ctx-two-agents.txt", sortPolicyLines(b.String()))
 }
 
 // normalize replaces what differs from run to run: the temporary folders,
 // and the agents' uids.
 func normalize(f *family, s string) string {
+	bin, _ := kintest.AgentBinaryPath()
 	return strings.NewReplacer(
-		f.ctx, "$CTX", f.work, "$WORK",
+		f.ctx, "$CTX", f.work, "$WORK", filepath.Dir(bin), "$AGENTBIN", filepath.Dir(f.kidOut), "$KIDOUT",
 		uidOf(f.d, f.coder.ID), "<uid:coder>", uidOf(f.d, f.child), "<uid:rev-123>",
 	).Replace(s)
+}
+
+// sortPolicyLines sorts the mount file's lines and the policy's keys again
+// after normalize: they are sorted by path, which normalize reorders.
+func sortPolicyLines(s string) string {
+	lines := strings.Split(s, "\n")
+	for i := 0; i < len(lines); i++ {
+		switch {
+		case strings.HasSuffix(lines[i], "/mount"):
+			j := i + 1
+			for j < len(lines) && strings.HasPrefix(lines[j], "  | ") {
+				j++
+			}
+			slices.Sort(lines[i+1 : j])
+		case strings.HasSuffix(lines[i], "/policy") && i+1 < len(lines) && strings.HasPrefix(lines[i+1], "  | {"):
+			var v any
+			if json.Unmarshal([]byte(lines[i+1][4:]), &v) == nil {
+				b, _ := json.Marshal(v)
+				lines[i+1] = "  | " + string(b)
+			}
+		}
+	}
+	return strings.Join(lines, "\n")
 }
 
 func golden(t *testing.T, path, got string) {

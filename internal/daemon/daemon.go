@@ -42,6 +42,7 @@ type Daemon struct {
 	store   store.Store
 	hub     *hub
 	lineage lineage
+	perm    perms // the permission authority's state (permission.go)
 	pid     int
 	started time.Time
 	token   string
@@ -139,6 +140,12 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 	for _, l := range links {
 		d.lineage.add(l.ID, l.Parent)
 	}
+	if d.perm.cfg, err = loadPolicyConfig(cfg.PolicyConfig); err != nil {
+		return nil, err
+	}
+	if err := d.loadPerms(ctx); err != nil {
+		return nil, fmt.Errorf("load permissions: %w", err)
+	}
 	if d.token, err = loadOrCreateToken(filepath.Join(cfg.Home, TokenName)); err != nil {
 		return nil, err
 	}
@@ -180,6 +187,7 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 	if err := d.reconcile(ctx); err != nil {
 		return nil, fmt.Errorf("reconcile running agents: %w", err)
 	}
+	d.armDeadlines(ctx)
 	// Open both listeners before serving either, so no request sees a
 	// half-started daemon.
 	if err := d.listenUnix(); err != nil {
@@ -284,7 +292,19 @@ func (d *Daemon) agentCredential(id kin.AgentID) *syscall.Credential {
 		return nil
 	}
 	uid := d.cfg.AgentUIDBase + uint32(id)
-	return &syscall.Credential{Uid: uid, Gid: uid, Groups: []uint32{}}
+	c := &syscall.Credential{Uid: uid, Gid: uid, Groups: []uint32{}}
+	if flat, ok := d.flatPolicy(id); ok {
+		if flat.UID != nil {
+			c.Uid = *flat.UID
+		}
+		if flat.GID != nil {
+			c.Gid = *flat.GID
+		}
+		if flat.Groups != nil {
+			c.Groups = flat.Groups
+		}
+	}
+	return c
 }
 
 // lockHome takes an exclusive lock on the home so that two daemons never
@@ -456,6 +476,7 @@ func (d *Daemon) CtxRoot() string { return d.ctxDir }
 func (d *Daemon) Close() error {
 	d.once.Do(func() {
 		close(d.closing)
+		d.stopTimers()
 		d.rtMu.Lock()
 		d.shuttingDown = true
 		d.rtMu.Unlock()

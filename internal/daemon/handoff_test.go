@@ -223,13 +223,18 @@ func TestSeed001HandoffEndToEnd(t *testing.T) {
 		"status": string(a.Status) + "\n",
 		"uid":    uidOf(f.d, f.child) + "\n",
 		"pid":    "",
-		"mount":  filepath.Join(f.work, "docs") + " ro\n",
-		"policy": `{"write":["result"]}` + "\n",
 		"cwd":    s + "\n",
 	} {
 		if got := readFile(t, filepath.Join(ctl, name)); got != want {
 			t.Errorf("control file %s = %q, want %q", name, got, want)
 		}
+	}
+	// mount and policy show the child's effective policy (its mount subset).
+	if got := readFile(t, filepath.Join(ctl, "mount")); !strings.Contains(got, f.work+" ro\n") {
+		t.Errorf("control file mount = %q, want a line %q", got, f.work+" ro")
+	}
+	if got := readFile(t, filepath.Join(ctl, "policy")); !strings.Contains(got, `"mounts":{`) || !strings.Contains(got, strconv.Quote(f.work)+`:"ro"`) {
+		t.Errorf("control file policy = %q, want the effective mounts", got)
 	}
 	var meta kin.Agent
 	if err := json.Unmarshal([]byte(readFile(t, filepath.Join(ctl, "meta.json"))), &meta); err != nil || meta.ID != a.ID || meta.Result != kin.ResultCompleted || meta.State != a.State {
@@ -393,7 +398,6 @@ func TestBadHandoffChangesNothing(t *testing.T) {
 		{kin.Handoff{Task: "t", Refs: []kin.Ref{{Path: "/x"}}}, "no hash"},
 		{kin.Handoff{Task: "t", Contract: []byte(`{"sections":[{"name":"S","max_bytes":0}]}`)}, "max_bytes"},
 		{kin.Handoff{Task: "t", Contract: []byte(`{"bogus":1}`)}, "bogus"},
-		{kin.Handoff{Task: "t", Policy: []byte(`[1]`)}, "policy.json must be a JSON object"},
 	} {
 		h := c.h
 		_, err := d.Client.Spawn(ctx, kin.SpawnRequest{RegisterRequest: kin.RegisterRequest{Name: "x", Responsible: "r"},

@@ -91,3 +91,13 @@ func (l *lineage) isDescendant(id, ancestor kin.AgentID) bool {
 	}
 	return false
 }
+
+// parentOf returns id's parent, 0 for a root or an unknown id.
+func (l *lineage) parentOf(id kin.AgentID) kin.AgentID {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	if !l.hasLocked(id) {
+		return 0
+	}
+	return l.parent[id]
+}

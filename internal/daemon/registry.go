@@ -54,11 +54,16 @@ func (d *Daemon) register(ctx context.Context, req kin.RegisterRequest, extra *s
 	if req.Life == "" {
 		req.Life = kin.LifeOwned
 	}
+	if err := d.checkPermissionRequest(&req); err != nil {
+		return nil, err
+	}
 	by := c.createdBy()
 	var out *kin.Agent
 	var refused *kin.Error
+	var denied error
+	var ad *admission
 	err := d.store.Update(ctx, func(tx store.Tx) error {
-		out, refused = nil, nil
+		out, refused, denied, ad = nil, nil, nil, nil
 		prof := d.governor()
 		now := d.now()
 		facts := governor.SpawnFacts{ParentID: req.Parent, Name: name, Life: req.Life, Now: now}
@@ -103,7 +108,20 @@ func (d *Daemon) register(ctx context.Context, req kin.RegisterRequest, extra *s
 		} else if !errors.Is(err, store.ErrNotFound) {
 			return err
 		}
+		var env []string
+		if extra != nil {
+			env = extra.env
+		}
+		if ad, denied = d.admit(&req, facts.Role, env, now); denied != nil {
+			return nil
+		}
+		if extra != nil && ad.needsSandbox() {
+			if denied = d.sandboxAvailable(); denied != nil {
+				return nil
+			}
+		}
 		a := kin.Agent{
+			Stage:            req.Stage,
 			Name:             req.Name,
 			Role:             facts.Role,
 			Parent:           req.Parent,
@@ -124,7 +142,10 @@ func (d *Daemon) register(ctx context.Context, req kin.RegisterRequest, extra *s
 		if a.Responsible == "" && facts.Parent != nil {
 			a.Responsible = facts.Parent.Responsible // seed 000: children inherit by default
 		}
-		ins := store.AgentInsertParams{Agent: a, NameContext: name.Context}
+		ins := store.AgentInsertParams{Agent: a, NameContext: name.Context, Policy: ad.policy}
+		if ad.own != nil {
+			ins.DeadlineAt = ad.own.deadlineAt
+		}
 		if extra != nil {
 			ins.Agent.Command, ins.Agent.Restart, ins.Agent.Grace, ins.Agent.Replaces = extra.command, extra.restart, extra.grace, extra.replaces
 			ins.Env, ins.Dir, ins.Handoff = extra.env, extra.dir, extra.handoff
@@ -153,7 +174,16 @@ func (d *Daemon) register(ctx context.Context, req kin.RegisterRequest, extra *s
 	if refused != nil {
 		return nil, refused
 	}
+	if denied != nil {
+		return nil, denied
+	}
 	d.lineage.add(out.ID, out.Parent)
+	d.commit(out.ID, ad)
+	if req.Template != nil {
+		if err := d.provisionWorkspace(ctx, out, req.Template); err != nil {
+			return out, err
+		}
+	}
 	return out, nil
 }
 
@@ -283,7 +313,16 @@ func (d *Daemon) Tree(ctx context.Context, id kin.AgentID) ([]*kin.TreeNode, err
 	if err != nil {
 		return nil, d.agentError(err, id)
 	}
-	return BuildTree(agents, id), nil
+	trees := BuildTree(agents, id)
+	var mark func(ns []*kin.TreeNode)
+	mark = func(ns []*kin.TreeNode) {
+		for _, n := range ns {
+			n.Spend = d.spendOf(n.ID)
+			mark(n.Children)
+		}
+	}
+	mark(trees)
+	return trees, nil
 }
 
 // BuildTree nests agents (each parent listed before its children) into

@@ -295,3 +295,19 @@ func (d *Daemon) ContextPack(ctx context.Context, id kin.AgentID) (*kin.ContextP
 	}
 	return out, nil
 }
+
+// keepPartial copies a stopped agent's output/ into its parent's
+// context/child/<child>/ as it is, unchecked (its status says cancelled).
+func (d *Daemon) keepPartial(ctx context.Context, a *kin.Agent) {
+	c := d.ctxAgentOf(ctx, a)
+	if c.session.Agent == "" || !c.resultChan {
+		return
+	}
+	out, dir := d.ctx.OutputDir(c.session.UID, a.Name, c.session.ID), d.resultDir(a, c)
+	if dir == "" || dir == out {
+		return // kept where it is
+	}
+	if _, err := d.ctx.CopyResult(out, dir); err != nil {
+		d.log.Warn("keep partial result", "agent", a.ID, "err", err)
+	}
+}

@@ -114,14 +114,19 @@ func runSeed001Agent(mode string, out func(string, ...any)) int {
 			out("input refs: %v", err)
 			return 2
 		}
-		h := &kin.Handoff{Task: string(read("handoff.md")), Contract: read("contract.json"),
-			Policy: json.RawMessage(`{"write":["result"]}`), Mounts: json.RawMessage(`{"` + filepath.Join(work, "docs") + `":"ro"}`)}
+		h := &kin.Handoff{Task: string(read("handoff.md")), Contract: read("contract.json")}
+		// seed 001's mount subset: the work (docs and fixtures) read-only, the program it runs
+		// (this test binary), and where it tells the test what it saw.
+		pol := &kin.Policy{Mounts: map[string]kin.Mode{work: kin.ModeRO, filepath.Dir(os.Args[0]): kin.ModeRO}}
+		if o := os.Getenv("KINTEST_CHILD_OUT"); o != "" {
+			pol.Mounts[filepath.Dir(o)] = kin.ModeRW
+		}
 		for _, r := range refs {
 			h.Refs = append(h.Refs, kin.Ref{Path: r.Path, Hash: r.Hash})
 		}
 		env := []string{"KINTEST_MODE=" + os.Getenv("KINTEST_CHILD"), "KINTEST_WORK=" + work, "KINTEST_OUT=" + os.Getenv("KINTEST_CHILD_OUT"),
 			"KINTEST_PEEK=" + filepath.Join(os.Getenv("KIN_SESSION"), "messages.jsonl")}
-		child, err := c.Spawn(ctx, kin.SpawnRequest{RegisterRequest: kin.RegisterRequest{Name: "rev-123", Role: "reviewer"},
+		child, err := c.Spawn(ctx, kin.SpawnRequest{RegisterRequest: kin.RegisterRequest{Name: "rev-123", Role: "reviewer", Policy: pol},
 			Command: []string{os.Args[0]}, Env: env, Handoff: h})
 		if err != nil {
 			out("spawn: %v", err)

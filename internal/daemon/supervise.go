@@ -144,6 +144,15 @@ func (d *Daemon) start(ctx context.Context, a *kin.Agent, spec store.ProcessSpec
 	}
 	rt.ctx = cx
 	d.rememberCtx(a.ID, cx)
+	argv, err := d.sandboxArgv(a, cx, spec.Command)
+	if err != nil {
+		d.removeRuntime(a.ID)
+		return nil, d.failStart(ctx, a, err)
+	}
+	if flat, ok := d.flatPolicy(a.ID); ok && d.cfg.AgentUIDBase == 0 && (flat.UID != nil || flat.GID != nil || flat.Groups != nil) {
+		d.removeRuntime(a.ID)
+		return nil, d.failStart(ctx, a, errors.New("its policy sets uid, gid or groups, which needs a daemon running as root"))
+	}
 	session := cx.session.ID
 	var result *kin.ResultStatus
 	if cx.resultChan {
@@ -154,7 +163,7 @@ func (d *Daemon) start(ctx context.Context, a *kin.Agent, spec store.ProcessSpec
 		ID:         a.ID,
 		ParentID:   a.Parent,
 		Detached:   a.Life == kin.LifeDetached,
-		Argv:       spec.Command,
+		Argv:       argv,
 		Env:        append(d.agentEnv(a, sock.path, cursor, spec.Env), ctxEnv...),
 		Dir:        dir,
 		LogPath:    d.logPath(a.ID),
@@ -487,6 +496,13 @@ func (d *Daemon) cancelTree(ctx context.Context, root kin.AgentID, reason string
 			if err := d.sup.Stop(ctx, a.ID, maxGrace); err != nil && !errors.Is(err, supervisor.ErrUnknownAgent) {
 				d.log.Error("stop cgroup", "agent", a.ID, "err", err)
 			}
+		}
+	}
+	// A subtree stopped for its budget or deadline hands back what it had
+	// made so far: partial, marked cancelled, but kept.
+	if reason == reasonBudget || reason == reasonDeadline {
+		for _, a := range mine {
+			d.keepPartial(ctx, a)
 		}
 	}
 	// 7-8: record.

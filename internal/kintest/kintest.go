@@ -56,6 +56,10 @@ func StartDaemon(t testing.TB, opts ...Option) *Daemon {
 	cfg.Home = shortTempDir(t)
 	cfg.HTTPAddr = "off"
 	cfg.Version = "test"
+	// Agents with a sandbox run it through the test binary: a TestMain
+	// that may start such agents dispatches sandbox.Subcommand to
+	// sandbox.Main.
+	cfg.ShimPath, _ = AgentBinaryPath()
 	for _, o := range opts {
 		o(&cfg)
 	}

@@ -1,0 +1,380 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"github.com/kin-agents/kin/internal/policy"
+	"github.com/kin-agents/kin/internal/sandbox"
+	"github.com/kin-agents/kin/internal/template"
+	"github.com/kin-agents/kin/kin"
+	"golang.org/x/sys/unix"
+)
+
+// checkPermissionRequest validates what a registration asks of the
+// permission authority, before anything is written: the policy (its mounts
+// resolved to the files they name), the stage and the template.
+func (d *Daemon) checkPermissionRequest(req *kin.RegisterRequest) error {
+	if req.Policy != nil {
+		if err := policy.Validate(*req.Policy); err != nil {
+			return kin.Errorf(kin.ECodeInvalid, "policy: %v", err)
+		}
+		p, err := canonicalMounts(req.Policy)
+		if err != nil {
+			return err
+		}
+		req.Policy = p
+	}
+	if req.Stage != "" {
+		if _, err := d.perm.cfg.Preset(req.Stage); err != nil {
+			return kin.Errorf(kin.ECodeInvalid, "stage: %v", err)
+		}
+	}
+	if req.Template != nil {
+		if err := template.Check(*req.Template); err != nil {
+			return kin.Errorf(kin.ECodeInvalid, "%v", err)
+		}
+	}
+	return nil
+}
+
+// needsSandbox reports whether the admitted agent's processes must run
+// under the sandbox shim: restricted mounts or process limits.
+func (ad *admission) needsSandbox() bool {
+	if ad == nil {
+		return false
+	}
+	flat := policy.Flatten(ad.layers)
+	return flat.Mounts != nil || hasLimits(flat.Budget)
+}
+
+func hasLimits(b *kin.Budget) bool {
+	return b != nil && (b.CPUSeconds != nil || b.MemoryBytes != nil || b.OpenFiles != nil)
+}
+
+// sandboxAvailable refuses an agent with restricted mounts where Landlock
+// is missing, unless the operator allowed best effort.
+func (d *Daemon) sandboxAvailable() error {
+	if sandbox.ABI() > 0 || d.cfg.SandboxBestEffort {
+		return nil
+	}
+	return kin.Errorf(kin.ECodeSandbox, "the agent's policy restricts its mounts, and this kernel has no Landlock to enforce them; "+
+		"kin refuses to start it unrestricted (start kin serve with --sandbox-best-effort to run such agents without the restriction)")
+}
+
+// sandboxArgv wraps an agent's command in the sandbox shim when its
+// effective policy restricts mounts or sets process limits; otherwise it
+// returns the command as it is.
+func (d *Daemon) sandboxArgv(a *kin.Agent, c *ctxAgent, argv []string) ([]string, error) {
+	layers, err := d.layers(a.ID)
+	if err != nil {
+		return nil, err
+	}
+	flat := policy.Flatten(layers)
+	if flat.Mounts == nil && !hasLimits(flat.Budget) {
+		return argv, nil
+	}
+	spec := sandbox.Spec{Argv: argv, BestEffort: d.cfg.SandboxBestEffort}
+	if b := flat.Budget; b != nil {
+		spec.CPUSeconds, spec.MemoryBytes, spec.OpenFiles = deref(b.CPUSeconds), deref(b.MemoryBytes), deref(b.OpenFiles)
+	}
+	if flat.Mounts != nil {
+		spec.Restrict = true
+		rw, ro := policy.Landlock(flat)
+		spec.RW = append(spec.RW, rw...)
+		spec.RO = append(spec.RO, ro...)
+		spec.RO = append(spec.RO, d.systemRO()...)
+		spec.RW = append(spec.RW, sandbox.DefaultSystemRW()...)
+		// What kin itself gives every agent: its home (sessions and
+		// workspace), kin's binary, its socket.
+		o := d.agentOwner(a.ID)
+		spec.RW = append(spec.RW, d.ctx.AgentHome(o.UID, a.Name))
+		if d.agentPath != "" {
+			spec.RO = append(spec.RO, filepath.Join(d.ctxDir, "bin"))
+		}
+		spec.RW = append(spec.RW, d.socketPath(a.Name))
+		spec.RO = append(spec.RO, d.visibleTo(a)...)
+	}
+	spec.RW, spec.RO = grants(spec.RW, spec.RO)
+	args, err := sandbox.Args(spec)
+	if err != nil {
+		return nil, fmt.Errorf("sandbox: %w", err)
+	}
+	return append([]string{d.shimPath(), sandbox.Subcommand}, args...), nil
+}
+
+func deref(p *int64) int64 {
+	if p == nil {
+		return 0
+	}
+	return *p
+}
+
+// systemRO is the read-only system paths every sandboxed agent gets.
+func (d *Daemon) systemRO() []string {
+	if d.cfg.SandboxRO != nil {
+		return d.cfg.SandboxRO
+	}
+	return sandbox.DefaultSystemRO()
+}
+
+// shimPath is the kin binary that applies the sandbox: the published one
+// agents may execute, else the daemon's own.
+func (d *Daemon) shimPath() string {
+	if d.agentPath != "" {
+		if p := filepath.Join(d.ctxDir, "bin", "kin"); fileExists(p) {
+			return p
+		}
+	}
+	if d.cfg.ShimPath != "" {
+		return d.cfg.ShimPath
+	}
+	exe, _ := os.Executable()
+	return exe
+}
+
+func fileExists(p string) bool {
+	_, err := os.Stat(p)
+	return err == nil
+}
+
+// workspaceOf is the workspace directory of a.
+func (d *Daemon) workspaceOf(a *kin.Agent) string {
+	return d.ctx.WorkspaceDir(d.agentOwner(a.ID).UID, a.Name)
+}
+
+// provisionWorkspace writes a template into a new agent's workspace (seed
+// 003 §3), its placeholders replaced.
+func (d *Daemon) provisionWorkspace(ctx context.Context, a *kin.Agent, t *kin.Template) error {
+	vals := map[string]string{"AGENT_NAME": a.Name, "ROLE": a.Role, "RESPONSIBLE": a.Responsible, "PARENT": "", "PARENT_A": ""}
+	if a.Parent != 0 {
+		p, err := d.store.AgentGetByID(ctx, a.Parent)
+		if err != nil {
+			return d.storeError(err)
+		}
+		vals["PARENT"], vals["PARENT_A"] = p.Name, p.Name
+	}
+	files, err := template.Render(*t, vals)
+	if err != nil {
+		return kin.Errorf(kin.ECodeInvalid, "agent %d was registered, but its template could not be rendered: %v", a.ID, err)
+	}
+	o := d.agentOwner(a.ID)
+	dir, err := d.ctx.MakeWorkspace(o, a.Name)
+	if err != nil {
+		return kin.Errorf(kin.ECodeInternal, "agent %d was registered, but its workspace could not be made: %v", a.ID, err)
+	}
+	if err := template.Write(dir, files, o.UID, o.GID); err != nil {
+		return kin.Errorf(kin.ECodeInvalid, "agent %d was registered, but its template could not be written: %v", a.ID, err)
+	}
+	return nil
+}
+
+// agentByRef finds an agent by id or name (the live one holding it).
+func (d *Daemon) agentByRef(ctx context.Context, ref string) (*kin.Agent, error) {
+	if id, err := kin.ParseAgentID(ref); err == nil {
+		return d.Agent(ctx, id)
+	}
+	if _, err := kin.ParseName(ref); err != nil {
+		return nil, kin.Errorf(kin.ECodeInvalid, "%q is neither an agent id nor an agent name", ref)
+	}
+	as, err := d.store.AgentList(ctx, kin.AgentFilter{})
+	if err != nil {
+		return nil, d.storeError(err)
+	}
+	var found *kin.Agent
+	for _, a := range as {
+		if a.Name == ref && (found == nil || a.Status != kin.StatusTerminated) {
+			found = a
+		}
+	}
+	if found == nil {
+		return nil, kin.Errorf(kin.ECodeNotFound, "no agent is named %q", ref)
+	}
+	return found, nil
+}
+
+// visibility is an agent's own consent (visibility is not inherited).
+func (d *Daemon) visibility(id kin.AgentID) *kin.Visibility {
+	d.perm.mu.Lock()
+	defer d.perm.mu.Unlock()
+	if o := d.perm.own[id]; o != nil && o.policy != nil {
+		return o.policy.Visibility
+	}
+	return nil
+}
+
+// MaxReadFile bounds what kin read returns.
+const MaxReadFile = 16 << 20
+
+// ReadFile reads a file of another agent's workspace where both sides
+// consent (seed 003 §4): read-only, same kin, glob-scoped. The path is
+// cleaned and ".." refused before any match; nothing on the way is
+// followed if it is a link.
+func (d *Daemon) ReadFile(ctx context.Context, req kin.ReadRequest) ([]byte, error) {
+	c := callerOf(ctx)
+	if c.refused != "" {
+		return nil, kin.Errorf(kin.ECodeForbidden, "%s", c.refused)
+	}
+	readerID := req.Reader
+	if c.agent != 0 {
+		if readerID != 0 && readerID != c.agent {
+			return nil, kin.Errorf(kin.ECodeForbidden, "agent %d may read only as itself", c.agent)
+		}
+		readerID = c.agent
+	}
+	if readerID == 0 {
+		return nil, kin.Errorf(kin.ECodeInvalid, "read: name the reading agent (--as ID): consent is between agents")
+	}
+	reader, err := d.Agent(ctx, readerID)
+	if err != nil {
+		return nil, err
+	}
+	owner, err := d.agentByRef(ctx, req.Owner)
+	if err != nil {
+		return nil, err
+	}
+	dec := policy.CanRead(reader.Name, reader.ID, d.visibility(reader.ID), owner.Name, owner.ID, d.visibility(owner.ID), req.Path)
+	if !dec.Allowed {
+		return nil, kin.Errorf(kin.ECodeDenied, "%s", dec.Reason)
+	}
+	rel := path.Clean(req.Path)
+	data, err := d.readWorkspaceFile(owner, rel)
+	if err != nil {
+		return nil, err
+	}
+	return data, nil
+}
+
+// readWorkspaceFile reads rel in owner's workspace, following no link.
+func (d *Daemon) readWorkspaceFile(owner *kin.Agent, rel string) ([]byte, error) {
+	dir, err := d.ctx.OpenDir(d.workspaceOf(owner))
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return nil, kin.Errorf(kin.ECodeNotFound, "agent %d has no workspace", owner.ID)
+		}
+		return nil, kin.Errorf(kin.ECodeNotFound, "agent %d's workspace: %v", owner.ID, err)
+	}
+	defer dir.Close()
+	fd, err := unix.Dup(int(dir.Fd()))
+	if err != nil {
+		return nil, err
+	}
+	comps := strings.Split(rel, "/")
+	for i, comp := range comps {
+		flags := unix.O_RDONLY | unix.O_NOFOLLOW | unix.O_CLOEXEC
+		if i < len(comps)-1 {
+			flags |= unix.O_DIRECTORY
+		}
+		next, err := unix.Openat(fd, comp, flags, 0)
+		unix.Close(fd)
+		if err != nil {
+			if errors.Is(err, unix.ENOENT) {
+				return nil, kin.Errorf(kin.ECodeNotFound, "%s:%s does not exist", owner.Name, rel)
+			}
+			if errors.Is(err, unix.ELOOP) || errors.Is(err, unix.ENOTDIR) {
+				return nil, kin.Errorf(kin.ECodeDenied, "%s:%s passes through a link or is not a file: kin reads only regular files, following no link", owner.Name, rel)
+			}
+			return nil, kin.Errorf(kin.ECodeDenied, "%s:%s: %v", owner.Name, rel, err)
+		}
+		fd = next
+	}
+	f := os.NewFile(uintptr(fd), rel)
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	if !st.Mode().IsRegular() {
+		return nil, kin.Errorf(kin.ECodeInvalid, "%s:%s is not a regular file", owner.Name, rel)
+	}
+	if st.Size() > MaxReadFile {
+		return nil, kin.Errorf(kin.ECodeInvalid, "%s:%s is %d bytes; kin read returns at most %d", owner.Name, rel, st.Size(), MaxReadFile)
+	}
+	return io.ReadAll(io.LimitReader(f, MaxReadFile))
+}
+
+// visibleTo is what a sandboxed reader may read of other agents'
+// workspaces, for Landlock: each consenting owner's files and folders
+// that both scopes match, as they exist when the reader starts.
+func (d *Daemon) visibleTo(a *kin.Agent) []string {
+	v := d.visibility(a.ID)
+	if v == nil || len(v.ReadFrom) == 0 {
+		return nil
+	}
+	var out []string
+	for _, ref := range v.ReadFrom {
+		owner, err := d.agentByRef(context.Background(), ref)
+		if err != nil || owner.ID == a.ID {
+			continue
+		}
+		ov := d.visibility(owner.ID)
+		ws := d.workspaceOf(owner)
+		_ = filepath.WalkDir(ws, func(p string, e os.DirEntry, err error) error {
+			if err != nil || p == ws {
+				return nil
+			}
+			if e.Type()&os.ModeSymlink != 0 {
+				return nil
+			}
+			rel, _ := filepath.Rel(ws, p)
+			if e.IsDir() {
+				// A folder whole: when "<rel>/**" is within both scopes,
+				// grant it (files made later included) and skip its walk.
+				if policy.CanRead(a.Name, a.ID, v, owner.Name, owner.ID, ov, rel+"/**").Allowed {
+					out = append(out, p)
+					return filepath.SkipDir
+				}
+				return nil
+			}
+			if policy.CanRead(a.Name, a.ID, v, owner.Name, owner.ID, ov, rel).Allowed {
+				out = append(out, p)
+			}
+			return nil
+		})
+	}
+	return out
+}
+
+// grants makes the sandbox's grants canonical (links resolved, missing
+// paths dropped) and minimal: a path already inside an rw grant needs no
+// grant of its own (and Landlock, which unions grants, could not make it
+// narrower anyway).
+func grants(rw, ro []string) ([]string, []string) {
+	canon := func(ps []string) []string {
+		var out []string
+		for _, p := range ps {
+			if r, err := filepath.EvalSymlinks(p); err == nil && !slices.Contains(out, r) {
+				out = append(out, r)
+			}
+		}
+		return out
+	}
+	rw, ro = canon(rw), canon(ro)
+	inside := func(p string, dirs []string, self bool) bool {
+		for _, d := range dirs {
+			if (self && p == d) || p != d && (d == "/" || strings.HasPrefix(p, d+"/")) {
+				return true
+			}
+		}
+		return false
+	}
+	var rwOut, roOut []string
+	for _, p := range rw {
+		if !inside(p, rw, false) {
+			rwOut = append(rwOut, p)
+		}
+	}
+	for _, p := range ro {
+		if !inside(p, rwOut, true) && !inside(p, ro, false) {
+			roOut = append(roOut, p)
+		}
+	}
+	return rwOut, roOut
+}
