@@ -162,10 +162,10 @@ func unwrapURLError(err error) error {
 // decodeError turns an error response back into the *kin.Error the daemon
 // sent; a body that is not one (a proxy's page) still yields a kin error.
 func decodeError(resp *http.Response) error {
-	data, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
-	var e kin.Error
+	data, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	var e errorBody
 	if json.Unmarshal(data, &e) == nil && e.Code != "" {
-		return &e
+		return e.err()
 	}
 	code := kin.ECodeInternal
 	switch resp.StatusCode {
@@ -183,6 +183,33 @@ func decodeError(resp *http.Response) error {
 		code = kin.ECodeUnavailable
 	}
 	return &kin.Error{Code: code, Message: fmt.Sprintf("HTTP %s: %s", resp.Status, strings.TrimSpace(string(data)))}
+}
+
+// errorBody is an error answer as the daemon sends it: a kin.Error, and
+// for permission_escalation every item that exceeds the parent.
+type errorBody struct {
+	kin.Error
+	Excess []kin.Excess `json:"excess,omitempty"`
+}
+
+// err is the error the daemon raised: a *kin.EscalationError for
+// permission_escalation (errors.As finds the *kin.Error inside it too),
+// else a *kin.Error.
+func (b *errorBody) err() error {
+	if b.Code == kin.ECodeEscalation {
+		return &kin.EscalationError{Err: b.Error, Excess: b.Excess}
+	}
+	e := b.Error
+	return &e
+}
+
+// trailerError is the error a stream's Kin-Error trailer carries.
+func trailerError(stream, trailer string) error {
+	var e errorBody
+	if json.Unmarshal([]byte(trailer), &e) != nil || e.Code == "" {
+		return &kin.Error{Code: kin.ECodeInternal, Message: "kin ended the " + stream + " with an unreadable error: " + trailer}
+	}
+	return e.err()
 }
 
 func (c *Client) Register(ctx context.Context, req kin.RegisterRequest) (*kin.Agent, error) {

@@ -2,7 +2,6 @@ package client
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -14,7 +13,8 @@ import (
 )
 
 // LogsErrorTrailer is the HTTP trailer in which the daemon reports an error
-// that ended a log stream after its 200 answer was sent, as a JSON kin.Error.
+// that ended a log or inbox stream after its 200 answer was sent, as a JSON
+// kin.Error.
 const LogsErrorTrailer = "Kin-Error"
 
 func (c *Client) Spawn(ctx context.Context, req kin.SpawnRequest) (*kin.Agent, error) {
@@ -79,11 +79,7 @@ func (c *Client) Logs(ctx context.Context, req kin.LogsRequest, fn func([]byte) 
 	}
 	// Trailers are read with the end of the body.
 	if t := resp.Trailer.Get(LogsErrorTrailer); t != "" {
-		var e kin.Error
-		if json.Unmarshal([]byte(t), &e) != nil || e.Code == "" {
-			return &kin.Error{Code: kin.ECodeInternal, Message: "kin ended the log stream with an unreadable error: " + t}
-		}
-		return &e
+		return trailerError("log stream", t)
 	}
 	return nil
 }

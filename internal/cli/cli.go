@@ -123,10 +123,20 @@ A parent hands a child its task with "kin spawn --handoff" (seed 001's
 handoff protocol), waits for it with "kin wait", and reads what it handed
 back with "kin result" and "kin context pack".
 
+Each agent has a policy ("kin spawn --policy FILE"): the tools it may use,
+the paths it sees, its budget; it only ever narrows down the tree. "kin
+authorize" asks kin before a tool is used ("kin hook claude-code" does it
+for Claude Code), "kin explain" says why, "kin usage" reports spend, "kin
+promote" changes an agent's stage; "kin create" provisions an agent's
+workspace from a template; "kin read", "kin send" and "kin inbox" let
+agents share files and messages where both consent.
+
 Every command takes --json for machine-readable output. Exit status: 0 on
 success, 1 when the command failed (the error is on stderr; with --json as
 {"code": "...", "message": "..."}), 2 when the command line is wrong; "kin
-wait" adds 3 (the result is not completed) and 4 (it timed out).`,
+wait" adds 3 (the result is not completed) and 4 (it timed out); "kin
+authorize" exits 1 when the tool is denied; "kin hook claude-code" always
+exits 0 with its decision (2 when it cannot answer at all).`,
 		Example: `  kin serve &
   kin register --name Research-Coordinator --responsible "Dr. Schmidt"
   kin register --name Data-Collector --parent 1
@@ -166,9 +176,19 @@ wait" adds 3 (the result is not completed) and 4 (it timed out).`,
 		a.waitCommand(),
 		a.resultCommand(),
 		a.contextCommand(),
+		a.createCommand(),
+		a.promoteCommand(),
+		a.authorizeCommand(),
+		a.explainCommand(),
+		a.usageCommand(),
+		a.readCommand(),
+		a.sendCommand(),
+		a.inboxCommand(),
+		a.hookCommand(),
 		a.eventsCommand(),
 		a.governorCommand(),
 		a.statusCommand(),
+		a.sandboxCommand(),
 	)
 	return root
 }

@@ -30,6 +30,14 @@ func runCLI(t *testing.T, args ...string) result {
 	return result{code: code, stdout: out.String(), stderr: errb.String()}
 }
 
+// runCLIStdin is runCLI with stdin.
+func runCLIStdin(t *testing.T, stdin string, args ...string) result {
+	t.Helper()
+	var out, errb bytes.Buffer
+	code := Run(context.Background(), args, strings.NewReader(stdin), &out, &errb)
+	return result{code: code, stdout: out.String(), stderr: errb.String()}
+}
+
 // kinAt runs the CLI against the daemon d, through its socket.
 func kinAt(t *testing.T, d *kintest.Daemon, args ...string) result {
 	t.Helper()
@@ -197,10 +205,10 @@ func TestInjectedService(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errb.String())
 	}
-	var a kin.Agent
+	var a shownAgent
 	decodeOne(t, out.String(), &a)
 	if a.Name != "LaTeX-Formatter" {
-		t.Errorf("agent = %+v", a)
+		t.Errorf("agent = %+v", a.Agent)
 	}
 }
 
@@ -247,6 +255,8 @@ func TestEveryCommandHelp(t *testing.T) {
 		{"governor"}, {"governor", "show"}, {"governor", "set"}, {"status"},
 		{"spawn"}, {"stop"}, {"logs"}, {"heartbeat"}, {"whoami"},
 		{"wait"}, {"result"}, {"context"}, {"context", "pack"},
+		{"create"}, {"promote"}, {"authorize"}, {"explain"}, {"usage"},
+		{"read"}, {"send"}, {"inbox"}, {"hook"}, {"hook", "claude-code"},
 	} {
 		r := runCLI(t, append(args, "--help")...)
 		wantOK(t, r)

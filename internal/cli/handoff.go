@@ -13,12 +13,13 @@ import (
 )
 
 // handoffFlags are kin spawn's flags for seed 001's handoff: the task and
-// the files that go with it.
+// the files that go with it. The child's policy is not part of it: that is
+// kin spawn --policy (RegisterRequest.Policy), which kin enforces.
 type handoffFlags struct {
-	flags                    *pflag.FlagSet
-	task                     string // --handoff FILE, "-" for stdin
-	refs                     []string
-	contract, policy, mounts string
+	flags    *pflag.FlagSet
+	task     string // --handoff FILE, "-" for stdin
+	refs     []string
+	contract string
 }
 
 func (h *handoffFlags) add(f *pflag.FlagSet) {
@@ -26,8 +27,6 @@ func (h *handoffFlags) add(f *pflag.FlagSet) {
 	f.StringVar(&h.task, "handoff", "", "hand the agent its task: handoff.md, read from `FILE` (- for stdin)")
 	f.StringArrayVar(&h.refs, "ref", nil, "with --handoff: an input ref, a `PATH` to a file the agent should read, hashed here (repeatable)")
 	f.StringVar(&h.contract, "contract", "", "with --handoff: the output contract, contract.json, from `FILE`")
-	f.StringVar(&h.policy, "policy", "", "with --handoff: the policy subset, a JSON object, from `FILE`")
-	f.StringVar(&h.mounts, "mounts", "", "with --handoff: the mount subset, a JSON object, from `FILE`")
 }
 
 // build reads the files the flags name and returns the handoff, checked as
@@ -36,7 +35,7 @@ func (h *handoffFlags) add(f *pflag.FlagSet) {
 // own rights: the child is handed the hash of what its parent saw.
 func (h *handoffFlags) build(stdin io.Reader) (*kin.Handoff, error) {
 	if !h.flags.Changed("handoff") {
-		for _, name := range []string{"ref", "contract", "policy", "mounts"} {
+		for _, name := range []string{"ref", "contract"} {
 			if h.flags.Changed(name) {
 				return nil, usageErrorf("--%s is part of a handoff: it needs --handoff FILE, the task to hand the agent", name)
 			}
@@ -72,22 +71,6 @@ func (h *handoffFlags) build(stdin io.Reader) (*kin.Handoff, error) {
 		// Sent as written: the daemon reads it as strictly, and records it.
 		out.Contract = json.RawMessage(bytes.TrimSpace(data))
 	}
-	for _, s := range []struct {
-		flag, path string
-		dst        *json.RawMessage
-	}{{"policy", h.policy, &out.Policy}, {"mounts", h.mounts, &out.Mounts}} {
-		if !h.flags.Changed(s.flag) {
-			continue
-		}
-		data, err := readFlagFile(s.flag, s.path, handoff.MaxSubsetBytes, nil)
-		if err != nil {
-			return nil, err
-		}
-		if *s.dst, err = jsonObject(s.flag, s.path, data); err != nil {
-			return nil, err
-		}
-	}
-	hh.Policy, hh.Mounts = out.Policy, out.Mounts
 	if err := hh.Validate(); err != nil {
 		return nil, kin.Errorf(kin.ECodeInvalid, "the handoff is invalid: %s", kin.ErrorMessageOf(err))
 	}
@@ -124,33 +107,4 @@ func readFlagFile(flag, path string, max int64, stdin io.Reader) ([]byte, error)
 		return nil, kin.Errorf(kin.ECodeInvalid, "--%s %s is larger than %d bytes", flag, path, max)
 	}
 	return data, nil
-}
-
-// jsonObject checks that data is one JSON object, and returns it trimmed.
-func jsonObject(flag, path string, data []byte) (json.RawMessage, error) {
-	data = bytes.TrimSpace(data)
-	var v any
-	if err := json.Unmarshal(data, &v); err != nil {
-		return nil, kin.Errorf(kin.ECodeInvalid, "--%s %s is not valid JSON: %v", flag, path, err)
-	}
-	if _, ok := v.(map[string]any); !ok {
-		return nil, kin.Errorf(kin.ECodeInvalid, "--%s %s must hold a JSON object, not %s", flag, path, jsonKind(v))
-	}
-	return json.RawMessage(data), nil
-}
-
-func jsonKind(v any) string {
-	switch v.(type) {
-	case []any:
-		return "an array"
-	case string:
-		return "a string"
-	case float64:
-		return "a number"
-	case bool:
-		return "a boolean"
-	case nil:
-		return "null"
-	}
-	return "an object"
 }

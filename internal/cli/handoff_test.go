@@ -25,21 +25,19 @@ func writeFiles(t *testing.T, files ...string) string {
 }
 
 // TestSpawnHandoff: the CLI reads the handoff's files, hashes the refs
-// itself, and sends the contract, policy and mounts as written.
+// itself, and sends the contract as written.
 func TestSpawnHandoff(t *testing.T) {
 	dir := writeFiles(t,
 		"task.md", "Review the mount spec for path traversal.\n",
 		"spec.md", "# Mounts\n",
 		"notes.txt", "earlier notes\n",
 		"contract.json", "{\n  \"sections\": [{\"name\": \"Summary\"}, {\"name\": \"Findings\"}],\n  \"unlisted_artifacts\": \"reject\"\n}\n",
-		"policy.json", "{\"network\": false}\n",
-		"mounts.json", " {\"/work\": \"ro\"} ",
 	)
 	t.Chdir(dir) // --ref spec.md is relative to the working directory
 	svc := &fakeService{}
 	r := runFake(t, svc, "", "spawn", "--json", "--name", "rev-123", "--parent", "7",
 		"--handoff", "task.md", "--ref", "spec.md", "--ref", filepath.Join(dir, "notes.txt"),
-		"--contract", "contract.json", "--policy", "policy.json", "--mounts", "mounts.json", "--", "true")
+		"--contract", "contract.json", "--", "true")
 	wantOK(t, r)
 	if len(svc.spawns) != 1 {
 		t.Fatalf("%d spawns", len(svc.spawns))
@@ -51,8 +49,6 @@ func TestSpawnHandoff(t *testing.T) {
 			{Path: filepath.Join(dir, "notes.txt"), Hash: handoff.HashBytes([]byte("earlier notes\n"))},
 		},
 		Contract: []byte("{\n  \"sections\": [{\"name\": \"Summary\"}, {\"name\": \"Findings\"}],\n  \"unlisted_artifacts\": \"reject\"\n}"),
-		Policy:   []byte(`{"network": false}`),
-		Mounts:   []byte(`{"/work": "ro"}`),
 	}
 	if got := svc.spawns[0].Handoff; !reflect.DeepEqual(got, want) {
 		t.Errorf("handoff = %+v\nwant %+v", got, want)
@@ -62,7 +58,7 @@ func TestSpawnHandoff(t *testing.T) {
 	// the default).
 	r = runFake(t, svc, "Summarise the logs.\n", "spawn", "--json", "--parent", "7", "--handoff", "-", "true")
 	wantOK(t, r)
-	if got := svc.spawns[1].Handoff; got == nil || got.Task != "Summarise the logs.\n" || got.Refs != nil || got.Contract != nil || got.Policy != nil {
+	if got := svc.spawns[1].Handoff; got == nil || got.Task != "Summarise the logs.\n" || got.Refs != nil || got.Contract != nil {
 		t.Errorf("handoff from stdin = %+v", got)
 	}
 
@@ -80,9 +76,6 @@ func TestSpawnHandoffErrors(t *testing.T) {
 		"spec.md", "spec\n",
 		"zero.json", `{"sections":[{"name":"Summary","max_bytes":0}]}`,
 		"typo.json", `{"section":[{"name":"Summary"}]}`,
-		"array.json", `[{"network":false}]`,
-		"broken.json", `{"network":`,
-		"null.json", `null`,
 	)
 	t.Chdir(dir)
 	svc := &fakeService{}
@@ -90,9 +83,12 @@ func TestSpawnHandoffErrors(t *testing.T) {
 		t.Helper()
 		return runFake(t, svc, "", append(append([]string{"spawn", "--parent", "7"}, args...), "true")...)
 	}
-	for _, flag := range []string{"--ref", "--contract", "--policy", "--mounts"} {
+	for _, flag := range []string{"--ref", "--contract"} {
 		wantUsage(t, spawn(flag, "spec.md"), flag, "needs --handoff")
 	}
+	// The handoff's policy and mount subsets are gone: the agent's policy
+	// is kin spawn --policy, which needs no handoff.
+	wantUsage(t, spawn("--handoff", "task.md", "--mounts", "spec.md"), "unknown flag: --mounts")
 	for _, tc := range []struct {
 		args []string
 		want []string // in the message
@@ -107,9 +103,6 @@ func TestSpawnHandoffErrors(t *testing.T) {
 		{[]string{"--handoff", "task.md", "--contract", "zero.json"}, []string{"--contract zero.json", "max_bytes"}},
 		{[]string{"--handoff", "task.md", "--contract", "typo.json"}, []string{"--contract typo.json", `"section"`}},
 		{[]string{"--handoff", "task.md", "--contract", "missing.json"}, []string{"--contract", "missing.json"}},
-		{[]string{"--handoff", "task.md", "--policy", "array.json"}, []string{"--policy array.json must hold a JSON object, not an array"}},
-		{[]string{"--handoff", "task.md", "--policy", "null.json"}, []string{"--policy null.json must hold a JSON object, not null"}},
-		{[]string{"--handoff", "task.md", "--mounts", "broken.json"}, []string{"--mounts broken.json is not valid JSON"}},
 	} {
 		msg := wantError(t, spawn(append([]string{"--json"}, tc.args...)...), kin.ECodeInvalid)
 		for _, w := range tc.want {

@@ -48,7 +48,11 @@ func yesNo(b bool) string {
 }
 
 // writeAgent prints one agent, a field per line.
-func writeAgent(w io.Writer, a *kin.Agent) error {
+func writeAgent(w io.Writer, a *kin.Agent) error { return writeAgentRows(w, a, nil) }
+
+// writeAgentRows is writeAgent with more rows after the agent's own, in
+// the same columns.
+func writeAgentRows(w io.Writer, a *kin.Agent, more func(row func(k, v string))) error {
 	tw := newTabWriter(w)
 	row := func(k, v string) { fmt.Fprintf(tw, "%s\t%s\n", k, v) }
 	row("ID", a.ID.String())
@@ -85,6 +89,12 @@ func writeAgent(w io.Writer, a *kin.Agent) error {
 	}
 	if a.Result != "" {
 		row("Result", string(a.Result))
+	}
+	if a.Stage != "" {
+		row("Stage", a.Stage)
+	}
+	if more != nil {
+		more(row)
 	}
 	return tw.Flush()
 }
@@ -189,4 +199,49 @@ func plural(n int, one, many string) string {
 		return "1 " + one
 	}
 	return strconv.Itoa(n) + " " + many
+}
+
+// spendString is a subtree's spend against its budget, as kin tree, kin
+// show and kin usage print it: "tokens 1200/5000 cost 0.40/1.00 spawns
+// 3/10", only the parts that have a budget or something spent, then the
+// deadline and why the subtree was stopped; "" when there is nothing to say.
+func spendString(s *kin.Spend) string {
+	if s == nil {
+		return ""
+	}
+	var parts []string
+	switch {
+	case s.MaxTokens != nil:
+		parts = append(parts, fmt.Sprintf("tokens %d/%d", s.SubtreeTokens, *s.MaxTokens))
+	case s.SubtreeTokens != 0:
+		parts = append(parts, fmt.Sprintf("tokens %d", s.SubtreeTokens))
+	}
+	switch {
+	case s.MaxCost != nil:
+		parts = append(parts, "cost "+costString(s.SubtreeCost)+"/"+costString(*s.MaxCost))
+	case s.SubtreeCost != 0:
+		parts = append(parts, "cost "+costString(s.SubtreeCost))
+	}
+	switch {
+	case s.MaxDescendants != nil:
+		parts = append(parts, fmt.Sprintf("spawns %d/%d", s.SubtreeSpawns, *s.MaxDescendants))
+	case s.SubtreeSpawns != 0:
+		parts = append(parts, fmt.Sprintf("spawns %d", s.SubtreeSpawns))
+	}
+	if !s.DeadlineAt.IsZero() {
+		parts = append(parts, "deadline "+formatTime(s.DeadlineAt))
+	}
+	if s.Exhausted != "" {
+		parts = append(parts, "exhausted: "+oneLine(s.Exhausted))
+	}
+	return strings.Join(parts, " ")
+}
+
+// costString prints a cost to the cent, or to three significant digits
+// when it is less than a cent, so that a small spend does not show as 0.00.
+func costString(c float64) string {
+	if c != 0 && c > -0.01 && c < 0.01 {
+		return strconv.FormatFloat(c, 'g', 3, 64)
+	}
+	return strconv.FormatFloat(c, 'f', 2, 64)
 }

@@ -8,6 +8,7 @@ import (
 
 func (a *app) registerCommand() *cobra.Command {
 	var req kin.RegisterRequest
+	var perm permFlags
 	cmd := &cobra.Command{
 		Use:   "register --name NAME --responsible WHO [flags]",
 		Short: "Register an agent, as a root or as the child of another",
@@ -17,15 +18,27 @@ Without --parent the agent is a root (generation 0) and --responsible, the
 accountable human or organisation, is required. With --parent it is that
 agent's child (generation = parent's + 1) and inherits the parent's
 responsible party unless --responsible names another. The governor's profile
-decides whether the spawn is allowed (see "kin governor show").`,
+decides whether the spawn is allowed (see "kin governor show").
+
+--policy FILE gives the agent its own policy (JSON or YAML; see "kin spawn
+--help"), at most what its parent holds; --stage S the preset its tools
+follow. The file is checked here before anything is sent.
+
+Exit status: 0 when the agent is registered, 1 when the registration was
+refused (the error names the rule, or with permission_escalation every item
+the policy asks for beyond the parent's), 2 when the command line is wrong.`,
 		Example: `  kin register --name Research-Coordinator --responsible "Dr. Schmidt, COAI Research"
   kin register --name Data-Collector --parent 1 --role collector --scope "public web pages"
   kin register --name PO-MVP1 --parent 1 --role po --json
-  kin register --name Auditor --parent 1 --life detached   # with a profile that has allow_detach`,
+  kin register --name Auditor --parent 1 --life detached   # with a profile that has allow_detach
+  kin register --name Reviewer --parent 1 --policy reviewer.yaml --stage restricted`,
 		Args: cobra.NoArgs,
 		RunE: run(func(cmd *cobra.Command, _ []string) error {
 			if req.Parent == 0 && req.Responsible == "" {
 				return usageErrorf("--responsible is required for a root agent (one without --parent)")
+			}
+			if err := perm.apply(&req); err != nil {
+				return err
 			}
 			svc, err := a.service()
 			if err != nil {
@@ -44,6 +57,7 @@ decides whether the spawn is allowed (see "kin governor show").`,
 	registerFlags(cmd, &req,
 		"the agent's `name`: letters, digits and - _ . : @ (e.g. PO-MVP1, HO@server1)",
 		"the parent agent's `ID` (omit or 0 for a root)")
+	perm.add(cmd.Flags(), "")
 	cmd.MarkFlagRequired("name")
 	return cmd
 }

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -102,4 +103,42 @@ func TestRegisterGovernorRefusal(t *testing.T) {
 	wantOK(t, kinAt(t, d, "register", "--name", "top", "--responsible", "ops", "--json"))
 	wantOK(t, kinAt(t, d, "register", "--name", "sub", "--parent", "1", "--json"))
 	wantError(t, kinAt(t, d, "register", "--name", "subsub", "--parent", "2", "--json"), kin.ECodeSpawnDepth)
+}
+
+// TestRegisterPolicy: kin register takes --policy and --stage as kin spawn
+// does; an escalation is reported with every item.
+func TestRegisterPolicy(t *testing.T) {
+	dir := writeFiles(t, "policy.yaml", policyYAML, "bad.yaml", "tools: [read]\n")
+	svc := &fakeService{}
+	r := runFake(t, svc, "", "register", "--name", "scout", "--parent", "3", "--policy", filepath.Join(dir, "policy.yaml"), "--stage", "dev")
+	wantOK(t, r)
+	if !strings.Contains(r.stdout, "Stage           dev\n") {
+		t.Errorf("output lacks the stage:\n%s", r.stdout)
+	}
+	want := kin.RegisterRequest{Name: "scout", Parent: 3, Stage: "dev",
+		Policy: &kin.Policy{Tools: &kin.ToolRules{Deny: []string{"web_*"}}, Budget: &kin.Budget{MaxTokens: ptr(int64(5000))}}}
+	if len(svc.registers) != 1 || !reflect.DeepEqual(svc.registers[0], want) {
+		t.Errorf("registers %+v, want %+v", svc.registers, want)
+	}
+	// Without the flags, neither is sent.
+	wantOK(t, runFake(t, svc, "", "register", "--name", "plain", "--parent", "3", "--json"))
+	if got := svc.registers[1]; got.Policy != nil || got.Stage != "" || got.Template != nil {
+		t.Errorf("register without --policy: %+v", got)
+	}
+
+	msg := wantError(t, runFake(t, svc, "", "register", "--name", "x", "--parent", "3", "--policy", filepath.Join(dir, "bad.yaml"), "--json"), kin.ECodeInvalid)
+	if !strings.Contains(msg, "--policy "+filepath.Join(dir, "bad.yaml")) || !strings.Contains(msg, "tools") {
+		t.Errorf("message %q", msg)
+	}
+	wantUsage(t, runFake(t, svc, "", "register", "--name", "x", "--parent", "3", "--template", dir), "unknown flag: --template")
+	if len(svc.registers) != 2 {
+		t.Errorf("bad command lines reached the service: %+v", svc.registers[2:])
+	}
+
+	svc.err = kin.Escalationf([]kin.Excess{{Field: "budget.max_tokens", Asked: "5000", Parent: "1000"}},
+		"the request asks for more than agent 3 has:\n- budget.max_tokens: 5000 (agent 3 has 1000)")
+	msg = wantError(t, runFake(t, svc, "", "register", "--name", "y", "--parent", "3", "--policy", filepath.Join(dir, "policy.yaml"), "--json"), kin.ECodeEscalation)
+	if !strings.Contains(msg, "budget.max_tokens: 5000 (agent 3 has 1000)") {
+		t.Errorf("message %q", msg)
+	}
 }

@@ -57,7 +57,10 @@ func byID(nodes []*kin.TreeNode) []*kin.TreeNode {
 //	#1 Research-Coordinator  role=coordinator gen=0 status=active state=active pid=4242 responsible="Dr. Schmidt"
 //	├── #2 Data-Collector  role=collector gen=1 status=active state=registered
 //	│   └── #5 Web-Scraper  role=scraper gen=2 status=terminated state=cancelled signal=terminated reason=stopped
-//	└── #3 Report-Writer  ...
+//	└── #3 Report-Writer  ...  tokens 1200/5000 cost 0.40/1.00 spawns 3/10
+//
+// A node with a budget or reported spend ends with its subtree's spend
+// against the budget (spendString).
 func renderTreeText(w io.Writer, forest []*kin.TreeNode) {
 	if len(forest) == 0 {
 		fmt.Fprintln(w, "(no agents)")
@@ -70,6 +73,9 @@ func renderTreeText(w io.Writer, forest []*kin.TreeNode) {
 		line += runtimeText(&n.Agent)
 		if top {
 			line += " responsible=" + kvString(n.Responsible)
+		}
+		if s := spendString(n.Spend); s != "" {
+			line += "  " + s
 		}
 		fmt.Fprintf(w, "%s%s%s\n", prefix, branch, line)
 		kids := byID(n.Children)

@@ -69,6 +69,22 @@ func goldenForest() []*kin.TreeNode {
 	return forest
 }
 
+// spendForest is goldenForest with spend: #1 under a budget partly spent,
+// #2 without a budget but having reported usage, #8 stopped at its
+// deadline; the others have nothing to show.
+func spendForest() []*kin.TreeNode {
+	forest := goldenForest()
+	i64 := func(n int64) *int64 { return &n }
+	f64 := func(x float64) *float64 { return &x }
+	forest[0].Spend = &kin.Spend{Tokens: 200, SubtreeTokens: 1200, SubtreeCost: 0.4, SubtreeSpawns: 3,
+		MaxTokens: i64(5000), MaxCost: f64(1), MaxDescendants: i64(10)}
+	forest[0].Children[0].Spend = &kin.Spend{Tokens: 300, SubtreeTokens: 300, SubtreeCost: 0.004}
+	forest[0].Children[2].Spend = &kin.Spend{} // nothing spent, no budget: nothing shown
+	forest[1].Spend = &kin.Spend{SubtreeTokens: 90, MaxTokens: i64(100),
+		DeadlineAt: time.Date(2026, 3, 30, 13, 0, 0, 0, time.UTC), Exhausted: "deadline"}
+	return forest
+}
+
 func TestRenderTreeGolden(t *testing.T) {
 	subtree := goldenForest()[0].Children[1] // #3 Report-Writer, not a root
 	for _, c := range []struct {
@@ -77,6 +93,7 @@ func TestRenderTreeGolden(t *testing.T) {
 		format treeFormat
 	}{
 		{"forest.txt", goldenForest(), formatText},
+		{"spend.txt", spendForest(), formatText},
 		{"forest.json", goldenForest(), formatJSON},
 		{"forest.mmd", goldenForest(), formatMermaid},
 		{"forest.dot", goldenForest(), formatDOT},

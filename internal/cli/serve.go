@@ -3,6 +3,7 @@ package cli
 import (
 	"fmt"
 	"log/slog"
+	"os"
 	"path/filepath"
 	"runtime/debug"
 	"slices"
@@ -13,12 +14,14 @@ import (
 
 	"github.com/kin-agents/kin/internal/daemon"
 	"github.com/kin-agents/kin/internal/governor"
+	"github.com/kin-agents/kin/internal/policy"
 	"github.com/kin-agents/kin/kin"
 )
 
 // serveFlags are serve's flag values, "" where not given.
 type serveFlags struct {
 	home, http, profile, store, ctx, containment, leaveRunning string
+	policyConfig, bestEffort                                   string
 }
 
 // Containment choices of --containment; "auto" is the daemon's "".
@@ -28,6 +31,7 @@ func (a *app) serveCommand() *cobra.Command {
 	var (
 		fl           serveFlags
 		leaveRunning bool
+		bestEffort   bool
 	)
 	cmd := &cobra.Command{
 		Use:   "serve [flags]",
@@ -64,7 +68,8 @@ it stops every agent, unless --leave-running: then they go on, and the next
 kin serve on the same home takes them back.
 
 Configuration: built-in defaults, overridden by KIN_HOME, KIN_HTTP,
-KIN_PROFILE, KIN_STORE, KIN_CTX, KIN_CONTAINMENT and KIN_LEAVE_RUNNING, overridden by
+KIN_PROFILE, KIN_STORE, KIN_CTX, KIN_CONTAINMENT, KIN_LEAVE_RUNNING,
+KIN_POLICY_CONFIG and KIN_SANDBOX_BEST_EFFORT, overridden by
 the flags. The HTTP API listens on
 ` + daemon.DefaultHTTPAddr + ` unless --http says otherwise ("--http off" serves
 the socket only). Shipped profiles: ` + strings.Join(governor.ShippedProfiles(), ", ") + `; see
@@ -74,12 +79,16 @@ the socket only). Shipped profiles: ` + strings.Join(governor.ShippedProfiles(),
   kin serve --profile hierarchy --http 127.0.0.1:8080
   KIN_PROFILE=./my-profile.json kin serve --store sqlite:/data/kin.db
   kin serve --containment process-groups --leave-running
-  kin serve --ctx /ctx`,
+  kin serve --ctx /ctx
+  kin serve --policy-config /etc/kin/policy.yaml`,
 		Args: cobra.NoArgs,
 		RunE: run(func(cmd *cobra.Command, _ []string) error {
 			fl.home = a.home
 			if cmd.Flags().Changed("leave-running") {
 				fl.leaveRunning = strconv.FormatBool(leaveRunning)
+			}
+			if cmd.Flags().Changed("sandbox-best-effort") {
+				fl.bestEffort = strconv.FormatBool(bestEffort)
 			}
 			cfg, err := serveConfig(a.env.Getenv, fl)
 			if err != nil {
@@ -132,6 +141,8 @@ the socket only). Shipped profiles: ` + strings.Join(governor.ShippedProfiles(),
 	f.StringVar(&fl.store, "store", "", "store `DSN`: sqlite (<home>/kin.db) or sqlite:PATH (default $KIN_STORE, else sqlite)")
 	f.StringVar(&fl.containment, "containment", "", "`how` to hold agents' processes: "+strings.Join(containments, ", ")+" (auto: cgroup2 when a writable cgroup v2 exists, else process-groups) (default $KIN_CONTAINMENT, else auto)")
 	f.BoolVar(&leaveRunning, "leave-running", false, "leave agents running when kin serve stops, for the next kin serve to take back (default $KIN_LEAVE_RUNNING, else false)")
+	f.StringVar(&fl.policyConfig, "policy-config", "", "the permission authority's `file` (JSON or YAML): global_deny (tools no preset can grant) and presets (stages beyond restricted, supervised, full) (default $KIN_POLICY_CONFIG, else the shipped presets)")
+	f.BoolVar(&bestEffort, "sandbox-best-effort", false, "where the kernel has no Landlock, run agents whose policy restricts mounts UNRESTRICTED instead of refusing them (default $KIN_SANDBOX_BEST_EFFORT, else false)")
 	return cmd
 }
 
@@ -176,6 +187,21 @@ func serveConfig(getenv func(string) string, fl serveFlags) (daemon.Config, erro
 		return cfg, bad(leaveRunning, fmt.Errorf("not true or false"))
 	}
 	cfg.LeaveRunning = lr
+	bestEffort := pick("false", "KIN_SANDBOX_BEST_EFFORT", "sandbox-best-effort", fl.bestEffort)
+	if cfg.SandboxBestEffort, err = strconv.ParseBool(bestEffort.value); err != nil {
+		return cfg, bad(bestEffort, fmt.Errorf("not true or false"))
+	}
+	policyConfig := pick("", "KIN_POLICY_CONFIG", "policy-config", fl.policyConfig)
+	if policyConfig.value != "" {
+		b, err := os.ReadFile(policyConfig.value)
+		if err == nil {
+			_, err = policy.ParseConfig(b)
+		}
+		if err != nil {
+			return cfg, bad(policyConfig, err)
+		}
+		cfg.PolicyConfig = policyConfig.value
+	}
 	if probe := (daemon.Config{Home: cfg.Home, HTTPAddr: cfg.HTTPAddr}); probe.Validate() != nil {
 		return cfg, bad(httpAddr, probe.Validate())
 	}

@@ -310,10 +310,10 @@ func TestServeLeaveRunning(t *testing.T) {
 	stop, _, stderr = startServe(t, Env{Getenv: noEnv}, home, "--http", "off")
 	r = runCLI(t, "show", "--home", home, "--json", a.ID.String())
 	wantOK(t, r)
-	var back kin.Agent
-	decodeOne(t, r.stdout, &back)
-	if !back.Running() || back.PID != a.PID {
-		t.Fatalf("after the restart: %+v", back)
+	var shown shownAgent
+	decodeOne(t, r.stdout, &shown)
+	if back := shown.Agent; !back.Running() || back.PID != a.PID {
+		t.Fatalf("after the restart: %+v", shown.Agent)
 	}
 	if code := stop(); code != 0 {
 		t.Fatalf("exit %d:\n%s", code, stderr.String())

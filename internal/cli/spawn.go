@@ -15,6 +15,7 @@ import (
 func (a *app) spawnCommand() *cobra.Command {
 	var req kin.SpawnRequest
 	var ho handoffFlags
+	var perm permFlags
 	cmd := &cobra.Command{
 		Use:   "spawn [flags] [--] COMMAND [ARGS...]",
 		Short: "Start an agent: register it and run its process under supervision",
@@ -52,12 +53,11 @@ child's task, handoff.md ("-" reads it from stdin). With it may come:
   --contract FILE  the output contract, contract.json: the sections result.md
                    must have and the artifacts the child must produce. Without
                    it: a non-empty result.md with a non-empty Summary section.
-  --policy FILE    the policy subset the child gets, a JSON object
-  --mounts FILE    the mount subset the child gets, a JSON object
 
 Every file is checked here first, and a bad one is named before anything is
 spawned. The child finds handoff.md at $KIN_HANDOFF, with refs.jsonl,
-contract.json, policy.json and mounts.json beside it, and writes its result
+contract.json, and its effective policy (policy.json, mounts.json) beside
+it, and writes its result
 into $KIN_OUTPUT: result.md, refs.jsonl (the files it used or made) and
 artifact/. When it ends, kin checks them against the contract, recomputing
 every ref's hash, and copies them into the parent's session under
@@ -65,13 +65,46 @@ context/child/<child>/ with a status: completed, contract_violated, failed
 or cancelled. "kin wait" waits for that; "kin result" and "kin context pack"
 read it.
 
-Prints the agent, with its PID.`,
+What the agent may do (seed 001's permission attenuation, seed 003):
+
+  --policy FILE    the agent's own policy, JSON or YAML: the tools it may use
+                   (glob patterns: "tools": {"allow": ["read", "web_*"],
+                   "deny": ["exec"]}), the paths it sees ("mounts": {"/work":
+                   "rw"}; every other path is hidden), whether it may spawn,
+                   and its subtree's budget (tokens, cost, descendants,
+                   deadline). Unknown keys are an error. It must be a subset
+                   of what the parent holds: anything more is refused with
+                   permission_escalation, listing every item. Without it the
+                   agent keeps its parent's policy.
+  --stage S        the preset its tools follow (default: its parent's stage);
+                   "kin promote" changes it later.
+  --template DIR   provision its workspace from a template: the files under
+                   DIR, with placeholders like {AGENT_NAME}, {PARENT}, {ROLE}
+                   and {RESPONSIBLE} filled in. A config fragment at DIR's top
+                   (.kin.json or .kin.yaml) may give a role, a stage and a
+                   policy: the role and stage apply where --role and --stage
+                   are not given; the policy is merged with --policy's, and
+                   --policy wins field by field.
+  --set K=V        the value of the template's placeholder {K} (repeatable).
+
+The policy file and the template are read and checked here, with your own
+rights, and a bad one is named before anything is spawned. "kin show" prints
+the agent's effective policy, "kin explain" why it may or may not do
+something.
+
+Prints the agent, with its PID.
+
+Exit status: 0 when the agent runs, 1 when the spawn was refused or failed
+(the error says why: a governor rule, permission_escalation, a bad file),
+2 when the command line is wrong.`,
 		Example: `  kin spawn --name Research-Coordinator --responsible "Dr. Schmidt" -- python3 coordinator.py
   kin spawn --parent 1 --name Web-Scraper --restart on-failure --grace 10s ./scrape.sh --depth 2
   kin spawn --parent 1 --env LOG_LEVEL=debug --dir /srv/agents --json node agent.js
   kin spawn --name Sleeper --responsible ops -- sleep 3600
   kin spawn --parent 1 --name rev-123 --handoff task.md --ref docs/spec.md --contract contract.json -- ./review.sh
-  echo "Summarise the logs." | kin spawn --parent 1 --handoff - --ref /var/log/app.log -- ./summarise.sh`,
+  echo "Summarise the logs." | kin spawn --parent 1 --handoff - --ref /var/log/app.log -- ./summarise.sh
+  kin spawn --parent 1 --name researcher --policy research.yaml --stage restricted -- ./agent.sh
+  kin spawn --parent 1 --name writer --template ./templates/writer --set TOPIC=lineage -- ./agent.sh`,
 		Args: func(cmd *cobra.Command, args []string) error {
 			if len(args) == 0 {
 				return usageErrorf("%s needs the COMMAND to run after its flags, e.g. %s --name worker -- python3 worker.py", cmd.CommandPath(), cmd.CommandPath())
@@ -92,6 +125,9 @@ Prints the agent, with its PID.`,
 			}
 			req.Dir = dir
 			if req.Handoff, err = ho.build(a.env.Stdin); err != nil {
+				return err
+			}
+			if err := perm.apply(&req.RegisterRequest); err != nil {
 				return err
 			}
 			svc, err := a.service()
@@ -120,6 +156,7 @@ Prints the agent, with its PID.`,
 	f.Var(newEnumFlag(&req.Restart, kin.RestartNever, kin.RestartOnFailure, kin.RestartAlways), "restart",
 		"`policy` for replacing the agent after its process ends: never (the default), on-failure (after a crash, or going offline), always")
 	ho.add(f)
+	perm.add(f, "template")
 	return cmd
 }
 

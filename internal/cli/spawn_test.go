@@ -4,6 +4,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -144,5 +145,90 @@ func TestResolveCommand(t *testing.T) {
 	t.Chdir(dir)
 	if got := resolveCommand("kin-test-agent"); got != "kin-test-agent" {
 		t.Errorf("a program found through a relative PATH entry resolved to %q; it is left as given", got)
+	}
+}
+
+// TestSpawnPolicy: --policy is parsed here and sent as the agent's policy;
+// --stage as its stage; --template with its fragment's role, stage and
+// policy merged under the flags, and --set as its vars.
+func TestSpawnPolicy(t *testing.T) {
+	dir := writeFiles(t, "policy.yaml", policyYAML, "policy.json", `{"tools":{"allow":["read"]}}`)
+	tpl := writeTemplate(t, fragmentJSON)
+	svc := &fakeService{}
+
+	wantOK(t, runFake(t, svc, "", "spawn", "--json", "--parent", "7", "--policy", filepath.Join(dir, "policy.json"), "--stage", "review", "true"))
+	got := svc.spawns[0].RegisterRequest
+	if got.Stage != "review" || got.Template != nil || !reflect.DeepEqual(got.Policy, &kin.Policy{Tools: &kin.ToolRules{Allow: []string{"read"}}}) {
+		t.Errorf("spawn with --policy and --stage: %+v, policy %+v", got, got.Policy)
+	}
+
+	wantOK(t, runFake(t, svc, "", "spawn", "--json", "--parent", "7", "--name", "writer-2", "--template", tpl,
+		"--set", "TOPIC=lineage", "--policy", filepath.Join(dir, "policy.yaml"), "true"))
+	got = svc.spawns[1].RegisterRequest
+	want := &kin.Policy{
+		Tools:  &kin.ToolRules{Allow: []string{"read", "edit"}, Deny: []string{"web_*"}}, // --policy's deny wins
+		Mounts: map[string]kin.Mode{"/work": kin.ModeRO},
+		Budget: &kin.Budget{MaxTokens: ptr(int64(5000))},
+	}
+	if got.Role != "writer" || got.Stage != "dev" || !reflect.DeepEqual(got.Policy, want) {
+		t.Errorf("spawn with --template: role %q stage %q policy %+v", got.Role, got.Stage, got.Policy)
+	}
+	if want := (&kin.Template{Files: templateFiles(), Vars: map[string]string{"TOPIC": "lineage"}}); !reflect.DeepEqual(got.Template, want) {
+		t.Errorf("template %+v, want %+v", got.Template, want)
+	}
+
+	// The flags win over the fragment's role and stage; without --policy
+	// the fragment's policy is sent as it is.
+	wantOK(t, runFake(t, svc, "", "spawn", "--json", "--parent", "7", "--template", tpl, "--role", "editor", "--stage", "prod", "true"))
+	got = svc.spawns[2].RegisterRequest
+	if got.Role != "editor" || got.Stage != "prod" || got.Policy == nil || got.Policy.Budget != nil || got.Policy.Tools.Deny[0] != "exec" {
+		t.Errorf("flags over the fragment: role %q stage %q policy %+v", got.Role, got.Stage, got.Policy)
+	}
+	if got.Template.Vars != nil {
+		t.Errorf("vars without --set: %v", got.Template.Vars)
+	}
+}
+
+func TestSpawnPolicyErrors(t *testing.T) {
+	dir := writeFiles(t,
+		"unknown.yaml", "tools:\n  allow: [read]\nnetwork: false\n",
+		"relative.json", `{"mounts":{"work":"rw"}}`,
+		"broken.json", `{"tools":`,
+	)
+	tpl := writeTemplate(t, fragmentJSON)
+	badTpl := writeTemplate(t, `{"role":"writer","colour":"blue"}`)
+	svc := &fakeService{}
+	spawn := func(args ...string) result {
+		t.Helper()
+		return runFake(t, svc, "", append(append([]string{"spawn", "--json", "--parent", "7"}, args...), "true")...)
+	}
+	for _, tc := range []struct {
+		args []string
+		want []string
+	}{
+		{[]string{"--policy", filepath.Join(dir, "unknown.yaml")}, []string{"--policy " + filepath.Join(dir, "unknown.yaml"), `unknown key "network"`}},
+		{[]string{"--policy", filepath.Join(dir, "relative.json")}, []string{"relative.json", `"work" is not an absolute path`}},
+		{[]string{"--policy", filepath.Join(dir, "broken.json")}, []string{"broken.json"}},
+		{[]string{"--policy", filepath.Join(dir, "missing.json")}, []string{"--policy", "missing.json", "no such file"}},
+		{[]string{"--policy", dir}, []string{"is a directory"}},
+		{[]string{"--policy", ""}, []string{"--policy needs a file name"}},
+		{[]string{"--template", filepath.Join(dir, "nowhere")}, []string{"--template " + filepath.Join(dir, "nowhere"), "no such file"}},
+		{[]string{"--template", badTpl}, []string{"--template " + badTpl, "colour"}},
+		{[]string{"--template", ""}, []string{"--template needs a directory"}},
+	} {
+		msg := wantError(t, spawn(tc.args...), kin.ECodeInvalid)
+		for _, w := range tc.want {
+			if !strings.Contains(msg, w) {
+				t.Errorf("%v: message %q does not say %q", tc.args, msg, w)
+			}
+		}
+	}
+	wantUsage(t, spawn("--set", "TOPIC=x"), "--set", "needs --template DIR")
+	wantUsage(t, spawn("--template", tpl, "--set", "topic=x"), "--set", "the name", "topic", "upper-case")
+	wantUsage(t, spawn("--template", tpl, "--set", "TOPIC"), "--set", "not K=V")
+	wantUsage(t, spawn("--template", tpl, "--set", "A=1", "--set", "A=2"), "--set A is given twice")
+	wantUsage(t, spawn("--stage", ""), "--stage needs a stage name")
+	if len(svc.spawns) != 0 {
+		t.Errorf("bad files reached the service: %+v", svc.spawns)
 	}
 }

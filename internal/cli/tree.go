@@ -12,7 +12,10 @@ func (a *app) treeCommand() *cobra.Command {
 		Long: `Draw the lineage tree: every root with its descendants, or the subtree of ID.
 
 Formats:
-  text     an indented tree: id, name, role, generation, status, state
+  text     an indented tree: id, name, role, generation, status, state; for
+           an agent under a budget or that reported usage, its subtree's
+           spend against the budget: tokens 1200/5000 cost 0.40/1.00
+           spawns 3/10 (only the parts with a budget or a spend)
   json     nested objects, each with a "children" array (the same as --json)
   mermaid  a Mermaid "graph TD": the responsible parties on top, "registers"
            edges to roots, "spawns" edges to children

@@ -109,3 +109,32 @@ func TestTreeRuntime(t *testing.T) {
 		t.Errorf("tree:\n%s\nwant:\n%s", r.stdout, want)
 	}
 }
+
+// TestTreeSpend: an agent's subtree spend after its node, in the text tree
+// only; --json carries it as "spend".
+func TestTreeSpend(t *testing.T) {
+	svc := &fakeService{forest: spendForest()[:1]}
+	r := runFake(t, svc, "", "tree")
+	wantOK(t, r)
+	for _, want := range []string{
+		`#1 Research-Coordinator  role=coordinator gen=0 status=active state=registered responsible="Dr. Schmidt, COAI Research"  tokens 1200/5000 cost 0.40/1.00 spawns 3/10` + "\n",
+		"├── #2 Data-Collector  role=collector gen=1 status=active state=active pid=4242  tokens 300 cost 0.004\n",
+		"└── #4 Peer-Reviewer  role=- gen=1 status=active state=registered\n",
+	} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("tree lacks %q:\n%s", want, r.stdout)
+		}
+	}
+	r = runFake(t, svc, "", "tree", "--json")
+	wantOK(t, r)
+	var forest []*kin.TreeNode
+	decodeOne(t, r.stdout, &forest)
+	if s := forest[0].Spend; s == nil || s.SubtreeTokens != 1200 || *s.MaxTokens != 5000 || forest[0].Children[1].Spend != nil {
+		t.Errorf("--json spend: %+v", forest[0].Spend)
+	}
+	r = runFake(t, svc, "", "tree", "--format", "mermaid")
+	wantOK(t, r)
+	if strings.Contains(r.stdout, "tokens") {
+		t.Errorf("the diagram shows spend:\n%s", r.stdout)
+	}
+}

@@ -245,6 +245,12 @@ func TestParseQueriesEdgeCases(t *testing.T) {
 	for _, q := range []map[string][]string{{"offset": {}}, {"follow": nil}} {
 		_, _, err := httpapi.ParseLogsQuery(q)
 		checkInvalid(t, err)
+		_, err = httpapi.ParseInboxQuery(q)
+		checkInvalid(t, err)
+	}
+	for _, q := range []map[string][]string{{"tool": {}}, {"path": nil}, {"tool": {"a", "b"}}} {
+		_, _, err := httpapi.ParseExplainQuery(q)
+		checkInvalid(t, err)
 	}
 	q, _ := url.ParseQuery("since=x&limit=y&agent=z&follow=w")
 	_, _, first := httpapi.ParseEventQuery(q)
@@ -253,4 +259,52 @@ func TestParseQueriesEdgeCases(t *testing.T) {
 			t.Fatalf("the same query failed with %q, then %q", first, err)
 		}
 	}
+}
+
+func FuzzParseInboxQuery(f *testing.F) {
+	for _, s := range append(querySeeds, "agent=5&since=12&follow=true", "since=-1", "agent=0", "follow=1&follow=0", "session=x") {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		q, _ := url.ParseQuery(s)
+		req, err := httpapi.ParseInboxQuery(q)
+		if err != nil {
+			checkInvalid(t, err)
+			return
+		}
+		if req.Agent < 0 || req.Since < 0 {
+			t.Fatalf("ParseInboxQuery(%q) = %+v", s, req)
+		}
+		again := url.Values{}
+		if req.Agent != 0 {
+			again.Set("agent", req.Agent.String())
+		}
+		if req.Since != 0 {
+			again.Set("since", strconv.FormatInt(req.Since, 10))
+		}
+		if req.Follow {
+			again.Set("follow", "true")
+		}
+		back, err := httpapi.ParseInboxQuery(again)
+		if err != nil || back != req {
+			t.Fatalf("ParseInboxQuery(%q) = %+v, but its encoding %q parses to %+v, %v", s, req, again.Encode(), back, err)
+		}
+	})
+}
+
+func FuzzParseExplainQuery(f *testing.F) {
+	for _, s := range append(querySeeds, "tool=exec", "path=/work", "tool=exec&path=/work", "tool=", "tool=a&tool=b", "mode=ro") {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		q, _ := url.ParseQuery(s)
+		tool, path, err := httpapi.ParseExplainQuery(q)
+		if err != nil {
+			checkInvalid(t, err)
+			return
+		}
+		if (tool == "") == (path == "") {
+			t.Fatalf("ParseExplainQuery(%q) = tool %q, path %q: want exactly one", s, tool, path)
+		}
+	})
 }

@@ -208,6 +208,21 @@ func TestUnknownRoutes(t *testing.T) {
 		{"GET", "/v1/agents/1/logs?follow=maybe", http.StatusBadRequest, kin.ECodeInvalid},
 		{"GET", "/v1/agents/1/logs?follow=true&follow=false", http.StatusBadRequest, kin.ECodeInvalid},
 		{"GET", "/v1/agents/99/logs", http.StatusNotFound, kin.ECodeNotFound},
+		{"GET", "/v1/authorize", http.StatusNotFound, kin.ECodeNotFound},
+		{"POST", "/v1/agents/1/policy", http.StatusNotFound, kin.ECodeNotFound},
+		{"GET", "/v1/agents/1/promote", http.StatusNotFound, kin.ECodeNotFound},
+		{"GET", "/v1/read", http.StatusNotFound, kin.ECodeNotFound},
+		{"GET", "/v1/messages", http.StatusNotFound, kin.ECodeNotFound},
+		{"POST", "/v1/inbox", http.StatusNotFound, kin.ECodeNotFound},
+		{"GET", "/v1/agents/abc/policy", http.StatusBadRequest, kin.ECodeInvalid},
+		{"GET", "/v1/agents/0/explain?tool=exec", http.StatusBadRequest, kin.ECodeInvalid},
+		{"GET", "/v1/agents/1/explain", http.StatusBadRequest, kin.ECodeInvalid},
+		{"GET", "/v1/agents/1/explain?tool=exec&path=/work", http.StatusBadRequest, kin.ECodeInvalid},
+		{"GET", "/v1/agents/1/explain?colour=red", http.StatusBadRequest, kin.ECodeInvalid},
+		{"POST", "/v1/agents/abc/promote", http.StatusBadRequest, kin.ECodeInvalid},
+		{"GET", "/v1/inbox?agent=abc", http.StatusBadRequest, kin.ECodeInvalid},
+		{"GET", "/v1/inbox?since=x", http.StatusBadRequest, kin.ECodeInvalid},
+		{"GET", "/v1/inbox?colour=red", http.StatusBadRequest, kin.ECodeInvalid},
 	} {
 		resp, body := a.call(tc.method, tc.path, nil)
 		t.Run(tc.method+" "+tc.path, func(t *testing.T) {
@@ -261,6 +276,17 @@ func TestBadJSONBodies(t *testing.T) {
 		{"heartbeat: unknown field", "/v1/heartbeat", []byte(`{"cursor":"a","seq":1}`), `unknown field "seq"`},
 		{"heartbeat: id a string", "/v1/heartbeat", []byte(`{"id":"7"}`), `field "id" must be`},
 		{"heartbeat: cursor a number", "/v1/heartbeat", []byte(`{"cursor":42}`), `field "cursor" must be string`},
+		{"register: unknown policy key", "/v1/agents", []byte(`{"name":"a","responsible":"x","policy":{"network":false}}`), `unknown field "network"`},
+		{"register: mode a number", "/v1/agents", []byte(`{"name":"a","responsible":"x","policy":{"mounts":{"/work":1}}}`), `field "policy.mounts" must be`},
+		{"spawn: unknown budget key", "/v1/spawn", []byte(`{"command":["/bin/true"],"policy":{"budget":{"tokens":5}}}`), `unknown field "tokens"`},
+		{"spawn: policy in the handoff", "/v1/spawn", []byte(`{"command":["/bin/true"],"handoff":{"task":"t","policy":{}}}`), `unknown field "policy"`},
+		{"authorize: empty body", "/v1/authorize", nil, "empty"},
+		{"authorize: unknown field", "/v1/authorize", []byte(`{"tool":"exec","args":"x"}`), `unknown field "args"`},
+		{"usage: cost a string", "/v1/usage", []byte(`{"cost":"0.4"}`), `field "cost" must be float64`},
+		{"promote: empty body", "/v1/agents/1/promote", nil, "empty"},
+		{"promote: unknown field", "/v1/agents/1/promote", []byte(`{"stage":"prod","force":true}`), `unknown field "force"`},
+		{"read: syntax error", "/v1/read", []byte(`{"owner":}`), "syntax error"},
+		{"send: unknown field", "/v1/messages", []byte(`{"to":"1","text":"x","urgent":true}`), `unknown field "urgent"`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			resp, body := a.call("POST", tc.path, tc.body)

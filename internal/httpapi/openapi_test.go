@@ -222,10 +222,23 @@ func TestOpenAPISecurity(t *testing.T) {
 }
 
 // kinErrorCodes reads every ErrorCode constant declared in package kin's
-// source, so that a code added there without a status or docs fails here.
+// source (error.go, and permission.go for the permission authority's), so
+// that a code added there without a status or docs fails here.
 func kinErrorCodes(t *testing.T) []kin.ErrorCode {
 	t.Helper()
-	file, err := parser.ParseFile(token.NewFileSet(), "../../kin/error.go", nil, 0)
+	var codes []kin.ErrorCode
+	for _, name := range []string{"error.go", "permission.go"} {
+		codes = append(codes, errorCodesIn(t, "../../kin/"+name)...)
+	}
+	if len(codes) < 10 {
+		t.Fatalf("found only %d error codes in kin: %v", len(codes), codes)
+	}
+	return codes
+}
+
+func errorCodesIn(t *testing.T, path string) []kin.ErrorCode {
+	t.Helper()
+	file, err := parser.ParseFile(token.NewFileSet(), path, nil, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -253,8 +266,8 @@ func kinErrorCodes(t *testing.T) []kin.ErrorCode {
 			}
 		}
 	}
-	if len(codes) < 10 {
-		t.Fatalf("found only %d error codes in kin/error.go: %v", len(codes), codes)
+	if len(codes) == 0 {
+		t.Fatalf("found no error codes in %s", path)
 	}
 	return codes
 }
@@ -487,7 +500,27 @@ func TestOpenAPISchemasMatchGoTypes(t *testing.T) {
 		{"ContextPack", reflect.TypeFor[kin.ContextPack](), true},
 		{"PackChild", reflect.TypeFor[handoff.PackChild](), true},
 		{"PackArtifact", reflect.TypeFor[handoff.PackArtifact](), true},
-		{"Error", reflect.TypeFor[kin.Error](), true},
+		{"Error", reflect.TypeFor[httpapi.ErrorBody](), true},
+		{"Policy", reflect.TypeFor[kin.Policy](), false},
+		{"ToolRules", reflect.TypeFor[kin.ToolRules](), false},
+		{"SpawnRules", reflect.TypeFor[kin.SpawnRules](), false},
+		{"Budget", reflect.TypeFor[kin.Budget](), false},
+		{"Visibility", reflect.TypeFor[kin.Visibility](), false},
+		{"Template", reflect.TypeFor[kin.Template](), false},
+		{"TemplateFile", reflect.TypeFor[kin.TemplateFile](), false},
+		{"AgentPolicy", reflect.TypeFor[kin.AgentPolicy](), true},
+		{"EffectivePolicy", reflect.TypeFor[kin.EffectivePolicy](), true},
+		{"PolicyLayer", reflect.TypeFor[kin.PolicyLayer](), true},
+		{"Spend", reflect.TypeFor[kin.Spend](), true},
+		{"Excess", reflect.TypeFor[kin.Excess](), true},
+		{"Decision", reflect.TypeFor[kin.Decision](), true},
+		{"Explanation", reflect.TypeFor[kin.Explanation](), true},
+		{"Message", reflect.TypeFor[kin.Message](), true},
+		{"AuthorizeRequest", reflect.TypeFor[kin.AuthorizeRequest](), false},
+		{"UsageRequest", reflect.TypeFor[kin.UsageRequest](), false},
+		{"PromoteBody", reflect.TypeFor[httpapi.PromoteBody](), false},
+		{"ReadRequest", reflect.TypeFor[kin.ReadRequest](), false},
+		{"SendRequest", reflect.TypeFor[kin.SendRequest](), false},
 	} {
 		sch, ok := spec.Components.Schemas[tc.schema]
 		if !ok {
@@ -516,15 +549,18 @@ func TestOpenAPISchemasMatchGoTypes(t *testing.T) {
 func TestOpenAPITreeNodeAndEvent(t *testing.T) {
 	spec := loadSpec(t)
 	tree := spec.Components.Schemas["TreeNode"]
-	var agent, children bool
+	var agent, children, spend bool
 	for _, part := range tree.AllOf {
 		agent = agent || part.Ref == "#/components/schemas/Agent"
 		if c, ok := part.Properties["children"]; ok {
 			children = c.Type == "array" && c.Items != nil && c.Items.Ref == "#/components/schemas/TreeNode"
 		}
+		if s, ok := part.Properties["spend"]; ok {
+			spend = len(s.AllOf) == 1 && s.AllOf[0].Ref == "#/components/schemas/Spend" && !slices.Contains(part.Required, "spend")
+		}
 	}
-	if !agent || !children {
-		t.Errorf("TreeNode must be an Agent with children: []TreeNode; got %+v", tree)
+	if !agent || !children || !spend {
+		t.Errorf("TreeNode must be an Agent with children: []TreeNode and an optional spend: Spend; got %+v", tree)
 	}
 
 	ev := spec.Components.Schemas["Event"]

@@ -268,8 +268,9 @@ func TestResultAndContextPack(t *testing.T) {
 
 // TestSpawnHandoffBody: a spawn's handoff is decoded as strictly as the
 // rest of the body (unknown keys refused, inside refs too), while the
-// contract, policy and mounts pass through as the raw JSON given: the
-// daemon reads them with the handoff package's own strict parser.
+// contract passes through as the raw JSON given: the daemon reads it with
+// the handoff package's own strict parser. The policy is the spawn's own
+// (RegisterRequest.Policy), no longer a part of the handoff.
 func TestSpawnHandoffBody(t *testing.T) {
 	svc := &handoffScript{spawns: make(chan kin.SpawnRequest, 1)}
 	c, url := serveScripted(t, svc)
@@ -280,8 +281,6 @@ func TestSpawnHandoffBody(t *testing.T) {
 		Task:     "Review the mount spec.\n",
 		Refs:     []kin.Ref{{Path: "/work/spec.md", Hash: "sha256:" + strings.Repeat("a", 64)}},
 		Contract: json.RawMessage(`{"sections":[{"name":"Summary"},{"name":"Findings"}],"unlisted_artifacts":"reject"}`),
-		Policy:   json.RawMessage(`{"network":false,"anything":{"nested":[1,2]}}`),
-		Mounts:   json.RawMessage(`{"/work":"ro"}`),
 	}
 	if _, err := c.Spawn(ctx, kin.SpawnRequest{Command: []string{"/bin/true"}, Handoff: h}); err != nil {
 		t.Fatal(err)
@@ -297,6 +296,8 @@ func TestSpawnHandoffBody(t *testing.T) {
 		{"ref path a number", `{"task":"x","refs":[{"path":5}]}`, `field "handoff.refs.path" must be string`},
 		{"refs an object", `{"task":"x","refs":{"path":"/a"}}`, `field "handoff.refs" must be`},
 		{"not an object", `"review it"`, `field "handoff" must be`},
+		{"a policy in the handoff", `{"task":"x","policy":{"network":false}}`, `unknown field "policy"`},
+		{"mounts in the handoff", `{"task":"x","mounts":{"/work":"ro"}}`, `unknown field "mounts"`},
 	} {
 		status, b := post(t, ctx, url+"/v1/spawn", `{"command":["/bin/true"],"handoff":`+tc.handoff+`}`)
 		var e kin.Error
@@ -314,13 +315,13 @@ func TestSpawnHandoffBody(t *testing.T) {
 // TestDecodeSpawnHandoff holds the decoder to the same rules without a
 // server: a nested handoff round-trips, and its raw parts keep their bytes.
 func TestDecodeSpawnHandoff(t *testing.T) {
-	body := `{"name":"rev-123","command":["/bin/true"],"handoff":{"task":"t","contract":{"version":1},"policy":{"a":{"b":null}},"mounts":{}}}`
+	body := `{"name":"rev-123","command":["/bin/true"],"handoff":{"task":"t","contract":{"version":1,"sections":[{"name":"a"}]}}}`
 	var req kin.SpawnRequest
 	if err := httpapi.DecodeJSON(strings.NewReader(body), &req); err != nil {
 		t.Fatal(err)
 	}
 	h := req.Handoff
-	if h == nil || h.Task != "t" || string(h.Contract) != `{"version":1}` || string(h.Policy) != `{"a":{"b":null}}` || string(h.Mounts) != `{}` {
+	if h == nil || h.Task != "t" || string(h.Contract) != `{"version":1,"sections":[{"name":"a"}]}` {
 		t.Fatalf("handoff = %+v", h)
 	}
 	again, err := json.Marshal(req)

@@ -74,6 +74,14 @@ func Routes() []Route {
 		{"POST", "/v1/agents/{id}/wait", (*Server).wait},
 		{"GET", "/v1/agents/{id}/result", (*Server).result},
 		{"GET", "/v1/agents/{id}/context-pack", (*Server).contextPack},
+		{"GET", "/v1/agents/{id}/policy", (*Server).policy},
+		{"POST", "/v1/authorize", (*Server).authorize},
+		{"GET", "/v1/agents/{id}/explain", (*Server).explain},
+		{"POST", "/v1/usage", (*Server).usage},
+		{"POST", "/v1/agents/{id}/promote", (*Server).promote},
+		{"POST", "/v1/read", (*Server).readFile},
+		{"POST", "/v1/messages", (*Server).send},
+		{"GET", "/v1/inbox", (*Server).inbox},
 	}
 }
 
@@ -144,7 +152,25 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	if code == kin.ECodeCircuitOpen {
 		w.Header().Set("Retry-After", "60")
 	}
-	writeJSON(w, StatusOf(code), &kin.Error{Code: code, Message: kin.ErrorMessageOf(err)})
+	writeJSON(w, StatusOf(code), errorBody(err))
+}
+
+// ErrorBody is every error answer: the code and message of a kin.Error,
+// and for permission_escalation every item that exceeds the parent (the
+// client SDK turns it back into a *kin.EscalationError).
+type ErrorBody struct {
+	Code    kin.ErrorCode `json:"code"`
+	Message string        `json:"message"`
+	Excess  []kin.Excess  `json:"excess,omitempty"`
+}
+
+func errorBody(err error) *ErrorBody {
+	b := &ErrorBody{Code: kin.ErrorCodeOf(err), Message: kin.ErrorMessageOf(err)}
+	var esc *kin.EscalationError
+	if errors.As(err, &esc) {
+		b.Excess = esc.Excess
+	}
+	return b
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) error {

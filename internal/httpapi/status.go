@@ -29,6 +29,18 @@ var statusOf = map[kin.ErrorCode]int{
 	// may repeat it unasked. 504 says the answer waited for did not come in
 	// time, which is what a wait's timeout is.
 	kin.ECodeTimeout: http.StatusGatewayTimeout,
+	// The permission authority's refusals: the caller is known, and what
+	// it asked for exceeds what it holds.
+	kin.ECodeEscalation: http.StatusForbidden,
+	kin.ECodeDenied:     http.StatusForbidden,
+	kin.ECodeBudget:     http.StatusForbidden,
+	// Not 503: that says kin is unavailable for now, and clients and
+	// proxies retry it (the SDK reads a bare 503 as "kin not reachable").
+	// A host without Landlock stays without it: the request is well formed
+	// and understood, but its mounts cannot be enforced here, which is
+	// what 422 says. Asking again changes nothing; asking without mounts,
+	// or on a host that has Landlock, does.
+	kin.ECodeSandbox: http.StatusUnprocessableEntity,
 }
 
 // StatusOf returns the HTTP status for an error code (500 for unknown ones).
