@@ -60,6 +60,8 @@ func runDaemonProcess(home string) {
 //	ignore-term      ignore SIGTERM, wait forever
 //	double-fork      start a grandchild in a new session (setsid) that
 //	                 waits forever, write its pid, wait forever
+//	ask-kin          authorize read and exec, promote itself to full, report
+//	                 usage; write each answer
 //	exit N           exit with status N
 //	echo TEXT        print TEXT to stdout and stderr, exit 0
 //	whoami           write "id:<agent id>" for the own socket and the
@@ -136,6 +138,22 @@ func runAgent(mode string) int {
 		} else {
 			out("own: parent=%d", child.Parent)
 		}
+	case "ask-kin":
+		// What an agent asks the permission authority about itself.
+		c := self()
+		for _, tool := range []string{"read", "exec"} {
+			dec, err := c.Authorize(ctx, kin.AuthorizeRequest{Tool: tool})
+			if err != nil {
+				out("authorize %s: %s", tool, kin.ErrorCodeOf(err))
+			} else {
+				out("authorize %s: %v", tool, dec.Allowed)
+			}
+		}
+		me, _ := kin.ParseAgentID(os.Getenv("KIN_AGENT_ID"))
+		_, err := c.Promote(ctx, kin.PromoteRequest{Agent: me, Stage: "full"})
+		out("promote self: %s", kin.ErrorCodeOf(err))
+		_, err = c.Usage(ctx, kin.UsageRequest{Tokens: 10})
+		out("usage: %s", kin.ErrorCodeOf(err))
 	case "heartbeat-crash":
 		out("resume=%s", os.Getenv("KIN_RESUME_CURSOR"))
 		_, err := self().Heartbeat(ctx, kin.HeartbeatRequest{Cursor: "c" + os.Getenv("KIN_AGENT_ID")})

@@ -544,3 +544,65 @@ func TestGlobalDenyIsNotAnEscalation(t *testing.T) {
 		t.Fatalf("read: %+v", dec)
 	}
 }
+
+func TestPolicyGroupsAndEnvReachTheProcess(t *testing.T) {
+	d := kintest.StartDaemon(t)
+	a, err := d.Client.Spawn(ctx, kin.SpawnRequest{
+		RegisterRequest: kin.RegisterRequest{Name: "grouped", Responsible: "r", Policy: &kin.Policy{Groups: []uint32{4242}, Env: []string{"TASK_*"}}},
+		Command:         []string{"/bin/sh", "-c", `id -G; echo "task=$TASK_ID"`},
+		Env:             []string{"TASK_ID=7"},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, out := ended(t, d, a.ID); !strings.Contains(out, " 4242") || !strings.Contains(out, "task=7") {
+		t.Fatalf("output %q: want group 4242 and TASK_ID", out)
+	}
+	// A variable the policy does not let through is refused, before
+	// anything is registered; so is a group the parent does not hold.
+	holder := registerWith(t, d, "holder", 0, "", &kin.Policy{Groups: []uint32{4242}, Env: []string{"TASK_*"}})
+	_, err = d.Client.Spawn(ctx, kin.SpawnRequest{
+		RegisterRequest: kin.RegisterRequest{Name: "leaky", Parent: holder.ID},
+		Command:         []string{"/bin/true"}, Env: []string{"AWS_SECRET_ACCESS_KEY=x"},
+	})
+	var esc *kin.EscalationError
+	if !errors.As(err, &esc) || esc.Excess[0].Field != "env" || esc.Excess[0].Asked != "AWS_SECRET_ACCESS_KEY" {
+		t.Fatalf("passing a variable outside env: %v", err)
+	}
+	_, err = d.Client.Register(ctx, kin.RegisterRequest{Name: "wheel", Parent: holder.ID, Policy: &kin.Policy{Groups: []uint32{4242, 10}}})
+	if !errors.As(err, &esc) || esc.Excess[0].Field != "groups" {
+		t.Fatalf("a group the parent lacks: %v", err)
+	}
+}
+
+func TestMaxDescendantsCountsEverySpawnOfTheSubtree(t *testing.T) {
+	d := kintest.StartDaemon(t)
+	n := int64(2)
+	p := registerWith(t, d, "lead", 0, "", &kin.Policy{Budget: &kin.Budget{MaxDescendants: &n}})
+	c := registerWith(t, d, "one", p.ID, "", nil)
+	registerWith(t, d, "two", c.ID, "", nil) // a grandchild counts too
+	if _, err := d.Client.Register(ctx, kin.RegisterRequest{Name: "three", Parent: p.ID}); kin.ErrorCodeOf(err) != kin.ECodeBudget {
+		t.Fatalf("the third descendant: %v, want budget_exhausted", err)
+	}
+	pol, _ := d.Client.Policy(ctx, p.ID)
+	if pol.Spend.SubtreeSpawns != 2 {
+		t.Fatalf("spawns = %d, want 2", pol.Spend.SubtreeSpawns)
+	}
+}
+
+// From inside an agent: kin authorize answers for the caller, and an agent
+// may never promote itself.
+func TestAgentAsksKinAboutItselfAndCannotPromoteItself(t *testing.T) {
+	d := kintest.StartDaemon(t)
+	out := outPath(t)
+	a := spawnAgent(t, d.Client, "student", 0, "ask-kin", withEnv("KINTEST_OUT="+out), func(r *kin.SpawnRequest) { r.Stage = "restricted" })
+	got := waitOut(t, out, "usage:")
+	for _, want := range []string{"authorize read: true", "authorize exec: false", "promote self: forbidden", "usage: \n"} {
+		if !strings.Contains(got+"\n", want) {
+			t.Errorf("agent %d wrote %q, want %q", a.ID, got, want)
+		}
+	}
+	if s, _ := d.Client.Agent(ctx, a.ID); s.Stage != "restricted" {
+		t.Fatalf("stage after self-promotion = %q", s.Stage)
+	}
+}
