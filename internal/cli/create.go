@@ -49,24 +49,7 @@ is bad (the error says which), 2 when the command line is wrong.`,
 		},
 		RunE: run(func(cmd *cobra.Command, args []string) error {
 			req.Name = args[0]
-			if req.Parent == 0 && req.Responsible == "" {
-				return usageErrorf("--responsible is required for a root agent (one without --parent)")
-			}
-			if err := perm.apply(&req); err != nil {
-				return err
-			}
-			svc, err := a.service()
-			if err != nil {
-				return err
-			}
-			ag, err := svc.Register(cmd.Context(), req)
-			if err != nil {
-				return err
-			}
-			if a.jsonOut {
-				return a.printJSON(ag)
-			}
-			return writeAgent(a.env.Stdout, ag)
+			return a.register(cmd, &req, &perm)
 		}),
 	}
 	f := cmd.Flags()

@@ -34,24 +34,7 @@ the policy asks for beyond the parent's), 2 when the command line is wrong.`,
   kin register --name Reviewer --parent 1 --policy reviewer.yaml --stage restricted`,
 		Args: cobra.NoArgs,
 		RunE: run(func(cmd *cobra.Command, _ []string) error {
-			if req.Parent == 0 && req.Responsible == "" {
-				return usageErrorf("--responsible is required for a root agent (one without --parent)")
-			}
-			if err := perm.apply(&req); err != nil {
-				return err
-			}
-			svc, err := a.service()
-			if err != nil {
-				return err
-			}
-			ag, err := svc.Register(cmd.Context(), req)
-			if err != nil {
-				return err
-			}
-			if a.jsonOut {
-				return a.printJSON(ag)
-			}
-			return writeAgent(a.env.Stdout, ag)
+			return a.register(cmd, &req, &perm)
 		}),
 	}
 	registerFlags(cmd, &req,
@@ -76,4 +59,27 @@ func registerFlags(cmd *cobra.Command, req *kin.RegisterRequest, nameUsage, pare
 	f.StringVar(&req.CapabilityHash, "capability", "", "`hash` of the agent's capability manifest")
 	f.BoolVar(&req.SelfModifying, "self-modifying", false, "the agent may modify its own code or prompts")
 	f.Var(newEnumFlag(&req.Life, kin.LifeOwned, kin.LifeDetached), "life", "the agent's `life`: owned (dies with its parent, the default) or detached (outlives it; the profile must have allow_detach)")
+}
+
+// register sends a registration built from flags (kin register, kin
+// create) and prints the agent.
+func (a *app) register(cmd *cobra.Command, req *kin.RegisterRequest, perm *permFlags) error {
+	if req.Parent == 0 && req.Responsible == "" {
+		return usageErrorf("--responsible is required for a root agent (one without --parent)")
+	}
+	if err := perm.apply(req); err != nil {
+		return err
+	}
+	svc, err := a.service()
+	if err != nil {
+		return err
+	}
+	ag, err := svc.Register(cmd.Context(), *req)
+	if err != nil {
+		return err
+	}
+	if a.jsonOut {
+		return a.printJSON(ag)
+	}
+	return writeAgent(a.env.Stdout, ag)
 }
