@@ -45,8 +45,15 @@ const (
 	ModeIDFile     fs.FileMode = 0o644 // agent/<name>
 	ModeControlDir fs.FileMode = 0o750 // agent/<name>.d: daemon-owned, group = the agent's gid
 	ModeControl    fs.FileMode = 0o640 // the files in it: the agent reads them, never writes them
-	ModeAgentDir   fs.FileMode = 0o700 // home/<uid>/... and every directory of a session
-	ModeAgentFile  fs.FileMode = 0o600 // every file of a session
+	ModeAgentDir   fs.FileMode = 0o700 // every directory of a session
+	// ModeAgentHome is home/<uid>, home/<uid>/agent and .../agent/<name>:
+	// traversable by the agent's group, whose only other members are the
+	// sandboxed readers of its workspace that kin adds (seed 003 §4).
+	ModeAgentHome fs.FileMode = 0o710
+	// ModeWorkspace is .../agent/<name>/workspace: readable by that group;
+	// Landlock narrows each reader to the paths both sides consented to.
+	ModeWorkspace fs.FileMode = 0o750
+	ModeAgentFile fs.FileMode = 0o600 // every file of a session
 )
 
 // Options tune an FS. The zero value is what kin runs with.

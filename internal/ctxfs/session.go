@@ -211,7 +211,12 @@ func (f *FS) sessionsDir(o Owner, name string) (int, error) {
 		return -1, err
 	}
 	defer unix.Close(home)
-	return f.mkdirsAt(home, []string{strconv.Itoa(o.UID), dirAgent, name, dirSession}, o, ModeAgentDir)
+	fd, err := f.mkdirsAt(home, []string{strconv.Itoa(o.UID), dirAgent, name}, o, ModeAgentHome)
+	if err != nil {
+		return -1, err
+	}
+	defer unix.Close(fd)
+	return f.mkdirsAt(fd, []string{dirSession}, o, ModeAgentDir)
 }
 
 // openSession opens s's session directory.

@@ -32,10 +32,15 @@ func (f *FS) MakeWorkspace(o Owner, name string) (string, error) {
 		return "", err
 	}
 	defer unix.Close(home)
-	fd, err := f.mkdirsAt(home, []string{strconv.Itoa(o.UID), dirAgent, name, dirWorkspace}, o, ModeAgentDir)
+	fd, err := f.mkdirsAt(home, []string{strconv.Itoa(o.UID), dirAgent, name}, o, ModeAgentHome)
 	if err != nil {
 		return "", err
 	}
-	unix.Close(fd)
+	defer unix.Close(fd)
+	ws, err := f.mkdirsAt(fd, []string{dirWorkspace}, o, ModeWorkspace)
+	if err != nil {
+		return "", err
+	}
+	unix.Close(ws)
 	return f.WorkspaceDir(o.UID, name), nil
 }

@@ -305,7 +305,7 @@ func visibilityPair(t *testing.T, d *kintest.Daemon, readerScope, ownerScope []s
 	t.Helper()
 	ov := &kin.Visibility{Scope: ownerScope}
 	if ownerConsents {
-		ov.ReadableTo = []string{"nova"}
+		ov.ReadableTo = []string{"nova", "nova2"}
 	}
 	tmpl := &kin.Template{Files: []kin.TemplateFile{
 		{Path: "SOUL.md", Data: "mano's soul\n"}, {Path: "SECRET.md", Data: "keys\n"},
@@ -604,5 +604,28 @@ func TestAgentAsksKinAboutItselfAndCannotPromoteItself(t *testing.T) {
 	}
 	if s, _ := d.Client.Agent(ctx, a.ID); s.Stage != "restricted" {
 		t.Fatalf("stage after self-promotion = %q", s.Stage)
+	}
+}
+
+// A sandboxed reader's own processes read exactly what both sides
+// consented to: kin lets them through the owner's folders (its group), and
+// Landlock keeps them to the consented paths.
+func TestVisibilityLetsASandboxedReaderReadOnlyTheConsentedPaths(t *testing.T) {
+	d := kintest.StartDaemon(t)
+	_, owner := visibilityPair(t, d, []string{"memory/**"}, []string{"memory/**"}, true)
+	ws := filepath.Join(d.Home, "ctx", "home", uidOf(d, owner.ID), "agent", "mano", "workspace")
+	script := `exec 2>/dev/null; W=` + ws + `
+cat "$W/memory/notes.md" || echo NOREAD-NOTES
+cat "$W/SECRET.md" || echo NOREAD-SECRET
+echo x >> "$W/memory/notes.md" && echo WROTE || echo NOWRITE`
+	a, err := d.Client.Spawn(ctx, kin.SpawnRequest{RegisterRequest: kin.RegisterRequest{Name: "nova2", Responsible: "r", Policy: &kin.Policy{
+		Mounts:     map[string]kin.Mode{"/nonexistent-kin-test": kin.ModeRO},
+		Visibility: &kin.Visibility{ReadFrom: []string{"mano"}, Scope: []string{"memory/**"}},
+	}}, Command: []string{"/bin/sh", "-c", script}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, out := ended(t, d, a.ID); out != "remember the milk\nNOREAD-SECRET\nNOWRITE\n" {
+		t.Fatalf("the sandboxed reader: %q", out)
 	}
 }

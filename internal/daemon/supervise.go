@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -144,7 +145,7 @@ func (d *Daemon) start(ctx context.Context, a *kin.Agent, spec store.ProcessSpec
 	}
 	rt.ctx = cx
 	d.rememberCtx(a.ID, cx)
-	argv, err := d.sandboxArgv(a, cx, spec.Command)
+	argv, readGroups, err := d.sandboxArgv(a, cx, spec.Command)
 	if err != nil {
 		d.removeRuntime(a.ID)
 		return nil, d.failStart(ctx, a, err)
@@ -167,7 +168,7 @@ func (d *Daemon) start(ctx context.Context, a *kin.Agent, spec store.ProcessSpec
 		Env:        append(d.agentEnv(a, sock.path, cursor, spec.Env), ctxEnv...),
 		Dir:        dir,
 		LogPath:    d.logPath(a.ID),
-		Credential: d.agentCredential(a.ID),
+		Credential: withGroups(d.agentCredential(a.ID), readGroups),
 	})
 	if err != nil {
 		d.removeRuntime(a.ID)
@@ -730,4 +731,15 @@ func (d *Daemon) freeze(ctx context.Context, id kin.AgentID, subtree, freeze boo
 		return d.sup.Freeze(ctx, id, subtree)
 	}
 	return d.sup.Thaw(ctx, id, subtree)
+}
+
+// withGroups is c with extra supplementary groups (nil c: the daemon's own
+// user, which needs none).
+func withGroups(c *syscall.Credential, groups []uint32) *syscall.Credential {
+	if c == nil || len(groups) == 0 {
+		return c
+	}
+	out := *c
+	out.Groups = append(slices.Clone(c.Groups), groups...)
+	return &out
 }

@@ -72,15 +72,20 @@ func (d *Daemon) sandboxAvailable() error {
 // sandboxArgv wraps an agent's command in the sandbox shim when its
 // effective policy restricts mounts or sets process limits; otherwise it
 // returns the command as it is.
-func (d *Daemon) sandboxArgv(a *kin.Agent, c *ctxAgent, argv []string) ([]string, error) {
+//
+// It also returns the groups of the owners whose workspaces the agent may
+// read: the agent joins them so that the files' modes let it in, and
+// Landlock keeps it to the consented paths. Only a sandboxed agent joins.
+func (d *Daemon) sandboxArgv(a *kin.Agent, c *ctxAgent, argv []string) ([]string, []uint32, error) {
 	layers, err := d.layers(a.ID)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	flat := policy.Flatten(layers)
 	if flat.Mounts == nil && !hasLimits(flat.Budget) {
-		return argv, nil
+		return argv, nil, nil
 	}
+	var groups []uint32
 	spec := sandbox.Spec{Argv: argv, BestEffort: d.cfg.SandboxBestEffort}
 	if b := flat.Budget; b != nil {
 		spec.CPUSeconds, spec.MemoryBytes, spec.OpenFiles = deref(b.CPUSeconds), deref(b.MemoryBytes), deref(b.OpenFiles)
@@ -100,14 +105,16 @@ func (d *Daemon) sandboxArgv(a *kin.Agent, c *ctxAgent, argv []string) ([]string
 			spec.RO = append(spec.RO, filepath.Join(d.ctxDir, "bin"))
 		}
 		spec.RW = append(spec.RW, d.socketPath(a.Name))
-		spec.RO = append(spec.RO, d.visibleTo(a)...)
+		var seen []string
+		seen, groups = d.visibleTo(a)
+		spec.RO = append(spec.RO, seen...)
 	}
 	spec.RW, spec.RO = grants(spec.RW, spec.RO)
 	args, err := sandbox.Args(spec)
 	if err != nil {
-		return nil, fmt.Errorf("sandbox: %w", err)
+		return nil, nil, fmt.Errorf("sandbox: %w", err)
 	}
-	return append([]string{d.shimPath(), sandbox.Subcommand}, args...), nil
+	return append([]string{d.shimPath(), sandbox.Subcommand}, args...), groups, nil
 }
 
 func deref(p *int64) int64 {
@@ -302,13 +309,15 @@ func (d *Daemon) readWorkspaceFile(owner *kin.Agent, rel string) ([]byte, error)
 
 // visibleTo is what a sandboxed reader may read of other agents'
 // workspaces, for Landlock: each consenting owner's files and folders
-// that both scopes match, as they exist when the reader starts.
-func (d *Daemon) visibleTo(a *kin.Agent) []string {
+// that both scopes match, as they exist when the reader starts; and the
+// groups of those owners.
+func (d *Daemon) visibleTo(a *kin.Agent) ([]string, []uint32) {
 	v := d.visibility(a.ID)
 	if v == nil || len(v.ReadFrom) == 0 {
-		return nil
+		return nil, nil
 	}
 	var out []string
+	var groups []uint32
 	for _, ref := range v.ReadFrom {
 		owner, err := d.agentByRef(context.Background(), ref)
 		if err != nil || owner.ID == a.ID {
@@ -316,6 +325,7 @@ func (d *Daemon) visibleTo(a *kin.Agent) []string {
 		}
 		ov := d.visibility(owner.ID)
 		ws := d.workspaceOf(owner)
+		before := len(out)
 		_ = filepath.WalkDir(ws, func(p string, e os.DirEntry, err error) error {
 			if err != nil || p == ws {
 				return nil
@@ -338,8 +348,13 @@ func (d *Daemon) visibleTo(a *kin.Agent) []string {
 			}
 			return nil
 		})
+		if len(out) > before {
+			if c := d.agentCredential(owner.ID); c != nil && !slices.Contains(groups, c.Gid) {
+				groups = append(groups, c.Gid)
+			}
+		}
 	}
-	return out
+	return out, groups
 }
 
 // grants makes the sandbox's grants canonical (links resolved, missing
