@@ -389,8 +389,24 @@ func (d *Daemon) armDeadlineLocked(id kin.AgentID, at time.Time) {
 		t.Stop()
 	}
 	d.perm.timers[id] = time.AfterFunc(max(time.Until(at), 0), func() {
-		d.exhaust(id, reasonDeadline, fmt.Sprintf("the deadline of agent %d passed at %s", id, at.Format(time.RFC3339)))
+		d.goExhaust(id, reasonDeadline, fmt.Sprintf("the deadline of agent %d passed at %s", id, at.Format(time.RFC3339)))
 	})
+}
+
+// goExhaust runs exhaust in the background, owned by the daemon like the
+// exit handlers (Close waits for it), unless the daemon is shutting down.
+func (d *Daemon) goExhaust(id kin.AgentID, reason, why string) {
+	d.rtMu.Lock()
+	if d.shuttingDown {
+		d.rtMu.Unlock()
+		return
+	}
+	d.exitWG.Add(1)
+	d.rtMu.Unlock()
+	go func() {
+		defer d.exitWG.Done()
+		d.exhaust(id, reason, why)
+	}()
 }
 
 // exhaust records that id's subtree ran out of budget or time and stops
@@ -666,7 +682,7 @@ func (d *Daemon) Usage(ctx context.Context, req kin.UsageRequest) (*kin.Spend, e
 	d.hub.notify()
 	// The highest exhausted ancestor's stop covers the rest.
 	if n := len(over); n > 0 {
-		go d.exhaust(over[n-1], reasonBudget, whys[n-1])
+		d.goExhaust(over[n-1], reasonBudget, whys[n-1])
 	}
 	d.perm.mu.Lock()
 	s := d.spendLocked(id)
