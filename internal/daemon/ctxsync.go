@@ -293,22 +293,24 @@ func (w *ctxWriter) holdsName(a *kin.Agent) bool {
 // stays in the event log, where kin inbox reads it.
 func (w *ctxWriter) appendMessages(a *kin.Agent, c *ctxAgent, evs []kin.Event) {
 	d := w.d
-	bySession := map[string][][]byte{}
-	lastOf := map[string]int64{}
+	type line struct {
+		seq  int64
+		data []byte
+	}
+	bySession := map[string][]line{}
 	var order []string
 	for _, ev := range evs {
 		if ev.Type != kin.EventAgentMessage {
 			continue
 		}
-		line, to, sid, ok := messageLine(ev)
+		data, to, sid, ok := messageLine(ev)
 		if !ok || to != a.ID {
 			continue
 		}
 		if _, seen := bySession[sid]; !seen {
 			order = append(order, sid)
 		}
-		bySession[sid] = append(bySession[sid], line)
-		lastOf[sid] = ev.Seq
+		bySession[sid] = append(bySession[sid], line{ev.Seq, data})
 	}
 	for _, sid := range order {
 		s := ctxfs.Session{Owner: d.agentOwner(a.ID), Agent: a.Name, ID: sid}
@@ -324,18 +326,16 @@ func (w *ctxWriter) appendMessages(a *kin.Agent, c *ctxAgent, evs []kin.Event) {
 			}
 		}
 		var lines [][]byte
-		for _, l := range bySession[sid] {
-			var m struct {
-				Seq int64 `json:"seq"`
-			}
-			if json.Unmarshal(l, &m) == nil && m.Seq > done {
-				lines = append(lines, l)
+		msgs := bySession[sid]
+		for _, l := range msgs {
+			if l.seq > done {
+				lines = append(lines, l.data)
 			}
 		}
 		if err := d.ctx.AppendMessages(s, lines); err != nil {
 			d.log.Warn("agent filesystem: messages.jsonl", "agent", a.ID, "session", sid, "err", err)
 			continue
 		}
-		c.msgSeq[sid] = lastOf[sid]
+		c.msgSeq[sid] = msgs[len(msgs)-1].seq
 	}
 }

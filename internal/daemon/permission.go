@@ -301,13 +301,9 @@ func (d *Daemon) admit(req *kin.RegisterRequest, role string, env []string, now 
 		}
 	}
 	ad := &admission{}
-	var preset *kin.ToolRules
-	if req.Stage != "" {
-		pr, err := d.perm.cfg.Preset(req.Stage)
-		if err != nil {
-			return nil, kin.Errorf(kin.ECodeInvalid, "stage: %v", err)
-		}
-		preset = &pr
+	link, err := d.linkLocked(0, req.Stage, req.Policy) // the agent itself, not yet registered
+	if err != nil {
+		return nil, err
 	}
 	var child kin.Policy
 	if req.Policy != nil {
@@ -321,7 +317,7 @@ func (d *Daemon) admit(req *kin.RegisterRequest, role string, env []string, now 
 	if req.Parent != 0 && rem.Descendants != nil && *rem.Descendants < 0 {
 		return nil, kin.Errorf(kin.ECodeBudget, "agent %d may not spawn: its subtree has spawned as many descendants as its budget's max_descendants allows", req.Parent)
 	}
-	if excess := policy.Exceeds(layersForCheck, rem, now, child, preset); len(excess) > 0 {
+	if excess := policy.Exceeds(layersForCheck, rem, now, child, link.Preset); len(excess) > 0 {
 		return nil, kin.Escalationf(excess, "the request asks for more than agent %d has:\n%s", req.Parent, policy.FormatExcess(excess))
 	}
 	if req.Stage != "" || req.Policy != nil {
@@ -336,10 +332,6 @@ func (d *Daemon) admit(req *kin.RegisterRequest, role string, env []string, now 
 				ad.own.deadlineAt = now.Add(time.Duration(*bu.Deadline))
 			}
 		}
-	}
-	link, err := d.linkLocked(0, req.Stage, req.Policy)
-	if err != nil {
-		return nil, err
 	}
 	if ad.layers, err = d.layersLocked(parentIDs, &link); err != nil {
 		return nil, err
@@ -493,9 +485,6 @@ func (d *Daemon) spendLocked(id kin.AgentID) kin.Spend {
 		if o.policy != nil && o.policy.Budget != nil {
 			b := o.policy.Budget
 			s.MaxTokens, s.MaxCost, s.MaxDescendants = b.MaxTokens, b.MaxCost, b.MaxDescendants
-			if b.MaxDescendants != nil {
-				s.SubtreeSpawns = d.perm.rec(id).spawns
-			}
 		}
 	}
 	return s
@@ -830,16 +819,20 @@ func (d *Daemon) policyControl(id kin.AgentID) (flatJSON, mountsJSON []byte, lin
 
 // flatPolicy is id's effective policy flattened, and false when no agent
 // in its chain has a policy or stage (the common case, answered without
-// building layers).
+// building layers: the global deny list, tools only, changes nothing that
+// is flattened). The background writer asks it for every agent it touches.
 func (d *Daemon) flatPolicy(id kin.AgentID) (kin.Policy, bool) {
 	d.perm.mu.Lock()
-	if len(d.perm.own) == 0 && len(d.perm.cfg.GlobalDeny) == 0 {
-		d.perm.mu.Unlock()
+	defer d.perm.mu.Unlock()
+	if len(d.perm.own) == 0 {
 		return kin.Policy{}, false
 	}
-	layers, err := d.layersLocked(d.chainIDs(id), nil)
-	d.perm.mu.Unlock()
-	if err != nil || len(layers) == 0 {
+	chain := d.chainIDs(id)
+	if !slices.ContainsFunc(chain, func(a kin.AgentID) bool { return d.perm.own[a] != nil }) {
+		return kin.Policy{}, false
+	}
+	layers, err := d.layersLocked(chain, nil)
+	if err != nil {
 		return kin.Policy{}, false
 	}
 	return policy.Flatten(layers), true

@@ -4,18 +4,20 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
+	"io/fs"
 	"os"
 	"path"
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 
+	"github.com/kin-agents/kin/internal/ctxfs"
 	"github.com/kin-agents/kin/internal/policy"
 	"github.com/kin-agents/kin/internal/sandbox"
+	"github.com/kin-agents/kin/internal/store"
 	"github.com/kin-agents/kin/internal/template"
 	"github.com/kin-agents/kin/kin"
-	"golang.org/x/sys/unix"
 )
 
 // checkPermissionRequest validates what a registration asks of the
@@ -183,7 +185,8 @@ func (d *Daemon) provisionWorkspace(ctx context.Context, a *kin.Agent, t *kin.Te
 	return nil
 }
 
-// agentByRef finds an agent by id or name (the live one holding it).
+// agentByRef finds an agent by id, or by name: the live agent holding it
+// (an ended agent is named by its id).
 func (d *Daemon) agentByRef(ctx context.Context, ref string) (*kin.Agent, error) {
 	if id, err := kin.ParseAgentID(ref); err == nil {
 		return d.Agent(ctx, id)
@@ -191,20 +194,14 @@ func (d *Daemon) agentByRef(ctx context.Context, ref string) (*kin.Agent, error)
 	if _, err := kin.ParseName(ref); err != nil {
 		return nil, kin.Errorf(kin.ECodeInvalid, "%q is neither an agent id nor an agent name", ref)
 	}
-	as, err := d.store.AgentList(ctx, kin.AgentFilter{})
+	a, err := d.store.AgentLiveByName(ctx, ref)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, kin.Errorf(kin.ECodeNotFound, "no live agent is named %q (name an ended agent by its id)", ref)
+	}
 	if err != nil {
 		return nil, d.storeError(err)
 	}
-	var found *kin.Agent
-	for _, a := range as {
-		if a.Name == ref && (found == nil || a.Status != kin.StatusTerminated) {
-			found = a
-		}
-	}
-	if found == nil {
-		return nil, kin.Errorf(kin.ECodeNotFound, "no agent is named %q", ref)
-	}
-	return found, nil
+	return a, nil
 }
 
 // visibility is an agent's own consent (visibility is not inherited).
@@ -259,52 +256,21 @@ func (d *Daemon) ReadFile(ctx context.Context, req kin.ReadRequest) ([]byte, err
 	return data, nil
 }
 
-// readWorkspaceFile reads rel in owner's workspace, following no link.
+// readWorkspaceFile reads rel in owner's workspace, following no link
+// (ctxfs walks every component with O_NOFOLLOW).
 func (d *Daemon) readWorkspaceFile(owner *kin.Agent, rel string) ([]byte, error) {
-	dir, err := d.ctx.OpenDir(d.workspaceOf(owner))
-	if err != nil {
-		if errors.Is(err, os.ErrNotExist) {
-			return nil, kin.Errorf(kin.ECodeNotFound, "agent %d has no workspace", owner.ID)
-		}
-		return nil, kin.Errorf(kin.ECodeNotFound, "agent %d's workspace: %v", owner.ID, err)
+	b, err := d.ctx.ReadFile(filepath.Join(d.workspaceOf(owner), rel), MaxReadFile)
+	switch {
+	case err == nil:
+		return b, nil
+	case errors.Is(err, fs.ErrNotExist):
+		return nil, kin.Errorf(kin.ECodeNotFound, "%s:%s does not exist", owner.Name, rel)
+	case errors.Is(err, ctxfs.ErrSymlink), errors.Is(err, syscall.ENOTDIR), errors.Is(err, ctxfs.ErrNotRegular):
+		return nil, kin.Errorf(kin.ECodeDenied, "%s:%s passes through a link or is not a file: kin reads only regular files, following no link", owner.Name, rel)
+	case errors.Is(err, ctxfs.ErrTooLarge):
+		return nil, kin.Errorf(kin.ECodeInvalid, "%s:%s is larger than the %d bytes kin read returns", owner.Name, rel, MaxReadFile)
 	}
-	defer dir.Close()
-	fd, err := unix.Dup(int(dir.Fd()))
-	if err != nil {
-		return nil, err
-	}
-	comps := strings.Split(rel, "/")
-	for i, comp := range comps {
-		flags := unix.O_RDONLY | unix.O_NOFOLLOW | unix.O_CLOEXEC
-		if i < len(comps)-1 {
-			flags |= unix.O_DIRECTORY
-		}
-		next, err := unix.Openat(fd, comp, flags, 0)
-		unix.Close(fd)
-		if err != nil {
-			if errors.Is(err, unix.ENOENT) {
-				return nil, kin.Errorf(kin.ECodeNotFound, "%s:%s does not exist", owner.Name, rel)
-			}
-			if errors.Is(err, unix.ELOOP) || errors.Is(err, unix.ENOTDIR) {
-				return nil, kin.Errorf(kin.ECodeDenied, "%s:%s passes through a link or is not a file: kin reads only regular files, following no link", owner.Name, rel)
-			}
-			return nil, kin.Errorf(kin.ECodeDenied, "%s:%s: %v", owner.Name, rel, err)
-		}
-		fd = next
-	}
-	f := os.NewFile(uintptr(fd), rel)
-	defer f.Close()
-	st, err := f.Stat()
-	if err != nil {
-		return nil, err
-	}
-	if !st.Mode().IsRegular() {
-		return nil, kin.Errorf(kin.ECodeInvalid, "%s:%s is not a regular file", owner.Name, rel)
-	}
-	if st.Size() > MaxReadFile {
-		return nil, kin.Errorf(kin.ECodeInvalid, "%s:%s is %d bytes; kin read returns at most %d", owner.Name, rel, st.Size(), MaxReadFile)
-	}
-	return io.ReadAll(io.LimitReader(f, MaxReadFile))
+	return nil, kin.Errorf(kin.ECodeDenied, "%s:%s: %v", owner.Name, rel, err)
 }
 
 // visibleTo is what a sandboxed reader may read of other agents'

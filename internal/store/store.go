@@ -49,6 +49,9 @@ type Reader interface {
 	// before its children (by generation, then id).
 	AgentSubtree(ctx context.Context, id kin.AgentID) ([]*kin.Agent, error)
 	AgentCount(ctx context.Context) (int, error)
+	// AgentLiveByName returns the live agent (status not terminated) with
+	// the name, or ErrNotFound.
+	AgentLiveByName(ctx context.Context, name string) (*kin.Agent, error)
 	// AgentProcessSpec returns what was started for a spawned agent, for a
 	// replacement after a crash (or ErrNotFound).
 	AgentProcessSpec(ctx context.Context, id kin.AgentID) (ProcessSpec, error)
@@ -79,9 +82,6 @@ type Tx interface {
 	AgentUpdateSpawnBlock(ctx context.Context, id kin.AgentID, until time.Time) error
 	// AgentCountLive counts live agents (kin.Agent.Live) that match p.
 	AgentCountLive(ctx context.Context, p AgentCountLiveParams) (int, error)
-	// AgentLiveByName returns the live agent (status not terminated) with
-	// the name, or ErrNotFound.
-	AgentLiveByName(ctx context.Context, name string) (*kin.Agent, error)
 	AgentWalletExists(ctx context.Context, wallet string) (bool, error)
 	// EventAppend stores e with the next sequence number and returns it.
 	EventAppend(ctx context.Context, e kin.Event) (kin.Event, error)

@@ -462,8 +462,8 @@ func (t *txn) AgentCountLive(ctx context.Context, p store.AgentCountLiveParams) 
 	return n, interpretError(err)
 }
 
-func (t *txn) AgentLiveByName(ctx context.Context, name string) (*kin.Agent, error) {
-	a, err := scanAgent(t.queryRow(ctx, sqlAgentLiveByName, name))
+func (r reader) AgentLiveByName(ctx context.Context, name string) (*kin.Agent, error) {
+	a, err := scanAgent(r.queryRow(ctx, sqlAgentLiveByName, name))
 	return a, interpretError(err)
 }
 
