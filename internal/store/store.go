@@ -68,6 +68,20 @@ type Reader interface {
 	AgentPolicyList(ctx context.Context) ([]AgentPolicyRow, error)
 	// SpendList returns every agent's reported spend, by id.
 	SpendList(ctx context.Context) ([]SpendRow, error)
+	// AgentKeyGet returns an agent's public key, or ErrNotFound.
+	AgentKeyGet(ctx context.Context, id kin.AgentID) (AgentKeyRow, error)
+	// AgentKeyByJKT returns the agent whose key has the thumbprint, or
+	// ErrNotFound.
+	AgentKeyByJKT(ctx context.Context, jkt string) (AgentKeyRow, error)
+	// GrantList returns the grants of one agent (0: every agent), by agent
+	// and resource.
+	GrantList(ctx context.Context, agent kin.AgentID) ([]GrantRow, error)
+	// AuthTokenGet returns an issued auth token, or ErrNotFound.
+	AuthTokenGet(ctx context.Context, jti string) (AuthTokenRow, error)
+	// AuthTokenList returns the issued auth tokens that expire after
+	// since, newest first; with agent not 0, only those bound to it or
+	// obtained by it.
+	AuthTokenList(ctx context.Context, agent kin.AgentID, since time.Time) ([]AuthTokenRow, error)
 }
 
 // Tx is a read-write transaction.
@@ -94,6 +108,62 @@ type Tx interface {
 	// SpendSetExhausted records why an agent's subtree was stopped for its
 	// budget.
 	SpendSetExhausted(ctx context.Context, id kin.AgentID, why string) error
+	AgentKeyInsert(ctx context.Context, k AgentKeyRow) error
+	// GrantSet creates or replaces the grant of (Agent, Resource).
+	GrantSet(ctx context.Context, g GrantRow) error
+	// GrantDelete removes a grant and reports whether there was one.
+	GrantDelete(ctx context.Context, agent kin.AgentID, resource string) (bool, error)
+	AuthTokenInsert(ctx context.Context, t AuthTokenRow) error
+	// AuthTokenRevoke marks revoked the unexpired, unrevoked tokens that p
+	// selects and returns them.
+	AuthTokenRevoke(ctx context.Context, p AuthTokenRevokeParams) ([]AuthTokenRow, error)
+	// AuthTokenPrune deletes the tokens that expired before t.
+	AuthTokenPrune(ctx context.Context, t time.Time) error
+}
+
+// AgentKeyRow is an agent's AAuth identity: its Ed25519 public key, the key's
+// RFC 7638 thumbprint and its identifier's local part.
+type AgentKeyRow struct {
+	Agent     kin.AgentID
+	JKT       string
+	PublicKey []byte
+	Local     string
+	CreatedAt time.Time
+}
+
+// GrantRow lets a top-level agent obtain auth tokens for a resource's scopes
+// (space-separated) until Until (zero: no end).
+type GrantRow struct {
+	Agent     kin.AgentID
+	Resource  string
+	Scope     string
+	Until     time.Time
+	CreatedAt time.Time
+}
+
+// AuthTokenRow is an auth token kin issued: bound to Agent's key, obtained
+// by Parent.
+type AuthTokenRow struct {
+	JTI           string
+	Agent         kin.AgentID
+	Parent        kin.AgentID
+	Resource      string
+	Scope         string
+	IssuedAt      time.Time
+	ExpiresAt     time.Time
+	RevokedAt     time.Time
+	RevokedReason string
+}
+
+// AuthTokenRevokeParams selects tokens to revoke: those bound to or obtained
+// by any of Agents, or, with Parent set, those Parent obtained for Resource
+// ("" any). Tokens that expired before At are left alone.
+type AuthTokenRevokeParams struct {
+	Agents   []kin.AgentID
+	Parent   kin.AgentID
+	Resource string
+	At       time.Time
+	Reason   string
 }
 
 // AgentPolicyRow is an agent's own stage and policy.

@@ -42,6 +42,8 @@ var (
 	sqlSettingSet        = `INSERT INTO settings (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value`
 	sqlSpendAdd          = `INSERT INTO agent_spend (agent_id, tokens, cost) VALUES (?, ?, ?)
 		ON CONFLICT (agent_id) DO UPDATE SET tokens = tokens + excluded.tokens, cost = cost + excluded.cost`
+	sqlAgentKeyInsert  = `INSERT INTO agent_keys (agent_id, jkt, public_key, local, created_at) VALUES (?, ?, ?, ?, ?)`
+	sqlAuthTokenInsert = `INSERT INTO auth_tokens (` + authTokenColumns + `) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`
 )
 
 // writerStatements are prepared on the writer's connection at Open: every
@@ -51,7 +53,7 @@ func writerStatements() []string {
 	return []string{
 		sqlAgentByID, sqlAgentSubtree, sqlAgentLiveByName, sqlAgentWalletExists, sqlAgentInsert,
 		sqlAgentUpdateStatus, sqlAgentSpawnBlock, sqlEventAppend, sqlRejectionInsert, sqlRejectionCount,
-		sqlSettingSet, sqlSpendAdd, countLiveSQL(true, false, false), countLiveSQL(false, true, false), countLiveSQL(false, true, true),
+		sqlSettingSet, sqlSpendAdd, sqlAgentKeyInsert, sqlAuthTokenInsert, countLiveSQL(true, false, false), countLiveSQL(false, true, false), countLiveSQL(false, true, true),
 	}
 }
 

@@ -33,6 +33,7 @@ func Exercise(t *testing.T, open Opener) {
 	t.Run("UpdatesAreSerialised", func(t *testing.T) { testSerialised(t, open(t)) })
 	t.Run("RuntimeFieldsAndProcessSpec", func(t *testing.T) { testRuntime(t, open(t)) })
 	t.Run("PolicyAndSpend", func(t *testing.T) { testPolicyAndSpend(t, open(t)) })
+	t.Run("Identity", func(t *testing.T) { testIdentity(t, open(t)) })
 	t.Run("CloseTwiceAndUpdateAfterClose", func(t *testing.T) { testClose(t, open(t)) })
 }
 
@@ -640,5 +641,84 @@ func testPolicyAndSpend(t *testing.T, s store.Store) {
 	if err != nil || len(spend) != 2 || spend[0] != (store.SpendRow{ID: plain.ID, Exhausted: "max_tokens"}) ||
 		spend[1] != (store.SpendRow{ID: staged.ID, Tokens: 120, Cost: 0.75}) {
 		t.Fatalf("spend = %+v, %v", spend, err)
+	}
+}
+
+func testIdentity(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	top := Insert(t, s, "top", 0)
+	sub := Insert(t, s, "sub", top.ID)
+	at := time.Unix(1_800_000_000, 0).UTC()
+	key := store.AgentKeyRow{Agent: sub.ID, JKT: "jkt-sub", PublicKey: []byte{1, 2, 3}, Local: "top+sub", CreatedAt: at}
+	update(t, s, func(tx store.Tx) error { return tx.AgentKeyInsert(ctx, key) })
+	if got, err := s.AgentKeyByJKT(ctx, "jkt-sub"); err != nil || got.Agent != sub.ID || got.Local != "top+sub" || string(got.PublicKey) != "\x01\x02\x03" || !got.CreatedAt.Equal(at) {
+		t.Fatalf("AgentKeyByJKT = %+v, %v", got, err)
+	}
+	if _, err := s.AgentKeyGet(ctx, top.ID); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("AgentKeyGet of an agent without a key: %v, want ErrNotFound", err)
+	}
+	if err := s.Update(ctx, func(tx store.Tx) error {
+		return tx.AgentKeyInsert(ctx, store.AgentKeyRow{Agent: top.ID, JKT: "jkt-sub", PublicKey: []byte{4}, Local: "top", CreatedAt: at})
+	}); err == nil {
+		t.Fatal("a second key with the same thumbprint was stored")
+	}
+
+	g := store.GrantRow{Agent: top.ID, Resource: "https://r.example", Scope: "data.read", CreatedAt: at}
+	update(t, s, func(tx store.Tx) error { return tx.GrantSet(ctx, g) })
+	g.Scope, g.Until = "data.read data.write", at.Add(time.Hour)
+	update(t, s, func(tx store.Tx) error { return tx.GrantSet(ctx, g) })
+	if gs, err := s.GrantList(ctx, 0); err != nil || len(gs) != 1 || gs[0] != g {
+		t.Fatalf("grants = %+v, %v; want the replaced grant only", gs, err)
+	}
+
+	tok := func(jti string, agent, parent kin.AgentID, exp time.Time) store.AuthTokenRow {
+		return store.AuthTokenRow{JTI: jti, Agent: agent, Parent: parent, Resource: "https://r.example", Scope: "data.read", IssuedAt: at, ExpiresAt: exp}
+	}
+	update(t, s, func(tx store.Tx) error {
+		for _, r := range []store.AuthTokenRow{
+			tok("a", sub.ID, top.ID, at.Add(time.Hour)),
+			tok("b", sub.ID, top.ID, at.Add(time.Minute)),
+			tok("old", sub.ID, top.ID, at.Add(-time.Minute)),
+		} {
+			if err := tx.AuthTokenInsert(ctx, r); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if l, err := s.AuthTokenList(ctx, top.ID, at); err != nil || len(l) != 2 {
+		t.Fatalf("unexpired tokens of top = %+v, %v; want a and b", l, err)
+	}
+	var revoked []store.AuthTokenRow
+	update(t, s, func(tx store.Tx) error {
+		var err error
+		revoked, err = tx.AuthTokenRevoke(ctx, store.AuthTokenRevokeParams{Parent: top.ID, Resource: "https://r.example", At: at, Reason: "grant revoked"})
+		return err
+	})
+	if len(revoked) != 2 {
+		t.Fatalf("revoked %+v; want the two unexpired tokens", revoked)
+	}
+	if got, err := s.AuthTokenGet(ctx, "a"); err != nil || !got.RevokedAt.Equal(at) || got.RevokedReason != "grant revoked" {
+		t.Fatalf("token a after revocation = %+v, %v", got, err)
+	}
+	update(t, s, func(tx store.Tx) error {
+		again, err := tx.AuthTokenRevoke(ctx, store.AuthTokenRevokeParams{Agents: []kin.AgentID{sub.ID}, At: at, Reason: "stopped"})
+		if err == nil && len(again) != 0 {
+			t.Errorf("revoked again: %+v", again)
+		}
+		return err
+	})
+	update(t, s, func(tx store.Tx) error { return tx.AuthTokenPrune(ctx, at) })
+	if _, err := s.AuthTokenGet(ctx, "old"); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("expired token after prune: %v", err)
+	}
+	var deleted bool
+	update(t, s, func(tx store.Tx) error {
+		var err error
+		deleted, err = tx.GrantDelete(ctx, top.ID, "https://r.example")
+		return err
+	})
+	if gs, _ := s.GrantList(ctx, top.ID); !deleted || len(gs) != 0 {
+		t.Fatalf("after GrantDelete: deleted=%v grants=%+v", deleted, gs)
 	}
 }
