@@ -80,6 +80,22 @@ type Service interface {
 	// Inbox calls fn for each message sent to the agent, and with Follow
 	// for each new one until ctx ends or fn fails.
 	Inbox(ctx context.Context, req InboxRequest, fn func(Message) error) error
+
+	// Token returns the calling agent's current agent token, issued or
+	// refreshed when less than half its lifetime is left (agents only).
+	Token(ctx context.Context) (*AgentToken, error)
+	// Grant lets a top-level agent obtain auth tokens for a resource
+	// (operator only).
+	Grant(ctx context.Context, req GrantRequest) (*Grant, error)
+	// Grants lists the grants of one agent (0: all).
+	Grants(ctx context.Context, agent AgentID) ([]Grant, error)
+	// Ungrant removes a grant and revokes the auth tokens issued under it.
+	Ungrant(ctx context.Context, req UngrantRequest) (*Grant, error)
+	// AuthTokens lists the auth tokens kin issued, revoked ones included.
+	AuthTokens(ctx context.Context, f AuthTokenFilter) ([]AuthToken, error)
+	// RotateKeys makes a new signing key for a role (KeyRoleAgent or
+	// KeyRolePerson); the old one stays published (operator only).
+	RotateKeys(ctx context.Context, role string) (*KeyRotation, error)
 }
 
 // DaemonStatus describes a running daemon.

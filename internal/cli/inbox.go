@@ -14,8 +14,9 @@ import (
 
 func (a *app) inboxCommand() *cobra.Command {
 	var req kin.InboxRequest
+	var max int
 	cmd := &cobra.Command{
-		Use:   "inbox [--follow] [--since SEQ] [--agent ID]",
+		Use:   "inbox [--follow] [--max N] [--since SEQ] [--agent ID]",
 		Short: "List the messages sent to an agent, or follow them live",
 		Long: `List the messages sent to an agent ("kin send"), oldest first, one per line:
 the seq of the event that carried it, the sender (an agent's id, or
@@ -37,14 +38,23 @@ Exit status: 0 when the messages were listed, 1 when they could not be
 (the error says why), 2 when the command line is wrong.`,
 		Example: `  kin inbox
   kin inbox --agent 5 --since 40
-  kin inbox --follow --json | jq -r .text`,
+  kin inbox --follow --json | jq -r .text
+  msg=$(kin inbox --follow --max 1)   # wait for the next message`,
 		Args: cobra.NoArgs,
 		RunE: run(func(cmd *cobra.Command, _ []string) error {
+			if max < 0 {
+				return usageErrorf("--max must be 1 or more")
+			}
 			svc, err := a.service()
 			if err != nil {
 				return err
 			}
+			seen := 0
 			write := func(m kin.Message) error {
+				if max > 0 && seen == max {
+					return errEnough
+				}
+				seen++
 				if a.jsonOut {
 					b, err := json.Marshal(m)
 					if err != nil {
@@ -58,6 +68,9 @@ Exit status: 0 when the messages were listed, 1 when they could not be
 			}
 			ctx := cmd.Context()
 			err = svc.Inbox(ctx, req, write)
+			if errors.Is(err, errEnough) {
+				return nil
+			}
 			if req.Follow && errors.Is(err, context.Canceled) && ctx.Err() != nil {
 				return nil // interrupted: the normal way to stop following
 			}
@@ -66,10 +79,14 @@ Exit status: 0 when the messages were listed, 1 when they could not be
 	}
 	f := cmd.Flags()
 	f.BoolVarP(&req.Follow, "follow", "f", false, "keep printing new messages until interrupted")
+	f.IntVar(&max, "max", 0, "stop after `N` messages (with --follow: wait for them)")
 	f.Var(nonNegFlag{n: &req.Since}, "since", "only messages after this `SEQ` (exclusive)")
 	f.Var(idFlag{id: &req.Agent}, "agent", "the agent `ID` whose inbox to read (the operator's way; inside an agent, the default is the agent itself)")
 	return cmd
 }
+
+// errEnough stops an inbox once --max messages were printed.
+var errEnough = errors.New("enough messages")
 
 // formatMessage is a message's line: "#42 from 3 to 5 [default] text".
 func formatMessage(m kin.Message) string {

@@ -3,12 +3,14 @@ package cli
 import (
 	"fmt"
 	"log/slog"
+	"net/url"
 	"os"
 	"path/filepath"
 	"runtime/debug"
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -22,6 +24,7 @@ import (
 type serveFlags struct {
 	home, http, profile, store, ctx, containment, leaveRunning string
 	policyConfig, bestEffort                                   string
+	issuer, personServer, tokenLifetime                        string
 }
 
 // Containment choices of --containment; "auto" is the daemon's "".
@@ -143,6 +146,9 @@ the socket only). Shipped profiles: ` + strings.Join(governor.ShippedProfiles(),
 	f.BoolVar(&leaveRunning, "leave-running", false, "leave agents running when kin serve stops, for the next kin serve to take back (default $KIN_LEAVE_RUNNING, else false)")
 	f.StringVar(&fl.policyConfig, "policy-config", "", "the permission authority's `file` (JSON or YAML): global_deny (tools no preset can grant) and presets (stages beyond restricted, supervised, full) (default $KIN_POLICY_CONFIG, else the shipped presets)")
 	f.BoolVar(&bestEffort, "sandbox-best-effort", false, "where the kernel has no Landlock, run agents whose policy restricts mounts UNRESTRICTED instead of refusing them (default $KIN_SANDBOX_BEST_EFFORT, else false)")
+	f.StringVar(&fl.issuer, "issuer", "", "AAuth issuer `URL` of the tokens kin signs as agent provider and person server (default $KIN_ISSUER, else http://<the --http address>)")
+	f.StringVar(&fl.personServer, "person-server", "", "the ps claim of agent tokens: a person server's `URL`, or \"off\" (default $KIN_PERSON_SERVER, else kin itself)")
+	f.StringVar(&fl.tokenLifetime, "agent-token-lifetime", "", "how long agent tokens live, 1m to 24h (default $KIN_AGENT_TOKEN_LIFETIME, else 1h)")
 	return cmd
 }
 
@@ -190,6 +196,27 @@ func serveConfig(getenv func(string) string, fl serveFlags) (daemon.Config, erro
 	bestEffort := pick("false", "KIN_SANDBOX_BEST_EFFORT", "sandbox-best-effort", fl.bestEffort)
 	if cfg.SandboxBestEffort, err = strconv.ParseBool(bestEffort.value); err != nil {
 		return cfg, bad(bestEffort, fmt.Errorf("not true or false"))
+	}
+	issuer := pick("", "KIN_ISSUER", "issuer", fl.issuer)
+	cfg.Issuer = issuer.value
+	if cfg.Issuer != "" {
+		if u, err := url.Parse(cfg.Issuer); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || (u.Path != "" && u.Path != "/") || u.RawQuery != "" {
+			return cfg, bad(issuer, fmt.Errorf("not an http(s) URL with a host and no path"))
+		}
+	}
+	ps := pick("", "KIN_PERSON_SERVER", "person-server", fl.personServer)
+	cfg.PersonServer = ps.value
+	if ps.value != "" && ps.value != "off" {
+		if u, err := url.Parse(ps.value); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return cfg, bad(ps, fmt.Errorf("not an http(s) URL, nor off"))
+		}
+	}
+	if life := pick("", "KIN_AGENT_TOKEN_LIFETIME", "agent-token-lifetime", fl.tokenLifetime); life.value != "" {
+		d, err := time.ParseDuration(life.value)
+		if err != nil || d < time.Minute || d > 24*time.Hour {
+			return cfg, bad(life, fmt.Errorf("not a duration from 1m to 24h"))
+		}
+		cfg.AgentTokenLifetime = d
 	}
 	policyConfig := pick("", "KIN_POLICY_CONFIG", "policy-config", fl.policyConfig)
 	if policyConfig.value != "" {

@@ -95,7 +95,7 @@ func TestStatusErrors(t *testing.T) {
 func TestStatusOverHTTP(t *testing.T) {
 	d := kintest.StartDaemon(t, kintest.WithHTTP())
 	t.Setenv("KIN_ADDR", d.HTTPAddr())
-	t.Setenv("KIN_TOKEN", d.Token())
+	t.Setenv("KIN_TOKEN", d.OperatorToken())
 	home := kintest.TempHome(t) // no socket there: only TCP can answer
 	r := runCLI(t, "status", "--json", "--home", home)
 	wantOK(t, r)

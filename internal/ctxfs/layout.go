@@ -35,6 +35,7 @@ const (
 	FileCreatedAt = "created_at"     // RFC 3339, UTC
 	FileUpdatedAt = "updated_at"     // RFC 3339, UTC: the last change of state or metadata
 	FileMeta      = "meta.json"      // SessionMeta
+	FileAgentKey  = "agent.key"      // the agent's AAuth private key (PKCS#8 PEM), when kin made one
 	FileHandoff   = "handoff.md"     // in context/ of a child session and in the parent's child dir
 )
 
@@ -51,10 +52,11 @@ const (
 
 // Environment variables kin gives an agent process (Layout.Env).
 const (
-	EnvCtx     = "KIN_CTX"     // the ctx root
-	EnvSession = "KIN_SESSION" // the agent's session directory
-	EnvHandoff = "KIN_HANDOFF" // child sessions: the handoff to read
-	EnvOutput  = "KIN_OUTPUT"  // child sessions: where to write result.md, refs.jsonl and artifact/
+	EnvCtx      = "KIN_CTX"       // the ctx root
+	EnvSession  = "KIN_SESSION"   // the agent's session directory
+	EnvAgentKey = "KIN_AGENT_KEY" // its AAuth private key (FileAgentKey in the session)
+	EnvHandoff  = "KIN_HANDOFF"   // child sessions: the handoff to read
+	EnvOutput   = "KIN_OUTPUT"    // child sessions: where to write result.md, refs.jsonl and artifact/
 )
 
 // Owner is a uid and gid: the ones an agent runs as, which own its files.

@@ -43,7 +43,10 @@ type SessionParams struct {
 	// Context holds further files for context/, e.g. the input refs or
 	// the output contract of a handoff. Names are single path components.
 	Context []File
-	Now     time.Time
+	// Key, when not nil, becomes FileAgentKey: the agent's private key
+	// (0600 like every session file, so only the agent's uid reads it).
+	Key []byte
+	Now time.Time
 }
 
 // CreateSession makes the session directory
@@ -100,6 +103,11 @@ func (f *FS) CreateSession(p SessionParams) error {
 			{FileMeta, line(string(meta))},
 		} {
 			if err := f.createAt(fd, file.Name, file.Data, o, ModeAgentFile); err != nil {
+				return err
+			}
+		}
+		if p.Key != nil {
+			if err := f.createAt(fd, FileAgentKey, p.Key, o, ModeAgentFile); err != nil {
 				return err
 			}
 		}

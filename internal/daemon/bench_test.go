@@ -62,7 +62,7 @@ func BenchmarkRegister(b *testing.B) {
 	})
 	b.Run("api-tcp-c64", func(b *testing.B) {
 		d := kintest.StartDaemon(b, kintest.WithProfile(unlimitedProfile(b)), kintest.WithHTTP())
-		c, err := client.New(client.Config{Addr: d.HTTPAddr(), Token: d.Token()})
+		c, err := client.New(client.Config{Addr: d.HTTPAddr(), Token: d.OperatorToken()})
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -55,6 +55,15 @@ type Config struct {
 	// ShimPath is the kin binary that applies the sandbox when the daemon
 	// is not itself a kin binary (tests); "" uses the published kin.
 	ShimPath string
+	// Issuer is the AAuth issuer URL of the tokens kin signs (agent
+	// provider and person server); "" is http://<the HTTP address>.
+	Issuer string
+	// PersonServer is the ps claim of agent tokens: "" names kin itself,
+	// "off" leaves it out.
+	PersonServer string
+	// AgentTokenLifetime is how long agent tokens live: 0 is an hour, at
+	// most 24 hours.
+	AgentTokenLifetime time.Duration
 	// Logger receives the daemon's structured logs; nil discards them.
 	Logger *slog.Logger
 	// Clock returns the current time; tests inject their own.

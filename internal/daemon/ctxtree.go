@@ -94,8 +94,9 @@ func handoffOf(raw []byte) (*handoff.Handoff, error) {
 // session (with its handoff in context/) and, when its parent has a
 // session, its folder in the parent's context/child/. It returns the
 // agent's place in the tree and the environment and working directory
-// the process gets.
-func (d *Daemon) prepareCtx(ctx context.Context, a *kin.Agent, spec store.ProcessSpec, sock string) (*ctxAgent, []string, string, error) {
+// the process gets. key, when not nil, is the agent's private key for its
+// session (ctxfs.FileAgentKey).
+func (d *Daemon) prepareCtx(ctx context.Context, a *kin.Agent, spec store.ProcessSpec, sock string, key []byte) (*ctxAgent, []string, string, error) {
 	c := &ctxAgent{}
 	h, err := handoffOf(spec.Handoff)
 	if err != nil {
@@ -144,7 +145,7 @@ func (d *Daemon) prepareCtx(ctx context.Context, a *kin.Agent, spec store.Proces
 	}
 	sp := ctxfs.SessionParams{
 		AgentID: a.ID, Run: runID(a.ID), Parent: parentRef, State: a.State,
-		Handoff: task, Context: files, Output: c.resultChan, Now: d.now(),
+		Handoff: task, Context: files, Output: c.resultChan, Now: d.now(), Key: key,
 	}
 	for _, sid := range []string{ctxfs.DefaultSession, "s" + a.ID.String()} {
 		sp.Session = ctxfs.Session{Owner: d.agentOwner(a.ID), Agent: a.Name, ID: sid}
@@ -207,7 +208,8 @@ func (d *Daemon) ctxEnv(a *kin.Agent, c *ctxAgent) []string {
 		return nil
 	}
 	dir := d.ctx.Dir(c.session)
-	env := []string{ctxfs.EnvCtx + "=" + d.ctx.Root, ctxfs.EnvSession + "=" + dir}
+	env := []string{ctxfs.EnvCtx + "=" + d.ctx.Root, ctxfs.EnvSession + "=" + dir,
+		ctxfs.EnvAgentKey + "=" + filepath.Join(dir, ctxfs.FileAgentKey)}
 	if c.hasHandoff {
 		env = append(env, ctxfs.EnvHandoff+"="+filepath.Join(dir, "context", handoff.FileHandoff))
 	}

@@ -18,6 +18,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/kin-agents/kin/aauth"
 	"github.com/kin-agents/kin/internal/ctxfs"
 	"github.com/kin-agents/kin/internal/governor"
 	"github.com/kin-agents/kin/internal/httpapi"
@@ -42,7 +43,9 @@ type Daemon struct {
 	store   store.Store
 	hub     *hub
 	lineage lineage
-	perm    perms // the permission authority's state (permission.go)
+	perm    perms            // the permission authority's state (permission.go)
+	id      *identityState   // AAuth: agent provider and person server (identity.go)
+	disc    *aauth.Discovery // resources' keys, for their resource tokens
 	pid     int
 	started time.Time
 	token   string
@@ -146,6 +149,10 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 	if err := d.loadPerms(ctx); err != nil {
 		return nil, fmt.Errorf("load permissions: %w", err)
 	}
+	if err := d.openIdentity(); err != nil {
+		return nil, fmt.Errorf("identity: %w", err)
+	}
+	d.disc = &aauth.Discovery{Now: d.now}
 	if d.token, err = loadOrCreateToken(filepath.Join(cfg.Home, TokenName)); err != nil {
 		return nil, err
 	}
@@ -198,10 +205,13 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 			return nil, err
 		}
 	}
+	if err := d.setIssuer(); err != nil {
+		return nil, err
+	}
 	d.started = d.now()
 	d.serve(d.unixLn, api.Handler(false), d.operatorConnContext)
 	if d.tcpLn != nil {
-		d.serve(d.tcpLn, api.Handler(true), nil)
+		d.serve(d.tcpLn, d.AAuthHandler(api.Handler(true)), nil)
 	}
 	d.wg.Add(1)
 	go d.watchLiveness()
@@ -464,8 +474,8 @@ func (d *Daemon) HTTPAddr() string {
 	return d.tcpLn.Addr().String()
 }
 
-// Token is the operator token.
-func (d *Daemon) Token() string { return d.token }
+// OperatorToken is the operator token.
+func (d *Daemon) OperatorToken() string { return d.token }
 
 // CtxRoot is the root of the agent filesystem.
 func (d *Daemon) CtxRoot() string { return d.ctxDir }

@@ -429,6 +429,14 @@ func (d *Daemon) SetStatus(ctx context.Context, req kin.StatusRequest) ([]*kin.A
 		}
 		if len(changed) == 0 {
 			refused = kin.Errorf(kin.ECodeInvalidTransition, "agent %d is %s: cannot %s it", req.ID, targets[0].Status, req.Action)
+			return nil
+		}
+		if req.Action != kin.ActionResume {
+			ids := make([]kin.AgentID, len(changed))
+			for i, a := range changed {
+				ids[i] = a.ID
+			}
+			return d.revokeAgentsTx(ctx, tx, now, ids, "agent "+string(req.Action))
 		}
 		return nil
 	})

@@ -138,7 +138,13 @@ func (d *Daemon) start(ctx context.Context, a *kin.Agent, spec store.ProcessSpec
 		return nil, d.failStart(ctx, a, err)
 	}
 	rt.sock = sock
-	cx, ctxEnv, dir, err := d.prepareCtx(ctx, a, spec, sock.path)
+	keyPEM, keyRow, err := d.newAgentKey(ctx, a)
+	if err != nil {
+		d.removeRuntime(a.ID)
+		return nil, d.failStart(ctx, a, fmt.Errorf("agent key: %w", err))
+	}
+	cx, ctxEnv, dir, err := d.prepareCtx(ctx, a, spec, sock.path, keyPEM)
+	clear(keyPEM) // the daemon keeps only the public key
 	if err != nil {
 		d.removeRuntime(a.ID)
 		return nil, d.failStart(ctx, a, fmt.Errorf("agent filesystem: %w", err))
@@ -181,6 +187,9 @@ func (d *Daemon) start(ctx context.Context, a *kin.Agent, spec store.ProcessSpec
 		if err := tx.AgentUpdate(ctx, store.AgentUpdateParams{ID: a.ID, At: now, PID: &pid, StartedAt: &started, Session: &session, Result: result}); err != nil {
 			return err
 		}
+		if err := tx.AgentKeyInsert(ctx, keyRow); err != nil {
+			return err
+		}
 		return appendEvent(ctx, tx, d.now(), kin.EventAgentStarted, a.ID, a.Parent, startedData{Agent: a.ID, PID: pid, Command: spec.Command})
 	})
 	if err != nil {
@@ -189,6 +198,7 @@ func (d *Daemon) start(ctx context.Context, a *kin.Agent, spec store.ProcessSpec
 		d.sup.Kill(context.Background(), a.ID)
 		return nil, d.storeError(err)
 	}
+	d.rememberLocal(a.ID, keyRow.Local)
 	d.hub.notify()
 	d.log.Info("agent started", "agent", a.ID, "name", a.Name, "pid", pid)
 	out := *a // what was just written, without reading it back
@@ -379,6 +389,9 @@ func (d *Daemon) recordEnd(ctx context.Context, id kin.AgentID, state kin.State,
 			data.Code, data.Signal, data.Known = exit.Code, exit.Signal, exit.Known
 		}
 		if err := appendEvent(ctx, tx, now, kin.EventAgentExited, id, a.Parent, data); err != nil {
+			return err
+		}
+		if err := d.revokeAgentsTx(ctx, tx, now, []kin.AgentID{id}, "agent ended: "+reason); err != nil {
 			return err
 		}
 		if res != nil {

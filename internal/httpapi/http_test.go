@@ -29,7 +29,7 @@ type api struct {
 func startAPI(t *testing.T, opts ...kintest.Option) *api {
 	t.Helper()
 	d := kintest.StartDaemon(t, append([]kintest.Option{kintest.WithHTTP()}, opts...)...)
-	return &api{t: t, d: d, base: "http://" + d.HTTPAddr(), token: d.Token()}
+	return &api{t: t, d: d, base: "http://" + d.HTTPAddr(), token: d.OperatorToken()}
 }
 
 // request sends one request; auth is the Authorization header ("" for none).

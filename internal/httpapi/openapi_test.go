@@ -618,7 +618,7 @@ func TestOpenAPIServed(t *testing.T) {
 		url    string
 		token  string
 	}{
-		{"tcp", http.DefaultClient, "http://" + d.HTTPAddr() + "/v1/openapi.json", d.Token()},
+		{"tcp", http.DefaultClient, "http://" + d.HTTPAddr() + "/v1/openapi.json", d.OperatorToken()},
 		{"unix", unix, "http://kin/v1/openapi.json", ""},
 	} {
 		req, err := http.NewRequestWithContext(ctx, "GET", tc.url, nil)

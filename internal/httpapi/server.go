@@ -82,6 +82,12 @@ func Routes() []Route {
 		{"POST", "/v1/read", (*Server).readFile},
 		{"POST", "/v1/messages", (*Server).send},
 		{"GET", "/v1/inbox", (*Server).inbox},
+		{"GET", "/v1/token", (*Server).agentToken},
+		{"POST", "/v1/grants", (*Server).grant},
+		{"GET", "/v1/grants", (*Server).grants},
+		{"POST", "/v1/grants/delete", (*Server).ungrant},
+		{"GET", "/v1/auth-tokens", (*Server).authTokens},
+		{"POST", "/v1/keys/rotate", (*Server).rotateKeys},
 	}
 }
 

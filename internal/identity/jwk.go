@@ -70,3 +70,85 @@ func Thumbprint(j JWK) string {
 	sum := sha256.Sum256(b)
 	return b64.EncodeToString(sum[:])
 }
+
+// jwkMembers are JWK's JSON names plus d, decoded only to be refused.
+var jwkMembers = []string{"alg", "crv", "d", "kid", "kty", "x"}
+
+// ParseJWK parses one JSON Web Key strictly (no duplicate members, no member
+// name differing only in case from a known one) and checks it is a usable
+// Ed25519 public key by JWK.PublicKey's rules. A key carrying the private
+// member d is refused: it was published by mistake. Other members (use,
+// key_ops) are ignored. Errors are *Error with CodeInvalidKey.
+func ParseJWK(data []byte) (JWK, error) {
+	var j struct {
+		JWK
+		D json.RawMessage `json:"d"`
+	}
+	if err := decodeStrict(data, &j, jwkMembers...); err != nil {
+		return JWK{}, errf(CodeInvalidKey, "jwk: "+err.Error())
+	}
+	if j.D != nil {
+		return JWK{}, errf(CodeInvalidKey, "jwk carries a private key (d)")
+	}
+	if _, err := j.JWK.PublicKey(); err != nil {
+		return JWK{}, err
+	}
+	return j.JWK, nil
+}
+
+// ParseJWKS parses a JWK Set strictly: a keys array whose every key passes
+// ParseJWK and carries a kid, no two the same. Errors are *Error with
+// CodeInvalidKey.
+func ParseJWKS(data []byte) (JWKS, error) {
+	var raw struct {
+		Keys []json.RawMessage `json:"keys"`
+	}
+	if err := decodeStrict(data, &raw, "keys"); err != nil {
+		return JWKS{}, errf(CodeInvalidKey, "jwks: "+err.Error())
+	}
+	if raw.Keys == nil {
+		return JWKS{}, errf(CodeInvalidKey, "jwks: keys missing")
+	}
+	s := JWKS{Keys: make([]JWK, 0, len(raw.Keys))}
+	seen := map[string]bool{}
+	for _, r := range raw.Keys {
+		j, err := ParseJWK(r)
+		if err != nil {
+			return JWKS{}, err
+		}
+		if j.KID == "" {
+			return JWKS{}, errf(CodeInvalidKey, "jwks: a key has no kid")
+		}
+		if seen[j.KID] {
+			return JWKS{}, errf(CodeInvalidKey, "jwks: duplicate kid "+quote(j.KID))
+		}
+		seen[j.KID] = true
+		s.Keys = append(s.Keys, j)
+	}
+	return s, nil
+}
+
+// KeyFunc returns a kid resolver over s for the Verify functions. An
+// unknown kid, a kid two keys share, or an unusable key (possible when s was
+// not built by ParseJWKS) is an *Error with CodeInvalidKey. It copies s, so
+// later changes to s do not affect it.
+func (s JWKS) KeyFunc() func(kid string) (ed25519.PublicKey, error) {
+	m := make(map[string]*JWK, len(s.Keys))
+	for _, k := range s.Keys {
+		if _, dup := m[k.KID]; dup {
+			m[k.KID] = nil // ambiguous: refuse rather than pick one
+			continue
+		}
+		m[k.KID] = &k
+	}
+	return func(kid string) (ed25519.PublicKey, error) {
+		k, ok := m[kid]
+		switch {
+		case !ok || kid == "":
+			return nil, errf(CodeInvalidKey, "unknown kid "+quote(kid))
+		case k == nil:
+			return nil, errf(CodeInvalidKey, "kid "+quote(kid)+" names two keys")
+		}
+		return k.PublicKey()
+	}
+}

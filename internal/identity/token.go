@@ -1,9 +1,7 @@
 package identity
 
 import (
-	"bytes"
 	"crypto/ed25519"
-	"encoding/json"
 	"strings"
 	"time"
 )
@@ -49,12 +47,10 @@ type AgentClaims struct {
 	Sub         string `json:"sub"`
 }
 
-// header is the JOSE header, keys sorted.
-type header struct {
-	Alg string `json:"alg"`
-	KID string `json:"kid"`
-	Typ string `json:"typ"`
-}
+// agentMembers are AgentClaims' JSON names, for decodeStrict.
+var agentMembers = []string{"act", "cnf", "dwk", "exp", "iat", "iss", "jti", "parent_agent", "ps", "sub"}
+
+func (c *AgentClaims) times() (iat, exp int64) { return c.IAT, c.Exp }
 
 // SplitSub splits "aauth:<local>@<domain>" at its last '@'.
 func SplitSub(sub string) (local, domain string, err error) {
@@ -123,7 +119,7 @@ func IssueAgentToken(key Key, c AgentClaims) (string, error) {
 	if err := c.check(); err != nil {
 		return "", err
 	}
-	return sign(key, &c)
+	return sign(key, TypAgent, &c)
 }
 
 // SubAgentOption adjusts IssueSubAgentToken.
@@ -182,34 +178,7 @@ func IssueSubAgentToken(key Key, parent AgentClaims, c AgentClaims, opts ...SubA
 	if err := c.check(); err != nil {
 		return "", err
 	}
-	return sign(key, &c)
-}
-
-func marshal(v any) ([]byte, error) {
-	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
-	enc.SetEscapeHTML(false)
-	if err := enc.Encode(v); err != nil {
-		return nil, err
-	}
-	return bytes.TrimSuffix(buf.Bytes(), []byte("\n")), nil
-}
-
-func sign(key Key, c *AgentClaims) (string, error) {
-	if key.KID == "" || len(key.Private) != ed25519.PrivateKeySize {
-		return "", errf(CodeInvalidKey, "signing key needs a kid and a 64-byte Ed25519 private key")
-	}
-	h, err := marshal(header{Alg: AlgEd25519, KID: key.KID, Typ: TypAgent})
-	if err != nil {
-		return "", err
-	}
-	p, err := marshal(c)
-	if err != nil {
-		return "", err
-	}
-	input := b64.EncodeToString(h) + "." + b64.EncodeToString(p)
-	sig := ed25519.Sign(key.Private, []byte(input))
-	return input + "." + b64.EncodeToString(sig), nil
+	return sign(key, TypAgent, &c)
 }
 
 // VerifyAgentToken parses and verifies an agent token at now. keys resolves
@@ -220,55 +189,9 @@ func sign(key Key, c *AgentClaims) (string, error) {
 // rules). It does not check a sub-agent's parent (the caller holds the
 // parent's claims) nor revocation.
 func VerifyAgentToken(token string, now time.Time, keys func(kid string) (ed25519.PublicKey, error)) (*AgentClaims, error) {
-	hs, rest, ok := strings.Cut(token, ".")
-	ps, ss, ok2 := strings.Cut(rest, ".")
-	if !ok || !ok2 || strings.Contains(ss, ".") {
-		return nil, errf(CodeInvalidJWT, "not a JWS compact serialization")
-	}
-	hb, err := b64.DecodeString(hs)
-	if err != nil {
-		return nil, errf(CodeInvalidJWT, "header is not base64url")
-	}
-	var h header
-	if err := decodeStrict(hb, &h, "alg", "kid", "typ"); err != nil {
-		return nil, errf(CodeInvalidJWT, "header: "+err.Error())
-	}
-	if h.Alg != AlgEd25519 {
-		return nil, errf(CodeInvalidJWT, "alg must be Ed25519")
-	}
-	if h.Typ != TypAgent {
-		return nil, errf(CodeInvalidJWT, "typ must be "+TypAgent)
-	}
-	if h.KID == "" {
-		return nil, errf(CodeInvalidJWT, "kid missing")
-	}
-	sig, err := b64.DecodeString(ss)
-	if err != nil || len(sig) != ed25519.SignatureSize {
-		return nil, errf(CodeInvalidJWT, "signature is not a 64-byte base64url value")
-	}
-	pub, err := keys(h.KID)
-	if err != nil || len(pub) != ed25519.PublicKeySize {
-		return nil, errf(CodeInvalidKey, "unknown or unusable kid "+h.KID)
-	}
-	if !ed25519.Verify(pub, []byte(token[:len(hs)+1+len(ps)]), sig) {
-		return nil, errf(CodeInvalidJWT, "signature does not verify")
-	}
-	pb, err := b64.DecodeString(ps)
-	if err != nil {
-		return nil, errf(CodeInvalidJWT, "payload is not base64url")
-	}
 	var c AgentClaims
-	if err := decodeStrict(pb, &c, "act", "cnf", "dwk", "exp", "iat", "iss", "jti", "parent_agent", "ps", "sub"); err != nil {
-		return nil, errf(CodeInvalidJWT, "payload: "+err.Error())
-	}
-	if err := c.check(); err != nil {
+	if err := verify(token, now, keys, TypAgent, &c, agentMembers...); err != nil {
 		return nil, err
-	}
-	if now.Unix() >= c.Exp {
-		return nil, errf(CodeExpiredJWT, "token expired")
-	}
-	if time.Unix(c.IAT, 0).After(now.Add(MaxIATSkew)) {
-		return nil, errf(CodeInvalidJWT, "iat in the future")
 	}
 	return &c, nil
 }

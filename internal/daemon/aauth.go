@@ -1,0 +1,483 @@
+package daemon
+
+import (
+	"context"
+	"crypto/ed25519"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/kin-agents/kin/aauth"
+	"github.com/kin-agents/kin/internal/httpsig"
+	"github.com/kin-agents/kin/internal/identity"
+	"github.com/kin-agents/kin/internal/store"
+	"github.com/kin-agents/kin/kin"
+)
+
+// The public AAuth endpoints, served on the HTTP address without the
+// operator token: the callers prove who they are with HTTP signatures.
+const (
+	PathAgentMetadata  = "/.well-known/" + identity.DWK
+	PathAgentJWKS      = "/.well-known/jwks.json"
+	PathPersonMetadata = "/.well-known/" + identity.DWKPerson
+	PathPersonJWKS     = "/.well-known/aauth-person-jwks.json"
+	PathAuthToken      = "/auth-token"
+	PathTokenStatus    = "/aauth/token-status"
+	maxAuthTokenBody   = 256 << 10
+)
+
+// AAuthHandler serves kin's AAuth endpoints: the agent provider's and the
+// person server's metadata and keys, the auth-token endpoint and the token
+// status endpoint. Anything else goes to next.
+func (d *Daemon) AAuthHandler(next http.Handler) http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET "+PathAgentMetadata, func(w http.ResponseWriter, r *http.Request) {
+		d.writeMetadata(w, aauth.Metadata{JWKSURI: d.id.issuer + PathAgentJWKS})
+	})
+	mux.HandleFunc("GET "+PathAgentJWKS, func(w http.ResponseWriter, r *http.Request) {
+		writePublicJSON(w, http.StatusOK, d.id.ap.JWKS())
+	})
+	mux.HandleFunc("GET "+PathPersonMetadata, func(w http.ResponseWriter, r *http.Request) {
+		d.writeMetadata(w, aauth.Metadata{JWKSURI: d.id.issuer + PathPersonJWKS,
+			AuthTokenEndpoint: d.id.issuer + PathAuthToken, TokenStatusEndpoint: d.id.issuer + PathTokenStatus})
+	})
+	mux.HandleFunc("GET "+PathPersonJWKS, func(w http.ResponseWriter, r *http.Request) {
+		writePublicJSON(w, http.StatusOK, d.id.person.JWKS())
+	})
+	mux.HandleFunc("POST "+PathAuthToken, d.serveAuthToken)
+	mux.HandleFunc("GET "+PathTokenStatus, d.serveTokenStatus)
+	mux.Handle("/", next)
+	return mux
+}
+
+func (d *Daemon) writeMetadata(w http.ResponseWriter, m aauth.Metadata) {
+	if d.id.issuer == "" {
+		aauth.WriteProblem(w, &aauth.Problem{Status: http.StatusServiceUnavailable, Code: "server_error", Detail: "kin has no issuer configured"})
+		return
+	}
+	m.Issuer = d.id.issuer
+	w.Header().Set("Cache-Control", "max-age=300")
+	writePublicJSON(w, http.StatusOK, m)
+}
+
+func writePublicJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	json.NewEncoder(w).Encode(v)
+}
+
+// verifiedAgent is an agent token kin verified and the registry entry
+// behind it.
+type verifiedAgent struct {
+	claims *identity.AgentClaims
+	agent  *kin.Agent
+	key    store.AgentKeyRow
+}
+
+// verifyAgentToken checks an agent token against kin's keys and registry:
+// kin's issuer, a key some agent holds, the identifier kin gave that agent,
+// and the agent live and active. Errors are *httpsig.Error.
+func (d *Daemon) verifyAgentToken(ctx context.Context, token string, now time.Time) (*verifiedAgent, error) {
+	c, err := identity.VerifyAgentToken(token, now, d.id.ap.Public)
+	if err != nil {
+		var ie *identity.Error
+		if errors.As(err, &ie) {
+			return nil, &httpsig.Error{Code: httpsig.Code(ie.Code), Detail: ie.Detail}
+		}
+		return nil, &httpsig.Error{Code: httpsig.CodeInvalidJWT, Detail: err.Error()}
+	}
+	if c.Iss != d.id.issuer {
+		return nil, &httpsig.Error{Code: httpsig.CodeIssuerMismatch, Detail: "iss " + c.Iss + " is not this agent provider (" + d.id.issuer + ")"}
+	}
+	row, err := d.store.AgentKeyByJKT(ctx, identity.Thumbprint(c.Cnf.JWK))
+	if err != nil {
+		return nil, &httpsig.Error{Code: httpsig.CodeInvalidKey, Detail: "no agent holds the token's key"}
+	}
+	if c.Sub != d.sub(row.Local) {
+		return nil, &httpsig.Error{Code: httpsig.CodeInvalidJWT, Detail: "sub " + c.Sub + " is not the identifier of the key's agent"}
+	}
+	a, err := d.store.AgentGetByID(ctx, row.Agent)
+	if err != nil {
+		return nil, &httpsig.Error{Code: httpsig.CodeInvalidKey, Detail: "the key's agent is not in the registry"}
+	}
+	if !a.Live() || a.Status != kin.StatusActive {
+		return nil, &httpsig.Error{Code: httpsig.CodeRevokedJWT, Detail: "agent " + a.ID.String() + " is " + string(a.Status) + " (" + string(a.State) + ")"}
+	}
+	return &verifiedAgent{claims: c, agent: a, key: row}, nil
+}
+
+// refusal is an auth-token request kin turned down.
+type refusal struct {
+	status int
+	code   string
+	detail string
+	sig    *httpsig.Error // answered as 401 with Signature-Error
+}
+
+func (r *refusal) write(w http.ResponseWriter) {
+	if r.sig != nil {
+		w.Header().Set("Signature-Error", r.sig.Header())
+		if r.sig.Code == httpsig.CodeUnsupportedAlgorithm {
+			w.Header().Set("Accept-Signature-Alg", "Ed25519")
+		}
+		aauth.WriteProblem(w, &aauth.Problem{Status: http.StatusUnauthorized, Code: string(r.sig.Code), Detail: r.sig.Detail})
+		return
+	}
+	aauth.WriteProblem(w, &aauth.Problem{Status: r.status, Code: r.code, Detail: r.detail})
+}
+
+func refuse(status int, code, detail string) *refusal {
+	return &refusal{status: status, code: code, detail: detail}
+}
+
+// tokenError names a failed token parameter's problem by the draft's
+// pattern <invalid|expired|revoked>_<parameter>_token.
+func tokenError(param string, err error) *refusal {
+	kind, detail := "invalid", err.Error()
+	var se *httpsig.Error
+	var ie *identity.Error
+	switch {
+	case errors.As(err, &se):
+		detail = string(se.Code) + ": " + se.Detail
+		switch se.Code {
+		case httpsig.CodeExpiredJWT:
+			kind = "expired"
+		case httpsig.CodeRevokedJWT:
+			kind = "revoked"
+		}
+	case errors.As(err, &ie):
+		detail = string(ie.Code) + ": " + ie.Detail
+		if ie.Code == identity.CodeExpiredJWT {
+			kind = "expired"
+		}
+	}
+	return refuse(http.StatusBadRequest, kind+"_"+param+"_token", detail)
+}
+
+// serveAuthToken is seed 004 §2's parent-mediated authorization: a
+// top-level agent (the parent) obtains an auth token bound to its
+// sub-agent's key. Checked in order: the HTTP signature against the
+// parent's key, the sub-agent token and its parent claim, the resource
+// token's binding to the sub-agent's key, the parent's grant.
+func (d *Daemon) serveAuthToken(w http.ResponseWriter, r *http.Request) {
+	ctx := r.Context()
+	now := d.now()
+	if d.id.issuer == "" {
+		refuse(http.StatusServiceUnavailable, "server_error", "kin has no issuer configured").write(w)
+		return
+	}
+	var parent, bound *verifiedAgent
+	tok, ref := d.authToken(ctx, r, now, &parent, &bound)
+	if ref != nil {
+		var pid, aid kin.AgentID
+		if parent != nil {
+			pid = parent.agent.ID
+		}
+		if bound != nil && bound != parent {
+			aid = bound.agent.ID
+		}
+		code, detail := ref.code, ref.detail
+		if ref.sig != nil {
+			code, detail = string(ref.sig.Code), ref.sig.Detail
+		}
+		d.recordRefusal(pid, aid, code, detail)
+		ref.write(w)
+		return
+	}
+	w.Header().Set("Cache-Control", "no-store")
+	writePublicJSON(w, http.StatusOK, tok)
+}
+
+func (d *Daemon) recordRefusal(parent, agent kin.AgentID, code, detail string) {
+	err := d.store.Update(context.Background(), func(tx store.Tx) error {
+		return appendEvent(context.Background(), tx, d.now(), kin.EventTokenRefused, agent, parent, refusedData{Parent: parent, Agent: agent, Code: code, Detail: detail})
+	})
+	if err != nil {
+		d.log.Error("record auth-token refusal", "err", err)
+		return
+	}
+	d.hub.notify()
+}
+
+func (d *Daemon) authToken(ctx context.Context, r *http.Request, now time.Time, parentOut, boundOut **verifiedAgent) (*aauth.AuthTokenResponse, *refusal) {
+	// 1. The HTTP signature, against the key of the agent token it presents.
+	_, err := httpsig.Verify(r, now, func(sk httpsig.SignatureKey) (ed25519.PublicKey, error) {
+		v, err := d.verifyAgentToken(ctx, sk.JWT, now)
+		if err != nil {
+			return nil, err
+		}
+		*parentOut = v
+		return v.claims.Cnf.JWK.PublicKey()
+	})
+	if err != nil {
+		var se *httpsig.Error
+		if !errors.As(err, &se) {
+			se = &httpsig.Error{Code: httpsig.CodeInvalidSignature, Detail: err.Error()}
+		}
+		return nil, &refusal{sig: se}
+	}
+	parent := *parentOut
+	if parent.claims.ParentAgent != "" {
+		return nil, refuse(http.StatusForbidden, "access_denied", "the request is signed by a sub-agent ("+parent.claims.Sub+"): a sub-agent never calls the person server; its parent obtains its auth tokens (seed 004)")
+	}
+	if top, err := d.topLevel(ctx, parent.agent); err != nil || !top {
+		return nil, refuse(http.StatusForbidden, "access_denied", "agent "+parent.agent.ID.String()+" is not a top-level agent")
+	}
+
+	var body aauth.AuthTokenRequest
+	data, err := io.ReadAll(io.LimitReader(r.Body, maxAuthTokenBody+1))
+	if err != nil || len(data) > maxAuthTokenBody {
+		return nil, refuse(http.StatusBadRequest, "invalid_request", "the body is unreadable or larger than 256 KiB")
+	}
+	if err := json.Unmarshal(data, &body); err != nil {
+		return nil, refuse(http.StatusBadRequest, "invalid_request", "the body is not a JSON object: "+err.Error())
+	}
+	if body.ResourceToken == "" {
+		return nil, refuse(http.StatusBadRequest, "invalid_request", "resource_token is missing")
+	}
+	subTok := body.SubagentToken
+	if body.ActorToken != "" {
+		if subTok != "" && subTok != body.ActorToken {
+			return nil, refuse(http.StatusBadRequest, "invalid_request", "subagent_token and actor_token (its seed 004 name) differ")
+		}
+		subTok = body.ActorToken
+	}
+
+	// 2. The sub-agent token: kin's signature, unexpired, the parent's
+	// issuer, and a parent claim naming the signer (the registry agrees).
+	bound := parent
+	if subTok != "" {
+		if _, _, iss, err := identity.Peek(subTok); err != nil {
+			return nil, tokenError("subagent", err)
+		} else if iss != parent.claims.Iss {
+			return nil, refuse(http.StatusBadRequest, "invalid_subagent_token", "its iss "+iss+" differs from the parent's "+parent.claims.Iss)
+		}
+		sa, err := d.verifyAgentToken(ctx, subTok, now)
+		if err != nil {
+			return nil, tokenError("subagent", err)
+		}
+		*boundOut = sa
+		if ref := d.checkLineage(parent, sa); ref != nil {
+			return nil, ref
+		}
+		bound = sa
+	}
+
+	// The grant is looked up before anything is fetched from the resource:
+	// kin contacts no resource that no grant of the parent names.
+	_, _, resIss, err := identity.Peek(body.ResourceToken)
+	if err != nil {
+		return nil, tokenError("resource", err)
+	}
+	grant, ref := d.grantFor(ctx, parent.agent.ID, resIss, now)
+	if ref != nil {
+		return nil, ref
+	}
+
+	// 3. The resource token: the resource's signature, addressed to kin,
+	// bound to the sub-agent's key.
+	rc, err := identity.VerifyResourceToken(body.ResourceToken, now, d.disc.Keys(ctx, resIss, identity.DWKResource))
+	if err != nil {
+		return nil, tokenError("resource", err)
+	}
+	if rc.Aud != d.id.issuer {
+		return nil, refuse(http.StatusBadRequest, "invalid_resource_token", "its aud "+rc.Aud+" is not this person server ("+d.id.issuer+")")
+	}
+	if rc.AgentJKT != bound.key.JKT {
+		return nil, refuse(http.StatusBadRequest, "invalid_resource_token", "it is bound to key "+rc.AgentJKT+", not to "+bound.claims.Sub+"'s key "+bound.key.JKT)
+	}
+	if body.PresentedToken != "" {
+		if ref := d.checkPresented(ctx, body.PresentedToken, rc, bound, now); ref != nil {
+			return nil, ref
+		}
+	}
+
+	// 4. The parent's grant covers the scope.
+	if !kin.ScopeCovers(grant.Scope, rc.Scope) {
+		return nil, refuse(http.StatusForbidden, "access_denied", "agent "+parent.agent.ID.String()+"'s grant for "+grant.Resource+" is scope \""+grant.Scope+"\"; the resource asks for \""+rc.Scope+"\"")
+	}
+
+	exp := min(now.Add(identity.MaxAuthLifetime).Unix(), parent.claims.Exp, bound.claims.Exp)
+	if !grant.Until.IsZero() {
+		exp = min(exp, grant.Until.Unix())
+	}
+	if exp <= now.Unix() {
+		return nil, refuse(http.StatusForbidden, "access_denied", "the tokens it would be derived from expire now")
+	}
+	sub := rc.Sub
+	if sub == "" {
+		sub = parent.agent.Responsible
+	}
+	if sub == "" {
+		sub = kin.Operator
+	}
+	c := identity.AuthClaims{
+		Agent: bound.claims.Sub, Aud: rc.Iss, Cnf: identity.Confirmation{JWK: bound.claims.Cnf.JWK},
+		DWK: identity.DWKPerson, Exp: exp, IAT: now.Unix(), Iss: d.id.issuer, JTI: newJTI(),
+		PS: d.id.issuer, Scope: rc.Scope, Sub: sub,
+	}
+	if bound != parent {
+		c.Act = &identity.Actor{Agent: parent.claims.Sub}
+	}
+	tok, err := identity.IssueAuthToken(d.id.person.Current(), c)
+	if err != nil {
+		return nil, refuse(http.StatusInternalServerError, "server_error", err.Error())
+	}
+	// Recorded with the registry read again inside the write: a parent
+	// suspended or a grant removed meanwhile fails this issuance.
+	var late *refusal
+	err = d.store.Update(ctx, func(tx store.Tx) error {
+		late = nil
+		for _, v := range []*verifiedAgent{parent, bound} {
+			a, err := tx.AgentGetByID(ctx, v.agent.ID)
+			if err != nil {
+				return err
+			}
+			if !a.Live() || a.Status != kin.StatusActive {
+				late = &refusal{sig: &httpsig.Error{Code: httpsig.CodeRevokedJWT, Detail: "agent " + a.ID.String() + " is " + string(a.Status)}}
+				return nil
+			}
+		}
+		gs, err := tx.GrantList(ctx, parent.agent.ID)
+		if err != nil {
+			return err
+		}
+		ok := false
+		for _, g := range gs {
+			ok = ok || (g.Resource == grant.Resource && kin.ScopeCovers(g.Scope, rc.Scope))
+		}
+		if !ok {
+			late = refuse(http.StatusForbidden, "access_denied", "the grant was removed")
+			return nil
+		}
+		row := store.AuthTokenRow{JTI: c.JTI, Agent: bound.agent.ID, Parent: parent.agent.ID, Resource: rc.Iss, Scope: rc.Scope,
+			IssuedAt: now, ExpiresAt: time.Unix(exp, 0).UTC()}
+		if err := tx.AuthTokenInsert(ctx, row); err != nil {
+			return err
+		}
+		return appendEvent(ctx, tx, now, kin.EventTokenIssued, bound.agent.ID, parent.agent.ID,
+			issuedData{Parent: parent.agent.ID, Agent: bound.agent.ID, Resource: rc.Iss, Scope: rc.Scope, JTI: c.JTI, ExpiresAt: row.ExpiresAt})
+	})
+	if err != nil {
+		return nil, refuse(http.StatusInternalServerError, "server_error", "the store failed")
+	}
+	if late != nil {
+		return nil, late
+	}
+	d.hub.notify()
+	return &aauth.AuthTokenResponse{AuthToken: tok, ExpiresIn: exp - now.Unix()}, nil
+}
+
+// checkLineage checks that a sub-agent token belongs under the signing
+// parent: its parent claim names the signer and the registry has the
+// sub-agent as the signer's child. Outside the aauth profile a deeper
+// descendant is accepted too, "flattened" under its top-level ancestor:
+// its token names its immediate parent, which the registry confirms.
+func (d *Daemon) checkLineage(parent, sa *verifiedAgent) *refusal {
+	if sa.claims.ParentAgent == "" {
+		return refuse(http.StatusBadRequest, "invalid_subagent_token", sa.claims.Sub+" is not a sub-agent (no parent_agent)")
+	}
+	if sa.agent.Parent == parent.agent.ID {
+		if sa.claims.ParentAgent != parent.claims.Sub {
+			return refuse(http.StatusBadRequest, "invalid_subagent_token", "its parent_agent "+sa.claims.ParentAgent+" does not name the signer "+parent.claims.Sub)
+		}
+		return nil
+	}
+	if d.singleLevel() || !d.lineage.isDescendant(sa.agent.ID, parent.agent.ID) {
+		return refuse(http.StatusBadRequest, "invalid_subagent_token", "its parent_agent "+sa.claims.ParentAgent+" does not name the signer "+parent.claims.Sub)
+	}
+	if l, ok, err := d.localOf(context.Background(), sa.agent.Parent); err != nil || !ok || d.sub(l) != sa.claims.ParentAgent {
+		return refuse(http.StatusBadRequest, "invalid_subagent_token", "its parent_agent "+sa.claims.ParentAgent+" is not its parent in the registry")
+	}
+	return nil
+}
+
+// grantFor returns the parent's grant for a resource in force at now.
+func (d *Daemon) grantFor(ctx context.Context, parent kin.AgentID, resource string, now time.Time) (store.GrantRow, *refusal) {
+	gs, err := d.store.GrantList(ctx, parent)
+	if err != nil {
+		return store.GrantRow{}, refuse(http.StatusInternalServerError, "server_error", "the store failed")
+	}
+	for _, g := range gs {
+		if g.Resource != strings.TrimSuffix(resource, "/") {
+			continue
+		}
+		if !g.Until.IsZero() && !now.Before(g.Until) {
+			return store.GrantRow{}, refuse(http.StatusForbidden, "access_denied", "agent "+parent.String()+"'s grant for "+g.Resource+" ended at "+g.Until.Format(time.RFC3339))
+		}
+		return g, nil
+	}
+	return store.GrantRow{}, refuse(http.StatusForbidden, "access_denied", "agent "+parent.String()+" has no grant for "+resource+" (kin grant "+parent.String()+" --resource "+resource+" --scope ...)")
+}
+
+// checkPresented checks the draft's presented_token: the token the
+// sub-agent showed the resource, whose jti the resource token names. kin
+// verifies it when it is one of its own agent tokens.
+func (d *Daemon) checkPresented(ctx context.Context, pt string, rc *identity.ResourceClaims, bound *verifiedAgent, now time.Time) *refusal {
+	typ, _, _, err := identity.Peek(pt)
+	if err != nil {
+		return tokenError("presented", err)
+	}
+	if typ != identity.TypAgent {
+		return refuse(http.StatusBadRequest, "invalid_presented_token", "kin checks presented agent tokens only, got "+typ)
+	}
+	v, err := d.verifyAgentToken(ctx, pt, now)
+	if err != nil {
+		return tokenError("presented", err)
+	}
+	if v.key.JKT != bound.key.JKT {
+		return refuse(http.StatusBadRequest, "invalid_presented_token", "it belongs to another agent than the one the resource token is bound to")
+	}
+	if rc.PresentedJTI != "" && rc.PresentedJTI != v.claims.JTI {
+		return refuse(http.StatusBadRequest, "invalid_presented_token", "its jti is not the resource token's presented_jti")
+	}
+	return nil
+}
+
+// serveTokenStatus answers whether an auth token kin issued is still good:
+// not revoked, not expired, its agents live and active, its grant in force.
+func (d *Daemon) serveTokenStatus(w http.ResponseWriter, r *http.Request) {
+	jti := r.URL.Query().Get("jti")
+	w.Header().Set("Cache-Control", "no-store")
+	if jti == "" || len(jti) > 128 {
+		aauth.WriteProblem(w, &aauth.Problem{Status: http.StatusBadRequest, Code: "invalid_request", Detail: "give ?jti= (at most 128 bytes)"})
+		return
+	}
+	writePublicJSON(w, http.StatusOK, d.tokenStatus(r.Context(), jti))
+}
+
+func (d *Daemon) tokenStatus(ctx context.Context, jti string) aauth.TokenStatus {
+	st := aauth.TokenStatus{JTI: jti}
+	now := d.now()
+	row, err := d.store.AuthTokenGet(ctx, jti)
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		st.Reason = "kin issued no token with this jti, or it expired and was pruned"
+		return st
+	case err != nil:
+		st.Reason = "the store failed"
+		return st
+	case !row.RevokedAt.IsZero():
+		st.Reason = "revoked: " + row.RevokedReason
+		return st
+	case !now.Before(row.ExpiresAt):
+		st.Reason = "expired"
+		return st
+	}
+	for _, id := range []kin.AgentID{row.Agent, row.Parent} {
+		a, err := d.store.AgentGetByID(ctx, id)
+		if err != nil || !a.Live() || a.Status != kin.StatusActive {
+			st.Reason = "agent " + id.String() + " is no longer active"
+			return st
+		}
+	}
+	if _, ref := d.grantFor(ctx, row.Parent, row.Resource, now); ref != nil {
+		st.Reason = ref.detail
+		return st
+	}
+	st.Active = true
+	return st
+}
