@@ -51,19 +51,18 @@ Exit status: 0 when the messages were listed, 1 when they could not be
 			}
 			seen := 0
 			write := func(m kin.Message) error {
-				if max > 0 && seen == max {
+				var err error
+				if a.jsonOut {
+					var b []byte
+					if b, err = json.Marshal(m); err == nil {
+						_, err = fmt.Fprintf(a.env.Stdout, "%s\n", b)
+					}
+				} else {
+					_, err = fmt.Fprintln(a.env.Stdout, formatMessage(m))
+				}
+				if seen++; err == nil && max > 0 && seen == max {
 					return errEnough
 				}
-				seen++
-				if a.jsonOut {
-					b, err := json.Marshal(m)
-					if err != nil {
-						return err
-					}
-					_, err = fmt.Fprintf(a.env.Stdout, "%s\n", b)
-					return err
-				}
-				_, err := fmt.Fprintln(a.env.Stdout, formatMessage(m))
 				return err
 			}
 			ctx := cmd.Context()

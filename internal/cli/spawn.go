@@ -119,11 +119,16 @@ Exit status: 0 when the agent runs, 1 when the spawn was refused or failed
 					return usageErrorf("--env %q is not KEY=VALUE", kv)
 				}
 			}
-			dir, err := workDir(req.Dir)
-			if err != nil {
-				return err
+			// Inside an agent, a child without --dir starts in its own
+			// session: the parent's directory is its uid's alone.
+			if req.Dir != "" || a.env.Getenv("KIN_AGENT_ID") == "" {
+				dir, err := workDir(req.Dir)
+				if err != nil {
+					return err
+				}
+				req.Dir = dir
 			}
-			req.Dir = dir
+			var err error
 			if req.Handoff, err = ho.build(a.env.Stdin); err != nil {
 				return err
 			}
@@ -151,7 +156,7 @@ Exit status: 0 when the agent runs, 1 when the spawn was refused or failed
 		"the parent agent's `ID` (omit or 0 for a root; inside an agent, for that agent's child)")
 	f := cmd.Flags()
 	f.StringArrayVar(&req.Env, "env", nil, "add `KEY=VALUE` to the agent's environment (repeatable; KIN_* are kin's own)")
-	f.StringVar(&req.Dir, "dir", "", "the process's working `directory` (default: the current directory)")
+	f.StringVar(&req.Dir, "dir", "", "the process's working `directory` (default: the current directory; run inside an agent, the child's own session)")
 	f.Var(durationFlag{d: &req.Grace}, "grace", "time between SIGTERM and SIGKILL when the agent is stopped (default 5s; 0s kills at once)")
 	f.Var(newEnumFlag(&req.Restart, kin.RestartNever, kin.RestartOnFailure, kin.RestartAlways), "restart",
 		"`policy` for replacing the agent after its process ends: never (the default), on-failure (after a crash, or going offline), always")

@@ -189,7 +189,16 @@ func (d *Daemon) provisionWorkspace(ctx context.Context, a *kin.Agent, t *kin.Te
 // (an ended agent is named by its id).
 func (d *Daemon) agentByRef(ctx context.Context, ref string) (*kin.Agent, error) {
 	if id, err := kin.ParseAgentID(ref); err == nil {
-		return d.Agent(ctx, id)
+		// Not d.Agent: that limits an agent to its descendants, and a
+		// child messages its parent. The caller's checks decide.
+		a, err := d.store.AgentGetByID(ctx, id)
+		if errors.Is(err, store.ErrNotFound) {
+			return nil, kin.Errorf(kin.ECodeNotFound, "agent %d not found", id)
+		}
+		if err != nil {
+			return nil, d.storeError(err)
+		}
+		return a, nil
 	}
 	if _, err := kin.ParseName(ref); err != nil {
 		return nil, kin.Errorf(kin.ECodeInvalid, "%q is neither an agent id nor an agent name", ref)

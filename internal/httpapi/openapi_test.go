@@ -521,6 +521,13 @@ func TestOpenAPISchemasMatchGoTypes(t *testing.T) {
 		{"PromoteBody", reflect.TypeFor[httpapi.PromoteBody](), false},
 		{"ReadRequest", reflect.TypeFor[kin.ReadRequest](), false},
 		{"SendRequest", reflect.TypeFor[kin.SendRequest](), false},
+		{"AgentToken", reflect.TypeFor[kin.AgentToken](), true},
+		{"GrantRequest", reflect.TypeFor[kin.GrantRequest](), false},
+		{"Grant", reflect.TypeFor[kin.Grant](), true},
+		{"UngrantRequest", reflect.TypeFor[kin.UngrantRequest](), false},
+		{"AuthToken", reflect.TypeFor[kin.AuthToken](), true},
+		{"RotateBody", reflect.TypeFor[httpapi.RotateBody](), false},
+		{"KeyRotation", reflect.TypeFor[kin.KeyRotation](), true},
 	} {
 		sch, ok := spec.Components.Schemas[tc.schema]
 		if !ok {
