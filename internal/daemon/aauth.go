@@ -81,13 +81,17 @@ type verifiedAgent struct {
 // kin's issuer, a key some agent holds, the identifier kin gave that agent,
 // and the agent live and active. Errors are *httpsig.Error.
 func (d *Daemon) verifyAgentToken(ctx context.Context, token string, now time.Time) (*verifiedAgent, error) {
-	c, err := identity.VerifyAgentToken(token, now, d.id.ap.Public)
-	if err != nil {
-		var ie *identity.Error
-		if errors.As(err, &ie) {
-			return nil, &httpsig.Error{Code: httpsig.Code(ie.Code), Detail: ie.Detail}
+	c := d.id.verifiedClaims(token, now)
+	if c == nil {
+		var err error
+		if c, err = identity.VerifyAgentToken(token, now, d.id.ap.Public); err != nil {
+			var ie *identity.Error
+			if errors.As(err, &ie) {
+				return nil, &httpsig.Error{Code: httpsig.Code(ie.Code), Detail: ie.Detail}
+			}
+			return nil, &httpsig.Error{Code: httpsig.CodeInvalidJWT, Detail: err.Error()}
 		}
-		return nil, &httpsig.Error{Code: httpsig.CodeInvalidJWT, Detail: err.Error()}
+		d.id.rememberVerified(token, c)
 	}
 	if c.Iss != d.id.issuer {
 		return nil, &httpsig.Error{Code: httpsig.CodeIssuerMismatch, Detail: "iss " + c.Iss + " is not this agent provider (" + d.id.issuer + ")"}

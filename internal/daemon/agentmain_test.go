@@ -64,6 +64,8 @@ func runDaemonProcess(home string) {
 //	                 usage; write each answer
 //	exit N           exit with status N
 //	echo TEXT        print TEXT to stdout and stderr, exit 0
+//	token            write its agent token ("token T") and its key's path
+//	                 ("key P"), then wait
 //	whoami           write "id:<agent id>" for the own socket and the
 //	                 operator socket (KINTEST_OPSOCK), then wait
 //	spawn-under ID   try to spawn a child under agent ID and one under
@@ -113,6 +115,14 @@ func runAgent(mode string) int {
 		fmt.Println(strings.Join(args[1:], " "))
 		fmt.Fprintln(os.Stderr, "err:"+strings.Join(args[1:], " "))
 		return 0
+	case "token":
+		t, err := self().Token(ctx)
+		if err != nil {
+			out("error %v", err)
+			return 2
+		}
+		out("token %s", t.Token)
+		out("key %s", t.KeyPath)
 	case "whoami":
 		for _, sock := range []string{os.Getenv("KIN_SOCKET"), os.Getenv("KINTEST_OPSOCK")} {
 			c, _ := client.New(client.Config{Socket: sock})

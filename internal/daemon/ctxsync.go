@@ -28,6 +28,10 @@ import (
 // files per agent) and the rewrites of each change out of the spawn and the
 // cascade; Wait waits for the writer, so `kin wait` returns with the files
 // up to date.
+// recordEvery bounds how many events may pass without the progress file
+// being rewritten.
+const recordEvery = 1024
+
 type ctxWriter struct {
 	d *Daemon
 
@@ -36,6 +40,9 @@ type ctxWriter struct {
 	advance chan struct{}        // closed and replaced when applied moves
 	touched map[kin.AgentID]bool // changed without an event (heartbeats)
 	names   map[string]kin.AgentID
+	// recorded is the last event seq written to the progress file (only
+	// the writer's goroutine uses it).
+	recorded int64
 
 	stopc    chan struct{}
 	done     chan struct{}
@@ -135,7 +142,10 @@ func (w *ctxWriter) sync() {
 		byAgent := map[kin.AgentID][]kin.Event{}
 		var ids []kin.AgentID
 		for _, ev := range evs {
-			if ev.Agent == 0 {
+			// Identity events (aauth.*) change nothing in an agent's files
+			// and can come by the thousand a second: the store keeps them,
+			// the sessions' events.jsonl does not.
+			if ev.Agent == 0 || strings.HasPrefix(ev.Type, "aauth.") {
 				continue
 			}
 			if _, seen := byAgent[ev.Agent]; !seen {
@@ -166,9 +176,14 @@ func (w *ctxWriter) sync() {
 		}
 		if len(evs) > 0 {
 			last := evs[len(evs)-1].Seq
-			if err := w.d.ctx.WriteFile(filepath.Join(w.d.ctx.Root, syncedFile), []byte(strconv.FormatInt(last, 10)+"\n"),
-				ctxfs.Owner{UID: os.Geteuid(), GID: os.Getegid()}, 0o600); err != nil {
-				w.d.log.Error("agent filesystem: record progress", "err", err)
+			// A batch that touched no agent's files (identity events only)
+			// need not be recorded at once: a restart replays it for nothing.
+			if len(ids) > 0 || last-w.recorded >= recordEvery {
+				w.recorded = last
+				if err := w.d.ctx.WriteFile(filepath.Join(w.d.ctx.Root, syncedFile), []byte(strconv.FormatInt(last, 10)+"\n"),
+					ctxfs.Owner{UID: os.Geteuid(), GID: os.Getegid()}, 0o600); err != nil {
+					w.d.log.Error("agent filesystem: record progress", "err", err)
+				}
 			}
 			w.mu.Lock()
 			w.applied = last

@@ -31,9 +31,35 @@ type identityState struct {
 
 	ap, person *keyring.Ring
 
-	mu     sync.Mutex
-	tokens map[kin.AgentID]cachedToken // agent tokens, reused until half-life
-	locals map[kin.AgentID]string      // agents' local parts
+	mu       sync.Mutex
+	tokens   map[kin.AgentID]cachedToken      // agent tokens, reused until half-life
+	locals   map[kin.AgentID]string           // agents' local parts
+	verified map[string]*identity.AgentClaims // agent tokens whose signature verified
+}
+
+// maxVerified bounds the verified-token cache; it is emptied when full.
+const maxVerified = 4096
+
+// verifiedClaims returns the claims of an agent token kin verified before,
+// while it has not expired: the token is the exact string kin signed, so its
+// signature and claims need no second check (the registry checks do run).
+func (s *identityState) verifiedClaims(token string, now time.Time) *identity.AgentClaims {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	c := s.verified[token]
+	if c == nil || now.Unix() >= c.Exp {
+		return nil
+	}
+	return c
+}
+
+func (s *identityState) rememberVerified(token string, c *identity.AgentClaims) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.verified) >= maxVerified {
+		clear(s.verified)
+	}
+	s.verified[token] = c
 }
 
 type cachedToken struct {
@@ -67,7 +93,7 @@ func (d *Daemon) openIdentity() error {
 	if err != nil {
 		return err
 	}
-	d.id = &identityState{ap: ap, person: ps, life: life, tokens: map[kin.AgentID]cachedToken{}, locals: map[kin.AgentID]string{}}
+	d.id = &identityState{ap: ap, person: ps, life: life, tokens: map[kin.AgentID]cachedToken{}, locals: map[kin.AgentID]string{}, verified: map[string]*identity.AgentClaims{}}
 	return nil
 }
 

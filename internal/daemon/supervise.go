@@ -575,7 +575,11 @@ func (d *Daemon) cancelTree(ctx context.Context, root kin.AgentID, reason string
 			}
 			done = append(done, cur)
 		}
-		return nil
+		ids := make([]kin.AgentID, len(done))
+		for i, a := range done {
+			ids[i] = a.ID
+		}
+		return d.revokeAgentsTx(ctx, tx, now, ids, "agent stopped: "+reason)
 	})
 	for _, a := range mine {
 		d.removeRuntime(a.ID)

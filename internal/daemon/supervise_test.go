@@ -38,7 +38,7 @@ func withEnv(kv ...string) spawnOpt {
 }
 
 // spawnAgent spawns the test binary as an agent running mode.
-func spawnAgent(t *testing.T, svc kin.Service, name string, parent kin.AgentID, mode string, opts ...spawnOpt) *kin.Agent {
+func spawnAgent(t testing.TB, svc kin.Service, name string, parent kin.AgentID, mode string, opts ...spawnOpt) *kin.Agent {
 	t.Helper()
 	req := kin.SpawnRequest{
 		RegisterRequest: kin.RegisterRequest{Name: name, Parent: parent},
@@ -63,7 +63,7 @@ func spawnAgent(t *testing.T, svc kin.Service, name string, parent kin.AgentID, 
 }
 
 // outPath is a file an agent program writes what it has to say to.
-func outPath(t *testing.T) string {
+func outPath(t testing.TB) string {
 	path := filepath.Join(kintest.SharedDir(t), "out")
 	// Every agent appends, whatever uid it runs as.
 	if err := os.WriteFile(path, nil, 0o666); err != nil {
@@ -75,7 +75,7 @@ func outPath(t *testing.T) string {
 	return path
 }
 
-func waitOut(t *testing.T, path, want string) string {
+func waitOut(t testing.TB, path, want string) string {
 	t.Helper()
 	var got string
 	kintest.WaitFor(t, 10*time.Second, fmt.Sprintf("%q in %s", want, path), func() bool {

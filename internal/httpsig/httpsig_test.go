@@ -471,3 +471,25 @@ func FuzzVerifyHeaders(f *testing.F) {
 		_, _ = SignatureBase(req, strings.TrimPrefix(in, "sig="))
 	})
 }
+
+// FuzzParseSignatureKey: any header value either parses to a jwt-scheme
+// member of the asked label with a non-empty JWT, or is refused with an
+// *Error; never a panic.
+func FuzzParseSignatureKey(f *testing.F) {
+	for _, s := range []string{`sig=jwt;jwt="a.b.c"`, `sig=jwt;jwt="a.b.c", other=jwks_uri;id="x"`, `sig=hwk;kty="OKP"`, `sig=jwt`, `sig="x"`, ``, `sig=jwt;jwt=`, "sig=jwt;jwt=\"\x00\""} {
+		f.Add(s, "sig")
+	}
+	f.Fuzz(func(t *testing.T, value, label string) {
+		sk, err := ParseSignatureKey(value, label)
+		if err != nil {
+			var e *Error
+			if !errors.As(err, &e) {
+				t.Fatalf("error %v is not an *Error", err)
+			}
+			return
+		}
+		if sk.Label != label || sk.Scheme != "jwt" || sk.JWT == "" {
+			t.Fatalf("accepted %q as %+v", value, sk)
+		}
+	})
+}
