@@ -32,7 +32,7 @@ func TestRequestAuthToken_FakePersonServer(t *testing.T) {
 			return c.Cnf.JWK.PublicKey()
 		})
 		if err != nil {
-			writeSignatureError(w, err.(*httpsig.Error))
+			WriteSignatureError(w, err.(*httpsig.Error))
 			return
 		}
 		covered = v.Covered
@@ -67,7 +67,7 @@ func TestRequestAuthToken_FakePersonServer(t *testing.T) {
 	})
 	t.Run("Signature-Error", func(t *testing.T) {
 		ps.setTokenHandler(func(w http.ResponseWriter, r *http.Request) {
-			writeSignatureError(w, &SignatureError{Code: httpsig.CodeExpiredJWT})
+			WriteSignatureError(w, &SignatureError{Code: httpsig.CodeExpiredJWT})
 		})
 		_, err := ag.RequestAuthToken(context.Background(), ps.URL, want)
 		var se *SignatureError

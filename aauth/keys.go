@@ -42,7 +42,7 @@ func ParseKey(pemBytes []byte) (ed25519.PrivateKey, error) {
 	block, rest := pem.Decode(pemBytes)
 	switch {
 	case block == nil:
-		return nil, errors.New("aauth: key: no PEM block")
+		return nil, errors.New("aauth: key: not a PEM file (no PEM block)")
 	case block.Type != pemTypePrivateKey:
 		return nil, fmt.Errorf("aauth: key: PEM block is %q, want %q (PKCS#8)", block.Type, pemTypePrivateKey)
 	}

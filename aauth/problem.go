@@ -115,9 +115,10 @@ func WriteProblem(w http.ResponseWriter, p *Problem) {
 	_, _ = w.Write(append(b, '\n'))
 }
 
-// writeSignatureError answers 401 with Signature-Error and a problem body
-// naming the same code.
-func writeSignatureError(w http.ResponseWriter, e *SignatureError) {
+// WriteSignatureError answers 401 with Signature-Error and a problem body
+// naming the same code, with a fixed sentence for the detail (e's own
+// detail may quote what the peer sent: it is for the caller's logs).
+func WriteSignatureError(w http.ResponseWriter, e *SignatureError) {
 	w.Header().Set(httpsig.HeaderSignatureError, e.Header())
 	if e.Code == httpsig.CodeUnsupportedAlgorithm {
 		w.Header().Set("Accept-Signature-Alg", "Ed25519")

@@ -316,7 +316,7 @@ func tokenError(err error) *SignatureError {
 func (r *Resource) refuse(w http.ResponseWriter, err error) {
 	se := tokenError(err)
 	r.log.Info("aauth: request refused", logKeyCode, string(se.Code), logKeyDetail, se.Detail)
-	writeSignatureError(w, se)
+	WriteSignatureError(w, se)
 }
 
 func (r *Resource) challenge(w http.ResponseWriter, requirement string, params map[string]string, p *Problem) {

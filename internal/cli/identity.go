@@ -356,12 +356,19 @@ func (a *app) agentSigner(ctx context.Context) (*aauth.Agent, *kin.AgentToken, e
 	if err != nil {
 		return nil, nil, kin.Errorf(kin.ECodeInvalid, "agent key %s: %v", path, err)
 	}
+	// The token just fetched serves until a minute before it expires; kin
+	// is asked again only after that.
+	cur := t
 	ag := &aauth.Agent{Key: key, Token: func(ctx context.Context) (string, error) {
-		t, err := svc.Token(ctx)
+		if time.Until(cur.ExpiresAt) > time.Minute {
+			return cur.Token, nil
+		}
+		next, err := svc.Token(ctx)
 		if err != nil {
 			return "", err
 		}
-		return t.Token, nil
+		cur = next
+		return cur.Token, nil
 	}}
 	return ag, t, nil
 }

@@ -123,11 +123,7 @@ type refusal struct {
 
 func (r *refusal) write(w http.ResponseWriter) {
 	if r.sig != nil {
-		w.Header().Set("Signature-Error", r.sig.Header())
-		if r.sig.Code == httpsig.CodeUnsupportedAlgorithm {
-			w.Header().Set("Accept-Signature-Alg", "Ed25519")
-		}
-		aauth.WriteProblem(w, &aauth.Problem{Status: http.StatusUnauthorized, Code: string(r.sig.Code), Detail: r.sig.Detail})
+		aauth.WriteSignatureError(w, r.sig)
 		return
 	}
 	aauth.WriteProblem(w, &aauth.Problem{Status: r.status, Code: r.code, Detail: r.detail})
@@ -187,7 +183,13 @@ func (d *Daemon) serveAuthToken(w http.ResponseWriter, r *http.Request) {
 		if ref.sig != nil {
 			code, detail = string(ref.sig.Code), ref.sig.Detail
 		}
-		d.recordRefusal(pid, aid, code, detail)
+		// A refusal is an event once it names an agent: a request whose
+		// signer is unknown names nobody, and must not make kin write.
+		if pid != 0 {
+			d.recordRefusal(pid, aid, code, detail)
+		} else {
+			d.log.Info("auth-token refused", "code", code, "detail", detail)
+		}
 		ref.write(w)
 		return
 	}
@@ -264,7 +266,7 @@ func (d *Daemon) authToken(ctx context.Context, r *http.Request, now time.Time, 
 			return nil, tokenError("subagent", err)
 		}
 		*boundOut = sa
-		if ref := d.checkLineage(parent, sa); ref != nil {
+		if ref := d.checkLineage(ctx, parent, sa); ref != nil {
 			return nil, ref
 		}
 		bound = sa
@@ -380,7 +382,7 @@ func (d *Daemon) authToken(ctx context.Context, r *http.Request, now time.Time, 
 // sub-agent as the signer's child. Outside the aauth profile a deeper
 // descendant is accepted too, "flattened" under its top-level ancestor:
 // its token names its immediate parent, which the registry confirms.
-func (d *Daemon) checkLineage(parent, sa *verifiedAgent) *refusal {
+func (d *Daemon) checkLineage(ctx context.Context, parent, sa *verifiedAgent) *refusal {
 	if sa.claims.ParentAgent == "" {
 		return refuse(http.StatusBadRequest, "invalid_subagent_token", sa.claims.Sub+" is not a sub-agent (no parent_agent)")
 	}
@@ -393,7 +395,7 @@ func (d *Daemon) checkLineage(parent, sa *verifiedAgent) *refusal {
 	if d.singleLevel() || !d.lineage.isDescendant(sa.agent.ID, parent.agent.ID) {
 		return refuse(http.StatusBadRequest, "invalid_subagent_token", "its parent_agent "+sa.claims.ParentAgent+" does not name the signer "+parent.claims.Sub)
 	}
-	if l, ok, err := d.localOf(context.Background(), sa.agent.Parent); err != nil || !ok || d.sub(l) != sa.claims.ParentAgent {
+	if l, ok, err := d.localOf(ctx, sa.agent.Parent); err != nil || !ok || d.sub(l) != sa.claims.ParentAgent {
 		return refuse(http.StatusBadRequest, "invalid_subagent_token", "its parent_agent "+sa.claims.ParentAgent+" is not its parent in the registry")
 	}
 	return nil

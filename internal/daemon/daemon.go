@@ -213,8 +213,9 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 	if d.tcpLn != nil {
 		d.serve(d.tcpLn, d.AAuthHandler(api.Handler(true)), nil)
 	}
-	d.wg.Add(1)
+	d.wg.Add(2)
 	go d.watchLiveness()
+	go d.pruneAuthTokens()
 	d.log.Info("kin serve started", "home", cfg.Home, "socket", d.SocketPath(), "http", d.HTTPAddr(),
 		"store", st.Driver(), "profile", d.profileSource, "containment", d.sup.Containment(),
 		"containment_reason", d.sup.ContainmentReason(), "cgroup", d.sup.Root(), "running", d.runningCount())

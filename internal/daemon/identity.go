@@ -13,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/kin-agents/kin/aauth"
 	"github.com/kin-agents/kin/internal/ctxfs"
 	"github.com/kin-agents/kin/internal/identity"
 	"github.com/kin-agents/kin/internal/keyring"
@@ -139,10 +140,10 @@ func (d *Daemon) singleLevel() bool {
 	return d.profile.Name == "aauth"
 }
 
-// LocalPart maps an agent name to an AAuth local part: names are already in
+// localPart maps an agent name to an AAuth local part: names are already in
 // the local part's alphabet except '@' and ':', which become "--" and "..".
 // Names never hold two separators in a row, so the mapping is one to one.
-func LocalPart(name string) string {
+func localPart(name string) string {
 	return strings.NewReplacer("@", "--", ":", "..").Replace(name)
 }
 
@@ -155,11 +156,12 @@ func (d *Daemon) newAgentKey(ctx context.Context, a *kin.Agent) ([]byte, store.A
 	if err != nil {
 		return nil, store.AgentKeyRow{}, err
 	}
-	pemKey, err := keyring.MarshalPEM(priv)
+	pemKey, err := aauth.MarshalKey(priv)
+	clear(priv) // the daemon keeps only the public half
 	if err != nil {
 		return nil, store.AgentKeyRow{}, err
 	}
-	local := LocalPart(a.Name)
+	local := localPart(a.Name)
 	if a.Parent != 0 {
 		if pl, ok, err := d.localOf(ctx, a.Parent); err != nil {
 			return nil, store.AgentKeyRow{}, err
@@ -498,6 +500,33 @@ func (d *Daemon) RotateKeys(ctx context.Context, role string) (*kin.KeyRotation,
 	}
 	d.hub.notify()
 	return out, nil
+}
+
+// Auth tokens are kept past their expiry for a day, for kin auth-tokens
+// --expired, then pruned.
+const (
+	authTokenKeep = 24 * time.Hour
+	pruneEvery    = 10 * time.Minute
+)
+
+// pruneAuthTokens deletes, every pruneEvery, the auth tokens that expired
+// more than authTokenKeep ago, so the table holds about a day of issuance.
+func (d *Daemon) pruneAuthTokens() {
+	defer d.wg.Done()
+	t := time.NewTicker(pruneEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-d.closing:
+			return
+		case <-t.C:
+		}
+		ctx := context.Background()
+		err := d.store.Update(ctx, func(tx store.Tx) error { return tx.AuthTokenPrune(ctx, d.now().Add(-authTokenKeep)) })
+		if err != nil {
+			d.log.Error("prune expired auth tokens", "err", err)
+		}
+	}
 }
 
 // revokeTx revokes the auth tokens p selects, records one event for each

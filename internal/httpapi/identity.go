@@ -28,17 +28,36 @@ func (s *Server) grant(w http.ResponseWriter, r *http.Request) error {
 	return writeJSON(w, http.StatusOK, g)
 }
 
-// agentQuery parses an optional ?agent=ID.
-func agentQuery(r *http.Request) (kin.AgentID, error) {
-	v := r.URL.Query().Get("agent")
-	if v == "" {
-		return 0, nil
-	}
-	return kin.ParseAgentID(v)
+// ParseGrantsQuery reads GET /v1/grants: an optional agent.
+func ParseGrantsQuery(q map[string][]string) (agent kin.AgentID, err error) {
+	err = eachQueryParam(q, []string{"agent"}, "", func(_ string, vals []string) error {
+		agent, err = kin.ParseAgentID(vals[0])
+		return err
+	})
+	return agent, err
+}
+
+// ParseAuthTokensQuery reads GET /v1/auth-tokens: an optional agent and
+// whether expired tokens are wanted.
+func ParseAuthTokensQuery(q map[string][]string) (f kin.AuthTokenFilter, err error) {
+	err = eachQueryParam(q, []string{"agent", "expired"}, "", func(key string, vals []string) error {
+		v := vals[0]
+		switch key {
+		case "agent":
+			f.Agent, err = kin.ParseAgentID(v)
+			return err
+		case "expired":
+			if f.Expired, err = strconv.ParseBool(v); err != nil {
+				return kin.Errorf(kin.ECodeInvalid, "expired %q is not true or false", v)
+			}
+		}
+		return nil
+	})
+	return f, err
 }
 
 func (s *Server) grants(w http.ResponseWriter, r *http.Request) error {
-	id, err := agentQuery(r)
+	id, err := ParseGrantsQuery(r.URL.Query())
 	if err != nil {
 		return err
 	}
@@ -62,15 +81,9 @@ func (s *Server) ungrant(w http.ResponseWriter, r *http.Request) error {
 }
 
 func (s *Server) authTokens(w http.ResponseWriter, r *http.Request) error {
-	id, err := agentQuery(r)
+	f, err := ParseAuthTokensQuery(r.URL.Query())
 	if err != nil {
 		return err
-	}
-	f := kin.AuthTokenFilter{Agent: id}
-	if v := r.URL.Query().Get("expired"); v != "" {
-		if f.Expired, err = strconv.ParseBool(v); err != nil {
-			return kin.Errorf(kin.ECodeInvalid, "expired=%q is not true or false", v)
-		}
 	}
 	ts, err := s.svc.AuthTokens(r.Context(), f)
 	if err != nil {

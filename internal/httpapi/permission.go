@@ -4,9 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"maps"
 	"net/http"
-	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -35,23 +33,21 @@ func (s *Server) authorize(w http.ResponseWriter, r *http.Request) error {
 // ParseExplainQuery reads what GET /v1/agents/{id}/explain asks about:
 // exactly one of a tool and a path.
 func ParseExplainQuery(q map[string][]string) (tool, path string, err error) {
-	for _, key := range slices.Sorted(maps.Keys(q)) { // sorted: the same query always names the same problem
-		vals := q[key]
-		if len(vals) != 1 {
-			return "", "", kin.Errorf(kin.ECodeInvalid, "query parameter %q is given %d times", key, len(vals))
-		}
+	err = eachQueryParam(q, []string{"tool", "path"}, "", func(key string, vals []string) error {
 		switch key {
 		case "tool":
 			if tool = vals[0]; tool == "" {
-				return "", "", kin.Errorf(kin.ECodeInvalid, "tool is empty: name a tool, e.g. tool=exec")
+				return kin.Errorf(kin.ECodeInvalid, "tool is empty: name a tool, e.g. tool=exec")
 			}
 		case "path":
 			if path = vals[0]; path == "" {
-				return "", "", kin.Errorf(kin.ECodeInvalid, "path is empty: name a path, e.g. path=/work")
+				return kin.Errorf(kin.ECodeInvalid, "path is empty: name a path, e.g. path=/work")
 			}
-		default:
-			return "", "", kin.Errorf(kin.ECodeInvalid, "unknown query parameter %q (known: tool, path)", key)
 		}
+		return nil
+	})
+	if err != nil {
+		return "", "", err
 	}
 	switch {
 	case tool != "" && path != "":
@@ -144,28 +140,26 @@ func (s *Server) send(w http.ResponseWriter, r *http.Request) error {
 
 // ParseInboxQuery reads the query parameters of GET /v1/inbox.
 func ParseInboxQuery(q map[string][]string) (req kin.InboxRequest, err error) {
-	for _, key := range slices.Sorted(maps.Keys(q)) { // sorted: the same query always names the same problem
-		vals := q[key]
-		if len(vals) != 1 {
-			return req, kin.Errorf(kin.ECodeInvalid, "query parameter %q is given %d times", key, len(vals))
-		}
+	err = eachQueryParam(q, []string{"agent", "since", "follow"}, "", func(key string, vals []string) error {
 		v := vals[0]
 		switch key {
 		case "agent":
 			if req.Agent, err = kin.ParseAgentID(v); err != nil {
-				return req, err
+				return err
 			}
 		case "since":
 			if req.Since, err = strconv.ParseInt(v, 10, 64); err != nil || req.Since < 0 {
-				return req, kin.Errorf(kin.ECodeInvalid, "since %q is not a sequence number", v)
+				return kin.Errorf(kin.ECodeInvalid, "since %q is not a sequence number", v)
 			}
 		case "follow":
 			if req.Follow, err = strconv.ParseBool(v); err != nil {
-				return req, kin.Errorf(kin.ECodeInvalid, "follow %q is not true or false", v)
+				return kin.Errorf(kin.ECodeInvalid, "follow %q is not true or false", v)
 			}
-		default:
-			return req, kin.Errorf(kin.ECodeInvalid, "unknown query parameter %q (known: agent, since, follow)", key)
 		}
+		return nil
+	})
+	if err != nil {
+		return req, err
 	}
 	return req, nil
 }

@@ -217,25 +217,41 @@ func (s *Server) register(w http.ResponseWriter, r *http.Request) error {
 	return writeJSON(w, http.StatusCreated, a)
 }
 
+// eachQueryParam calls set for every query parameter, in sorted order so
+// that the same query always names the same problem. A parameter not in
+// known is refused, naming the known ones; one given more than once is
+// refused unless it is repeatable.
+func eachQueryParam(q map[string][]string, known []string, repeatable string, set func(key string, vals []string) error) error {
+	for _, key := range slices.Sorted(maps.Keys(q)) {
+		vals := q[key]
+		if len(vals) == 0 || key != repeatable && len(vals) != 1 {
+			return kin.Errorf(kin.ECodeInvalid, "query parameter %q is given %d times", key, len(vals))
+		}
+		if !slices.Contains(known, key) {
+			return kin.Errorf(kin.ECodeInvalid, "unknown query parameter %q (known: %s)", key, strings.Join(known, ", "))
+		}
+		if err := set(key, vals); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // ParseAgentFilter reads an agent filter from query parameters.
 func ParseAgentFilter(q map[string][]string) (kin.AgentFilter, error) {
 	var f kin.AgentFilter
-	for _, key := range slices.Sorted(maps.Keys(q)) { // sorted: the same query always names the same problem
-		vals := q[key]
-		if len(vals) != 1 {
-			return f, kin.Errorf(kin.ECodeInvalid, "query parameter %q is given %d times", key, len(vals))
-		}
+	err := eachQueryParam(q, []string{"status", "state", "role", "parent", "responsible", "limit"}, "", func(key string, vals []string) error {
 		v := vals[0]
 		switch key {
 		case "status":
 			f.Status = kin.Status(v)
 			if !f.Status.Valid() {
-				return f, kin.Errorf(kin.ECodeInvalid, "status %q is not one of active, suspended, revoked, terminated", v)
+				return kin.Errorf(kin.ECodeInvalid, "status %q is not one of active, suspended, revoked, terminated", v)
 			}
 		case "state":
 			f.State = kin.State(v)
 			if !f.State.Valid() {
-				return f, kin.Errorf(kin.ECodeInvalid, "state %q is not a state (%s)", v, kin.StateList())
+				return kin.Errorf(kin.ECodeInvalid, "state %q is not a state (%s)", v, kin.StateList())
 			}
 		case "role":
 			f.Role = v
@@ -244,18 +260,20 @@ func ParseAgentFilter(q map[string][]string) (kin.AgentFilter, error) {
 		case "parent":
 			n, err := strconv.ParseInt(v, 10, 64)
 			if err != nil || n < 0 {
-				return f, kin.Errorf(kin.ECodeInvalid, "parent %q is not an agent id (0 for roots)", v)
+				return kin.Errorf(kin.ECodeInvalid, "parent %q is not an agent id (0 for roots)", v)
 			}
 			f.Parent, f.HasParent = kin.AgentID(n), true
 		case "limit":
 			n, err := strconv.Atoi(v)
 			if err != nil || n < 0 {
-				return f, kin.Errorf(kin.ECodeInvalid, "limit %q is not a whole number", v)
+				return kin.Errorf(kin.ECodeInvalid, "limit %q is not a whole number", v)
 			}
 			f.Limit = n
-		default:
-			return f, kin.Errorf(kin.ECodeInvalid, "unknown query parameter %q (known: status, state, role, parent, responsible, limit)", key)
 		}
+		return nil
+	})
+	if err != nil {
+		return f, err
 	}
 	return f, nil
 }
@@ -334,34 +352,32 @@ func (s *Server) setStatus(w http.ResponseWriter, r *http.Request) error {
 // ParseEventQuery reads an event filter and the follow flag from query
 // parameters.
 func ParseEventQuery(q map[string][]string) (f kin.EventFilter, follow bool, err error) {
-	for _, key := range slices.Sorted(maps.Keys(q)) { // sorted: the same query always names the same problem
-		vals := q[key]
-		if len(vals) == 0 || key != "type" && len(vals) != 1 {
-			return f, false, kin.Errorf(kin.ECodeInvalid, "query parameter %q is given %d times", key, len(vals))
-		}
+	err = eachQueryParam(q, []string{"agent", "since", "type", "limit", "follow"}, "type", func(key string, vals []string) error {
 		v := vals[0]
 		switch key {
 		case "agent":
 			if f.Agent, err = kin.ParseAgentID(v); err != nil {
-				return f, false, err
+				return err
 			}
 		case "since":
 			if f.Since, err = strconv.ParseInt(v, 10, 64); err != nil || f.Since < 0 {
-				return f, false, kin.Errorf(kin.ECodeInvalid, "since %q is not a sequence number", v)
+				return kin.Errorf(kin.ECodeInvalid, "since %q is not a sequence number", v)
 			}
 		case "limit":
 			if f.Limit, err = strconv.Atoi(v); err != nil || f.Limit < 0 {
-				return f, false, kin.Errorf(kin.ECodeInvalid, "limit %q is not a whole number", v)
+				return kin.Errorf(kin.ECodeInvalid, "limit %q is not a whole number", v)
 			}
 		case "type":
 			f.Types = vals
 		case "follow":
 			if follow, err = strconv.ParseBool(v); err != nil {
-				return f, false, kin.Errorf(kin.ECodeInvalid, "follow %q is not true or false", v)
+				return kin.Errorf(kin.ECodeInvalid, "follow %q is not true or false", v)
 			}
-		default:
-			return f, false, kin.Errorf(kin.ECodeInvalid, "unknown query parameter %q (known: agent, since, type, limit, follow)", key)
 		}
+		return nil
+	})
+	if err != nil {
+		return f, false, err
 	}
 	return f, follow, nil
 }

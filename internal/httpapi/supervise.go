@@ -3,9 +3,7 @@ package httpapi
 import (
 	"bytes"
 	"io"
-	"maps"
 	"net/http"
-	"slices"
 	"strconv"
 
 	"github.com/kin-agents/kin/kin"
@@ -94,24 +92,22 @@ func (s *Server) whoami(w http.ResponseWriter, r *http.Request) error {
 
 // ParseLogsQuery reads the query parameters of an agent's log stream.
 func ParseLogsQuery(q map[string][]string) (offset int64, follow bool, err error) {
-	for _, key := range slices.Sorted(maps.Keys(q)) { // sorted: the same query always names the same problem
-		vals := q[key]
-		if len(vals) != 1 {
-			return 0, false, kin.Errorf(kin.ECodeInvalid, "query parameter %q is given %d times", key, len(vals))
-		}
+	err = eachQueryParam(q, []string{"offset", "follow"}, "", func(key string, vals []string) error {
 		v := vals[0]
 		switch key {
 		case "offset":
 			if offset, err = strconv.ParseInt(v, 10, 64); err != nil || offset < 0 {
-				return 0, false, kin.Errorf(kin.ECodeInvalid, "offset %q is not a whole number of bytes", v)
+				return kin.Errorf(kin.ECodeInvalid, "offset %q is not a whole number of bytes", v)
 			}
 		case "follow":
 			if follow, err = strconv.ParseBool(v); err != nil {
-				return 0, false, kin.Errorf(kin.ECodeInvalid, "follow %q is not true or false", v)
+				return kin.Errorf(kin.ECodeInvalid, "follow %q is not true or false", v)
 			}
-		default:
-			return 0, false, kin.Errorf(kin.ECodeInvalid, "unknown query parameter %q (known: offset, follow)", key)
 		}
+		return nil
+	})
+	if err != nil {
+		return 0, false, err
 	}
 	return offset, follow, nil
 }

@@ -1,6 +1,6 @@
 // Package keyring keeps the daemon's own Ed25519 signing keys on disk: one
 // directory per role (the agent provider's, the person server's), a PEM
-// (PKCS#8) file per key, 0600 in a 0700 directory, and a "current" file
+// (PKCS#8, aauth.MarshalKey's format) file per key, 0600 in a 0700 directory, and a "current" file
 // naming the key new tokens are signed with. Rotating adds a key and makes it
 // current; the keys it replaced stay published until every token they can
 // have signed has expired.
@@ -13,8 +13,6 @@ package keyring
 import (
 	"crypto/ed25519"
 	"crypto/rand"
-	"crypto/x509"
-	"encoding/pem"
 	"errors"
 	"fmt"
 	"os"
@@ -25,6 +23,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/kin-agents/kin/aauth"
 	"github.com/kin-agents/kin/internal/identity"
 )
 
@@ -91,7 +90,7 @@ func (r *Ring) load() error {
 		if err != nil {
 			return err
 		}
-		priv, err := ParsePEM(data)
+		priv, err := aauth.ParseKey(data)
 		if err != nil {
 			return fmt.Errorf("keyring: %s: %w", de.Name(), err)
 		}
@@ -157,7 +156,7 @@ func (r *Ring) Rotate(now time.Time) (identity.Key, error) {
 	}
 	pub := priv.Public().(ed25519.PublicKey)
 	kid := r.prefix + "-" + now.UTC().Format("20060102T150405Z") + "-" + identity.Thumbprint(identity.PublicJWK(pub, ""))[:8]
-	data, err := MarshalPEM(priv)
+	data, err := aauth.MarshalKey(priv)
 	if err != nil {
 		return identity.Key{}, err
 	}
@@ -251,37 +250,4 @@ func (r *Ring) Entries() []Entry {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
 	return slices.Clone(r.entries)
-}
-
-// MarshalPEM encodes an Ed25519 private key as a PKCS#8 "PRIVATE KEY" PEM block.
-func MarshalPEM(priv ed25519.PrivateKey) ([]byte, error) {
-	der, err := x509.MarshalPKCS8PrivateKey(priv)
-	if err != nil {
-		return nil, err
-	}
-	return pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der}), nil
-}
-
-// ParsePEM decodes MarshalPEM's output; anything else is an error that says
-// what it found.
-func ParsePEM(data []byte) (ed25519.PrivateKey, error) {
-	b, rest := pem.Decode(data)
-	if b == nil {
-		return nil, errors.New("not a PEM file")
-	}
-	if b.Type != "PRIVATE KEY" {
-		return nil, fmt.Errorf("PEM block is %q, want \"PRIVATE KEY\" (PKCS#8)", b.Type)
-	}
-	if len(strings.TrimSpace(string(rest))) != 0 {
-		return nil, errors.New("data after the PEM block")
-	}
-	k, err := x509.ParsePKCS8PrivateKey(b.Bytes)
-	if err != nil {
-		return nil, fmt.Errorf("PKCS#8: %w", err)
-	}
-	priv, ok := k.(ed25519.PrivateKey)
-	if !ok {
-		return nil, fmt.Errorf("the key is a %T, not Ed25519", k)
-	}
-	return priv, nil
 }

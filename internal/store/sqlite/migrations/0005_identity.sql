@@ -1,7 +1,7 @@
 -- Identity (AAuth, seed 004). An agent's public key (the daemon never
 -- stores a private key) and its AAuth local part; grants, which are keyed
 -- on top-level agents only; and the auth tokens kin issued as a person
--- server, kept until they expire so that revoking them can be listed and
+-- server, kept a day past their expiry so that revoking them can be listed and
 -- checked. Times are unix nanoseconds, 0 for none.
 CREATE TABLE agent_keys (
     agent_id   INTEGER PRIMARY KEY REFERENCES agents (id),
