@@ -7,11 +7,13 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -320,4 +322,48 @@ func tokenStatus(t *testing.T, ps, jti string) aauth.TokenStatus {
 		t.Fatal(err)
 	}
 	return st
+}
+
+// An agent's token is reused until half its lifetime has passed, then
+// refreshed; the fresh one verifies and lives a full lifetime again.
+func TestAgentTokenRefreshedAtHalfLife(t *testing.T) {
+	clock := kintest.NewClock()
+	d := kintest.StartDaemon(t, kintest.WithHTTP(), kintest.WithClock(clock.Now))
+	apKeys := kinJWKS(t, "http://"+d.HTTPAddr(), "/.well-known/jwks.json")
+	out := outPath(t)
+	a := spawnAgent(t, d.Client, "refresher", 0, "tokens", withEnv("KINTEST_OUT="+out))
+	next := func(n int) *identity.AgentClaims {
+		t.Helper()
+		if n > 0 {
+			if err := syscall.Kill(a.PID, syscall.SIGUSR1); err != nil {
+				t.Fatal(err)
+			}
+		}
+		prefix := fmt.Sprintf("token%d ", n)
+		got := waitOut(t, out, prefix)
+		for _, l := range strings.Split(got, "\n") {
+			if tok, ok := strings.CutPrefix(l, prefix); ok {
+				c, err := identity.VerifyAgentToken(tok, clock.Now(), apKeys.KeyFunc())
+				if err != nil {
+					t.Fatalf("token %d: %v", n, err)
+				}
+				return c
+			}
+		}
+		t.Fatalf("no token %d in %q", n, got)
+		return nil
+	}
+	first := next(0)
+	if first.Exp-first.IAT != 3600 {
+		t.Fatalf("lifetime %d s; want the default hour", first.Exp-first.IAT)
+	}
+	clock.Advance(29 * time.Minute)
+	if again := next(1); again.JTI != first.JTI {
+		t.Fatalf("before half-life kin issued a new token (jti %s, was %s)", again.JTI, first.JTI)
+	}
+	clock.Advance(2 * time.Minute)
+	fresh := next(2)
+	if fresh.JTI == first.JTI || fresh.IAT != clock.Now().Unix() || fresh.Exp-fresh.IAT != 3600 || fresh.Cnf != first.Cnf {
+		t.Fatalf("past half-life: %+v; want a fresh token for the same key (first %+v)", fresh, first)
+	}
 }

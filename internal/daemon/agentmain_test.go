@@ -66,6 +66,8 @@ func runDaemonProcess(home string) {
 //	echo TEXT        print TEXT to stdout and stderr, exit 0
 //	token            write its agent token ("token T") and its key's path
 //	                 ("key P"), then wait
+//	tokens           write its agent token as "token0 T", then one more
+//	                 ("token1 T", ...) at each SIGUSR1
 //	whoami           write "id:<agent id>" for the own socket and the
 //	                 operator socket (KINTEST_OPSOCK), then wait
 //	spawn-under ID   try to spawn a child under agent ID and one under
@@ -123,6 +125,20 @@ func runAgent(mode string) int {
 		}
 		out("token %s", t.Token)
 		out("key %s", t.KeyPath)
+	case "tokens":
+		// A token now, then one more each time SIGUSR1 comes.
+		usr1 := make(chan os.Signal, 1)
+		signal.Notify(usr1, syscall.SIGUSR1)
+		c := self()
+		for n := 0; ; n++ {
+			t, err := c.Token(ctx)
+			if err != nil {
+				out("token%d error %v", n, err)
+			} else {
+				out("token%d %s", n, t.Token)
+			}
+			<-usr1
+		}
 	case "whoami":
 		for _, sock := range []string{os.Getenv("KIN_SOCKET"), os.Getenv("KINTEST_OPSOCK")} {
 			c, _ := client.New(client.Config{Socket: sock})
