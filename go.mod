@@ -7,6 +7,7 @@ require (
 	github.com/dunglas/httpsfv v1.1.2
 	github.com/spf13/cobra v1.10.2
 	github.com/spf13/pflag v1.0.9
+	golang.org/x/mod v0.42.0
 	golang.org/x/sys v0.48.0
 	modernc.org/sqlite v1.60.1
 	sigs.k8s.io/yaml v1.6.0
