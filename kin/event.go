@@ -38,10 +38,11 @@ const (
 )
 
 // Event is one entry of the append-only event stream. On the wire it is a
-// flat JSON object: seq, time and type, then the type's own fields (Data),
-// so that events keep the shape the seeds give them, e.g.
+// flat JSON object: seq, leaf_index (the event's leaf in the verifiable log,
+// seq-1), time and type, then the type's own fields (Data), so that events
+// keep the shape the seeds give them, e.g.
 //
-//	{"seq":7,"time":"...","type":"agent.child.spawned","parent":1,"child":2,"generation":1}
+//	{"seq":7,"leaf_index":6,"time":"...","type":"agent.child.spawned","parent":1,"child":2,"generation":1}
 //
 // Agent and Parent are the agents the event concerns, kept apart for
 // filtering; they are always also present in Data under the type's names.
@@ -70,11 +71,17 @@ func NewEvent(typ string, agent, parent AgentID, data any) (Event, error) {
 // MarshalJSON writes the flat form.
 func (e Event) MarshalJSON() ([]byte, error) {
 	var buf bytes.Buffer
+	var leaf *int64 // the event's leaf in the verifiable log: seq-1
+	if e.Seq > 0 {
+		i := e.Seq - 1
+		leaf = &i
+	}
 	head, err := json.Marshal(struct {
 		Seq  int64     `json:"seq"`
+		Leaf *int64    `json:"leaf_index,omitempty"`
 		Time time.Time `json:"time"`
 		Type string    `json:"type"`
-	}{e.Seq, e.Time, e.Type})
+	}{e.Seq, leaf, e.Time, e.Type})
 	if err != nil {
 		return nil, err
 	}
@@ -115,6 +122,7 @@ func (e *Event) UnmarshalJSON(b []byte) error {
 	}
 	_ = json.Unmarshal(b, &ids) // these fields are optional and may hold names in some event types
 	delete(all, "seq")
+	delete(all, "leaf_index")
 	delete(all, "time")
 	delete(all, "type")
 	data, err := json.Marshal(all)

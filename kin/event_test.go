@@ -18,7 +18,7 @@ func TestEventJSONIsFlatAndRoundTrips(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := `{"seq":9,"time":"2026-01-02T03:04:05Z","type":"agent.child.cancel","child":5,"parent":2,"reason":"parent_dead"}`
+	want := `{"seq":9,"leaf_index":8,"time":"2026-01-02T03:04:05Z","type":"agent.child.cancel","child":5,"parent":2,"reason":"parent_dead"}`
 	if string(b) != want {
 		t.Fatalf("got  %s\nwant %s", b, want)
 	}

@@ -13,6 +13,9 @@ import (
 	"errors"
 	"time"
 
+	"golang.org/x/mod/sumdb/tlog"
+
+	"github.com/kin-agents/kin/internal/auditlog"
 	"github.com/kin-agents/kin/kin"
 )
 
@@ -34,6 +37,9 @@ type Store interface {
 	// A driver may commit several Updates together (group commit).
 	// fn must not keep tx after it returns and must not call Update.
 	Update(ctx context.Context, fn func(tx Tx) error) error
+	// LogHead is the committed event log's tree: its size (the number of
+	// events) and RFC 6962 root hash.
+	LogHead() (int64, tlog.Hash)
 	// Driver names the driver and its location, with no secrets.
 	Driver() string
 	Close() error
@@ -82,6 +88,17 @@ type Reader interface {
 	// since, newest first; with agent not 0, only those bound to it or
 	// obtained by it.
 	AuthTokenList(ctx context.Context, agent kin.AgentID, since time.Time) ([]AuthTokenRow, error)
+
+	// The event log's stored side (auditlog.Source): every event with the
+	// tree hashes stored with it, the signed checkpoints, stored hashes by
+	// tlog index.
+	auditlog.Source
+	// LogCheckpointLatest returns the checkpoint of the largest size, or
+	// ErrNotFound.
+	LogCheckpointLatest(ctx context.Context) (auditlog.StoredCheckpoint, error)
+	// LogRegistration returns an agent's agent.registered event, or
+	// ErrNotFound.
+	LogRegistration(ctx context.Context, id kin.AgentID) (kin.Event, error)
 }
 
 // Tx is a read-write transaction.
@@ -97,7 +114,10 @@ type Tx interface {
 	// AgentCountLive counts live agents (kin.Agent.Live) that match p.
 	AgentCountLive(ctx context.Context, p AgentCountLiveParams) (int, error)
 	AgentWalletExists(ctx context.Context, wallet string) (bool, error)
-	// EventAppend stores e with the next sequence number and returns it.
+	// EventAppend stores e with the next sequence number and returns it,
+	// and, in the same transaction, the event log's tree hashes for its
+	// leaf (auditlog.AppendLeaf): the leaf index is seq-1. e.Data must be
+	// compact JSON.
 	EventAppend(ctx context.Context, e kin.Event) (kin.Event, error)
 	SpawnRejectionInsert(ctx context.Context, p SpawnRejectionInsertParams) error
 	// SpawnRejectionCount counts a parent's counted rejections at or after Since.
@@ -119,6 +139,9 @@ type Tx interface {
 	AuthTokenRevoke(ctx context.Context, p AuthTokenRevokeParams) ([]AuthTokenRow, error)
 	// AuthTokenPrune deletes the tokens that expired before t.
 	AuthTokenPrune(ctx context.Context, t time.Time) error
+	// LogCheckpointInsert keeps a signed checkpoint; one of the same size
+	// already kept stays.
+	LogCheckpointInsert(ctx context.Context, c auditlog.StoredCheckpoint) error
 }
 
 // AgentKeyRow is an agent's AAuth identity: its Ed25519 public key, the key's

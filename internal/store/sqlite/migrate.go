@@ -14,6 +14,12 @@ import (
 //go:embed migrations/*.sql
 var migrationFS embed.FS
 
+// migrationSteps are Go steps that run after a migration's SQL, in its
+// transaction: data changes SQL cannot express.
+var migrationSteps = map[int]func(context.Context, *sql.Tx) error{
+	7: backfillLog,
+}
+
 // migrate applies the embedded migrations that the database has not seen,
 // each in its own transaction with its version row. Files are named
 // NNNN_what.sql and applied in order; an applied file is never edited.
@@ -52,6 +58,12 @@ func migrate(ctx context.Context, db *sql.DB) error {
 		if _, err := tx.ExecContext(ctx, string(body)); err != nil {
 			tx.Rollback()
 			return fmt.Errorf("migration %s: %w", base, err)
+		}
+		if step := migrationSteps[version]; step != nil {
+			if err := step(ctx, tx); err != nil {
+				tx.Rollback()
+				return fmt.Errorf("migration %s: %w", base, err)
+			}
 		}
 		if _, err := tx.ExecContext(ctx, `INSERT INTO schema_migrations (version, name) VALUES (?, ?)`, version, base); err != nil {
 			tx.Rollback()

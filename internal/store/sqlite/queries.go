@@ -14,6 +14,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/kin-agents/kin/internal/auditlog"
 	"github.com/kin-agents/kin/internal/store"
 	"github.com/kin-agents/kin/kin"
 )
@@ -36,6 +37,9 @@ type reader struct {
 // txn implements store.Tx.
 type txn struct {
 	reader
+	log      *auditlog.Frontier // the batch's tree, advanced by EventAppend
+	unhashed bool               // benchmarks only: append events without their tree hashes
+	leaf     []byte             // EventAppend's buffer
 }
 
 func (r reader) stmt(ctx context.Context, q string) *sql.Stmt {
@@ -471,17 +475,6 @@ func (t *txn) AgentWalletExists(ctx context.Context, wallet string) (bool, error
 	var n int
 	err := t.queryRow(ctx, sqlAgentWalletExists, wallet).Scan(&n)
 	return n > 0, interpretError(err)
-}
-
-func (t *txn) EventAppend(ctx context.Context, e kin.Event) (kin.Event, error) {
-	res, err := t.exec(ctx, sqlEventAppend,
-		e.Time.UnixNano(), e.Type, e.Agent, e.Parent, string(e.Data))
-	if err != nil {
-		return e, interpretError(err)
-	}
-	e.Seq, err = res.LastInsertId()
-	e.Time = e.Time.UTC()
-	return e, interpretError(err)
 }
 
 func (t *txn) SpawnRejectionInsert(ctx context.Context, p store.SpawnRejectionInsertParams) error {

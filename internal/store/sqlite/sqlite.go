@@ -22,6 +22,7 @@ import (
 
 	_ "modernc.org/sqlite" // registers the "sqlite" database/sql driver
 
+	"github.com/kin-agents/kin/internal/auditlog"
 	"github.com/kin-agents/kin/internal/store"
 )
 
@@ -41,6 +42,10 @@ type Store struct {
 	closed sync.Once
 	mu     sync.RWMutex // guards done against Update racing Close
 	done   bool
+
+	unhashed bool              // benchmarks only: events without tree hashes
+	logMu    sync.Mutex        // guards log
+	log      auditlog.Frontier // the committed tree's edge; the writer alone changes it
 }
 
 type update struct {
@@ -56,6 +61,9 @@ type Options struct {
 	// Synchronous is SQLite's synchronous pragma: "FULL" (default, durable
 	// across power loss) or "NORMAL" (durable across a crash of the process).
 	Synchronous string
+	// unhashed appends events without their tree hashes: only benchmarks
+	// set it, to measure what hashing costs.
+	unhashed bool
 }
 
 // Open opens (creating if needed) the database file at path and migrates it.
@@ -94,6 +102,11 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 		wdb.Close()
 		return nil, fmt.Errorf("sqlite: %s: %w", path, err)
 	}
+	tree, err := loadLog(ctx, wdb)
+	if err != nil {
+		wdb.Close()
+		return nil, fmt.Errorf("sqlite: %s: %w", path, err)
+	}
 	rdb, err := sql.Open("sqlite", base+"?"+pragmas+"&_pragma=query_only(1)")
 	if err != nil {
 		wdb.Close()
@@ -116,6 +129,9 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 		rdb:    rdb,
 		queue:  make(chan *update, maxBatch),
 		stop:   make(chan struct{}),
+
+		unhashed: opts.unhashed,
+		log:      tree,
 	}
 	s.wg.Add(1)
 	go s.writeLoop()
@@ -210,6 +226,7 @@ func (s *Store) commit(batch []*update) {
 	}
 	ok := 0
 	local := map[string]*sql.Stmt{} // closed with the transaction
+	tree := s.log                   // the batch's tree; s.log changes only once it commits
 	for i, u := range batch {
 		if err := u.ctx.Err(); err != nil {
 			errs[i] = err
@@ -219,8 +236,10 @@ func (s *Store) commit(batch []*update) {
 			errs[i] = fmt.Errorf("sqlite: savepoint: %w", err)
 			continue
 		}
-		errs[i] = runUpdate(u, &txn{reader: reader{q: tx, tx: tx, st: s.wstmts, local: local}})
+		saved := tree
+		errs[i] = runUpdate(u, &txn{reader: reader{q: tx, tx: tx, st: s.wstmts, local: local}, log: &tree, unhashed: s.unhashed})
 		if errs[i] != nil {
+			tree = saved
 			if _, err := tx.ExecContext(ctx, "ROLLBACK TO u"); err != nil {
 				// The transaction is in an unknown state: fail the batch.
 				tx.Rollback()
@@ -250,6 +269,10 @@ func (s *Store) commit(batch []*update) {
 				errs[i] = fmt.Errorf("sqlite: commit: %w", err)
 			}
 		}
+	} else if ok > 0 {
+		s.logMu.Lock()
+		s.log = tree
+		s.logMu.Unlock()
 	}
 	answer()
 }

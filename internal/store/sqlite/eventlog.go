@@ -1,0 +1,305 @@
+package sqlite
+
+import (
+	"bytes"
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"os"
+	"time"
+
+	"golang.org/x/mod/sumdb/tlog"
+
+	"github.com/kin-agents/kin/internal/auditlog"
+	"github.com/kin-agents/kin/internal/store"
+	"github.com/kin-agents/kin/kin"
+)
+
+// The verifiable event log. Every event is a leaf of a Merkle tree
+// (internal/auditlog): EventAppend stores, with the event, the tree hashes
+// tlog stores for its leaf, in the event's own row (column hashes), so the
+// event and its hashes are one write. The writer keeps the tree's right
+// edge (a Frontier) in memory, per batch and per savepoint, so appending
+// reads nothing back; a rolled-back Update rolls its part of the tree back
+// too.
+
+const sqlEventHashes = `SELECT hashes FROM events WHERE seq = ?`
+
+// EventAppend stores e as the next event, with the tree hashes of its leaf.
+// Its seq is the tree's size plus one: leaf index seq-1.
+func (t *txn) EventAppend(ctx context.Context, e kin.Event) (kin.Event, error) {
+	if bytes.IndexByte(e.Data, '\n') >= 0 {
+		return e, fmt.Errorf("sqlite: event %s: data must be compact JSON, without newlines", e.Type)
+	}
+	e.Time = time.Unix(0, e.Time.UnixNano()).UTC()
+	if t.unhashed {
+		res, err := t.exec(ctx, sqlEventAppend, nil, e.Time.UnixNano(), e.Type, e.Agent, e.Parent, string(e.Data), nil)
+		if err != nil {
+			return e, interpretError(err)
+		}
+		e.Seq, err = res.LastInsertId()
+		return e, interpretError(err)
+	}
+	f := *t.log // advanced only once the row is in
+	e.Seq = f.Size() + 1
+	t.leaf = auditlog.AppendLeaf(t.leaf[:0], e)
+	hs, err := f.Append(tlog.RecordHash(t.leaf))
+	if err != nil {
+		return e, fmt.Errorf("sqlite: event log: %w", err)
+	}
+	blob := make([]byte, 0, len(hs)*tlog.HashSize)
+	for _, h := range hs {
+		blob = append(blob, h[:]...)
+	}
+	if _, err := t.exec(ctx, sqlEventAppend, e.Seq, e.Time.UnixNano(), e.Type, e.Agent, e.Parent, string(e.Data), blob); err != nil {
+		return e, interpretError(err)
+	}
+	*t.log = f
+	return e, nil
+}
+
+func (t *txn) LogCheckpointInsert(ctx context.Context, c auditlog.StoredCheckpoint) error {
+	_, err := t.exec(ctx, `INSERT INTO log_checkpoints (size, time, note) VALUES (?, ?, ?) ON CONFLICT (size) DO NOTHING`,
+		c.Size, c.Time.UnixNano(), string(c.Note))
+	return interpretError(err)
+}
+
+// LogHead is the committed tree: its size and root hash.
+func (s *Store) LogHead() (int64, tlog.Hash) {
+	s.logMu.Lock()
+	f := s.log
+	s.logMu.Unlock()
+	return f.Size(), f.Root()
+}
+
+// LogEntries streams every event with its stored hashes, by seq. A column
+// that does not hold what kin writes (a time that is not a number, say) is
+// reported in Entry.Damaged rather than failing the read.
+func (r reader) LogEntries(ctx context.Context, fn func(auditlog.Entry) error) error {
+	rows, err := r.query(ctx, `SELECT seq, time, type, agent_id, parent_id, data, hashes FROM events ORDER BY seq`)
+	if err != nil {
+		return interpretError(err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var en auditlog.Entry
+		var at, typ, agent, parent, data any
+		var hashes []byte
+		if err := rows.Scan(&en.Event.Seq, &at, &typ, &agent, &parent, &data, &hashes); err != nil {
+			return interpretError(err)
+		}
+		e := &en.Event
+		var ns int64
+		var ok [5]bool
+		ns, ok[0] = at.(int64)
+		e.Type, ok[1] = textOf(typ)
+		var a, p int64
+		a, ok[2] = agent.(int64)
+		p, ok[3] = parent.(int64)
+		var d string
+		d, ok[4] = textOf(data)
+		for i, name := range []string{"time", "type", "agent_id", "parent_id", "data"} {
+			if !ok[i] {
+				en.Damaged = fmt.Sprintf("its %s column holds %T, not what kin writes", name, []any{at, typ, agent, parent, data}[i])
+				break
+			}
+		}
+		e.Time, e.Agent, e.Parent, e.Data = time.Unix(0, ns).UTC(), kin.AgentID(a), kin.AgentID(p), []byte(d)
+		en.Hashes = hashes
+		if err := fn(en); err != nil {
+			return err
+		}
+	}
+	return interpretError(rows.Err())
+}
+
+func textOf(v any) (string, bool) {
+	switch v := v.(type) {
+	case string:
+		return v, true
+	case []byte:
+		return string(v), true
+	}
+	return "", false
+}
+
+func (r reader) LogCheckpoints(ctx context.Context) ([]auditlog.StoredCheckpoint, error) {
+	return r.checkpoints(ctx, `SELECT size, time, note FROM log_checkpoints ORDER BY size`)
+}
+
+// LogCheckpointLatest returns the checkpoint of the largest size, or
+// store.ErrNotFound.
+func (r reader) LogCheckpointLatest(ctx context.Context) (auditlog.StoredCheckpoint, error) {
+	cs, err := r.checkpoints(ctx, `SELECT size, time, note FROM log_checkpoints ORDER BY size DESC LIMIT 1`)
+	if err != nil {
+		return auditlog.StoredCheckpoint{}, err
+	}
+	if len(cs) == 0 {
+		return auditlog.StoredCheckpoint{}, store.ErrNotFound
+	}
+	return cs[0], nil
+}
+
+func (r reader) checkpoints(ctx context.Context, q string) ([]auditlog.StoredCheckpoint, error) {
+	rows, err := r.query(ctx, q)
+	if err != nil {
+		return nil, interpretError(err)
+	}
+	defer rows.Close()
+	var out []auditlog.StoredCheckpoint
+	for rows.Next() {
+		var c auditlog.StoredCheckpoint
+		var at int64
+		var note string
+		if err := rows.Scan(&c.Size, &at, &note); err != nil {
+			return nil, interpretError(err)
+		}
+		c.Time, c.Note = time.Unix(0, at).UTC(), []byte(note)
+		out = append(out, c)
+	}
+	return out, interpretError(rows.Err())
+}
+
+// LogHashes reads stored tree hashes by tlog storage index, from the rows
+// of the leaves that stored them.
+func (r reader) LogHashes(ctx context.Context, indexes []int64) ([]tlog.Hash, error) {
+	out := make([]tlog.Hash, len(indexes))
+	blobs := map[int64][]byte{}
+	for i, x := range indexes {
+		leaf, off := auditlog.StoredHashLeaf(x)
+		blob, ok := blobs[leaf]
+		if !ok {
+			err := r.queryRow(ctx, sqlEventHashes, leaf+1).Scan(&blob)
+			if errors.Is(err, sql.ErrNoRows) {
+				return nil, fmt.Errorf("event log: event seq %d, which holds tree hash %d, is missing", leaf+1, x)
+			}
+			if err != nil {
+				return nil, interpretError(err)
+			}
+			blobs[leaf] = blob
+		}
+		if len(blob) < (off+1)*tlog.HashSize {
+			return nil, fmt.Errorf("event log: the tree hashes stored with event seq %d are damaged (%d bytes)", leaf+1, len(blob))
+		}
+		copy(out[i][:], blob[off*tlog.HashSize:])
+	}
+	return out, nil
+}
+
+// LogRegistration returns the agent.registered event of an agent, or
+// store.ErrNotFound.
+func (r reader) LogRegistration(ctx context.Context, id kin.AgentID) (kin.Event, error) {
+	var e kin.Event
+	var at int64
+	var data string
+	err := r.queryRow(ctx, `SELECT seq, time, type, agent_id, parent_id, data FROM events WHERE agent_id = ? AND type = ? ORDER BY seq LIMIT 1`,
+		id, kin.EventAgentRegistered).Scan(&e.Seq, &at, &e.Type, &e.Agent, &e.Parent, &data)
+	if err != nil {
+		return kin.Event{}, interpretError(err)
+	}
+	e.Time, e.Data = time.Unix(0, at).UTC(), []byte(data)
+	return e, nil
+}
+
+// loadLog rebuilds the committed tree's edge from the hashes stored with the
+// newest events. A store whose edge cannot be read does not open: appending
+// to a tree that cannot be continued would make every later proof wrong.
+func loadLog(ctx context.Context, db *sql.DB) (auditlog.Frontier, error) {
+	var n int64
+	if err := db.QueryRowContext(ctx, `SELECT COALESCE(MAX(seq), 0) FROM events`).Scan(&n); err != nil {
+		return auditlog.Frontier{}, err
+	}
+	r := reader{q: db}
+	f, err := auditlog.LoadFrontier(n, tlog.HashReaderFunc(func(x []int64) ([]tlog.Hash, error) { return r.LogHashes(ctx, x) }))
+	if err != nil {
+		return auditlog.Frontier{}, fmt.Errorf("%w; the log cannot be continued: run `kin log verify --db` on a copy to see where it was damaged", err)
+	}
+	return f, nil
+}
+
+// backfillLog is migration 7's Go step: it hashes the events stored before
+// the log existed into the tree, in order.
+func backfillLog(ctx context.Context, tx *sql.Tx) error {
+	upd, err := tx.PrepareContext(ctx, `UPDATE events SET hashes = ? WHERE seq = ?`)
+	if err != nil {
+		return err
+	}
+	defer upd.Close()
+	var f auditlog.Frontier
+	for {
+		rows, err := tx.QueryContext(ctx, `SELECT seq, time, type, agent_id, parent_id, data FROM events WHERE seq > ? ORDER BY seq LIMIT 10000`, f.Size())
+		if err != nil {
+			return err
+		}
+		var batch []kin.Event
+		for rows.Next() {
+			var e kin.Event
+			var at int64
+			var data string
+			if err := rows.Scan(&e.Seq, &at, &e.Type, &e.Agent, &e.Parent, &data); err != nil {
+				rows.Close()
+				return err
+			}
+			e.Time, e.Data = time.Unix(0, at).UTC(), []byte(data)
+			batch = append(batch, e)
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		if len(batch) == 0 {
+			return nil
+		}
+		for _, e := range batch {
+			if e.Seq != f.Size()+1 {
+				return fmt.Errorf("event log: events must be numbered 1, 2, 3, ... but seq %d follows %d", e.Seq, f.Size())
+			}
+			hs, err := f.Append(auditlog.LeafHash(e))
+			if err != nil {
+				return err
+			}
+			blob := make([]byte, 0, len(hs)*tlog.HashSize)
+			for _, h := range hs {
+				blob = append(blob, h[:]...)
+			}
+			if _, err := upd.ExecContext(ctx, blob, e.Seq); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+// ReadOnly is a kin database opened only to read its log, for `kin log
+// verify --db` on a stopped daemon's file or a copy: it never migrates or
+// writes, and needs no daemon.
+type ReadOnly struct {
+	reader
+	db *sql.DB
+}
+
+var _ auditlog.Source = (*ReadOnly)(nil)
+
+// OpenReadOnly opens the database file at path for reading.
+func OpenReadOnly(ctx context.Context, path string) (*ReadOnly, error) {
+	if _, err := os.Stat(path); err != nil {
+		return nil, fmt.Errorf("sqlite: %w", err)
+	}
+	db, err := sql.Open("sqlite", "file:"+path+"?mode=ro&_pragma=busy_timeout(10000)&_pragma=query_only(1)")
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: open %s: %w", path, err)
+	}
+	var version int
+	if err := db.QueryRowContext(ctx, `SELECT COALESCE(MAX(version), 0) FROM schema_migrations`).Scan(&version); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("sqlite: %s is not a kin database: %w", path, err)
+	}
+	if version < 7 {
+		db.Close()
+		return nil, fmt.Errorf("sqlite: %s predates the event log (schema version %d): start kin serve on it once to upgrade it", path, version)
+	}
+	return &ReadOnly{reader: reader{q: db, st: newStmts(db, true)}, db: db}, nil
+}
+
+// Close closes the database.
+func (r *ReadOnly) Close() error { return errors.Join(r.st.close(), r.db.Close()) }
