@@ -96,6 +96,28 @@ type Service interface {
 	// RotateKeys makes a new signing key for a role (KeyRoleAgent or
 	// KeyRolePerson); the old one stays published (operator only).
 	RotateKeys(ctx context.Context, role string) (*KeyRotation, error)
+
+	// The verifiable event log (seed 000's permanent, auditable record).
+	// LogCheckpoint returns a signed checkpoint covering every event so
+	// far, with the log's public key (any caller).
+	LogCheckpoint(ctx context.Context) (*LogCheckpoint, error)
+	// LogCheckpoints lists every kept checkpoint, by size (operator only,
+	// like the rest of the log's methods but AncestryProof).
+	LogCheckpoints(ctx context.Context) ([]LogCheckpoint, error)
+	// LogProof proves that event seq is in the log.
+	LogProof(ctx context.Context, seq int64) (*LogProof, error)
+	// LogConsistency proves that the tree of size from is a prefix of the
+	// tree of size to (0: the latest).
+	LogConsistency(ctx context.Context, from, to int64) (*LogConsistency, error)
+	// LogLeaves returns the exact leaves of the events from seq from on,
+	// at most limit of them (0: a page).
+	LogLeaves(ctx context.Context, from int64, limit int) ([]string, error)
+	// LogVerify recomputes the whole log and checks it against its stored
+	// hashes, every checkpoint and the caller's.
+	LogVerify(ctx context.Context, req LogVerifyRequest) (*LogReport, error)
+	// AncestryProof is Ancestors with an inclusion proof of every link's
+	// registration event.
+	AncestryProof(ctx context.Context, id AgentID) (*AncestryProof, error)
 }
 
 // DaemonStatus describes a running daemon.

@@ -25,6 +25,7 @@ type serveFlags struct {
 	home, http, profile, store, ctx, containment, leaveRunning string
 	policyConfig, bestEffort                                   string
 	issuer, personServer, tokenLifetime                        string
+	checkpointEvery, checkpointInterval                        string
 }
 
 // Containment choices of --containment; "auto" is the daemon's "".
@@ -149,6 +150,8 @@ the socket only). Shipped profiles: ` + strings.Join(governor.ShippedProfiles(),
 	f.StringVar(&fl.issuer, "issuer", "", "AAuth issuer `URL` of the tokens kin signs as agent provider and person server (default $KIN_ISSUER, else http://<the --http address>)")
 	f.StringVar(&fl.personServer, "person-server", "", "the ps claim of agent tokens: a person server's `URL`, or \"off\" (default $KIN_PERSON_SERVER, else kin itself)")
 	f.StringVar(&fl.tokenLifetime, "agent-token-lifetime", "", "how long agent tokens live, 1m to 24h (default $KIN_AGENT_TOKEN_LIFETIME, else 1h)")
+	f.StringVar(&fl.checkpointEvery, "log-checkpoint-every", "", "sign a checkpoint of the event log once this many `events` were recorded since the last, 1 to 1000000 (default $KIN_LOG_CHECKPOINT_EVERY, else 1000)")
+	f.StringVar(&fl.checkpointInterval, "log-checkpoint-interval", "", "and at this `interval` while events arrive, 1s to 24h (default $KIN_LOG_CHECKPOINT_INTERVAL, else 10s); always on shutdown")
 	return cmd
 }
 
@@ -217,6 +220,20 @@ func serveConfig(getenv func(string) string, fl serveFlags) (daemon.Config, erro
 			return cfg, bad(life, fmt.Errorf("not a duration from 1m to 24h"))
 		}
 		cfg.AgentTokenLifetime = d
+	}
+	if every := pick("", "KIN_LOG_CHECKPOINT_EVERY", "log-checkpoint-every", fl.checkpointEvery); every.value != "" {
+		n, err := strconv.Atoi(every.value)
+		if err != nil || n < 1 || n > 1000000 {
+			return cfg, bad(every, fmt.Errorf("not a whole number from 1 to 1000000"))
+		}
+		cfg.LogCheckpointEvents = n
+	}
+	if iv := pick("", "KIN_LOG_CHECKPOINT_INTERVAL", "log-checkpoint-interval", fl.checkpointInterval); iv.value != "" {
+		d, err := time.ParseDuration(iv.value)
+		if err != nil || d < time.Second || d > 24*time.Hour {
+			return cfg, bad(iv, fmt.Errorf("not a duration from 1s to 24h"))
+		}
+		cfg.LogCheckpointInterval = d
 	}
 	policyConfig := pick("", "KIN_POLICY_CONFIG", "policy-config", fl.policyConfig)
 	if policyConfig.value != "" {

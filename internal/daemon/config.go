@@ -64,6 +64,12 @@ type Config struct {
 	// AgentTokenLifetime is how long agent tokens live: 0 is an hour, at
 	// most 24 hours.
 	AgentTokenLifetime time.Duration
+	// LogCheckpointEvents and LogCheckpointInterval say how often kin signs
+	// a checkpoint of its event log: once this many events were appended
+	// since the last (0: 1000), and at this interval when any were (0: 10
+	// s); and always on shutdown.
+	LogCheckpointEvents   int
+	LogCheckpointInterval time.Duration
 	// Logger receives the daemon's structured logs; nil discards them.
 	Logger *slog.Logger
 	// Clock returns the current time; tests inject their own.
@@ -124,6 +130,12 @@ func (c *Config) Validate() error {
 	case "", "FULL", "NORMAL":
 	default:
 		return fmt.Errorf("config: synchronous %q is not FULL or NORMAL", c.Synchronous)
+	}
+	if c.LogCheckpointEvents < 0 {
+		return fmt.Errorf("config: log checkpoint events %d is negative", c.LogCheckpointEvents)
+	}
+	if c.LogCheckpointInterval < 0 {
+		return fmt.Errorf("config: log checkpoint interval %v is negative", c.LogCheckpointInterval)
 	}
 	return nil
 }

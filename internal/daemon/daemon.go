@@ -45,6 +45,7 @@ type Daemon struct {
 	lineage lineage
 	perm    perms            // the permission authority's state (permission.go)
 	id      *identityState   // AAuth: agent provider and person server (identity.go)
+	logst   *logState        // the verifiable event log's key and checkpoints (eventlog.go)
 	disc    *aauth.Discovery // resources' keys, for their resource tokens
 	pid     int
 	started time.Time
@@ -152,6 +153,9 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 	if err := d.openIdentity(); err != nil {
 		return nil, fmt.Errorf("identity: %w", err)
 	}
+	if err := d.openLog(ctx); err != nil {
+		return nil, fmt.Errorf("event log: %w", err)
+	}
 	d.disc = &aauth.Discovery{Now: d.now}
 	if d.token, err = loadOrCreateToken(filepath.Join(cfg.Home, TokenName)); err != nil {
 		return nil, err
@@ -213,9 +217,10 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 	if d.tcpLn != nil {
 		d.serve(d.tcpLn, d.AAuthHandler(api.Handler(true)), nil)
 	}
-	d.wg.Add(2)
+	d.wg.Add(3)
 	go d.watchLiveness()
 	go d.pruneAuthTokens()
+	go d.signCheckpoints()
 	d.log.Info("kin serve started", "home", cfg.Home, "socket", d.SocketPath(), "http", d.HTTPAddr(),
 		"store", st.Driver(), "profile", d.profileSource, "containment", d.sup.Containment(),
 		"containment_reason", d.sup.ContainmentReason(), "cgroup", d.sup.Root(), "running", d.runningCount())
@@ -537,6 +542,7 @@ func (d *Daemon) Close() error {
 		if d.unixLn != nil {
 			os.Remove(d.SocketPath())
 		}
+		d.finalCheckpoint() // after the last event: the shutdown's own
 		if d.store != nil {
 			errs = append(errs, d.store.Close())
 		}

@@ -88,6 +88,13 @@ func Routes() []Route {
 		{"POST", "/v1/grants/delete", (*Server).ungrant},
 		{"GET", "/v1/auth-tokens", (*Server).authTokens},
 		{"POST", "/v1/keys/rotate", (*Server).rotateKeys},
+		{"GET", "/v1/log/checkpoint", (*Server).logCheckpoint},
+		{"GET", "/v1/log/checkpoints", (*Server).logCheckpoints},
+		{"GET", "/v1/log/proof", (*Server).logProof},
+		{"GET", "/v1/log/consistency", (*Server).logConsistency},
+		{"GET", "/v1/log/leaves", (*Server).logLeaves},
+		{"POST", "/v1/log/verify", (*Server).logVerify},
+		{"GET", "/v1/agents/{id}/ancestry-proof", (*Server).ancestryProof},
 	}
 }
 
