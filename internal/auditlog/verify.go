@@ -256,6 +256,8 @@ func Verify(ctx context.Context, src Source, opts VerifyOptions) (kin.LogReport,
 		return rp.report, nil
 	case kept.Size == 0:
 		rp.report.Consistency = "your checkpoint is of the empty log"
+	case kept.Size == latest.Size:
+		rp.report.Consistency = fmt.Sprintf("your checkpoint (size %d) matches the recomputed tree and kin's latest checkpoint", kept.Size)
 	default:
 		p, err := tlog.ProveTree(latest.Size, kept.Size, HashReader(ctx, src))
 		if err == nil {
