@@ -183,7 +183,7 @@ func (a *app) printReport(r *kin.LogReport) error {
 			return err
 		}
 	} else if r.OK {
-		fmt.Fprintf(a.env.Stdout, "ok: %d events recomputed, %d signed checkpoints match", r.Events, r.Checkpoints)
+		fmt.Fprintf(a.env.Stdout, "ok: %d events recomputed, %s match", r.Events, plural(r.Checkpoints, "signed checkpoint", "signed checkpoints"))
 		if r.Latest != nil {
 			fmt.Fprintf(a.env.Stdout, " (latest: size %d, root %s)", r.Latest.Size, r.Latest.Root)
 		}
@@ -396,8 +396,8 @@ Operator only.`,
 			if a.jsonOut {
 				return a.printJSON(map[string]any{"dir": args[0], "events": latest.Size, "checkpoints": len(kept), "key": latest.Key})
 			}
-			_, err = fmt.Fprintf(a.env.Stdout, "exported %d events and %d checkpoints to %s\ncheck it with: kin log verify-export %s --key '%s'\n",
-				latest.Size, len(kept), args[0], args[0], latest.Key)
+			_, err = fmt.Fprintf(a.env.Stdout, "exported %d events and %s to %s\ncheck it with: kin log verify-export %s --key '%s'\n",
+				latest.Size, plural(len(kept), "checkpoint", "checkpoints"), args[0], args[0], latest.Key)
 			return err
 		}),
 	}
