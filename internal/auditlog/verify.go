@@ -257,7 +257,7 @@ func Verify(ctx context.Context, src Source, opts VerifyOptions) (kin.LogReport,
 	case kept.Size == 0:
 		rp.report.Consistency = "your checkpoint is of the empty log"
 	case kept.Size == latest.Size:
-		rp.report.Consistency = fmt.Sprintf("your checkpoint (size %d) matches the recomputed tree and kin's latest checkpoint", kept.Size)
+		rp.report.Consistency = fmt.Sprintf("your checkpoint (size %d) matches the recomputed tree and is the latest checkpoint (size %d)", kept.Size, latest.Size)
 	default:
 		p, err := tlog.ProveTree(latest.Size, kept.Size, HashReader(ctx, src))
 		if err == nil {
