@@ -308,3 +308,35 @@ func FuzzParseExplainQuery(f *testing.F) {
 		}
 	})
 }
+
+func FuzzParseLogQuery(f *testing.F) {
+	for _, s := range append(querySeeds, "seq=7", "from=1&limit=100", "from=3&to=9", "seq=-1", "seq=1&seq=2", "limit=99999999999", "to=x", "seq=07") {
+		f.Add(s)
+	}
+	known, required := []string{"from", "to", "limit"}, []string{"from"}
+	f.Fuzz(func(t *testing.T, s string) {
+		q, _ := url.ParseQuery(s)
+		lq, err := httpapi.ParseLogQuery(q, known, required)
+		if err != nil {
+			checkInvalid(t, err)
+			return
+		}
+		if lq.Seq != 0 || lq.From < 0 || lq.To < 0 || lq.Limit < 0 {
+			t.Fatalf("ParseLogQuery(%q) = %+v", s, lq)
+		}
+		if _, ok := q["from"]; !ok {
+			t.Fatalf("ParseLogQuery(%q) accepted a query without its required from", s)
+		}
+		again := url.Values{"from": {strconv.FormatInt(lq.From, 10)}}
+		if lq.To != 0 {
+			again.Set("to", strconv.FormatInt(lq.To, 10))
+		}
+		if lq.Limit != 0 {
+			again.Set("limit", strconv.Itoa(lq.Limit))
+		}
+		back, err := httpapi.ParseLogQuery(again, known, required)
+		if err != nil || back != lq {
+			t.Fatalf("ParseLogQuery(%q) = %+v, but its encoding %q parses to %+v, %v", s, lq, again.Encode(), back, err)
+		}
+	})
+}
