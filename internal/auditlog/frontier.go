@@ -37,6 +37,36 @@ func (f *Frontier) Append(h tlog.Hash) ([]tlog.Hash, error) {
 	return stored, nil
 }
 
+// Undo is what AppendTo replaced, to take an append back.
+type Undo struct {
+	level int
+	old   tlog.Hash
+}
+
+// AppendTo is Append for the store's hot path: it appends the stored hashes
+// to dst (no allocation when dst has room) and returns what to hand to
+// Revert to take the append back. The hashes are the ones
+// tlog.StoredHashesForRecordHash computes (the tests hold them equal): each
+// trailing one bit of the size pairs the new subtree with the edge's.
+func (f *Frontier) AppendTo(dst []tlog.Hash, h tlog.Hash) ([]tlog.Hash, Undo) {
+	m := bits.TrailingZeros64(uint64(f.n + 1))
+	dst = append(dst, h)
+	for l := 0; l < m; l++ {
+		h = tlog.NodeHash(f.levels[l], h)
+		dst = append(dst, h)
+	}
+	u := Undo{level: m, old: f.levels[m]}
+	f.levels[m] = h
+	f.n++
+	return dst, u
+}
+
+// Revert takes back the last AppendTo, whose Undo u is.
+func (f *Frontier) Revert(u Undo) {
+	f.n--
+	f.levels[u.level] = u.old
+}
+
 // Root is the tree's RFC 6962 root hash (for the empty tree, as tlog has
 // it, SHA-256 of the empty string).
 func (f *Frontier) Root() tlog.Hash {

@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"fmt"
+	"slices"
 	"testing"
 
 	"golang.org/x/mod/sumdb/tlog"
@@ -211,5 +212,37 @@ func TestLoadFrontierErrors(t *testing.T) {
 	f, err := LoadFrontier(0, hashStore{})
 	if err != nil || !sameEdge(f, Frontier{}) {
 		t.Errorf("LoadFrontier(0) = %v, %v, want the empty frontier", f, err)
+	}
+}
+
+// TestAppendToMatchesAppendAndReverts: the store's allocation-free append
+// gives tlog's stored hashes, and Revert takes it back exactly.
+func TestAppendToMatchesAppendAndReverts(t *testing.T) {
+	var a, b Frontier
+	var buf []tlog.Hash
+	for i := 0; i < 300; i++ {
+		leaf := []byte(fmt.Sprintf(`{"seq":%d}`, i+1))
+		h := HashLeaf(append([]byte{0}, leaf...))
+		if h != tlog.RecordHash(leaf) {
+			t.Fatalf("HashLeaf(0x00 || leaf %d) differs from tlog.RecordHash", i)
+		}
+		want, err := a.Append(h)
+		if err != nil {
+			t.Fatal(err)
+		}
+		before := b
+		var u Undo
+		buf, u = b.AppendTo(buf[:0], h)
+		if !slices.Equal(buf, want) {
+			t.Fatalf("leaf %d: AppendTo gave %d hashes, Append %d, or they differ", i, len(buf), len(want))
+		}
+		b.Revert(u)
+		if b != before {
+			t.Fatalf("leaf %d: Revert did not restore the frontier", i)
+		}
+		buf, _ = b.AppendTo(buf[:0], h)
+		if b.Root() != a.Root() {
+			t.Fatalf("leaf %d: roots differ after AppendTo", i)
+		}
 	}
 }

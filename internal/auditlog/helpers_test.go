@@ -41,15 +41,31 @@ func (m *memSource) LogCheckpoints(ctx context.Context) ([]StoredCheckpoint, err
 func (m *memSource) LogHashes(ctx context.Context, indexes []int64) ([]tlog.Hash, error) {
 	out := make([]tlog.Hash, len(indexes))
 	for i, x := range indexes {
-		leaf, off := StoredHashLeaf(x)
+		leaf, off, ok := StoredAt(x)
+		if !ok {
+			first, count := ComputedFrom(x)
+			if first+count > int64(len(m.entries)) {
+				return nil, fmt.Errorf("memSource: hash %d needs leaves %d..%d, not stored", x, first, first+count-1)
+			}
+			var leaves []tlog.Hash
+			for _, e := range m.entries[first : first+count] {
+				leaves = append(leaves, LeafHash(e.Event))
+			}
+			h, err := SubtreeHash(leaves)
+			if err != nil {
+				return nil, err
+			}
+			out[i] = h
+			continue
+		}
 		if leaf < 0 || leaf >= int64(len(m.entries)) {
 			return nil, fmt.Errorf("memSource: hash %d belongs to leaf %d, not stored", x, leaf)
 		}
 		blob := m.entries[leaf].Hashes
-		if (off+1)*tlog.HashSize > len(blob) {
-			return nil, fmt.Errorf("memSource: hash %d is #%d of leaf %d, which has %d bytes", x, off, leaf, len(blob))
+		if off+tlog.HashSize > len(blob) {
+			return nil, fmt.Errorf("memSource: hash %d is at byte %d of leaf %d, which has %d bytes", x, off, leaf, len(blob))
 		}
-		copy(out[i][:], blob[off*tlog.HashSize:])
+		copy(out[i][:], blob[off:])
 	}
 	return out, nil
 }
@@ -83,13 +99,7 @@ func (m *memSource) rehash(t testing.TB) {
 	}
 }
 
-func concatHashes(hs []tlog.Hash) []byte {
-	b := make([]byte, 0, len(hs)*tlog.HashSize)
-	for _, h := range hs {
-		b = append(b, h[:]...)
-	}
-	return b
-}
+func concatHashes(hs []tlog.Hash) []byte { return StoredForm(nil, hs) }
 
 // testLog builds a log: events appended with a Frontier, their stored
 // hashes, and checkpoints signed with a real log key.

@@ -2,6 +2,7 @@ package auditlog
 
 import (
 	"bytes"
+	"crypto/sha256"
 	"encoding/json"
 	"fmt"
 	"strconv"
@@ -44,6 +45,11 @@ func AppendLeaf(dst []byte, e kin.Event) []byte {
 
 // Leaf returns the leaf of e.
 func Leaf(e kin.Event) []byte { return AppendLeaf(make([]byte, 0, 160+len(e.Data)), e) }
+
+// HashLeaf hashes the leaf AppendLeaf wrote after a zero byte:
+// buf = 0x00 || leaf, the RFC 6962 leaf hash input, hashed without tlog's
+// allocation (the tests hold it equal to tlog.RecordHash(leaf)).
+func HashLeaf(buf []byte) tlog.Hash { return sha256.Sum256(buf) }
 
 // LeafHash is the RFC 6962 hash of e's leaf.
 func LeafHash(e kin.Event) tlog.Hash { return tlog.RecordHash(Leaf(e)) }

@@ -56,10 +56,11 @@ func TestProveRefusesUncovered(t *testing.T) {
 			t.Fatalf("Prove(seq %d, size 20) = %+v", seq, p)
 		}
 	}
-	// A store missing the hashes fails to prove.
+	// A store missing a hash it keeps fails to prove: leaf 15 holds the
+	// subtree of leaves 0-15, which the proof of leaf 17 needs.
 	src := l.src.clone()
-	src.entries[15].Hashes = nil
-	if _, err := Prove(ctx, src, l.src.entries[3].Event, cp); err == nil {
+	src.entries[15].Hashes = src.entries[15].Hashes[:FingerprintSize]
+	if _, err := Prove(ctx, src, l.src.entries[17].Event, cp); err == nil {
 		t.Fatal("Prove with a hash missing from the store succeeded")
 	}
 }

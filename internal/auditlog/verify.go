@@ -18,8 +18,8 @@ import (
 // Entry is one stored event and the tree hashes stored with it.
 type Entry struct {
 	Event kin.Event
-	// Hashes are the stored hashes of the event's leaf (tlog.StoredHashes:
-	// the leaf hash, then the subtrees it completes), concatenated.
+	// Hashes is the stored form of the event's leaf (StoredForm: a
+	// fingerprint of its hash and the large subtrees it completes).
 	Hashes []byte
 	// Damaged says why a column could not be read as kin writes it ("" if
 	// all could): the entry is then reported as differing.
@@ -40,7 +40,9 @@ type Source interface {
 	LogEntries(ctx context.Context, fn func(Entry) error) error
 	// LogCheckpoints returns every stored checkpoint, by size.
 	LogCheckpoints(ctx context.Context) ([]StoredCheckpoint, error)
-	// LogHashes returns stored hashes by their tlog storage index.
+	// LogHashes returns tree hashes by their tlog storage index: those
+	// StoredAt keeps from the stored forms, the others computed from the
+	// events under them (ComputedFrom).
 	LogHashes(ctx context.Context, indexes []int64) ([]tlog.Hash, error)
 }
 
@@ -67,7 +69,8 @@ type replay struct {
 	next   int     // the first check not yet reached
 	good   int64   // the size of the last check that matched
 	leaf   []byte
-	stored bool // entries carry stored hashes to compare (a store, not an export)
+	form   []byte // compare's buffer
+	stored bool   // entries carry stored hashes to compare (a store, not an export)
 	report kin.LogReport
 }
 
@@ -148,18 +151,15 @@ func (r *replay) event(en Entry) error {
 	return r.compare(i, stored, en.Hashes)
 }
 
-// compare compares the recomputed hashes of leaf i with the stored ones.
+// compare compares the stored form of leaf i (StoredForm) with the one
+// recomputed from its event.
 func (r *replay) compare(i int64, got []tlog.Hash, want []byte) error {
-	if len(want) < tlog.HashSize || !bytes.Equal(want[:tlog.HashSize], got[0][:]) {
+	if len(want) < FingerprintSize || !bytes.Equal(want[:FingerprintSize], got[0][:FingerprintSize]) {
 		return r.bad(i, "event seq %d (index %d) differs from the leaf hash stored with it: its content was changed after it was recorded", i+1, i)
 	}
-	if len(want) != len(got)*tlog.HashSize {
-		return r.bad(i, "event seq %d (index %d) has %d tree hashes stored, want %d: a stored hash was changed", i+1, i, len(want)/tlog.HashSize, len(got))
-	}
-	for k, h := range got {
-		if !bytes.Equal(want[k*tlog.HashSize:(k+1)*tlog.HashSize], h[:]) {
-			return r.bad(i, "tree hash %d of %d stored with event seq %d (index %d) differs from the recomputed one: a stored hash was changed", k+1, len(got), i+1, i)
-		}
+	r.form = StoredForm(r.form[:0], got)
+	if !bytes.Equal(want, r.form) {
+		return r.bad(i, "the tree hashes stored with event seq %d (index %d) differ from the recomputed ones (%d bytes stored, %d recomputed): a stored hash was changed", i+1, i, len(want), len(r.form))
 	}
 	return nil
 }

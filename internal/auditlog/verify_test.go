@@ -172,15 +172,15 @@ func TestVerifyMutations(t *testing.T) {
 		}},
 		{"edit the leaf hash", func(s *memSource) int64 {
 			i := rng.Int64N(n)
-			s.entries[i].Hashes[rng.IntN(tlog.HashSize)] ^= 0x80
+			s.entries[i].Hashes[rng.IntN(FingerprintSize)] ^= 0x80
 			return i
 		}},
 		{"edit a subtree hash", func(s *memSource) int64 {
 			var i int64
-			for i = rng.Int64N(n); len(s.entries[i].Hashes) <= tlog.HashSize; i = rng.Int64N(n) {
+			for i = rng.Int64N(n); len(s.entries[i].Hashes) <= FingerprintSize; i = rng.Int64N(n) {
 			}
 			h := s.entries[i].Hashes
-			h[tlog.HashSize+rng.IntN(len(h)-tlog.HashSize)] ^= 0x01
+			h[FingerprintSize+rng.IntN(len(h)-FingerprintSize)] ^= 0x01
 			return i
 		}},
 		{"drop a subtree hash", func(s *memSource) int64 {
@@ -200,7 +200,7 @@ func TestVerifyMutations(t *testing.T) {
 		}},
 		{"hashes short", func(s *memSource) int64 {
 			i := rng.Int64N(n)
-			s.entries[i].Hashes = s.entries[i].Hashes[:tlog.HashSize-1]
+			s.entries[i].Hashes = s.entries[i].Hashes[:FingerprintSize-1]
 			return i
 		}},
 		{"damaged", func(s *memSource) int64 {

@@ -6,6 +6,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"net/url"
 	"os"
 	"time"
 
@@ -17,8 +18,9 @@ import (
 )
 
 // The verifiable event log. Every event is a leaf of a Merkle tree
-// (internal/auditlog): EventAppend stores, with the event, the tree hashes
-// tlog stores for its leaf, in the event's own row (column hashes), so the
+// (internal/auditlog): EventAppend stores, with the event, its leaf's stored
+// form (auditlog.StoredForm: a fingerprint of the leaf hash and the large
+// subtrees it completes) in the event's own row (column hashes), so the
 // event and its hashes are one write. The writer keeps the tree's right
 // edge (a Frontier) in memory, per batch and per savepoint, so appending
 // reads nothing back; a rolled-back Update rolls its part of the tree back
@@ -41,21 +43,15 @@ func (t *txn) EventAppend(ctx context.Context, e kin.Event) (kin.Event, error) {
 		e.Seq, err = res.LastInsertId()
 		return e, interpretError(err)
 	}
-	f := *t.log // advanced only once the row is in
-	e.Seq = f.Size() + 1
-	t.leaf = auditlog.AppendLeaf(t.leaf[:0], e)
-	hs, err := f.Append(tlog.RecordHash(t.leaf))
-	if err != nil {
-		return e, fmt.Errorf("sqlite: event log: %w", err)
-	}
-	blob := make([]byte, 0, len(hs)*tlog.HashSize)
-	for _, h := range hs {
-		blob = append(blob, h[:]...)
-	}
-	if _, err := t.exec(ctx, sqlEventAppend, e.Seq, e.Time.UnixNano(), e.Type, e.Agent, e.Parent, string(e.Data), blob); err != nil {
+	e.Seq = t.log.Size() + 1
+	t.leaf = auditlog.AppendLeaf(append(t.leaf[:0], 0), e) // 0x00 || leaf: RFC 6962's leaf hash input
+	var undo auditlog.Undo
+	t.hashes, undo = t.log.AppendTo(t.hashes[:0], auditlog.HashLeaf(t.leaf))
+	t.blob = auditlog.StoredForm(t.blob[:0], t.hashes)
+	if _, err := t.exec(ctx, sqlEventAppend, e.Seq, e.Time.UnixNano(), e.Type, e.Agent, e.Parent, string(e.Data), t.blob); err != nil {
+		t.log.Revert(undo) // the tree advances only with the row
 		return e, interpretError(err)
 	}
-	*t.log = f
 	return e, nil
 }
 
@@ -161,13 +157,22 @@ func (r reader) checkpoints(ctx context.Context, q string) ([]auditlog.StoredChe
 	return out, interpretError(rows.Err())
 }
 
-// LogHashes reads stored tree hashes by tlog storage index, from the rows
-// of the leaves that stored them.
+// LogHashes returns tree hashes by tlog storage index: the large subtrees'
+// from the stored forms of the leaves that completed them, the small ones
+// (auditlog.SparseLevel) computed from the events under them.
 func (r reader) LogHashes(ctx context.Context, indexes []int64) ([]tlog.Hash, error) {
 	out := make([]tlog.Hash, len(indexes))
 	blobs := map[int64][]byte{}
 	for i, x := range indexes {
-		leaf, off := auditlog.StoredHashLeaf(x)
+		leaf, off, ok := auditlog.StoredAt(x)
+		if !ok {
+			h, err := r.computedHash(ctx, x)
+			if err != nil {
+				return nil, err
+			}
+			out[i] = h
+			continue
+		}
 		blob, ok := blobs[leaf]
 		if !ok {
 			err := r.queryRow(ctx, sqlEventHashes, leaf+1).Scan(&blob)
@@ -179,12 +184,32 @@ func (r reader) LogHashes(ctx context.Context, indexes []int64) ([]tlog.Hash, er
 			}
 			blobs[leaf] = blob
 		}
-		if len(blob) < (off+1)*tlog.HashSize {
+		if len(blob) < off+tlog.HashSize {
 			return nil, fmt.Errorf("event log: the tree hashes stored with event seq %d are damaged (%d bytes)", leaf+1, len(blob))
 		}
-		copy(out[i][:], blob[off*tlog.HashSize:])
+		copy(out[i][:], blob[off:])
 	}
 	return out, nil
+}
+
+// computedHash hashes the events under a small subtree.
+func (r reader) computedHash(ctx context.Context, x int64) (tlog.Hash, error) {
+	first, count := auditlog.ComputedFrom(x)
+	es, err := r.EventList(ctx, kin.EventFilter{Since: first, Limit: int(count)})
+	if err != nil {
+		return tlog.Hash{}, err
+	}
+	leaves := make([]tlog.Hash, len(es))
+	for i, e := range es {
+		if e.Seq != first+int64(i)+1 {
+			return tlog.Hash{}, fmt.Errorf("event log: event seq %d, under tree hash %d, is missing", first+int64(i)+1, x)
+		}
+		leaves[i] = auditlog.LeafHash(e)
+	}
+	if int64(len(leaves)) != count {
+		return tlog.Hash{}, fmt.Errorf("event log: event seq %d, under tree hash %d, is missing", first+int64(len(leaves))+1, x)
+	}
+	return auditlog.SubtreeHash(leaves)
 }
 
 // LogRegistration returns the agent.registered event of an agent, or
@@ -259,11 +284,7 @@ func backfillLog(ctx context.Context, tx *sql.Tx) error {
 			if err != nil {
 				return err
 			}
-			blob := make([]byte, 0, len(hs)*tlog.HashSize)
-			for _, h := range hs {
-				blob = append(blob, h[:]...)
-			}
-			if _, err := upd.ExecContext(ctx, blob, e.Seq); err != nil {
+			if _, err := upd.ExecContext(ctx, auditlog.StoredForm(nil, hs), e.Seq); err != nil {
 				return err
 			}
 		}
@@ -285,7 +306,10 @@ func OpenReadOnly(ctx context.Context, path string) (*ReadOnly, error) {
 	if _, err := os.Stat(path); err != nil {
 		return nil, fmt.Errorf("sqlite: %w", err)
 	}
-	db, err := sql.Open("sqlite", "file:"+path+"?mode=ro&_pragma=busy_timeout(10000)&_pragma=query_only(1)")
+	// Escaped as Open does: a '?', '#' or '%' in the path would otherwise
+	// end the file name early and open (even create) another file,
+	// read-write.
+	db, err := sql.Open("sqlite", "file:"+(&url.URL{Path: path}).EscapedPath()+"?mode=ro&_pragma=busy_timeout(10000)&_pragma=query_only(1)")
 	if err != nil {
 		return nil, fmt.Errorf("sqlite: open %s: %w", path, err)
 	}

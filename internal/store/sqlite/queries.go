@@ -14,6 +14,8 @@ import (
 	"sync"
 	"time"
 
+	"golang.org/x/mod/sumdb/tlog"
+
 	"github.com/kin-agents/kin/internal/auditlog"
 	"github.com/kin-agents/kin/internal/store"
 	"github.com/kin-agents/kin/kin"
@@ -39,7 +41,9 @@ type txn struct {
 	reader
 	log      *auditlog.Frontier // the batch's tree, advanced by EventAppend
 	unhashed bool               // benchmarks only: append events without their tree hashes
-	leaf     []byte             // EventAppend's buffer
+	leaf     []byte             // EventAppend's buffers, reused across its calls
+	hashes   []tlog.Hash
+	blob     []byte
 }
 
 func (r reader) stmt(ctx context.Context, q string) *sql.Stmt {

@@ -1,6 +1,7 @@
 -- The verifiable event log: every event is a leaf of a Merkle tree; hashes
--- holds the tree hashes stored for its leaf (tlog.StoredHashes, 32 bytes
--- each, concatenated), written in the same transaction as the event. Existing
+-- holds its leaf's stored form (auditlog.StoredForm: 8 bytes of the leaf hash,
+-- then the 32-byte hashes of the large subtrees it completes), written in the
+-- same transaction as the event. Existing
 -- events are hashed once, by this migration's Go step (backfillLog).
 ALTER TABLE events ADD COLUMN hashes BLOB;
 
