@@ -96,7 +96,8 @@ func VerifyConsistency(p kin.LogConsistency, old, new tlog.Hash) error {
 }
 
 // VerifiedLink is one link of a proven responsibility chain, as its proven
-// agent.registered event states it.
+// agent.registered event states it (the JSON names are the event's; Seq and
+// Time come from its leaf).
 type VerifiedLink struct {
 	Agent       kin.AgentID `json:"agent"`
 	Parent      kin.AgentID `json:"parent"`
@@ -131,20 +132,13 @@ func VerifyAncestry(p kin.AncestryProof, v note.Verifier) ([]VerifiedLink, Check
 		if e.Type != kin.EventAgentRegistered {
 			return nil, Checkpoint{}, fmt.Errorf("link %d (agent %d): its proven event is %s, not %s", k, l.Agent, e.Type, kin.EventAgentRegistered)
 		}
-		var reg struct {
-			Agent       kin.AgentID `json:"agent"`
-			Parent      kin.AgentID `json:"parent"`
-			Name        string      `json:"name"`
-			Role        string      `json:"role"`
-			Responsible string      `json:"responsible"`
-			Generation  int         `json:"generation"`
-		}
-		if err := json.Unmarshal(e.Data, &reg); err != nil {
+		var got VerifiedLink // its JSON names are the registration's
+		if err := json.Unmarshal(e.Data, &got); err != nil {
 			return nil, Checkpoint{}, fmt.Errorf("link %d (agent %d): its registration's data: %w", k, l.Agent, err)
 		}
-		got := VerifiedLink{Agent: reg.Agent, Parent: reg.Parent, Name: reg.Name, Role: reg.Role, Responsible: reg.Responsible, Generation: reg.Generation, Seq: e.Seq, Time: e.Time}
-		if reg.Agent != e.Agent || reg.Parent != e.Parent {
-			return nil, Checkpoint{}, fmt.Errorf("link %d: its registration names agent %d under %d in its data but %d under %d in its leaf", k, reg.Agent, reg.Parent, e.Agent, e.Parent)
+		got.Seq, got.Time = e.Seq, e.Time
+		if got.Agent != e.Agent || got.Parent != e.Parent {
+			return nil, Checkpoint{}, fmt.Errorf("link %d: its registration names agent %d under %d in its data but %d under %d in its leaf", k, got.Agent, got.Parent, e.Agent, e.Parent)
 		}
 		if l.Agent != got.Agent || l.Parent != got.Parent || l.Name != got.Name || l.Responsible != got.Responsible || l.Generation != got.Generation {
 			return nil, Checkpoint{}, fmt.Errorf("link %d says agent %d %q under %d (responsible %q, generation %d) but its proven registration says agent %d %q under %d (responsible %q, generation %d)",

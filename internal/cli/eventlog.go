@@ -64,11 +64,7 @@ With --json: size, root, time, note and the log's public key.`,
 		Example: `  kin log checkpoint > cp-$(date +%F).txt`,
 		Args:    cobra.NoArgs,
 		RunE: run(func(cmd *cobra.Command, _ []string) error {
-			svc, err := a.service()
-			if err != nil {
-				return err
-			}
-			cp, err := svc.LogCheckpoint(cmd.Context())
+			cp, err := a.latestCheckpoint(cmd)
 			if err != nil {
 				return err
 			}
@@ -91,11 +87,7 @@ all "kin log verify-export" and "kin log verify-proof" need.`,
 		Example: `  kin log key > log.pub`,
 		Args:    cobra.NoArgs,
 		RunE: run(func(cmd *cobra.Command, _ []string) error {
-			svc, err := a.service()
-			if err != nil {
-				return err
-			}
-			cp, err := svc.LogCheckpoint(cmd.Context())
+			cp, err := a.latestCheckpoint(cmd)
 			if err != nil {
 				return err
 			}
@@ -106,6 +98,15 @@ all "kin log verify-export" and "kin log verify-proof" need.`,
 			return err
 		}),
 	}
+}
+
+// latestCheckpoint asks the daemon for a checkpoint covering every event.
+func (a *app) latestCheckpoint(cmd *cobra.Command) (*kin.LogCheckpoint, error) {
+	svc, err := a.service()
+	if err != nil {
+		return nil, err
+	}
+	return svc.LogCheckpoint(cmd.Context())
 }
 
 func (a *app) logVerifyCommand() *cobra.Command {

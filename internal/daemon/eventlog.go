@@ -88,7 +88,9 @@ func (d *Daemon) openLog(ctx context.Context) error {
 }
 
 // checkpoint returns a checkpoint covering every committed event, signing
-// and keeping a new one when events were appended since the last.
+// and keeping a new one when events were appended since the last (or the
+// first, of the empty log: "nothing was recorded by then" is worth a
+// signature too).
 func (d *Daemon) checkpoint(ctx context.Context) (auditlog.StoredCheckpoint, error) {
 	s := d.logst
 	s.mu.Lock()
@@ -96,9 +98,6 @@ func (d *Daemon) checkpoint(ctx context.Context) (auditlog.StoredCheckpoint, err
 	size, root := d.store.LogHead()
 	if size == s.last.Size && s.last.Note != nil {
 		return s.last, nil
-	}
-	if size == 0 {
-		return auditlog.StoredCheckpoint{}, kin.Errorf(kin.ECodeNotFound, "the event log is empty: there is nothing to sign yet")
 	}
 	msg, err := s.key.Sign(auditlog.Checkpoint{Origin: s.key.Name(), Size: size, Root: root})
 	if err != nil {
