@@ -166,6 +166,12 @@ func (d *Daemon) start(ctx context.Context, a *kin.Agent, spec store.ProcessSpec
 		running := kin.ResultRunning
 		result = &running
 	}
+	// The key is recorded before the process runs: an agent that asks for
+	// its token at once must find it (it raced the start's record before).
+	if err := d.store.Update(ctx, func(tx store.Tx) error { return tx.AgentKeyInsert(ctx, keyRow) }); err != nil {
+		d.removeRuntime(a.ID)
+		return nil, d.failStart(ctx, a, fmt.Errorf("record its key: %w", d.storeError(err)))
+	}
 	proc, err := d.sup.Start(ctx, supervisor.Spec{
 		ID:         a.ID,
 		ParentID:   a.Parent,
@@ -185,9 +191,6 @@ func (d *Daemon) start(ctx context.Context, a *kin.Agent, spec store.ProcessSpec
 	now := d.now()
 	err = d.store.Update(ctx, func(tx store.Tx) error {
 		if err := tx.AgentUpdate(ctx, store.AgentUpdateParams{ID: a.ID, At: now, PID: &pid, StartedAt: &started, Session: &session, Result: result}); err != nil {
-			return err
-		}
-		if err := tx.AgentKeyInsert(ctx, keyRow); err != nil {
 			return err
 		}
 		return appendEvent(ctx, tx, d.now(), kin.EventAgentStarted, a.ID, a.Parent, startedData{Agent: a.ID, PID: pid, Command: spec.Command})
