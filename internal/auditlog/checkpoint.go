@@ -11,10 +11,12 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"syscall"
+	"time"
 
 	"golang.org/x/mod/sumdb/note"
 	"golang.org/x/mod/sumdb/tlog"
+
+	"github.com/kin-agents/kin/internal/keyring"
 )
 
 // Checkpoint is a tree head: the log's name (its origin), its size and its
@@ -137,24 +139,17 @@ var nameUnsafe = regexp.MustCompile(`[^A-Za-z0-9.-]+`)
 // kin.<host>/log/<8 hex digits> when there is none. The key never rotates:
 // every checkpoint ever signed stays checkable with the one public key.
 func LoadKey(dir string) (*Key, error) {
-	if err := os.MkdirAll(dir, 0o700); err != nil {
+	if err := keyring.PrivateDir(dir); err != nil {
 		return nil, fmt.Errorf("log key: %w", err)
 	}
-	if fi, err := os.Lstat(dir); err != nil || !fi.IsDir() || fi.Mode().Perm()&0o077 != 0 {
-		if err == nil {
-			err = fmt.Errorf("%s must be a directory only its owner can open (mode %v)", dir, fi.Mode())
-		}
-		return nil, fmt.Errorf("log key: %w", err)
-	}
-	path := filepath.Join(dir, fileKey)
-	skey, err := readSecret(path)
+	skey, err := keyring.ReadPrivate(filepath.Join(dir, fileKey))
 	if errors.Is(err, os.ErrNotExist) {
 		return createKey(dir)
 	}
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("log key: %w", err)
 	}
-	return parseKey(skey)
+	return parseKey(string(skey))
 }
 
 func createKey(dir string) (*Key, error) {
@@ -172,24 +167,11 @@ func createKey(dir string) (*Key, error) {
 	if err != nil {
 		return nil, fmt.Errorf("log key: %w", err)
 	}
-	f, err := os.OpenFile(filepath.Join(dir, fileKey), os.O_WRONLY|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW, 0o600)
-	if err != nil {
+	now := time.Now()
+	if err := keyring.WritePrivate(filepath.Join(dir, fileKey), []byte(skey+"\n"), now); err != nil {
 		return nil, fmt.Errorf("log key: %w", err)
 	}
-	if _, err := f.WriteString(skey + "\n"); err != nil {
-		f.Close()
-		return nil, fmt.Errorf("log key: %w", err)
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return nil, fmt.Errorf("log key: %w", err)
-	}
-	if err := f.Close(); err != nil {
-		return nil, fmt.Errorf("log key: %w", err)
-	}
-	pub := filepath.Join(dir, filePublic)
-	os.Remove(pub)
-	if err := os.WriteFile(pub, []byte(vkey+"\n"), 0o644); err != nil {
+	if err := keyring.WritePrivate(filepath.Join(dir, filePublic), []byte(vkey+"\n"), now); err != nil {
 		return nil, fmt.Errorf("log key: %w", err)
 	}
 	return parseKey(skey)
@@ -208,32 +190,6 @@ func parseKey(skey string) (*Key, error) {
 		return nil, err
 	}
 	return &Key{signer: s, vkey: vkey}, nil
-}
-
-// readSecret reads a key file without following a link and refuses one
-// others could read.
-func readSecret(path string) (string, error) {
-	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NOFOLLOW, 0)
-	if err != nil {
-		if errors.Is(err, os.ErrNotExist) {
-			return "", err
-		}
-		return "", fmt.Errorf("log key: %w", err)
-	}
-	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil {
-		return "", fmt.Errorf("log key: %w", err)
-	}
-	if !fi.Mode().IsRegular() || fi.Mode().Perm()&0o077 != 0 {
-		return "", fmt.Errorf("log key: %s must be a regular file only its owner can read (mode %v)", path, fi.Mode())
-	}
-	buf := make([]byte, 1024)
-	n, err := f.Read(buf)
-	if err != nil {
-		return "", fmt.Errorf("log key: %s: %w", path, err)
-	}
-	return string(buf[:n]), nil
 }
 
 func abbreviate(s string) string {

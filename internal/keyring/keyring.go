@@ -5,9 +5,11 @@
 // current; the keys it replaced stay published until every token they can
 // have signed has expired.
 //
-// It owns the files of its directory and nothing else. It must never write a
-// private key anywhere but its own directory, log or return one outside
-// identity.Key, or follow a link planted in its directory.
+// PrivateDir, ReadPrivate and WritePrivate are how every key kin keeps is
+// kept (auditlog's event-log key uses them too). A ring owns the files of its
+// directory and nothing else. It must never write a private key anywhere but
+// its own directory, log or return one outside identity.Key, or follow a
+// link planted in its directory.
 package keyring
 
 import (
@@ -54,14 +56,8 @@ type Ring struct {
 // is none. prefix starts every kid ("ap", "ps"); keep is how long a replaced
 // key stays published.
 func Open(dir, prefix string, keep time.Duration, now time.Time) (*Ring, error) {
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return nil, fmt.Errorf("keyring: %w", err)
-	}
-	if fi, err := os.Lstat(dir); err != nil || !fi.IsDir() || fi.Mode().Perm()&0o077 != 0 {
-		if err == nil {
-			err = fmt.Errorf("%s must be a directory only its owner can open (mode %v)", dir, fi.Mode())
-		}
-		return nil, fmt.Errorf("keyring: %w", err)
+	if err := PrivateDir(dir); err != nil {
+		return nil, err
 	}
 	r := &Ring{dir: dir, prefix: prefix, keep: keep}
 	if err := r.load(); err != nil {
@@ -86,7 +82,7 @@ func (r *Ring) load() error {
 		if !ok || !de.Type().IsRegular() {
 			continue
 		}
-		data, err := readPrivate(filepath.Join(r.dir, de.Name()))
+		data, err := ReadPrivate(filepath.Join(r.dir, de.Name()))
 		if err != nil {
 			return err
 		}
@@ -120,10 +116,27 @@ func (r *Ring) load() error {
 	return nil
 }
 
-// readPrivate reads a key file without following a link and refuses one that
-// others could read.
-func readPrivate(path string) ([]byte, error) {
-	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NOFOLLOW, 0)
+// PrivateDir makes dir (0700) if it is missing and refuses one that is a
+// link, not a directory, or that others can open. Every key kin keeps (the
+// rings here, the event log's key) lives in one.
+func PrivateDir(dir string) error {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("keyring: %w", err)
+	}
+	if fi, err := os.Lstat(dir); err != nil || !fi.IsDir() || fi.Mode().Perm()&0o077 != 0 {
+		if err == nil {
+			err = fmt.Errorf("%s must be a directory only its owner can open (mode %v)", dir, fi.Mode())
+		}
+		return fmt.Errorf("keyring: %w", err)
+	}
+	return nil
+}
+
+// ReadPrivate reads a key file (at most 4 KiB) without following a link,
+// and refuses one that is not a regular file or that others could read. A
+// missing file's error wraps os.ErrNotExist.
+func ReadPrivate(path string) ([]byte, error) {
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
 	if err != nil {
 		return nil, fmt.Errorf("keyring: %w", err)
 	}
@@ -132,8 +145,8 @@ func readPrivate(path string) ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("keyring: %w", err)
 	}
-	if fi.Mode().Perm()&0o077 != 0 {
-		return nil, fmt.Errorf("keyring: %s is readable by others (mode %v); it must be 0600", path, fi.Mode().Perm())
+	if !fi.Mode().IsRegular() || fi.Mode().Perm()&0o077 != 0 {
+		return nil, fmt.Errorf("keyring: %s is %v: a key file must be a regular file only its owner can read (0600)", path, fi.Mode())
 	}
 	data := make([]byte, 0, 256)
 	buf := make([]byte, 512)
@@ -160,10 +173,10 @@ func (r *Ring) Rotate(now time.Time) (identity.Key, error) {
 	if err != nil {
 		return identity.Key{}, err
 	}
-	if err := writeFile(filepath.Join(r.dir, kid+".pem"), data, now); err != nil {
+	if err := WritePrivate(filepath.Join(r.dir, kid+".pem"), data, now); err != nil {
 		return identity.Key{}, err
 	}
-	if err := writeFile(filepath.Join(r.dir, fileCurrent), []byte(kid+"\n"), now); err != nil {
+	if err := WritePrivate(filepath.Join(r.dir, fileCurrent), []byte(kid+"\n"), now); err != nil {
 		return identity.Key{}, err
 	}
 	key := identity.Key{KID: kid, Private: priv}
@@ -185,9 +198,10 @@ func (r *Ring) Rotate(now time.Time) (identity.Key, error) {
 	return key, nil
 }
 
-// writeFile writes data to a new temporary file (0600) and renames it over
-// path, so a crash leaves the old file or the new one.
-func writeFile(path string, data []byte, mtime time.Time) error {
+// WritePrivate writes data to a new temporary file (0600, never through a
+// link) and renames it over path, so a crash leaves the old file or the new
+// one.
+func WritePrivate(path string, data []byte, mtime time.Time) error {
 	tmp := path + ".tmp"
 	os.Remove(tmp)
 	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW, 0o600)
