@@ -200,7 +200,8 @@ func VerifyExport(dir string, v note.Verifier) (kin.LogReport, error) {
 		return kin.LogReport{}, fmt.Errorf("export: %w", err)
 	}
 	defer ef.Close()
-	rp := newReplay(checks)
+	rp := &replay{}
+	rp.setChecks(checks)
 	rp.report.Latest = last
 	err = eachLine(ef, 64<<20, func(_ int, line []byte) error {
 		i := rp.f.Size()

@@ -24,17 +24,9 @@ func (f *Frontier) Size() int64 { return f.n }
 // Append adds the leaf whose RFC 6962 hash is h as leaf Size() and returns
 // the hashes tlog stores for it (tlog.StoredHashes: the leaf's hash, then
 // every subtree it completes, lowest first).
-func (f *Frontier) Append(h tlog.Hash) ([]tlog.Hash, error) {
-	stored, err := tlog.StoredHashesForRecordHash(f.n, h, f)
-	if err != nil {
-		return nil, err
-	}
-	// The leaf completes as many subtrees as n has trailing one bits; the
-	// largest is the new frontier entry, and the ones it absorbed go.
-	m := bits.TrailingZeros64(uint64(f.n + 1))
-	f.levels[m] = stored[m]
-	f.n++
-	return stored, nil
+func (f *Frontier) Append(h tlog.Hash) []tlog.Hash {
+	hs, _ := f.AppendTo(nil, h)
+	return hs
 }
 
 // Undo is what AppendTo replaced, to take an append back.
@@ -43,9 +35,9 @@ type Undo struct {
 	old   tlog.Hash
 }
 
-// AppendTo is Append for the store's hot path: it appends the stored hashes
-// to dst (no allocation when dst has room) and returns what to hand to
-// Revert to take the append back. The hashes are the ones
+// AppendTo is Append into dst (no allocation when dst has room), for the
+// hot paths (the store's writer, Verify); it returns what to hand to Revert
+// to take the append back. The hashes are the ones
 // tlog.StoredHashesForRecordHash computes (the tests hold them equal): each
 // trailing one bit of the size pairs the new subtree with the edge's.
 func (f *Frontier) AppendTo(dst []tlog.Hash, h tlog.Hash) ([]tlog.Hash, Undo) {

@@ -51,10 +51,7 @@ func TestFrontierMatchesTlog(t *testing.T) {
 			t.Fatalf("reference store has %d hashes before leaf %d, tlog says leaf %d starts at %d", len(ref), i, i, tlog.StoredHashIndex(0, i))
 		}
 		ref = append(ref, want...)
-		got, err := f.Append(tlog.RecordHash(rec))
-		if err != nil {
-			t.Fatal(err)
-		}
+		got := f.Append(tlog.RecordHash(rec))
 		if len(got) != len(want) {
 			t.Fatalf("leaf %d: Append stored %d hashes, tlog.StoredHashes %d", i, len(got), len(want))
 		}
@@ -95,11 +92,8 @@ func TestFrontierMatchesTlog(t *testing.T) {
 		appended := frontiers[size] // a copy
 		for i := size; i < size+5; i++ {
 			h := tlog.RecordHash(testRecord(i))
-			a, err1 := loaded.Append(h)
-			b, err2 := appended.Append(h)
-			if err1 != nil || err2 != nil {
-				t.Fatal(err1, err2)
-			}
+			a := loaded.Append(h)
+			b := appended.Append(h)
 			if fmt.Sprint(a) != fmt.Sprint(b) {
 				t.Fatalf("from size %d: leaf %d stores %v after LoadFrontier, %v after appending", size, i, a, b)
 			}
@@ -162,10 +156,7 @@ func TestFrontierReadHashesRefusesOffEdge(t *testing.T) {
 	var f Frontier
 	var ref hashStore
 	for i := int64(0); i < 13; i++ { // 13 = 0b1101: subtrees at levels 3, 2, 0
-		stored, err := f.Append(tlog.RecordHash(testRecord(i)))
-		if err != nil {
-			t.Fatal(err)
-		}
+		stored := f.Append(tlog.RecordHash(testRecord(i)))
 		ref = append(ref, stored...)
 	}
 	edge := []int64{tlog.StoredHashIndex(3, 0), tlog.StoredHashIndex(2, 2), tlog.StoredHashIndex(0, 12)}
@@ -226,10 +217,7 @@ func TestAppendToMatchesAppendAndReverts(t *testing.T) {
 		if h != tlog.RecordHash(leaf) {
 			t.Fatalf("HashLeaf(0x00 || leaf %d) differs from tlog.RecordHash", i)
 		}
-		want, err := a.Append(h)
-		if err != nil {
-			t.Fatal(err)
-		}
+		want := a.Append(h)
 		before := b
 		var u Undo
 		buf, u = b.AppendTo(buf[:0], h)

@@ -39,11 +39,12 @@ func StoredForm(dst []byte, hashes []tlog.Hash) []byte {
 // keep (below SparseLevel): ComputedFrom says which leaves it is computed
 // from.
 func StoredAt(x int64) (leaf int64, offset int, ok bool) {
-	level, k := tlog.SplitStoredHashIndex(x)
+	level, _ := tlog.SplitStoredHashIndex(x)
 	if level < SparseLevel {
 		return 0, 0, false
 	}
-	return (k+1)<<level - 1, FingerprintSize + (level-SparseLevel)*tlog.HashSize, true
+	leaf, _ = StoredHashLeaf(x) // the row tlog would store it with
+	return leaf, FingerprintSize + (level-SparseLevel)*tlog.HashSize, true
 }
 
 // ComputedFrom says which leaves the hash with storage index x covers:

@@ -68,15 +68,17 @@ type replay struct {
 	checks []check // by size
 	next   int     // the first check not yet reached
 	good   int64   // the size of the last check that matched
-	leaf   []byte
-	form   []byte // compare's buffer
-	stored bool   // entries carry stored hashes to compare (a store, not an export)
+	leaf   []byte  // buffers, reused from event to event
+	hashes []tlog.Hash
+	form   []byte
+	stored bool // entries carry stored hashes to compare (a store, not an export)
 	report kin.LogReport
 }
 
-func newReplay(checks []check) *replay {
+// setChecks sets the checks the replay meets, sorting them by size.
+func (r *replay) setChecks(checks []check) {
 	slices.SortStableFunc(checks, func(a, b check) int { return cmpInt(a.Size, b.Size) })
-	return &replay{checks: checks}
+	r.checks = checks
 }
 
 func cmpInt(a, b int64) int {
@@ -138,17 +140,13 @@ func (r *replay) event(en Entry) error {
 	case e.Seq != i+1:
 		return r.bad(i, "event seq %d stands where seq %d (index %d) should", e.Seq, i+1, i)
 	}
-	r.leaf = AppendLeaf(r.leaf[:0], e)
-	h := tlog.RecordHash(r.leaf)
-	stored, err := r.f.Append(h)
-	if err != nil {
-		return err
-	}
+	r.leaf = AppendLeaf(append(r.leaf[:0], 0), e) // 0x00 || leaf, as the store hashes it
+	r.hashes, _ = r.f.AppendTo(r.hashes[:0], HashLeaf(r.leaf))
 	r.report.Events = i + 1
 	if !r.stored {
 		return nil
 	}
-	return r.compare(i, stored, en.Hashes)
+	return r.compare(i, r.hashes, en.Hashes)
 }
 
 // compare compares the stored form of leaf i (StoredForm) with the one
@@ -210,7 +208,7 @@ func Verify(ctx context.Context, src Source, opts VerifyOptions) (kin.LogReport,
 		return kin.LogReport{}, err
 	}
 	var checks []check
-	r := &replay{}
+	r := &replay{stored: true}
 	for _, sc := range stored {
 		c, err := OpenCheckpoint(sc.Note, opts.Verifier)
 		label := fmt.Sprintf("the checkpoint of size %d signed at %s", sc.Size, sc.Time.UTC().Format(time.RFC3339))
@@ -241,10 +239,8 @@ func Verify(ctx context.Context, src Source, opts VerifyOptions) (kin.LogReport,
 		kept = &check{c, fmt.Sprintf("your checkpoint of size %d", c.Size)}
 		checks = append(checks, *kept)
 	}
-	rp := newReplay(checks)
-	rp.stored = true
-	rp.report.Latest = r.report.Latest
-	report, err := rp.result(src.LogEntries(ctx, rp.event))
+	r.setChecks(checks)
+	report, err := r.result(src.LogEntries(ctx, r.event))
 	if err != nil || !report.OK || kept == nil {
 		return report, err
 	}
@@ -252,24 +248,24 @@ func Verify(ctx context.Context, src Source, opts VerifyOptions) (kin.LogReport,
 	// would instead check that the latest signed head extends it.
 	switch {
 	case latest == nil || kept.Size > latest.Size:
-		rp.bad(-1, "your checkpoint of size %d is newer than every checkpoint kin keeps: a signed checkpoint was deleted", kept.Size)
-		return rp.report, nil
+		r.bad(-1, "your checkpoint of size %d is newer than every checkpoint kin keeps: a signed checkpoint was deleted", kept.Size)
+		return r.report, nil
 	case kept.Size == 0:
-		rp.report.Consistency = "your checkpoint is of the empty log"
+		r.report.Consistency = "your checkpoint is of the empty log"
 	case kept.Size == latest.Size:
-		rp.report.Consistency = fmt.Sprintf("your checkpoint (size %d) matches the recomputed tree and is the latest checkpoint (size %d)", kept.Size, latest.Size)
+		r.report.Consistency = fmt.Sprintf("your checkpoint (size %d) matches the recomputed tree and is the latest checkpoint (size %d)", kept.Size, latest.Size)
 	default:
 		p, err := tlog.ProveTree(latest.Size, kept.Size, HashReader(ctx, src))
 		if err == nil {
 			err = tlog.CheckTree(p, latest.Size, latest.Root, kept.Size, kept.Root)
 		}
 		if err != nil {
-			rp.bad(-1, "no consistency proof from your checkpoint (size %d) to the latest (size %d): %v", kept.Size, latest.Size, err)
-			return rp.report, nil
+			r.bad(-1, "no consistency proof from your checkpoint (size %d) to the latest (size %d): %v", kept.Size, latest.Size, err)
+			return r.report, nil
 		}
-		rp.report.Consistency = fmt.Sprintf("your checkpoint (size %d) matches the recomputed tree, and a consistency proof of %d hashes shows the latest checkpoint (size %d) extends it", kept.Size, len(p), latest.Size)
+		r.report.Consistency = fmt.Sprintf("your checkpoint (size %d) matches the recomputed tree, and a consistency proof of %d hashes shows the latest checkpoint (size %d) extends it", kept.Size, len(p), latest.Size)
 	}
-	return rp.report, nil
+	return r.report, nil
 }
 
 func b64(h tlog.Hash) string { return base64.StdEncoding.EncodeToString(h[:]) }

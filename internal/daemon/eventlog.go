@@ -71,7 +71,7 @@ func (d *Daemon) openLog(ctx context.Context) error {
 	// A cheap look at the newest signed head; `kin log verify` does the
 	// whole tree. A mismatch is logged, not fatal: kin keeps recording, and
 	// verify keeps reporting the damage.
-	size, _ := d.store.LogHead()
+	size := d.store.LogSize()
 	c, err := auditlog.OpenCheckpoint(last.Note, v)
 	switch {
 	case err != nil:
@@ -95,10 +95,10 @@ func (d *Daemon) checkpoint(ctx context.Context) (auditlog.StoredCheckpoint, err
 	s := d.logst
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	size, root := d.store.LogHead()
-	if size == s.last.Size && s.last.Note != nil {
+	if d.store.LogSize() == s.last.Size && s.last.Note != nil {
 		return s.last, nil
 	}
+	size, root := d.store.LogHead()
 	msg, err := s.key.Sign(auditlog.Checkpoint{Origin: s.key.Name(), Size: size, Root: root})
 	if err != nil {
 		return auditlog.StoredCheckpoint{}, err
@@ -127,7 +127,7 @@ func (d *Daemon) signCheckpoints() {
 			d.logst.mu.Lock()
 			last := d.logst.last.Size
 			d.logst.mu.Unlock()
-			if size, _ := d.store.LogHead(); size-last < d.logst.every {
+			if d.store.LogSize()-last < d.logst.every {
 				continue
 			}
 		}
@@ -234,7 +234,7 @@ func (d *Daemon) LogConsistency(ctx context.Context, from, to int64) (*kin.LogCo
 		}
 		to = cp.Size
 	}
-	if size, _ := d.store.LogHead(); from < 0 || from > to || to > size {
+	if size := d.store.LogSize(); from < 0 || from > to || to > size {
 		return nil, kin.Errorf(kin.ECodeInvalid, "no consistency proof from size %d to %d: sizes must satisfy 0 <= from <= to <= %d (the log's size)", from, to, size)
 	}
 	p, err := auditlog.ProveConsistency(ctx, d.store, from, to)

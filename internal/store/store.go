@@ -40,6 +40,8 @@ type Store interface {
 	// LogHead is the committed event log's tree: its size (the number of
 	// events) and RFC 6962 root hash.
 	LogHead() (int64, tlog.Hash)
+	// LogSize is LogHead's size alone, without computing the root.
+	LogSize() int64
 	// Driver names the driver and its location, with no secrets.
 	Driver() string
 	Close() error

@@ -69,6 +69,12 @@ func (s *Store) LogHead() (int64, tlog.Hash) {
 	return f.Size(), f.Root()
 }
 
+func (s *Store) LogSize() int64 {
+	s.logMu.Lock()
+	defer s.logMu.Unlock()
+	return s.log.Size()
+}
+
 // LogEntries streams every event with its stored hashes, by seq. A column
 // that does not hold what kin writes (a time that is not a number, say) is
 // reported in Entry.Damaged rather than failing the read.
@@ -280,11 +286,7 @@ func backfillLog(ctx context.Context, tx *sql.Tx) error {
 			if e.Seq != f.Size()+1 {
 				return fmt.Errorf("event log: events must be numbered 1, 2, 3, ... but seq %d follows %d", e.Seq, f.Size())
 			}
-			hs, err := f.Append(auditlog.LeafHash(e))
-			if err != nil {
-				return err
-			}
-			if _, err := upd.ExecContext(ctx, auditlog.StoredForm(nil, hs), e.Seq); err != nil {
+			if _, err := upd.ExecContext(ctx, auditlog.StoredForm(nil, f.Append(auditlog.LeafHash(e))), e.Seq); err != nil {
 				return err
 			}
 		}
