@@ -8,7 +8,6 @@ import (
 	"strings"
 	"syscall"
 	"testing"
-	"time"
 
 	_ "modernc.org/sqlite"
 
@@ -32,34 +31,12 @@ func kinOut(t *testing.T, args ...string) (string, int) {
 // with SIGTERM and waits for the clean shutdown.
 func serveKin(t *testing.T, home string) (stop func()) {
 	t.Helper()
-	var stderr syncBuffer
-	cmd := kinCommand(t, "serve", "--home", home, "--http", "off")
-	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	waited := make(chan error, 1)
-	go func() { waited <- cmd.Wait() }()
-	done := false
-	stop = func() {
-		if done {
-			return
-		}
-		done = true
-		cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-waited:
-		case <-time.After(30 * time.Second):
-			cmd.Process.Kill()
-			<-waited
-			t.Errorf("kin serve still running 30s after SIGTERM")
+	s := startServe(t, home)
+	return func() {
+		if code := s.stop(t, syscall.SIGTERM); code != 0 {
+			t.Errorf("kin serve exited %d after SIGTERM:\n%s", code, s.stderr.String())
 		}
 	}
-	t.Cleanup(stop)
-	kintest.WaitFor(t, 30*time.Second, "kin serve to listen", func() bool {
-		return strings.Contains(stderr.String(), "kin serve: listening")
-	})
-	return stop
 }
 
 // TestAuditEndToEnd runs the README's "Audit" commands with the real

@@ -80,39 +80,67 @@ func (s *syncBuffer) String() string {
 	return s.b.String()
 }
 
+// served is a kin serve started by startServe.
+type served struct {
+	cmd     *exec.Cmd
+	stderr  syncBuffer
+	waited  chan error
+	stopped bool
+	code    int
+}
+
+// startServe starts kin serve --home home --http off, waits until it
+// listens, and stops it when the test ends if stop was not called.
+func startServe(t *testing.T, home string) *served {
+	t.Helper()
+	s := &served{cmd: kinCommand(t, "serve", "--home", home, "--http", "off"), waited: make(chan error, 1)}
+	s.cmd.Stderr = &s.stderr
+	if err := s.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { s.waited <- s.cmd.Wait() }()
+	t.Cleanup(func() {
+		if !s.stopped {
+			s.stop(t, syscall.SIGTERM) // a clean stop removes its cgroup
+		}
+	})
+	kintest.WaitFor(t, 30*time.Second, "kin serve to listen", func() bool {
+		return strings.Contains(s.stderr.String(), "kin serve: listening")
+	})
+	return s
+}
+
+// stop sends sig and returns kin serve's exit status; a second call returns
+// the first's.
+func (s *served) stop(t *testing.T, sig syscall.Signal) int {
+	t.Helper()
+	if s.stopped {
+		return s.code
+	}
+	s.stopped = true
+	if err := s.cmd.Process.Signal(sig); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-s.waited:
+		s.code = exitCode(t, err)
+	case <-time.After(30 * time.Second):
+		s.cmd.Process.Kill()
+		<-s.waited
+		t.Fatalf("kin serve still running 30s after %s", sig)
+	}
+	return s.code
+}
+
 func TestServeStopsOnSignal(t *testing.T) {
 	for _, sig := range []syscall.Signal{syscall.SIGTERM, syscall.SIGINT} {
 		t.Run(sig.String(), func(t *testing.T) {
-			home := kintest.TempHome(t)
-			var stderr syncBuffer
-			cmd := kinCommand(t, "serve", "--home", home, "--http", "off")
-			cmd.Stderr = &stderr
-			if err := cmd.Start(); err != nil {
-				t.Fatal(err)
+			s := startServe(t, kintest.TempHome(t))
+			if code := s.stop(t, sig); code != 0 {
+				t.Fatalf("exit %d after %s:\n%s", code, sig, s.stderr.String())
 			}
-			waited := make(chan error, 1)
-			go func() { waited <- cmd.Wait() }()
-			t.Cleanup(func() {
-				cmd.Process.Kill()
-				<-waited
-			})
-			kintest.WaitFor(t, 30*time.Second, "kin serve to listen", func() bool {
-				return strings.Contains(stderr.String(), "kin serve: listening")
-			})
-			if err := cmd.Process.Signal(sig); err != nil {
-				t.Fatal(err)
-			}
-			select {
-			case err := <-waited:
-				waited <- err // for the cleanup
-				if code := exitCode(t, err); code != 0 {
-					t.Fatalf("exit %d after %s:\n%s", code, sig, stderr.String())
-				}
-			case <-time.After(30 * time.Second):
-				t.Fatalf("kin serve still running 30s after %s", sig)
-			}
-			if !strings.Contains(stderr.String(), `"msg":"kin serve stopped"`) {
-				t.Errorf("no clean shutdown:\n%s", stderr.String())
+			if !strings.Contains(s.stderr.String(), `"msg":"kin serve stopped"`) {
+				t.Errorf("no clean shutdown:\n%s", s.stderr.String())
 			}
 		})
 	}

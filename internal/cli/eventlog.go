@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"os"
 	"strconv"
 	"strings"
 
@@ -16,6 +15,10 @@ import (
 	"github.com/kin-agents/kin/internal/store/sqlite"
 	"github.com/kin-agents/kin/kin"
 )
+
+// maxProofFile bounds what the log commands read from a file: a proof, a
+// chain proof, a checkpoint or a key.
+const maxProofFile = 16 << 20
 
 // ExitNotVerified: kin log verify, verify-export or verify-proof ran and
 // found that the log, export or proof does not hold.
@@ -262,7 +265,7 @@ line is wrong.`,
 			if err != nil {
 				return err
 			}
-			data, err := readInput(a.env.Stdin, args[0])
+			data, err := readFlagFile("FILE", args[0], maxProofFile, a.env.Stdin)
 			if err != nil {
 				return err
 			}
@@ -455,9 +458,9 @@ func (k *keyFlags) verifier() (note.Verifier, error) {
 	}
 	text := k.key
 	if k.file != "" {
-		b, err := os.ReadFile(k.file)
+		b, err := readFlagFile("--key-file", k.file, maxProofFile, nil)
 		if err != nil {
-			return nil, kin.Errorf(kin.ECodeInvalid, "--key-file: %v", err)
+			return nil, err
 		}
 		text = string(b)
 	}
@@ -471,9 +474,9 @@ func (k *keyFlags) verifier() (note.Verifier, error) {
 // readCheckpointFile reads a kept checkpoint: a signed note, or the JSON
 // kin log checkpoint --json prints.
 func readCheckpointFile(path string) ([]byte, error) {
-	b, err := os.ReadFile(path)
+	b, err := readFlagFile("--from-checkpoint", path, maxProofFile, nil)
 	if err != nil {
-		return nil, kin.Errorf(kin.ECodeInvalid, "--from-checkpoint: %v", err)
+		return nil, err
 	}
 	if t := bytes.TrimSpace(b); len(t) > 0 && t[0] == '{' {
 		var cp kin.LogCheckpoint
@@ -484,18 +487,6 @@ func readCheckpointFile(path string) ([]byte, error) {
 	}
 	if !strings.Contains(string(b), "\n\n") {
 		return nil, kin.Errorf(kin.ECodeInvalid, "--from-checkpoint: %s is not a signed checkpoint (the text kin log checkpoint prints)", path)
-	}
-	return b, nil
-}
-
-// readInput reads a file, or standard input for "-".
-func readInput(stdin io.Reader, path string) ([]byte, error) {
-	if path == "-" {
-		return io.ReadAll(io.LimitReader(stdin, 64<<20))
-	}
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return nil, kin.Errorf(kin.ECodeInvalid, "%v", err)
 	}
 	return b, nil
 }

@@ -42,7 +42,7 @@ func (h *handoffFlags) build(stdin io.Reader) (*kin.Handoff, error) {
 		}
 		return nil, nil
 	}
-	task, err := readFlagFile("handoff", h.task, handoff.MaxTaskBytes, stdin)
+	task, err := readFlagFile("--handoff", h.task, handoff.MaxTaskBytes, stdin)
 	if err != nil {
 		return nil, err
 	}
@@ -61,7 +61,7 @@ func (h *handoffFlags) build(stdin io.Reader) (*kin.Handoff, error) {
 		}
 	}
 	if h.flags.Changed("contract") {
-		data, err := readFlagFile("contract", h.contract, handoff.MaxContractSize, nil)
+		data, err := readFlagFile("--contract", h.contract, handoff.MaxContractSize, nil)
 		if err != nil {
 			return nil, err
 		}
@@ -77,34 +77,34 @@ func (h *handoffFlags) build(stdin io.Reader) (*kin.Handoff, error) {
 	return out, nil
 }
 
-// readFlagFile reads the file a flag names, at most max bytes; "-" is
-// stdin where stdin is given.
-func readFlagFile(flag, path string, max int64, stdin io.Reader) ([]byte, error) {
+// readFlagFile reads the file a flag or argument names (what: "--handoff",
+// "FILE"), at most max bytes; "-" is stdin where stdin is given.
+func readFlagFile(what, path string, max int64, stdin io.Reader) ([]byte, error) {
 	var r io.Reader
 	switch {
 	case path == "":
-		return nil, kin.Errorf(kin.ECodeInvalid, "--%s needs a file name", flag)
+		return nil, kin.Errorf(kin.ECodeInvalid, "%s needs a file name", what)
 	case path == "-" && stdin != nil:
 		r = stdin
 	default:
 		f, err := os.Open(path)
 		if err != nil {
-			return nil, kin.Errorf(kin.ECodeInvalid, "--%s: %v", flag, err) // "open FILE: no such file or directory"
+			return nil, kin.Errorf(kin.ECodeInvalid, "%s: %v", what, err) // "open FILE: no such file or directory"
 		}
 		defer f.Close()
 		// Pipes are fine (--handoff <(make-task)); refs, which the child
 		// reads again, are held to regular files by handoff.InputRefs.
 		if fi, err := f.Stat(); err == nil && fi.IsDir() {
-			return nil, kin.Errorf(kin.ECodeInvalid, "--%s %s is a directory, not a file", flag, path)
+			return nil, kin.Errorf(kin.ECodeInvalid, "%s %s is a directory, not a file", what, path)
 		}
 		r = f
 	}
 	data, err := io.ReadAll(io.LimitReader(r, max+1))
 	if err != nil {
-		return nil, kin.Errorf(kin.ECodeInvalid, "--%s: reading %s: %v", flag, path, err)
+		return nil, kin.Errorf(kin.ECodeInvalid, "%s: reading %s: %v", what, path, err)
 	}
 	if int64(len(data)) > max {
-		return nil, kin.Errorf(kin.ECodeInvalid, "--%s %s is larger than %d bytes", flag, path, max)
+		return nil, kin.Errorf(kin.ECodeInvalid, "%s %s is larger than %d bytes", what, path, max)
 	}
 	return data, nil
 }

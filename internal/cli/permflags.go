@@ -47,7 +47,7 @@ var placeholderName = regexp.MustCompile(`^[A-Z][A-Z0-9_]*$`)
 func (p *permFlags) apply(req *kin.RegisterRequest) error {
 	var own *kin.Policy
 	if p.flags.Changed("policy") {
-		data, err := readFlagFile("policy", p.policy, policy.MaxPolicyBytes, nil)
+		data, err := readFlagFile("--policy", p.policy, policy.MaxPolicyBytes, nil)
 		if err != nil {
 			return err
 		}

@@ -124,11 +124,3 @@ func (s *Server) logVerify(w http.ResponseWriter, r *http.Request) error {
 func (s *Server) ancestryProof(w http.ResponseWriter, r *http.Request) error {
 	return s.withID(w, r, func(ctx context.Context, id kin.AgentID) (any, error) { return s.svc.AncestryProof(ctx, id) })
 }
-
-// nonNil makes a nil list encode as [] rather than null.
-func nonNil[T any](s []T) []T {
-	if s == nil {
-		return []T{}
-	}
-	return s
-}

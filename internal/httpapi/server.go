@@ -509,3 +509,11 @@ func (s *Server) setGovernor(w http.ResponseWriter, r *http.Request) error {
 	}
 	return writeJSON(w, http.StatusOK, g)
 }
+
+// nonNil makes a nil list encode as [] rather than null.
+func nonNil[T any](s []T) []T {
+	if s == nil {
+		return []T{}
+	}
+	return s
+}

@@ -46,7 +46,7 @@ func (s *Server) stop(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	return writeJSON(w, http.StatusOK, nonNilAgents(out))
+	return writeJSON(w, http.StatusOK, nonNil(out))
 }
 
 // decodeOptionalJSON is DecodeJSON for a body that may be left out
@@ -61,13 +61,6 @@ func decodeOptionalJSON(r io.Reader, v any) error {
 		return nil
 	}
 	return DecodeJSON(bytes.NewReader(data), v)
-}
-
-func nonNilAgents(a []*kin.Agent) []*kin.Agent {
-	if a == nil {
-		return []*kin.Agent{}
-	}
-	return a
 }
 
 func (s *Server) heartbeat(w http.ResponseWriter, r *http.Request) error {
