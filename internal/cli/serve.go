@@ -26,6 +26,7 @@ type serveFlags struct {
 	policyConfig, bestEffort                                   string
 	issuer, personServer, tokenLifetime                        string
 	checkpointEvery, checkpointInterval                        string
+	traces                                                     string
 }
 
 // Containment choices of --containment; "auto" is the daemon's "".
@@ -71,9 +72,17 @@ prints once it listens says which is in force. When kin serve stops cleanly
 it stops every agent, unless --leave-running: then they go on, and the next
 kin serve on the same home takes them back.
 
+Metrics: GET /metrics serves Prometheus metrics (kin_*, and the Go runtime's
+and the process's) on the socket, and on the HTTP address to holders of the
+operator token. Traces: --traces otlp sends an OpenTelemetry span for each
+spawn and registration, nested like the lineage, over OTLP/HTTP (set
+OTEL_EXPORTER_OTLP_ENDPOINT and the other OTEL_EXPORTER_OTLP_* variables);
+--traces file:PATH appends them to PATH as JSON lines. See
+docs/OBSERVABILITY.md.
+
 Configuration: built-in defaults, overridden by KIN_HOME, KIN_HTTP,
 KIN_PROFILE, KIN_STORE, KIN_CTX, KIN_CONTAINMENT, KIN_LEAVE_RUNNING,
-KIN_POLICY_CONFIG and KIN_SANDBOX_BEST_EFFORT, overridden by
+KIN_POLICY_CONFIG, KIN_SANDBOX_BEST_EFFORT and KIN_TRACES, overridden by
 the flags. The HTTP API listens on
 ` + daemon.DefaultHTTPAddr + ` unless --http says otherwise ("--http off" serves
 the socket only). Shipped profiles: ` + strings.Join(governor.ShippedProfiles(), ", ") + `; see
@@ -84,7 +93,9 @@ the socket only). Shipped profiles: ` + strings.Join(governor.ShippedProfiles(),
   KIN_PROFILE=./my-profile.json kin serve --store sqlite:/data/kin.db
   kin serve --containment process-groups --leave-running
   kin serve --ctx /ctx
-  kin serve --policy-config /etc/kin/policy.yaml`,
+  kin serve --policy-config /etc/kin/policy.yaml
+  OTEL_EXPORTER_OTLP_ENDPOINT=http://localhost:4318 kin serve --traces otlp
+  kin serve --traces file:/var/log/kin/spans.jsonl`,
 		Args: cobra.NoArgs,
 		RunE: run(func(cmd *cobra.Command, _ []string) error {
 			fl.home = a.home
@@ -152,6 +163,7 @@ the socket only). Shipped profiles: ` + strings.Join(governor.ShippedProfiles(),
 	f.StringVar(&fl.tokenLifetime, "agent-token-lifetime", "", "how long agent tokens live, 1m to 24h (default $KIN_AGENT_TOKEN_LIFETIME, else 1h)")
 	f.StringVar(&fl.checkpointEvery, "log-checkpoint-every", "", "sign a checkpoint of the event log once this many `events` were recorded since the last, 1 to 1000000 (default $KIN_LOG_CHECKPOINT_EVERY, else 1000)")
 	f.StringVar(&fl.checkpointInterval, "log-checkpoint-interval", "", "and at this `interval` while events arrive, 1s to 24h (default $KIN_LOG_CHECKPOINT_INTERVAL, else 10s); always on shutdown")
+	f.StringVar(&fl.traces, "traces", "", "where OpenTelemetry spans of spawns and registrations go (`mode`): off, otlp (OTLP over HTTP, set by the OTEL_EXPORTER_OTLP_* environment) or file:PATH (JSON lines appended to PATH) (default $KIN_TRACES, else off)")
 	return cmd
 }
 
@@ -234,6 +246,11 @@ func serveConfig(getenv func(string) string, fl serveFlags) (daemon.Config, erro
 			return cfg, bad(iv, fmt.Errorf("not a duration from 1s to 24h"))
 		}
 		cfg.LogCheckpointInterval = d
+	}
+	traces := pick("off", "KIN_TRACES", "traces", fl.traces)
+	cfg.Traces = traces.value
+	if probe := (daemon.Config{Home: cfg.Home, Traces: cfg.Traces}); probe.Validate() != nil {
+		return cfg, bad(traces, probe.Validate())
 	}
 	policyConfig := pick("", "KIN_POLICY_CONFIG", "policy-config", fl.policyConfig)
 	if policyConfig.value != "" {

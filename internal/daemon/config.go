@@ -70,6 +70,11 @@ type Config struct {
 	// s); and always on shutdown.
 	LogCheckpointEvents   int
 	LogCheckpointInterval time.Duration
+	// Traces says where OpenTelemetry spans of spawns and registrations
+	// go: "" or "off" (none, no tracer runs), "otlp" (OTLP over HTTP,
+	// configured by the standard OTEL_EXPORTER_OTLP_* environment), or
+	// "file:PATH" (JSON lines of spans appended to PATH).
+	Traces string
 	// Logger receives the daemon's structured logs; nil discards them.
 	Logger *slog.Logger
 	// Clock returns the current time; tests inject their own.
@@ -131,6 +136,9 @@ func (c *Config) Validate() error {
 	default:
 		return fmt.Errorf("config: synchronous %q is not FULL or NORMAL", c.Synchronous)
 	}
+	if _, _, err := c.traces(); err != nil {
+		return err
+	}
 	if c.LogCheckpointEvents < 0 {
 		return fmt.Errorf("config: log checkpoint events %d is negative", c.LogCheckpointEvents)
 	}
@@ -138,6 +146,40 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("config: log checkpoint interval %v is negative", c.LogCheckpointInterval)
 	}
 	return nil
+}
+
+// Trace exporters of Config.Traces.
+const (
+	TracesOff  = "off"
+	TracesOTLP = "otlp"
+	TracesFile = "file"
+)
+
+// traces parses Traces into the exporter (TracesOff, TracesOTLP or
+// TracesFile) and, for a file, its path.
+func (c *Config) traces() (mode, path string, err error) {
+	switch t := c.Traces; {
+	case t == "" || t == TracesOff:
+		return TracesOff, "", nil
+	case t == TracesOTLP:
+		return TracesOTLP, "", nil
+	case strings.HasPrefix(t, TracesFile+":"):
+		path = strings.TrimPrefix(t, TracesFile+":")
+		if path == "" || strings.ContainsAny(path, "\x00\n") {
+			return "", "", fmt.Errorf("config: traces %q: name the file (file:PATH)", t)
+		}
+		return TracesFile, path, nil
+	}
+	return "", "", fmt.Errorf("config: traces %q is not off, otlp or file:PATH", c.Traces)
+}
+
+// tracesMode is what the log says of Traces.
+func (c *Config) tracesMode() string {
+	mode, path, err := c.traces()
+	if err != nil || mode != TracesFile {
+		return mode
+	}
+	return "file:" + path
 }
 
 // ctxDir is the agent filesystem's root.

@@ -20,6 +20,7 @@ import (
 
 	"github.com/kin-agents/kin/aauth"
 	"github.com/kin-agents/kin/internal/ctxfs"
+	"github.com/kin-agents/kin/internal/dashboard"
 	"github.com/kin-agents/kin/internal/governor"
 	"github.com/kin-agents/kin/internal/httpapi"
 	"github.com/kin-agents/kin/internal/store"
@@ -47,6 +48,8 @@ type Daemon struct {
 	id      *identityState   // AAuth: agent provider and person server (identity.go)
 	logst   *logState        // the verifiable event log's key and checkpoints (eventlog.go)
 	disc    *aauth.Discovery // resources' keys, for their resource tokens
+	metrics *metrics         // Prometheus metrics (metrics.go)
+	tracer  *tracer          // OpenTelemetry spans of spawns, nil when off (tracing.go)
 	pid     int
 	started time.Time
 	token   string
@@ -110,6 +113,7 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 	if d.log == nil {
 		d.log = slog.New(slog.DiscardHandler)
 	}
+	d.metrics = newMetrics(d)
 	if d.now == nil {
 		d.now = func() time.Time { return time.Now().UTC() }
 	}
@@ -156,6 +160,9 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 	if err := d.openLog(ctx); err != nil {
 		return nil, fmt.Errorf("event log: %w", err)
 	}
+	if err := d.openTracing(ctx); err != nil {
+		return nil, fmt.Errorf("traces: %w", err)
+	}
 	d.disc = &aauth.Discovery{Now: d.now}
 	if d.token, err = loadOrCreateToken(filepath.Join(cfg.Home, TokenName)); err != nil {
 		return nil, err
@@ -187,6 +194,7 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 		return nil, err
 	}
 	api := httpapi.New(d, d.token, d.log)
+	api.Observe = d.metrics.observeHTTP
 	d.agentSrv = &http.Server{
 		Handler:           api.Handler(false),
 		ReadHeaderTimeout: 10 * time.Second,
@@ -213,9 +221,9 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 		return nil, err
 	}
 	d.started = d.now()
-	d.serve(d.unixLn, api.Handler(false), d.operatorConnContext)
+	d.serve(d.unixLn, d.operatorHandler(api), d.operatorConnContext)
 	if d.tcpLn != nil {
-		d.serve(d.tcpLn, d.AAuthHandler(api.Handler(true)), nil)
+		d.serve(d.tcpLn, d.AAuthHandler(d.webHandler(api)), nil)
 	}
 	d.wg.Add(3)
 	go d.watchLiveness()
@@ -224,6 +232,11 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 	d.log.Info("kin serve started", "home", cfg.Home, "socket", d.SocketPath(), "http", d.HTTPAddr(),
 		"store", st.Driver(), "profile", d.profileSource, "containment", d.sup.Containment(),
 		"containment_reason", d.sup.ContainmentReason(), "cgroup", d.sup.Root(), "running", d.runningCount())
+	metricsAt := []string{"unix:" + d.SocketPath() + " GET /metrics"}
+	if d.tcpLn != nil {
+		metricsAt = append(metricsAt, "http://"+d.HTTPAddr()+"/metrics (operator token)")
+	}
+	d.log.Info("metrics enabled", "format", "prometheus", "at", metricsAt, "traces", d.cfg.tracesMode())
 	return d, nil
 }
 
@@ -469,6 +482,25 @@ func (d *Daemon) serve(ln net.Listener, h http.Handler, connContext func(context
 	}()
 }
 
+// operatorHandler serves the operator socket: the API and /metrics.
+func (d *Daemon) operatorHandler(api *httpapi.Server) http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", d.metricsHandler())
+	mux.Handle("/", api.Handler(false))
+	return mux
+}
+
+// webHandler serves the HTTP address (behind the AAuth endpoints): the API
+// and /metrics for holders of the operator token, the dashboard for
+// browsers that logged in with it, and the login page for everyone else.
+func (d *Daemon) webHandler(api *httpapi.Server) http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("/v1/", api.Handler(true))
+	mux.Handle("/metrics", api.Protect(d.metricsHandler()))
+	mux.Handle("/", dashboard.Handler(api))
+	return mux
+}
+
 // SocketPath is the operator socket.
 func (d *Daemon) SocketPath() string { return filepath.Join(d.cfg.Home, SocketName) }
 
@@ -543,6 +575,7 @@ func (d *Daemon) Close() error {
 			os.Remove(d.SocketPath())
 		}
 		d.finalCheckpoint() // after the last event: the shutdown's own
+		d.closeTracing()    // flushes the spans still buffered
 		if d.store != nil {
 			errs = append(errs, d.store.Close())
 		}

@@ -42,8 +42,9 @@ func (d *Daemon) Heartbeat(ctx context.Context, req kin.HeartbeatRequest) (*kin.
 	}
 	var out *kin.Agent
 	var refused error
+	var prev, now time.Time // the previous heartbeat and this one
 	err := d.store.Update(ctx, func(tx store.Tx) error {
-		out, refused = nil, nil
+		out, refused, prev = nil, nil, time.Time{}
 		a, err := tx.AgentGetByID(ctx, id)
 		if err != nil {
 			return err
@@ -57,7 +58,7 @@ func (d *Daemon) Heartbeat(ctx context.Context, req kin.HeartbeatRequest) (*kin.
 			refused = kin.Errorf(kin.ECodeInvalidTransition, "agent %d is %s/%s: it cannot heartbeat", id, a.Status, a.State)
 			return nil
 		}
-		now := d.now()
+		prev, now = a.LastHeartbeat, d.now()
 		p := store.AgentUpdateParams{ID: id, At: now, LastHeartbeat: &now}
 		if req.Cursor != "" {
 			p.Cursor = &req.Cursor
@@ -81,6 +82,7 @@ func (d *Daemon) Heartbeat(ctx context.Context, req kin.HeartbeatRequest) (*kin.
 	if refused != nil {
 		return nil, refused
 	}
+	d.metrics.observeHeartbeat(prev, now)
 	d.ctxw.touch(id) // meta.json shows the last heartbeat
 	d.hub.notify()
 	return out, nil

@@ -15,7 +15,10 @@ import (
 // Register adds an agent under the governor's rules, checked in the same
 // transaction as the insert.
 func (d *Daemon) Register(ctx context.Context, req kin.RegisterRequest) (*kin.Agent, error) {
-	return d.register(ctx, req, nil)
+	began := time.Now()
+	a, err := d.register(ctx, req, nil)
+	d.traceSpawn(ctx, spawnKindRegister, req, a, began, err)
+	return a, err
 }
 
 // spawnExtra is what a spawn stores beside the registration.
@@ -172,12 +175,15 @@ func (d *Daemon) register(ctx context.Context, req kin.RegisterRequest, extra *s
 	}
 	d.hub.notify()
 	if refused != nil {
+		d.metrics.countRejection(refused)
 		return nil, refused
 	}
 	if denied != nil {
+		d.metrics.countRejection(denied)
 		return nil, denied
 	}
 	d.lineage.add(out.ID, out.Parent)
+	d.metrics.countSpawn(extra)
 	d.commit(out.ID, ad)
 	if req.Template != nil {
 		if err := d.provisionWorkspace(ctx, out, req.Template); err != nil {

@@ -62,6 +62,7 @@ func (d *Daemon) removeRuntime(id kin.AgentID) {
 // Spawn registers an agent under the governor's rules and starts its
 // process in its own cgroup, nested under its parent's.
 func (d *Daemon) Spawn(ctx context.Context, req kin.SpawnRequest) (*kin.Agent, error) {
+	began := time.Now()
 	if err := req.ValidateProcess(); err != nil {
 		return nil, err
 	}
@@ -92,9 +93,16 @@ func (d *Daemon) Spawn(ctx context.Context, req kin.SpawnRequest) (*kin.Agent, e
 	extra := &spawnExtra{command: req.Command, env: req.Env, dir: req.Dir, restart: restart, grace: grace, handoff: handoffJSON}
 	a, err := d.register(ctx, req.RegisterRequest, extra)
 	if err != nil {
+		d.traceSpawn(ctx, spawnKindSpawn, req.RegisterRequest, nil, began, err)
 		return nil, err
 	}
-	return d.start(context.WithoutCancel(ctx), a, store.ProcessSpec{Command: req.Command, Env: req.Env, Dir: req.Dir, Handoff: handoffJSON}, "")
+	out, err := d.start(context.WithoutCancel(ctx), a, store.ProcessSpec{Command: req.Command, Env: req.Env, Dir: req.Dir, Handoff: handoffJSON}, "")
+	traced := a
+	if out != nil {
+		traced = out // with its pid
+	}
+	d.traceSpawn(ctx, spawnKindSpawn, req.RegisterRequest, traced, began, err)
+	return out, err
 }
 
 // defaultName makes a name from the command: its base name and a random
@@ -437,6 +445,7 @@ func (d *Daemon) Stop(ctx context.Context, req kin.StopRequest) ([]*kin.Agent, e
 // Detached children and their subtrees are left alone. rootState overrides
 // the root's final state (default cancelled).
 func (d *Daemon) cancelTree(ctx context.Context, root kin.AgentID, reason string, grace *kin.Duration, includeRoot bool, rootState kin.State) ([]*kin.Agent, error) {
+	began := time.Now()
 	ids := d.lineage.subtree(root)
 	if ids == nil {
 		return nil, kin.Errorf(kin.ECodeNotFound, "agent %d not found", root)
@@ -592,6 +601,7 @@ func (d *Daemon) cancelTree(ctx context.Context, root kin.AgentID, reason string
 		return nil, d.storeError(err)
 	}
 	if len(done) > 0 {
+		d.metrics.observeCascade(reason, len(done), began)
 		d.log.Info("cancelled", "root", root, "agents", len(done), "reason", reason)
 	}
 	return nonNil(done), nil
@@ -640,8 +650,10 @@ func (d *Daemon) maybeRestart(ctx context.Context, old *kin.Agent, reason string
 		Scope: old.Scope, SelfModifying: old.SelfModifying, Life: old.Life,
 	}
 	extra := &spawnExtra{command: spec.Command, env: spec.Env, dir: spec.Dir, restart: old.Restart, grace: old.Grace, replaces: old.ID, handoff: spec.Handoff}
+	began := time.Now()
 	a, err := d.register(ctx, req, extra) // the operator's context: the supervisor acts
 	if err != nil {
+		d.traceSpawn(ctx, spawnKindRestart, req, nil, began, err)
 		d.markFailed(ctx, old, "replacement refused: "+err.Error())
 		return
 	}
@@ -653,9 +665,13 @@ func (d *Daemon) maybeRestart(ctx context.Context, old *kin.Agent, reason string
 	if err != nil {
 		d.log.Error("record replacement", "agent", old.ID, "err", err)
 	}
-	if _, err := d.start(ctx, a, spec, old.Cursor); err != nil {
+	started, err := d.start(ctx, a, spec, old.Cursor)
+	if err != nil {
 		d.log.Error("start replacement", "agent", a.ID, "err", err)
+	} else {
+		a = started
 	}
+	d.traceSpawn(ctx, spawnKindRestart, req, a, began, err)
 }
 
 // recentRestarts counts the replacements in old's chain (old, the agent it

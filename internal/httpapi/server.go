@@ -2,7 +2,6 @@ package httpapi
 
 import (
 	"context"
-	"crypto/subtle"
 	_ "embed"
 	"encoding/json"
 	"errors"
@@ -32,6 +31,10 @@ type Server struct {
 	log   *slog.Logger
 	// KeepAlive is how often an idle event stream sends a keep-alive.
 	KeepAlive time.Duration
+	// Observe, when set, is told of every request once it is answered:
+	// the route's pattern ("GET /v1/agents/{id}", "" when none matched),
+	// the status sent and how long it took.
+	Observe func(pattern string, status int, d time.Duration)
 }
 
 // New returns a server for svc. token is the operator token that TCP
@@ -115,25 +118,9 @@ func (s *Server) Handler(requireToken bool) http.Handler {
 	})
 	var h http.Handler = mux
 	if requireToken {
-		h = s.requireToken(h)
+		h = s.Protect(h)
 	}
 	return s.logRequests(h)
-}
-
-func (s *Server) requireToken(next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		tok, ok := bearerToken(r.Header.Get("Authorization"))
-		if !ok || s.token == "" || subtle.ConstantTimeCompare([]byte(tok), []byte(s.token)) != 1 {
-			w.Header().Set("WWW-Authenticate", `Bearer realm="kin"`)
-			msg := "this API needs the operator token: send Authorization: Bearer <the contents of operator.token in kin's home>"
-			if ok {
-				msg = "the operator token is wrong"
-			}
-			s.writeError(w, r, kin.Errorf(kin.ECodeUnauthorized, "%s", msg))
-			return
-		}
-		next.ServeHTTP(w, r)
-	})
 }
 
 // bearerToken returns the token of an "Authorization: Bearer <token>" header.
@@ -149,9 +136,44 @@ func bearerToken(auth string) (string, bool) {
 func (s *Server) logRequests(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
-		next.ServeHTTP(w, r)
-		s.log.Debug("http", "method", r.Method, "path", r.URL.Path, "dur", time.Since(start))
+		sw := &statusWriter{ResponseWriter: w}
+		next.ServeHTTP(sw, r)
+		d := time.Since(start)
+		if s.Observe != nil {
+			s.Observe(r.Pattern, sw.status(), d)
+		}
+		s.log.Debug("http", "method", r.Method, "path", r.URL.Path, "status", sw.status(), "dur", d)
 	})
+}
+
+// statusWriter remembers the status a handler sent. Unwrap keeps
+// http.ResponseController (the event stream's Flush) working through it.
+type statusWriter struct {
+	http.ResponseWriter
+	code int
+}
+
+func (w *statusWriter) WriteHeader(code int) {
+	if w.code == 0 {
+		w.code = code
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *statusWriter) Write(b []byte) (int, error) {
+	if w.code == 0 {
+		w.code = http.StatusOK
+	}
+	return w.ResponseWriter.Write(b)
+}
+
+func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+func (w *statusWriter) status() int {
+	if w.code == 0 {
+		return http.StatusOK
+	}
+	return w.code
 }
 
 func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {

@@ -1,0 +1,274 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/kin-agents/kin/kin"
+)
+
+// Prometheus metrics (docs/OBSERVABILITY.md lists them). Each daemon has a
+// registry of its own, so that two daemons in one process (tests) do not
+// share counters. Counters and histograms are updated where things happen;
+// what the store knows (agents by state, the event log's size, the oldest
+// heartbeat) is read when /metrics is scraped.
+
+// Spawn kinds: the kind label of kin_spawns_total.
+const (
+	spawnKindSpawn    = "spawn"    // kin spawn: registered with a process
+	spawnKindRegister = "register" // kin register: an external agent
+	spawnKindRestart  = "restart"  // a replacement started by a restart policy
+)
+
+// Histogram buckets.
+var (
+	cascadeSizeBuckets    = []float64{1, 2, 3, 5, 10, 20, 50, 100, 200, 500, 1000, 5000}
+	cascadeSecondsBuckets = []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120}
+	heartbeatBuckets      = []float64{.1, .25, .5, 1, 2.5, 5, 10, 15, 30, 60, 120, 300, 600}
+)
+
+type metrics struct {
+	reg        *prometheus.Registry
+	handler    http.Handler
+	spawns     *prometheus.CounterVec
+	rejections *prometheus.CounterVec
+	cascadeN   *prometheus.HistogramVec
+	cascadeDur *prometheus.HistogramVec
+	heartbeat  prometheus.Histogram
+	httpDur    *prometheus.HistogramVec
+}
+
+func newMetrics(d *Daemon) *metrics {
+	m := &metrics{
+		reg: prometheus.NewRegistry(),
+		spawns: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "kin_spawns_total",
+			Help: "Agents admitted by the governor and recorded, by kind: spawn (with a process), register (external) or restart (a replacement).",
+		}, []string{"kind"}),
+		rejections: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "kin_spawn_rejections_total",
+			Help: "Spawns and registrations refused in the registering transaction, by reason: the kin error code (spawn_depth_exceeded, spawn_circuit_open, conflict, ...).",
+		}, []string{"reason"}),
+		cascadeN: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "kin_cascade_agents",
+			Help:    "Agents stopped and recorded by one stop or cascade (an owned subtree's cancellation), by reason (stopped, terminated, parent_dead, shutdown, ...).",
+			Buckets: cascadeSizeBuckets,
+		}, []string{"reason"}),
+		cascadeDur: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "kin_cascade_duration_seconds",
+			Help:    "Seconds from a stop or cascade's start until every process of the subtree was reaped and its end recorded, by reason.",
+			Buckets: cascadeSecondsBuckets,
+		}, []string{"reason"}),
+		heartbeat: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "kin_heartbeat_interval_seconds",
+			Help:    "Seconds between an agent's heartbeat and its previous one (the daemon's clock); an agent's first heartbeat is not observed.",
+			Buckets: heartbeatBuckets,
+		}),
+		httpDur: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "kin_http_request_duration_seconds",
+			Help:    "Seconds to answer an API request (operator socket, agent sockets and the HTTP address), by route pattern and status code.",
+			Buckets: prometheus.DefBuckets,
+		}, []string{"route", "code"}),
+	}
+	m.reg.MustRegister(
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		m.spawns, m.rejections, m.cascadeN, m.cascadeDur, m.heartbeat, m.httpDur,
+		&stateCollector{d: d},
+	)
+	m.handler = promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{
+		ErrorLog:      promLogger{d},
+		ErrorHandling: promhttp.ContinueOnError, // what could be read is served
+		Timeout:       30 * time.Second,
+	})
+	return m
+}
+
+// metricsHandler serves /metrics (Prometheus text format).
+func (d *Daemon) metricsHandler() http.Handler {
+	return d.metrics.handler
+}
+
+// countSpawn counts an admitted agent.
+func (m *metrics) countSpawn(extra *spawnExtra) {
+	kind := spawnKindRegister
+	if extra != nil {
+		kind = spawnKindSpawn
+		if extra.replaces != 0 {
+			kind = spawnKindRestart
+		}
+	}
+	m.spawns.WithLabelValues(kind).Inc()
+}
+
+// countRejection counts a refused spawn or registration by its error code.
+func (m *metrics) countRejection(err error) {
+	code := kin.ECodeInternal
+	var ke *kin.Error
+	if errors.As(err, &ke) {
+		code = ke.Code
+	}
+	m.rejections.WithLabelValues(string(code)).Inc()
+}
+
+// observeCascade records one stop or cascade: how many agents it ended and
+// how long it took since began.
+func (m *metrics) observeCascade(reason string, agents int, began time.Time) {
+	m.cascadeN.WithLabelValues(reason).Observe(float64(agents))
+	m.cascadeDur.WithLabelValues(reason).Observe(time.Since(began).Seconds())
+}
+
+// observeHeartbeat records the time since an agent's previous heartbeat.
+func (m *metrics) observeHeartbeat(prev, now time.Time) {
+	if prev.IsZero() || now.Before(prev) {
+		return
+	}
+	m.heartbeat.Observe(now.Sub(prev).Seconds())
+}
+
+// observeHTTP is httpapi.Server.Observe.
+func (m *metrics) observeHTTP(pattern string, status int, d time.Duration) {
+	if pattern == "" {
+		pattern = "unmatched"
+	}
+	m.httpDur.WithLabelValues(pattern, strconv.Itoa(status)).Observe(d.Seconds())
+}
+
+// stateCollector reads what the store knows at scrape time.
+type stateCollector struct{ d *Daemon }
+
+var (
+	descAgents = prometheus.NewDesc("kin_agents",
+		"Agents in the registry by state and role (role \"none\" when it has none), of any status; terminal states (terminated, cancelled, exited, failed) keep counting every agent that ever ended so.",
+		[]string{"state", "role"}, nil)
+	descRunning = prometheus.NewDesc("kin_agent_processes",
+		"Agent processes the daemon supervises now.", nil, nil)
+	descLogSize = prometheus.NewDesc("kin_event_log_size",
+		"Events in the verifiable event log (the Merkle tree's size).", nil, nil)
+	descOldestHeartbeat = prometheus.NewDesc("kin_heartbeat_oldest_age_seconds",
+		"Seconds since the least recent heartbeat among active agents in state active or stale (0 when there is none): how close the laggiest agent is to going stale or offline.",
+		nil, nil)
+	descScrapeError = prometheus.NewDesc("kin_metrics_store_errors",
+		"1 when this scrape could not read some of the store's metrics (the daemon's log says why), else 0.", nil, nil)
+)
+
+// agentCounter is what the SQLite store offers beyond store.Store.
+type agentCounter interface {
+	AgentCountByStateRole(ctx context.Context, fn func(state, role string, n int)) error
+	OldestHeartbeat(ctx context.Context) (time.Time, bool, error)
+}
+
+func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- descAgents
+	ch <- descRunning
+	ch <- descLogSize
+	ch <- descOldestHeartbeat
+	ch <- descScrapeError
+}
+
+func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
+	d := c.d
+	if d.store == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	failed := 0.0
+	fail := func(what string, err error) {
+		d.log.Warn("metrics: read the store", "metric", what, "err", err)
+		failed = 1
+	}
+	counts := map[[2]string]int{}
+	add := func(state, role string, n int) {
+		if role == "" {
+			role = "none"
+		}
+		counts[[2]string{state, role}] += n
+	}
+	oldest, seen := time.Time{}, false
+	if ac, ok := d.store.(agentCounter); ok {
+		if err := ac.AgentCountByStateRole(ctx, add); err != nil {
+			fail("kin_agents", err)
+		}
+		var err error
+		if oldest, seen, err = ac.OldestHeartbeat(ctx); err != nil {
+			fail("kin_heartbeat_oldest_age_seconds", err)
+		}
+	} else {
+		// Another driver: read the rows.
+		as, err := d.store.AgentList(ctx, kin.AgentFilter{})
+		if err != nil {
+			fail("kin_agents", err)
+		}
+		for _, a := range as {
+			add(string(a.State), a.Role, 1)
+			if a.Status == kin.StatusActive && (a.State == kin.StateActive || a.State == kin.StateStale) &&
+				!a.LastHeartbeat.IsZero() && (!seen || a.LastHeartbeat.Before(oldest)) {
+				oldest, seen = a.LastHeartbeat, true
+			}
+		}
+	}
+	for k, n := range capRoles(counts, d.governor()) {
+		ch <- prometheus.MustNewConstMetric(descAgents, prometheus.GaugeValue, float64(n), k[0], k[1])
+	}
+	age := 0.0
+	if seen {
+		age = max(d.now().Sub(oldest).Seconds(), 0)
+	}
+	ch <- prometheus.MustNewConstMetric(descOldestHeartbeat, prometheus.GaugeValue, age)
+	ch <- prometheus.MustNewConstMetric(descRunning, prometheus.GaugeValue, float64(d.runningCount()))
+	ch <- prometheus.MustNewConstMetric(descLogSize, prometheus.GaugeValue, float64(d.store.LogSize()))
+	ch <- prometheus.MustNewConstMetric(descScrapeError, prometheus.GaugeValue, failed)
+}
+
+// maxRoleLabels bounds the role label's values: roles are free-form (any
+// agent may name one for its children), so past the profile's roles and
+// the first maxRoleLabels others (by name), agents count as role "other".
+const maxRoleLabels = 50
+
+// capRoles folds roles beyond the profile's and the first maxRoleLabels
+// others into "other".
+func capRoles(counts map[[2]string]int, prof kin.Profile) map[[2]string]int {
+	var free []string
+	seen := map[string]bool{}
+	for k := range counts {
+		role := k[1]
+		if _, ok := prof.Roles[role]; ok || role == "none" || seen[role] {
+			continue
+		}
+		seen[role] = true
+		free = append(free, role)
+	}
+	if len(free) <= maxRoleLabels {
+		return counts
+	}
+	slices.Sort(free)
+	fold := map[string]bool{}
+	for _, r := range free[maxRoleLabels:] {
+		fold[r] = true
+	}
+	out := make(map[[2]string]int, len(counts))
+	for k, n := range counts {
+		if fold[k[1]] {
+			k[1] = "other"
+		}
+		out[k] += n
+	}
+	return out
+}
+
+// promLogger sends promhttp's errors to the daemon's log.
+type promLogger struct{ d *Daemon }
+
+func (l promLogger) Println(v ...any) {
+	l.d.log.Warn("metrics", "err", fmt.Sprint(v...))
+}

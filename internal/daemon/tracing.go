@@ -1,0 +1,252 @@
+package daemon
+
+import (
+	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
+	"go.opentelemetry.io/otel/exporters/stdout/stdouttrace"
+	"go.opentelemetry.io/otel/sdk/resource"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/kin-agents/kin/kin"
+)
+
+// OpenTelemetry traces (Config.Traces; docs/OBSERVABILITY.md): one span for
+// each spawn, registration and restart, whose parent is the span of the
+// parent agent's own spawn, so that a tree's trace is its lineage.
+//
+// Nothing is stored to link them: the ids are derived. A tree's trace id
+// is a hash of its root agent's id, an agent's span id a hash of its own,
+// both salted with the event log's verifier key (unique to the home, and
+// stable across restarts). A child's span starts under its parent's derived
+// span context, made remote; an IDGenerator of our own hands the SDK the
+// derived ids the context carries.
+
+// tracer is the daemon's trace pipeline, nil when traces are off.
+type tracer struct {
+	tp   *sdktrace.TracerProvider
+	tr   trace.Tracer
+	salt string
+	file *os.File // file:PATH's file, closed after the provider
+}
+
+// openTracing starts the exporter Config.Traces names, if any. It runs
+// after openLog (the salt is the log's key).
+func (d *Daemon) openTracing(ctx context.Context) error {
+	mode, path, err := d.cfg.traces()
+	if err != nil {
+		return err
+	}
+	if mode == TracesOff {
+		d.log.Info("traces off")
+		return nil
+	}
+	t := &tracer{salt: "kin/" + d.logst.key.VerifierKey()}
+	var exp sdktrace.SpanExporter
+	switch mode {
+	case TracesOTLP:
+		// OTEL_EXPORTER_OTLP_ENDPOINT, _HEADERS, _TIMEOUT, ... and their
+		// _TRACES_ variants configure it.
+		exp, err = otlptracehttp.New(ctx)
+	case TracesFile:
+		t.file, err = os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+		if err == nil {
+			exp, err = stdouttrace.New(stdouttrace.WithWriter(t.file))
+		}
+	}
+	if err != nil {
+		if t.file != nil {
+			t.file.Close()
+		}
+		return fmt.Errorf("%s exporter: %w", mode, err)
+	}
+	res, err := resource.Merge(resource.Default(), resource.NewSchemaless(
+		attribute.String("service.name", "kin"),
+		attribute.String("service.version", d.cfg.Version),
+		attribute.String("kin.home", d.cfg.Home),
+	))
+	if err != nil {
+		res = resource.Default()
+	}
+	t.tp = sdktrace.NewTracerProvider(
+		sdktrace.WithBatcher(exp),
+		sdktrace.WithResource(res),
+		sdktrace.WithSampler(sdktrace.AlwaysSample()),
+		sdktrace.WithIDGenerator(derivedIDs{}),
+	)
+	t.tr = t.tp.Tracer("github.com/kin-agents/kin/internal/daemon")
+	d.tracer = t
+	d.log.Info("traces on", "exporter", mode, "path", path, "spans", "kin.spawn, kin.register, kin.restart")
+	return nil
+}
+
+// closeTracing flushes the spans still buffered and stops the exporter.
+func (d *Daemon) closeTracing() {
+	t := d.tracer
+	if t == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := t.tp.Shutdown(ctx); err != nil {
+		d.log.Warn("traces: flush on shutdown", "err", err)
+	}
+	if t.file != nil {
+		if err := t.file.Close(); err != nil {
+			d.log.Warn("traces: close file", "err", err)
+		}
+	}
+}
+
+// traceID is the trace of the tree whose root agent is root.
+func (t *tracer) traceID(root kin.AgentID) trace.TraceID {
+	var id trace.TraceID
+	h := sha256.Sum256(fmt.Appendf(nil, "%s/trace/%d", t.salt, root))
+	copy(id[:], h[:])
+	if !id.IsValid() {
+		id[0] = 1
+	}
+	return id
+}
+
+// spanID is the span of agent id's spawn.
+func (t *tracer) spanID(id kin.AgentID) trace.SpanID {
+	var sid trace.SpanID
+	h := sha256.Sum256(fmt.Appendf(nil, "%s/span/%d", t.salt, id))
+	copy(sid[:], h[:])
+	if !sid.IsValid() {
+		sid[0] = 1
+	}
+	return sid
+}
+
+// rootOf is the root of id's tree, by the in-memory lineage.
+func (d *Daemon) rootOf(id kin.AgentID) kin.AgentID {
+	for p := d.lineage.parentOf(id); p != 0; p = d.lineage.parentOf(id) {
+		id = p
+	}
+	return id
+}
+
+// spanOf is the span context of agent id's spawn, as its children's parent.
+func (d *Daemon) spanOf(id kin.AgentID) trace.SpanContext {
+	t := d.tracer
+	return trace.NewSpanContext(trace.SpanContextConfig{
+		TraceID:    t.traceID(d.rootOf(id)),
+		SpanID:     t.spanID(id),
+		TraceFlags: trace.FlagsSampled,
+		Remote:     true,
+	})
+}
+
+// traceSpawn records the span of one spawn, registration or restart
+// (kind: spawnKind*) that began at began and ends now: of agent a when it
+// was recorded (err may still say its process did not start), else of the
+// refusal, under the parent's span with an id of its own.
+func (d *Daemon) traceSpawn(ctx context.Context, kind string, req kin.RegisterRequest, a *kin.Agent, began time.Time, err error) {
+	t := d.tracer
+	if t == nil {
+		return
+	}
+	parent := req.Parent
+	if a != nil {
+		parent = a.Parent
+	} else if parent == 0 {
+		parent = callerOf(ctx).agent // register's default: the caller's child
+	}
+	sctx := context.Background() // the span's place is the lineage, not the request
+	if parent != 0 && d.lineage.has(parent) {
+		sctx = trace.ContextWithRemoteSpanContext(sctx, d.spanOf(parent))
+	}
+	attrs := []attribute.KeyValue{
+		attribute.String("kin.kind", kind),
+		attribute.Int64("kin.parent", int64(parent)),
+	}
+	if a != nil {
+		root := d.rootOf(a.ID)
+		sctx = context.WithValue(sctx, wantIDsKey{}, wantIDs{trace: t.traceID(root), span: t.spanID(a.ID)})
+		attrs = append(attrs,
+			attribute.Int64("kin.agent.id", int64(a.ID)),
+			attribute.String("kin.agent.name", a.Name),
+			attribute.String("kin.agent.role", a.Role),
+			attribute.Int("kin.agent.generation", a.Generation),
+			attribute.String("kin.agent.responsible", a.Responsible),
+			attribute.String("kin.agent.life", string(a.Life)),
+			attribute.Int64("kin.root", int64(root)),
+		)
+		if a.Replaces != 0 {
+			attrs = append(attrs, attribute.Int64("kin.agent.replaces", int64(a.Replaces)))
+		}
+		if a.PID != 0 {
+			attrs = append(attrs, attribute.Int("kin.agent.pid", a.PID))
+		}
+	} else {
+		attrs = append(attrs, attribute.String("kin.agent.name", req.Name))
+	}
+	_, span := t.tr.Start(sctx, "kin."+kind, trace.WithTimestamp(began), trace.WithSpanKind(trace.SpanKindInternal), trace.WithAttributes(attrs...))
+	if err != nil {
+		code := kin.ECodeInternal
+		var ke *kin.Error
+		if errors.As(err, &ke) {
+			code = ke.Code
+		}
+		span.SetAttributes(attribute.String("kin.error.code", string(code)))
+		span.SetStatus(codes.Error, err.Error())
+	}
+	span.End()
+}
+
+// wantIDs are the ids derivedIDs gives the next span started with the
+// context that carries them.
+type wantIDs struct {
+	trace trace.TraceID
+	span  trace.SpanID
+}
+
+type wantIDsKey struct{}
+
+// derivedIDs is the provider's IDGenerator: the ids the context asks for,
+// else random ones (a refused spawn's span).
+type derivedIDs struct{}
+
+func (derivedIDs) NewIDs(ctx context.Context) (trace.TraceID, trace.SpanID) {
+	if w, ok := ctx.Value(wantIDsKey{}).(wantIDs); ok {
+		return w.trace, w.span
+	}
+	var tid trace.TraceID
+	for !tid.IsValid() {
+		for i := range tid {
+			tid[i] = byte(rand.Uint32())
+		}
+	}
+	return tid, randomSpanID()
+}
+
+func (derivedIDs) NewSpanID(ctx context.Context, _ trace.TraceID) trace.SpanID {
+	if w, ok := ctx.Value(wantIDsKey{}).(wantIDs); ok {
+		return w.span
+	}
+	return randomSpanID()
+}
+
+func randomSpanID() trace.SpanID {
+	var sid trace.SpanID
+	for !sid.IsValid() {
+		for i := range sid {
+			sid[i] = byte(rand.Uint32())
+		}
+	}
+	return sid
+}
+
+// TracesEnabled reports whether spans are exported (Config.Traces is not off).
+func (d *Daemon) TracesEnabled() bool { return d.tracer != nil }

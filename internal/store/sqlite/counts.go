@@ -1,0 +1,48 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"time"
+)
+
+// These reads serve the daemon's metrics (kin_agents, the oldest
+// heartbeat). They are not part of store.Store: the daemon asks for them
+// through an interface of its own and falls back to listing agents with a
+// driver that lacks them.
+
+// AgentCountByStateRole calls fn once for each (state, role) pair with the
+// number of agents, of any status, in it: one grouped scan of the agents
+// table, without reading their rows.
+func (r reader) AgentCountByStateRole(ctx context.Context, fn func(state, role string, n int)) error {
+	rows, err := r.q.QueryContext(ctx, `SELECT state, role, COUNT(*) FROM agents GROUP BY state, role`)
+	if err != nil {
+		return interpretError(err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var state, role string
+		var n int
+		if err := rows.Scan(&state, &role, &n); err != nil {
+			return interpretError(err)
+		}
+		fn(state, role, n)
+	}
+	return interpretError(rows.Err())
+}
+
+// OldestHeartbeat returns the earliest last heartbeat among active agents
+// whose state is active or stale (those the liveness watch follows), and
+// false when there is none.
+func (r reader) OldestHeartbeat(ctx context.Context) (time.Time, bool, error) {
+	var ns sql.NullInt64
+	err := r.q.QueryRowContext(ctx, `SELECT MIN(last_heartbeat) FROM agents
+		WHERE state IN ('active', 'stale') AND status = 'active' AND last_heartbeat > 0`).Scan(&ns)
+	if err != nil {
+		return time.Time{}, false, interpretError(err)
+	}
+	if !ns.Valid {
+		return time.Time{}, false, nil
+	}
+	return unixTime(ns.Int64), true, nil
+}
