@@ -196,6 +196,7 @@ exits 0 with its decision (2 when it cannot answer at all).`,
 		a.logCommand(),
 		a.governorCommand(),
 		a.statusCommand(),
+		a.topCommand(),
 		a.sandboxCommand(),
 	)
 	return root
