@@ -161,6 +161,12 @@ func login(t *testing.T, ctx context.Context, base, token string) {
 	waitJS(t, ctx, "the dashboard", `document.body.dataset.ready === "true"`)
 }
 
+// click clicks in one step in the page, so that a redraw between finding
+// the element and clicking it cannot lose the click.
+func click(sel string) chromedp.Action[chromedp.Void] {
+	return chromedp.Evaluate[chromedp.Void](fmt.Sprintf(`document.querySelector(%q).dispatchEvent(new MouseEvent('click', {bubbles: true}))`, sel))
+}
+
 func nodeState(id kin.AgentID) string {
 	return fmt.Sprintf(`(document.querySelector('#graph .node[data-id="%d"]') || {dataset: {}}).dataset.state`, id)
 }
@@ -223,7 +229,7 @@ func TestDashboardInChromium(t *testing.T) {
 	// Stop Data-Collector's subtree from the panel: the confirmation names
 	// what it affects (API-Fetcher still lives; Web-Scraper already ended).
 	dc, af := fam["Data-Collector"].ID, fam["API-Fetcher"].ID
-	do(t, ctx, "select Data-Collector", chromedp.Click(chromedp.CSS(fmt.Sprintf(`#graph .node[data-id="%d"] rect`, dc))),
+	do(t, ctx, "select Data-Collector", click(fmt.Sprintf(`#graph .node[data-id="%d"] rect`, dc)),
 		chromedp.WaitVisible(chromedp.CSS(`#panel button[data-act="stop"]`)))
 	waitJS(t, ctx, "the panel's budget", `!!document.querySelector('#panel .budget')`)
 	chainText := eval[string](t, ctx, `document.querySelector('#panel .chain').textContent`)
@@ -244,7 +250,7 @@ func TestDashboardInChromium(t *testing.T) {
 	if a, err := d.Client.Agent(context.Background(), dc); err != nil || a.State.Terminal() {
 		t.Fatalf("before confirming, Data-Collector is %v (%v)", a, err)
 	}
-	do(t, ctx, "confirm", chromedp.Click(chromedp.CSS("#confirm-ok")))
+	do(t, ctx, "confirm", click("#confirm-ok"))
 	waitJS(t, ctx, "the cascade drawn", fmt.Sprintf(`%s === "cancelled" && %s === "cancelled"`, nodeState(dc), nodeState(af)))
 	for _, id := range []kin.AgentID{dc, af} {
 		if a, err := d.Client.Agent(context.Background(), id); err != nil || a.State != kin.StateCancelled {
@@ -256,6 +262,43 @@ func TestDashboardInChromium(t *testing.T) {
 	}
 	waitJS(t, ctx, "agent.stop in the events view", `[...document.querySelectorAll('#events tbody tr')].some(r => r.dataset.type === "agent.stop")`)
 	screenshot(t, ctx, "06-cascade.png")
+
+	// Suspend and resume a subtree, promote a stage, revoke: each asks first,
+	// naming how many descendants it touches.
+	confirm := func(id kin.AgentID, act, wantText string) {
+		t.Helper()
+		do(t, ctx, "select #"+fmt.Sprint(id), click(fmt.Sprintf(`#graph .node[data-id="%d"] rect`, id)),
+			chromedp.WaitVisible(chromedp.CSS(fmt.Sprintf(`#panel button[data-act=%q]:not([disabled])`, act))))
+		waitJS(t, ctx, "the panel of #"+fmt.Sprint(id), fmt.Sprintf(`document.querySelector('#panel h2').textContent.startsWith("#%d ")`, id))
+		do(t, ctx, act, click(fmt.Sprintf(`#panel button[data-act=%q]`, act)), chromedp.WaitVisible(chromedp.CSS("#confirm")))
+		if text := eval[string](t, ctx, `document.querySelector('#confirm-text').textContent`); !strings.Contains(text, wantText) {
+			t.Fatalf("%s #%d asks %q, want %q in it", act, id, text, wantText)
+		}
+		do(t, ctx, "confirm "+act, click("#confirm-ok"), chromedp.WaitNotVisible(chromedp.CSS("#confirm")))
+	}
+	rw, lf := fam["Report-Writer"].ID, fam["LaTeX-Formatter"].ID
+	confirm(rw, "suspend", "and 1 descendant")
+	waitJS(t, ctx, "the subtree suspended", fmt.Sprintf(`%s === "suspended" && %s === "suspended"`, nodeState(rw), nodeState(lf)))
+	screenshot(t, ctx, "06b-suspended.png")
+	confirm(rw, "resume", "and 1 descendant")
+	waitJS(t, ctx, "the subtree resumed", fmt.Sprintf(`%s !== "suspended" && %s !== "suspended"`, nodeState(rw), nodeState(lf)))
+	pr := fam["Peer-Reviewer"].ID
+	do(t, ctx, "pick a stage", click(fmt.Sprintf(`#graph .node[data-id="%d"] rect`, pr)),
+		chromedp.WaitVisible(chromedp.CSS(`#panel #stage`)))
+	waitJS(t, ctx, "the panel of Peer-Reviewer", fmt.Sprintf(`document.querySelector('#panel h2').textContent.startsWith("#%d ")`, pr))
+	do(t, ctx, "choose supervised", chromedp.Evaluate[chromedp.Void](`(s => { s.value = "supervised"; s.dispatchEvent(new Event('change', {bubbles: true})) })(document.querySelector('#stage'))`))
+	confirm(pr, "promote", "and 0 descendants")
+	kintest.WaitFor(t, 10*time.Second, "Peer-Reviewer promoted", func() bool {
+		p, err := d.Client.Policy(context.Background(), pr)
+		return err == nil && p.Stage == "supervised"
+	})
+	nw := fam["Night-Watch"].ID
+	confirm(nw, "revoke", "cannot be undone")
+	kintest.WaitFor(t, 10*time.Second, "Night-Watch revoked", func() bool {
+		a, err := d.Client.Agent(context.Background(), nw)
+		return err == nil && a.Status == kin.StatusRevoked
+	})
+	waitJS(t, ctx, "Night-Watch drawn revoked", fmt.Sprintf(`document.querySelector('#graph .node[data-id="%d"]').dataset.status === "revoked"`, nw))
 
 	// Filter by responsible party.
 	do(t, ctx, "filter Ops Team", chromedp.SetValue(chromedp.CSS("#f-responsible"), "Ops Team"),
@@ -285,9 +328,9 @@ func TestDashboardInChromium(t *testing.T) {
 	}
 
 	if *updateScreenshot {
-		do(t, ctx, "clear the filters", chromedp.SetValue(chromedp.CSS("#f-responsible"), ""), chromedp.SetValue(chromedp.CSS("#ev-type"), ""),
-			chromedp.Evaluate[chromedp.Void](`document.querySelector('#f-responsible').dispatchEvent(new Event('change')); document.querySelector('#ev-type').dispatchEvent(new Event('input'))`),
-			chromedp.Click(chromedp.CSS(fmt.Sprintf(`#graph .node[data-id="%d"] rect`, fam["Report-Writer"].ID))))
+		do(t, ctx, "clear the filters",
+			chromedp.Evaluate[chromedp.Void](`for (const [sel, ev] of [['#f-responsible', 'change'], ['#ev-type', 'input']]) { const el = document.querySelector(sel); el.value = ''; el.dispatchEvent(new Event(ev)); }`),
+			click(fmt.Sprintf(`#graph .node[data-id="%d"] rect`, fam["Report-Writer"].ID)))
 		waitJS(t, ctx, "the panel's budget", `!!document.querySelector('#panel .budget')`)
 		png := screenshot(t, ctx, "dashboard.png")
 		if err := os.WriteFile("../../docs/dashboard.png", png, 0o644); err != nil {
@@ -372,7 +415,7 @@ func TestDashboardWith2000Agents(t *testing.T) {
 	screenshot(t, ctx, "11-2000-search.png")
 
 	start = time.Now()
-	do(t, ctx, "expand all", chromedp.Click(chromedp.CSS("#expand-all")))
+	do(t, ctx, "expand all", click("#expand-all"))
 	waitJS(t, ctx, "every agent drawn", fmt.Sprintf(`document.querySelectorAll('#graph .node').length === %d`, total))
 	t.Logf("drawing all %d agents took %v", total, time.Since(start).Round(time.Millisecond))
 	screenshot(t, ctx, "12-2000-all.png")

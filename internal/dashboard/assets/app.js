@@ -260,18 +260,22 @@ function render() {
     if (id === S.selected) cls.push('selected');
     if (match.has(id)) cls.push('match');
     if (!show.get(id)) cls.push('context');
+    if (a.status === 'revoked' || a.status === 'terminated' || a.status === 'suspended') cls.push('status-' + a.status);
     let badge = '';
     if (ks.length) {
       const n = folded ? descendants(id).filter((d) => show.has(d.id)).length : 0;
       badge = `<g class="toggle" data-toggle="${id}" transform="translate(${NODE_W / 2},${NODE_H})"><title>${folded ? 'Expand' : 'Collapse'} the subtree</title><rect x="-17" y="-9" width="34" height="18" rx="9"/><text y="4" text-anchor="middle">${folded ? '+' + n : '−'}</text></g>`;
     }
-    nodes.push(`<g class="${cls.join(' ')}" data-id="${id}" data-state="${esc(a.state)}" data-gen="${a.generation}" data-responsible="${esc(a.responsible)}" transform="translate(${p.x},${y})">` +
+    nodes.push(`<g class="${cls.join(' ')}" data-id="${id}" data-state="${esc(a.state)}" data-status="${esc(a.status)}" data-gen="${a.generation}" data-responsible="${esc(a.responsible)}" transform="translate(${p.x},${y})">` +
       `<title>#${id} ${esc(a.name)}: ${esc(a.state)}</title><rect width="${NODE_W}" height="${NODE_H}" rx="6"/>` +
       `<text class="name" x="10" y="19">${esc(trim(a.name, 22))}</text>` +
-      `<text class="meta" x="10" y="36">#${id} ${esc(trim(a.role || '-', 11))} · ${esc(a.state)}</text>${badge}</g>`);
+      `<text class="meta" x="10" y="36">#${id} ${esc(trim(a.role || '-', 11))} · ${esc(a.state)}${a.status === 'revoked' ? ' · revoked' : ''}</text>${badge}</g>`);
   }
   const svg = $('#graph');
-  svg.innerHTML = `<g class="edges">${edges.join('')}</g><g class="nodes">${nodes.join('')}</g>`;
+  // Only a change is drawn: replacing the nodes under the pointer for
+  // nothing would swallow the operator's clicks.
+  const html = `<g class="edges">${edges.join('')}</g><g class="nodes">${nodes.join('')}</g>`;
+  if (html !== S.drawn) { svg.innerHTML = html; S.drawn = html; }
   svg.dataset.nodes = String(L.pos.size);
   S.bounds = { x: -20, y: -10, w: L.width + 40, h: L.height + 20 };
   if (!S.view) fit();
@@ -374,6 +378,7 @@ function search(q) {
 let panelFor = 0, panelSeq = 0, panelLoaded = 0, panelExtra = null, panelTimer = 0;
 
 function select(id) {
+  if (id === S.selected) return;
   S.selected = id;
   panelFor = 0;
   render();
@@ -389,8 +394,9 @@ async function renderPanel() {
   if (!id || !S.agents.has(id)) { el.hidden = true; return; }
   el.hidden = false;
   const a = S.agents.get(id);
-  if (panelFor !== id) panelExtra = null;
-  redrawPanel(el, panelHTML(a, panelExtra));
+  const other = panelFor !== id;
+  if (other) panelExtra = null;
+  redrawPanel(el, panelHTML(a, panelExtra), !other);
   const wait = 1000 - (Date.now() - panelLoaded);
   if (panelFor === id && wait > 0) {
     clearTimeout(panelTimer);
@@ -408,9 +414,11 @@ async function renderPanel() {
 
 // redrawPanel replaces the panel keeping what the operator set in it: the
 // stage picked and the open details.
-function redrawPanel(el, html) {
+function redrawPanel(el, html, keep = true) {
+  if (el.dataset.html === html) return;
+  el.dataset.html = html;
   const stage = el.querySelector('#stage');
-  const picked = stage && stage.dataset.picked ? stage.value : '';
+  const picked = keep && stage && stage.dataset.picked ? stage.value : '';
   const open = el.querySelector('details') && el.querySelector('details').open;
   el.innerHTML = html;
   if (picked) { const s = el.querySelector('#stage'); s.value = picked; s.dataset.picked = '1'; }
