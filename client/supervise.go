@@ -51,6 +51,9 @@ func (c *Client) Logs(ctx context.Context, req kin.LogsRequest, fn func([]byte) 
 	if req.Offset != 0 {
 		q.Set("offset", strconv.FormatInt(req.Offset, 10))
 	}
+	if req.Tail != 0 {
+		q.Set("tail", strconv.FormatInt(req.Tail, 10))
+	}
 	if req.Follow {
 		q.Set("follow", "true")
 	}

@@ -115,6 +115,7 @@ const MaxCursorLen = 4096
 type LogsRequest struct {
 	ID     AgentID `json:"id"`
 	Offset int64   `json:"offset,omitempty"` // bytes to skip
+	Tail   int64   `json:"tail,omitempty"`   // only the last this many bytes (a start no earlier than Offset)
 	Follow bool    `json:"follow,omitempty"` // keep reading until the agent ends or ctx is done
 }
 

@@ -23,6 +23,9 @@ func (d *Daemon) Logs(ctx context.Context, req kin.LogsRequest, fn func([]byte) 
 	if req.Offset < 0 {
 		return kin.Errorf(kin.ECodeInvalid, "offset %d is negative", req.Offset)
 	}
+	if req.Tail < 0 {
+		return kin.Errorf(kin.ECodeInvalid, "tail %d is negative", req.Tail)
+	}
 	a, err := d.store.AgentGetByID(ctx, req.ID)
 	if err != nil {
 		return d.agentError(err, req.ID)
@@ -32,6 +35,12 @@ func (d *Daemon) Logs(ctx context.Context, req kin.LogsRequest, fn func([]byte) 
 	}
 	buf := make([]byte, 32<<10)
 	offset := req.Offset
+	if req.Tail > 0 {
+		// The last Tail bytes of what is there now (the dashboard's log tail).
+		if fi, err := os.Stat(d.logPath(req.ID)); err == nil {
+			offset = max(offset, fi.Size()-req.Tail)
+		}
+	}
 	var f *os.File
 	defer func() {
 		if f != nil {

@@ -445,6 +445,20 @@ func TestLogsAreCaptured(t *testing.T) {
 	if !strings.Contains(buf.String(), "hello kin\n") || !strings.Contains(buf.String(), "err:hello kin\n") {
 		t.Fatalf("log = %q", buf.String())
 	}
+	// The tail: only the last bytes (the dashboard's log tail).
+	whole := buf.String()
+	for _, tail := range []int64{1, 5, int64(len(whole)), int64(len(whole)) + 100} {
+		buf.Reset()
+		if err := d.Client.Logs(ctx, kin.LogsRequest{ID: a.ID, Tail: tail}, func(b []byte) error { buf.Write(b); return nil }); err != nil {
+			t.Fatal(err)
+		}
+		if want := whole[max(0, int64(len(whole))-tail):]; buf.String() != want {
+			t.Fatalf("tail %d = %q, want %q", tail, buf.String(), want)
+		}
+	}
+	if err := d.Client.Logs(ctx, kin.LogsRequest{ID: a.ID, Tail: -1}, func([]byte) error { return nil }); kin.ErrorCodeOf(err) != kin.ECodeInvalid {
+		t.Fatalf("tail -1: %v", err)
+	}
 	done, _ := d.Client.Agent(ctx, a.ID)
 	if done.State != kin.StateTerminated || done.EndReason != "exited" || done.Exit == nil || done.Exit.Code != 0 {
 		t.Fatalf("clean exit = %+v", done)

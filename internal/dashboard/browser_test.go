@@ -9,7 +9,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -345,47 +344,9 @@ func TestDashboardInChromium(t *testing.T) {
 // its ancestors, and every agent can still be drawn.
 func TestDashboardWith2000Agents(t *testing.T) {
 	ctx := browser(t)
-	d := kintest.StartDaemon(t, kintest.WithHTTP(), kintest.WithProfile(unlimitedProfile(t)))
-	reg := func(name string, parent kin.AgentID) kin.AgentID {
-		req := kin.RegisterRequest{Name: name, Parent: parent, Role: "worker"}
-		if parent == 0 {
-			req.Responsible, req.Role = "Dr. Schmidt, COAI Research", "coordinator"
-		}
-		a, err := d.Client.Register(context.Background(), req)
-		if err != nil {
-			t.Errorf("register %s: %v", name, err)
-			return 0
-		}
-		return a.ID
-	}
-	// Each generation is registered concurrently, so the daemon's group
-	// commit makes this quick.
-	each := func(parents []kin.AgentID, n int, name func(p, i int) string) []kin.AgentID {
-		out := make([]kin.AgentID, len(parents)*n)
-		var wg sync.WaitGroup
-		sem := make(chan struct{}, 32)
-		for p, parent := range parents {
-			for i := range n {
-				wg.Add(1)
-				sem <- struct{}{}
-				go func() {
-					defer func() { <-sem; wg.Done() }()
-					out[p*n+i] = reg(name(p, i), parent)
-				}()
-			}
-		}
-		wg.Wait()
-		return out
-	}
-	roots := []kin.AgentID{reg("Coordinator", 0)}
-	leads := each(roots, 10, func(_, i int) string { return fmt.Sprintf("lead-%d", i) })
-	teams := each(leads, 10, func(p, i int) string { return fmt.Sprintf("team-%d-%d", p, i) })
-	workers := each(teams, 19, func(p, i int) string { return fmt.Sprintf("worker-%d-%d-%d", p/10, p%10, i) })
-	total := len(roots) + len(leads) + len(teams) + len(workers)
+	d := kintest.StartDaemon(t, kintest.WithHTTP(), kintest.WithProfile(wideProfile(t)))
+	total := registerFamily(t, d)
 	target := "worker-7-3-11"
-	if t.Failed() {
-		t.FailNow()
-	}
 	base := "http://" + d.HTTPAddr()
 	start := time.Now()
 	login(t, ctx, base, d.OperatorToken())
@@ -421,9 +382,9 @@ func TestDashboardWith2000Agents(t *testing.T) {
 	screenshot(t, ctx, "12-2000-all.png")
 }
 
-// unlimitedProfile is the default profile without the per-parent children
+// wideProfile is the default profile without the per-parent children
 // limit, for a family wider than it allows.
-func unlimitedProfile(t *testing.T) string {
+func wideProfile(t testing.TB) string {
 	t.Helper()
 	p := filepath.Join(t.TempDir(), "wide.json")
 	body := `{"name": "wide", "max_generation_depth": 10, "max_children": 0}`

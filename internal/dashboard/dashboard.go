@@ -48,9 +48,7 @@ func Handler(api *httpapi.Server) http.Handler {
 	})
 	mux.Handle("GET /{$}", noCache(files))
 	mux.Handle("GET /assets/", http.StripPrefix("/assets", noCache(files)))
-	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		http.NotFound(w, r)
-	})
+	mux.HandleFunc("/", api.NotFound)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path != "/login" && r.URL.Path != "/assets/login.css" {
 			if ok, _ := api.Operator(r); !ok {

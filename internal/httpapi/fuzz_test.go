@@ -205,29 +205,32 @@ func eventQuery(f kin.EventFilter, follow bool) url.Values {
 }
 
 func FuzzParseLogsQuery(f *testing.F) {
-	for _, s := range append(querySeeds, "offset=0", "offset=123&follow=true", "offset=-5", "offset=1&offset=2", "offset=%2B3") {
+	for _, s := range append(querySeeds, "offset=0", "offset=123&follow=true", "offset=-5", "offset=1&offset=2", "offset=%2B3", "tail=4000", "tail=-1", "offset=5&tail=10") {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
 		q, _ := url.ParseQuery(s)
-		offset, follow, err := httpapi.ParseLogsQuery(q)
+		offset, tail, follow, err := httpapi.ParseLogsQuery(q)
 		if err != nil {
 			checkInvalid(t, err)
 			return
 		}
-		if offset < 0 {
-			t.Fatalf("ParseLogsQuery(%q) = offset %d", s, offset)
+		if offset < 0 || tail < 0 {
+			t.Fatalf("ParseLogsQuery(%q) = offset %d, tail %d", s, offset, tail)
 		}
 		again := url.Values{}
 		if offset != 0 {
 			again.Set("offset", strconv.FormatInt(offset, 10))
 		}
+		if tail != 0 {
+			again.Set("tail", strconv.FormatInt(tail, 10))
+		}
 		if follow {
 			again.Set("follow", "true")
 		}
-		backOffset, backFollow, err := httpapi.ParseLogsQuery(again)
-		if err != nil || backOffset != offset || backFollow != follow {
-			t.Fatalf("ParseLogsQuery(%q) = %d, %v, but its encoding %q parses to %d, %v, %v", s, offset, follow, again.Encode(), backOffset, backFollow, err)
+		backOffset, backTail, backFollow, err := httpapi.ParseLogsQuery(again)
+		if err != nil || backOffset != offset || backTail != tail || backFollow != follow {
+			t.Fatalf("ParseLogsQuery(%q) = %d, %d, %v, but its encoding %q parses to %d, %d, %v, %v", s, offset, tail, follow, again.Encode(), backOffset, backTail, backFollow, err)
 		}
 	})
 }
@@ -243,7 +246,7 @@ func TestParseQueriesEdgeCases(t *testing.T) {
 		checkInvalid(t, err)
 	}
 	for _, q := range []map[string][]string{{"offset": {}}, {"follow": nil}} {
-		_, _, err := httpapi.ParseLogsQuery(q)
+		_, _, _, err := httpapi.ParseLogsQuery(q)
 		checkInvalid(t, err)
 		_, err = httpapi.ParseInboxQuery(q)
 		checkInvalid(t, err)

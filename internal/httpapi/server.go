@@ -113,9 +113,7 @@ func (s *Server) Handler(requireToken bool) http.Handler {
 			}
 		})
 	}
-	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		s.writeError(w, r, kin.Errorf(kin.ECodeNotFound, "no endpoint %s %s (see /v1/openapi.json)", r.Method, r.URL.Path))
-	})
+	mux.HandleFunc("/", s.NotFound)
 	var h http.Handler = mux
 	if requireToken {
 		h = s.Protect(h)

@@ -102,3 +102,9 @@ func (s *Server) Protect(next http.Handler) http.Handler {
 		next.ServeHTTP(w, r)
 	})
 }
+
+// NotFound answers a path nothing serves with the API's not_found error,
+// naming the request.
+func (s *Server) NotFound(w http.ResponseWriter, r *http.Request) {
+	s.writeError(w, r, kin.Errorf(kin.ECodeNotFound, "no endpoint %s %s (see /v1/openapi.json)", r.Method, r.URL.Path))
+}

@@ -84,13 +84,17 @@ func (s *Server) whoami(w http.ResponseWriter, r *http.Request) error {
 }
 
 // ParseLogsQuery reads the query parameters of an agent's log stream.
-func ParseLogsQuery(q map[string][]string) (offset int64, follow bool, err error) {
-	err = eachQueryParam(q, []string{"offset", "follow"}, "", func(key string, vals []string) error {
+func ParseLogsQuery(q map[string][]string) (offset, tail int64, follow bool, err error) {
+	err = eachQueryParam(q, []string{"offset", "tail", "follow"}, "", func(key string, vals []string) error {
 		v := vals[0]
 		switch key {
 		case "offset":
 			if offset, err = strconv.ParseInt(v, 10, 64); err != nil || offset < 0 {
 				return kin.Errorf(kin.ECodeInvalid, "offset %q is not a whole number of bytes", v)
+			}
+		case "tail":
+			if tail, err = strconv.ParseInt(v, 10, 64); err != nil || tail < 0 {
+				return kin.Errorf(kin.ECodeInvalid, "tail %q is not a whole number of bytes", v)
 			}
 		case "follow":
 			if follow, err = strconv.ParseBool(v); err != nil {
@@ -100,9 +104,9 @@ func ParseLogsQuery(q map[string][]string) (offset int64, follow bool, err error
 		return nil
 	})
 	if err != nil {
-		return 0, false, err
+		return 0, 0, false, err
 	}
-	return offset, follow, nil
+	return offset, tail, follow, nil
 }
 
 // logs streams an agent's captured output as it is, flushing each chunk.
@@ -113,7 +117,7 @@ func (s *Server) logs(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	offset, follow, err := ParseLogsQuery(r.URL.Query())
+	offset, tail, follow, err := ParseLogsQuery(r.URL.Query())
 	if err != nil {
 		return err
 	}
@@ -132,7 +136,7 @@ func (s *Server) logs(w http.ResponseWriter, r *http.Request) error {
 	if err := rc.Flush(); err != nil {
 		return nil // the client went away
 	}
-	err = s.svc.Logs(r.Context(), kin.LogsRequest{ID: id, Offset: offset, Follow: follow}, func(b []byte) error {
+	err = s.svc.Logs(r.Context(), kin.LogsRequest{ID: id, Offset: offset, Tail: tail, Follow: follow}, func(b []byte) error {
 		if _, err := w.Write(b); err != nil {
 			return err
 		}

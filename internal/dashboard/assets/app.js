@@ -430,10 +430,10 @@ async function loadPanel(a) {
     api(`/v1/agents/${a.id}/policy`).catch((e) => ({ error: e.message })),
     api(`/v1/events?agent=${a.id}&since=${Math.max(0, S.lastSeq - 5000)}&limit=5000`).catch(() => []),
     a.result ? api(`/v1/agents/${a.id}/result`).catch((e) => ({ error: e.message })) : null,
-    a.command ? api(`/v1/agents/${a.id}/logs`).catch(() => '') : null,
+    a.command ? api(`/v1/agents/${a.id}/logs?tail=4000`).catch(() => '') : null,
   ]);
   if (policy && policy.stage) S.stages.add(policy.stage);
-  return { policy, events: (events || []).slice(-15).reverse(), result, log: typeof log === 'string' ? log.slice(-4000) : null };
+  return { policy, events: (events || []).slice(-15).reverse(), result, log: typeof log === 'string' ? log : null };
 }
 
 const fmtNum = (n) => (n == null ? '∞' : Number(n).toLocaleString('en'));
