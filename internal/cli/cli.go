@@ -198,6 +198,7 @@ exits 0 with its decision (2 when it cannot answer at all).`,
 		a.statusCommand(),
 		a.topCommand(),
 		a.sandboxCommand(),
+		a.mcpCommand(),
 	)
 	return root
 }

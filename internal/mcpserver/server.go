@@ -1,0 +1,570 @@
+// Package mcpserver serves kin as a Model Context Protocol server: the
+// tools an agent (or the operator) needs to spawn, wait for, read, message
+// and stop agents, acting through a kin.Service exactly as the CLI does. A
+// kin refusal (a governor rule, permission_escalation, a spent budget)
+// comes back as a tool error whose text starts with the kin error code, so
+// that the model sees it and can correct itself; only a broken protocol is
+// a protocol error.
+package mcpserver
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/kin-agents/kin/internal/handoff"
+	"github.com/kin-agents/kin/internal/policy"
+	"github.com/kin-agents/kin/internal/template"
+	"github.com/kin-agents/kin/kin"
+)
+
+// Options adjust the server.
+type Options struct {
+	// Version is reported to clients as the server's version.
+	Version string
+	// Dir is the working directory a spawned agent starts in when the
+	// call gives none, and what a relative dir is joined to. Empty: the
+	// daemon's default (inside an agent, the child's own session).
+	Dir string
+	// LookPath resolves a command name without a slash, as a shell would
+	// (nil: exec.LookPath). A name not found is left for the daemon.
+	LookPath func(string) (string, error)
+}
+
+// New returns an MCP server whose tools act through svc: as the agent svc
+// speaks for (an agent's socket), or as the operator.
+func New(svc kin.Service, opts Options) *mcp.Server {
+	if opts.Version == "" {
+		opts.Version = "dev"
+	}
+	if opts.LookPath == nil {
+		opts.LookPath = exec.LookPath
+	}
+	s := mcp.NewServer(&mcp.Implementation{Name: "kin", Title: "kin: spawn and govern trees of AI agents", Version: opts.Version},
+		&mcp.ServerOptions{Instructions: instructions})
+	t := &tools{svc: svc, opts: opts}
+	t.add(s)
+	return s
+}
+
+// NewHTTPHandler serves kin's MCP tools over the streamable HTTP transport,
+// stateless: each request gets a server acting as its caller. service returns the kin.Service a request acts through (who the caller
+// is: the operator, or the agent the request authenticated as); an error
+// refuses the request with 401.
+func NewHTTPHandler(service func(*http.Request) (kin.Service, error), opts Options) http.Handler {
+	h := mcp.NewStreamableHTTPHandler(func(r *http.Request) *mcp.Server {
+		svc, _ := r.Context().Value(serviceKey{}).(kin.Service)
+		if svc == nil {
+			return nil
+		}
+		return New(svc, opts)
+	}, &mcp.StreamableHTTPOptions{Stateless: true})
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		svc, err := service(r)
+		if err != nil {
+			http.Error(w, fmt.Sprintf("%s: %s", kin.ErrorCodeOf(err), kin.ErrorMessageOf(err)), http.StatusUnauthorized)
+			return
+		}
+		h.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), serviceKey{}, svc)))
+	})
+}
+
+// serviceKey carries a request's kin.Service to the MCP server it gets.
+type serviceKey struct{}
+
+const instructions = `kin registers, governs and supervises trees of AI agents. These tools act
+as the caller: inside an agent (KIN_SOCKET set) as that agent, on itself and
+its descendants only; otherwise as kin's operator. Spawn a child with
+spawn_agent (give it its task as handoff), wait for it with wait_agent, which
+returns its result.md, and stop it with stop_agent. A refusal by kin (a
+governor rule such as spawn_depth_exceeded, permission_escalation,
+budget_exhausted) is a tool error whose text starts with the kin error code.`
+
+// tools holds what the tool handlers share.
+type tools struct {
+	svc  kin.Service
+	opts Options
+}
+
+// toolError is the tool error for err: "code: message".
+func toolError(err error) error {
+	if err == nil {
+		return nil
+	}
+	var ke *kin.Error
+	if errors.As(err, &ke) {
+		return &kin.Error{Code: ke.Code, Message: ke.Message}
+	}
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return kin.Errorf(kin.ECodeUnavailable, "interrupted: %v", err)
+	}
+	// Not a kin answer (kin unreachable, a broken connection): the caller
+	// is local, and the details are what it needs.
+	return kin.Errorf(kin.ECodeInternal, "%v", err)
+}
+
+func invalid(format string, args ...any) error { return kin.Errorf(kin.ECodeInvalid, format, args...) }
+
+func textResult(text string) *mcp.CallToolResult {
+	return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: text}}}
+}
+
+func jsonText(v any) string {
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return fmt.Sprint(v)
+	}
+	return string(b)
+}
+
+// SpawnInput is spawn_agent's input.
+type SpawnInput struct {
+	Name        string            `json:"name,omitempty" jsonschema:"the agent's name: letters, digits and - _ . : @ (default: made from the command)"`
+	Role        string            `json:"role,omitempty" jsonschema:"the agent's role (the governor's profile may require one)"`
+	Command     []string          `json:"command" jsonschema:"the agent's process: the program and its arguments, e.g. [\"/bin/sh\", \"-c\", \"...\"]; a program without a slash is looked up in this server's PATH"`
+	Parent      int64             `json:"parent,omitempty" jsonschema:"the parent agent's id; default: the calling agent, or for the operator a new root (which needs responsible)"`
+	Responsible string            `json:"responsible,omitempty" jsonschema:"the accountable human or organisation (required for a root agent)"`
+	Life        string            `json:"life,omitempty" jsonschema:"owned (default: the agent dies with its parent) or detached"`
+	Handoff     string            `json:"handoff,omitempty" jsonschema:"the agent's task, handoff.md (Markdown); the child finds it at $KIN_HANDOFF and writes its result to $KIN_OUTPUT/result.md"`
+	Refs        []string          `json:"refs,omitempty" jsonschema:"with handoff: input refs, absolute paths of files the child should read; hashed (sha256) here"`
+	Contract    map[string]any    `json:"contract,omitempty" jsonschema:"with handoff: the output contract (contract.json), e.g. {\"sections\":[{\"name\":\"Summary\"}]}; default: a non-empty result.md with a non-empty Summary section"`
+	Policy      map[string]any    `json:"policy,omitempty" jsonschema:"the agent's own policy, a subset of its parent's: tools {allow, deny} (glob patterns), mounts {path: ro|rw}, spawn {allow, roles}, budget {max_tokens, max_cost, max_descendants, deadline}, ...; more than the parent holds is refused with permission_escalation"`
+	Stage       string            `json:"stage,omitempty" jsonschema:"the preset the agent's tools follow (default: its parent's)"`
+	Template    string            `json:"template,omitempty" jsonschema:"a template directory to provision the agent's workspace from; its .kin.json or .kin.yaml may give a role, a stage and a policy"`
+	Set         map[string]string `json:"set,omitempty" jsonschema:"with template: the values of its placeholders, e.g. {\"TOPIC\": \"lineage\"}"`
+	Env         []string          `json:"env,omitempty" jsonschema:"entries of the form KEY=VALUE added to the agent's environment (KIN_* are kin's own)"`
+	Dir         string            `json:"dir,omitempty" jsonschema:"the process's working directory (default: this server's, or inside an agent the child's own session)"`
+	Restart     string            `json:"restart,omitempty" jsonschema:"never (default), on-failure or always: whether kin replaces the process after it ends"`
+}
+
+// SpawnOutput is spawn_agent's output.
+type SpawnOutput struct {
+	ID    kin.AgentID `json:"id"`
+	Agent *kin.Agent  `json:"agent"`
+}
+
+// spawnRequest turns the tool's input into kin's request, reading and
+// checking the files it names as kin spawn does.
+func (t *tools) spawnRequest(in SpawnInput) (kin.SpawnRequest, error) {
+	req := kin.SpawnRequest{
+		RegisterRequest: kin.RegisterRequest{
+			Name: in.Name, Role: in.Role, Parent: kin.AgentID(in.Parent),
+			Responsible: in.Responsible, Life: kin.Life(in.Life), Stage: in.Stage,
+		},
+		Env: in.Env, Restart: kin.RestartPolicy(in.Restart),
+	}
+	if len(in.Command) == 0 || in.Command[0] == "" {
+		return req, invalid("command is empty: give the program to run and its arguments")
+	}
+	req.Command = slices.Clone(in.Command)
+	if name := req.Command[0]; !strings.Contains(name, "/") {
+		if p, err := t.opts.LookPath(name); err == nil && filepath.IsAbs(p) {
+			req.Command[0] = p
+		}
+	}
+	switch {
+	case in.Dir != "" && filepath.IsAbs(in.Dir):
+		req.Dir = filepath.Clean(in.Dir)
+	case in.Dir != "" && t.opts.Dir == "":
+		return req, invalid("dir %q is relative: give an absolute path", in.Dir)
+	case in.Dir != "":
+		req.Dir = filepath.Join(t.opts.Dir, in.Dir)
+	default:
+		req.Dir = t.opts.Dir
+	}
+
+	if in.Handoff == "" && (len(in.Refs) > 0 || in.Contract != nil) {
+		return req, invalid("refs and contract are part of a handoff: give handoff, the task to hand the agent")
+	}
+	if in.Handoff != "" {
+		ho, err := buildHandoff(in)
+		if err != nil {
+			return req, err
+		}
+		req.Handoff = ho
+	}
+
+	var own *kin.Policy
+	if in.Policy != nil {
+		data, _ := json.Marshal(in.Policy)
+		pol, err := policy.Parse(data)
+		if err != nil {
+			return req, invalid("policy: %v", err)
+		}
+		own = &pol
+	}
+	if in.Template == "" {
+		if len(in.Set) > 0 {
+			return req, invalid("set fills a template's placeholders: it needs template")
+		}
+		req.Policy = own
+		return req, nil
+	}
+	tpl, cfg, err := template.Load(in.Template)
+	if err != nil {
+		return req, invalid("template %s: %s", in.Template, strings.TrimPrefix(err.Error(), "template: "))
+	}
+	if len(in.Set) > 0 {
+		tpl.Vars = in.Set
+	}
+	req.Template = &tpl
+	if req.Role == "" {
+		req.Role = cfg.Role
+	}
+	if req.Stage == "" {
+		req.Stage = cfg.Stage
+	}
+	switch {
+	case cfg.Policy != nil && own != nil:
+		merged := policy.Merge(*cfg.Policy, *own)
+		if err := policy.Validate(merged); err != nil {
+			return req, invalid("policy merged with the policy of template %s: %v", in.Template, err)
+		}
+		req.Policy = &merged
+	case cfg.Policy != nil:
+		req.Policy = cfg.Policy
+	default:
+		req.Policy = own
+	}
+	return req, nil
+}
+
+// buildHandoff checks the handoff as the daemon will, hashing the refs
+// with this server's rights.
+func buildHandoff(in SpawnInput) (*kin.Handoff, error) {
+	hh := handoff.Handoff{Task: in.Handoff, Contract: handoff.DefaultContract()}
+	if err := hh.Validate(); err != nil {
+		return nil, invalid("handoff: %s", kin.ErrorMessageOf(err))
+	}
+	out := &kin.Handoff{Task: hh.Task}
+	if len(in.Refs) > 0 {
+		refs, err := handoff.InputRefs(in.Refs)
+		if err != nil {
+			return nil, invalid("refs: %s", kin.ErrorMessageOf(err))
+		}
+		hh.Refs = refs
+		for _, r := range refs {
+			out.Refs = append(out.Refs, kin.Ref{Path: r.Path, Hash: r.Hash, Kind: r.Kind, Summary: r.Summary})
+		}
+	}
+	if in.Contract != nil {
+		data, _ := json.Marshal(in.Contract)
+		c, err := handoff.ParseContract(data)
+		if err != nil {
+			return nil, invalid("contract: %s", kin.ErrorMessageOf(err))
+		}
+		hh.Contract = c
+		out.Contract = data
+	}
+	if err := hh.Validate(); err != nil {
+		return nil, invalid("the handoff is invalid: %s", kin.ErrorMessageOf(err))
+	}
+	return out, nil
+}
+
+func (t *tools) spawn(ctx context.Context, _ *mcp.CallToolRequest, in SpawnInput) (*mcp.CallToolResult, any, error) {
+	req, err := t.spawnRequest(in)
+	if err != nil {
+		return nil, nil, toolError(err)
+	}
+	a, err := t.svc.Spawn(ctx, req)
+	if err != nil {
+		return nil, nil, toolError(err)
+	}
+	out := SpawnOutput{ID: a.ID, Agent: a}
+	return textResult(fmt.Sprintf("spawned agent %d (%s), pid %d\n%s", a.ID, a.Name, a.PID, jsonText(a))), out, nil
+}
+
+// IDInput names one agent.
+type IDInput struct {
+	ID int64 `json:"id" jsonschema:"the agent's id"`
+}
+
+// WaitInput is wait_agent's input.
+type WaitInput struct {
+	ID      int64  `json:"id" jsonschema:"the agent's id"`
+	Timeout string `json:"timeout,omitempty" jsonschema:"how long to wait, a Go duration like 30s, 10m or 1h (default: until the agent ends or the call is cancelled); passing it is a timeout error"`
+}
+
+// ResultOutput is an agent's result: wait_agent's and get_result's output.
+type ResultOutput struct {
+	ID         kin.AgentID      `json:"id"`
+	Name       string           `json:"name,omitempty"`
+	Status     kin.ResultStatus `json:"status"`
+	State      kin.State        `json:"state,omitempty"`
+	Result     string           `json:"result"`
+	Violations []string         `json:"violations,omitempty"`
+	Refs       []kin.Ref        `json:"refs,omitempty"`
+	Dir        string           `json:"dir,omitempty"`
+	Exit       *kin.Exit        `json:"exit,omitempty"`
+}
+
+func resultOutput(r *kin.AgentResult) (*mcp.CallToolResult, ResultOutput) {
+	out := ResultOutput{Status: r.Status, Result: r.Result, Violations: r.Violations, Refs: r.Refs, Dir: r.Dir}
+	if r.Agent != nil {
+		out.ID, out.Name, out.State, out.Exit = r.Agent.ID, r.Agent.Name, r.Agent.State, r.Agent.Exit
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "agent %d (%s): %s\n", out.ID, out.Name, out.Status)
+	for _, v := range out.Violations {
+		fmt.Fprintf(&b, "- %s\n", v)
+	}
+	if out.Result != "" {
+		fmt.Fprintf(&b, "\n%s", out.Result)
+	} else {
+		b.WriteString("\n(no result.md)\n")
+	}
+	return textResult(b.String()), out
+}
+
+func (t *tools) wait(ctx context.Context, _ *mcp.CallToolRequest, in WaitInput) (*mcp.CallToolResult, any, error) {
+	req := kin.WaitRequest{ID: kin.AgentID(in.ID)}
+	if in.Timeout != "" {
+		d, err := time.ParseDuration(in.Timeout)
+		if err != nil || d <= 0 {
+			return nil, nil, invalid("timeout %q is not a positive duration like 30s or 10m", in.Timeout)
+		}
+		req.Timeout = kin.Duration(d)
+	}
+	r, err := t.svc.Wait(ctx, req)
+	if err != nil {
+		return nil, nil, toolError(err)
+	}
+	res, out := resultOutput(r)
+	return res, out, nil
+}
+
+func (t *tools) result(ctx context.Context, _ *mcp.CallToolRequest, in IDInput) (*mcp.CallToolResult, any, error) {
+	r, err := t.svc.Result(ctx, kin.AgentID(in.ID))
+	if err != nil {
+		return nil, nil, toolError(err)
+	}
+	res, out := resultOutput(r)
+	return res, out, nil
+}
+
+// OptionalIDInput names an agent or, left out, the caller.
+type OptionalIDInput struct {
+	ID int64 `json:"id,omitempty" jsonschema:"the agent's id (default: the calling agent; for the operator, every root agent)"`
+}
+
+// AgentsOutput is a list of agents.
+type AgentsOutput struct {
+	Agents []*kin.Agent `json:"agents"`
+}
+
+func agentsResult(list []*kin.Agent, what string) (*mcp.CallToolResult, AgentsOutput) {
+	if list == nil {
+		list = []*kin.Agent{}
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "%d %s\n", len(list), what)
+	for _, a := range list {
+		fmt.Fprintf(&b, "- %d %s role=%q status=%s state=%s", a.ID, a.Name, a.Role, a.Status, a.State)
+		if a.Result != "" {
+			fmt.Fprintf(&b, " result=%s", a.Result)
+		}
+		b.WriteByte('\n')
+	}
+	return textResult(b.String()), AgentsOutput{Agents: list}
+}
+
+func (t *tools) children(ctx context.Context, _ *mcp.CallToolRequest, in OptionalIDInput) (*mcp.CallToolResult, any, error) {
+	id := kin.AgentID(in.ID)
+	if id == 0 {
+		me, err := t.svc.Whoami(ctx)
+		if err != nil {
+			return nil, nil, toolError(err)
+		}
+		if me == nil { // the operator: the roots
+			all, err := t.svc.Agents(ctx, kin.AgentFilter{})
+			if err != nil {
+				return nil, nil, toolError(err)
+			}
+			var roots []*kin.Agent
+			for _, a := range all {
+				if a.Parent == 0 {
+					roots = append(roots, a)
+				}
+			}
+			res, out := agentsResult(roots, "root agents")
+			return res, out, nil
+		}
+		id = me.ID
+	}
+	kids, err := t.svc.Children(ctx, id)
+	if err != nil {
+		return nil, nil, toolError(err)
+	}
+	res, out := agentsResult(kids, fmt.Sprintf("children of agent %d", id))
+	return res, out, nil
+}
+
+// StopInput is stop_agent's input.
+type StopInput struct {
+	ID    int64  `json:"id" jsonschema:"the agent to stop; its owned subtree is stopped with it"`
+	Grace string `json:"grace,omitempty" jsonschema:"time between SIGTERM and SIGKILL, a duration like 5s (default: each agent's own; 0s kills at once)"`
+}
+
+func (t *tools) stop(ctx context.Context, _ *mcp.CallToolRequest, in StopInput) (*mcp.CallToolResult, any, error) {
+	req := kin.StopRequest{ID: kin.AgentID(in.ID)}
+	if in.Grace != "" {
+		d, err := time.ParseDuration(in.Grace)
+		if err != nil || d < 0 {
+			return nil, nil, invalid("grace %q is not a duration like 5s (0s kills at once)", in.Grace)
+		}
+		g := kin.Duration(d)
+		req.Grace = &g
+	}
+	stopped, err := t.svc.Stop(ctx, req)
+	if err != nil {
+		return nil, nil, toolError(err)
+	}
+	res, out := agentsResult(stopped, "agents stopped")
+	return res, out, nil
+}
+
+// SendInput is send_message's input.
+type SendInput struct {
+	To      string `json:"to" jsonschema:"the receiving agent, by id or name"`
+	Text    string `json:"text" jsonschema:"the message"`
+	Session string `json:"session,omitempty" jsonschema:"the receiver's session (default: its main one)"`
+}
+
+func (t *tools) send(ctx context.Context, _ *mcp.CallToolRequest, in SendInput) (*mcp.CallToolResult, any, error) {
+	m, err := t.svc.Send(ctx, kin.SendRequest{To: in.To, Session: in.Session, Text: in.Text})
+	if err != nil {
+		return nil, nil, toolError(err)
+	}
+	return textResult(fmt.Sprintf("sent message %d to agent %d", m.Seq, m.To)), m, nil
+}
+
+// InboxInput is read_inbox's input.
+type InboxInput struct {
+	Agent int64 `json:"agent,omitempty" jsonschema:"whose inbox (default: the calling agent's; the operator must name one)"`
+	Since int64 `json:"since,omitempty" jsonschema:"only messages after this seq (exclusive): the last seq read"`
+}
+
+// InboxOutput is read_inbox's output.
+type InboxOutput struct {
+	Messages []kin.Message `json:"messages"`
+}
+
+func (t *tools) inbox(ctx context.Context, _ *mcp.CallToolRequest, in InboxInput) (*mcp.CallToolResult, any, error) {
+	out := InboxOutput{Messages: []kin.Message{}}
+	err := t.svc.Inbox(ctx, kin.InboxRequest{Agent: kin.AgentID(in.Agent), Since: in.Since}, func(m kin.Message) error {
+		out.Messages = append(out.Messages, m)
+		return nil
+	})
+	if err != nil {
+		return nil, nil, toolError(err)
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "%d messages\n", len(out.Messages))
+	for _, m := range out.Messages {
+		from := "operator"
+		if m.From != 0 {
+			from = "agent " + m.From.String()
+		}
+		fmt.Fprintf(&b, "- seq %d from %s: %s\n", m.Seq, from, m.Text)
+	}
+	return textResult(b.String()), out, nil
+}
+
+// AuthorizeInput is authorize_tool's input.
+type AuthorizeInput struct {
+	Tool  string         `json:"tool" jsonschema:"the tool's name, e.g. read, exec, web_fetch"`
+	Input map[string]any `json:"input,omitempty" jsonschema:"the tool call's input, as the tool would get it"`
+	Agent int64          `json:"agent,omitempty" jsonschema:"the agent asking (default: the calling agent)"`
+}
+
+func (t *tools) authorize(ctx context.Context, _ *mcp.CallToolRequest, in AuthorizeInput) (*mcp.CallToolResult, any, error) {
+	req := kin.AuthorizeRequest{Agent: kin.AgentID(in.Agent), Tool: in.Tool}
+	if in.Input != nil {
+		req.Input, _ = json.Marshal(in.Input)
+	}
+	d, err := t.svc.Authorize(ctx, req)
+	if err != nil {
+		return nil, nil, toolError(err)
+	}
+	verdict := "denied"
+	if d.Allowed {
+		verdict = "allowed"
+	}
+	text := fmt.Sprintf("%s %s: %s", in.Tool, verdict, d.Reason)
+	if d.Rule != "" {
+		text += fmt.Sprintf(" (rule %q)", d.Rule)
+	}
+	return textResult(text), d, nil
+}
+
+// UsageInput is report_usage's input.
+type UsageInput struct {
+	Tokens int64   `json:"tokens,omitempty" jsonschema:"tokens used since the last report"`
+	Cost   float64 `json:"cost,omitempty" jsonschema:"cost incurred since the last report"`
+	Agent  int64   `json:"agent,omitempty" jsonschema:"the agent that spent (default: the calling agent)"`
+}
+
+func (t *tools) usage(ctx context.Context, _ *mcp.CallToolRequest, in UsageInput) (*mcp.CallToolResult, any, error) {
+	if in.Tokens < 0 || in.Cost < 0 {
+		return nil, nil, invalid("tokens and cost are what was spent: they cannot be negative")
+	}
+	s, err := t.svc.Usage(ctx, kin.UsageRequest{Agent: kin.AgentID(in.Agent), Tokens: in.Tokens, Cost: in.Cost})
+	if err != nil {
+		return nil, nil, toolError(err)
+	}
+	text := fmt.Sprintf("spent: %d tokens, cost %g; subtree: %d tokens, cost %g", s.Tokens, s.Cost, s.SubtreeTokens, s.SubtreeCost)
+	if s.Exhausted != "" {
+		text += "; budget exhausted: " + s.Exhausted
+	}
+	return textResult(text), s, nil
+}
+
+// HeartbeatInput is heartbeat's input.
+type HeartbeatInput struct {
+	Cursor string `json:"cursor,omitempty" jsonschema:"where the agent stands; a replacement after a crash gets it as KIN_RESUME_CURSOR"`
+	ID     int64  `json:"id,omitempty" jsonschema:"the agent (default: the calling agent)"`
+}
+
+func (t *tools) heartbeat(ctx context.Context, _ *mcp.CallToolRequest, in HeartbeatInput) (*mcp.CallToolResult, any, error) {
+	a, err := t.svc.Heartbeat(ctx, kin.HeartbeatRequest{ID: kin.AgentID(in.ID), Cursor: in.Cursor})
+	if err != nil {
+		return nil, nil, toolError(err)
+	}
+	return textResult(fmt.Sprintf("agent %d (%s) alive, cursor %q", a.ID, a.Name, a.Cursor)), a, nil
+}
+
+// Output schemas are left out (Out is any): kin's JSON has durations as
+// strings and optional times, which inferred schemas would misdescribe.
+// The structured output is still sent, with a readable text.
+func (t *tools) add(s *mcp.Server) {
+	mcp.AddTool(s, &mcp.Tool{Name: "spawn_agent", Description: `Spawn an agent: register it under the governor's rules and start its process
+under supervision, as a child of the calling agent (or of parent). Give it its
+task as handoff; it writes result.md into $KIN_OUTPUT. Returns the child's id and
+record. Refusals (spawn_depth_exceeded, permission_escalation, spawn_not_allowed,
+budget_exhausted, ...) are tool errors starting with the kin error code.`}, t.spawn)
+	mcp.AddTool(s, &mcp.Tool{Name: "wait_agent", Description: `Wait for an agent to end and for kin to check its result; returns the result's
+status (completed, contract_violated, failed, cancelled) and result.md.`}, t.wait)
+	mcp.AddTool(s, &mcp.Tool{Name: "get_result", Description: `Read an agent's result as kin kept it, whether it has ended or not (status running
+while it runs).`}, t.result)
+	mcp.AddTool(s, &mcp.Tool{Name: "list_children", Description: `List an agent's direct children (default: the calling agent's; for the
+operator, the root agents) with their status, state and result status.`}, t.children)
+	mcp.AddTool(s, &mcp.Tool{Name: "stop_agent", Description: `Stop an agent's process and its owned subtree; returns the agents stopped.`}, t.stop)
+	mcp.AddTool(s, &mcp.Tool{Name: "send_message", Description: `Send a message to an agent's session (where both sides consent).`}, t.send)
+	mcp.AddTool(s, &mcp.Tool{Name: "read_inbox", Description: `Read the messages sent to the calling agent (or to agent), oldest first; pass
+the last seq read as since to get only new ones. Does not wait.`}, t.inbox)
+	mcp.AddTool(s, &mcp.Tool{Name: "authorize_tool", Description: `Ask kin whether the calling agent may use a tool now, under its policy, stage and
+budget. A denial is an answer (allowed: false, with the rule), not an error.`}, t.authorize)
+	mcp.AddTool(s, &mcp.Tool{Name: "report_usage", Description: `Report spend (tokens, cost); it counts against the agent and every ancestor's
+budget. Returns the spend so far against the budget.`}, t.usage)
+	mcp.AddTool(s, &mcp.Tool{Name: "heartbeat", Description: `Report the calling agent alive, with a cursor saying where it stands.`}, t.heartbeat)
+}
