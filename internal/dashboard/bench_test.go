@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"net/url"
 	"strings"
 	"sync"
 	"testing"
@@ -25,7 +24,7 @@ func BenchmarkDashboardReload(b *testing.B) {
 	d := kintest.StartDaemon(b, kintest.WithHTTP(), kintest.WithProfile(wideProfile(b)))
 	total := registerFamily(b, d)
 	base := "http://" + d.HTTPAddr()
-	cookie := login2(b, base, d.OperatorToken())
+	cookie := sessionCookie(b, base, d.OperatorToken())
 	ctx := context.Background()
 	var floor float64
 	b.Run("floor-in-process", func(b *testing.B) {
@@ -117,14 +116,10 @@ func registerFamily(tb testing.TB, d *kintest.Daemon) int {
 	return len(roots) + len(leads) + len(teams) + len(workers)
 }
 
-// login2 logs in over HTTP as the login form does and returns the cookie.
-func login2(tb testing.TB, base, token string) *http.Cookie {
+// sessionCookie logs in as the login form does and returns the cookie.
+func sessionCookie(tb testing.TB, base, token string) *http.Cookie {
 	tb.Helper()
-	resp, err := noRedirect.PostForm(base+"/login", url.Values{"token": {token}})
-	if err != nil {
-		tb.Fatal(err)
-	}
-	resp.Body.Close()
+	resp, _ := postLogin(tb, base, token)
 	for _, c := range resp.Cookies() {
 		if c.Name == httpapi.SessionCookie {
 			return c

@@ -16,7 +16,7 @@ import (
 // noRedirect is a client that shows redirects instead of following them.
 var noRedirect = &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 
-func get(t *testing.T, req *http.Request) (*http.Response, string) {
+func get(t testing.TB, req *http.Request) (*http.Response, string) {
 	t.Helper()
 	resp, err := noRedirect.Do(req)
 	if err != nil {
@@ -30,13 +30,20 @@ func get(t *testing.T, req *http.Request) (*http.Response, string) {
 	return resp, string(b)
 }
 
-func newRequest(t *testing.T, method, url string, body io.Reader) *http.Request {
+func newRequest(t testing.TB, method, url string, body io.Reader) *http.Request {
 	t.Helper()
 	req, err := http.NewRequest(method, url, body)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return req
+}
+
+// postLogin posts the login form as the browser does.
+func postLogin(t testing.TB, base, token string) (*http.Response, string) {
+	req := newRequest(t, "POST", base+"/login", strings.NewReader(url.Values{"token": {token}}.Encode()))
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	return get(t, req)
 }
 
 // A request without the operator token, to any path, gets the login page
@@ -89,15 +96,10 @@ func TestLoginSetsAStrictCookieForTheSameAPI(t *testing.T) {
 		t.Fatal(err)
 	}
 	base := "http://" + d.HTTPAddr()
-	post := func(token string) (*http.Response, string) {
-		req := newRequest(t, "POST", base+"/login", strings.NewReader(url.Values{"token": {token}}.Encode()))
-		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
-		return get(t, req)
-	}
-	if resp, body := post("wrong"); resp.StatusCode != http.StatusUnauthorized || len(resp.Cookies()) != 0 || !strings.Contains(body, "not the operator token") {
+	if resp, body := postLogin(t, base, "wrong"); resp.StatusCode != http.StatusUnauthorized || len(resp.Cookies()) != 0 || !strings.Contains(body, "not the operator token") {
 		t.Fatalf("a wrong token: %d %v %.200s", resp.StatusCode, resp.Cookies(), body)
 	}
-	resp, _ := post(d.OperatorToken())
+	resp, _ := postLogin(t, base, d.OperatorToken())
 	if resp.StatusCode != http.StatusSeeOther || resp.Header.Get("Location") != "/" {
 		t.Fatalf("login: %d to %q", resp.StatusCode, resp.Header.Get("Location"))
 	}

@@ -3,7 +3,6 @@ package httpapi
 import (
 	"context"
 	"net/http"
-	"strconv"
 
 	"github.com/kin-agents/kin/kin"
 )
@@ -19,9 +18,9 @@ type LogQuery struct {
 func ParseLogQuery(q map[string][]string, known, required []string) (LogQuery, error) {
 	var lq LogQuery
 	err := eachQueryParam(q, known, "", func(key string, vals []string) error {
-		n, err := strconv.ParseInt(vals[0], 10, 64)
-		if err != nil || n < 0 {
-			return kin.Errorf(kin.ECodeInvalid, "%s %q is not a non-negative whole number", key, vals[0])
+		n, err := queryCount(key, vals[0], "a non-negative whole number")
+		if err != nil {
+			return err
 		}
 		switch key {
 		case "seq":

@@ -2,7 +2,6 @@ package httpapi
 
 import (
 	"net/http"
-	"strconv"
 
 	"github.com/kin-agents/kin/kin"
 )
@@ -47,9 +46,8 @@ func ParseAuthTokensQuery(q map[string][]string) (f kin.AuthTokenFilter, err err
 			f.Agent, err = kin.ParseAgentID(v)
 			return err
 		case "expired":
-			if f.Expired, err = strconv.ParseBool(v); err != nil {
-				return kin.Errorf(kin.ECodeInvalid, "expired %q is not true or false", v)
-			}
+			f.Expired, err = queryBool(key, v)
+			return err
 		}
 		return nil
 	})

@@ -148,20 +148,13 @@ func ParseInboxQuery(q map[string][]string) (req kin.InboxRequest, err error) {
 				return err
 			}
 		case "since":
-			if req.Since, err = strconv.ParseInt(v, 10, 64); err != nil || req.Since < 0 {
-				return kin.Errorf(kin.ECodeInvalid, "since %q is not a sequence number", v)
-			}
+			req.Since, err = querySeq(key, v)
 		case "follow":
-			if req.Follow, err = strconv.ParseBool(v); err != nil {
-				return kin.Errorf(kin.ECodeInvalid, "follow %q is not true or false", v)
-			}
+			req.Follow, err = queryBool(key, v)
 		}
-		return nil
+		return err
 	})
-	if err != nil {
-		return req, err
-	}
-	return req, nil
+	return req, err
 }
 
 // inbox streams the messages sent to an agent as NDJSON, one kin.Message

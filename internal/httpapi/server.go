@@ -26,9 +26,10 @@ func OpenAPI() []byte { return openAPIDoc }
 
 // Server serves a kin.Service over HTTP.
 type Server struct {
-	svc   kin.Service
-	token string
-	log   *slog.Logger
+	svc     kin.Service
+	token   string
+	session string // the session cookie's value, derived from token
+	log     *slog.Logger
 	// KeepAlive is how often an idle event stream sends a keep-alive.
 	KeepAlive time.Duration
 	// Observe, when set, is told of every request once it is answered:
@@ -43,7 +44,7 @@ func New(svc kin.Service, token string, log *slog.Logger) *Server {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Server{svc: svc, token: token, log: log, KeepAlive: 15 * time.Second}
+	return &Server{svc: svc, token: token, session: sessionValue(token), log: log, KeepAlive: 15 * time.Second}
 }
 
 // Route is one endpoint: a method and a net/http pattern.
@@ -174,6 +175,12 @@ func (w *statusWriter) status() int {
 	return w.code
 }
 
+// NotFound answers a path nothing serves with the API's not_found error,
+// naming the request.
+func (s *Server) NotFound(w http.ResponseWriter, r *http.Request) {
+	s.writeError(w, r, kin.Errorf(kin.ECodeNotFound, "no endpoint %s %s (see /v1/openapi.json)", r.Method, r.URL.Path))
+}
+
 func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	code := kin.ErrorCodeOf(err)
 	if errors.Is(err, context.Canceled) && r.Context().Err() != nil {
@@ -264,6 +271,28 @@ func eachQueryParam(q map[string][]string, known []string, repeatable string, se
 	return nil
 }
 
+// queryBool reads a query parameter that is true or false.
+func queryBool(key, v string) (bool, error) {
+	b, err := strconv.ParseBool(v)
+	if err != nil {
+		return false, kin.Errorf(kin.ECodeInvalid, "%s %q is not true or false", key, v)
+	}
+	return b, nil
+}
+
+// queryCount reads a query parameter that is a whole number, 0 or more;
+// what says what it should be ("a whole number of bytes").
+func queryCount(key, v, what string) (int64, error) {
+	n, err := strconv.ParseInt(v, 10, 64)
+	if err != nil || n < 0 {
+		return 0, kin.Errorf(kin.ECodeInvalid, "%s %q is not %s", key, v, what)
+	}
+	return n, nil
+}
+
+// querySeq reads an event or message sequence number (since, Last-Event-ID).
+func querySeq(key, v string) (int64, error) { return queryCount(key, v, "a sequence number") }
+
 // ParseAgentFilter reads an agent filter from query parameters.
 func ParseAgentFilter(q map[string][]string) (kin.AgentFilter, error) {
 	var f kin.AgentFilter
@@ -291,18 +320,15 @@ func ParseAgentFilter(q map[string][]string) (kin.AgentFilter, error) {
 			}
 			f.Parent, f.HasParent = kin.AgentID(n), true
 		case "limit":
-			n, err := strconv.Atoi(v)
-			if err != nil || n < 0 {
-				return kin.Errorf(kin.ECodeInvalid, "limit %q is not a whole number", v)
+			n, err := queryCount(key, v, "a whole number")
+			if err != nil {
+				return err
 			}
-			f.Limit = n
+			f.Limit = int(n)
 		}
 		return nil
 	})
-	if err != nil {
-		return f, err
-	}
-	return f, nil
+	return f, err
 }
 
 func (s *Server) listAgents(w http.ResponseWriter, r *http.Request) error {
@@ -387,21 +413,17 @@ func ParseEventQuery(q map[string][]string) (f kin.EventFilter, follow bool, err
 				return err
 			}
 		case "since":
-			if f.Since, err = strconv.ParseInt(v, 10, 64); err != nil || f.Since < 0 {
-				return kin.Errorf(kin.ECodeInvalid, "since %q is not a sequence number", v)
-			}
+			f.Since, err = querySeq(key, v)
 		case "limit":
-			if f.Limit, err = strconv.Atoi(v); err != nil || f.Limit < 0 {
-				return kin.Errorf(kin.ECodeInvalid, "limit %q is not a whole number", v)
-			}
+			var n int64
+			n, err = queryCount(key, v, "a whole number")
+			f.Limit = int(n)
 		case "type":
 			f.Types = vals
 		case "follow":
-			if follow, err = strconv.ParseBool(v); err != nil {
-				return kin.Errorf(kin.ECodeInvalid, "follow %q is not true or false", v)
-			}
+			follow, err = queryBool(key, v)
 		}
-		return nil
+		return err
 	})
 	if err != nil {
 		return f, false, err
@@ -427,8 +449,8 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) error {
 	sse := strings.Contains(r.Header.Get("Accept"), "text/event-stream")
 	if id := r.Header.Get("Last-Event-ID"); sse && id != "" && f.Since == 0 {
 		// An EventSource reconnecting resumes after the last event it saw.
-		if f.Since, err = strconv.ParseInt(id, 10, 64); err != nil || f.Since < 0 {
-			return kin.Errorf(kin.ECodeInvalid, "Last-Event-ID %q is not a sequence number", id)
+		if f.Since, err = querySeq("Last-Event-ID", id); err != nil {
+			return err
 		}
 	}
 	if sse {

@@ -37,7 +37,7 @@ func (s *Server) CheckToken(tok string) bool {
 // site's page sends it), Secure when the request came over TLS.
 func (s *Server) NewSession(r *http.Request) *http.Cookie {
 	return &http.Cookie{
-		Name: SessionCookie, Value: sessionValue(s.token), Path: "/",
+		Name: SessionCookie, Value: s.session, Path: "/",
 		MaxAge: int(sessionLifetime / time.Second), HttpOnly: true,
 		SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil,
 	}
@@ -63,7 +63,7 @@ func (s *Server) Operator(r *http.Request) (ok bool, why string) {
 		return false, "the operator token is wrong"
 	}
 	if c, err := r.Cookie(SessionCookie); err == nil && s.token != "" {
-		if subtle.ConstantTimeCompare([]byte(c.Value), []byte(sessionValue(s.token))) != 1 {
+		if subtle.ConstantTimeCompare([]byte(c.Value), []byte(s.session)) != 1 {
 			return false, "the dashboard session is no longer valid: log in again"
 		}
 		if r.Method != http.MethodGet && r.Method != http.MethodHead && !sameOrigin(r) {
@@ -101,10 +101,4 @@ func (s *Server) Protect(next http.Handler) http.Handler {
 		}
 		next.ServeHTTP(w, r)
 	})
-}
-
-// NotFound answers a path nothing serves with the API's not_found error,
-// naming the request.
-func (s *Server) NotFound(w http.ResponseWriter, r *http.Request) {
-	s.writeError(w, r, kin.Errorf(kin.ECodeNotFound, "no endpoint %s %s (see /v1/openapi.json)", r.Method, r.URL.Path))
 }

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"io"
 	"net/http"
-	"strconv"
 
 	"github.com/kin-agents/kin/kin"
 )
@@ -89,19 +88,13 @@ func ParseLogsQuery(q map[string][]string) (offset, tail int64, follow bool, err
 		v := vals[0]
 		switch key {
 		case "offset":
-			if offset, err = strconv.ParseInt(v, 10, 64); err != nil || offset < 0 {
-				return kin.Errorf(kin.ECodeInvalid, "offset %q is not a whole number of bytes", v)
-			}
+			offset, err = queryCount(key, v, "a whole number of bytes")
 		case "tail":
-			if tail, err = strconv.ParseInt(v, 10, 64); err != nil || tail < 0 {
-				return kin.Errorf(kin.ECodeInvalid, "tail %q is not a whole number of bytes", v)
-			}
+			tail, err = queryCount(key, v, "a whole number of bytes")
 		case "follow":
-			if follow, err = strconv.ParseBool(v); err != nil {
-				return kin.Errorf(kin.ECodeInvalid, "follow %q is not true or false", v)
-			}
+			follow, err = queryBool(key, v)
 		}
-		return nil
+		return err
 	})
 	if err != nil {
 		return 0, 0, false, err

@@ -128,7 +128,6 @@ function setAgents(list) {
   }
   fillFilter('#f-responsible', list.map((a) => a.responsible));
   fillFilter('#f-role', list.map((a) => a.role));
-  fillFilter('#f-state', list.map((a) => a.state));
   summary();
 }
 
