@@ -1,16 +1,13 @@
 package main
 
 import (
-	"bufio"
 	"encoding/json"
 	"net/http"
-	"os/exec"
-	"path/filepath"
 	"strings"
-	"sync"
-	"syscall"
 	"testing"
 	"time"
+
+	"github.com/kin-agents/kin/examples/internal/exampletest"
 )
 
 // TestBinary builds the example, runs it as a real process, reads its first
@@ -19,42 +16,9 @@ func TestBinary(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds a binary")
 	}
-	bin := filepath.Join(t.TempDir(), "aauth-resource")
-	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
-	cmd := exec.Command(bin, "--person-server", "http://127.0.0.1:9")
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	stderr := &syncBuffer{}
-	cmd.Stderr = stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := false
-	t.Cleanup(func() {
-		if !exited {
-			_ = cmd.Process.Kill()
-			_ = cmd.Wait()
-		}
-	})
-
-	lines := make(chan string, 1)
-	go func() {
-		s := bufio.NewScanner(stdout)
-		if s.Scan() {
-			lines <- s.Text()
-		}
-		close(lines)
-	}()
-	var first string
-	select {
-	case first = <-lines:
-	case <-time.After(30 * time.Second):
-		t.Fatalf("no first line; stderr: %s", stderr.String())
-	}
+	bin := exampletest.Build(t, t.TempDir(), "aauth-resource", ".")
+	p := exampletest.Start(t, bin, "--person-server", "http://127.0.0.1:9")
+	first := p.Line
 	url, ok := strings.CutPrefix(first, "listening on http://127.0.0.1:")
 	if !ok || url == "" {
 		t.Fatalf("first line %q", first)
@@ -93,35 +57,11 @@ func TestBinary(t *testing.T) {
 	if resp.StatusCode != 401 || resp.Header.Get("AAuth-Requirement") != "requirement=agent-token" {
 		t.Fatalf("unsigned: %d %q", resp.StatusCode, resp.Header.Get("AAuth-Requirement"))
 	}
-	if !strings.Contains(stderr.String(), "ephemeral key") {
-		t.Errorf("stderr does not say the key is ephemeral: %s", stderr.String())
+	if !strings.Contains(p.Stderr(), "ephemeral key") {
+		t.Errorf("stderr does not say the key is ephemeral: %s", p.Stderr())
 	}
 
-	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatal(err)
+	if err := p.Stop(); err != nil {
+		t.Fatalf("exit after SIGTERM: %v; stderr: %s", err, p.Stderr())
 	}
-	err = cmd.Wait()
-	exited = true
-	if err != nil {
-		t.Fatalf("exit after SIGTERM: %v; stderr: %s", err, stderr.String())
-	}
-}
-
-// syncBuffer is the child's stderr, written by exec's copier goroutine and
-// read by the test.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }

@@ -1,35 +1,6 @@
-# Shared by the hierarchy's agents (sourced, not run). Each agent uses only
-# the kin CLI: kin puts itself first on every agent's PATH.
-set -eu
-here=$(cd "$(dirname "$0")" && pwd)
-me=${KIN_AGENT_NAME:-agent}
-
-# child NAME ROLE SCRIPT [SPAWN FLAGS...]: spawns NAME as this agent's child
-# and prints its id.
-child() {
-	name=$1 role=$2 script=$3
-	shift 3
-	out=$(kin spawn --name "$name" --role "$role" "$@" -- "$here/$script") ||
-		{ echo "$me: spawning $name failed" >&2; return 1; }
-	id=$(echo "$out" | awk '$1 == "ID" { print $2 }')
-	echo "$me: spawned $name (agent $id)" >&2
-	echo "$id"
-}
-
-# collect ID FILE: waits for child ID and keeps its result.md in FILE; fails
-# unless its result is completed.
-collect() {
-	if ! kin wait "$1" > "$2.wait"; then
-		echo "$me: child $1 did not complete:" >&2
-		cat "$2.wait" >&2
-		return 1
-	fi
-	echo "$me: $(head -1 "$2.wait")" >&2
-	kin result "$1" > "$2"
-}
-
-# quote FILE: FILE as a quotation, so that its sections stay its own.
-quote() { sed 's/^/> /' "$1"; }
+# Shared by the hierarchy's agents (sourced, not run): examples/lib/kin-agent.sh
+# (here, me, child, collect, quote) and go_ahead.
+. "$(dirname "$0")/../lib/kin-agent.sh"
 
 # go_ahead: waits for the parent's "go" (kin send), so that the parent
 # decides how long its children stay live.

@@ -1,139 +1,15 @@
 package researchteam
 
 import (
-	"bufio"
 	"context"
-	"encoding/json"
-	"io"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
-	"time"
 
-	"github.com/kin-agents/kin/client"
-	"github.com/kin-agents/kin/internal/kintest"
+	"github.com/kin-agents/kin/examples/internal/exampletest"
 	"github.com/kin-agents/kin/kin"
 )
 
 const responsible = "Dr. Schmidt, COAI Research"
-
-// buildKin builds kin into a directory every uid may read: agents run as
-// their own uids when the test runs as root, and kin publishes itself to
-// its agents only when its binary is named kin. $KIN_EXAMPLE_BIN names a
-// kin binary to use instead.
-func buildKin(t *testing.T) string {
-	t.Helper()
-	if bin := os.Getenv("KIN_EXAMPLE_BIN"); bin != "" {
-		return bin
-	}
-	bin := filepath.Join(kintest.SharedDir(t), "kin")
-	if out, err := exec.Command("go", "build", "-o", bin, "github.com/kin-agents/kin/cmd/kin").CombinedOutput(); err != nil {
-		t.Fatalf("go build kin: %v\n%s", err, out)
-	}
-	return bin
-}
-
-// serve starts `kin serve --json` on home and returns its socket; the
-// daemon is stopped (SIGTERM, then SIGKILL after 30 s) when the test ends.
-func serve(t *testing.T, bin, home string, args ...string) string {
-	t.Helper()
-	cmd := exec.Command(bin, append([]string{"serve", "--home", home, "--http", "off", "--json"}, args...)...)
-	cmd.Env = cleanEnv()
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var stderr strings.Builder
-	cmd.Stderr = &lockedWriter{w: &stderr}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan struct{})
-	go func() { cmd.Wait(); close(done) }()
-	t.Cleanup(func() {
-		cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-done:
-		case <-time.After(30 * time.Second):
-			cmd.Process.Kill()
-			<-done
-		}
-	})
-	first := make(chan string, 1)
-	go func() {
-		// kin serve --json prints one indented object, then nothing more.
-		r := bufio.NewReader(stdout)
-		var obj strings.Builder
-		for {
-			l, err := r.ReadString('\n')
-			obj.WriteString(l)
-			if err != nil || strings.HasPrefix(l, "}") {
-				break
-			}
-		}
-		first <- obj.String()
-		io.Copy(io.Discard, r)
-	}()
-	select {
-	case s := <-first:
-		var info struct {
-			Socket string `json:"socket"`
-		}
-		if err := json.Unmarshal([]byte(s), &info); err != nil || info.Socket == "" {
-			t.Fatalf("kin serve --json said %q (%v); stderr: %s", s, err, stderr.String())
-		}
-		return info.Socket
-	case <-done:
-		t.Fatalf("kin serve exited; stderr: %s", stderr.String())
-	case <-time.After(60 * time.Second):
-		t.Fatalf("kin serve printed nothing in 60 s; stderr: %s", stderr.String())
-	}
-	return ""
-}
-
-type lockedWriter struct {
-	mu chan struct{}
-	w  io.Writer
-}
-
-func (l *lockedWriter) Write(p []byte) (int, error) {
-	if l.mu == nil {
-		l.mu = make(chan struct{}, 1)
-	}
-	l.mu <- struct{}{}
-	defer func() { <-l.mu }()
-	return l.w.Write(p)
-}
-
-// cleanEnv is the test's environment without what would make kin act as
-// an agent or talk to another daemon.
-func cleanEnv() []string {
-	var env []string
-	for _, kv := range os.Environ() {
-		k, _, _ := strings.Cut(kv, "=")
-		switch k {
-		case "KIN_SOCKET", "KIN_ADDR", "KIN_HOME", "KIN_PROFILE", "KIN_TOKEN":
-			continue
-		}
-		env = append(env, kv)
-	}
-	return env
-}
-
-// runScript runs run.sh with args and kin bin, within a deadline.
-func runScript(t *testing.T, bin string, args ...string) (string, error) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, "./run.sh", args...)
-	cmd.Env = append(cleanEnv(), "KIN="+bin)
-	cmd.WaitDelay = 30 * time.Second
-	out, err := cmd.CombinedOutput()
-	return string(out), err
-}
 
 // section returns the text of section name ("Name:" on a line of its own)
 // of a result.md, up to the next section.
@@ -159,17 +35,10 @@ func TestResearchTeamEndToEnd(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds kin and runs real agents")
 	}
-	bin := buildKin(t)
-	home := kintest.TempHome(t)
-	sock := serve(t, bin, home)
-	c, err := client.New(client.Config{Socket: sock})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	ctx := context.Background()
+	d := exampletest.Serve(t, exampletest.Kin(t), "--http", "off")
+	c, ctx := d.Client, context.Background()
 
-	out, err := runScript(t, bin, "--home", home)
+	out, err := exampletest.RunScript(d.Bin, "--home", d.Home)
 	if err != nil {
 		t.Errorf("run.sh --home: %v\n%s", err, out)
 	}
@@ -181,15 +50,6 @@ func TestResearchTeamEndToEnd(t *testing.T) {
 	for _, a := range agents {
 		byName[a.Name] = a
 	}
-	t.Cleanup(func() {
-		if t.Failed() {
-			for _, a := range agents {
-				var b strings.Builder
-				c.Logs(ctx, kin.LogsRequest{ID: a.ID}, func(p []byte) error { b.Write(p); return nil })
-				t.Logf("agent %d %s: %s exit %v result %s; log:\n%s", a.ID, a.Name, a.State, a.Exit, a.Result, b.String())
-			}
-		}
-	})
 
 	// The tree's shape: seven agents in generations 0, 1 and 2, each under
 	// the parent seed 000 gives it, and all answering to Dr. Schmidt.
@@ -309,7 +169,7 @@ func TestRunScript(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds kin and runs real agents")
 	}
-	out, err := runScript(t, buildKin(t))
+	out, err := exampletest.RunScript(exampletest.Kin(t))
 	if err != nil {
 		t.Fatalf("run.sh: %v\n%s", err, out)
 	}

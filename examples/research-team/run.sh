@@ -13,44 +13,8 @@ set -eu
 here=$(cd "$(dirname "$0")" && pwd)
 home=
 [ "${1:-}" = --home ] && home=$2
-unset KIN_SOCKET KIN_ADDR # act as the operator, not as an agent
-
-tmp=$(mktemp -d)
-serve=
-cleanup() {
-	[ -z "$serve" ] || { kill "$serve" 2>/dev/null || :; wait "$serve" 2>/dev/null || :; }
-	rm -rf "$tmp"
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
-
-kin=${KIN:-}
-if [ -z "$kin" ]; then
-	kin=$(command -v kin 2>/dev/null || :)
-	if [ -z "$home" ] || [ -z "$kin" ]; then
-		# kin publishes itself to its agents only when the binary is named kin.
-		(cd "$here/../.." && go build -o "$tmp/kin" ./cmd/kin)
-		kin=$tmp/kin
-	fi
-fi
-chmod 711 "$tmp" # agents run as their own uids when kin serve runs as root
-
-if [ -z "$home" ]; then
-	home=$tmp/home
-	"$kin" serve --home "$home" --http off > "$tmp/serve.log" 2>&1 &
-	serve=$!
-	i=0
-	until "$kin" --home "$home" status > /dev/null 2>&1; do
-		i=$((i + 1))
-		if [ "$i" -gt 300 ] || ! kill -0 "$serve" 2>/dev/null; then
-			echo "run.sh: kin serve did not start:" >&2
-			cat "$tmp/serve.log" >&2
-			exit 1
-		fi
-		sleep 0.1
-	done
-fi
-k() { "$kin" --home "$home" "$@"; }
+. "$here/../lib/kin-example.sh"
+start_kin
 
 id=$(k spawn --name Research-Coordinator --role coordinator --responsible "Dr. Schmidt, COAI Research" \
 	--handoff "$here/task.md" --contract "$here/contracts/coordinator.json" -- "$here/coordinator.sh" |
