@@ -1,13 +1,12 @@
 package cli
 
 import (
-	"bytes"
-	"encoding/json"
 	"io"
 	"os"
 
 	"github.com/spf13/pflag"
 
+	"github.com/kin-agents/kin/internal/agentreq"
 	"github.com/kin-agents/kin/internal/handoff"
 	"github.com/kin-agents/kin/kin"
 )
@@ -46,35 +45,14 @@ func (h *handoffFlags) build(stdin io.Reader) (*kin.Handoff, error) {
 	if err != nil {
 		return nil, err
 	}
-	hh := handoff.Handoff{Task: string(task), Contract: handoff.DefaultContract()}
-	if err := hh.Validate(); err != nil { // only the task is set so far
-		return nil, kin.Errorf(kin.ECodeInvalid, "--handoff %s: %s", h.task, kin.ErrorMessageOf(err))
-	}
-	out := &kin.Handoff{Task: hh.Task}
-
-	if len(h.refs) > 0 {
-		if hh.Refs, err = handoff.InputRefs(h.refs); err != nil {
-			return nil, kin.Errorf(kin.ECodeInvalid, "--ref: %s", kin.ErrorMessageOf(err))
-		}
-		for _, r := range hh.Refs {
-			out.Refs = append(out.Refs, kin.Ref{Path: r.Path, Hash: r.Hash, Kind: r.Kind, Summary: r.Summary})
-		}
-	}
+	spec := agentreq.Handoff{Task: string(task), Refs: h.refs,
+		TaskLabel: "--handoff " + h.task, RefsLabel: "--ref", ContractLabel: "--contract " + h.contract}
 	if h.flags.Changed("contract") {
-		data, err := readFlagFile("--contract", h.contract, handoff.MaxContractSize, nil)
-		if err != nil {
+		if spec.Contract, err = readFlagFile("--contract", h.contract, handoff.MaxContractSize, nil); err != nil {
 			return nil, err
 		}
-		if hh.Contract, err = handoff.ParseContract(data); err != nil {
-			return nil, kin.Errorf(kin.ECodeInvalid, "--contract %s: %s", h.contract, kin.ErrorMessageOf(err))
-		}
-		// Sent as written: the daemon reads it as strictly, and records it.
-		out.Contract = json.RawMessage(bytes.TrimSpace(data))
 	}
-	if err := hh.Validate(); err != nil {
-		return nil, kin.Errorf(kin.ECodeInvalid, "the handoff is invalid: %s", kin.ErrorMessageOf(err))
-	}
-	return out, nil
+	return spec.Build()
 }
 
 // readFlagFile reads the file a flag or argument names (what: "--handoff",

@@ -6,8 +6,8 @@ import (
 
 	"github.com/spf13/pflag"
 
+	"github.com/kin-agents/kin/internal/agentreq"
 	"github.com/kin-agents/kin/internal/policy"
-	"github.com/kin-agents/kin/internal/template"
 	"github.com/kin-agents/kin/kin"
 )
 
@@ -77,31 +77,9 @@ func (p *permFlags) apply(req *kin.RegisterRequest) error {
 	if p.template == "" {
 		return kin.Errorf(kin.ECodeInvalid, "--%s needs a directory", p.templateFlag)
 	}
-	t, cfg, err := template.Load(p.template)
-	if err != nil {
-		return kin.Errorf(kin.ECodeInvalid, "--%s %s: %s", p.templateFlag, p.template, strings.TrimPrefix(err.Error(), "template: "))
-	}
-	t.Vars = vars
-	req.Template = &t
-	if req.Role == "" && !p.flags.Changed("role") {
-		req.Role = cfg.Role
-	}
-	if req.Stage == "" {
-		req.Stage = cfg.Stage
-	}
-	switch {
-	case cfg.Policy != nil && own != nil:
-		merged := policy.Merge(*cfg.Policy, *own)
-		if err := policy.Validate(merged); err != nil {
-			return kin.Errorf(kin.ECodeInvalid, "--policy %s merged with the policy of --%s %s: %v", p.policy, p.templateFlag, p.template, err)
-		}
-		req.Policy = &merged
-	case cfg.Policy != nil:
-		req.Policy = cfg.Policy
-	default:
-		req.Policy = own
-	}
-	return nil
+	tpl := agentreq.Template{Dir: p.template, Vars: vars, Label: "--" + p.templateFlag,
+		PolicyLabel: "--policy " + p.policy, KeepRole: p.flags.Changed("role")}
+	return tpl.Apply(req, own)
 }
 
 // parseSets reads --set K=V values; nil without any.

@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/kin-agents/kin/internal/treetext"
 	"github.com/kin-agents/kin/kin"
 )
 
@@ -66,37 +67,19 @@ func renderTreeText(w io.Writer, forest []*kin.TreeNode) {
 		fmt.Fprintln(w, "(no agents)")
 		return
 	}
-	var walk func(n *kin.TreeNode, prefix, branch string, top bool)
-	walk = func(n *kin.TreeNode, prefix, branch string, top bool) {
+	treetext.Walk(byID(forest), func(n *kin.TreeNode, prefix string) []*kin.TreeNode {
 		line := fmt.Sprintf("#%d %s  role=%s gen=%d status=%s state=%s",
 			n.ID, n.Name, orDash(n.Role), n.Generation, n.Status, n.State)
 		line += runtimeText(&n.Agent)
-		if top {
+		if prefix == "" { // a top
 			line += " responsible=" + kvString(n.Responsible)
 		}
 		if s := spendString(n.Spend); s != "" {
 			line += "  " + s
 		}
-		fmt.Fprintf(w, "%s%s%s\n", prefix, branch, line)
-		kids := byID(n.Children)
-		childPrefix := prefix
-		switch branch {
-		case "├── ":
-			childPrefix += "│   "
-		case "└── ":
-			childPrefix += "    "
-		}
-		for i, c := range kids {
-			b := "├── "
-			if i == len(kids)-1 {
-				b = "└── "
-			}
-			walk(c, childPrefix, b, false)
-		}
-	}
-	for _, n := range byID(forest) {
-		walk(n, "", "", true)
-	}
+		fmt.Fprintf(w, "%s%s\n", prefix, line)
+		return byID(n.Children)
+	})
 }
 
 // runtimeText is what the text tree says of an agent's process: its pid

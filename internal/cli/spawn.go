@@ -2,13 +2,13 @@ package cli
 
 import (
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
 
 	"github.com/spf13/cobra"
 
+	"github.com/kin-agents/kin/internal/agentreq"
 	"github.com/kin-agents/kin/kin"
 )
 
@@ -166,18 +166,8 @@ Exit status: 0 when the agent runs, 1 when the spawn was refused or failed
 }
 
 // resolveCommand makes a program name without a slash absolute, looked up
-// in the CLI's own PATH: the user means what their shell would run, and the
-// daemon's PATH may differ. A name not found is left for the daemon.
-func resolveCommand(name string) string {
-	if name == "" || strings.Contains(name, "/") {
-		return name
-	}
-	p, err := exec.LookPath(name)
-	if err != nil || !filepath.IsAbs(p) {
-		return name
-	}
-	return p
-}
+// in the CLI's own PATH (agentreq.ResolveCommand).
+func resolveCommand(name string) string { return agentreq.ResolveCommand(name, nil) }
 
 // workDir is the agent's working directory: dir made absolute against the
 // CLI's own, or the CLI's own when dir is "".

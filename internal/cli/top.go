@@ -15,10 +15,11 @@ func (a *app) topCommand() *cobra.Command {
 		Use:   "top [--root ID]",
 		Short: "Watch the lineage tree live, and stop, suspend or resume agents in it",
 		Long: `Show the lineage tree in the terminal and keep it current: every agent with
-its role, status, state and pid (the responsible party on the roots), the
-states coloured, and a header counting the agents by state. The screen
-follows the event log and redraws on every change (at most ten times a
-second). With --root, only that agent's subtree.
+its role, status, state and pid (and its responsible party on the roots, and
+wherever it differs from the parent's), the states coloured, and a header
+counting the agents by state. The screen follows the event log and reloads
+the agents on every change (at most ten times a second). With --root, only
+that agent's subtree.
 
 Keys:
   ↑ ↓ k j        select the previous or next agent

@@ -13,7 +13,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -21,9 +20,8 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"github.com/kin-agents/kin/internal/handoff"
+	"github.com/kin-agents/kin/internal/agentreq"
 	"github.com/kin-agents/kin/internal/policy"
-	"github.com/kin-agents/kin/internal/template"
 	"github.com/kin-agents/kin/kin"
 )
 
@@ -36,7 +34,8 @@ type Options struct {
 	// daemon's default (inside an agent, the child's own session).
 	Dir string
 	// LookPath resolves a command name without a slash, as a shell would
-	// (nil: exec.LookPath). A name not found is left for the daemon.
+	// (nil: exec.LookPath, in this server's PATH). A name not found is left
+	// for the daemon.
 	LookPath func(string) (string, error)
 }
 
@@ -46,9 +45,6 @@ func New(svc kin.Service, opts Options) *mcp.Server {
 	if opts.Version == "" {
 		opts.Version = "dev"
 	}
-	if opts.LookPath == nil {
-		opts.LookPath = exec.LookPath
-	}
 	s := mcp.NewServer(&mcp.Implementation{Name: "kin", Title: "kin: spawn and govern trees of AI agents", Version: opts.Version},
 		&mcp.ServerOptions{Instructions: instructions})
 	t := &tools{svc: svc, opts: opts}
@@ -57,16 +53,17 @@ func New(svc kin.Service, opts Options) *mcp.Server {
 }
 
 // NewHTTPHandler serves kin's MCP tools over the streamable HTTP transport,
-// stateless: each request gets a server acting as its caller. service returns the kin.Service a request acts through (who the caller
-// is: the operator, or the agent the request authenticated as); an error
-// refuses the request with 401.
+// stateless. service returns the kin.Service a request acts through (who
+// the caller is: the operator, or the agent the request authenticated as);
+// an error refuses the request with 401. One server serves every request:
+// its tools act through the service of the request they answer.
 func NewHTTPHandler(service func(*http.Request) (kin.Service, error), opts Options) http.Handler {
+	srv := New(nil, opts)
 	h := mcp.NewStreamableHTTPHandler(func(r *http.Request) *mcp.Server {
-		svc, _ := r.Context().Value(serviceKey{}).(kin.Service)
-		if svc == nil {
+		if _, ok := r.Context().Value(serviceKey{}).(kin.Service); !ok {
 			return nil
 		}
-		return New(svc, opts)
+		return srv
 	}, &mcp.StreamableHTTPOptions{Stateless: true})
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		svc, err := service(r)
@@ -78,7 +75,8 @@ func NewHTTPHandler(service func(*http.Request) (kin.Service, error), opts Optio
 	})
 }
 
-// serviceKey carries a request's kin.Service to the MCP server it gets.
+// serviceKey carries an HTTP request's kin.Service to the tools answering
+// it (the SDK hands the request's context on to them).
 type serviceKey struct{}
 
 const instructions = `kin registers, governs and supervises trees of AI agents. These tools act
@@ -91,8 +89,42 @@ budget_exhausted) is a tool error whose text starts with the kin error code.`
 
 // tools holds what the tool handlers share.
 type tools struct {
-	svc  kin.Service
+	svc  kin.Service // nil for NewHTTPHandler's: each request brings its own
 	opts Options
+}
+
+// service is the kin.Service a call acts through: its HTTP request's, or
+// the server's.
+func (t *tools) service(ctx context.Context) (kin.Service, error) {
+	if svc, ok := ctx.Value(serviceKey{}).(kin.Service); ok {
+		return svc, nil
+	}
+	if t.svc == nil {
+		return nil, kin.Errorf(kin.ECodeInternal, "no kin service for this call")
+	}
+	return t.svc, nil
+}
+
+// handler is a tool's work, through svc: the text the model reads and the
+// structured output, or an error, which becomes a tool error (toolError).
+type handler[In any] func(ctx context.Context, svc kin.Service, in In) (text string, out any, err error)
+
+// addTool adds the tool h does. Its output schema is left out (Out is
+// any): kin's JSON has durations as strings and optional times, which
+// inferred schemas would misdescribe. The structured output is still
+// sent, with its text.
+func addTool[In any](s *mcp.Server, t *tools, tool *mcp.Tool, h handler[In]) {
+	mcp.AddTool(s, tool, func(ctx context.Context, _ *mcp.CallToolRequest, in In) (*mcp.CallToolResult, any, error) {
+		svc, err := t.service(ctx)
+		if err != nil {
+			return nil, nil, toolError(err)
+		}
+		text, out, err := h(ctx, svc, in)
+		if err != nil {
+			return nil, nil, toolError(err)
+		}
+		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: text}}}, out, nil
+	})
 }
 
 // toolError is the tool error for err: "code: message".
@@ -113,10 +145,6 @@ func toolError(err error) error {
 }
 
 func invalid(format string, args ...any) error { return kin.Errorf(kin.ECodeInvalid, format, args...) }
-
-func textResult(text string) *mcp.CallToolResult {
-	return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: text}}}
-}
 
 func jsonText(v any) string {
 	b, err := json.MarshalIndent(v, "", "  ")
@@ -166,11 +194,7 @@ func (t *tools) spawnRequest(in SpawnInput) (kin.SpawnRequest, error) {
 		return req, invalid("command is empty: give the program to run and its arguments")
 	}
 	req.Command = slices.Clone(in.Command)
-	if name := req.Command[0]; !strings.Contains(name, "/") {
-		if p, err := t.opts.LookPath(name); err == nil && filepath.IsAbs(p) {
-			req.Command[0] = p
-		}
-	}
+	req.Command[0] = agentreq.ResolveCommand(req.Command[0], t.opts.LookPath)
 	switch {
 	case in.Dir != "" && filepath.IsAbs(in.Dir):
 		req.Dir = filepath.Clean(in.Dir)
@@ -186,7 +210,11 @@ func (t *tools) spawnRequest(in SpawnInput) (kin.SpawnRequest, error) {
 		return req, invalid("refs and contract are part of a handoff: give handoff, the task to hand the agent")
 	}
 	if in.Handoff != "" {
-		ho, err := buildHandoff(in)
+		spec := agentreq.Handoff{Task: in.Handoff, Refs: in.Refs, TaskLabel: "handoff", RefsLabel: "refs", ContractLabel: "contract"}
+		if in.Contract != nil {
+			spec.Contract, _ = json.Marshal(in.Contract)
+		}
+		ho, err := spec.Build()
 		if err != nil {
 			return req, err
 		}
@@ -209,79 +237,20 @@ func (t *tools) spawnRequest(in SpawnInput) (kin.SpawnRequest, error) {
 		req.Policy = own
 		return req, nil
 	}
-	tpl, cfg, err := template.Load(in.Template)
-	if err != nil {
-		return req, invalid("template %s: %s", in.Template, strings.TrimPrefix(err.Error(), "template: "))
-	}
-	if len(in.Set) > 0 {
-		tpl.Vars = in.Set
-	}
-	req.Template = &tpl
-	if req.Role == "" {
-		req.Role = cfg.Role
-	}
-	if req.Stage == "" {
-		req.Stage = cfg.Stage
-	}
-	switch {
-	case cfg.Policy != nil && own != nil:
-		merged := policy.Merge(*cfg.Policy, *own)
-		if err := policy.Validate(merged); err != nil {
-			return req, invalid("policy merged with the policy of template %s: %v", in.Template, err)
-		}
-		req.Policy = &merged
-	case cfg.Policy != nil:
-		req.Policy = cfg.Policy
-	default:
-		req.Policy = own
-	}
-	return req, nil
+	tpl := agentreq.Template{Dir: in.Template, Vars: in.Set, Label: "template", PolicyLabel: "policy"}
+	return req, tpl.Apply(&req.RegisterRequest, own)
 }
 
-// buildHandoff checks the handoff as the daemon will, hashing the refs
-// with this server's rights.
-func buildHandoff(in SpawnInput) (*kin.Handoff, error) {
-	hh := handoff.Handoff{Task: in.Handoff, Contract: handoff.DefaultContract()}
-	if err := hh.Validate(); err != nil {
-		return nil, invalid("handoff: %s", kin.ErrorMessageOf(err))
-	}
-	out := &kin.Handoff{Task: hh.Task}
-	if len(in.Refs) > 0 {
-		refs, err := handoff.InputRefs(in.Refs)
-		if err != nil {
-			return nil, invalid("refs: %s", kin.ErrorMessageOf(err))
-		}
-		hh.Refs = refs
-		for _, r := range refs {
-			out.Refs = append(out.Refs, kin.Ref{Path: r.Path, Hash: r.Hash, Kind: r.Kind, Summary: r.Summary})
-		}
-	}
-	if in.Contract != nil {
-		data, _ := json.Marshal(in.Contract)
-		c, err := handoff.ParseContract(data)
-		if err != nil {
-			return nil, invalid("contract: %s", kin.ErrorMessageOf(err))
-		}
-		hh.Contract = c
-		out.Contract = data
-	}
-	if err := hh.Validate(); err != nil {
-		return nil, invalid("the handoff is invalid: %s", kin.ErrorMessageOf(err))
-	}
-	return out, nil
-}
-
-func (t *tools) spawn(ctx context.Context, _ *mcp.CallToolRequest, in SpawnInput) (*mcp.CallToolResult, any, error) {
+func (t *tools) spawn(ctx context.Context, svc kin.Service, in SpawnInput) (string, any, error) {
 	req, err := t.spawnRequest(in)
 	if err != nil {
-		return nil, nil, toolError(err)
+		return "", nil, err
 	}
-	a, err := t.svc.Spawn(ctx, req)
+	a, err := svc.Spawn(ctx, req)
 	if err != nil {
-		return nil, nil, toolError(err)
+		return "", nil, err
 	}
-	out := SpawnOutput{ID: a.ID, Agent: a}
-	return textResult(fmt.Sprintf("spawned agent %d (%s), pid %d\n%s", a.ID, a.Name, a.PID, jsonText(a))), out, nil
+	return fmt.Sprintf("spawned agent %d (%s), pid %d\n%s", a.ID, a.Name, a.PID, jsonText(a)), SpawnOutput{ID: a.ID, Agent: a}, nil
 }
 
 // IDInput names one agent.
@@ -308,7 +277,9 @@ type ResultOutput struct {
 	Exit       *kin.Exit        `json:"exit,omitempty"`
 }
 
-func resultOutput(r *kin.AgentResult) (*mcp.CallToolResult, ResultOutput) {
+// resultOutput is an agent's result as the tools give it: its text, and
+// its structured output.
+func resultOutput(r *kin.AgentResult) (string, any, error) {
 	out := ResultOutput{Status: r.Status, Result: r.Result, Violations: r.Violations, Refs: r.Refs, Dir: r.Dir}
 	if r.Agent != nil {
 		out.ID, out.Name, out.State, out.Exit = r.Agent.ID, r.Agent.Name, r.Agent.State, r.Agent.Exit
@@ -323,33 +294,31 @@ func resultOutput(r *kin.AgentResult) (*mcp.CallToolResult, ResultOutput) {
 	} else {
 		b.WriteString("\n(no result.md)\n")
 	}
-	return textResult(b.String()), out
+	return b.String(), out, nil
 }
 
-func (t *tools) wait(ctx context.Context, _ *mcp.CallToolRequest, in WaitInput) (*mcp.CallToolResult, any, error) {
+func wait(ctx context.Context, svc kin.Service, in WaitInput) (string, any, error) {
 	req := kin.WaitRequest{ID: kin.AgentID(in.ID)}
 	if in.Timeout != "" {
 		d, err := time.ParseDuration(in.Timeout)
 		if err != nil || d <= 0 {
-			return nil, nil, invalid("timeout %q is not a positive duration like 30s or 10m", in.Timeout)
+			return "", nil, invalid("timeout %q is not a positive duration like 30s or 10m", in.Timeout)
 		}
 		req.Timeout = kin.Duration(d)
 	}
-	r, err := t.svc.Wait(ctx, req)
+	r, err := svc.Wait(ctx, req)
 	if err != nil {
-		return nil, nil, toolError(err)
+		return "", nil, err
 	}
-	res, out := resultOutput(r)
-	return res, out, nil
+	return resultOutput(r)
 }
 
-func (t *tools) result(ctx context.Context, _ *mcp.CallToolRequest, in IDInput) (*mcp.CallToolResult, any, error) {
-	r, err := t.svc.Result(ctx, kin.AgentID(in.ID))
+func result(ctx context.Context, svc kin.Service, in IDInput) (string, any, error) {
+	r, err := svc.Result(ctx, kin.AgentID(in.ID))
 	if err != nil {
-		return nil, nil, toolError(err)
+		return "", nil, err
 	}
-	res, out := resultOutput(r)
-	return res, out, nil
+	return resultOutput(r)
 }
 
 // OptionalIDInput names an agent or, left out, the caller.
@@ -362,7 +331,8 @@ type AgentsOutput struct {
 	Agents []*kin.Agent `json:"agents"`
 }
 
-func agentsResult(list []*kin.Agent, what string) (*mcp.CallToolResult, AgentsOutput) {
+// agentsResult is a list of agents as the tools give it.
+func agentsResult(list []*kin.Agent, what string) (string, any, error) {
 	if list == nil {
 		list = []*kin.Agent{}
 	}
@@ -375,38 +345,30 @@ func agentsResult(list []*kin.Agent, what string) (*mcp.CallToolResult, AgentsOu
 		}
 		b.WriteByte('\n')
 	}
-	return textResult(b.String()), AgentsOutput{Agents: list}
+	return b.String(), AgentsOutput{Agents: list}, nil
 }
 
-func (t *tools) children(ctx context.Context, _ *mcp.CallToolRequest, in OptionalIDInput) (*mcp.CallToolResult, any, error) {
+func children(ctx context.Context, svc kin.Service, in OptionalIDInput) (string, any, error) {
 	id := kin.AgentID(in.ID)
 	if id == 0 {
-		me, err := t.svc.Whoami(ctx)
+		me, err := svc.Whoami(ctx)
 		if err != nil {
-			return nil, nil, toolError(err)
+			return "", nil, err
 		}
-		if me == nil { // the operator: the roots
-			all, err := t.svc.Agents(ctx, kin.AgentFilter{})
+		if me == nil { // the operator: the roots, as kin ps --parent 0
+			roots, err := svc.Agents(ctx, kin.AgentFilter{Parent: 0, HasParent: true})
 			if err != nil {
-				return nil, nil, toolError(err)
+				return "", nil, err
 			}
-			var roots []*kin.Agent
-			for _, a := range all {
-				if a.Parent == 0 {
-					roots = append(roots, a)
-				}
-			}
-			res, out := agentsResult(roots, "root agents")
-			return res, out, nil
+			return agentsResult(roots, "root agents")
 		}
 		id = me.ID
 	}
-	kids, err := t.svc.Children(ctx, id)
+	kids, err := svc.Children(ctx, id)
 	if err != nil {
-		return nil, nil, toolError(err)
+		return "", nil, err
 	}
-	res, out := agentsResult(kids, fmt.Sprintf("children of agent %d", id))
-	return res, out, nil
+	return agentsResult(kids, fmt.Sprintf("children of agent %d", id))
 }
 
 // StopInput is stop_agent's input.
@@ -415,22 +377,21 @@ type StopInput struct {
 	Grace string `json:"grace,omitempty" jsonschema:"time between SIGTERM and SIGKILL, a duration like 5s (default: each agent's own; 0s kills at once)"`
 }
 
-func (t *tools) stop(ctx context.Context, _ *mcp.CallToolRequest, in StopInput) (*mcp.CallToolResult, any, error) {
+func stop(ctx context.Context, svc kin.Service, in StopInput) (string, any, error) {
 	req := kin.StopRequest{ID: kin.AgentID(in.ID)}
 	if in.Grace != "" {
 		d, err := time.ParseDuration(in.Grace)
 		if err != nil || d < 0 {
-			return nil, nil, invalid("grace %q is not a duration like 5s (0s kills at once)", in.Grace)
+			return "", nil, invalid("grace %q is not a duration like 5s (0s kills at once)", in.Grace)
 		}
 		g := kin.Duration(d)
 		req.Grace = &g
 	}
-	stopped, err := t.svc.Stop(ctx, req)
+	stopped, err := svc.Stop(ctx, req)
 	if err != nil {
-		return nil, nil, toolError(err)
+		return "", nil, err
 	}
-	res, out := agentsResult(stopped, "agents stopped")
-	return res, out, nil
+	return agentsResult(stopped, "agents stopped")
 }
 
 // SendInput is send_message's input.
@@ -440,12 +401,12 @@ type SendInput struct {
 	Session string `json:"session,omitempty" jsonschema:"the receiver's session (default: its main one)"`
 }
 
-func (t *tools) send(ctx context.Context, _ *mcp.CallToolRequest, in SendInput) (*mcp.CallToolResult, any, error) {
-	m, err := t.svc.Send(ctx, kin.SendRequest{To: in.To, Session: in.Session, Text: in.Text})
+func send(ctx context.Context, svc kin.Service, in SendInput) (string, any, error) {
+	m, err := svc.Send(ctx, kin.SendRequest{To: in.To, Session: in.Session, Text: in.Text})
 	if err != nil {
-		return nil, nil, toolError(err)
+		return "", nil, err
 	}
-	return textResult(fmt.Sprintf("sent message %d to agent %d", m.Seq, m.To)), m, nil
+	return fmt.Sprintf("sent message %d to agent %d", m.Seq, m.To), m, nil
 }
 
 // InboxInput is read_inbox's input.
@@ -459,14 +420,14 @@ type InboxOutput struct {
 	Messages []kin.Message `json:"messages"`
 }
 
-func (t *tools) inbox(ctx context.Context, _ *mcp.CallToolRequest, in InboxInput) (*mcp.CallToolResult, any, error) {
+func inbox(ctx context.Context, svc kin.Service, in InboxInput) (string, any, error) {
 	out := InboxOutput{Messages: []kin.Message{}}
-	err := t.svc.Inbox(ctx, kin.InboxRequest{Agent: kin.AgentID(in.Agent), Since: in.Since}, func(m kin.Message) error {
+	err := svc.Inbox(ctx, kin.InboxRequest{Agent: kin.AgentID(in.Agent), Since: in.Since}, func(m kin.Message) error {
 		out.Messages = append(out.Messages, m)
 		return nil
 	})
 	if err != nil {
-		return nil, nil, toolError(err)
+		return "", nil, err
 	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "%d messages\n", len(out.Messages))
@@ -477,7 +438,7 @@ func (t *tools) inbox(ctx context.Context, _ *mcp.CallToolRequest, in InboxInput
 		}
 		fmt.Fprintf(&b, "- seq %d from %s: %s\n", m.Seq, from, m.Text)
 	}
-	return textResult(b.String()), out, nil
+	return b.String(), out, nil
 }
 
 // AuthorizeInput is authorize_tool's input.
@@ -487,14 +448,14 @@ type AuthorizeInput struct {
 	Agent int64          `json:"agent,omitempty" jsonschema:"the agent asking (default: the calling agent)"`
 }
 
-func (t *tools) authorize(ctx context.Context, _ *mcp.CallToolRequest, in AuthorizeInput) (*mcp.CallToolResult, any, error) {
+func authorize(ctx context.Context, svc kin.Service, in AuthorizeInput) (string, any, error) {
 	req := kin.AuthorizeRequest{Agent: kin.AgentID(in.Agent), Tool: in.Tool}
 	if in.Input != nil {
 		req.Input, _ = json.Marshal(in.Input)
 	}
-	d, err := t.svc.Authorize(ctx, req)
+	d, err := svc.Authorize(ctx, req)
 	if err != nil {
-		return nil, nil, toolError(err)
+		return "", nil, err
 	}
 	verdict := "denied"
 	if d.Allowed {
@@ -504,7 +465,7 @@ func (t *tools) authorize(ctx context.Context, _ *mcp.CallToolRequest, in Author
 	if d.Rule != "" {
 		text += fmt.Sprintf(" (rule %q)", d.Rule)
 	}
-	return textResult(text), d, nil
+	return text, d, nil
 }
 
 // UsageInput is report_usage's input.
@@ -514,19 +475,19 @@ type UsageInput struct {
 	Agent  int64   `json:"agent,omitempty" jsonschema:"the agent that spent (default: the calling agent)"`
 }
 
-func (t *tools) usage(ctx context.Context, _ *mcp.CallToolRequest, in UsageInput) (*mcp.CallToolResult, any, error) {
+func usage(ctx context.Context, svc kin.Service, in UsageInput) (string, any, error) {
 	if in.Tokens < 0 || in.Cost < 0 {
-		return nil, nil, invalid("tokens and cost are what was spent: they cannot be negative")
+		return "", nil, invalid("tokens and cost are what was spent: they cannot be negative")
 	}
-	s, err := t.svc.Usage(ctx, kin.UsageRequest{Agent: kin.AgentID(in.Agent), Tokens: in.Tokens, Cost: in.Cost})
+	s, err := svc.Usage(ctx, kin.UsageRequest{Agent: kin.AgentID(in.Agent), Tokens: in.Tokens, Cost: in.Cost})
 	if err != nil {
-		return nil, nil, toolError(err)
+		return "", nil, err
 	}
 	text := fmt.Sprintf("spent: %d tokens, cost %g; subtree: %d tokens, cost %g", s.Tokens, s.Cost, s.SubtreeTokens, s.SubtreeCost)
 	if s.Exhausted != "" {
 		text += "; budget exhausted: " + s.Exhausted
 	}
-	return textResult(text), s, nil
+	return text, s, nil
 }
 
 // HeartbeatInput is heartbeat's input.
@@ -535,36 +496,34 @@ type HeartbeatInput struct {
 	ID     int64  `json:"id,omitempty" jsonschema:"the agent (default: the calling agent)"`
 }
 
-func (t *tools) heartbeat(ctx context.Context, _ *mcp.CallToolRequest, in HeartbeatInput) (*mcp.CallToolResult, any, error) {
-	a, err := t.svc.Heartbeat(ctx, kin.HeartbeatRequest{ID: kin.AgentID(in.ID), Cursor: in.Cursor})
+func heartbeat(ctx context.Context, svc kin.Service, in HeartbeatInput) (string, any, error) {
+	a, err := svc.Heartbeat(ctx, kin.HeartbeatRequest{ID: kin.AgentID(in.ID), Cursor: in.Cursor})
 	if err != nil {
-		return nil, nil, toolError(err)
+		return "", nil, err
 	}
-	return textResult(fmt.Sprintf("agent %d (%s) alive, cursor %q", a.ID, a.Name, a.Cursor)), a, nil
+	return fmt.Sprintf("agent %d (%s) alive, cursor %q", a.ID, a.Name, a.Cursor), a, nil
 }
 
-// Output schemas are left out (Out is any): kin's JSON has durations as
-// strings and optional times, which inferred schemas would misdescribe.
-// The structured output is still sent, with a readable text.
+// add adds the tools to s.
 func (t *tools) add(s *mcp.Server) {
-	mcp.AddTool(s, &mcp.Tool{Name: "spawn_agent", Description: `Spawn an agent: register it under the governor's rules and start its process
+	addTool(s, t, &mcp.Tool{Name: "spawn_agent", Description: `Spawn an agent: register it under the governor's rules and start its process
 under supervision, as a child of the calling agent (or of parent). Give it its
 task as handoff; it writes result.md into $KIN_OUTPUT. Returns the child's id and
 record. Refusals (spawn_depth_exceeded, permission_escalation, spawn_not_allowed,
 budget_exhausted, ...) are tool errors starting with the kin error code.`}, t.spawn)
-	mcp.AddTool(s, &mcp.Tool{Name: "wait_agent", Description: `Wait for an agent to end and for kin to check its result; returns the result's
-status (completed, contract_violated, failed, cancelled) and result.md.`}, t.wait)
-	mcp.AddTool(s, &mcp.Tool{Name: "get_result", Description: `Read an agent's result as kin kept it, whether it has ended or not (status running
-while it runs).`}, t.result)
-	mcp.AddTool(s, &mcp.Tool{Name: "list_children", Description: `List an agent's direct children (default: the calling agent's; for the
-operator, the root agents) with their status, state and result status.`}, t.children)
-	mcp.AddTool(s, &mcp.Tool{Name: "stop_agent", Description: `Stop an agent's process and its owned subtree; returns the agents stopped.`}, t.stop)
-	mcp.AddTool(s, &mcp.Tool{Name: "send_message", Description: `Send a message to an agent's session (where both sides consent).`}, t.send)
-	mcp.AddTool(s, &mcp.Tool{Name: "read_inbox", Description: `Read the messages sent to the calling agent (or to agent), oldest first; pass
-the last seq read as since to get only new ones. Does not wait.`}, t.inbox)
-	mcp.AddTool(s, &mcp.Tool{Name: "authorize_tool", Description: `Ask kin whether the calling agent may use a tool now, under its policy, stage and
-budget. A denial is an answer (allowed: false, with the rule), not an error.`}, t.authorize)
-	mcp.AddTool(s, &mcp.Tool{Name: "report_usage", Description: `Report spend (tokens, cost); it counts against the agent and every ancestor's
-budget. Returns the spend so far against the budget.`}, t.usage)
-	mcp.AddTool(s, &mcp.Tool{Name: "heartbeat", Description: `Report the calling agent alive, with a cursor saying where it stands.`}, t.heartbeat)
+	addTool(s, t, &mcp.Tool{Name: "wait_agent", Description: `Wait for an agent to end and for kin to check its result; returns the result's
+status (completed, contract_violated, failed, cancelled) and result.md.`}, wait)
+	addTool(s, t, &mcp.Tool{Name: "get_result", Description: `Read an agent's result as kin kept it, whether it has ended or not (status running
+while it runs).`}, result)
+	addTool(s, t, &mcp.Tool{Name: "list_children", Description: `List an agent's direct children (default: the calling agent's; for the
+operator, the root agents) with their status, state and result status.`}, children)
+	addTool(s, t, &mcp.Tool{Name: "stop_agent", Description: `Stop an agent's process and its owned subtree; returns the agents stopped.`}, stop)
+	addTool(s, t, &mcp.Tool{Name: "send_message", Description: `Send a message to an agent's session (where both sides consent).`}, send)
+	addTool(s, t, &mcp.Tool{Name: "read_inbox", Description: `Read the messages sent to the calling agent (or to agent), oldest first; pass
+the last seq read as since to get only new ones. Does not wait.`}, inbox)
+	addTool(s, t, &mcp.Tool{Name: "authorize_tool", Description: `Ask kin whether the calling agent may use a tool now, under its policy, stage and
+budget. A denial is an answer (allowed: false, with the rule), not an error.`}, authorize)
+	addTool(s, t, &mcp.Tool{Name: "report_usage", Description: `Report spend (tokens, cost); it counts against the agent and every ancestor's
+budget. Returns the spend so far against the budget.`}, usage)
+	addTool(s, t, &mcp.Tool{Name: "heartbeat", Description: `Report the calling agent alive, with a cursor saying where it stands.`}, heartbeat)
 }

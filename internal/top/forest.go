@@ -4,6 +4,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/kin-agents/kin/internal/treetext"
 	"github.com/kin-agents/kin/kin"
 )
 
@@ -89,34 +90,15 @@ type row struct {
 // under a collapsed agent.
 func (f *forest) rows(collapsed map[kin.AgentID]bool) []row {
 	out := make([]row, 0, len(f.order))
-	var walk func(id kin.AgentID, prefix, branch string)
-	walk = func(id kin.AgentID, prefix, branch string) {
-		r := row{id: id, prefix: prefix + branch}
+	treetext.Walk(f.tops, func(id kin.AgentID, prefix string) []kin.AgentID {
+		r := row{id: id, prefix: prefix}
 		kids := f.children[id]
 		if collapsed[id] && len(kids) > 0 {
-			r.hidden = f.below[id]
-			out = append(out, r)
-			return
+			r.hidden, kids = f.below[id], nil
 		}
 		out = append(out, r)
-		childPrefix := prefix
-		switch branch {
-		case "├── ":
-			childPrefix += "│   "
-		case "└── ":
-			childPrefix += "    "
-		}
-		for i, c := range kids {
-			b := "├── "
-			if i == len(kids)-1 {
-				b = "└── "
-			}
-			walk(c, childPrefix, b)
-		}
-	}
-	for _, id := range f.tops {
-		walk(id, "", "")
-	}
+		return kids
+	})
 	return out
 }
 

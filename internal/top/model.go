@@ -41,12 +41,11 @@ type Model struct {
 	opt  Options
 	feed *feed
 
-	where   string
-	loaded  bool
-	loadErr error
-	f       *forest
-	rows    []row
-	widths  columns
+	where  string
+	loaded bool
+	f      *forest
+	rows   []row
+	widths columns
 
 	collapsed map[kin.AgentID]bool
 	sel       kin.AgentID // the selected agent (kept across reloads)
@@ -163,11 +162,10 @@ func (m *Model) loaded1(msg loadedMsg) tea.Cmd {
 		m.feed.seq.Store(msg.status.LastEvent)
 	}
 	if msg.err != nil {
-		m.loadErr = msg.err
 		m.fail("cannot load the agents", msg.err)
 		return tea.Batch(cmds...)
 	}
-	m.loaded, m.loadErr = true, nil
+	m.loaded = true
 	if first && m.opt.Live {
 		cmds = append(cmds, m.follow, m.waitChange)
 	}

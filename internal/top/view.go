@@ -33,7 +33,8 @@ func (m *Model) measure() columns {
 	c := columns{tree: len("AGENT"), role: len("ROLE"), status: len("STATUS"), state: len("STATE"), pid: len("PID")}
 	for _, r := range m.rows {
 		a := m.f.agents[r.id]
-		c.tree = max(c.tree, lipgloss.Width(treeCell(r, a)))
+		tree, fold := treeCells(r, a)
+		c.tree = max(c.tree, lipgloss.Width(tree+fold))
 		c.role = max(c.role, lipgloss.Width(orDash(a.Role)))
 		c.status = max(c.status, len(a.Status))
 		c.state = max(c.state, len(a.State))
@@ -42,13 +43,14 @@ func (m *Model) measure() columns {
 	return c
 }
 
-// treeCell is the tree glyphs and the agent, with "+N" when folded.
-func treeCell(r row, a *kin.Agent) string {
-	s := r.prefix + "#" + a.ID.String() + " " + a.Name
+// treeCells are the tree column's two parts: the glyphs and the agent, and
+// "+N" when it is folded ("" otherwise).
+func treeCells(r row, a *kin.Agent) (tree, fold string) {
+	tree = r.prefix + "#" + a.ID.String() + " " + a.Name
 	if r.hidden > 0 {
-		s += " +" + strconv.Itoa(r.hidden)
+		fold = " +" + strconv.Itoa(r.hidden)
 	}
-	return s
+	return tree, fold
 }
 
 func pidCell(a *kin.Agent) string {
@@ -129,11 +131,7 @@ func (m *Model) rowLine(i int) string {
 	r := m.rows[i]
 	a := m.f.agents[r.id]
 	c := m.widths
-	tree := r.prefix + "#" + a.ID.String() + " " + a.Name
-	fold := ""
-	if r.hidden > 0 {
-		fold = " +" + strconv.Itoa(r.hidden)
-	}
+	tree, fold := treeCells(r, a)
 	segs := []seg{
 		{"  ", plainStyle},
 		{tree, plainStyle},
