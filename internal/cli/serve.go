@@ -75,8 +75,9 @@ kin serve on the same home takes them back.
 Metrics: GET /metrics serves Prometheus metrics (kin_*, and the Go runtime's
 and the process's) on the socket, and on the HTTP address to holders of the
 operator token. Traces: --traces otlp sends an OpenTelemetry span for each
-spawn and registration, nested like the lineage, over OTLP/HTTP (set
-OTEL_EXPORTER_OTLP_ENDPOINT and the other OTEL_EXPORTER_OTLP_* variables);
+spawn, registration and crash replacement, nested like the lineage, over
+OTLP/HTTP (set OTEL_EXPORTER_OTLP_ENDPOINT and the other OTEL_EXPORTER_OTLP_*
+variables);
 --traces file:PATH appends them to PATH as JSON lines. See
 docs/OBSERVABILITY.md.
 
@@ -163,7 +164,7 @@ the socket only). Shipped profiles: ` + strings.Join(governor.ShippedProfiles(),
 	f.StringVar(&fl.tokenLifetime, "agent-token-lifetime", "", "how long agent tokens live, 1m to 24h (default $KIN_AGENT_TOKEN_LIFETIME, else 1h)")
 	f.StringVar(&fl.checkpointEvery, "log-checkpoint-every", "", "sign a checkpoint of the event log once this many `events` were recorded since the last, 1 to 1000000 (default $KIN_LOG_CHECKPOINT_EVERY, else 1000)")
 	f.StringVar(&fl.checkpointInterval, "log-checkpoint-interval", "", "and at this `interval` while events arrive, 1s to 24h (default $KIN_LOG_CHECKPOINT_INTERVAL, else 10s); always on shutdown")
-	f.StringVar(&fl.traces, "traces", "", "where OpenTelemetry spans of spawns and registrations go (`mode`): off, otlp (OTLP over HTTP, set by the OTEL_EXPORTER_OTLP_* environment) or file:PATH (JSON lines appended to PATH) (default $KIN_TRACES, else off)")
+	f.StringVar(&fl.traces, "traces", "", "where OpenTelemetry spans of spawns, registrations and replacements go (`mode`): off, otlp (OTLP over HTTP, set by the OTEL_EXPORTER_OTLP_* environment) or file:PATH (JSON lines appended to PATH) (default $KIN_TRACES, else off)")
 	return cmd
 }
 

@@ -173,13 +173,12 @@ func (c *Config) traces() (mode, path string, err error) {
 	return "", "", fmt.Errorf("config: traces %q is not off, otlp or file:PATH", c.Traces)
 }
 
-// tracesMode is what the log says of Traces.
+// tracesMode is what the log says of Traces: as set, "off" when unset.
 func (c *Config) tracesMode() string {
-	mode, path, err := c.traces()
-	if err != nil || mode != TracesFile {
-		return mode
+	if c.Traces == "" {
+		return TracesOff
 	}
-	return "file:" + path
+	return c.Traces
 }
 
 // ctxDir is the agent filesystem's root.

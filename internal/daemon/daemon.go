@@ -496,7 +496,8 @@ func (d *Daemon) operatorHandler(api *httpapi.Server) http.Handler {
 func (d *Daemon) webHandler(api *httpapi.Server) http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("/v1/", api.Handler(true))
-	mux.Handle("/metrics", api.Protect(d.metricsHandler()))
+	mux.Handle("GET /metrics", api.Protect(d.metricsHandler()))
+	mux.Handle("/metrics", api.Protect(http.HandlerFunc(api.NotFound))) // another method: the API's answers, not the login page
 	mux.Handle("/", dashboard.Handler(api))
 	return mux
 }

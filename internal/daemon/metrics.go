@@ -7,12 +7,15 @@ import (
 	"net/http"
 	"slices"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/kin-agents/kin/internal/httpapi"
+	"github.com/kin-agents/kin/internal/store/sqlite"
 	"github.com/kin-agents/kin/kin"
 )
 
@@ -37,23 +40,33 @@ var (
 )
 
 type metrics struct {
-	reg        *prometheus.Registry
 	handler    http.Handler
-	spawns     *prometheus.CounterVec
+	spawned    prometheus.Counter // kin_spawns_total's children, by kind
+	registered prometheus.Counter
+	restarted  prometheus.Counter
 	rejections *prometheus.CounterVec
 	cascadeN   *prometheus.HistogramVec
 	cascadeDur *prometheus.HistogramVec
 	heartbeat  prometheus.Histogram
 	httpDur    *prometheus.HistogramVec
+	httpObs    sync.Map // httpKey → httpDur's child (prometheus.Observer)
+}
+
+// httpKey is what a request's latency is filed under, before labelling.
+type httpKey struct {
+	pattern string
+	status  int
 }
 
 func newMetrics(d *Daemon) *metrics {
+	spawns := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "kin_spawns_total",
+		Help: "Agents admitted by the governor and recorded, by kind: spawn (with a process), register (external) or restart (a replacement).",
+	}, []string{"kind"})
 	m := &metrics{
-		reg: prometheus.NewRegistry(),
-		spawns: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "kin_spawns_total",
-			Help: "Agents admitted by the governor and recorded, by kind: spawn (with a process), register (external) or restart (a replacement).",
-		}, []string{"kind"}),
+		spawned:    spawns.WithLabelValues(spawnKindSpawn),
+		registered: spawns.WithLabelValues(spawnKindRegister),
+		restarted:  spawns.WithLabelValues(spawnKindRestart),
 		rejections: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "kin_spawn_rejections_total",
 			Help: "Spawns and registrations refused in the registering transaction, by reason: the kin error code (spawn_depth_exceeded, spawn_circuit_open, conflict, ...).",
@@ -79,13 +92,14 @@ func newMetrics(d *Daemon) *metrics {
 			Buckets: prometheus.DefBuckets,
 		}, []string{"route", "code"}),
 	}
-	m.reg.MustRegister(
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-		m.spawns, m.rejections, m.cascadeN, m.cascadeDur, m.heartbeat, m.httpDur,
+		spawns, m.rejections, m.cascadeN, m.cascadeDur, m.heartbeat, m.httpDur,
 		&stateCollector{d: d},
 	)
-	m.handler = promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{
+	m.handler = promhttp.HandlerFor(reg, promhttp.HandlerOpts{
 		ErrorLog:      promLogger{d},
 		ErrorHandling: promhttp.ContinueOnError, // what could be read is served
 		Timeout:       30 * time.Second,
@@ -98,26 +112,21 @@ func (d *Daemon) metricsHandler() http.Handler {
 	return d.metrics.handler
 }
 
-// countSpawn counts an admitted agent.
+// countSpawn counts an admitted agent: register's extra says its kind.
 func (m *metrics) countSpawn(extra *spawnExtra) {
-	kind := spawnKindRegister
-	if extra != nil {
-		kind = spawnKindSpawn
-		if extra.replaces != 0 {
-			kind = spawnKindRestart
-		}
+	switch {
+	case extra == nil:
+		m.registered.Inc()
+	case extra.replaces != 0:
+		m.restarted.Inc()
+	default:
+		m.spawned.Inc()
 	}
-	m.spawns.WithLabelValues(kind).Inc()
 }
 
 // countRejection counts a refused spawn or registration by its error code.
 func (m *metrics) countRejection(err error) {
-	code := kin.ECodeInternal
-	var ke *kin.Error
-	if errors.As(err, &ke) {
-		code = ke.Code
-	}
-	m.rejections.WithLabelValues(string(code)).Inc()
+	m.rejections.WithLabelValues(string(kin.ErrorCodeOf(err))).Inc()
 }
 
 // observeCascade records one stop or cascade: how many agents it ended and
@@ -135,12 +144,27 @@ func (m *metrics) observeHeartbeat(prev, now time.Time) {
 	m.heartbeat.Observe(now.Sub(prev).Seconds())
 }
 
-// observeHTTP is httpapi.Server.Observe.
+// observeHTTP is httpapi.Server.Observe. Each (pattern, status) is
+// labelled once, on its first request; later ones find the child cached.
 func (m *metrics) observeHTTP(pattern string, status int, d time.Duration) {
-	if pattern == "" {
-		pattern = "unmatched"
+	k := httpKey{pattern, status}
+	o, ok := m.httpObs.Load(k)
+	if !ok {
+		o, _ = m.httpObs.LoadOrStore(k, m.httpDur.WithLabelValues(routeLabel(pattern), strconv.Itoa(status)))
 	}
-	m.httpDur.WithLabelValues(pattern, strconv.Itoa(status)).Observe(d.Seconds())
+	o.(prometheus.Observer).Observe(d.Seconds())
+}
+
+// routeLabel is the route label of a request the mux matched with pattern:
+// the pattern of an API route, else "unmatched" (the API's catch-all "/",
+// or "" or "/v1/" when refused before the API's own mux matched).
+func routeLabel(pattern string) string {
+	for _, rt := range httpapi.Routes() {
+		if len(pattern) == len(rt.Method)+1+len(rt.Pattern) && pattern == rt.Method+" "+rt.Pattern {
+			return pattern
+		}
+	}
+	return "unmatched"
 }
 
 // stateCollector reads what the store knows at scrape time.
@@ -161,11 +185,14 @@ var (
 		"1 when this scrape could not read some of the store's metrics (the daemon's log says why), else 0.", nil, nil)
 )
 
-// agentCounter is what the SQLite store offers beyond store.Store.
+// agentCounter is what the SQLite store, the daemon's only one, offers
+// beyond store.Store for the metrics.
 type agentCounter interface {
 	AgentCountByStateRole(ctx context.Context, fn func(state, role string, n int)) error
 	OldestHeartbeat(ctx context.Context) (time.Time, bool, error)
 }
+
+var _ agentCounter = (*sqlite.Store)(nil)
 
 func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- descAgents
@@ -177,9 +204,6 @@ func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
 
 func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	d := c.d
-	if d.store == nil {
-		return
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	failed := 0.0
@@ -188,33 +212,22 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 		failed = 1
 	}
 	counts := map[[2]string]int{}
-	add := func(state, role string, n int) {
-		if role == "" {
-			role = "none"
-		}
-		counts[[2]string{state, role}] += n
-	}
-	oldest, seen := time.Time{}, false
-	if ac, ok := d.store.(agentCounter); ok {
-		if err := ac.AgentCountByStateRole(ctx, add); err != nil {
-			fail("kin_agents", err)
-		}
-		var err error
-		if oldest, seen, err = ac.OldestHeartbeat(ctx); err != nil {
-			fail("kin_heartbeat_oldest_age_seconds", err)
-		}
+	var oldest time.Time
+	var seen bool
+	if ac, ok := d.store.(agentCounter); !ok {
+		fail("kin_agents", errors.New("the store cannot count agents")) // the daemon opens SQLite: not reached
 	} else {
-		// Another driver: read the rows.
-		as, err := d.store.AgentList(ctx, kin.AgentFilter{})
+		err := ac.AgentCountByStateRole(ctx, func(state, role string, n int) {
+			if role == "" {
+				role = "none"
+			}
+			counts[[2]string{state, role}] += n
+		})
 		if err != nil {
 			fail("kin_agents", err)
 		}
-		for _, a := range as {
-			add(string(a.State), a.Role, 1)
-			if a.Status == kin.StatusActive && (a.State == kin.StateActive || a.State == kin.StateStale) &&
-				!a.LastHeartbeat.IsZero() && (!seen || a.LastHeartbeat.Before(oldest)) {
-				oldest, seen = a.LastHeartbeat, true
-			}
+		if oldest, seen, err = ac.OldestHeartbeat(ctx); err != nil {
+			fail("kin_heartbeat_oldest_age_seconds", err)
 		}
 	}
 	for k, n := range capRoles(counts, d.governor()) {

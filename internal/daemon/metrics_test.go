@@ -129,6 +129,20 @@ func TestMetricsAfterCascade(t *testing.T) {
 		t.Fatalf("stop = %v, %v", stopped, err)
 	}
 
+	// An API request refused before routing (no token) and one no route
+	// matches (with it): both are route "unmatched".
+	for _, token := range []string{"", d.OperatorToken()} {
+		req, _ := http.NewRequest("GET", "http://"+d.HTTPAddr()+"/v1/no-such-route", nil)
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+	}
+
 	if code, _ := scrape(t, d, ""); code != http.StatusUnauthorized {
 		t.Errorf("/metrics without the token: %d, want 401", code)
 	}
@@ -165,6 +179,13 @@ func TestMetricsAfterCascade(t *testing.T) {
 	wantSample(t, ss, 0, "kin_metrics_store_errors")
 	if v, _ := find(ss, "kin_http_request_duration_seconds_count", "route", "POST /v1/spawn", "code", "201"); v < 3 {
 		t.Errorf("latency of POST /v1/spawn counted %v times, want 3 or more", v)
+	}
+	wantSample(t, ss, 1, "kin_http_request_duration_seconds_count", "route", "unmatched", "code", "401")
+	wantSample(t, ss, 1, "kin_http_request_duration_seconds_count", "route", "unmatched", "code", "404")
+	for _, s := range ss {
+		if r := s.labels["route"]; s.name == "kin_http_request_duration_seconds_count" && (r == "" || r == "/" || r == "/v1/") {
+			t.Errorf("latency filed under route %q, not unmatched", r)
+		}
 	}
 	refused := 0.0 // the register refused by the governor, with whatever status the API gives it
 	for _, s := range ss {

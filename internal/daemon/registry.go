@@ -15,9 +15,9 @@ import (
 // Register adds an agent under the governor's rules, checked in the same
 // transaction as the insert.
 func (d *Daemon) Register(ctx context.Context, req kin.RegisterRequest) (*kin.Agent, error) {
-	began := time.Now()
+	began := d.traceStart()
 	a, err := d.register(ctx, req, nil)
-	d.traceSpawn(ctx, spawnKindRegister, req, a, began, err)
+	d.traceSpawn(ctx, spawnKindRegister, req.Parent, req.Name, a, began, err)
 	return a, err
 }
 

@@ -62,15 +62,26 @@ func (d *Daemon) removeRuntime(id kin.AgentID) {
 // Spawn registers an agent under the governor's rules and starts its
 // process in its own cgroup, nested under its parent's.
 func (d *Daemon) Spawn(ctx context.Context, req kin.SpawnRequest) (*kin.Agent, error) {
-	began := time.Now()
+	began := d.traceStart()
+	recorded, started, err := d.spawn(ctx, &req)
+	if started != nil {
+		recorded = started // with its pid
+	}
+	d.traceSpawn(ctx, spawnKindSpawn, req.Parent, req.Name, recorded, began, err)
+	return started, err
+}
+
+// spawn is Spawn: the agent once recorded (nil when the request was
+// refused), and once its process started (nil when it did not).
+func (d *Daemon) spawn(ctx context.Context, req *kin.SpawnRequest) (recorded, started *kin.Agent, _ error) {
 	if err := req.ValidateProcess(); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if req.Name == "" {
 		req.Name = defaultName(req.Command[0])
 	}
 	if err := d.checkSocketPath(req.Name); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	grace := kin.Duration(kin.DefaultGrace)
 	if req.Grace != nil {
@@ -83,26 +94,20 @@ func (d *Daemon) Spawn(ctx context.Context, req kin.SpawnRequest) (*kin.Agent, e
 	var handoffJSON []byte
 	if req.Handoff != nil {
 		if _, err := parseHandoff(req.Handoff); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		var err error
 		if handoffJSON, err = json.Marshal(req.Handoff); err != nil {
-			return nil, kin.Errorf(kin.ECodeInvalid, "handoff: %v", err)
+			return nil, nil, kin.Errorf(kin.ECodeInvalid, "handoff: %v", err)
 		}
 	}
 	extra := &spawnExtra{command: req.Command, env: req.Env, dir: req.Dir, restart: restart, grace: grace, handoff: handoffJSON}
 	a, err := d.register(ctx, req.RegisterRequest, extra)
 	if err != nil {
-		d.traceSpawn(ctx, spawnKindSpawn, req.RegisterRequest, nil, began, err)
-		return nil, err
+		return nil, nil, err
 	}
 	out, err := d.start(context.WithoutCancel(ctx), a, store.ProcessSpec{Command: req.Command, Env: req.Env, Dir: req.Dir, Handoff: handoffJSON}, "")
-	traced := a
-	if out != nil {
-		traced = out // with its pid
-	}
-	d.traceSpawn(ctx, spawnKindSpawn, req.RegisterRequest, traced, began, err)
-	return out, err
+	return a, out, err
 }
 
 // defaultName makes a name from the command: its base name and a random
@@ -650,10 +655,10 @@ func (d *Daemon) maybeRestart(ctx context.Context, old *kin.Agent, reason string
 		Scope: old.Scope, SelfModifying: old.SelfModifying, Life: old.Life,
 	}
 	extra := &spawnExtra{command: spec.Command, env: spec.Env, dir: spec.Dir, restart: old.Restart, grace: old.Grace, replaces: old.ID, handoff: spec.Handoff}
-	began := time.Now()
+	began := d.traceStart()
 	a, err := d.register(ctx, req, extra) // the operator's context: the supervisor acts
 	if err != nil {
-		d.traceSpawn(ctx, spawnKindRestart, req, nil, began, err)
+		d.traceSpawn(ctx, spawnKindRestart, req.Parent, req.Name, nil, began, err)
 		d.markFailed(ctx, old, "replacement refused: "+err.Error())
 		return
 	}
@@ -671,7 +676,7 @@ func (d *Daemon) maybeRestart(ctx context.Context, old *kin.Agent, reason string
 	} else {
 		a = started
 	}
-	d.traceSpawn(ctx, spawnKindRestart, req, a, began, err)
+	d.traceSpawn(ctx, spawnKindRestart, req.Parent, req.Name, a, began, err)
 }
 
 // recentRestarts counts the replacements in old's chain (old, the agent it

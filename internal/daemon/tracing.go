@@ -3,7 +3,6 @@ package daemon
 import (
 	"context"
 	"crypto/sha256"
-	"errors"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -108,9 +107,8 @@ func (d *Daemon) closeTracing() {
 }
 
 // traceID is the trace of the tree whose root agent is root.
-func (t *tracer) traceID(root kin.AgentID) trace.TraceID {
-	var id trace.TraceID
-	h := sha256.Sum256(fmt.Appendf(nil, "%s/trace/%d", t.salt, root))
+func (t *tracer) traceID(root kin.AgentID) (id trace.TraceID) {
+	h := t.derive("trace", root)
 	copy(id[:], h[:])
 	if !id.IsValid() {
 		id[0] = 1
@@ -119,9 +117,8 @@ func (t *tracer) traceID(root kin.AgentID) trace.TraceID {
 }
 
 // spanID is the span of agent id's spawn.
-func (t *tracer) spanID(id kin.AgentID) trace.SpanID {
-	var sid trace.SpanID
-	h := sha256.Sum256(fmt.Appendf(nil, "%s/span/%d", t.salt, id))
+func (t *tracer) spanID(id kin.AgentID) (sid trace.SpanID) {
+	h := t.derive("span", id)
 	copy(sid[:], h[:])
 	if !sid.IsValid() {
 		sid[0] = 1
@@ -129,51 +126,66 @@ func (t *tracer) spanID(id kin.AgentID) trace.SpanID {
 	return sid
 }
 
-// rootOf is the root of id's tree, by the in-memory lineage.
-func (d *Daemon) rootOf(id kin.AgentID) kin.AgentID {
-	for p := d.lineage.parentOf(id); p != 0; p = d.lineage.parentOf(id) {
-		id = p
-	}
-	return id
+// derive hashes <salt>/<what>/<id>.
+func (t *tracer) derive(what string, id kin.AgentID) [sha256.Size]byte {
+	return sha256.Sum256(fmt.Appendf(nil, "%s/%s/%d", t.salt, what, id))
 }
 
-// spanOf is the span context of agent id's spawn, as its children's parent.
-func (d *Daemon) spanOf(id kin.AgentID) trace.SpanContext {
-	t := d.tracer
-	return trace.NewSpanContext(trace.SpanContextConfig{
-		TraceID:    t.traceID(d.rootOf(id)),
-		SpanID:     t.spanID(id),
-		TraceFlags: trace.FlagsSampled,
-		Remote:     true,
-	})
+// traceStart is the start of a span traceSpawn will record: now, or the
+// zero time when traces are off (traceSpawn then ignores it).
+func (d *Daemon) traceStart() time.Time {
+	if d.tracer == nil {
+		return time.Time{}
+	}
+	return time.Now()
 }
 
 // traceSpawn records the span of one spawn, registration or restart
 // (kind: spawnKind*) that began at began and ends now: of agent a when it
 // was recorded (err may still say its process did not start), else of the
-// refusal, under the parent's span with an id of its own.
-func (d *Daemon) traceSpawn(ctx context.Context, kind string, req kin.RegisterRequest, a *kin.Agent, began time.Time, err error) {
-	t := d.tracer
-	if t == nil {
-		return
+// refusal of the request for name under parent. With traces off it is a
+// nil check.
+func (d *Daemon) traceSpawn(ctx context.Context, kind string, parent kin.AgentID, name string, a *kin.Agent, began time.Time, err error) {
+	if d.tracer != nil {
+		d.tracer.spawn(ctx, d, kind, parent, name, a, began, err)
 	}
-	parent := req.Parent
+}
+
+func (t *tracer) spawn(ctx context.Context, d *Daemon, kind string, parent kin.AgentID, name string, a *kin.Agent, began time.Time, err error) {
 	if a != nil {
 		parent = a.Parent
 	} else if parent == 0 {
 		parent = callerOf(ctx).agent // register's default: the caller's child
 	}
-	sctx := context.Background() // the span's place is the lineage, not the request
-	if parent != 0 && d.lineage.has(parent) {
-		sctx = trace.ContextWithRemoteSpanContext(sctx, d.spanOf(parent))
+	// The span's place is the lineage, not the request: under the parent's
+	// span, in its tree's trace. The root is the last of the parent's
+	// chain, the agent itself for a root.
+	sctx := context.Background()
+	root := kin.AgentID(0)
+	if chain := d.chainIDs(parent); len(chain) > 0 {
+		root = chain[len(chain)-1]
+	}
+	var tid trace.TraceID
+	if root != 0 {
+		tid = t.traceID(root)
+		sctx = trace.ContextWithRemoteSpanContext(sctx, trace.NewSpanContext(trace.SpanContextConfig{
+			TraceID:    tid,
+			SpanID:     t.spanID(parent),
+			TraceFlags: trace.FlagsSampled,
+			Remote:     true,
+		}))
 	}
 	attrs := []attribute.KeyValue{
 		attribute.String("kin.kind", kind),
 		attribute.Int64("kin.parent", int64(parent)),
 	}
-	if a != nil {
-		root := d.rootOf(a.ID)
-		sctx = context.WithValue(sctx, wantIDsKey{}, wantIDs{trace: t.traceID(root), span: t.spanID(a.ID)})
+	if a == nil {
+		attrs = append(attrs, attribute.String("kin.agent.name", name))
+	} else {
+		if root == 0 {
+			root, tid = a.ID, t.traceID(a.ID)
+		}
+		sctx = context.WithValue(sctx, wantIDsKey{}, wantIDs{trace: tid, span: t.spanID(a.ID)})
 		attrs = append(attrs,
 			attribute.Int64("kin.agent.id", int64(a.ID)),
 			attribute.String("kin.agent.name", a.Name),
@@ -189,17 +201,10 @@ func (d *Daemon) traceSpawn(ctx context.Context, kind string, req kin.RegisterRe
 		if a.PID != 0 {
 			attrs = append(attrs, attribute.Int("kin.agent.pid", a.PID))
 		}
-	} else {
-		attrs = append(attrs, attribute.String("kin.agent.name", req.Name))
 	}
 	_, span := t.tr.Start(sctx, "kin."+kind, trace.WithTimestamp(began), trace.WithSpanKind(trace.SpanKindInternal), trace.WithAttributes(attrs...))
 	if err != nil {
-		code := kin.ECodeInternal
-		var ke *kin.Error
-		if errors.As(err, &ke) {
-			code = ke.Code
-		}
-		span.SetAttributes(attribute.String("kin.error.code", string(code)))
+		span.SetAttributes(attribute.String("kin.error.code", string(kin.ErrorCodeOf(err))))
 		span.SetStatus(codes.Error, err.Error())
 	}
 	span.End()
@@ -224,9 +229,7 @@ func (derivedIDs) NewIDs(ctx context.Context) (trace.TraceID, trace.SpanID) {
 	}
 	var tid trace.TraceID
 	for !tid.IsValid() {
-		for i := range tid {
-			tid[i] = byte(rand.Uint32())
-		}
+		randomBytes(tid[:])
 	}
 	return tid, randomSpanID()
 }
@@ -238,14 +241,17 @@ func (derivedIDs) NewSpanID(ctx context.Context, _ trace.TraceID) trace.SpanID {
 	return randomSpanID()
 }
 
-func randomSpanID() trace.SpanID {
-	var sid trace.SpanID
+func randomSpanID() (sid trace.SpanID) {
 	for !sid.IsValid() {
-		for i := range sid {
-			sid[i] = byte(rand.Uint32())
-		}
+		randomBytes(sid[:])
 	}
 	return sid
+}
+
+func randomBytes(b []byte) {
+	for i := range b {
+		b[i] = byte(rand.Uint32())
+	}
 }
 
 // TracesEnabled reports whether spans are exported (Config.Traces is not off).

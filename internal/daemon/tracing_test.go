@@ -137,11 +137,21 @@ func TestTraceSpansFollowLineage(t *testing.T) {
 	// other's trace, under other's span.
 	d2 := kintest.StartDaemon(t, kintest.WithHome(home), withTraces("file:"+path))
 	late := register(t, d2.Client, kin.RegisterRequest{Name: "late", Parent: other.ID})
+	// A spawn refused before the registry (no command) is an error span too.
+	_, err = d2.Client.Spawn(ctx, kin.SpawnRequest{RegisterRequest: kin.RegisterRequest{Name: "no-command", Parent: other.ID}})
+	wantCode(t, err, kin.ECodeInvalid)
 	if err := d2.Close(); err != nil {
 		t.Fatal(err)
 	}
-	var found bool
+	var found, invalid bool
 	for _, s := range readSpans(t, path) {
+		if s.attr("kin.agent.name") == "no-command" {
+			invalid = true
+			if s.Name != "kin.spawn" || s.Status.Code != "Error" || s.attr("kin.error.code") != string(kin.ECodeInvalid) ||
+				s.SpanContext.TraceID != so.SpanContext.TraceID || s.Parent.SpanID != so.SpanContext.SpanID {
+				t.Errorf("invalid spawn's span: %+v", s)
+			}
+		}
 		if s.attr("kin.agent.id") == late.ID.String() {
 			found = true
 			if s.SpanContext.TraceID != so.SpanContext.TraceID || s.Parent.SpanID != so.SpanContext.SpanID {
@@ -151,6 +161,9 @@ func TestTraceSpansFollowLineage(t *testing.T) {
 	}
 	if !found {
 		t.Error("no span of the agent registered after the restart")
+	}
+	if !invalid {
+		t.Error("no span of the spawn refused for its missing command")
 	}
 }
 

@@ -6,16 +6,17 @@ import (
 	"time"
 )
 
-// These reads serve the daemon's metrics (kin_agents, the oldest
-// heartbeat). They are not part of store.Store: the daemon asks for them
-// through an interface of its own and falls back to listing agents with a
-// driver that lacks them.
+// These reads serve the daemon's metrics at each scrape (kin_agents, the
+// oldest heartbeat): aggregates, where store.Store's AgentCount has only
+// the total and AgentList would load every agent. They are not part of
+// store.Store: the daemon asks for them through an interface of its own.
+// Prepared once on the read pool, like the other frequent reads.
 
 // AgentCountByStateRole calls fn once for each (state, role) pair with the
 // number of agents, of any status, in it: one grouped scan of the agents
 // table, without reading their rows.
 func (r reader) AgentCountByStateRole(ctx context.Context, fn func(state, role string, n int)) error {
-	rows, err := r.q.QueryContext(ctx, `SELECT state, role, COUNT(*) FROM agents GROUP BY state, role`)
+	rows, err := r.query(ctx, `SELECT state, role, COUNT(*) FROM agents GROUP BY state, role`)
 	if err != nil {
 		return interpretError(err)
 	}
@@ -36,7 +37,7 @@ func (r reader) AgentCountByStateRole(ctx context.Context, fn func(state, role s
 // false when there is none.
 func (r reader) OldestHeartbeat(ctx context.Context) (time.Time, bool, error) {
 	var ns sql.NullInt64
-	err := r.q.QueryRowContext(ctx, `SELECT MIN(last_heartbeat) FROM agents
+	err := r.queryRow(ctx, `SELECT MIN(last_heartbeat) FROM agents
 		WHERE state IN ('active', 'stale') AND status = 'active' AND last_heartbeat > 0`).Scan(&ns)
 	if err != nil {
 		return time.Time{}, false, interpretError(err)
