@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kin-agents/kin/examples/internal/exampletest"
+	"github.com/kin-agents/kin/internal/exampletest"
 	"github.com/kin-agents/kin/internal/kintest"
 	"github.com/kin-agents/kin/kin"
 )

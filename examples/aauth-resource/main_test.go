@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kin-agents/kin/examples/internal/exampletest"
+	"github.com/kin-agents/kin/internal/exampletest"
 )
 
 // TestBinary builds the example, runs it as a real process, reads its first

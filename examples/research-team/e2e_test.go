@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/kin-agents/kin/examples/internal/exampletest"
+	"github.com/kin-agents/kin/internal/exampletest"
 	"github.com/kin-agents/kin/kin"
 )
 

@@ -1,6 +1,7 @@
-// Package exampletest is what the examples' end-to-end tests share: a kin
-// binary, real processes (kin serve among them) started and stopped for a
-// test, and commands run within a deadline. Only tests use it.
+// Package exampletest is what the end-to-end tests of examples/ and
+// integrations/ share: a kin binary, real processes (kin serve among them)
+// started and stopped for a test, and commands run within a deadline. Only
+// tests use it.
 package exampletest
 
 import (
