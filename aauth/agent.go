@@ -80,6 +80,48 @@ func (a *Agent) Do(req *http.Request, authToken string) (*http.Response, error) 
 	return a.client.Do(req)
 }
 
+// Transport returns an http.RoundTripper that signs each request with the
+// agent token (as Do does) before base sends it (nil: http.DefaultTransport).
+// It is for clients that take an *http.Client and send requests of their
+// own, such as an MCP client over streamable HTTP calling kin's /mcp as
+// the agent.
+func (a *Agent) Transport(base http.RoundTripper) http.RoundTripper {
+	if base == nil {
+		base = http.DefaultTransport
+	}
+	return &signingTransport{agent: a, base: base}
+}
+
+type signingTransport struct {
+	agent *Agent
+	base  http.RoundTripper
+}
+
+func (t *signingTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	closeBody := func() {
+		if req.Body != nil {
+			req.Body.Close()
+		}
+	}
+	if t.agent.Token == nil {
+		closeBody()
+		return nil, errors.New("aauth: Agent.Token is nil")
+	}
+	token, err := t.agent.Token(req.Context())
+	if err != nil {
+		closeBody()
+		return nil, fmt.Errorf("aauth: agent token: %w", err)
+	}
+	// A RoundTripper must not change the request it is given: sign a copy
+	// (Sign reads the body and gives the copy its own).
+	signed := req.Clone(req.Context())
+	if err := httpsig.Sign(signed, t.agent.Key, httpsig.Params{Created: t.agent.now(), JWT: token}); err != nil {
+		closeBody()
+		return nil, fmt.Errorf("aauth: signing: %w", err)
+	}
+	return t.base.RoundTrip(signed)
+}
+
 // RequestAuthToken asks the person server ps for an auth token: it discovers
 // auth_token_endpoint from ps's metadata and POSTs req there, signed with the
 // agent token. Errors: *Problem for a problem+json answer, *SignatureError for

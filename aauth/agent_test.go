@@ -5,8 +5,11 @@ import (
 	"crypto/ed25519"
 	"encoding/json"
 	"errors"
+	"io"
 	"net/http"
+	"net/http/httptest"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/kin-agents/kin/internal/httpsig"
@@ -98,5 +101,49 @@ func TestAuthTokenRequest_JSON(t *testing.T) {
 	}
 	if string(b) != `{"resource_token":"r"}` {
 		t.Fatalf("%s: empty members not omitted", b)
+	}
+}
+
+// TestTransportSignsEachRequestAndLeavesTheCallersAlone: every request
+// sent through Agent.Transport arrives signed by the agent's key, its
+// body covered and intact, while the request the caller built keeps no
+// signature headers (a RoundTripper must not change it).
+func TestTransportSignsEachRequestAndLeavesTheCallersAlone(t *testing.T) {
+	clock := newTestClock()
+	ps := newFakePersonServer(t, clock)
+	ag := newTestAgent(t, ps, clock.Now)
+	var got []string
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		v, err := httpsig.Verify(r, clock.Now(), func(sk httpsig.SignatureKey) (ed25519.PublicKey, error) {
+			return ag.Key.Public().(ed25519.PublicKey), nil
+		})
+		if err != nil {
+			WriteSignatureError(w, err.(*httpsig.Error))
+			return
+		}
+		body, _ := io.ReadAll(r.Body)
+		got = append(got, string(body)+" "+strings.Join(v.Covered, ","))
+	}))
+	defer srv.Close()
+	hc := &http.Client{Transport: ag.Transport(nil)}
+	for _, body := range []string{`{"n":1}`, `{"n":2}`} {
+		req, _ := http.NewRequest(http.MethodPost, srv.URL+"/mcp", strings.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := hc.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("signed request: %s (%s)", resp.Status, resp.Header.Get(httpsig.HeaderSignatureError))
+		}
+		if req.Header.Get(httpsig.HeaderSignature) != "" || req.Header.Get(httpsig.HeaderSignatureKey) != "" {
+			t.Errorf("the caller's request was changed: %v", req.Header)
+		}
+	}
+	want := []string{`{"n":1} @method,@authority,@path,signature-key,content-digest,content-type`,
+		`{"n":2} @method,@authority,@path,signature-key,content-digest,content-type`}
+	if !slices.Equal(got, want) {
+		t.Errorf("the server saw %q, want %q", got, want)
 	}
 }

@@ -28,8 +28,10 @@ Tools:
 
   spawn_agent     start a child: name, role, command, handoff (its task),
                   refs, contract, policy, stage, template, set, life, env,
-                  dir, restart; parent (default: the calling agent) and
-                  responsible (for a root) for the operator
+                  dir, restart, grace, and seed 000's wallet, scope,
+                  self_modifying, constitution_hash, capability_hash;
+                  parent (default: the calling agent) and responsible (for
+                  a root) for the operator
   wait_agent      wait for an agent to end: its result status and result.md
   get_result      an agent's result as kin kept it, ended or not
   list_children   an agent's children (default: the caller's)
@@ -61,7 +63,16 @@ Desktop's claude_desktop_config.json:
   }
 
 or "claude mcp add kin -- kin mcp". Inside an agent spawned by kin, leave
-"env" out: the agent's own KIN_SOCKET makes the tools act as the agent.`,
+"env" out: the agent's own KIN_SOCKET makes the tools act as the agent.
+integrations/ has ready snippets for Claude Code and Codex.
+
+Remote clients: "kin serve --http ADDR" serves the same tools over
+streamable HTTP at http://ADDR/mcp (stateless: each POST is one message).
+The operator sends its token (Authorization: Bearer <operator.token>); an
+agent signs each request with its own key, presenting its agent token ("kin
+token") in Signature-Key, as AAuth does, and then acts as that agent. Over
+HTTP kin reads no file for an agent: refs and template need "kin mcp" inside
+the agent.`,
 		Example: `  kin mcp
   kin mcp --home /srv/kin`,
 		Args: cobra.NoArgs,

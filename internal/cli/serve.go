@@ -81,6 +81,10 @@ variables);
 --traces file:PATH appends them to PATH as JSON lines. See
 docs/OBSERVABILITY.md.
 
+MCP: the HTTP address serves kin's MCP tools at /mcp (streamable HTTP) to
+the operator's token and to agents that sign their requests with their own
+key; see "kin mcp --help".
+
 Configuration: built-in defaults, overridden by KIN_HOME, KIN_HTTP,
 KIN_PROFILE, KIN_STORE, KIN_CTX, KIN_CONTAINMENT, KIN_LEAVE_RUNNING,
 KIN_POLICY_CONFIG, KIN_SANDBOX_BEST_EFFORT and KIN_TRACES, overridden by

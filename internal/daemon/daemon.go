@@ -491,11 +491,13 @@ func (d *Daemon) operatorHandler(api *httpapi.Server) http.Handler {
 }
 
 // webHandler serves the HTTP address (behind the AAuth endpoints): the API
-// and /metrics for holders of the operator token, the dashboard for
-// browsers that logged in with it, and the login page for everyone else.
+// and /metrics for holders of the operator token, the MCP tools for them
+// and for agents that sign their requests, the dashboard for browsers that
+// logged in with the token, and the login page for everyone else.
 func (d *Daemon) webHandler(api *httpapi.Server) http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("/v1/", api.Handler(true))
+	mux.Handle(PathMCP, d.mcpHandler(api))
 	mux.Handle("GET /metrics", api.Protect(d.metricsHandler()))
 	mux.Handle("/metrics", api.Protect(http.HandlerFunc(api.NotFound))) // another method: the API's answers, not the login page
 	mux.Handle("/", dashboard.Handler(api))

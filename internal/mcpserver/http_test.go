@@ -4,6 +4,8 @@ import (
 	"context"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -17,24 +19,34 @@ import (
 
 func TestMCPHTTPHandlerServesToolsAndRefusesUnknownCallers(t *testing.T) {
 	d := kintest.StartDaemon(t)
-	h := mcpserver.NewHTTPHandler(func(r *http.Request) (kin.Service, error) {
-		if r.Header.Get("Authorization") != "Bearer operator" {
-			return nil, kin.Errorf(kin.ECodeUnauthorized, "no operator token")
+	mcpH := mcpserver.NewHTTPHandler(mcpserver.Options{Version: "test"})
+	// What the daemon puts in front: here a token names the caller, and
+	// only the operator's lets the tools read files.
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.Header.Get("Authorization") {
+		case "Bearer operator":
+			r = r.WithContext(mcpserver.WithCaller(r.Context(), mcpserver.Caller{Service: d.Client, ReadsFiles: true}))
+		case "Bearer remote":
+			r = r.WithContext(mcpserver.WithCaller(r.Context(), mcpserver.Caller{Service: d.Client}))
 		}
-		return d.Client, nil
-	}, mcpserver.Options{Version: "test"})
+		mcpH.ServeHTTP(w, r)
+	})
 	srv := httptest.NewServer(h)
 	defer srv.Close()
 
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	hc := &http.Client{Transport: bearer{"operator"}}
-	cs, err := mcp.NewClient(&mcp.Implementation{Name: "test-client", Version: "test"}, nil).
-		Connect(ctx, &mcp.StreamableClientTransport{Endpoint: srv.URL, HTTPClient: hc, MaxRetries: -1}, nil)
-	if err != nil {
-		t.Fatal(err)
+	connect := func(token string) *mcp.ClientSession {
+		hc := &http.Client{Transport: bearer{token}}
+		cs, err := mcp.NewClient(&mcp.Implementation{Name: "test-client", Version: "test"}, nil).
+			Connect(ctx, &mcp.StreamableClientTransport{Endpoint: srv.URL, HTTPClient: hc, MaxRetries: -1}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { cs.Close() })
+		return cs
 	}
-	defer cs.Close()
+	cs := connect("operator")
 	res, err := cs.ListTools(ctx, nil)
 	if err != nil || len(res.Tools) != len(allTools) {
 		t.Fatalf("list tools over HTTP: %v, %v", res, err)
@@ -44,13 +56,33 @@ func TestMCPHTTPHandlerServesToolsAndRefusesUnknownCallers(t *testing.T) {
 		t.Errorf("get_result 999 over HTTP: %v, %v", r, err)
 	}
 
+	// A caller without ReadsFiles cannot have this side read its refs or
+	// template: refused, and nothing registered.
+	ref := filepath.Join(t.TempDir(), "secret.md")
+	if err := os.WriteFile(ref, []byte("secret"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	remote := connect("remote")
+	for _, args := range []map[string]any{
+		{"command": []string{"/bin/true"}, "responsible": "t", "handoff": "Read it.", "refs": []string{ref}},
+		{"command": []string{"/bin/true"}, "responsible": "t", "template": t.TempDir()},
+	} {
+		r, err := remote.CallTool(ctx, &mcp.CallToolParams{Name: "spawn_agent", Arguments: args})
+		if err != nil || !r.IsError || !strings.HasPrefix(text(r), string(kin.ECodeForbidden)+": refs and template name files") {
+			t.Errorf("spawn_agent %v without ReadsFiles: %v, %v; want forbidden", args, text(r), err)
+		}
+	}
+	if as, err := d.Client.Agents(ctx, kin.AgentFilter{}); err != nil || len(as) != 0 {
+		t.Errorf("agents after refused spawns: %v, %v; want none", as, err)
+	}
+
 	resp, err := http.Post(srv.URL, "application/json", strings.NewReader(`{"jsonrpc":"2.0","id":1,"method":"tools/list"}`))
 	if err != nil {
 		t.Fatal(err)
 	}
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusUnauthorized {
-		t.Errorf("without a token: %s, want 401", resp.Status)
+		t.Errorf("without a caller: %s, want 401", resp.Status)
 	}
 }
 

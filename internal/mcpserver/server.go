@@ -52,32 +52,55 @@ func New(svc kin.Service, opts Options) *mcp.Server {
 	return s
 }
 
+// Caller is who an HTTP request comes from, as the authentication in front
+// of NewHTTPHandler found: the service the tools act through, and what they
+// may do for it on this server's side.
+type Caller struct {
+	// Service is what the tools act through, with the request's context
+	// (which says, to the daemon, who the caller is).
+	Service kin.Service
+	// ReadsFiles lets spawn_agent read the files a call names (refs to
+	// hash, a template to provision from) with this server's rights. Give it
+	// to the operator only: an agent's files are read by "kin mcp" running
+	// inside it, under its own sandbox, and never by the daemon for it.
+	ReadsFiles bool
+}
+
+// WithCaller returns ctx carrying c, for NewHTTPHandler's tools.
+func WithCaller(ctx context.Context, c Caller) context.Context {
+	return context.WithValue(ctx, callerKey{}, c)
+}
+
+// callerKey carries an HTTP request's Caller to the tools answering it (the
+// SDK hands the request's context on to them).
+type callerKey struct{}
+
 // NewHTTPHandler serves kin's MCP tools over the streamable HTTP transport,
-// stateless. service returns the kin.Service a request acts through (who
-// the caller is: the operator, or the agent the request authenticated as);
-// an error refuses the request with 401. One server serves every request:
-// its tools act through the service of the request they answer.
-func NewHTTPHandler(service func(*http.Request) (kin.Service, error), opts Options) http.Handler {
+// stateless: each POST is one JSON-RPC message, answered on its own. The
+// handler authenticates nobody: whatever is in front of it must put the
+// request's Caller in its context (WithCaller); a request without one is
+// refused with 401. One server serves every request, its tools acting
+// through the Caller of the request they answer. Browsers' cross-origin
+// requests, and requests to a loopback address naming another host (DNS
+// rebinding), are refused with 403.
+func NewHTTPHandler(opts Options) http.Handler {
 	srv := New(nil, opts)
 	h := mcp.NewStreamableHTTPHandler(func(r *http.Request) *mcp.Server {
-		if _, ok := r.Context().Value(serviceKey{}).(kin.Service); !ok {
+		if _, ok := r.Context().Value(callerKey{}).(Caller); !ok {
 			return nil
 		}
 		return srv
-	}, &mcp.StreamableHTTPOptions{Stateless: true})
+	}, &mcp.StreamableHTTPOptions{Stateless: true, CrossOriginProtection: http.NewCrossOriginProtection()})
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		svc, err := service(r)
-		if err != nil {
-			http.Error(w, fmt.Sprintf("%s: %s", kin.ErrorCodeOf(err), kin.ErrorMessageOf(err)), http.StatusUnauthorized)
+		if c, ok := r.Context().Value(callerKey{}).(Caller); !ok || c.Service == nil {
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusUnauthorized)
+			json.NewEncoder(w).Encode(&kin.Error{Code: kin.ECodeUnauthorized, Message: "no caller: the MCP endpoint needs the operator token or an agent's signed request"})
 			return
 		}
-		h.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), serviceKey{}, svc)))
+		h.ServeHTTP(w, r)
 	})
 }
-
-// serviceKey carries an HTTP request's kin.Service to the tools answering
-// it (the SDK hands the request's context on to them).
-type serviceKey struct{}
 
 const instructions = `kin registers, governs and supervises trees of AI agents. These tools act
 as the caller: inside an agent (KIN_SOCKET set) as that agent, on itself and
@@ -93,21 +116,21 @@ type tools struct {
 	opts Options
 }
 
-// service is the kin.Service a call acts through: its HTTP request's, or
-// the server's.
-func (t *tools) service(ctx context.Context) (kin.Service, error) {
-	if svc, ok := ctx.Value(serviceKey{}).(kin.Service); ok {
-		return svc, nil
+// caller is who a call comes from: its HTTP request's Caller, or the
+// server's own service, which reads files as the process kin mcp runs in.
+func (t *tools) caller(ctx context.Context) (Caller, error) {
+	if c, ok := ctx.Value(callerKey{}).(Caller); ok {
+		return c, nil
 	}
 	if t.svc == nil {
-		return nil, kin.Errorf(kin.ECodeInternal, "no kin service for this call")
+		return Caller{}, kin.Errorf(kin.ECodeInternal, "no kin service for this call")
 	}
-	return t.svc, nil
+	return Caller{Service: t.svc, ReadsFiles: true}, nil
 }
 
-// handler is a tool's work, through svc: the text the model reads and the
+// handler is a tool's work, for caller c: the text the model reads and the
 // structured output, or an error, which becomes a tool error (toolError).
-type handler[In any] func(ctx context.Context, svc kin.Service, in In) (text string, out any, err error)
+type handler[In any] func(ctx context.Context, c Caller, in In) (text string, out any, err error)
 
 // addTool adds the tool h does. Its output schema is left out (Out is
 // any): kin's JSON has durations as strings and optional times, which
@@ -115,11 +138,11 @@ type handler[In any] func(ctx context.Context, svc kin.Service, in In) (text str
 // sent, with its text.
 func addTool[In any](s *mcp.Server, t *tools, tool *mcp.Tool, h handler[In]) {
 	mcp.AddTool(s, tool, func(ctx context.Context, _ *mcp.CallToolRequest, in In) (*mcp.CallToolResult, any, error) {
-		svc, err := t.service(ctx)
+		c, err := t.caller(ctx)
 		if err != nil {
 			return nil, nil, toolError(err)
 		}
-		text, out, err := h(ctx, svc, in)
+		text, out, err := h(ctx, c, in)
 		if err != nil {
 			return nil, nil, toolError(err)
 		}
@@ -156,22 +179,28 @@ func jsonText(v any) string {
 
 // SpawnInput is spawn_agent's input.
 type SpawnInput struct {
-	Name        string            `json:"name,omitempty" jsonschema:"the agent's name: letters, digits and - _ . : @ (default: made from the command)"`
-	Role        string            `json:"role,omitempty" jsonschema:"the agent's role (the governor's profile may require one)"`
-	Command     []string          `json:"command" jsonschema:"the agent's process: the program and its arguments, e.g. [\"/bin/sh\", \"-c\", \"...\"]; a program without a slash is looked up in this server's PATH"`
-	Parent      int64             `json:"parent,omitempty" jsonschema:"the parent agent's id; default: the calling agent, or for the operator a new root (which needs responsible)"`
-	Responsible string            `json:"responsible,omitempty" jsonschema:"the accountable human or organisation (required for a root agent)"`
-	Life        string            `json:"life,omitempty" jsonschema:"owned (default: the agent dies with its parent) or detached"`
-	Handoff     string            `json:"handoff,omitempty" jsonschema:"the agent's task, handoff.md (Markdown); the child finds it at $KIN_HANDOFF and writes its result to $KIN_OUTPUT/result.md"`
-	Refs        []string          `json:"refs,omitempty" jsonschema:"with handoff: input refs, absolute paths of files the child should read; hashed (sha256) here"`
-	Contract    map[string]any    `json:"contract,omitempty" jsonschema:"with handoff: the output contract (contract.json), e.g. {\"sections\":[{\"name\":\"Summary\"}]}; default: a non-empty result.md with a non-empty Summary section"`
-	Policy      map[string]any    `json:"policy,omitempty" jsonschema:"the agent's own policy, a subset of its parent's: tools {allow, deny} (glob patterns), mounts {path: ro|rw}, spawn {allow, roles}, budget {max_tokens, max_cost, max_descendants, deadline}, ...; more than the parent holds is refused with permission_escalation"`
-	Stage       string            `json:"stage,omitempty" jsonschema:"the preset the agent's tools follow (default: its parent's)"`
-	Template    string            `json:"template,omitempty" jsonschema:"a template directory to provision the agent's workspace from; its .kin.json or .kin.yaml may give a role, a stage and a policy"`
-	Set         map[string]string `json:"set,omitempty" jsonschema:"with template: the values of its placeholders, e.g. {\"TOPIC\": \"lineage\"}"`
-	Env         []string          `json:"env,omitempty" jsonschema:"entries of the form KEY=VALUE added to the agent's environment (KIN_* are kin's own)"`
-	Dir         string            `json:"dir,omitempty" jsonschema:"the process's working directory (default: this server's, or inside an agent the child's own session)"`
-	Restart     string            `json:"restart,omitempty" jsonschema:"never (default), on-failure or always: whether kin replaces the process after it ends"`
+	Name             string            `json:"name,omitempty" jsonschema:"the agent's name: letters, digits and - _ . : @ (default: made from the command)"`
+	Role             string            `json:"role,omitempty" jsonschema:"the agent's role (the governor's profile may require one)"`
+	Command          []string          `json:"command" jsonschema:"the agent's process: the program and its arguments, e.g. [\"/bin/sh\", \"-c\", \"...\"]; a program without a slash is looked up in this server's PATH"`
+	Parent           int64             `json:"parent,omitempty" jsonschema:"the parent agent's id; default: the calling agent, or for the operator a new root (which needs responsible)"`
+	Responsible      string            `json:"responsible,omitempty" jsonschema:"the accountable human or organisation (required for a root agent)"`
+	Life             string            `json:"life,omitempty" jsonschema:"owned (default: the agent dies with its parent) or detached"`
+	Handoff          string            `json:"handoff,omitempty" jsonschema:"the agent's task, handoff.md (Markdown); the child finds it at $KIN_HANDOFF and writes its result to $KIN_OUTPUT/result.md"`
+	Refs             []string          `json:"refs,omitempty" jsonschema:"with handoff: input refs, the paths of files the child should read (best absolute; a relative one is taken from this server's working directory); each is hashed (sha256) here, with the caller's rights"`
+	Contract         map[string]any    `json:"contract,omitempty" jsonschema:"with handoff: the output contract (contract.json), e.g. {\"sections\":[{\"name\":\"Summary\"}]}; default: a non-empty result.md with a non-empty Summary section"`
+	Policy           map[string]any    `json:"policy,omitempty" jsonschema:"the agent's own policy, a subset of its parent's: tools {allow, deny} (glob patterns), mounts {path: ro|rw}, spawn {allow, roles}, budget {max_tokens, max_cost, max_descendants, deadline}, ...; more than the parent holds is refused with permission_escalation"`
+	Stage            string            `json:"stage,omitempty" jsonschema:"the preset the agent's tools follow (default: its parent's)"`
+	Template         string            `json:"template,omitempty" jsonschema:"a template directory to provision the agent's workspace from; its .kin.json or .kin.yaml may give a role, a stage and a policy"`
+	Set              map[string]string `json:"set,omitempty" jsonschema:"with template: the values of its placeholders, e.g. {\"TOPIC\": \"lineage\"}"`
+	Env              []string          `json:"env,omitempty" jsonschema:"entries of the form KEY=VALUE added to the agent's environment (KIN_* are kin's own)"`
+	Dir              string            `json:"dir,omitempty" jsonschema:"the process's working directory (default: this server's, or inside an agent the child's own session)"`
+	Restart          string            `json:"restart,omitempty" jsonschema:"never (default), on-failure or always: whether kin replaces the process after it ends"`
+	Grace            string            `json:"grace,omitempty" jsonschema:"time between SIGTERM and SIGKILL when the agent is stopped, a duration like 5s (default: kin's; 0s kills at once)"`
+	Wallet           string            `json:"wallet,omitempty" jsonschema:"the wallet or account the agent's spend is charged to (seed 000's registration data)"`
+	Scope            string            `json:"scope,omitempty" jsonschema:"what the agent is for, in a few words (seed 000's registration data)"`
+	SelfModifying    bool              `json:"self_modifying,omitempty" jsonschema:"true when the agent may change its own code or prompt (seed 000's registration data)"`
+	ConstitutionHash string            `json:"constitution_hash,omitempty" jsonschema:"the hash of the agent's constitution, its standing instructions (seed 000)"`
+	CapabilityHash   string            `json:"capability_hash,omitempty" jsonschema:"the hash of the agent's capability set, e.g. its tool list (seed 000)"`
 }
 
 // SpawnOutput is spawn_agent's output.
@@ -181,14 +210,26 @@ type SpawnOutput struct {
 }
 
 // spawnRequest turns the tool's input into kin's request, reading and
-// checking the files it names as kin spawn does.
-func (t *tools) spawnRequest(in SpawnInput) (kin.SpawnRequest, error) {
+// checking the files it names as kin spawn does, when the caller may have
+// files read for it (readsFiles).
+func (t *tools) spawnRequest(in SpawnInput, readsFiles bool) (kin.SpawnRequest, error) {
 	req := kin.SpawnRequest{
 		RegisterRequest: kin.RegisterRequest{
 			Name: in.Name, Role: in.Role, Parent: kin.AgentID(in.Parent),
 			Responsible: in.Responsible, Life: kin.Life(in.Life), Stage: in.Stage,
+			Wallet: in.Wallet, Scope: in.Scope, SelfModifying: in.SelfModifying,
+			ConstitutionHash: in.ConstitutionHash, CapabilityHash: in.CapabilityHash,
 		},
 		Env: in.Env, Restart: kin.RestartPolicy(in.Restart),
+	}
+	grace, err := parseGrace(in.Grace)
+	if err != nil {
+		return req, err
+	}
+	req.Grace = grace
+	if !readsFiles && (len(in.Refs) > 0 || in.Template != "") {
+		return req, kin.Errorf(kin.ECodeForbidden, "refs and template name files, which kin reads only with the caller's own rights: "+
+			"over HTTP an agent cannot have the daemon read them; run \"kin mcp\" inside the agent (stdio), or use \"kin spawn --ref/--template\"")
 	}
 	if len(in.Command) == 0 || in.Command[0] == "" {
 		return req, invalid("command is empty: give the program to run and its arguments")
@@ -241,12 +282,12 @@ func (t *tools) spawnRequest(in SpawnInput) (kin.SpawnRequest, error) {
 	return req, tpl.Apply(&req.RegisterRequest, own)
 }
 
-func (t *tools) spawn(ctx context.Context, svc kin.Service, in SpawnInput) (string, any, error) {
-	req, err := t.spawnRequest(in)
+func (t *tools) spawn(ctx context.Context, c Caller, in SpawnInput) (string, any, error) {
+	req, err := t.spawnRequest(in, c.ReadsFiles)
 	if err != nil {
 		return "", nil, err
 	}
-	a, err := svc.Spawn(ctx, req)
+	a, err := c.Service.Spawn(ctx, req)
 	if err != nil {
 		return "", nil, err
 	}
@@ -297,7 +338,7 @@ func resultOutput(r *kin.AgentResult) (string, any, error) {
 	return b.String(), out, nil
 }
 
-func wait(ctx context.Context, svc kin.Service, in WaitInput) (string, any, error) {
+func wait(ctx context.Context, c Caller, in WaitInput) (string, any, error) {
 	req := kin.WaitRequest{ID: kin.AgentID(in.ID)}
 	if in.Timeout != "" {
 		d, err := time.ParseDuration(in.Timeout)
@@ -306,15 +347,15 @@ func wait(ctx context.Context, svc kin.Service, in WaitInput) (string, any, erro
 		}
 		req.Timeout = kin.Duration(d)
 	}
-	r, err := svc.Wait(ctx, req)
+	r, err := c.Service.Wait(ctx, req)
 	if err != nil {
 		return "", nil, err
 	}
 	return resultOutput(r)
 }
 
-func result(ctx context.Context, svc kin.Service, in IDInput) (string, any, error) {
-	r, err := svc.Result(ctx, kin.AgentID(in.ID))
+func result(ctx context.Context, c Caller, in IDInput) (string, any, error) {
+	r, err := c.Service.Result(ctx, kin.AgentID(in.ID))
 	if err != nil {
 		return "", nil, err
 	}
@@ -348,15 +389,15 @@ func agentsResult(list []*kin.Agent, what string) (string, any, error) {
 	return b.String(), AgentsOutput{Agents: list}, nil
 }
 
-func children(ctx context.Context, svc kin.Service, in OptionalIDInput) (string, any, error) {
+func children(ctx context.Context, c Caller, in OptionalIDInput) (string, any, error) {
 	id := kin.AgentID(in.ID)
 	if id == 0 {
-		me, err := svc.Whoami(ctx)
+		me, err := c.Service.Whoami(ctx)
 		if err != nil {
 			return "", nil, err
 		}
 		if me == nil { // the operator: the roots, as kin ps --parent 0
-			roots, err := svc.Agents(ctx, kin.AgentFilter{Parent: 0, HasParent: true})
+			roots, err := c.Service.Agents(ctx, kin.AgentFilter{Parent: 0, HasParent: true})
 			if err != nil {
 				return "", nil, err
 			}
@@ -364,7 +405,7 @@ func children(ctx context.Context, svc kin.Service, in OptionalIDInput) (string,
 		}
 		id = me.ID
 	}
-	kids, err := svc.Children(ctx, id)
+	kids, err := c.Service.Children(ctx, id)
 	if err != nil {
 		return "", nil, err
 	}
@@ -377,17 +418,26 @@ type StopInput struct {
 	Grace string `json:"grace,omitempty" jsonschema:"time between SIGTERM and SIGKILL, a duration like 5s (default: each agent's own; 0s kills at once)"`
 }
 
-func stop(ctx context.Context, svc kin.Service, in StopInput) (string, any, error) {
-	req := kin.StopRequest{ID: kin.AgentID(in.ID)}
-	if in.Grace != "" {
-		d, err := time.ParseDuration(in.Grace)
-		if err != nil || d < 0 {
-			return "", nil, invalid("grace %q is not a duration like 5s (0s kills at once)", in.Grace)
-		}
-		g := kin.Duration(d)
-		req.Grace = &g
+// parseGrace reads a grace period: nil when s is empty (the default).
+func parseGrace(s string) (*kin.Duration, error) {
+	if s == "" {
+		return nil, nil
 	}
-	stopped, err := svc.Stop(ctx, req)
+	d, err := time.ParseDuration(s)
+	if err != nil || d < 0 {
+		return nil, invalid("grace %q is not a duration like 5s (0s kills at once)", s)
+	}
+	g := kin.Duration(d)
+	return &g, nil
+}
+
+func stop(ctx context.Context, c Caller, in StopInput) (string, any, error) {
+	grace, err := parseGrace(in.Grace)
+	if err != nil {
+		return "", nil, err
+	}
+	req := kin.StopRequest{ID: kin.AgentID(in.ID), Grace: grace}
+	stopped, err := c.Service.Stop(ctx, req)
 	if err != nil {
 		return "", nil, err
 	}
@@ -401,8 +451,8 @@ type SendInput struct {
 	Session string `json:"session,omitempty" jsonschema:"the receiver's session (default: its main one)"`
 }
 
-func send(ctx context.Context, svc kin.Service, in SendInput) (string, any, error) {
-	m, err := svc.Send(ctx, kin.SendRequest{To: in.To, Session: in.Session, Text: in.Text})
+func send(ctx context.Context, c Caller, in SendInput) (string, any, error) {
+	m, err := c.Service.Send(ctx, kin.SendRequest{To: in.To, Session: in.Session, Text: in.Text})
 	if err != nil {
 		return "", nil, err
 	}
@@ -420,9 +470,9 @@ type InboxOutput struct {
 	Messages []kin.Message `json:"messages"`
 }
 
-func inbox(ctx context.Context, svc kin.Service, in InboxInput) (string, any, error) {
+func inbox(ctx context.Context, c Caller, in InboxInput) (string, any, error) {
 	out := InboxOutput{Messages: []kin.Message{}}
-	err := svc.Inbox(ctx, kin.InboxRequest{Agent: kin.AgentID(in.Agent), Since: in.Since}, func(m kin.Message) error {
+	err := c.Service.Inbox(ctx, kin.InboxRequest{Agent: kin.AgentID(in.Agent), Since: in.Since}, func(m kin.Message) error {
 		out.Messages = append(out.Messages, m)
 		return nil
 	})
@@ -448,12 +498,12 @@ type AuthorizeInput struct {
 	Agent int64          `json:"agent,omitempty" jsonschema:"the agent asking (default: the calling agent)"`
 }
 
-func authorize(ctx context.Context, svc kin.Service, in AuthorizeInput) (string, any, error) {
+func authorize(ctx context.Context, c Caller, in AuthorizeInput) (string, any, error) {
 	req := kin.AuthorizeRequest{Agent: kin.AgentID(in.Agent), Tool: in.Tool}
 	if in.Input != nil {
 		req.Input, _ = json.Marshal(in.Input)
 	}
-	d, err := svc.Authorize(ctx, req)
+	d, err := c.Service.Authorize(ctx, req)
 	if err != nil {
 		return "", nil, err
 	}
@@ -475,11 +525,11 @@ type UsageInput struct {
 	Agent  int64   `json:"agent,omitempty" jsonschema:"the agent that spent (default: the calling agent)"`
 }
 
-func usage(ctx context.Context, svc kin.Service, in UsageInput) (string, any, error) {
+func usage(ctx context.Context, c Caller, in UsageInput) (string, any, error) {
 	if in.Tokens < 0 || in.Cost < 0 {
 		return "", nil, invalid("tokens and cost are what was spent: they cannot be negative")
 	}
-	s, err := svc.Usage(ctx, kin.UsageRequest{Agent: kin.AgentID(in.Agent), Tokens: in.Tokens, Cost: in.Cost})
+	s, err := c.Service.Usage(ctx, kin.UsageRequest{Agent: kin.AgentID(in.Agent), Tokens: in.Tokens, Cost: in.Cost})
 	if err != nil {
 		return "", nil, err
 	}
@@ -496,8 +546,8 @@ type HeartbeatInput struct {
 	ID     int64  `json:"id,omitempty" jsonschema:"the agent (default: the calling agent)"`
 }
 
-func heartbeat(ctx context.Context, svc kin.Service, in HeartbeatInput) (string, any, error) {
-	a, err := svc.Heartbeat(ctx, kin.HeartbeatRequest{ID: kin.AgentID(in.ID), Cursor: in.Cursor})
+func heartbeat(ctx context.Context, c Caller, in HeartbeatInput) (string, any, error) {
+	a, err := c.Service.Heartbeat(ctx, kin.HeartbeatRequest{ID: kin.AgentID(in.ID), Cursor: in.Cursor})
 	if err != nil {
 		return "", nil, err
 	}

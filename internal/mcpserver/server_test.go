@@ -120,7 +120,8 @@ func TestMCPListsToolsWithDescribedSchemas(t *testing.T) {
 			if !slices.Equal(schema.Required, []string{"command"}) {
 				t.Errorf("spawn_agent requires %v, want [command]", schema.Required)
 			}
-			for _, p := range []string{"name", "role", "command", "parent", "handoff", "refs", "contract", "policy", "stage", "template", "life"} {
+			for _, p := range []string{"name", "role", "command", "parent", "handoff", "refs", "contract", "policy", "stage", "template", "life",
+				"grace", "wallet", "scope", "self_modifying", "constitution_hash", "capability_hash"} {
 				if _, ok := schema.Properties[p]; !ok {
 					t.Errorf("spawn_agent has no %s", p)
 				}
@@ -144,9 +145,16 @@ func TestMCPSpawnWaitResultDepthRefusalAndStop(t *testing.T) {
 	var lead mcpserver.SpawnOutput
 	ok(t, cs, "spawn_agent", map[string]any{
 		"name": "lead", "responsible": "ops", "command": []string{"/bin/sh", "-c", "exec sleep 600"},
+		"wallet": "acct-7", "scope": "lead the review", "self_modifying": true,
+		"constitution_hash": "sha256:c0", "capability_hash": "sha256:ca", "grace": "3s",
 	}, &lead)
 	if lead.ID == 0 || lead.Agent == nil || lead.Agent.Name != "lead" || lead.Agent.PID == 0 {
 		t.Fatalf("spawned lead: %+v", lead)
+	}
+	if a := lead.Agent; a.Wallet != "acct-7" || a.Scope != "lead the review" || !a.SelfModifying ||
+		a.ConstitutionHash != "sha256:c0" || a.CapabilityHash != "sha256:ca" || time.Duration(a.Grace) != 3*time.Second {
+		t.Errorf("lead's registration data: wallet %q scope %q self_modifying %v hashes %q %q grace %v",
+			a.Wallet, a.Scope, a.SelfModifying, a.ConstitutionHash, a.CapabilityHash, a.Grace)
 	}
 
 	var worker mcpserver.SpawnOutput

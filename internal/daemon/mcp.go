@@ -1,0 +1,78 @@
+package daemon
+
+import (
+	"crypto/ed25519"
+	"errors"
+	"net/http"
+
+	"github.com/kin-agents/kin/aauth"
+	"github.com/kin-agents/kin/internal/httpapi"
+	"github.com/kin-agents/kin/internal/httpsig"
+	"github.com/kin-agents/kin/internal/mcpserver"
+	"github.com/kin-agents/kin/kin"
+)
+
+// PathMCP is where the HTTP address serves kin's MCP tools, over the
+// streamable HTTP transport, for remote MCP clients.
+const PathMCP = "/mcp"
+
+// mcpHandler serves kin's MCP tools on the HTTP address to two kinds of
+// caller:
+//
+//   - the operator: the operator token as a bearer token (or the
+//     dashboard's session). Its calls act as the operator, as "kin mcp"
+//     outside any agent does, and may name files (refs, a template) on
+//     this machine, which the daemon reads.
+//   - an agent: a request signed with the agent's key, presenting its
+//     agent token in Signature-Key (HTTP message signatures, as AAuth's
+//     auth-token endpoint takes them). Its calls act as that agent, on
+//     itself and its descendants only, exactly as "kin mcp" inside it
+//     would; the daemon reads no file for it.
+//
+// Anyone else gets 401: the API's JSON error, or Signature-Error when a
+// signature was offered and does not hold.
+func (d *Daemon) mcpHandler(api *httpapi.Server) http.Handler {
+	tools := mcpserver.NewHTTPHandler(mcpserver.Options{Version: d.cfg.Version})
+	operator := api.Protect(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ctx := withCaller(r.Context(), caller{})
+		tools.ServeHTTP(w, r.WithContext(mcpserver.WithCaller(ctx, mcpserver.Caller{Service: d, ReadsFiles: true})))
+	}))
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get(httpsig.HeaderSignatureKey) == "" && r.Header.Get(httpsig.HeaderSignature) == "" {
+			operator.ServeHTTP(w, r)
+			return
+		}
+		agent, err := d.signedAgent(r)
+		if err != nil {
+			var se *httpsig.Error
+			if !errors.As(err, &se) {
+				se = &httpsig.Error{Code: httpsig.CodeInvalidSignature, Detail: err.Error()}
+			}
+			d.log.Info("mcp request refused", "code", se.Code, "detail", se.Detail)
+			aauth.WriteSignatureError(w, se)
+			return
+		}
+		ctx := withCaller(r.Context(), caller{agent: agent.ID})
+		tools.ServeHTTP(w, r.WithContext(mcpserver.WithCaller(ctx, mcpserver.Caller{Service: d})))
+	})
+}
+
+// signedAgent is the agent that signed r: the signature checked against
+// the key its agent token names, the token against kin's keys and
+// registry (the agent live and active).
+func (d *Daemon) signedAgent(r *http.Request) (*kin.Agent, error) {
+	now := d.now()
+	var agent *kin.Agent
+	_, err := httpsig.Verify(r, now, func(sk httpsig.SignatureKey) (ed25519.PublicKey, error) {
+		v, err := d.verifyAgentToken(r.Context(), sk.JWT, now)
+		if err != nil {
+			return nil, err
+		}
+		agent = v.agent
+		return v.claims.Cnf.JWK.PublicKey()
+	})
+	if err != nil {
+		return nil, err
+	}
+	return agent, nil
+}
