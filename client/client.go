@@ -28,6 +28,16 @@ type Client struct {
 	token string
 	http  *http.Client
 	where string // for error messages
+	actAs kin.AgentID
+}
+
+// ActingAs returns a client that acts for agent id (kin.HeaderActAs): the
+// daemon answers it as that agent, on its own subtree only. Only the
+// operator may do this. It shares c's connections.
+func (c *Client) ActingAs(id kin.AgentID) *Client {
+	cc := *c
+	cc.actAs = id
+	return &cc
 }
 
 var _ kin.Service = (*Client)(nil)
@@ -136,6 +146,9 @@ func (c *Client) send(ctx context.Context, method, path string, body any, accept
 	}
 	if c.token != "" {
 		req.Header.Set("Authorization", "Bearer "+c.token)
+	}
+	if c.actAs != 0 {
+		req.Header.Set(kin.HeaderActAs, c.actAs.String())
 	}
 	resp, err := c.http.Do(req)
 	if err != nil {

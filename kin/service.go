@@ -5,6 +5,14 @@ import (
 	"time"
 )
 
+// HeaderActAs is the HTTP header with which the operator acts for one of its
+// agents: its value is the agent's id, and every request carrying it is
+// answered as if that agent had sent it (on itself and its descendants
+// only). Only the operator may send it; an agent that does is refused.
+// "kin mcp --as" uses it so that an MCP client outside any agent acts for
+// a root the operator registered, not with the operator's full power.
+const HeaderActAs = "Kin-Act-As"
+
 // Service is what kin offers. The daemon implements it in process; the
 // client SDK implements it over HTTP. The CLI holds only a Service.
 type Service interface {

@@ -1,19 +1,23 @@
 package cli
 
 import (
+	"context"
 	"errors"
 	"io"
 	"os"
+	"strings"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/spf13/cobra"
 
+	"github.com/kin-agents/kin/client"
 	"github.com/kin-agents/kin/internal/mcpserver"
 	"github.com/kin-agents/kin/kin"
 )
 
 func (a *app) mcpCommand() *cobra.Command {
-	return &cobra.Command{
+	var as string
+	cmd := &cobra.Command{
 		Use:   "mcp",
 		Short: "Serve kin's tools to an AI agent over the Model Context Protocol (stdio)",
 		Long: `Run a Model Context Protocol server on stdin and stdout, so that an MCP
@@ -22,7 +26,10 @@ read, message and stop agents through kin. Its tools act as the caller, like
 every other kin command: run inside an agent (KIN_SOCKET in its environment,
 as kin spawn sets it) they act as that agent, on itself and its descendants
 only; outside, through the operator socket (--home, $KIN_HOME, ~/.kin) or
-KIN_ADDR and KIN_TOKEN, as the operator.
+KIN_ADDR and KIN_TOKEN, as the operator, or with --as for an agent the
+operator registered (say a root standing for this Claude Code session):
+then every tool is confined to that agent's subtree, and spawn_agent makes
+its children, as if kin mcp ran inside it.
 
 Tools:
 
@@ -74,12 +81,19 @@ token") in Signature-Key, as AAuth does, and then acts as that agent. Over
 HTTP kin reads no file for an agent: refs and template need "kin mcp" inside
 the agent.`,
 		Example: `  kin mcp
-  kin mcp --home /srv/kin`,
+  kin mcp --home /srv/kin
+  kin register --name claude-session --responsible "Dr. Schmidt"   # prints its id, say 12
+  kin mcp --as 12`,
 		Args: cobra.NoArgs,
 		RunE: run(func(cmd *cobra.Command, _ []string) error {
 			svc, err := a.service()
 			if err != nil {
 				return err
+			}
+			if as != "" {
+				if svc, err = actingAs(cmd.Context(), svc, as); err != nil {
+					return err
+				}
 			}
 			if _, err := svc.Whoami(cmd.Context()); err != nil {
 				return err
@@ -104,6 +118,47 @@ the agent.`,
 			return kin.Errorf(kin.ECodeInternal, "mcp: %v", err)
 		}),
 	}
+	cmd.Flags().StringVar(&as, "as", "", "act for this agent (id or name), which the operator registered: its tools are confined to the agent's subtree and spawn_agent makes its children (operator only)")
+	return cmd
+}
+
+// actingAs is svc acting for the agent named by ref (an id, or the name
+// of one live agent), as kin.HeaderActAs makes it.
+func actingAs(ctx context.Context, svc kin.Service, ref string) (kin.Service, error) {
+	c, ok := svc.(*client.Client)
+	if !ok {
+		return nil, kin.Errorf(kin.ECodeInvalid, "--as needs kin reached through its socket or KIN_ADDR")
+	}
+	if me, err := svc.Whoami(ctx); err != nil {
+		return nil, err
+	} else if me != nil {
+		return nil, kin.Errorf(kin.ECodeForbidden, "--as is the operator's: this runs as agent %d (%s), whose tools act as itself already", me.ID, me.Name)
+	}
+	id, err := kin.ParseAgentID(ref)
+	if err != nil {
+		if _, nerr := kin.ParseName(ref); nerr != nil {
+			return nil, kin.Errorf(kin.ECodeInvalid, "--as %q is neither an agent id nor an agent name", ref)
+		}
+		all, err := svc.Agents(ctx, kin.AgentFilter{})
+		if err != nil {
+			return nil, err
+		}
+		var ids []string
+		for _, ag := range all {
+			if ag.Name == ref && ag.Live() {
+				id = ag.ID
+				ids = append(ids, ag.ID.String())
+			}
+		}
+		switch len(ids) {
+		case 0:
+			return nil, kin.Errorf(kin.ECodeNotFound, "--as %q: no live agent has that name (register one first: kin register --name %s --responsible WHO)", ref, ref)
+		case 1:
+		default:
+			return nil, kin.Errorf(kin.ECodeInvalid, "--as %q: live agents %s all have that name; give the id", ref, strings.Join(ids, ", "))
+		}
+	}
+	return c.ActingAs(id), nil
 }
 
 type nopWriteCloser struct{ io.Writer }

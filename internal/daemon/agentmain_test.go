@@ -70,6 +70,9 @@ func runDaemonProcess(home string) {
 //	                 ("token1 T", ...) at each SIGUSR1
 //	whoami           write "id:<agent id>" for the own socket and the
 //	                 operator socket (KINTEST_OPSOCK), then wait
+//	act-as ID        ask whoami acting for agent ID (kin.HeaderActAs) on
+//	                 its own socket and the operator socket; write
+//	                 "act-as own: <code>" and "act-as op: <code>", then wait
 //	spawn-under ID   try to spawn a child under agent ID and one under
 //	                 itself; write both outcomes, then wait
 //	heartbeat-crash  write KIN_RESUME_CURSOR, heartbeat with cursor
@@ -150,6 +153,17 @@ func runAgent(mode string) int {
 				out("operator")
 			default:
 				out("id:%d", a.ID)
+			}
+		}
+	case "act-as":
+		target, _ := kin.ParseAgentID(args[1])
+		for _, sock := range []struct{ kind, path string }{{"own", os.Getenv("KIN_SOCKET")}, {"op", os.Getenv("KINTEST_OPSOCK")}} {
+			c, _ := client.New(client.Config{Socket: sock.path})
+			a, err := c.ActingAs(target).Whoami(ctx)
+			if err == nil && a != nil {
+				out("act-as %s: id:%d", sock.kind, a.ID)
+			} else {
+				out("act-as %s: %s", sock.kind, kin.ErrorCodeOf(err))
 			}
 		}
 	case "spawn-under":

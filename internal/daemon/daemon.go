@@ -195,6 +195,7 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 	}
 	api := httpapi.New(d, d.token, d.log)
 	api.Observe = d.metrics.observeHTTP
+	api.ActAs = d.actAs
 	d.agentSrv = &http.Server{
 		Handler:           api.Handler(false),
 		ReadHeaderTimeout: 10 * time.Second,

@@ -21,8 +21,9 @@ const PathMCP = "/mcp"
 //
 //   - the operator: the operator token as a bearer token (or the
 //     dashboard's session). Its calls act as the operator, as "kin mcp"
-//     outside any agent does, and may name files (refs, a template) on
-//     this machine, which the daemon reads.
+//     outside any agent does, or with kin.HeaderActAs for one of its
+//     agents, and may name files (refs, a template) on this machine, which
+//     the daemon reads.
 //   - an agent: a request signed with the agent's key, presenting its
 //     agent token in Signature-Key (HTTP message signatures, as AAuth's
 //     auth-token endpoint takes them). Its calls act as that agent, on
@@ -33,10 +34,11 @@ const PathMCP = "/mcp"
 // signature was offered and does not hold.
 func (d *Daemon) mcpHandler(api *httpapi.Server) http.Handler {
 	tools := mcpserver.NewHTTPHandler(mcpserver.Options{Version: d.cfg.Version})
-	operator := api.Protect(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		ctx := withCaller(r.Context(), caller{})
-		tools.ServeHTTP(w, r.WithContext(mcpserver.WithCaller(ctx, mcpserver.Caller{Service: d, ReadsFiles: true})))
-	}))
+	// The operator's caller is the zero one, unless the request acts for
+	// an agent (ActingAs sets it then).
+	operator := api.Protect(api.ActingAs(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		tools.ServeHTTP(w, r.WithContext(mcpserver.WithCaller(r.Context(), mcpserver.Caller{Service: d, ReadsFiles: true})))
+	})))
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Header.Get(httpsig.HeaderSignatureKey) == "" && r.Header.Get(httpsig.HeaderSignature) == "" {
 			operator.ServeHTTP(w, r)

@@ -36,6 +36,10 @@ type Server struct {
 	// the route's pattern ("GET /v1/agents/{id}", "" when none matched),
 	// the status sent and how long it took.
 	Observe func(pattern string, status int, d time.Duration)
+	// ActAs, when set, answers a request carrying kin.HeaderActAs (value:
+	// an agent's id): the context the request is then served with, as
+	// that agent, or why not. It runs after the token check.
+	ActAs func(ctx context.Context, agent string) (context.Context, error)
 }
 
 // New returns a server for svc. token is the operator token that TCP
@@ -115,11 +119,33 @@ func (s *Server) Handler(requireToken bool) http.Handler {
 		})
 	}
 	mux.HandleFunc("/", s.NotFound)
-	var h http.Handler = mux
+	var h http.Handler = s.ActingAs(mux)
 	if requireToken {
 		h = s.Protect(h)
 	}
 	return s.logRequests(h)
+}
+
+// ActingAs answers a request carrying kin.HeaderActAs as the agent it
+// names, through ActAs; without ActAs the header is refused.
+func (s *Server) ActingAs(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		v := r.Header.Get(kin.HeaderActAs)
+		if v == "" {
+			next.ServeHTTP(w, r)
+			return
+		}
+		if s.ActAs == nil {
+			s.writeError(w, r, kin.Errorf(kin.ECodeInvalid, "%s is not served here", kin.HeaderActAs))
+			return
+		}
+		ctx, err := s.ActAs(r.Context(), v)
+		if err != nil {
+			s.writeError(w, r, err)
+			return
+		}
+		next.ServeHTTP(w, r.WithContext(ctx))
+	})
 }
 
 // bearerToken returns the token of an "Authorization: Bearer <token>" header.
