@@ -24,7 +24,7 @@ point for what the kernel cannot see: a shell command, a web fetch, an MCP
 call.
 
 "kin hook claude-code" is Claude Code's PreToolUse hook (see
-examples/hooks/ for a ready settings snippet).`,
+integrations/claude-code/ for a ready settings snippet).`,
 		Example: `  kin hook claude-code < pretooluse.json`,
 		Args:    cobra.NoArgs,
 		RunE:    run(func(cmd *cobra.Command, _ []string) error { return cmd.Help() }),
@@ -158,7 +158,7 @@ Install it in Claude Code's settings (.claude/settings.json), for every tool:
   {"hooks": {"PreToolUse": [{"matcher": "*",
     "hooks": [{"type": "command", "command": "kin hook claude-code"}]}]}}
 
-(examples/hooks/claude-code-settings.json). When Claude Code runs inside an
+(integrations/claude-code/settings.json). When Claude Code runs inside an
 agent kin spawned, KIN_SOCKET is in its environment and the hook asks for
 that agent; the operator names one with --agent.
 
