@@ -14,7 +14,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -117,7 +116,7 @@ func decodeJSON(t *testing.T, path string, v any) {
 // client would; the session is closed when the test ends.
 func mcpSession(t *testing.T, ctx context.Context, cmd *exec.Cmd) *mcp.ClientSession {
 	t.Helper()
-	stderr := &lockedBuffer{}
+	stderr := &exampletest.Buffer{}
 	cmd.Stderr = stderr
 	cs, err := mcp.NewClient(&mcp.Implementation{Name: "kin-integrations-test", Version: "test"}, nil).
 		Connect(ctx, &mcp.CommandTransport{Command: cmd}, nil)
@@ -579,7 +578,7 @@ func stopsOnSignal(t *testing.T, d *exampletest.Daemon, name string, sig syscall
 	cmd := exec.Command(kinRun(t), "--responsible", "test", "--name", name, "--",
 		"/bin/sh", "-c", "kin spawn --name "+kid+" -- sleep 600 >/dev/null && exec sleep 600")
 	cmd.Env = environ(d)
-	var out lockedBuffer
+	var out exampletest.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -654,23 +653,4 @@ func TestKinRunRefusesAWrongCommandLineWithExit2(t *testing.T) {
 	if agents, err := d.Client.Agents(ctx, kin.AgentFilter{}); err != nil || len(agents) != 0 {
 		t.Errorf("after wrong command lines the daemon has agents %v (%v); want none", agents, err)
 	}
-}
-
-// lockedBuffer is a process's output, written by exec's copier goroutine
-// and read by the test.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }

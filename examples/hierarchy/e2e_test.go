@@ -150,17 +150,9 @@ func TestHierarchyEndToEnd(t *testing.T) {
 
 	// All of it reached GO's result, which run.sh printed with kin tree.
 	goResult := result(agents[0]).Result
-	for _, s := range []string{"(spawn_depth_exceeded)", "(max_children_exceeded)", "pages 4 5 6, resuming after cursor page=3"} {
-		if !strings.Contains(goResult, s) {
-			t.Errorf("GO's result lacks %q:\n%s", s, goResult)
-		}
-	}
-	for _, s := range []string{"agent 1 (GO): completed", "code=spawn_depth_exceeded", "code=max_children_exceeded", `agent.replaced        agent=5 cursor="page=3"`,
-		"#1 GO  role=GO gen=0 ", "    └── #3 Specialist-backend  role=Specialist gen=2 ", "#5 Worker-2  role=Worker gen=3 status=terminated state=exited exit=1 reason=crashed"} {
-		if !strings.Contains(out, s) {
-			t.Errorf("run.sh's output lacks %q", s)
-		}
-	}
+	exampletest.WantAll(t, "GO's result", goResult, "(spawn_depth_exceeded)", "(max_children_exceeded)", "pages 4 5 6, resuming after cursor page=3")
+	exampletest.WantAll(t, "run.sh's output", out, "agent 1 (GO): completed", "code=spawn_depth_exceeded", "code=max_children_exceeded", `agent.replaced        agent=5 cursor="page=3"`,
+		"#1 GO  role=GO gen=0 ", "    └── #3 Specialist-backend  role=Specialist gen=2 ", "#5 Worker-2  role=Worker gen=3 status=terminated state=exited exit=1 reason=crashed")
 }
 
 // TestRunScript runs the example the way its README says, with nothing
@@ -174,9 +166,5 @@ func TestRunScript(t *testing.T) {
 	if err != nil {
 		t.Fatalf("run.sh: %v\n%s", err, out)
 	}
-	for _, s := range []string{"agent 1 (GO): completed", "(spawn_depth_exceeded)", "(max_children_exceeded)", "resuming after cursor page=3"} {
-		if !strings.Contains(out, s) {
-			t.Errorf("run.sh's output lacks %q:\n%s", s, out)
-		}
-	}
+	exampletest.WantAll(t, "run.sh's output", out, "agent 1 (GO): completed", "(spawn_depth_exceeded)", "(max_children_exceeded)", "resuming after cursor page=3")
 }

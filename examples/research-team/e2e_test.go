@@ -133,11 +133,7 @@ func TestResearchTeamEndToEnd(t *testing.T) {
 	}
 
 	// run.sh printed the coordinator's merged result and `kin tree`.
-	for _, s := range []string{"agent 1 (Research-Coordinator): completed", quoted(section(results["Web-Scraper"], "Sources"))} {
-		if !strings.Contains(out, s) {
-			t.Errorf("run.sh's output lacks %q:\n%s", s, out)
-		}
-	}
+	exampletest.WantAll(t, "run.sh's output", out, "agent 1 (Research-Coordinator): completed", quoted(section(results["Web-Scraper"], "Sources")))
 	tree := out[strings.Index(out, "#1 Research-Coordinator"):]
 	wantTree := []string{
 		`#1 Research-Coordinator  role=coordinator gen=0 `,
@@ -173,9 +169,5 @@ func TestRunScript(t *testing.T) {
 	if err != nil {
 		t.Fatalf("run.sh: %v\n%s", err, out)
 	}
-	for _, s := range []string{"agent 1 (Research-Coordinator): completed", "Verdict of the review: accept", "└── #7 Peer-Reviewer"} {
-		if !strings.Contains(out, s) {
-			t.Errorf("run.sh's output lacks %q:\n%s", s, out)
-		}
-	}
+	exampletest.WantAll(t, "run.sh's output", out, "agent 1 (Research-Coordinator): completed", "Verdict of the review: accept", "└── #7 Peer-Reviewer")
 }

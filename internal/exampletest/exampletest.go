@@ -50,7 +50,7 @@ type Proc struct {
 	Line string
 
 	cmd    *exec.Cmd
-	stderr syncBuffer
+	stderr Buffer
 	exited chan struct{}
 	err    error // cmd.Wait's, once exited is closed
 }
@@ -237,21 +237,37 @@ func (f *firstOutput) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// syncBuffer is a process's stderr, written by exec's copier goroutine and
-// read by the test.
-type syncBuffer struct {
+// Buffer is a process's output, written by exec's copier goroutine and
+// read by the test while the process runs.
+type Buffer struct {
 	mu sync.Mutex
 	b  strings.Builder
 }
 
-func (s *syncBuffer) Write(p []byte) (int, error) {
+func (s *Buffer) Write(p []byte) (int, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.Write(p)
 }
 
-func (s *syncBuffer) String() string {
+func (s *Buffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()
+}
+
+// WantAll fails t for each of wants that out lacks, naming what out is
+// and showing it once.
+func WantAll(t *testing.T, what, out string, wants ...string) {
+	t.Helper()
+	missing := false
+	for _, w := range wants {
+		if !strings.Contains(out, w) {
+			t.Errorf("%s lacks %q", what, w)
+			missing = true
+		}
+	}
+	if missing {
+		t.Logf("%s:\n%s", what, out)
+	}
 }
