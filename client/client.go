@@ -28,15 +28,16 @@ type Client struct {
 	token string
 	http  *http.Client
 	where string // for error messages
-	actAs kin.AgentID
+	actAs string
 }
 
-// ActingAs returns a client that acts for agent id (kin.HeaderActAs): the
-// daemon answers it as that agent, on its own subtree only. Only the
-// operator may do this. It shares c's connections.
-func (c *Client) ActingAs(id kin.AgentID) *Client {
+// ActingAs returns a client that acts for the agent ref names, by id or by
+// the name of a live agent (kin.HeaderActAs): the daemon answers it as
+// that agent, on its own subtree only. Only the operator may do this. It
+// shares c's connections.
+func (c *Client) ActingAs(ref string) *Client {
 	cc := *c
-	cc.actAs = id
+	cc.actAs = ref
 	return &cc
 }
 
@@ -147,8 +148,8 @@ func (c *Client) send(ctx context.Context, method, path string, body any, accept
 	if c.token != "" {
 		req.Header.Set("Authorization", "Bearer "+c.token)
 	}
-	if c.actAs != 0 {
-		req.Header.Set(kin.HeaderActAs, c.actAs.String())
+	if c.actAs != "" {
+		req.Header.Set(kin.HeaderActAs, c.actAs)
 	}
 	resp, err := c.http.Do(req)
 	if err != nil {

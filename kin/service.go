@@ -6,7 +6,8 @@ import (
 )
 
 // HeaderActAs is the HTTP header with which the operator acts for one of its
-// agents: its value is the agent's id, and every request carrying it is
+// agents: its value is the agent's id, or the name of a live agent, and
+// every request carrying it is
 // answered as if that agent had sent it (on itself and its descendants
 // only). Only the operator may send it; an agent that does is refused.
 // "kin mcp --as" uses it so that an MCP client outside any agent acts for

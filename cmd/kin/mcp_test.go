@@ -221,7 +221,7 @@ func TestMCPAsARegisteredRootIsConfinedToItsSubtree(t *testing.T) {
 	var stderr bytes.Buffer
 	cmd := kinCommand(t, "mcp", "--home", home, "--as", "nobody-here")
 	cmd.Stderr = &stderr
-	if code := exitCode(t, cmd.Run()); code != 1 || !strings.Contains(stderr.String(), `no live agent has that name`) {
+	if code := exitCode(t, cmd.Run()); code != 1 || !strings.Contains(stderr.String(), `--as nobody-here: no live agent is named "nobody-here"`) {
 		t.Errorf("kin mcp --as nobody-here: exit %d, %q; want 1 naming the missing agent", code, stderr.String())
 	}
 }

@@ -122,43 +122,20 @@ the agent.`,
 	return cmd
 }
 
-// actingAs is svc acting for the agent named by ref (an id, or the name
-// of one live agent), as kin.HeaderActAs makes it.
+// actingAs is svc acting for the agent ref names (an id, or the name of a
+// live agent), as kin.HeaderActAs makes it: the daemon resolves ref once,
+// and the session then names the agent by its id, so that it stays with
+// that agent even if the name later passes to another.
 func actingAs(ctx context.Context, svc kin.Service, ref string) (kin.Service, error) {
 	c, ok := svc.(*client.Client)
 	if !ok {
 		return nil, kin.Errorf(kin.ECodeInvalid, "--as needs kin reached through its socket or KIN_ADDR")
 	}
-	if me, err := svc.Whoami(ctx); err != nil {
-		return nil, err
-	} else if me != nil {
-		return nil, kin.Errorf(kin.ECodeForbidden, "--as is the operator's: this runs as agent %d (%s), whose tools act as itself already", me.ID, me.Name)
-	}
-	id, err := kin.ParseAgentID(ref)
+	me, err := c.ActingAs(ref).Whoami(ctx)
 	if err != nil {
-		if _, nerr := kin.ParseName(ref); nerr != nil {
-			return nil, kin.Errorf(kin.ECodeInvalid, "--as %q is neither an agent id nor an agent name", ref)
-		}
-		all, err := svc.Agents(ctx, kin.AgentFilter{})
-		if err != nil {
-			return nil, err
-		}
-		var ids []string
-		for _, ag := range all {
-			if ag.Name == ref && ag.Live() {
-				id = ag.ID
-				ids = append(ids, ag.ID.String())
-			}
-		}
-		switch len(ids) {
-		case 0:
-			return nil, kin.Errorf(kin.ECodeNotFound, "--as %q: no live agent has that name (register one first: kin register --name %s --responsible WHO)", ref, ref)
-		case 1:
-		default:
-			return nil, kin.Errorf(kin.ECodeInvalid, "--as %q: live agents %s all have that name; give the id", ref, strings.Join(ids, ", "))
-		}
+		return nil, kin.Errorf(kin.ErrorCodeOf(err), "--as %s: %s", ref, strings.TrimPrefix(kin.ErrorMessageOf(err), kin.HeaderActAs+": "))
 	}
-	return c.ActingAs(id), nil
+	return c.ActingAs(me.ID.String()), nil
 }
 
 type nopWriteCloser struct{ io.Writer }

@@ -159,7 +159,7 @@ func runAgent(mode string) int {
 		target, _ := kin.ParseAgentID(args[1])
 		for _, sock := range []struct{ kind, path string }{{"own", os.Getenv("KIN_SOCKET")}, {"op", os.Getenv("KINTEST_OPSOCK")}} {
 			c, _ := client.New(client.Config{Socket: sock.path})
-			a, err := c.ActingAs(target).Whoami(ctx)
+			a, err := c.ActingAs(target.String()).Whoami(ctx)
 			if err == nil && a != nil {
 				out("act-as %s: id:%d", sock.kind, a.ID)
 			} else {

@@ -82,8 +82,9 @@ func (d *Daemon) Whoami(ctx context.Context) (*kin.Agent, error) {
 }
 
 // actAs is httpapi.Server.ActAs: the operator acting for one of its agents
-// (kin.HeaderActAs), answered from then on as that agent would be. The
-// agent must exist and not have ended.
+// (kin.HeaderActAs: an id, or a live agent's name, as agentByRef reads it),
+// answered from then on as that agent would be. The agent must exist and
+// not have ended.
 func (d *Daemon) actAs(ctx context.Context, value string) (context.Context, error) {
 	if c := callerOf(ctx); !c.operator() {
 		if c.refused != "" {
@@ -91,16 +92,12 @@ func (d *Daemon) actAs(ctx context.Context, value string) (context.Context, erro
 		}
 		return nil, kin.Errorf(kin.ECodeForbidden, "agent %d may not send %s: only the operator may act for another agent", c.agent, kin.HeaderActAs)
 	}
-	id, err := kin.ParseAgentID(value)
-	if err != nil || id <= 0 {
-		return nil, kin.Errorf(kin.ECodeInvalid, "%s %q is not an agent id", kin.HeaderActAs, value)
-	}
-	a, err := d.store.AgentGetByID(ctx, id)
+	a, err := d.agentByRef(ctx, value)
 	if err != nil {
-		return nil, d.agentError(err, id)
+		return nil, kin.Errorf(kin.ErrorCodeOf(err), "%s: %s", kin.HeaderActAs, kin.ErrorMessageOf(err))
 	}
 	if !a.Live() {
-		return nil, kin.Errorf(kin.ECodeForbidden, "%s: agent %d (%s) is %s (%s): nobody acts for it any more", kin.HeaderActAs, id, a.Name, a.Status, a.State)
+		return nil, kin.Errorf(kin.ECodeForbidden, "%s: agent %d (%s) is %s (%s): nobody acts for it any more", kin.HeaderActAs, a.ID, a.Name, a.Status, a.State)
 	}
-	return withCaller(ctx, caller{agent: id}), nil
+	return withCaller(ctx, caller{agent: a.ID}), nil
 }
