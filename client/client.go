@@ -16,9 +16,9 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 
+	"github.com/kin-agents/kin/internal/httpapi"
 	"github.com/kin-agents/kin/kin"
 )
 
@@ -243,27 +243,8 @@ func (c *Client) Agent(ctx context.Context, id kin.AgentID) (*kin.Agent, error) 
 }
 
 func (c *Client) Agents(ctx context.Context, f kin.AgentFilter) ([]*kin.Agent, error) {
-	q := url.Values{}
-	if f.Status != "" {
-		q.Set("status", string(f.Status))
-	}
-	if f.State != "" {
-		q.Set("state", string(f.State))
-	}
-	if f.Role != "" {
-		q.Set("role", f.Role)
-	}
-	if f.HasParent || f.Parent != 0 {
-		q.Set("parent", f.Parent.String())
-	}
-	if f.Responsible != "" {
-		q.Set("responsible", f.Responsible)
-	}
-	if f.Limit > 0 {
-		q.Set("limit", strconv.Itoa(f.Limit))
-	}
 	var out []*kin.Agent
-	return out, c.do(ctx, "GET", "/v1/agents"+query(q), nil, &out)
+	return out, c.do(ctx, "GET", "/v1/agents"+query(httpapi.AgentFilterQuery(f)), nil, &out)
 }
 
 func query(q url.Values) string {
@@ -305,23 +286,7 @@ func (c *Client) SetStatus(ctx context.Context, req kin.StatusRequest) ([]*kin.A
 }
 
 func eventQuery(f kin.EventFilter, follow bool) string {
-	q := url.Values{}
-	if f.Agent != 0 {
-		q.Set("agent", f.Agent.String())
-	}
-	if f.Since != 0 {
-		q.Set("since", strconv.FormatInt(f.Since, 10))
-	}
-	for _, t := range f.Types {
-		q.Add("type", t)
-	}
-	if f.Limit > 0 {
-		q.Set("limit", strconv.Itoa(f.Limit))
-	}
-	if follow {
-		q.Set("follow", "true")
-	}
-	return query(q)
+	return query(httpapi.EventQuery(f, follow))
 }
 
 func (c *Client) Events(ctx context.Context, f kin.EventFilter) ([]kin.Event, error) {

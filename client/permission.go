@@ -8,8 +8,8 @@ import (
 	"fmt"
 	"io"
 	"net/url"
-	"strconv"
 
+	"github.com/kin-agents/kin/internal/httpapi"
 	"github.com/kin-agents/kin/kin"
 )
 
@@ -99,17 +99,7 @@ func (c *Client) Send(ctx context.Context, req kin.SendRequest) (*kin.Message, e
 // Follow is after the messages there are; a followed stream ends cleanly
 // only when the daemon shuts down, which is reported as unavailable.
 func (c *Client) Inbox(ctx context.Context, req kin.InboxRequest, fn func(kin.Message) error) error {
-	q := url.Values{}
-	if req.Agent != 0 {
-		q.Set("agent", req.Agent.String())
-	}
-	if req.Since != 0 {
-		q.Set("since", strconv.FormatInt(req.Since, 10))
-	}
-	if req.Follow {
-		q.Set("follow", "true")
-	}
-	resp, err := c.send(ctx, "GET", "/v1/inbox"+query(q), nil, "application/x-ndjson")
+	resp, err := c.send(ctx, "GET", "/v1/inbox"+query(httpapi.InboxQuery(req)), nil, "application/x-ndjson")
 	if err != nil {
 		return err
 	}

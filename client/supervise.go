@@ -5,10 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net/url"
-	"strconv"
 	"time"
 
+	"github.com/kin-agents/kin/internal/httpapi"
 	"github.com/kin-agents/kin/kin"
 )
 
@@ -47,17 +46,7 @@ func (c *Client) Heartbeat(ctx context.Context, req kin.HeartbeatRequest) (*kin.
 // arrives. It returns nil when the daemon ends the stream cleanly: at once
 // without Follow, once the agent has ended and everything was sent with it.
 func (c *Client) Logs(ctx context.Context, req kin.LogsRequest, fn func([]byte) error) error {
-	q := url.Values{}
-	if req.Offset != 0 {
-		q.Set("offset", strconv.FormatInt(req.Offset, 10))
-	}
-	if req.Tail != 0 {
-		q.Set("tail", strconv.FormatInt(req.Tail, 10))
-	}
-	if req.Follow {
-		q.Set("follow", "true")
-	}
-	resp, err := c.send(ctx, "GET", "/v1/agents/"+req.ID.String()+"/logs"+query(q), nil, "text/plain")
+	resp, err := c.send(ctx, "GET", "/v1/agents/"+req.ID.String()+"/logs"+query(httpapi.LogsQuery(req)), nil, "text/plain")
 	if err != nil {
 		return err
 	}

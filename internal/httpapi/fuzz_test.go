@@ -132,34 +132,11 @@ func FuzzParseAgentFilter(f *testing.F) {
 		}
 		// Encoding the filter as the client does and parsing it again
 		// gives the same filter.
-		back, err := httpapi.ParseAgentFilter(agentQuery(got))
+		back, err := httpapi.ParseAgentFilter(httpapi.AgentFilterQuery(got))
 		if err != nil || back != got {
-			t.Fatalf("ParseAgentFilter(%q) = %+v, but its encoding %q parses to %+v, %v", s, got, agentQuery(got).Encode(), back, err)
+			t.Fatalf("ParseAgentFilter(%q) = %+v, but its encoding %q parses to %+v, %v", s, got, httpapi.AgentFilterQuery(got).Encode(), back, err)
 		}
 	})
-}
-
-func agentQuery(f kin.AgentFilter) url.Values {
-	q := url.Values{}
-	if f.Status != "" {
-		q.Set("status", string(f.Status))
-	}
-	if f.State != "" {
-		q.Set("state", string(f.State))
-	}
-	if f.Role != "" {
-		q.Set("role", f.Role)
-	}
-	if f.HasParent {
-		q.Set("parent", f.Parent.String())
-	}
-	if f.Responsible != "" {
-		q.Set("responsible", f.Responsible)
-	}
-	if f.Limit > 0 {
-		q.Set("limit", strconv.Itoa(f.Limit))
-	}
-	return q
 }
 
 func FuzzParseEventQuery(f *testing.F) {
@@ -176,32 +153,12 @@ func FuzzParseEventQuery(f *testing.F) {
 		if got.Agent < 0 || got.Since < 0 || got.Limit < 0 {
 			t.Fatalf("ParseEventQuery(%q) = %+v", s, got)
 		}
-		back, backFollow, err := httpapi.ParseEventQuery(eventQuery(got, follow))
+		back, backFollow, err := httpapi.ParseEventQuery(httpapi.EventQuery(got, follow))
 		if err != nil || !reflect.DeepEqual(back, got) || backFollow != follow {
 			t.Fatalf("ParseEventQuery(%q) = %+v, %v, but its encoding %q parses to %+v, %v, %v",
-				s, got, follow, eventQuery(got, follow).Encode(), back, backFollow, err)
+				s, got, follow, httpapi.EventQuery(got, follow).Encode(), back, backFollow, err)
 		}
 	})
-}
-
-func eventQuery(f kin.EventFilter, follow bool) url.Values {
-	q := url.Values{}
-	if f.Agent != 0 {
-		q.Set("agent", f.Agent.String())
-	}
-	if f.Since != 0 {
-		q.Set("since", strconv.FormatInt(f.Since, 10))
-	}
-	for _, typ := range f.Types {
-		q.Add("type", typ)
-	}
-	if f.Limit > 0 {
-		q.Set("limit", strconv.Itoa(f.Limit))
-	}
-	if follow {
-		q.Set("follow", "true")
-	}
-	return q
 }
 
 func FuzzParseLogsQuery(f *testing.F) {
@@ -218,16 +175,7 @@ func FuzzParseLogsQuery(f *testing.F) {
 		if offset < 0 || tail < 0 {
 			t.Fatalf("ParseLogsQuery(%q) = offset %d, tail %d", s, offset, tail)
 		}
-		again := url.Values{}
-		if offset != 0 {
-			again.Set("offset", strconv.FormatInt(offset, 10))
-		}
-		if tail != 0 {
-			again.Set("tail", strconv.FormatInt(tail, 10))
-		}
-		if follow {
-			again.Set("follow", "true")
-		}
+		again := httpapi.LogsQuery(kin.LogsRequest{Offset: offset, Tail: tail, Follow: follow})
 		backOffset, backTail, backFollow, err := httpapi.ParseLogsQuery(again)
 		if err != nil || backOffset != offset || backTail != tail || backFollow != follow {
 			t.Fatalf("ParseLogsQuery(%q) = %d, %d, %v, but its encoding %q parses to %d, %d, %v, %v", s, offset, tail, follow, again.Encode(), backOffset, backTail, backFollow, err)
@@ -278,16 +226,7 @@ func FuzzParseInboxQuery(f *testing.F) {
 		if req.Agent < 0 || req.Since < 0 {
 			t.Fatalf("ParseInboxQuery(%q) = %+v", s, req)
 		}
-		again := url.Values{}
-		if req.Agent != 0 {
-			again.Set("agent", req.Agent.String())
-		}
-		if req.Since != 0 {
-			again.Set("since", strconv.FormatInt(req.Since, 10))
-		}
-		if req.Follow {
-			again.Set("follow", "true")
-		}
+		again := httpapi.InboxQuery(req)
 		back, err := httpapi.ParseInboxQuery(again)
 		if err != nil || back != req {
 			t.Fatalf("ParseInboxQuery(%q) = %+v, but its encoding %q parses to %+v, %v", s, req, again.Encode(), back, err)
