@@ -170,6 +170,9 @@ func (d *Daemon) serveAuthToken(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var parent, bound *verifiedAgent
+	// Checking the signature reads the whole body for its digest: bound it
+	// first by what this endpoint accepts (one byte more, to tell).
+	r.Body = http.MaxBytesReader(w, r.Body, maxAuthTokenBody+1)
 	tok, ref := d.authToken(ctx, r, now, &parent, &bound)
 	if ref != nil {
 		var pid, aid kin.AgentID

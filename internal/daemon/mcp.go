@@ -5,6 +5,8 @@ import (
 	"errors"
 	"net/http"
 
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
 	"github.com/kin-agents/kin/aauth"
 	"github.com/kin-agents/kin/internal/httpapi"
 	"github.com/kin-agents/kin/internal/httpsig"
@@ -40,6 +42,9 @@ func (d *Daemon) mcpHandler(api *httpapi.Server) http.Handler {
 		tools.ServeHTTP(w, r.WithContext(mcpserver.WithCaller(r.Context(), mcpserver.Caller{Service: d, ReadsFiles: true})))
 	})))
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		// The SDK's own limit, applied before anything reads the body:
+		// checking a signature reads all of it first, for its digest.
+		r.Body = http.MaxBytesReader(w, r.Body, mcp.DefaultMaxRequestBodyBytes)
 		if r.Header.Get(httpsig.HeaderSignatureKey) == "" && r.Header.Get(httpsig.HeaderSignature) == "" {
 			operator.ServeHTTP(w, r)
 			return

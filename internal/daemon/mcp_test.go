@@ -29,8 +29,9 @@ import (
 // acts as itself: its spawn is its own child, it lists its own children,
 // and it is refused on an agent outside its subtree and on files only the
 // daemon could read. At the door, no credentials, a wrong token, a
-// signature by another key, a body changed after signing, and an agent
-// that has ended are refused with 401 and change nothing.
+// signature by another key, a body changed after signing, a body over the
+// limit, and an agent that has ended are refused with 401 and change
+// nothing.
 func TestMCPOverHTTPAsTheOperatorAndAsASigningAgent(t *testing.T) {
 	d := kintest.StartDaemon(t, kintest.WithHTTP())
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
@@ -157,6 +158,11 @@ func TestMCPOverHTTPAsTheOperatorAndAsASigningAgent(t *testing.T) {
 			changed := strings.Replace(body, "intruder", "intrudex", 1)
 			r.Body = io.NopCloser(bytes.NewReader([]byte(changed)))
 		}, httpsig.CodeInvalidSignature},
+		{"a signed body over the MCP limit, refused before the signature is checked", func(r *http.Request) {
+			big := strings.Replace(body, `"intruder"`, `"`+strings.Repeat("x", 5<<20)+`"`, 1)
+			r.Body, r.ContentLength = io.NopCloser(strings.NewReader(big)), int64(len(big))
+			signWith(lead.signer.Key)(r)
+		}, httpsig.CodeInvalidRequest},
 	}
 	for _, c := range door {
 		resp := post(c.sign)

@@ -1,12 +1,15 @@
 package mcpserver_test
 
 import (
+	"bytes"
 	"context"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -92,4 +95,53 @@ func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
 	r = r.Clone(r.Context())
 	r.Header.Set("Authorization", "Bearer "+b.token)
 	return http.DefaultTransport.RoundTrip(r)
+}
+
+// TestMCPHTTPCallEndsWhenItsClientGoesAway: a wait_agent without a
+// timeout, over HTTP, ends on the server's side as soon as its client
+// cancels the call; it does not wait on for the agent.
+func TestMCPHTTPCallEndsWhenItsClientGoesAway(t *testing.T) {
+	d := kintest.StartDaemon(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	sleeper, err := d.Client.Spawn(ctx, kin.SpawnRequest{RegisterRequest: kin.RegisterRequest{Name: "sleeper", Responsible: "t"},
+		Command: []string{"/bin/sh", "-c", "exec sleep 600"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	mcpH := mcpserver.NewHTTPHandler(mcpserver.Options{Version: "test"})
+	var waiting atomic.Int32 // wait_agent calls the server is answering
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		r.Body = io.NopCloser(bytes.NewReader(body))
+		if bytes.Contains(body, []byte(`"wait_agent"`)) {
+			waiting.Add(1)
+			defer waiting.Add(-1)
+		}
+		mcpH.ServeHTTP(w, r.WithContext(mcpserver.WithCaller(r.Context(), mcpserver.Caller{Service: d.Client})))
+	}))
+	defer srv.Close()
+	// Stopping the agent ends any wait still running, so that the server
+	// closes (and the test ends) even when the check below fails.
+	defer d.Client.Stop(context.Background(), kin.StopRequest{ID: sleeper.ID})
+	cs, err := mcp.NewClient(&mcp.Implementation{Name: "test-client", Version: "test"}, nil).
+		Connect(ctx, &mcp.StreamableClientTransport{Endpoint: srv.URL, MaxRetries: -1}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cs.Close()
+
+	callCtx, stopCall := context.WithCancel(ctx)
+	called := make(chan error, 1)
+	go func() {
+		_, err := cs.CallTool(callCtx, &mcp.CallToolParams{Name: "wait_agent", Arguments: map[string]any{"id": sleeper.ID}})
+		called <- err
+	}()
+	kintest.WaitFor(t, 10*time.Second, "the server to answer wait_agent", func() bool { return waiting.Load() == 1 })
+	stopCall()
+	if err := <-called; err == nil {
+		t.Error("the cancelled call returned no error")
+	}
+	kintest.WaitFor(t, 10*time.Second, "the server's wait_agent to end", func() bool { return waiting.Load() == 0 })
 }

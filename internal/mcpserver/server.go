@@ -90,7 +90,10 @@ func NewHTTPHandler(opts Options) http.Handler {
 			return nil
 		}
 		return srv
-	}, &mcp.StreamableHTTPOptions{Stateless: true, CrossOriginProtection: http.NewCrossOriginProtection()})
+	}, &mcp.StreamableHTTPOptions{Stateless: true, CrossOriginProtection: http.NewCrossOriginProtection(),
+		// A client that goes away ends its call: a wait_agent without a
+		// timeout does not outlive the request that asked for it.
+		PropagateRequestCancellation: true})
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if c, ok := r.Context().Value(callerKey{}).(Caller); !ok || c.Service == nil {
 			w.Header().Set("Content-Type", "application/json")
