@@ -43,12 +43,29 @@
 // cannot even be expressed in a Spec, so the daemon must refuse (or
 // report) such a policy itself.
 //
+// The default view (Spec.All, view.go) grants everything except the
+// hidden paths (kin's home and agent filesystem) and the read-only ones
+// (the cgroup2 mount), by granting each entry off the paths down to them.
+// Spec.ScopeSignals adds LANDLOCK_SCOPE_SIGNAL (ABI 6): the agent cannot
+// signal a process outside its own domain, the daemon and other agents
+// included. Landlock also keeps a sandboxed process from ptracing (and so
+// from reading the memory of) any process outside its domain, and from
+// mounting anything.
+//
 // Not restricted in this version: TCP, UDP and abstract unix sockets
-// (Landlock's network rights and scopes are left unhandled: an agent
-// reaches the network as before) and signals (LANDLOCK_SCOPE_SIGNAL would
-// keep an agent from signalling processes outside its domain, the daemon
-// included; it is left for the daemon to decide). Before ABI 9 connecting
-// to a pathname unix socket is not restricted either, wherever it is.
+// (Landlock's network rights are allow-lists of ports: refusing one port,
+// kin's, takes 65,534 rules and about 70 ms per start here). Before ABI 9
+// connecting to a pathname unix socket is not restricted either, wherever
+// it is: kin's sockets check their peer instead.
+//
+// # Init
+//
+// With Spec.Init the shim stays as pid 1 of the PID namespace the
+// supervisor cloned it into (init.go): it starts the command from its
+// restricted thread, reaps orphans, forwards signals to every process of
+// the namespace, and exits with the command's status, writing the exact
+// wait status to $KIN_INIT_STATUS_FD; the kernel then kills whatever is
+// left in the namespace.
 //
 // # Landlock without go-landlock
 //

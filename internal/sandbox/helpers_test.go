@@ -52,7 +52,8 @@ type probeResult struct {
 
 // probe runs operations given as "op:path" and prints one JSON line each:
 // read, write (create or truncate), append (an existing file), list,
-// mkdir, remove, rename (path "old|new"), connect (a unix socket), exec
+// mkdir, remove, rename (path "old|new"), connect (a unix socket), kill
+// (path a pid: SIGTERM), exec
 // (through os/exec, as Go programs start children), openmany (path
 // "file|n": opens file up to n times, N is how many succeeded).
 func probe(ops []string) int {
@@ -101,6 +102,11 @@ func probe(ops []string) int {
 			}
 		case "exec":
 			err = exec.Command(path).Run()
+		case "kill":
+			var pid int
+			if pid, err = strconv.Atoi(path); err == nil {
+				err = syscall.Kill(pid, syscall.SIGTERM)
+			}
 		case "openmany":
 			file, count, _ := strings.Cut(path, "|")
 			n, _ := strconv.Atoi(count)

@@ -70,6 +70,9 @@ type rule struct {
 	path   string
 	fd     int
 	access uint64
+	// optional: a rule of the All view; one the kernel refuses (an
+	// internal file system's object) is left out rather than failing.
+	optional bool
 }
 
 // pathError is a granted path the shim refuses (a symbolic link where kin
@@ -110,6 +113,9 @@ func openRules(spec *Spec, handled uint64) ([]rule, error) {
 	}
 	if err := add(spec.RO, rightsRO); err != nil {
 		return nil, err
+	}
+	if spec.All {
+		rules = append(rules, viewRules(spec, handled)...)
 	}
 	return rules, nil
 }
@@ -202,13 +208,18 @@ func (e *landlockError) Error() string { return "landlock: " + e.op + ": " + e.e
 // thread; execve keeps only the calling thread, so the program it starts
 // runs wholly in the domain. The shim's other threads run only the Go
 // runtime, never the agent's code, and end at execve.
-func restrictThread(abi int, rules []rule) error {
+func restrictThread(abi int, rules []rule, scopeSignals bool) error {
 	handled := handledAccess(abi)
 	attr := unix.LandlockRulesetAttr{Access_fs: handled}
-	// Network rights and scopes are left unhandled: the agent keeps TCP,
-	// abstract unix sockets and signals (see doc.go). Size the attribute
-	// to its first field: every ABI accepts that.
-	fd, _, errno := unix.Syscall(unix.SYS_LANDLOCK_CREATE_RULESET, uintptr(unsafe.Pointer(&attr)), unsafe.Sizeof(attr.Access_fs), 0)
+	// Network rights are left unhandled: the agent keeps TCP (see doc.go).
+	// Size the attribute to its first field, which every ABI accepts,
+	// unless a scope is asked for (ABI 6 reads all three fields).
+	size := unsafe.Sizeof(attr.Access_fs)
+	if scopeSignals && abi >= 6 {
+		attr.Scoped = unix.LANDLOCK_SCOPE_SIGNAL
+		size = unsafe.Sizeof(attr)
+	}
+	fd, _, errno := unix.Syscall(unix.SYS_LANDLOCK_CREATE_RULESET, uintptr(unsafe.Pointer(&attr)), size, 0)
 	if errno != 0 {
 		return &landlockError{"create ruleset", errno}
 	}
@@ -220,6 +231,9 @@ func restrictThread(abi int, rules []rule) error {
 		pb := unix.LandlockPathBeneathAttr{Allowed_access: r.access, Parent_fd: int32(r.fd)}
 		_, _, errno := unix.Syscall6(unix.SYS_LANDLOCK_ADD_RULE, fd, unix.LANDLOCK_RULE_PATH_BENEATH, uintptr(unsafe.Pointer(&pb)), 0, 0, 0)
 		runtime.KeepAlive(&pb)
+		if errno != 0 && r.optional {
+			continue
+		}
 		if errno != 0 {
 			return &landlockError{"add rule for " + quote(r.path) + " (" + accessString(r.access) + ")", errno}
 		}

@@ -48,6 +48,13 @@ type plan struct {
 	abi    int      // 0: no Landlock
 	rules  []rule
 	limits []limit
+	// scopeSignals and init: Spec.ScopeSignals and Spec.Init.
+	scopeSignals bool
+	init         bool
+	// childSpec is what init's child shim applies when the spec has an
+	// address-space limit (set in the child only: the init's own Go
+	// runtime must be free to map memory).
+	childSpec *Spec
 }
 
 // limit is one resource limit to set.
@@ -61,7 +68,7 @@ type limit struct {
 // granted paths: everything short of changing the process. The code goes
 // with a non-nil error.
 func prepare(spec *Spec, abi int, stderr io.Writer) (*plan, int, error) {
-	p := &plan{argv: spec.Argv}
+	p := &plan{argv: spec.Argv, scopeSignals: spec.ScopeSignals, init: spec.Init}
 	if spec.Restrict {
 		switch {
 		case abi > 0:
@@ -89,9 +96,14 @@ func prepare(spec *Spec, abi int, stderr io.Writer) (*plan, int, error) {
 		{"RLIMIT_NOFILE", syscall.RLIMIT_NOFILE, uint64(spec.OpenFiles)},
 		{"RLIMIT_AS", syscall.RLIMIT_AS, uint64(spec.MemoryBytes)}, // last: see run
 	} {
-		if l.value > 0 {
-			p.limits = append(p.limits, l)
+		if l.value == 0 {
+			continue
 		}
+		if l.resource == syscall.RLIMIT_AS && spec.Init {
+			p.childSpec = &Spec{Argv: spec.Argv, MemoryBytes: spec.MemoryBytes}
+			continue
+		}
+		p.limits = append(p.limits, l)
 	}
 	if p.abi > 0 {
 		p.rules, err = openRules(spec, handledAccess(p.abi))
@@ -110,7 +122,7 @@ func (p *plan) run() (int, error) {
 	// unlocked: on failure the process exits.
 	runtime.LockOSThread()
 	if p.abi > 0 {
-		err := restrictThread(p.abi, p.rules)
+		err := restrictThread(p.abi, p.rules, p.scopeSignals)
 		closeRules(p.rules)
 		if err != nil {
 			return ExitCannotRun, err
@@ -123,6 +135,9 @@ func (p *plan) run() (int, error) {
 		if err := syscall.Setrlimit(l.resource, &syscall.Rlimit{Cur: l.value, Max: l.value}); err != nil {
 			return ExitCannotRun, fmt.Errorf("rlimit: %s=%d: %v", l.name, l.value, err)
 		}
+	}
+	if p.init {
+		return p.runInit()
 	}
 	err := syscall.Exec(p.path, p.argv, env)
 	code := ExitCannotRun

@@ -32,6 +32,27 @@ type Spec struct {
 	CPUSeconds  int64 `json:",omitempty"`
 	MemoryBytes int64 `json:",omitempty"`
 	OpenFiles   int64 `json:",omitempty"`
+	// All is the default view every agent gets when its policy names no
+	// mounts: read, write and execute everywhere, except beneath Hidden
+	// (nothing there unless RW or RO names a path inside) and beneath the
+	// RO paths (read only). Landlock only grants, so the shim grants every
+	// entry off the paths from / down to each hidden or read-only path,
+	// as they exist when it starts (see view.go). Needs Restrict.
+	All bool `json:"all,omitempty"`
+	// Hidden are absolute, clean, canonical paths the All view leaves
+	// out: kin's home and its agent filesystem.
+	Hidden []string `json:"hidden,omitempty"`
+	// ScopeSignals keeps the agent from signalling any process outside
+	// its own Landlock domain (LANDLOCK_SCOPE_SIGNAL, ABI 6): not the
+	// daemon, not another agent. Older kernels ignore it; the daemon says
+	// so at start.
+	ScopeSignals bool `json:"scope_signals,omitempty"`
+	// Init makes the shim stay as the init of the agent's PID namespace:
+	// it starts Argv as its child, forwards signals to every process of
+	// the namespace, reaps orphans, and exits with the child's status
+	// once the child ends (the kernel then kills whatever is left in the
+	// namespace). See init.go.
+	Init bool `json:"init,omitempty"`
 	// Argv is the agent's command; Argv[0] is looked up in the PATH of the
 	// shim's environment when it has no slash.
 	Argv []string `json:"argv"`
@@ -114,11 +135,22 @@ func (s *Spec) validate() error {
 	for _, list := range []struct {
 		name  string
 		paths []string
-	}{{"rw", s.RW}, {"ro", s.RO}} {
+	}{{"rw", s.RW}, {"ro", s.RO}, {"hidden", s.Hidden}} {
 		for _, p := range list.paths {
 			if err := checkPath(p); err != nil {
 				return fmt.Errorf("bad spec: %s path %s: %v", list.name, quote(p), err)
 			}
+		}
+	}
+	if s.All && !s.Restrict {
+		return errors.New("bad spec: all needs restrict")
+	}
+	if len(s.Hidden) > 0 && !s.All {
+		return errors.New("bad spec: hidden paths need all")
+	}
+	for _, h := range s.Hidden {
+		if h == "/" {
+			return errors.New("bad spec: hidden path \"/\" would hide everything")
 		}
 	}
 	// Landlock grants the union of a layer's rules: a read-only path
