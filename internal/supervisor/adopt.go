@@ -46,6 +46,10 @@ func (s *Supervisor) AgentOfPID(pid int) (kin.AgentID, bool) {
 		}
 		return 0, false
 	}
+	if s.pidns {
+		id, ok, _ := s.agentOfNS(pid)
+		return id, ok
+	}
 	st, err := readStat(pid)
 	if err != nil {
 		return 0, false

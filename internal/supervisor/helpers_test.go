@@ -16,6 +16,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/kin-agents/kin/internal/sandbox"
 	"github.com/kin-agents/kin/internal/supervisor/cgroup"
 	"github.com/kin-agents/kin/kin"
 )
@@ -33,6 +34,9 @@ var (
 const helperEnv = "KIN_SUPERVISOR_TEST_HELPER"
 
 func TestMain(m *testing.M) {
+	if len(os.Args) > 1 && os.Args[1] == sandbox.Subcommand {
+		os.Exit(sandbox.Main(os.Args[2:], os.Stderr)) // kin's init, as the daemon runs it
+	}
 	if os.Getenv(helperEnv) == "setpgid-sleep" {
 		if err := syscall.Setpgid(0, 0); err != nil {
 			fmt.Fprintln(os.Stderr, "setpgid:", err)

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"runtime"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -104,8 +105,9 @@ type Process struct {
 	SelfCgroup string
 	Started    time.Time
 
-	pidfd *os.File      // owned by the waiter goroutine, which closes it
-	done  chan struct{} // closed once exit is set
+	pidfd  *os.File      // owned by the waiter goroutine, which closes it
+	status *os.File      // with PID namespaces: the init's status pipe
+	done   chan struct{} // closed once exit is set
 	exit  Exit
 }
 
@@ -307,6 +309,18 @@ func (s *Supervisor) spawn(a *agent, spec Spec, argv0 string) (*Process, error) 
 	} else {
 		env = append(env[:len(env):len(env)], EnvMarker+"="+s.marker(a.id))
 	}
+	var statusR *os.File
+	if s.pidns {
+		namespaceAttr(sys, spec.Credential)
+		r, w, err := os.Pipe()
+		if err != nil {
+			return nil, err
+		}
+		defer w.Close()
+		statusR = r
+		spec.ExtraFiles = append(spec.ExtraFiles[:len(spec.ExtraFiles):len(spec.ExtraFiles)], w)
+		env = append(env, StatusFDEnv+"="+strconv.Itoa(2+len(spec.ExtraFiles)))
+	}
 	pidfd := -1
 	sys.PidFD = &pidfd
 
@@ -337,6 +351,9 @@ func (s *Supervisor) spawn(a *agent, spec Spec, argv0 string) (*Process, error) 
 		for _, o := range outs {
 			o.r.Close()
 		}
+		if statusR != nil {
+			statusR.Close()
+		}
 		return nil, err
 	}
 	if pidfd < 0 {
@@ -354,7 +371,17 @@ func (s *Supervisor) spawn(a *agent, spec Spec, argv0 string) (*Process, error) 
 		Pid:     pid,
 		Started: started,
 		pidfd:   os.NewFile(uintptr(pidfd), "pidfd"),
+		status:  statusR,
 		done:    make(chan struct{}),
+	}
+	if s.pidns {
+		// The namespace is the child's from the clone on; the pid is
+		// claimed, so it cannot be reaped and recycled before this.
+		ns := pidNS(pid)
+		s.mu.Lock()
+		a.ns = ns
+		s.byNS[ns] = a
+		s.mu.Unlock()
 	}
 	if s.cg {
 		p.Cgroup, p.SelfCgroup = a.path, selfDir(a.path)
@@ -435,6 +462,11 @@ func (s *Supervisor) waitProcess(p *Process) {
 	defer s.wg.Done()
 	si, ru, ok := reapPidfd(context.Background(), p.pidfd)
 	p.pidfd.Close()
+	defer func() {
+		if p.status != nil {
+			p.status.Close()
+		}
+	}()
 	e := Exit{ID: p.ID, Pid: p.Pid, Started: p.Started, Ended: time.Now(), Code: -1}
 	// Unclaim only after reaping: until then a sweep must not touch pid.
 	// An abandoned (Close) or stolen pid is unclaimed too, so that a later
@@ -446,6 +478,17 @@ func (s *Supervisor) waitProcess(p *Process) {
 		switch si.Code {
 		case cldExited:
 			e.Code = int(si.Status)
+			// An init reports its child's own status: the init of a PID
+			// namespace cannot die of its child's signal itself.
+			if ws, ok := readInitStatus(p.status); ok {
+				e.Code = -1
+				switch {
+				case ws.Exited():
+					e.Code = ws.ExitStatus()
+				case ws.Signaled():
+					e.Signal, e.CoreDumped = ws.Signal(), ws.CoreDump()
+				}
+			}
 		case cldKilled, cldDumped:
 			e.Signal = syscall.Signal(si.Status)
 			e.CoreDumped = si.Code == cldDumped

@@ -115,6 +115,9 @@ func (s *Supervisor) markedAgent(pid int) (kin.AgentID, bool) {
 // those. A process that both leaves its group and clears its environment
 // before its parent dies escapes it: only cgroup2 contains everything.
 func (s *Supervisor) scanTargets(ids map[kin.AgentID]bool, procs []*Process) []int {
+	if s.pidns {
+		return s.nsTargets(ids)
+	}
 	table := procTable()
 	targets := map[int]bool{}
 	leaders := map[int]bool{}

@@ -68,9 +68,10 @@ type Config struct {
 	// default "kin-<daemon pid>". A stable name lets a restarted daemon find
 	// its previous agents' groups under its own root (Discover, Adopt).
 	Name string
-	// Containment "" picks cgroup2 when a writable cgroup v2 exists and
-	// process groups otherwise; "cgroup2" makes New fail without it;
-	// "process-groups" forces the fallback.
+	// Containment "" picks cgroup2 when a writable cgroup v2 exists, else
+	// PID namespaces when this process may make user and PID namespaces,
+	// else process groups; "cgroup2" and "pid-namespaces" make New fail
+	// without them; "process-groups" forces the last fallback.
 	Containment string
 	// CloseGrace is the grace Close gives processes between SIGTERM and
 	// cgroup.kill.
@@ -98,6 +99,8 @@ type Supervisor struct {
 	cfg         Config
 	log         *slog.Logger
 	cg          bool // cgroup2 containment
+	pidns       bool // PID namespaces containment (pidns.go)
+	ownNS       uint64
 	reason      string
 	mount       cgroup.Mount
 	root        string // kin root cgroup dir; "/<name>", a virtual path, with process groups
@@ -114,6 +117,7 @@ type Supervisor struct {
 	closed bool
 	agents map[kin.AgentID]*agent
 	paths  map[string]*agent
+	byNS   map[uint64]*agent     // with PID namespaces: agents by their namespace's inode
 	procs  map[int]*Process      // live supervised processes by pid
 	outs   map[*os.File]struct{} // output pipes being drained
 
@@ -132,6 +136,7 @@ type agent struct {
 	stopping chan struct{} // non-nil once a Stop covers the group; closed when done
 	stopErr  error
 	adopted  bool
+	ns       uint64 // with PID namespaces: the inode of the agent's namespace
 	// With process groups only (cgroup2 keeps this in cgroup.freeze): a
 	// Freeze of this agent alone, or of its subtree, is in force.
 	freezeSelf, freezeSubtree bool
@@ -175,9 +180,9 @@ func New(cfg Config) (*Supervisor, error) {
 		return nil, fmt.Errorf("supervisor: name %q is not a single path element", cfg.Name)
 	}
 	switch cfg.Containment {
-	case "", ContainmentCgroup2, ContainmentProcessGroups:
+	case "", ContainmentCgroup2, ContainmentPIDNamespaces, ContainmentProcessGroups:
 	default:
-		return nil, fmt.Errorf("supervisor: containment %q is not %q or %q", cfg.Containment, ContainmentCgroup2, ContainmentProcessGroups)
+		return nil, fmt.Errorf("supervisor: containment %q is not %q, %q or %q", cfg.Containment, ContainmentCgroup2, ContainmentPIDNamespaces, ContainmentProcessGroups)
 	}
 	if cfg.KillTimeout <= 0 {
 		cfg.KillTimeout = 10 * time.Second
@@ -188,6 +193,7 @@ func New(cfg Config) (*Supervisor, error) {
 		killTimeout: cfg.KillTimeout,
 		agents:      map[kin.AgentID]*agent{},
 		paths:       map[string]*agent{},
+		byNS:        map[uint64]*agent{},
 		procs:       map[int]*Process{},
 		outs:        map[*os.File]struct{}{},
 	}
@@ -203,14 +209,34 @@ func New(cfg Config) (*Supervisor, error) {
 	}
 	s.devnull = devnull
 
-	if cfg.Containment == ContainmentProcessGroups {
+	switch cfg.Containment {
+	case ContainmentProcessGroups:
 		s.reason = "requested by config"
-	} else if err := s.setupCgroup(); err != nil {
-		if cfg.Containment == ContainmentCgroup2 {
+	case ContainmentPIDNamespaces:
+		if err := probePIDNamespaces(); err != nil {
 			devnull.Close()
-			return nil, fmt.Errorf("supervisor: cgroup2 containment: %w", err)
+			return nil, fmt.Errorf("supervisor: pid-namespaces containment: %w", err)
 		}
-		s.reason = err.Error()
+		s.pidns, s.reason = true, "requested by config"
+	default:
+		if err := s.setupCgroup(); err != nil {
+			if cfg.Containment == ContainmentCgroup2 {
+				devnull.Close()
+				return nil, fmt.Errorf("supervisor: cgroup2 containment: %w", err)
+			}
+			s.reason = "no writable cgroup v2: " + err.Error()
+			if nerr := probePIDNamespaces(); nerr == nil {
+				s.pidns = true
+			} else {
+				s.reason += "; " + nerr.Error()
+			}
+		}
+	}
+	if s.pidns {
+		if s.ownNS = pidNS(selfPid); s.ownNS == 0 {
+			devnull.Close()
+			return nil, errors.New("supervisor: pid-namespaces containment: cannot read /proc/self/ns/pid")
+		}
 	}
 	if !s.cg {
 		s.root = "/" + cfg.Name
@@ -263,10 +289,13 @@ func (s *Supervisor) setupCgroup() error {
 	return errors.Join(errs...)
 }
 
-// Containment is "cgroup2" or "process-groups".
+// Containment is "cgroup2", "pid-namespaces" or "process-groups".
 func (s *Supervisor) Containment() string {
-	if s.cg {
+	switch {
+	case s.cg:
 		return ContainmentCgroup2
+	case s.pidns:
+		return ContainmentPIDNamespaces
 	}
 	return ContainmentProcessGroups
 }
@@ -305,6 +334,9 @@ func (s *Supervisor) forgetLocked(a *agent) {
 	}
 	if s.paths[a.path] == a {
 		delete(s.paths, a.path)
+	}
+	if a.ns != 0 && s.byNS[a.ns] == a {
+		delete(s.byNS, a.ns)
 	}
 }
 
