@@ -108,7 +108,7 @@ type Process struct {
 	pidfd  *os.File      // owned by the waiter goroutine, which closes it
 	status *os.File      // with PID namespaces: the init's status pipe
 	done   chan struct{} // closed once exit is set
-	exit  Exit
+	exit   Exit
 }
 
 // Done is closed once the process has been reaped (or abandoned by Close).
