@@ -141,10 +141,16 @@ type DaemonStatus struct {
 	StartedAt time.Time `json:"started_at"`
 	Agents    int       `json:"agents"`
 	LastEvent int64     `json:"last_event"`
-	// Containment is how agents' processes are held: "cgroup2" or
-	// "process-groups" (where no writable cgroup v2 exists).
+	// Containment is how agents' processes are held: "cgroup2",
+	// "pid-namespaces" (no writable cgroup v2, but user and PID namespaces)
+	// or "process-groups" (neither).
 	Containment       string `json:"containment"`
 	ContainmentReason string `json:"containment_reason,omitempty"`
 	CgroupRoot        string `json:"cgroup_root,omitempty"`
+	// Sandbox says what confines every agent, e.g. "cgroup2, Landlock ABI 7".
+	Sandbox string `json:"sandbox,omitempty"`
+	// Missing lists the guarantees this kernel and containment cannot give,
+	// in words: kin never claims them.
+	Missing []string `json:"missing,omitempty"`
 	Running           int    `json:"running"`
 }

@@ -12,16 +12,21 @@ import (
 	"time"
 
 	"github.com/kin-agents/kin/internal/kintest"
+	"github.com/kin-agents/kin/internal/sandbox"
 )
 
 // TestMain lets the test binary act as kin itself: with KIN_TEST_AS_KIN=1 it
 // runs main, so the tests below see real exit statuses and signals.
 func TestMain(m *testing.M) {
-	if os.Getenv("KIN_TEST_AS_KIN") == "1" {
+	// The daemon starts agents through itself as "kin sandbox-exec", with
+	// the agent's clean environment: be kin then too.
+	if os.Getenv("KIN_TEST_AS_KIN") == "1" || len(os.Args) > 1 && os.Args[1] == sandbox.Subcommand {
 		main()
 		return
 	}
-	os.Exit(m.Run())
+	code := m.Run()
+	kintest.RemoveAgentBinary()
+	os.Exit(code)
 }
 
 func kinCommand(t *testing.T, args ...string) *exec.Cmd {
@@ -94,6 +99,10 @@ type served struct {
 func startServe(t *testing.T, home string) *served {
 	t.Helper()
 	s := &served{cmd: kinCommand(t, "serve", "--home", home, "--http", "off"), waited: make(chan error, 1)}
+	// The daemon starts every agent through itself (the sandbox shim), as
+	// the agent's uid: run the copy of the test binary every uid may
+	// execute, not the one in go test's private directory.
+	s.cmd.Path = kintest.AgentBinary(t)
 	s.cmd.Stderr = &s.stderr
 	if err := s.cmd.Start(); err != nil {
 		t.Fatal(err)

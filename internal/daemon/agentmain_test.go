@@ -38,12 +38,19 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
+// daemonProcessEnv is the environment of a daemon process on home: the
+// shim is the copy of the test binary that agents' uids may execute.
+func daemonProcessEnv(t testing.TB, home string, extra ...string) []string {
+	return append(append(os.Environ(), "KIN_TEST_DAEMON_HOME="+home, "KIN_TEST_DAEMON_SHIM="+kintest.AgentBinary(t)), extra...)
+}
+
 func runDaemonProcess(home string) {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	cfg := daemon.DefaultConfig()
 	cfg.Home, cfg.HTTPAddr = home, "off"
 	cfg.Profile = os.Getenv("KIN_TEST_DAEMON_PROFILE")
+	cfg.ShimPath = os.Getenv("KIN_TEST_DAEMON_SHIM") // every agent starts through the shim
 	d, err := daemon.Start(ctx, cfg)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	goruntime "runtime" // the package has a type named runtime
 	"sync"
 	"sync/atomic"
@@ -188,19 +189,63 @@ func (d *Daemon) agentConnState(c net.Conn, state http.ConnState) {
 }
 
 // operatorConnContext marks connections on the operator socket. Whoever
-// can open it is the operator, except a process inside an agent's cgroup:
-// that connection acts as the agent (its descendants' processes run as the
-// same uid until agents get their own, so the socket's mode alone would let
-// an agent escalate to operator).
+// can open it is the operator, except a process inside kin's containment:
+// an agent's (in any agent's cgroup or PID namespace, known or not) is
+// refused, in every mode. Agents that share the daemon's uid could
+// otherwise open the 0600 socket and act as the operator; they talk to kin
+// through their own socket ($KIN_SOCKET) instead.
 func (d *Daemon) operatorConnContext(ctx context.Context, c net.Conn) context.Context {
-	pid, err := peerPID(c)
+	pid, alive, err := peerProcess(c)
 	if err != nil {
 		return withCaller(ctx, caller{refused: "cannot identify the connecting process: " + err.Error()})
 	}
-	if id, ok := d.sup.AgentOfPID(pid); ok {
-		return withCaller(ctx, caller{agent: id})
+	id, isAgent := d.sup.AgentOfPID(pid)
+	contained := isAgent || d.sup.Contained(pid)
+	// The peer must still be the process that connected when it was
+	// judged: a pid recycled after it exited could be anyone's.
+	if !alive() {
+		return withCaller(ctx, caller{refused: "the connecting process exited before kin could identify it"})
+	}
+	if contained {
+		who := "a process inside an agent's containment"
+		if isAgent {
+			who = fmt.Sprintf("a process of agent %d", id)
+		}
+		d.log.Warn("operator socket used by an agent", "agent", id, "peer_pid", pid)
+		return withCaller(ctx, caller{refused: who + " (pid " + strconv.Itoa(pid) + ") may not use the operator socket: agents reach kin through their own socket, $KIN_SOCKET"})
 	}
 	return withCaller(ctx, caller{})
+}
+
+// peerProcess is the pid of the process at the other end of a Unix
+// connection as it was when it connected (SO_PEERCRED), and a check that
+// it is still that process: through a pidfd of the peer (SO_PEERPIDFD,
+// Linux 6.5), so that a recycled pid is never taken for it.
+func peerProcess(c net.Conn) (int, func() bool, error) {
+	pid, err := peerPID(c)
+	if err != nil {
+		return 0, nil, err
+	}
+	uc := c.(*net.UnixConn)
+	raw, err := uc.SyscallConn()
+	if err != nil {
+		return 0, nil, err
+	}
+	pidfd := -1
+	raw.Control(func(fd uintptr) {
+		if v, err := unix.GetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_PEERPIDFD); err == nil {
+			pidfd = v
+		}
+	})
+	if pidfd < 0 {
+		// Older kernels: the pid cannot be recycled while the peer's end
+		// is open, which holds for a peer that is still connected.
+		return pid, func() bool { return true }, nil
+	}
+	return pid, func() bool {
+		defer unix.Close(pidfd)
+		return unix.PidfdSendSignal(pidfd, 0, nil, 0) == nil
+	}, nil
 }
 
 // peerPID is the pid of the process at the other end of a Unix connection,

@@ -668,7 +668,7 @@ func startDaemonProc(b *testing.B, g *groupCheck, pids *pidCheck, profile string
 	b.Helper()
 	home := kintest.TempHome(b)
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), "KIN_TEST_DAEMON_HOME="+home, "KIN_TEST_DAEMON_PROFILE="+profile)
+	cmd.Env = daemonProcessEnv(b, home, "KIN_TEST_DAEMON_PROFILE="+profile)
 	cmd.Stderr = os.Stderr
 	if err := cmd.Start(); err != nil {
 		b.Fatal(err)

@@ -68,6 +68,10 @@ type Daemon struct {
 	ctxMu         sync.Mutex
 	ctxAgents     map[kin.AgentID]*ctxAgent
 	agentPath     string   // PATH of agent processes
+	// hiddenFromAgents and readOnlyForAgents are the sandbox's default
+	// view's exceptions (agentView).
+	hiddenFromAgents, readOnlyForAgents []string
+	shimCopy                            string // publishShim's
 	agentPathList []string // the same, split: every agent's path control file (read-only)
 	rtMu          sync.Mutex
 	runtimes      map[kin.AgentID]*runtime
@@ -193,6 +197,7 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 	if err != nil {
 		return nil, err
 	}
+	d.agentView()
 	api := httpapi.New(d, d.token, d.log)
 	api.Observe = d.metrics.observeHTTP
 	api.ActAs = d.actAs
@@ -232,7 +237,10 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 	go d.signCheckpoints()
 	d.log.Info("kin serve started", "home", cfg.Home, "socket", d.SocketPath(), "http", d.HTTPAddr(),
 		"store", st.Driver(), "profile", d.profileSource, "containment", d.sup.Containment(),
-		"containment_reason", d.sup.ContainmentReason(), "cgroup", d.sup.Root(), "running", d.runningCount())
+		"containment_reason", d.sup.ContainmentReason(), "cgroup", d.sup.Root(), "sandbox", d.describeContainment(), "running", d.runningCount())
+	for _, m := range d.missingGuarantees() {
+		d.log.Warn("guarantee missing", "what", m)
+	}
 	metricsAt := []string{"unix:" + d.SocketPath() + " GET /metrics"}
 	if d.tcpLn != nil {
 		metricsAt = append(metricsAt, "http://"+d.HTTPAddr()+"/metrics (operator token)")
@@ -262,8 +270,12 @@ func (d *Daemon) prepareDirs() error {
 			return err
 		}
 	}
-	d.agentPath = agentPATH(d.publishKin())
+	published := d.publishKin()
+	d.agentPath = agentPATH(published)
 	d.agentPathList = filepath.SplitList(d.agentPath)
+	if published == "" {
+		d.publishShim()
+	}
 	return nil
 }
 

@@ -242,7 +242,7 @@ func TestHomeFilesArePrivate(t *testing.T) {
 func TestAcknowledgedRegistrationsSurviveKill9(t *testing.T) {
 	home := kintest.TempHome(t)
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), "KIN_TEST_DAEMON_HOME="+home)
+	cmd.Env = daemonProcessEnv(t, home)
 	cmd.Stderr = os.Stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

@@ -33,9 +33,12 @@ import (
 //   - groups under kin's root cgroup that belong to no running agent are
 //     killed.
 //
-// So no process of an agent is left running unaccounted for. Without
-// cgroup v2 nothing can be re-adopted: leftover agent processes are found by
-// their pid and KIN_AGENT_ID and killed, and recorded lost.
+// So no process of an agent is left running unaccounted for. With PID
+// namespaces (no writable cgroup v2) an agent's init is found by its pid,
+// checked to be the init of a namespace of its own whose environment names
+// the agent, and re-adopted with its namespace. With process groups nothing
+// can be re-adopted: leftover agent processes are found by their pid and
+// KIN_AGENT_ID and killed, and recorded lost.
 
 // defaultCgroupName is "kin-" and a hash of the home: stable across
 // restarts, distinct per home.
@@ -83,6 +86,14 @@ func (d *Daemon) reconcile(ctx context.Context) error {
 				d.log.Error("adopt", "agent", a.ID, "err", err)
 			} else {
 				alive = d.sup.PeerInCgroup(a.PID, a.ID) && supervisor.ProcessAlive(a.PID)
+			}
+		} else if d.sup.Containment() == supervisor.ContainmentPIDNamespaces {
+			// The init of the agent's own PID namespace: what is alive in
+			// that namespace is the agent's, so it is taken back whole.
+			if err := d.sup.AdoptProcess(a.ID, a.Parent, a.PID); err == nil {
+				alive = supervisor.ProcessAlive(a.PID)
+			} else {
+				d.log.Info("not re-adopted", "agent", a.ID, "err", err)
 			}
 		} else if !cg {
 			killLeftover(a)

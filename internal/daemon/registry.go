@@ -688,6 +688,8 @@ func (d *Daemon) Status(ctx context.Context) (*kin.DaemonStatus, error) {
 		Containment:       d.sup.Containment(),
 		ContainmentReason: d.sup.ContainmentReason(),
 		CgroupRoot:        d.sup.Root(),
+		Sandbox:           d.describeContainment(),
+		Missing:           d.missingGuarantees(),
 		Running:           d.runningCount(),
 		Version:           d.cfg.Version,
 		PID:               d.pid,

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -164,7 +165,12 @@ func (d *Daemon) start(ctx context.Context, a *kin.Agent, spec store.ProcessSpec
 	}
 	rt.ctx = cx
 	d.rememberCtx(a.ID, cx)
-	argv, readGroups, err := d.sandboxArgv(a, cx, spec.Command)
+	command, err := resolveCommand(spec.Command, dir)
+	if err != nil {
+		d.removeRuntime(a.ID)
+		return nil, d.failStart(ctx, a, err)
+	}
+	argv, readGroups, err := d.sandboxArgv(a, cx, command)
 	if err != nil {
 		d.removeRuntime(a.ID)
 		return nil, d.failStart(ctx, a, err)
@@ -783,4 +789,40 @@ func withGroups(c *syscall.Credential, groups []uint32) *syscall.Credential {
 	out := *c
 	out.Groups = append(slices.Clone(c.Groups), groups...)
 	return &out
+}
+
+// resolveCommand finds the agent's program before anything starts: every
+// agent starts through the sandbox shim, so a missing program would
+// otherwise be a process that exits 127 rather than a spawn that fails and
+// says which path is wrong. A name without a slash is looked up in the
+// daemon's PATH, as the supervisor always did; a relative path is taken
+// from the agent's working directory.
+func resolveCommand(argv []string, dir string) ([]string, error) {
+	if len(argv) == 0 || argv[0] == "" {
+		return argv, nil // the supervisor refuses it with its own words
+	}
+	name := argv[0]
+	if !strings.Contains(name, "/") {
+		p, err := exec.LookPath(name)
+		if err != nil {
+			return nil, fmt.Errorf("the program %q is not in kin serve's PATH (%s): give its full path", name, os.Getenv("PATH"))
+		}
+		return append([]string{p}, argv[1:]...), nil
+	}
+	path := name
+	if !filepath.IsAbs(path) && dir != "" {
+		path = filepath.Join(dir, path)
+	}
+	st, err := os.Stat(path)
+	switch {
+	case err != nil && errors.Is(err, os.ErrNotExist):
+		return nil, fmt.Errorf("the program %s does not exist", path)
+	case err != nil:
+		return nil, fmt.Errorf("the program %s: %v", path, err)
+	case st.IsDir():
+		return nil, fmt.Errorf("the program %s is a directory", path)
+	case st.Mode()&0o111 == 0:
+		return nil, fmt.Errorf("the program %s is not executable (chmod +x it)", path)
+	}
+	return argv, nil
 }

@@ -300,10 +300,11 @@ func TestSocketOnlyActsForItsAgent(t *testing.T) {
 	}
 }
 
-// TestOperatorSocketFromAgentWithoutOwnUID: where agents run as the
+// TestOperatorSocketRefusesAgentWithoutOwnUID: where agents run as the
 // daemon's own user (AgentUIDBase 0), a process inside an agent that opens
-// the operator socket still acts only as that agent.
-func TestOperatorSocketFromAgentWithoutOwnUID(t *testing.T) {
+// the operator socket is refused (issue 18; it acted as the agent before),
+// and its own socket still answers it as itself.
+func TestOperatorSocketRefusesAgentWithoutOwnUID(t *testing.T) {
 	d := kintest.StartDaemon(t, kintest.WithAgentUIDBase(0))
 	out := outPath(t)
 	a := spawnAgent(t, d.Client, "coder", 0, "whoami", withEnv("KINTEST_OUT="+out, "KINTEST_OPSOCK="+d.SocketPath()))
@@ -313,7 +314,7 @@ func TestOperatorSocketFromAgentWithoutOwnUID(t *testing.T) {
 		lines = strings.Split(strings.TrimSpace(string(b)), "\n")
 		return len(lines) >= 2
 	})
-	if lines[0] != "id:"+a.ID.String() || lines[1] != "id:"+a.ID.String() {
+	if lines[0] != "id:"+a.ID.String() || !strings.HasPrefix(lines[1], "error forbidden: a process of agent "+a.ID.String()) || !strings.Contains(lines[1], "may not use the operator socket") {
 		t.Fatalf("whoami from inside the agent on its socket and on the operator socket: %q", lines)
 	}
 }
@@ -612,7 +613,7 @@ func TestDaemonKill9MidTree(t *testing.T) {
 func startDaemonProcess(t *testing.T, home string) *exec.Cmd {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), "KIN_TEST_DAEMON_HOME="+home)
+	cmd.Env = daemonProcessEnv(t, home)
 	cmd.Stderr = os.Stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

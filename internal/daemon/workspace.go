@@ -16,6 +16,7 @@ import (
 	"github.com/kin-agents/kin/internal/policy"
 	"github.com/kin-agents/kin/internal/sandbox"
 	"github.com/kin-agents/kin/internal/store"
+	"github.com/kin-agents/kin/internal/supervisor"
 	"github.com/kin-agents/kin/internal/template"
 	"github.com/kin-agents/kin/kin"
 )
@@ -71,9 +72,27 @@ func (d *Daemon) sandboxAvailable() error {
 		"kin refuses to start it unrestricted (start kin serve with --sandbox-best-effort to run such agents without the restriction)")
 }
 
-// sandboxArgv wraps an agent's command in the sandbox shim when its
-// effective policy restricts mounts or sets process limits; otherwise it
-// returns the command as it is.
+// sandboxArgv wraps every agent's command in the sandbox shim (issue 18:
+// containment holds for every agent, not only those whose policy names
+// mounts):
+//
+//   - with mounts, the agent sees exactly what they grant, the system
+//     paths read-only, and what kin gives it (below);
+//   - without, it sees the default view: everything but kin's own state
+//     (the home, the agent filesystem), the cgroup2 mount read-only (an
+//     agent sharing the daemon's uid could otherwise move itself out of
+//     its group, or kill and freeze other agents' groups), plus what kin
+//     gives it;
+//   - what kin gives every agent: its own home (sessions and workspace),
+//     its own socket, kin's binary, and what other agents consented to
+//     show it (visibleTo);
+//   - every agent is kept from signalling a process outside its own
+//     Landlock domain (ABI 6), the daemon and other trees included;
+//   - with PID namespaces the shim also stays as the namespace's init.
+//
+// Where the kernel has no Landlock, an agent without mounts runs without
+// it (the start-up line says which guarantees are missing); one with
+// mounts is refused unless best effort was allowed (sandboxAvailable).
 //
 // It also returns the groups of the owners whose workspaces the agent may
 // read: the agent joins them so that the files' modes let it in, and
@@ -84,23 +103,29 @@ func (d *Daemon) sandboxArgv(a *kin.Agent, c *ctxAgent, argv []string) ([]string
 		return nil, nil, err
 	}
 	flat := policy.Flatten(layers)
-	if flat.Mounts == nil && !hasLimits(flat.Budget) {
+	abi := sandbox.ABI()
+	init := d.sup.Containment() == supervisor.ContainmentPIDNamespaces
+	if abi == 0 && flat.Mounts == nil && !hasLimits(flat.Budget) && !init {
 		return argv, nil, nil
 	}
 	var groups []uint32
-	spec := sandbox.Spec{Argv: argv, BestEffort: d.cfg.SandboxBestEffort}
+	spec := sandbox.Spec{Argv: argv, BestEffort: d.cfg.SandboxBestEffort, ScopeSignals: true, Init: init}
 	if b := flat.Budget; b != nil {
 		spec.CPUSeconds, spec.MemoryBytes, spec.OpenFiles = deref(b.CPUSeconds), deref(b.MemoryBytes), deref(b.OpenFiles)
 	}
-	if flat.Mounts != nil {
+	if flat.Mounts != nil || abi > 0 {
 		spec.Restrict = true
-		rw, ro := policy.Landlock(flat)
-		spec.RW = append(spec.RW, rw...)
-		spec.RO = append(spec.RO, ro...)
-		spec.RO = append(spec.RO, d.systemRO()...)
-		spec.RW = append(spec.RW, sandbox.DefaultSystemRW()...)
-		// What kin itself gives every agent: its home (sessions and
-		// workspace), kin's binary, its socket.
+		if flat.Mounts != nil {
+			rw, ro := policy.Landlock(flat)
+			spec.RW = append(spec.RW, rw...)
+			spec.RO = append(spec.RO, ro...)
+			spec.RO = append(spec.RO, d.systemRO()...)
+			spec.RW = append(spec.RW, sandbox.DefaultSystemRW()...)
+		} else {
+			spec.All = true
+			spec.Hidden = d.hiddenFromAgents
+			spec.RO = append(spec.RO, d.readOnlyForAgents...)
+		}
 		o := d.agentOwner(a.ID)
 		spec.RW = append(spec.RW, d.ctx.AgentHome(o.UID, a.Name))
 		if d.agentPath != "" {
@@ -145,8 +170,40 @@ func (d *Daemon) shimPath() string {
 	if d.cfg.ShimPath != "" {
 		return d.cfg.ShimPath
 	}
+	if d.shimCopy != "" {
+		return d.shimCopy
+	}
 	exe, _ := os.Executable()
 	return exe
+}
+
+// publishShim puts the daemon's own binary where every agent's uid may
+// execute it, <ctx>/bin/.kin-shim, when it is not published as kin (a
+// binary not named kin, such as a test's): every agent starts through it,
+// as its own uid, and a binary in a private directory (go test's, go
+// run's) would not start. A hard link where it can, a copy otherwise.
+func (d *Daemon) publishShim() {
+	if d.cfg.ShimPath != "" {
+		return
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		return
+	}
+	dst := filepath.Join(d.ctxDir, "bin", ".kin-shim")
+	tmp := dst + ".new"
+	os.Remove(tmp)
+	if err := os.Link(exe, tmp); err != nil {
+		if err := copyExecutable(exe, tmp); err != nil {
+			d.log.Warn("publish the sandbox shim for agents", "err", err)
+			return
+		}
+	}
+	if err := os.Chmod(tmp, 0o755); err != nil || os.Rename(tmp, dst) != nil {
+		os.Remove(tmp)
+		return
+	}
+	d.shimCopy = dst
 }
 
 func fileExists(p string) bool {

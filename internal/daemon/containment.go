@@ -1,0 +1,94 @@
+package daemon
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+
+	"github.com/kin-agents/kin/internal/sandbox"
+	"github.com/kin-agents/kin/internal/supervisor"
+	"github.com/kin-agents/kin/internal/supervisor/cgroup"
+)
+
+// What every agent is kept from, in every containment mode (issue 18):
+// kin's own state, acting as the operator, and the daemon's process. The
+// pieces:
+//
+//   - the sandbox's default view hides kin's home and agent filesystem
+//     from every agent but for its own home, socket and kin's binary, and
+//     keeps the cgroup2 mount read-only (sandboxArgv);
+//   - Landlock's signal scoping keeps an agent from signalling anything
+//     outside its own domain, and Landlock keeps it from ptracing (so from
+//     reading the memory of) the daemon;
+//   - the operator socket refuses any peer inside kin's containment
+//     (operatorConnContext), whether or not it can tell which agent;
+//   - agent processes are held by cgroups, or by PID namespaces, which no
+//     process leaves (setsid and env -i included).
+//
+// agentView fills what the sandbox's default view hides and keeps read
+// only. Paths are canonical: Landlock rules name inodes, and the view is
+// computed by walking real directories.
+func (d *Daemon) agentView() {
+	canon := func(p string) string {
+		if r, err := filepath.EvalSymlinks(p); err == nil {
+			return r
+		}
+		if a, err := filepath.Abs(p); err == nil {
+			return a
+		}
+		return p
+	}
+	home, ctxDir := canon(d.cfg.Home), canon(d.ctxDir)
+	d.hiddenFromAgents = []string{home}
+	if rel, err := filepath.Rel(home, ctxDir); err != nil || rel == ".." || len(rel) > 2 && rel[:3] == "../" {
+		d.hiddenFromAgents = append(d.hiddenFromAgents, ctxDir)
+	}
+	if m, err := cgroup.FindMount(); err == nil {
+		d.readOnlyForAgents = []string{canon(m.Dir)}
+	}
+}
+
+// missingGuarantees lists, in words for an operator, what this kernel and
+// this containment cannot give: kin serve prints them at start, kin status
+// shows them, /metrics counts them. It never claims one of them.
+func (d *Daemon) missingGuarantees() []string {
+	var out []string
+	abi := sandbox.ABI()
+	switch {
+	case abi == 0:
+		out = append(out, "no Landlock on this kernel: kin's home (operator token, keys, database) is not hidden from agents by the sandbox"+d.uidNote()+
+			"; agents are not kept from signalling or ptracing other processes of their uid, the daemon included")
+	case abi < 6:
+		out = append(out, "Landlock ABI "+strconv.Itoa(abi)+" has no signal scoping (ABI 6): an agent may signal processes of its uid outside its tree, the daemon included"+d.uidNote())
+	}
+	if abi < 9 {
+		out = append(out, "Landlock ABI "+strconv.Itoa(abi)+" does not restrict connecting to Unix sockets (ABI 9): kin's own sockets refuse agents by their peer's process instead")
+	}
+	if d.cfg.HTTPAddr != "" && d.cfg.HTTPAddr != "off" {
+		out = append(out, "agents may connect to the HTTP address "+d.cfg.HTTPAddr+" (Landlock's TCP rules are port allow-lists): without the operator token, which the sandbox hides, it answers them only what it answers anyone")
+	}
+	switch d.sup.Containment() {
+	case supervisor.ContainmentProcessGroups:
+		out = append(out, "process-groups containment: a process that calls setsid and clears its environment escapes its agent's cascade, and the operator socket cannot tell it is an agent's ("+d.sup.ContainmentReason()+"); run kin in a delegated cgroup (systemd-run --user --scope -p Delegate=yes kin serve) or allow unprivileged user namespaces")
+	case supervisor.ContainmentPIDNamespaces:
+		out = append(out, "pid-namespaces containment: agents share the daemon's uid (no per-agent uid without root), and /proc inside an agent shows the host's pids")
+	}
+	return out
+}
+
+func (d *Daemon) uidNote() string {
+	if d.cfg.AgentUIDBase != 0 {
+		return " (agents run as their own uids, so file modes still keep them out)"
+	}
+	return ""
+}
+
+// describeContainment is the containment in one phrase for logs.
+func (d *Daemon) describeContainment() string {
+	s := d.sup.Containment()
+	if s == supervisor.ContainmentCgroup2 && os.Geteuid() != 0 {
+		s += " (a delegated subtree)"
+	}
+	return fmt.Sprintf("%s, Landlock ABI %d", s, sandbox.ABI())
+}
