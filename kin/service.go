@@ -152,5 +152,5 @@ type DaemonStatus struct {
 	// Missing lists the guarantees this kernel and containment cannot give,
 	// in words: kin never claims them.
 	Missing []string `json:"missing,omitempty"`
-	Running           int    `json:"running"`
+	Running int      `json:"running"`
 }

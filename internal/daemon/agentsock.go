@@ -8,8 +8,8 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"strconv"
 	goruntime "runtime" // the package has a type named runtime
+	"strconv"
 	"sync"
 	"sync/atomic"
 
