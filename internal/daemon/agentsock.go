@@ -243,8 +243,13 @@ func peerProcess(c net.Conn) (int, func() bool, error) {
 		return pid, func() bool { return true }, nil
 	}
 	return pid, func() bool {
+		// A pidfd turns readable when its process exits (a signal would
+		// need permission to send, which a daemon has not over root's
+		// processes).
 		defer unix.Close(pidfd)
-		return unix.PidfdSendSignal(pidfd, 0, nil, 0) == nil
+		fds := []unix.PollFd{{Fd: int32(pidfd), Events: unix.POLLIN}}
+		n, err := unix.Poll(fds, 0)
+		return err == nil && n == 0
 	}, nil
 }
 

@@ -1,0 +1,371 @@
+package containmenttest
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/user"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/kin-agents/kin/client"
+	"github.com/kin-agents/kin/internal/exampletest"
+	"github.com/kin-agents/kin/internal/kintest"
+	"github.com/kin-agents/kin/internal/supervisor/cgroup"
+	"github.com/kin-agents/kin/kin"
+)
+
+// testUser is an ordinary user the test made, removed when it ends.
+type testUser struct {
+	name     string
+	uid, gid int
+}
+
+func makeUser(t *testing.T) testUser {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("making a test user needs root (useradd)")
+	}
+	name := fmt.Sprintf("kinct%d", os.Getpid()%100000)
+	if out, err := exec.Command("useradd", "--no-create-home", "--shell", "/usr/sbin/nologin", name).CombinedOutput(); err != nil {
+		t.Fatalf("useradd %s: %v: %s", name, err, out)
+	}
+	u, err := user.Lookup(name)
+	if err != nil {
+		exec.Command("userdel", name).Run()
+		t.Fatal(err)
+	}
+	uid, _ := strconv.Atoi(u.Uid)
+	gid, _ := strconv.Atoi(u.Gid)
+	t.Cleanup(func() {
+		exec.Command("pkill", "-9", "-u", name).Run()
+		if out, err := exec.Command("userdel", name).CombinedOutput(); err != nil {
+			t.Errorf("userdel %s: %v: %s", name, err, out)
+		}
+	})
+	return testUser{name, uid, gid}
+}
+
+// delegate gives the user a cgroup subtree the way systemd's Delegate=yes
+// does: the directory and its cgroup.procs, cgroup.subtree_control and
+// cgroup.threads are the user's. It is removed (killed first) at the end.
+func delegate(t *testing.T, u testUser) string {
+	t.Helper()
+	m, err := cgroup.FindMount()
+	if err != nil || !m.Writable {
+		t.Skipf("no writable cgroup v2 mount (%v)", err)
+	}
+	dir := filepath.Join(m.Dir, fmt.Sprintf("kinct-delegated-%d", os.Getpid()))
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { removeCgroupTree(t, dir) })
+	for _, p := range []string{dir, dir + "/cgroup.procs", dir + "/cgroup.subtree_control", dir + "/cgroup.threads"} {
+		if err := os.Chown(p, u.uid, u.gid); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dir
+}
+
+func removeCgroupTree(t *testing.T, dir string) {
+	os.WriteFile(filepath.Join(dir, "cgroup.kill"), []byte("1"), 0)
+	kintest.WaitFor(t, 10*time.Second, "the delegated cgroup to empty", func() bool {
+		b, _ := os.ReadFile(filepath.Join(dir, "cgroup.events"))
+		return !strings.Contains(string(b), "populated 1")
+	})
+	var dirs []string
+	filepath.WalkDir(dir, func(p string, e os.DirEntry, err error) error {
+		if err == nil && e.IsDir() {
+			dirs = append(dirs, p)
+		}
+		return nil
+	})
+	for i := len(dirs) - 1; i >= 0; i-- {
+		syscall.Rmdir(dirs[i])
+	}
+}
+
+// served is a kin serve run as the test user.
+type served struct {
+	cmd    *exec.Cmd
+	info   map[string]any
+	client *client.Client
+	done   chan struct{}
+}
+
+func (s *served) pid() int { return s.cmd.Process.Pid }
+
+// serveAs starts kin serve as u on home, inside cgroupDir when given.
+func serveAs(t *testing.T, kinBin string, u testUser, home, cgroupDir string) *served {
+	t.Helper()
+	cmd := exec.Command(kinBin, "serve", "--json", "--home", home, "--http", "127.0.0.1:0")
+	cmd.Env = []string{"PATH=/usr/local/bin:/usr/bin:/bin", "HOME=" + filepath.Dir(home)}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(u.uid), Gid: uint32(u.gid)}}
+	if cgroupDir != "" {
+		fd, err := syscall.Open(cgroupDir, syscall.O_RDONLY|syscall.O_DIRECTORY, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer syscall.Close(fd)
+		cmd.SysProcAttr.UseCgroupFD, cmd.SysProcAttr.CgroupFD = true, fd
+	}
+	var stderr exampletest.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	s := &served{cmd: cmd, done: make(chan struct{})}
+	lines := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(out)
+		var b strings.Builder
+		for sc.Scan() {
+			b.WriteString(sc.Text())
+			if sc.Text() == "}" {
+				lines <- b.String()
+			}
+		}
+	}()
+	go func() { cmd.Wait(); close(s.done) }()
+	t.Cleanup(func() { s.stop(t) })
+	select {
+	case l := <-lines:
+		if err := json.Unmarshal([]byte(l), &s.info); err != nil {
+			t.Fatalf("kin serve --json: %v: %s", err, l)
+		}
+	case <-s.done:
+		t.Fatalf("kin serve as %s exited: %s", u.name, stderr.String())
+	case <-time.After(60 * time.Second):
+		t.Fatalf("kin serve as %s did not start: %s", u.name, stderr.String())
+	}
+	s.client, err = client.New(client.Config{Socket: filepath.Join(home, "kin.sock")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func (s *served) stop(t *testing.T) {
+	select {
+	case <-s.done:
+		return
+	default:
+	}
+	s.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-s.done:
+	case <-time.After(30 * time.Second):
+		s.cmd.Process.Kill()
+		<-s.done
+		t.Errorf("kin serve did not stop within 30 s of SIGTERM")
+	}
+}
+
+// attack is what a hostile agent tries, one line each: "NAME ok" when the
+// attempt succeeded, "NAME refused" when it did not.
+const attack = `#!/bin/sh
+try() { name=$1; shift; if "$@" >/dev/null 2>&1; then echo "$name ok"; else echo "$name refused"; fi; }
+try read-token cat "$H/operator.token"
+try read-keys sh -c 'cat "$H"/keys/*/* "$H"/keys/*'
+try list-keys ls "$H/keys"
+try read-db cat "$H/kin.db"
+try write-db sh -c 'printf x >> "$H/kin.db"'
+try op-socket env -u KIN_SOCKET "$KIN" --home "$H" governor set max_generation_depth=42
+try op-socket-setsid setsid -w env -i "$KIN" --home "$H" governor set max_generation_depth=43
+try tcp-stolen-token env -u KIN_SOCKET KIN_ADDR="$ADDR" KIN_TOKEN="$(cat "$H/operator.token" 2>/dev/null || echo none)" "$KIN" governor set max_generation_depth=44
+try kill-daemon kill -9 "$DPID"
+try kill-other-tree kill -9 "$VICTIM"
+echo done
+exec sleep 1000
+`
+
+func TestNonRootDaemonContainsItsAgents(t *testing.T) {
+	u := makeUser(t)
+	kinBin := exampletest.Kin(t)
+	for _, mode := range []string{"cgroup2", "pid-namespaces"} {
+		t.Run(mode, func(t *testing.T) {
+			base, err := os.MkdirTemp("", "kinct")
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { os.RemoveAll(base) })
+			os.Chmod(base, 0o755)
+			home, work := filepath.Join(base, "home"), filepath.Join(base, "work")
+			for _, d := range []string{home, work} {
+				os.Mkdir(d, 0o700)
+				os.Chown(d, u.uid, u.gid)
+			}
+			cg := ""
+			if mode == "cgroup2" {
+				cg = delegate(t, u)
+			}
+			s := serveAs(t, kinBin, u, home, cg)
+			if got := s.info["containment"]; got != mode {
+				t.Fatalf("containment %v, want %s (%v)", got, mode, s.info["containment_reason"])
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+			defer cancel()
+			t.Run("attacks", func(t *testing.T) { attacks(t, ctx, s, kinBin, home, work) })
+			t.Run("three-generations", func(t *testing.T) { threeGenerations(t, ctx, s, work) })
+			t.Run("restart-readopts", func(t *testing.T) { restartReadopts(t, ctx, s, kinBin, u, home, cg) })
+		})
+	}
+}
+
+func spawn(t *testing.T, ctx context.Context, c *client.Client, name string, env []string, argv ...string) *kin.Agent {
+	t.Helper()
+	a, err := c.Spawn(ctx, kin.SpawnRequest{RegisterRequest: kin.RegisterRequest{Name: name, Responsible: "containment test"}, Command: argv, Env: env})
+	if err != nil {
+		t.Fatalf("spawn %s: %v", name, err)
+	}
+	return a
+}
+
+func attacks(t *testing.T, ctx context.Context, s *served, kinBin, home, work string) {
+	script := filepath.Join(work, "attack.sh")
+	os.WriteFile(script, []byte(attack), 0o755)
+	os.Chmod(script, 0o755)
+	govBefore, err := s.client.Governor(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	victim := spawn(t, ctx, s.client, "victim", nil, "/bin/sleep", "1000")
+	addr, _ := s.info["http"].(string)
+	attacker := spawn(t, ctx, s.client, "attacker", []string{
+		"H=" + home, "KIN=" + kinBin, "ADDR=" + addr,
+		"DPID=" + strconv.Itoa(s.pid()), "VICTIM=" + strconv.Itoa(victim.PID),
+	}, "/bin/sh", script)
+	var log string
+	kintest.WaitFor(t, 60*time.Second, "the attacker to finish", func() bool {
+		var b strings.Builder
+		s.client.Logs(ctx, kin.LogsRequest{ID: attacker.ID}, func(p []byte) error { b.Write(p); return nil })
+		log = b.String()
+		return strings.Contains(log, "done\n")
+	})
+	for _, line := range strings.Split(strings.TrimSpace(log), "\n") {
+		if strings.HasSuffix(line, " ok") {
+			t.Errorf("from inside an agent, %s", line)
+		}
+	}
+	t.Logf("attacker's log:\n%s", log)
+	if _, err := s.client.Status(ctx); err != nil {
+		t.Fatalf("the daemon stopped answering: %v", err)
+	}
+	if err := syscall.Kill(victim.PID, 0); err != nil {
+		t.Errorf("the other tree's agent died: %v", err)
+	}
+	govAfter, err := s.client.Governor(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fmt.Sprint(govAfter) != fmt.Sprint(govBefore) {
+		t.Errorf("the governor changed: %v -> %v", govBefore, govAfter)
+	}
+	if es, _ := s.client.Events(ctx, kin.EventFilter{Types: []string{"governor.changed"}}); len(es) > 0 {
+		t.Errorf("governor.changed recorded: %+v", es)
+	}
+	zero := kin.Duration(0)
+	for _, a := range []*kin.Agent{victim, attacker} {
+		s.client.Stop(ctx, kin.StopRequest{ID: a.ID, Grace: &zero})
+	}
+}
+
+func threeGenerations(t *testing.T, ctx context.Context, s *served, work string) {
+	mark := strconv.FormatInt(time.Now().UnixNano()%1e9, 10)
+	write := func(name, body string) string {
+		p := filepath.Join(work, name)
+		os.WriteFile(p, []byte("#!/bin/sh\n"+body+"\n"), 0o755)
+		os.Chmod(p, 0o755)
+		return p
+	}
+	gen2 := write("gen2.sh", `setsid env -i /bin/sh -c 'trap "" TERM; exec sleep 1002.`+mark+`' </dev/null >/dev/null 2>&1 &
+trap "" TERM
+exec sleep 1003.`+mark)
+	gen1 := write("gen1.sh", `kin spawn --name g2-`+mark+` -- /bin/sh `+gen2+` >/dev/null || exit 9
+exec sleep 1001.`+mark)
+	gen0 := write("gen0.sh", `kin spawn --name g1-`+mark+` -- /bin/sh `+gen1+` >/dev/null || exit 9
+exec sleep 1000.`+mark)
+	root := spawn(t, ctx, s.client, "g0-"+mark, nil, "/bin/sh", gen0)
+	kintest.WaitFor(t, 30*time.Second, "three generations and the escaper", func() bool {
+		return len(withArg("1002."+mark)) == 1 && len(withArg("1003."+mark)) == 1
+	})
+	root, _ = s.client.Agent(ctx, root.ID)
+	if err := syscall.Kill(root.PID, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	var tree []kin.Agent
+	kintest.WaitFor(t, 30*time.Second, "every descendant recorded cancelled", func() bool {
+		all, err := s.client.Agents(ctx, kin.AgentFilter{})
+		if err != nil {
+			return false
+		}
+		tree = tree[:0]
+		done := 0
+		for _, a := range all {
+			if strings.HasSuffix(a.Name, "-"+mark) && a.ID != root.ID {
+				tree = append(tree, *a)
+				if a.State == kin.StateCancelled {
+					done++
+				}
+			}
+		}
+		return len(tree) == 2 && done == 2
+	})
+	if left := withArg("." + mark); len(left) > 0 {
+		t.Fatalf("processes of the cancelled tree still run: %v", left)
+	}
+}
+
+func restartReadopts(t *testing.T, ctx context.Context, s *served, kinBin string, u testUser, home, cg string) {
+	a := spawn(t, ctx, s.client, "survivor", nil, "/bin/sleep", "1000")
+	s.cmd.Process.Kill()
+	<-s.done
+	if err := syscall.Kill(a.PID, 0); err != nil {
+		t.Fatalf("kill -9 of the daemon took its agent along: %v", err)
+	}
+	s2 := serveAs(t, kinBin, u, home, cg)
+	got, err := s2.client.Agent(ctx, a.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !got.Running() || got.PID != a.PID || syscall.Kill(a.PID, 0) != nil {
+		t.Fatalf("after the restart the survivor is %s/%s pid %d (was %d): not re-adopted", got.Status, got.State, got.PID, a.PID)
+	}
+	if es, _ := s2.client.Events(ctx, kin.EventFilter{Types: []string{kin.EventAgentAdopted}}); len(es) == 0 {
+		t.Error("no agent.adopted event")
+	}
+	s2.stop(t)
+	kintest.WaitFor(t, 10*time.Second, "the survivor stopped with its daemon", func() bool { return syscall.Kill(a.PID, 0) != nil })
+}
+
+// withArg lists processes with an argument containing s.
+func withArg(s string) []int {
+	ents, _ := os.ReadDir("/proc")
+	var out []int
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + e.Name() + "/cmdline")
+		if err == nil && strings.Contains(string(b), s) && !strings.Contains(string(b), "go test") {
+			st, _ := os.ReadFile("/proc/" + e.Name() + "/stat")
+			if !strings.Contains(string(st), ") Z ") {
+				out = append(out, pid)
+			}
+		}
+	}
+	return out
+}
