@@ -146,5 +146,8 @@ type DaemonStatus struct {
 	Containment       string `json:"containment"`
 	ContainmentReason string `json:"containment_reason,omitempty"`
 	CgroupRoot        string `json:"cgroup_root,omitempty"`
-	Running           int    `json:"running"`
+	// AgentUIDRange is the uids agents run as, START:COUNT (agent id N
+	// runs as START+N); "" when they run as the daemon's user.
+	AgentUIDRange string `json:"agent_uid_range,omitempty"`
+	Running       int    `json:"running"`
 }
