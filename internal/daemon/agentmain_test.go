@@ -155,6 +155,35 @@ func runAgent(mode string) int {
 				out("id:%d", a.ID)
 			}
 		}
+	case "trespass":
+		// Each argument is one attempt on another daemon's agent:
+		// read:PATH, list:DIR, append:PATH or kill:PID; each reports
+		// "ok" or the error.
+		for _, a := range args[1:] {
+			verb, target, _ := strings.Cut(a, ":")
+			var err error
+			switch verb {
+			case "read":
+				_, err = os.ReadFile(target)
+			case "list":
+				_, err = os.ReadDir(target)
+			case "append":
+				var f *os.File
+				if f, err = os.OpenFile(target, os.O_APPEND|os.O_WRONLY, 0); err == nil {
+					_, err = f.WriteString("trespassed\n")
+					f.Close()
+				}
+			case "kill":
+				pid, _ := strconv.Atoi(target)
+				err = syscall.Kill(pid, syscall.SIGKILL)
+			}
+			res := "ok"
+			if err != nil {
+				res = err.Error()
+			}
+			out("%s %s: %s", verb, target, res)
+		}
+		out("trespass done")
 	case "act-as":
 		target, _ := kin.ParseAgentID(args[1])
 		for _, sock := range []struct{ kind, path string }{{"own", os.Getenv("KIN_SOCKET")}, {"op", os.Getenv("KINTEST_OPSOCK")}} {
