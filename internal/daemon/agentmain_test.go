@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -43,6 +44,7 @@ func runDaemonProcess(home string) {
 	defer stop()
 	cfg := daemon.DefaultConfig()
 	cfg.Home, cfg.HTTPAddr = home, "off"
+	cfg.UIDRangeDir = filepath.Join(home, "host-uid-ranges") // never the host's /var/lib/kin
 	cfg.Profile = os.Getenv("KIN_TEST_DAEMON_PROFILE")
 	d, err := daemon.Start(ctx, cfg)
 	if err != nil {
@@ -77,6 +79,9 @@ func runDaemonProcess(home string) {
 //	                 itself; write both outcomes, then wait
 //	heartbeat-crash  write KIN_RESUME_CURSOR, heartbeat with cursor
 //	                 "c<agent id>", exit 1
+//	daemon HOME      run a kin daemon on HOME until SIGTERM
+//	trespass A...    try each of read:PATH, list:DIR, append:PATH, kill:PID;
+//	                 write "VERB TARGET: ok" or the error, then "trespass done"
 //	coder, reviewer, ... seed 001's example (handoff_test.go)
 func runAgent(mode string) int {
 	args := strings.Fields(mode)
@@ -155,6 +160,9 @@ func runAgent(mode string) int {
 				out("id:%d", a.ID)
 			}
 		}
+	case "daemon":
+		runDaemonProcess(args[1]) // until SIGTERM
+		return 0
 	case "trespass":
 		// Each argument is one attempt on another daemon's agent:
 		// read:PATH, list:DIR, append:PATH or kill:PID; each reports

@@ -187,8 +187,13 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 	if name == "" {
 		name = defaultCgroupName(cfg.Home)
 	}
+	owner, err := filepath.Abs(cfg.Home)
+	if err != nil {
+		return nil, err
+	}
 	d.sup, err = supervisor.New(supervisor.Config{
 		Name:        name,
+		Owner:       owner,
 		Containment: cfg.Containment,
 		KeepOnClose: cfg.LeaveRunning,
 		DeferRemove: true, // a cascade is done once its processes are reaped and recorded

@@ -11,10 +11,13 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
+	"github.com/kin-agents/kin/client"
 	"github.com/kin-agents/kin/internal/ctxfs"
 	"github.com/kin-agents/kin/internal/daemon"
 	"github.com/kin-agents/kin/internal/kintest"
+	"github.com/kin-agents/kin/internal/supervisor/cgroup"
 	"github.com/kin-agents/kin/internal/uidrange"
 	"github.com/kin-agents/kin/kin"
 )
@@ -178,4 +181,62 @@ func TestUIDRangeKeptAcrossRestart(t *testing.T) {
 	if uid := fi.Sys().(*syscall.Stat_t).Uid; uid != r.Start+uint32(a.ID) {
 		t.Errorf("agent %d's session is owned by uid %d, want %d", a.ID, uid, r.Start+uint32(a.ID))
 	}
+}
+
+// TestCgroupRootsNeverNest: a root daemon started as an agent of another
+// (so its own cgroup lies in the other's tree) puts its kin root cgroup
+// outside that tree, so that neither daemon's cascades reach the other's
+// agents. Before, it made its root under its own cgroup: inside the other's.
+func TestCgroupRootsNeverNest(t *testing.T) {
+	needRoot(t)
+	outer := kintest.StartDaemon(t, kintest.WithAgentUIDs(false), kintest.WithContainment("cgroup2"))
+	ctx := context.Background()
+	st, err := outer.Client.Status(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	homeB := kintest.TempHome(t)
+	inner := spawnAgent(t, outer.Client, "inner-daemon", 0, "daemon "+homeB)
+	cB, err := client.New(client.Config{Socket: filepath.Join(homeB, daemon.SocketName)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cB.Close()
+	var stB *kin.DaemonStatus
+	kintest.WaitFor(t, 20*time.Second, "the inner daemon to answer", func() bool {
+		stB, err = cB.Status(ctx)
+		return err == nil
+	})
+	t.Cleanup(func() {
+		// Stopping the agent stops the inner daemon with SIGTERM; it then
+		// removes its root. Should it not have, remove it here.
+		outer.Client.Stop(ctx, kin.StopRequest{ID: inner.ID})
+		kintest.WaitFor(t, 20*time.Second, "the inner daemon to exit", func() bool { return !alive(inner.PID) })
+		if stB.CgroupRoot != "" {
+			os.Remove(stB.CgroupRoot)
+		}
+	})
+	own, err := os.ReadFile("/proc/" + strconv.Itoa(inner.PID) + "/cgroup")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(own), strings.TrimPrefix(st.CgroupRoot, mountDir(t))+"/") {
+		t.Fatalf("the inner daemon (cgroup %s) does not run inside the outer daemon's root %s", own, st.CgroupRoot)
+	}
+	if stB.Containment != "cgroup2" || stB.CgroupRoot == "" {
+		t.Fatalf("the inner daemon contains by %s (%s)", stB.Containment, stB.ContainmentReason)
+	}
+	if stB.CgroupRoot == st.CgroupRoot || strings.HasPrefix(stB.CgroupRoot, st.CgroupRoot+"/") || strings.HasPrefix(st.CgroupRoot, stB.CgroupRoot+"/") {
+		t.Errorf("cgroup roots nest: outer %s, inner %s", st.CgroupRoot, stB.CgroupRoot)
+	}
+}
+
+// mountDir is the cgroup2 mount's directory, the prefix of the kin roots.
+func mountDir(t *testing.T) string {
+	t.Helper()
+	m, err := cgroup.FindMount()
+	if err != nil {
+		t.Skip("no cgroup2 mount:", err)
+	}
+	return m.Dir
 }
