@@ -243,7 +243,11 @@ func TestServeErrors(t *testing.T) {
 	wantUsage(t, serve(noEnv, "--bogus"), "--bogus")
 	wantUsage(t, serve(noEnv, "--containment", "jail"), "--containment", "jail", "auto, cgroup2, process-groups")
 	wantUsage(t, serve(noEnv, "--leave-running=maybe"), "--leave-running")
-	for _, bad := range []map[string]string{{"KIN_CONTAINMENT": "jail"}, {"KIN_LEAVE_RUNNING": "maybe"}} {
+	wantUsage(t, serve(noEnv, "--uid-range", "300000"), "--uid-range", "300000")
+	if os.Geteuid() == 0 {
+		wantUsage(t, serve(noEnv, "--uid-range", "5:10"), "--uid-range", "start must be at least 1000")
+	}
+	for _, bad := range []map[string]string{{"KIN_CONTAINMENT": "jail"}, {"KIN_LEAVE_RUNNING": "maybe"}, {"KIN_UID_RANGE": "x:y"}, {"KIN_UID_RANGE_DIR": "relative"}} {
 		var name string
 		for name = range bad {
 		}
@@ -293,6 +297,9 @@ func TestServeContainment(t *testing.T) {
 	}
 	if !strings.Contains(stderr.String(), "agents contained by "+containmentString(st.Containment, st.ContainmentReason)+";") {
 		t.Errorf("the start-up line does not say process-groups:\n%s", stderr.String())
+	}
+	if os.Geteuid() == 0 && (st.AgentUIDRange == "" || !strings.Contains(stderr.String(), "agents run as uids "+st.AgentUIDRange+" ")) {
+		t.Errorf("status says agent uid range %q; the start-up line does not show it:\n%s", st.AgentUIDRange, stderr.String())
 	}
 	if code := stop(); code != 0 {
 		t.Fatalf("exit %d:\n%s", code, stderr.String())
