@@ -152,5 +152,8 @@ type DaemonStatus struct {
 	// Missing lists the guarantees this kernel and containment cannot give,
 	// in words: kin never claims them.
 	Missing []string `json:"missing,omitempty"`
-	Running int      `json:"running"`
+	// AgentUIDRange is the uids agents run as, START:COUNT (agent id N
+	// runs as START+N); "" when they run as the daemon's user.
+	AgentUIDRange string `json:"agent_uid_range,omitempty"`
+	Running       int    `json:"running"`
 }

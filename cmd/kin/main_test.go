@@ -32,7 +32,9 @@ func TestMain(m *testing.M) {
 func kinCommand(t *testing.T, args ...string) *exec.Cmd {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], args...)
-	cmd.Env = append(os.Environ(), "KIN_TEST_AS_KIN=1", "KIN_ADDR=")
+	// A daemon started here allocates its agent uid range from a directory
+	// of the test's own, never the host's /var/lib/kin.
+	cmd.Env = append(os.Environ(), "KIN_TEST_AS_KIN=1", "KIN_ADDR=", "KIN_UID_RANGE_DIR="+t.TempDir())
 	return cmd
 }
 

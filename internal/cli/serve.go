@@ -17,6 +17,7 @@ import (
 	"github.com/kin-agents/kin/internal/daemon"
 	"github.com/kin-agents/kin/internal/governor"
 	"github.com/kin-agents/kin/internal/policy"
+	"github.com/kin-agents/kin/internal/uidrange"
 	"github.com/kin-agents/kin/kin"
 )
 
@@ -27,6 +28,7 @@ type serveFlags struct {
 	issuer, personServer, tokenLifetime                        string
 	checkpointEvery, checkpointInterval                        string
 	traces                                                     string
+	uidRange                                                   string
 }
 
 // Containment choices of --containment; "auto" is the daemon's "".
@@ -72,6 +74,25 @@ prints once it listens says which is in force. When kin serve stops cleanly
 it stops every agent, unless --leave-running: then they go on, and the next
 kin serve on the same home takes them back.
 
+Agent uids: a root kin serve runs agent N as uid and gid START+N of its
+home's uid range, START:COUNT, so that agents cannot read one another's
+files or signal one another. Every home has a range of its own, so that
+the agents of two daemons on one host never share a uid. At first start
+the daemon allocates the lowest free range of ` + strconv.Itoa(uidrange.DefaultCount) + ` uids from
+` + strconv.Itoa(uidrange.DefaultStart) + ` (about a million: a home never reuses an agent id, so this
+bounds how many agents it can ever spawn, while leaving room for some 2000
+daemons below uid 2^31); --uid-range START:COUNT chooses it instead. The
+range is recorded in the home (uid-range) and in the host's allocation file
+` + uidrange.DefaultDir + `/` + uidrange.HostFileName + ` (another directory with
+KIN_UID_RANGE_DIR), changed under a lock; a restart keeps it. A range that
+overlaps another daemon's, or a user or group of /etc/passwd or /etc/group,
+or a subordinate range of /etc/subuid or /etc/subgid, is refused at start,
+naming both. An entry whose home is gone (or no longer records that range
+in its uid-range file) is stale: the next daemon to start reclaims it, so
+removing a home, or its uid-range file while none of its agents runs, frees
+its range. Agent ids past the range are refused, never wrapped. A home's
+range cannot be changed once recorded.
+
 Metrics: GET /metrics serves Prometheus metrics (kin_*, and the Go runtime's
 and the process's) on the socket, and on the HTTP address to holders of the
 operator token. Traces: --traces otlp sends an OpenTelemetry span for each
@@ -87,7 +108,8 @@ key; see "kin mcp --help".
 
 Configuration: built-in defaults, overridden by KIN_HOME, KIN_HTTP,
 KIN_PROFILE, KIN_STORE, KIN_CTX, KIN_CONTAINMENT, KIN_LEAVE_RUNNING,
-KIN_POLICY_CONFIG, KIN_SANDBOX_BEST_EFFORT and KIN_TRACES, overridden by
+KIN_POLICY_CONFIG, KIN_SANDBOX_BEST_EFFORT, KIN_TRACES, KIN_UID_RANGE and
+KIN_UID_RANGE_DIR, overridden by
 the flags. The HTTP API listens on
 ` + daemon.DefaultHTTPAddr + ` unless --http says otherwise ("--http off" serves
 the socket only). Shipped profiles: ` + strings.Join(governor.ShippedProfiles(), ", ") + `; see
@@ -100,7 +122,8 @@ the socket only). Shipped profiles: ` + strings.Join(governor.ShippedProfiles(),
   kin serve --ctx /ctx
   kin serve --policy-config /etc/kin/policy.yaml
   OTEL_EXPORTER_OTLP_ENDPOINT=http://localhost:4318 kin serve --traces otlp
-  kin serve --traces file:/var/log/kin/spans.jsonl`,
+  kin serve --traces file:/var/log/kin/spans.jsonl
+  kin serve --uid-range 300000:65536`,
 		Args: cobra.NoArgs,
 		RunE: run(func(cmd *cobra.Command, _ []string) error {
 			fl.home = a.home
@@ -137,6 +160,7 @@ the socket only). Shipped profiles: ` + strings.Join(governor.ShippedProfiles(),
 				Containment:       st.Containment,
 				ContainmentReason: st.ContainmentReason,
 				CgroupRoot:        st.CgroupRoot,
+				AgentUIDRange:     st.AgentUIDRange,
 				Ctx:               d.CtxRoot(),
 				LeaveRunning:      cfg.LeaveRunning,
 			}
@@ -169,6 +193,7 @@ the socket only). Shipped profiles: ` + strings.Join(governor.ShippedProfiles(),
 	f.StringVar(&fl.checkpointEvery, "log-checkpoint-every", "", "sign a checkpoint of the event log once this many `events` were recorded since the last, 1 to 1000000 (default $KIN_LOG_CHECKPOINT_EVERY, else 1000)")
 	f.StringVar(&fl.checkpointInterval, "log-checkpoint-interval", "", "and at this `interval` while events arrive, 1s to 24h (default $KIN_LOG_CHECKPOINT_INTERVAL, else 10s); always on shutdown")
 	f.StringVar(&fl.traces, "traces", "", "where OpenTelemetry spans of spawns, registrations and replacements go (`mode`): off, otlp (OTLP over HTTP, set by the OTEL_EXPORTER_OTLP_* environment) or file:PATH (JSON lines appended to PATH) (default $KIN_TRACES, else off)")
+	f.StringVar(&fl.uidRange, "uid-range", "", "a root daemon's agent uid `range`, START:COUNT, recorded in the home at first start (default $KIN_UID_RANGE, else the range the home recorded, else a free one of "+strconv.Itoa(uidrange.DefaultCount)+" uids)")
 	return cmd
 }
 
@@ -278,6 +303,22 @@ func serveConfig(getenv func(string) string, fl serveFlags) (daemon.Config, erro
 	if probe := (daemon.Config{Home: cfg.Home, Ctx: cfg.Ctx}); probe.Validate() != nil {
 		return cfg, bad(ctxRoot, probe.Validate())
 	}
+	uidRange := pick("", "KIN_UID_RANGE", "uid-range", fl.uidRange)
+	if uidRange.value != "" {
+		if !cfg.AgentUIDs {
+			return cfg, bad(uidRange, fmt.Errorf("agents run as the daemon's user when kin serve does not run as root, so a uid range has no use"))
+		}
+		if _, err := uidrange.Parse(uidRange.value); err != nil {
+			return cfg, bad(uidRange, err)
+		}
+		cfg.UIDRange = uidRange.value
+	}
+	if dir := getenv("KIN_UID_RANGE_DIR"); dir != "" {
+		cfg.UIDRangeDir = dir
+		if probe := (daemon.Config{Home: cfg.Home, UIDRangeDir: dir}); probe.Validate() != nil {
+			return cfg, bad(setting{dir, "KIN_UID_RANGE_DIR"}, probe.Validate())
+		}
+	}
 	if _, _, err := governor.Load(cfg.Profile); err != nil {
 		return cfg, bad(profile, err)
 	}
@@ -315,6 +356,7 @@ type serveInfo struct {
 	Containment       string `json:"containment"`
 	ContainmentReason string `json:"containment_reason,omitempty"`
 	CgroupRoot        string `json:"cgroup_root,omitempty"`
+	AgentUIDRange     string `json:"agent_uid_range,omitempty"`
 	Ctx               string `json:"ctx"`
 	LeaveRunning      bool   `json:"leave_running"`
 }
@@ -329,10 +371,14 @@ func (s serveInfo) line() string {
 	if s.CgroupRoot != "" {
 		contained += " under " + s.CgroupRoot
 	}
+	uids := "agents run as the daemon's user"
+	if s.AgentUIDRange != "" {
+		uids = "agents run as uids " + agentUIDsString(s.AgentUIDRange)
+	}
 	stop := "Ctrl-C to stop (and stop every agent)"
 	if s.LeaveRunning {
 		stop = "Ctrl-C to stop (agents keep running)"
 	}
-	return fmt.Sprintf("kin serve: listening on socket %s (operator access, mode 0600) and %s; operator token for HTTP in %s; profile %s; store %s; agent filesystem %s; %s; %s",
-		s.Socket, httpPart, s.TokenFile, s.Profile, s.Store, s.Ctx, contained, stop)
+	return fmt.Sprintf("kin serve: listening on socket %s (operator access, mode 0600) and %s; operator token for HTTP in %s; profile %s; store %s; agent filesystem %s; %s; %s; %s",
+		s.Socket, httpPart, s.TokenFile, s.Profile, s.Store, s.Ctx, contained, uids, stop)
 }

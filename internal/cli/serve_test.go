@@ -18,10 +18,27 @@ import (
 // noEnv is an empty environment, so that the caller's KIN_* do not leak in.
 func noEnv(string) string { return "" }
 
+// ownUIDRangeDir gives a daemon started with getenv a host uid allocation
+// directory of the test's own (KIN_UID_RANGE_DIR) unless getenv names one,
+// so that tests never write the host's /var/lib/kin.
+func ownUIDRangeDir(t *testing.T, getenv func(string) string) func(string) string {
+	dir := t.TempDir()
+	return func(k string) string {
+		if v := getenv(k); v != "" || k != "KIN_UID_RANGE_DIR" {
+			return v
+		}
+		return dir
+	}
+}
+
 // startServe runs `kin serve` with args until the returned stop is called;
 // stop cancels its context and returns its exit status.
 func startServe(t *testing.T, env Env, home string, args ...string) (stop func() int, stdout, stderr *syncBuffer) {
 	t.Helper()
+	if env.Getenv == nil {
+		env.Getenv = os.Getenv
+	}
+	env.Getenv = ownUIDRangeDir(t, env.Getenv)
 	stdout, stderr = &syncBuffer{}, &syncBuffer{}
 	env.Stdout, env.Stderr = stdout, stderr
 	ctx, cancel := context.WithCancel(context.Background())
@@ -215,7 +232,7 @@ func TestServeErrors(t *testing.T) {
 		// A cancelled context: a run that got through the checks would stop at once.
 		ctx, cancel := context.WithCancel(context.Background())
 		cancel()
-		code := Env{Stdout: &out, Stderr: &errb, Getenv: getenv}.Run(ctx, append([]string{"serve", "--home", home}, args...))
+		code := Env{Stdout: &out, Stderr: &errb, Getenv: ownUIDRangeDir(t, getenv)}.Run(ctx, append([]string{"serve", "--home", home}, args...))
 		return result{code: code, stdout: out.String(), stderr: errb.String()}
 	}
 	wantUsage(t, serve(noEnv, "--http", "nowhere"), "--http", "nowhere")
@@ -226,7 +243,11 @@ func TestServeErrors(t *testing.T) {
 	wantUsage(t, serve(noEnv, "--bogus"), "--bogus")
 	wantUsage(t, serve(noEnv, "--containment", "jail"), "--containment", "jail", "auto, cgroup2, process-groups")
 	wantUsage(t, serve(noEnv, "--leave-running=maybe"), "--leave-running")
-	for _, bad := range []map[string]string{{"KIN_CONTAINMENT": "jail"}, {"KIN_LEAVE_RUNNING": "maybe"}} {
+	wantUsage(t, serve(noEnv, "--uid-range", "300000"), "--uid-range", "300000")
+	if os.Geteuid() == 0 {
+		wantUsage(t, serve(noEnv, "--uid-range", "5:10"), "--uid-range", "start must be at least 1000")
+	}
+	for _, bad := range []map[string]string{{"KIN_CONTAINMENT": "jail"}, {"KIN_LEAVE_RUNNING": "maybe"}, {"KIN_UID_RANGE": "x:y"}, {"KIN_UID_RANGE_DIR": "relative"}} {
 		var name string
 		for name = range bad {
 		}
@@ -276,6 +297,9 @@ func TestServeContainment(t *testing.T) {
 	}
 	if !strings.Contains(stderr.String(), "agents contained by "+containmentString(st.Containment, st.ContainmentReason)+";") {
 		t.Errorf("the start-up line does not say process-groups:\n%s", stderr.String())
+	}
+	if os.Geteuid() == 0 && (st.AgentUIDRange == "" || !strings.Contains(stderr.String(), "agents run as uids "+st.AgentUIDRange+" ")) {
+		t.Errorf("status says agent uid range %q; the start-up line does not show it:\n%s", st.AgentUIDRange, stderr.String())
 	}
 	if code := stop(); code != 0 {
 		t.Fatalf("exit %d:\n%s", code, stderr.String())

@@ -3,6 +3,7 @@ package cli
 import (
 	"fmt"
 	"strconv"
+	"strings"
 
 	"github.com/spf13/cobra"
 )
@@ -18,7 +19,10 @@ contains their processes, and the last event's sequence number.
 Containment is "cgroup2" (every agent in its own cgroup under the cgroup
 root, nested like the lineage: a stop reaches every process an agent
 started) or "process-groups", the fallback where no writable cgroup v2
-exists, with the reason (a process that leaves its group escapes a stop).`,
+exists, with the reason (a process that leaves its group escapes a stop).
+
+Agent uids is the daemon's uid range, START:COUNT: agent N runs as uid and
+gid START+N (a root daemon); or "the daemon's user".`,
 		Example: `  kin status
   kin status --json`,
 		Args: cobra.NoArgs,
@@ -54,6 +58,7 @@ exists, with the reason (a process that leaves its group escapes a stop).`,
 			if st.CgroupRoot != "" {
 				row("Cgroup root", st.CgroupRoot)
 			}
+			row("Agent uids", agentUIDsString(st.AgentUIDRange))
 			row("Last event", strconv.FormatInt(st.LastEvent, 10))
 			return tw.Flush()
 		}),
@@ -70,4 +75,13 @@ func containmentString(containment, reason string) string {
 		return containment + " (" + reason + ")"
 	}
 	return containment
+}
+
+// agentUIDsString says which uids agents run as.
+func agentUIDsString(r string) string {
+	if r == "" {
+		return "the daemon's user"
+	}
+	start, count, _ := strings.Cut(r, ":")
+	return r + " (agent N runs as uid and gid " + start + "+N, N < " + count + ")"
 }

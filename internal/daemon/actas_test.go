@@ -86,7 +86,7 @@ func TestOperatorActsForAnAgentAndNobodyElseMay(t *testing.T) {
 	// socket (0600, the daemon's); one running as the daemon's user
 	// reaches it and is refused.
 	wantOp := "act-as op: forbidden"
-	if d.Config.AgentUIDBase != 0 {
+	if d.Config.AgentUIDs {
 		wantOp = "act-as op: unavailable"
 	}
 	for _, want := range []string{"act-as own: forbidden", wantOp} {

@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -49,6 +50,7 @@ func runDaemonProcess(home string) {
 	defer stop()
 	cfg := daemon.DefaultConfig()
 	cfg.Home, cfg.HTTPAddr = home, "off"
+	cfg.UIDRangeDir = filepath.Join(home, "host-uid-ranges") // never the host's /var/lib/kin
 	cfg.Profile = os.Getenv("KIN_TEST_DAEMON_PROFILE")
 	cfg.ShimPath = os.Getenv("KIN_TEST_DAEMON_SHIM") // every agent starts through the shim
 	d, err := daemon.Start(ctx, cfg)
@@ -84,6 +86,9 @@ func runDaemonProcess(home string) {
 //	                 itself; write both outcomes, then wait
 //	heartbeat-crash  write KIN_RESUME_CURSOR, heartbeat with cursor
 //	                 "c<agent id>", exit 1
+//	daemon HOME      run a kin daemon on HOME until SIGTERM
+//	trespass A...    try each of read:PATH, list:DIR, append:PATH, kill:PID;
+//	                 write "VERB TARGET: ok" or the error, then "trespass done"
 //	coder, reviewer, ... seed 001's example (handoff_test.go)
 func runAgent(mode string) int {
 	args := strings.Fields(mode)
@@ -162,6 +167,38 @@ func runAgent(mode string) int {
 				out("id:%d", a.ID)
 			}
 		}
+	case "daemon":
+		runDaemonProcess(args[1]) // until SIGTERM
+		return 0
+	case "trespass":
+		// Each argument is one attempt on another daemon's agent:
+		// read:PATH, list:DIR, append:PATH or kill:PID; each reports
+		// "ok" or the error.
+		for _, a := range args[1:] {
+			verb, target, _ := strings.Cut(a, ":")
+			var err error
+			switch verb {
+			case "read":
+				_, err = os.ReadFile(target)
+			case "list":
+				_, err = os.ReadDir(target)
+			case "append":
+				var f *os.File
+				if f, err = os.OpenFile(target, os.O_APPEND|os.O_WRONLY, 0); err == nil {
+					_, err = f.WriteString("trespassed\n")
+					f.Close()
+				}
+			case "kill":
+				pid, _ := strconv.Atoi(target)
+				err = syscall.Kill(pid, syscall.SIGKILL)
+			}
+			res := "ok"
+			if err != nil {
+				res = err.Error()
+			}
+			out("%s %s: %s", verb, target, res)
+		}
+		out("trespass done")
 	case "act-as":
 		target, _ := kin.ParseAgentID(args[1])
 		for _, sock := range []struct{ kind, path string }{{"own", os.Getenv("KIN_SOCKET")}, {"op", os.Getenv("KINTEST_OPSOCK")}} {

@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
+
+	"github.com/kin-agents/kin/internal/uidrange"
 )
 
 // Config configures a daemon. Build it with DefaultConfig, then override.
@@ -28,11 +30,19 @@ type Config struct {
 	Synchronous string
 	// Version is reported by Status.
 	Version string
-	// AgentUIDBase, when not 0, runs each agent as its own uid and gid,
-	// AgentUIDBase + its id, so that agents cannot read one another's files
-	// or the daemon's. It needs a daemon running as root; DefaultConfig sets
-	// DefaultAgentUIDBase then. With 0 agents run as the daemon's user.
-	AgentUIDBase uint32
+	// AgentUIDs runs each agent as its own uid and gid, the start of the
+	// home's uid range + its id, so that agents cannot read one another's
+	// files or the daemon's. It needs a daemon running as root;
+	// DefaultConfig sets it then. Without it agents run as the daemon's
+	// user.
+	AgentUIDs bool
+	// UIDRange is the home's agent uid range, START:COUNT; "" keeps the
+	// range the home recorded, or allocates a free one at first start
+	// (package uidrange). Every daemon of a host has its own range.
+	UIDRange string
+	// UIDRangeDir is the directory all kin daemons of the host share for
+	// the allocation file; "" is uidrange.DefaultDir (/var/lib/kin).
+	UIDRangeDir string
 	// LeaveRunning makes a clean shutdown leave agents running for the next
 	// daemon to re-adopt; by default a shutdown stops every agent.
 	LeaveRunning bool
@@ -81,12 +91,6 @@ type Config struct {
 	Clock func() time.Time
 }
 
-// DefaultAgentUIDBase is the first of the uids agents run as: a range no
-// distribution allocates to users or services (Debian and Fedora stop at
-// 60000-65535 for ordinary ranges; containers' subuid ranges start at
-// 100000 and are usually 65536 wide).
-const DefaultAgentUIDBase = 200000
-
 // DefaultHTTPAddr is where the HTTP API listens unless told otherwise.
 const DefaultHTTPAddr = "127.0.0.1:7777"
 
@@ -106,7 +110,7 @@ func DefaultHome() string {
 func DefaultConfig() Config {
 	c := Config{Home: DefaultHome(), HTTPAddr: DefaultHTTPAddr, Profile: "default", Version: "dev"}
 	if os.Geteuid() == 0 {
-		c.AgentUIDBase = DefaultAgentUIDBase
+		c.AgentUIDs = true
 	}
 	return c
 }
@@ -128,8 +132,19 @@ func (c *Config) Validate() error {
 	if c.HTTPAddr != "" && c.HTTPAddr != "off" && !strings.Contains(c.HTTPAddr, ":") {
 		return fmt.Errorf("config: http address %q is not host:port (or \"off\")", c.HTTPAddr)
 	}
-	if c.AgentUIDBase != 0 && os.Geteuid() != 0 {
-		return fmt.Errorf("config: agent uid base %d needs a daemon running as root (set it to 0 to run agents as the daemon's user)", c.AgentUIDBase)
+	if c.AgentUIDs && os.Geteuid() != 0 {
+		return fmt.Errorf("config: agent uids need a daemon running as root (turn them off to run agents as the daemon's user)")
+	}
+	if c.UIDRange != "" {
+		if !c.AgentUIDs {
+			return fmt.Errorf("config: uid range %s: agents run as the daemon's user here (a daemon not running as root), so a uid range has no use", c.UIDRange)
+		}
+		if _, err := uidrange.Parse(c.UIDRange); err != nil {
+			return fmt.Errorf("config: %w", err)
+		}
+	}
+	if c.UIDRangeDir != "" && !filepath.IsAbs(c.UIDRangeDir) {
+		return fmt.Errorf("config: uid range directory %q is not an absolute path", c.UIDRangeDir)
 	}
 	switch c.Synchronous {
 	case "", "FULL", "NORMAL":

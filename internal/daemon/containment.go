@@ -78,7 +78,7 @@ func (d *Daemon) missingGuarantees() []string {
 }
 
 func (d *Daemon) uidNote() string {
-	if d.cfg.AgentUIDBase != 0 {
+	if d.cfg.AgentUIDs {
 		return " (agents run as their own uids, so file modes still keep them out)"
 	}
 	return ""

@@ -26,6 +26,7 @@ import (
 	"github.com/kin-agents/kin/internal/store"
 	"github.com/kin-agents/kin/internal/store/sqlite"
 	"github.com/kin-agents/kin/internal/supervisor"
+	"github.com/kin-agents/kin/internal/uidrange"
 	"github.com/kin-agents/kin/kin"
 )
 
@@ -50,6 +51,7 @@ type Daemon struct {
 	disc    *aauth.Discovery // resources' keys, for their resource tokens
 	metrics *metrics         // Prometheus metrics (metrics.go)
 	tracer  *tracer          // OpenTelemetry spans of spawns, nil when off (tracing.go)
+	uids    *uidrange.Range  // the home's agent uid range; nil: agents run as the daemon's user
 	pid     int
 	started time.Time
 	token   string
@@ -132,6 +134,9 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 	if err := d.lockHome(); err != nil {
 		return nil, err
 	}
+	if err := d.allocateUIDs(); err != nil {
+		return nil, err
+	}
 	d.baseProfile, d.profileSource, err = governor.Load(cfg.Profile)
 	if err != nil {
 		return nil, err
@@ -186,8 +191,13 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 	if name == "" {
 		name = defaultCgroupName(cfg.Home)
 	}
+	owner, err := filepath.Abs(cfg.Home)
+	if err != nil {
+		return nil, err
+	}
 	d.sup, err = supervisor.New(supervisor.Config{
 		Name:        name,
+		Owner:       owner,
 		Containment: cfg.Containment,
 		KeepOnClose: cfg.LeaveRunning,
 		DeferRemove: true, // a cascade is done once its processes are reaped and recorded
@@ -237,7 +247,7 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 	go d.signCheckpoints()
 	d.log.Info("kin serve started", "home", cfg.Home, "socket", d.SocketPath(), "http", d.HTTPAddr(),
 		"store", st.Driver(), "profile", d.profileSource, "containment", d.sup.Containment(),
-		"containment_reason", d.sup.ContainmentReason(), "cgroup", d.sup.Root(), "sandbox", d.describeContainment(), "running", d.runningCount())
+		"containment_reason", d.sup.ContainmentReason(), "cgroup", d.sup.Root(), "sandbox", d.describeContainment(), "agent_uids", d.uidRangeString(), "running", d.runningCount())
 	for _, m := range d.missingGuarantees() {
 		d.log.Warn("guarantee missing", "what", m)
 	}
@@ -330,10 +340,17 @@ func copyExecutable(from, to string) error {
 // agentCredential is the uid and gid agent id runs as, or nil to run as
 // the daemon's user.
 func (d *Daemon) agentCredential(id kin.AgentID) *syscall.Credential {
-	if d.cfg.AgentUIDBase == 0 {
+	if d.uids == nil {
 		return nil
 	}
-	uid := d.cfg.AgentUIDBase + uint32(id)
+	uid, err := d.uids.UID(uint64(id))
+	if err != nil {
+		// Unreachable: register refuses ids outside the range and start
+		// checks again. Should it happen, the range's first uid, which no
+		// agent and no other daemon has, beats the daemon's own (root) or
+		// a wrapped uid of someone else.
+		uid = d.uids.Start
+	}
 	c := &syscall.Credential{Uid: uid, Gid: uid, Groups: []uint32{}}
 	if flat, ok := d.flatPolicy(id); ok {
 		if flat.UID != nil {

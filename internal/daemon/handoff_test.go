@@ -90,7 +90,10 @@ func runFamily(t *testing.T, childMode string, wait bool) *family {
 }
 
 func uidOf(d *kintest.Daemon, id kin.AgentID) string {
-	return strconv.Itoa(int(d.Config.AgentUIDBase) + int(id))
+	if r := d.AgentUIDRange(); r != nil {
+		return strconv.Itoa(int(r.Start) + int(id))
+	}
+	return strconv.Itoa(os.Geteuid())
 }
 
 func lastLine(s string) string {

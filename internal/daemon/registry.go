@@ -157,6 +157,9 @@ func (d *Daemon) register(ctx context.Context, req kin.RegisterRequest, extra *s
 		if err != nil {
 			return err
 		}
+		if err := d.checkAgentUID(out.ID); err != nil {
+			return err // rolls the insert back
+		}
 		if err := appendEvent(ctx, tx, now, kin.EventAgentRegistered, out.ID, out.Parent, registeredData{
 			Agent: out.ID, Name: out.Name, Role: out.Role, Creator: by, Responsible: out.Responsible,
 			Parent: out.Parent, Generation: out.Generation, Life: out.Life, Replaces: out.Replaces,
@@ -690,6 +693,7 @@ func (d *Daemon) Status(ctx context.Context) (*kin.DaemonStatus, error) {
 		CgroupRoot:        d.sup.Root(),
 		Sandbox:           d.describeContainment(),
 		Missing:           d.missingGuarantees(),
+		AgentUIDRange:     d.uidRangeString(),
 		Running:           d.runningCount(),
 		Version:           d.cfg.Version,
 		PID:               d.pid,

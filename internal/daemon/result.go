@@ -100,7 +100,7 @@ func (d *Daemon) checkResult(c *ctxAgent, dir string) (handoff.Report, error) {
 	}
 	defer root.Close()
 	opts := handoff.CheckOptions{}
-	if d.cfg.AgentUIDBase != 0 {
+	if d.uids != nil {
 		opts.AbsRoots = c.absRoots()
 	}
 	return handoff.CheckRoot(c.contract, root, opts)

@@ -146,6 +146,10 @@ func (d *Daemon) start(ctx context.Context, a *kin.Agent, spec store.ProcessSpec
 	d.rtMu.Unlock()
 	defer close(rt.ready)
 
+	if err := d.checkAgentUID(a.ID); err != nil {
+		d.removeRuntime(a.ID)
+		return nil, d.failStart(ctx, a, err)
+	}
 	sock, err := d.listenAgent(a)
 	if err != nil {
 		d.removeRuntime(a.ID)
@@ -175,7 +179,7 @@ func (d *Daemon) start(ctx context.Context, a *kin.Agent, spec store.ProcessSpec
 		d.removeRuntime(a.ID)
 		return nil, d.failStart(ctx, a, err)
 	}
-	if flat, ok := d.flatPolicy(a.ID); ok && d.cfg.AgentUIDBase == 0 && (flat.UID != nil || flat.GID != nil || flat.Groups != nil) {
+	if flat, ok := d.flatPolicy(a.ID); ok && d.uids == nil && (flat.UID != nil || flat.GID != nil || flat.Groups != nil) {
 		d.removeRuntime(a.ID)
 		return nil, d.failStart(ctx, a, errors.New("its policy sets uid, gid or groups, which needs a daemon running as root"))
 	}

@@ -278,7 +278,7 @@ func TestSocketOnlyActsForItsAgent(t *testing.T) {
 	// On the operator socket: an agent running as its own uid cannot even
 	// connect (the socket is 0600, the daemon's); one running as the
 	// daemon's user connects and is still only itself.
-	if d.Config.AgentUIDBase != 0 {
+	if d.Config.AgentUIDs {
 		if !strings.Contains(lines[1], "permission denied") {
 			t.Fatalf("an agent with its own uid reached the operator socket: %q", lines[1])
 		}
@@ -301,11 +301,11 @@ func TestSocketOnlyActsForItsAgent(t *testing.T) {
 }
 
 // TestOperatorSocketRefusesAgentWithoutOwnUID: where agents run as the
-// daemon's own user (AgentUIDBase 0), a process inside an agent that opens
+// daemon's own user (AgentUIDs off), a process inside an agent that opens
 // the operator socket is refused (issue 18; it acted as the agent before),
 // and its own socket still answers it as itself.
 func TestOperatorSocketRefusesAgentWithoutOwnUID(t *testing.T) {
-	d := kintest.StartDaemon(t, kintest.WithAgentUIDBase(0))
+	d := kintest.StartDaemon(t, kintest.WithAgentUIDs(false))
 	out := outPath(t)
 	a := spawnAgent(t, d.Client, "coder", 0, "whoami", withEnv("KINTEST_OUT="+out, "KINTEST_OPSOCK="+d.SocketPath()))
 	var lines []string
@@ -320,12 +320,13 @@ func TestOperatorSocketRefusesAgentWithoutOwnUID(t *testing.T) {
 }
 
 // TestAgentsRunAsTheirOwnUIDs: with the daemon as root, each agent runs as
-// AgentUIDBase + its id, never as root.
+// the start of the home's uid range + its id, never as root.
 func TestAgentsRunAsTheirOwnUIDs(t *testing.T) {
 	d := kintest.StartDaemon(t)
 	if os.Geteuid() != 0 {
 		t.Skip("agents get their own uids only under a root daemon; this test runs as uid", os.Geteuid())
 	}
+	base := int(d.AgentUIDRange().Start)
 	a := spawnAgent(t, d.Client, "one", 0, "sleep")
 	b := spawnAgent(t, d.Client, "two", a.ID, "sleep")
 	for _, ag := range []*kin.Agent{a, b} {
@@ -333,7 +334,7 @@ func TestAgentsRunAsTheirOwnUIDs(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		want := fmt.Sprintf("Uid:\t%d\t%d\t%d\t%d", daemon.DefaultAgentUIDBase+int(ag.ID), daemon.DefaultAgentUIDBase+int(ag.ID), daemon.DefaultAgentUIDBase+int(ag.ID), daemon.DefaultAgentUIDBase+int(ag.ID))
+		want := fmt.Sprintf("Uid:\t%d\t%d\t%d\t%d", base+int(ag.ID), base+int(ag.ID), base+int(ag.ID), base+int(ag.ID))
 		if !strings.Contains(string(st), want) {
 			t.Errorf("agent %d: want %q in\n%s", ag.ID, want, st)
 		}
@@ -341,7 +342,7 @@ func TestAgentsRunAsTheirOwnUIDs(t *testing.T) {
 	// An agent cannot read the operator token.
 	tok := filepath.Join(d.Home, daemon.TokenName)
 	cmd := exec.Command("/bin/cat", tok)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(daemon.DefaultAgentUIDBase + int(a.ID)), Gid: uint32(daemon.DefaultAgentUIDBase + int(a.ID)), Groups: []uint32{}}}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(base + int(a.ID)), Gid: uint32(base + int(a.ID)), Groups: []uint32{}}}
 	if out, err := cmd.CombinedOutput(); err == nil || !strings.Contains(string(out), "Permission denied") {
 		t.Fatalf("an agent's uid read the operator token: %s %v", out, err)
 	}

@@ -38,8 +38,17 @@ func WithHTTP() Option { return func(c *daemon.Config) { c.HTTPAddr = "127.0.0.1
 // WithContainment forces "cgroup2" or "process-groups".
 func WithContainment(c string) Option { return func(cfg *daemon.Config) { cfg.Containment = c } }
 
-// WithAgentUIDBase sets the uid base agents run under (0: the daemon's user).
-func WithAgentUIDBase(base uint32) Option { return func(c *daemon.Config) { c.AgentUIDBase = base } }
+// WithAgentUIDs runs agents as their own uids (true, the default as root)
+// or as the daemon's user (false).
+func WithAgentUIDs(on bool) Option { return func(c *daemon.Config) { c.AgentUIDs = on } }
+
+// WithUIDRange asks for the home's agent uid range, START:COUNT.
+func WithUIDRange(r string) Option { return func(c *daemon.Config) { c.UIDRange = r } }
+
+// WithUIDRangeDir shares a host uid allocation directory between the
+// test's daemons. Without it each test daemon allocates from a directory
+// of its own (so tests never write the host's /var/lib/kin).
+func WithUIDRangeDir(dir string) Option { return func(c *daemon.Config) { c.UIDRangeDir = dir } }
 
 // WithLeaveRunning makes the daemon's Close leave agents running.
 func WithLeaveRunning() Option { return func(c *daemon.Config) { c.LeaveRunning = true } }
@@ -62,6 +71,9 @@ func StartDaemon(t testing.TB, opts ...Option) *Daemon {
 	cfg.ShimPath, _ = AgentBinaryPath()
 	for _, o := range opts {
 		o(&cfg)
+	}
+	if cfg.UIDRangeDir == "" {
+		cfg.UIDRangeDir = filepath.Join(cfg.Home, "host-uid-ranges")
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()

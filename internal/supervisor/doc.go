@@ -19,6 +19,11 @@
 // Without a writable cgroup2 (or without cgroup.kill, Linux 5.14) it says
 // "process-groups" and ContainmentReason says why.
 //
+// The root carries the extended attribute user.kin.root, the owning
+// daemon's home. A daemon whose own cgroup lies under such a root (it runs
+// as another daemon's agent) does not make its root there but at the top
+// of the mount, so that the roots of two daemons never nest.
+//
 // # Layout
 //
 // Agent groups are <root>/a<id>, and a child's is <parent's group>/a<id>,

@@ -68,6 +68,10 @@ type Config struct {
 	// default "kin-<daemon pid>". A stable name lets a restarted daemon find
 	// its previous agents' groups under its own root (Discover, Adopt).
 	Name string
+	// Owner names the daemon (its home) on the kin root cgroup, as the
+	// extended attribute RootXattr, so that another daemon started inside
+	// this one's tree knows not to nest its root there.
+	Owner string
 	// Containment "" picks cgroup2 when a writable cgroup v2 exists, else
 	// PID namespaces when this process may make user and PID namespaces,
 	// else process groups; "cgroup2" and "pid-namespaces" make New fail
@@ -252,6 +256,10 @@ func New(cfg Config) (*Supervisor, error) {
 	return s, nil
 }
 
+// RootXattr is the extended attribute that marks a kin root cgroup; its
+// value is the owning daemon's home.
+const RootXattr = "user.kin.root"
+
 func (s *Supervisor) setupCgroup() error {
 	m, err := cgroup.FindMount()
 	if err != nil {
@@ -261,13 +269,25 @@ func (s *Supervisor) setupCgroup() error {
 		return fmt.Errorf("cgroup2 at %s is mounted read-only", m.Dir)
 	}
 	var parents []string
+	var nested error
 	if own, err := m.DirOfPID(0); err == nil {
-		parents = append(parents, own)
+		// A daemon started inside another daemon's tree (as an agent of
+		// it) must not nest its root there: the other's cascades would
+		// kill its agents, and its own would stop at the other's limits.
+		if root, owner := kinRootAbove(own, m.Dir); root != "" {
+			nested = fmt.Errorf("this daemon's cgroup %s lies inside the kin root cgroup %s of the daemon with home %s", own, root, owner)
+			s.log.Info("kin root cgroup: not nested in another daemon's tree; trying the top of the cgroup2 mount", keyReason, nested.Error())
+		} else {
+			parents = append(parents, own)
+		}
 	}
 	if len(parents) == 0 || parents[0] != m.Dir {
 		parents = append(parents, m.Dir)
 	}
 	var errs []error
+	if nested != nil {
+		errs = append(errs, nested)
+	}
 	for _, parent := range parents {
 		dir := filepath.Join(parent, s.cfg.Name)
 		created := true
@@ -283,10 +303,28 @@ func (s *Supervisor) setupCgroup() error {
 			}
 			return fmt.Errorf("cgroup %s lacks %s (Linux 5.14 or later needed)", dir, strings.Join(miss, ", "))
 		}
+		if s.cfg.Owner != "" {
+			// Best effort: without it a nested daemon would nest, as before.
+			if err := unix.Setxattr(dir, RootXattr, []byte(s.cfg.Owner), 0); err != nil {
+				s.log.Warn("mark the kin root cgroup", keyCgroup, dir, keyErr, err)
+			}
+		}
 		s.mount, s.root, s.createdRoot, s.cg = m, dir, created, true
 		return nil
 	}
 	return errors.Join(errs...)
+}
+
+// kinRootAbove is the nearest kin root cgroup at or above dir (below the
+// mount's top at top) and the home it names, or "".
+func kinRootAbove(dir, top string) (root, owner string) {
+	buf := make([]byte, 4096)
+	for d := dir; within(d, top) && d != top; d = filepath.Dir(d) {
+		if n, err := unix.Getxattr(d, RootXattr, buf); err == nil {
+			return d, string(buf[:n])
+		}
+	}
+	return "", ""
 }
 
 // Containment is "cgroup2", "pid-namespaces" or "process-groups".
