@@ -77,6 +77,8 @@ func runDaemonProcess(home string) {
 //	                 itself; write both outcomes, then wait
 //	heartbeat-crash  write KIN_RESUME_CURSOR, heartbeat with cursor
 //	                 "c<agent id>", exit 1
+//	swap-spawn ...   swap a granted folder for a link while spawning
+//	                 children (grants_race_test.go)
 //	coder, reviewer, ... seed 001's example (handoff_test.go)
 func runAgent(mode string) int {
 	args := strings.Fields(mode)
@@ -203,6 +205,8 @@ func runAgent(mode string) int {
 		return 1
 	case "coder", "reviewer", "reviewer-short", "reviewer-lie", "peek-parent", "chatty":
 		return runSeed001Agent(args[0], out)
+	case "swap-spawn":
+		return runSwapSpawn(args[1:], self(), out)
 	default:
 		out("unknown mode %q", mode)
 		return 2

@@ -164,11 +164,12 @@ func (d *Daemon) start(ctx context.Context, a *kin.Agent, spec store.ProcessSpec
 	}
 	rt.ctx = cx
 	d.rememberCtx(a.ID, cx)
-	argv, readGroups, err := d.sandboxArgv(a, cx, spec.Command)
+	argv, readGroups, held, err := d.sandboxArgv(a, cx, spec.Command)
 	if err != nil {
 		d.removeRuntime(a.ID)
 		return nil, d.failStart(ctx, a, err)
 	}
+	defer closeFiles(held) // the process has its own copies once started
 	if flat, ok := d.flatPolicy(a.ID); ok && d.cfg.AgentUIDBase == 0 && (flat.UID != nil || flat.GID != nil || flat.Groups != nil) {
 		d.removeRuntime(a.ID)
 		return nil, d.failStart(ctx, a, errors.New("its policy sets uid, gid or groups, which needs a daemon running as root"))
@@ -194,6 +195,7 @@ func (d *Daemon) start(ctx context.Context, a *kin.Agent, spec store.ProcessSpec
 		Dir:        dir,
 		LogPath:    d.logPath(a.ID),
 		Credential: withGroups(d.agentCredential(a.ID), readGroups),
+		ExtraFiles: held, // descriptors 3, ...: Spec.Held's numbers
 	})
 	if err != nil {
 		d.removeRuntime(a.ID)
