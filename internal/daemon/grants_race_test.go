@@ -171,3 +171,56 @@ func sum(m map[string]int) int {
 	}
 	return n
 }
+
+// After a restart the daemon holds agents to the files their checks
+// approved before it: they are kept in the stored policy.
+func TestRestartedDaemonHoldsAnInheritingChildToItsParentsCheck(t *testing.T) {
+	if sandbox.ABI() == 0 {
+		t.Skip("Landlock is unavailable on this kernel: nothing is held without it")
+	}
+	home := kintest.TempHome(t)
+	d := kintest.StartDaemon(t, kintest.WithHome(home))
+	base := kintest.SharedDir(t)
+	work, hidden := filepath.Join(base, "work"), filepath.Join(base, "hidden")
+	for _, dir := range []string{work, hidden} {
+		if err := os.Mkdir(dir, 0o777); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(dir, 0o777); err != nil { // whatever the umask
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(hidden, "secret"), []byte(raceSecret+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	parent := registerWith(t, d, "parent", 0, "", &kin.Policy{Mounts: map[string]kin.Mode{work: kin.ModeRW}})
+	if err := d.Close(); err != nil {
+		t.Fatal(err)
+	}
+	d2 := kintest.StartDaemon(t, kintest.WithHome(home))
+	// The parent's folder is replaced by one its check never saw.
+	if err := os.Rename(work, work+".old"); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(hidden, work); err != nil {
+		t.Fatal(err)
+	}
+	_, err := sh(t, d2, "kid", parent.ID, nil, "cat "+work+"/secret")
+	if err == nil || !strings.Contains(err.Error(), `mount "`+work+`" is no longer the file the policy check of agent `+parent.ID.String()+` approved`) {
+		t.Fatalf("spawn after the swap = %v, want a refusal naming %s and agent %d's check", err, work, parent.ID)
+	}
+	// Put back, the child runs with it.
+	if err := os.Rename(work, hidden); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(work+".old", work); err != nil {
+		t.Fatal(err)
+	}
+	kid, err := sh(t, d2, "kid2", parent.ID, nil, "echo ok > "+work+"/f && cat "+work+"/f; cat "+hidden+"/secret 2>/dev/null || echo NOLEAK")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, out := ended(t, d2, kid.ID); out != "ok\nNOLEAK\n" {
+		t.Fatalf("the child with its parent's checked folder: output %q, want ok and NOLEAK", out)
+	}
+}
