@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 
@@ -164,7 +165,7 @@ func (d *Daemon) holdMounts(layers []kin.PolicyLayer, flat kin.Policy, spec *san
 			if want == (fileID{}) {
 				continue // nothing was there when checked
 			}
-			f, got, err := openNoFollow(p)
+			f, got, err := d.openBeneath(layers, p)
 			switch {
 			case err == nil:
 			case unreachable(err):
@@ -172,6 +173,8 @@ func (d *Daemon) holdMounts(layers []kin.PolicyLayer, flat kin.Policy, spec *san
 			case errors.Is(err, unix.ELOOP):
 				return fail(kin.Errorf(kin.ECodeDenied, "mount %q is now a link, or passes through one: it changed since the policy check of agent %d approved it; "+
 					"kin refuses rather than resolve it again", p, by))
+			case errors.As(err, new(*kin.Error)):
+				return fail(err)
 			default:
 				return fail(kin.Errorf(kin.ECodeDenied, "mount %q: %v", p, err))
 			}
@@ -185,6 +188,94 @@ func (d *Daemon) holdMounts(layers []kin.PolicyLayer, flat kin.Policy, spec *san
 		}
 	}
 	return files, nil
+}
+
+// openBeneath opens mount path p following no link (its folder, then p
+// in it) and checks that it lies where every layer's check approved the
+// mounts above it: a layer that grants p through a listed ancestor q
+// granted the file q was, so p must be beneath that file now (".." walked
+// up from p's folder), or the agent would get a path its ancestor cannot
+// see (q replaced since, by whoever may write q's folder).
+func (d *Daemon) openBeneath(layers []kin.PolicyLayer, p string) (*os.File, fileID, error) {
+	if p == "/" {
+		return openNoFollow(p)
+	}
+	dir, _, err := openNoFollow(filepath.Dir(p))
+	if err != nil {
+		return nil, fileID{}, err
+	}
+	defer dir.Close()
+	fd, err := unix.Openat2(int(dir.Fd()), filepath.Base(p), &unix.OpenHow{
+		Flags: unix.O_PATH | unix.O_CLOEXEC, Resolve: unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS,
+	})
+	if errors.Is(err, unix.ENOSYS) || errors.Is(err, unix.EPERM) {
+		return openNoFollow(p) // no openat2: the ancestors are not checked
+	}
+	if err != nil {
+		return nil, fileID{}, err
+	}
+	f := os.NewFile(uintptr(fd), p)
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		f.Close()
+		return nil, fileID{}, err
+	}
+	id := fileID{Dev: uint64(st.Dev), Ino: st.Ino}
+	d.perm.mu.Lock()
+	defer d.perm.mu.Unlock()
+	for _, l := range layers {
+		o := d.perm.own[l.Agent]
+		if l.Source != kin.SourcePolicy || o == nil {
+			continue
+		}
+		for q, m := range l.Policy.Mounts {
+			if m == kin.ModeHidden || q == p || !(q == "/" || strings.HasPrefix(p, q+"/")) {
+				continue
+			}
+			want, ok := o.mountIDs[q]
+			if ok && want == (fileID{}) {
+				f.Close()
+				return nil, fileID{}, kin.Errorf(kin.ECodeDenied, "mount %q is under %q, which did not exist when the policy check of agent %d approved it: "+
+					"nothing is granted there", p, q, l.Agent)
+			}
+			if !ok {
+				continue // approved reports a layer without records
+			}
+			up := strings.Count(strings.TrimPrefix(p, q), "/") - 1 // from p's folder to q
+			if q == "/" {
+				up = strings.Count(p, "/") - 1
+			}
+			got, err := ancestor(int(dir.Fd()), up)
+			if err != nil || got != want {
+				f.Close()
+				return nil, fileID{}, kin.Errorf(kin.ECodeDenied, "mount %q is no longer beneath the file %q was when the policy check of agent %d approved it: "+
+					"%q was replaced since; kin refuses rather than grant what that agent cannot see", p, q, l.Agent, q)
+			}
+		}
+	}
+	return f, id, nil
+}
+
+// ancestor is the identity of the folder up levels above folder fd.
+func ancestor(fd, up int) (fileID, error) {
+	cur, err := unix.Openat(fd, ".", unix.O_PATH|unix.O_CLOEXEC|unix.O_DIRECTORY, 0)
+	if err != nil {
+		return fileID{}, err
+	}
+	defer func() { unix.Close(cur) }()
+	for range up {
+		next, err := unix.Openat(cur, "..", unix.O_PATH|unix.O_CLOEXEC|unix.O_DIRECTORY, 0)
+		if err != nil {
+			return fileID{}, err
+		}
+		unix.Close(cur)
+		cur = next
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(cur, &st); err != nil {
+		return fileID{}, err
+	}
+	return fileID{Dev: uint64(st.Dev), Ino: st.Ino}, nil
 }
 
 // approved is the file the checks approved at mount path p: every layer

@@ -131,6 +131,32 @@ func TestHoldMountsRefusesAPathSwappedBetweenCheckAndStart(t *testing.T) {
 	}
 }
 
+func TestHoldMountsRefusesAPathNoLongerBeneathItsAncestorsCheckedFolder(t *testing.T) {
+	dir := grantsDir(t)
+	q := filepath.Join(dir, "q")
+	work := filepath.Join(q, "work")
+	if err := os.MkdirAll(work, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	d, layers := grantsDaemon(t, map[string]kin.Mode{q: kin.ModeRW}, map[string]kin.Mode{work: kin.ModeRW})
+	// The child's folder is the one its check saw, but the parent's q is
+	// another folder now: the parent's grant no longer covers it.
+	mustRename(t, q, q+".old")
+	if err := os.Mkdir(q, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	mustRename(t, filepath.Join(q+".old", "work"), work)
+	_, _, err := hold(t, d, layers)
+	if err == nil || kin.ErrorCodeOf(err) != kin.ECodeDenied || !strings.Contains(err.Error(), "no longer beneath the file \""+q+"\" was") {
+		t.Fatalf("hold = %v, want a refusal naming %s", err, q)
+	}
+	// Nothing is granted under a mount that did not exist when checked.
+	d.perm.own[1].mountIDs[q] = fileID{}
+	if _, _, err = hold(t, d, layers); err == nil || !strings.Contains(err.Error(), "which did not exist when the policy check of agent 1 approved it") {
+		t.Fatalf("hold = %v, want a refusal: %s was missing when checked", err, q)
+	}
+}
+
 func TestHoldMountsHoldsAnInheritingChildToItsAncestorsCheck(t *testing.T) {
 	dir := grantsDir(t)
 	work, hidden := filepath.Join(dir, "work"), filepath.Join(dir, "hidden")
