@@ -89,6 +89,8 @@ func runDaemonProcess(home string) {
 //	daemon HOME      run a kin daemon on HOME until SIGTERM
 //	trespass A...    try each of read:PATH, list:DIR, append:PATH, kill:PID;
 //	                 write "VERB TARGET: ok" or the error, then "trespass done"
+//	swap-spawn ...   swap a granted folder for a link while spawning
+//	                 children (grants_race_test.go)
 //	coder, reviewer, ... seed 001's example (handoff_test.go)
 func runAgent(mode string) int {
 	args := strings.Fields(mode)
@@ -247,6 +249,8 @@ func runAgent(mode string) int {
 		return 1
 	case "coder", "reviewer", "reviewer-short", "reviewer-lie", "peek-parent", "chatty":
 		return runSeed001Agent(args[0], out)
+	case "swap-spawn":
+		return runSwapSpawn(args[1:], self(), out)
 	default:
 		out("unknown mode %q", mode)
 		return 2

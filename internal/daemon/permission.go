@@ -40,6 +40,9 @@ type permOwn struct {
 	stage      string
 	policy     *kin.Policy
 	deadlineAt time.Time
+	// mountIDs are the files the policy check approved at the policy's
+	// mount paths (grants.go).
+	mountIDs map[string]fileID
 }
 
 // spendRec is an agent's spend: its own, and its subtree's (itself
@@ -79,11 +82,11 @@ func (d *Daemon) loadPerms(ctx context.Context) error {
 	for _, r := range rows {
 		o := &permOwn{stage: r.Stage, deadlineAt: r.DeadlineAt}
 		if len(r.Policy) > 0 {
-			var p kin.Policy
+			var p storedPolicy
 			if err := json.Unmarshal(r.Policy, &p); err != nil {
 				return fmt.Errorf("agent %d: stored policy: %w", r.ID, err)
 			}
-			o.policy = &p
+			o.policy, o.mountIDs = &p.Policy, p.MountIDs
 		}
 		d.perm.own[r.ID] = o
 		if o.policy != nil && o.policy.Budget != nil && o.policy.Budget.MaxDescendants != nil {
@@ -275,7 +278,9 @@ type admission struct {
 // admit checks a registration against the parent's effective policy and
 // remaining budget (seed 001: a child only ever gets less). It runs inside
 // the registration's store.Update; commit applies its result.
-func (d *Daemon) admit(req *kin.RegisterRequest, role string, env []string, now time.Time) (*admission, error) {
+//
+// mountIDs are what checkPermissionRequest found at the policy's mounts.
+func (d *Daemon) admit(req *kin.RegisterRequest, mountIDs map[string]fileID, role string, env []string, now time.Time) (*admission, error) {
 	d.perm.mu.Lock()
 	defer d.perm.mu.Unlock()
 	var parentIDs []kin.AgentID
@@ -321,9 +326,9 @@ func (d *Daemon) admit(req *kin.RegisterRequest, role string, env []string, now 
 		return nil, kin.Escalationf(excess, "the request asks for more than agent %d has:\n%s", req.Parent, policy.FormatExcess(excess))
 	}
 	if req.Stage != "" || req.Policy != nil {
-		ad.own = &permOwn{stage: req.Stage, policy: req.Policy}
+		ad.own = &permOwn{stage: req.Stage, policy: req.Policy, mountIDs: mountIDs}
 		if req.Policy != nil {
-			b, err := json.Marshal(req.Policy)
+			b, err := json.Marshal(storedPolicy{Policy: *req.Policy, MountIDs: mountIDs})
 			if err != nil {
 				return nil, kin.Errorf(kin.ECodeInvalid, "policy: %v", err)
 			}

@@ -57,7 +57,8 @@ func (d *Daemon) register(ctx context.Context, req kin.RegisterRequest, extra *s
 	if req.Life == "" {
 		req.Life = kin.LifeOwned
 	}
-	if err := d.checkPermissionRequest(&req); err != nil {
+	mountIDs, err := d.checkPermissionRequest(&req)
+	if err != nil {
 		return nil, err
 	}
 	by := c.createdBy()
@@ -65,7 +66,7 @@ func (d *Daemon) register(ctx context.Context, req kin.RegisterRequest, extra *s
 	var refused *kin.Error
 	var denied error
 	var ad *admission
-	err := d.store.Update(ctx, func(tx store.Tx) error {
+	err = d.store.Update(ctx, func(tx store.Tx) error {
 		out, refused, denied, ad = nil, nil, nil, nil
 		prof := d.governor()
 		now := d.now()
@@ -115,7 +116,7 @@ func (d *Daemon) register(ctx context.Context, req kin.RegisterRequest, extra *s
 		if extra != nil {
 			env = extra.env
 		}
-		if ad, denied = d.admit(&req, facts.Role, env, now); denied != nil {
+		if ad, denied = d.admit(&req, mountIDs, facts.Role, env, now); denied != nil {
 			return nil
 		}
 		if extra != nil && ad.needsSandbox() {

@@ -174,11 +174,12 @@ func (d *Daemon) start(ctx context.Context, a *kin.Agent, spec store.ProcessSpec
 		d.removeRuntime(a.ID)
 		return nil, d.failStart(ctx, a, err)
 	}
-	argv, readGroups, err := d.sandboxArgv(a, cx, command)
+	argv, readGroups, held, err := d.sandboxArgv(a, cx, command)
 	if err != nil {
 		d.removeRuntime(a.ID)
 		return nil, d.failStart(ctx, a, err)
 	}
+	defer closeFiles(held) // the process has its own copies once started
 	if flat, ok := d.flatPolicy(a.ID); ok && d.uids == nil && (flat.UID != nil || flat.GID != nil || flat.Groups != nil) {
 		d.removeRuntime(a.ID)
 		return nil, d.failStart(ctx, a, errors.New("its policy sets uid, gid or groups, which needs a daemon running as root"))
@@ -204,6 +205,7 @@ func (d *Daemon) start(ctx context.Context, a *kin.Agent, spec store.ProcessSpec
 		Dir:        dir,
 		LogPath:    d.logPath(a.ID),
 		Credential: withGroups(d.agentCredential(a.ID), readGroups),
+		ExtraFiles: held, // descriptors 3, ...: Spec.Held's numbers
 	})
 	if err != nil {
 		d.removeRuntime(a.ID)

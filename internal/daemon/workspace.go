@@ -23,29 +23,34 @@ import (
 
 // checkPermissionRequest validates what a registration asks of the
 // permission authority, before anything is written: the policy (its mounts
-// resolved to the files they name), the stage and the template.
-func (d *Daemon) checkPermissionRequest(req *kin.RegisterRequest) error {
+// resolved to the files they name, and those files recorded: the agent
+// gets those or nothing), the stage and the template.
+func (d *Daemon) checkPermissionRequest(req *kin.RegisterRequest) (map[string]fileID, error) {
+	var ids map[string]fileID
 	if req.Policy != nil {
 		if err := policy.Validate(*req.Policy); err != nil {
-			return kin.Errorf(kin.ECodeInvalid, "policy: %v", err)
+			return nil, kin.Errorf(kin.ECodeInvalid, "policy: %v", err)
 		}
 		p, err := canonicalMounts(req.Policy)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		req.Policy = p
+		if ids, err = identifyMounts(p); err != nil {
+			return nil, err
+		}
 	}
 	if req.Stage != "" {
 		if _, err := d.perm.cfg.Preset(req.Stage); err != nil {
-			return kin.Errorf(kin.ECodeInvalid, "stage: %v", err)
+			return nil, kin.Errorf(kin.ECodeInvalid, "stage: %v", err)
 		}
 	}
 	if req.Template != nil {
 		if err := template.Check(*req.Template); err != nil {
-			return kin.Errorf(kin.ECodeInvalid, "%v", err)
+			return nil, kin.Errorf(kin.ECodeInvalid, "%v", err)
 		}
 	}
-	return nil
+	return ids, nil
 }
 
 // needsSandbox reports whether the admitted agent's processes must run
@@ -97,16 +102,18 @@ func (d *Daemon) sandboxAvailable() error {
 // It also returns the groups of the owners whose workspaces the agent may
 // read: the agent joins them so that the files' modes let it in, and
 // Landlock keeps it to the consented paths. Only a sandboxed agent joins.
-func (d *Daemon) sandboxArgv(a *kin.Agent, c *ctxAgent, argv []string) ([]string, []uint32, error) {
+// And the policy's mounts, opened as checked (holdMounts): the process's
+// descriptors 3 and up, for the caller to close once it started.
+func (d *Daemon) sandboxArgv(a *kin.Agent, c *ctxAgent, argv []string) ([]string, []uint32, []*os.File, error) {
 	layers, err := d.layers(a.ID)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	flat := policy.Flatten(layers)
 	abi := sandbox.ABI()
 	init := d.sup.Containment() == supervisor.ContainmentPIDNamespaces
 	if abi == 0 && flat.Mounts == nil && !hasLimits(flat.Budget) && !init {
-		return argv, nil, nil
+		return argv, nil, nil, nil
 	}
 	var groups []uint32
 	spec := sandbox.Spec{Argv: argv, BestEffort: d.cfg.SandboxBestEffort, ScopeSignals: true, Init: init}
@@ -116,9 +123,7 @@ func (d *Daemon) sandboxArgv(a *kin.Agent, c *ctxAgent, argv []string) ([]string
 	if flat.Mounts != nil || abi > 0 {
 		spec.Restrict = true
 		if flat.Mounts != nil {
-			rw, ro := policy.Landlock(flat)
-			spec.RW = append(spec.RW, rw...)
-			spec.RO = append(spec.RO, ro...)
+			// The policy's own mounts are held (holdMounts), not paths.
 			spec.RO = append(spec.RO, d.systemRO()...)
 			spec.RW = append(spec.RW, sandbox.DefaultSystemRW()...)
 		} else {
@@ -137,11 +142,16 @@ func (d *Daemon) sandboxArgv(a *kin.Agent, c *ctxAgent, argv []string) ([]string
 		spec.RO = append(spec.RO, seen...)
 	}
 	spec.RW, spec.RO = grants(spec.RW, spec.RO)
+	held, err := d.holdMounts(layers, flat, &spec)
+	if err != nil {
+		return nil, nil, nil, err
+	}
 	args, err := sandbox.Args(spec)
 	if err != nil {
-		return nil, nil, fmt.Errorf("sandbox: %w", err)
+		closeFiles(held)
+		return nil, nil, nil, fmt.Errorf("sandbox: %w", err)
 	}
-	return append([]string{d.shimPath(), sandbox.Subcommand}, args...), groups, nil
+	return append([]string{d.shimPath(), sandbox.Subcommand}, args...), groups, held, nil
 }
 
 func deref(p *int64) int64 {
@@ -389,7 +399,7 @@ func (d *Daemon) visibleTo(a *kin.Agent) ([]string, []uint32) {
 	return out, groups
 }
 
-// grants makes the sandbox's grants canonical (links resolved, missing
+// grants makes kin's own grants canonical (links resolved, missing
 // paths dropped) and minimal: a path already inside an rw grant needs no
 // grant of its own (and Landlock, which unions grants, could not make it
 // narrower anyway).

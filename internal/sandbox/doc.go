@@ -7,7 +7,19 @@
 //	[kinBinary, Subcommand, Args(spec)...]  =  [kin, "sandbox-exec", "--spec", "<JSON>"]
 //
 // and the shim, in the new process, opens and checks the granted paths,
-// restricts itself, sets the limits and syscall.Exec's spec.Argv. The
+// restricts itself, sets the limits and syscall.Exec's spec.Argv.
+//
+// Grants travel two ways. The agent's policy mounts come as descriptors
+// (Spec.Held): the daemon opened each (O_PATH, following no link) and
+// checked it is the file the policy check approved, and the process
+// inherits them as descriptors 3 and up. The shim checks each is that file
+// (Held.Dev, Held.Ino) and not a link, adds its rule on the descriptor and
+// closes it before exec: it grants the checked file whatever the path
+// names by then, and never looks the path up (a path resolved again at
+// start is how a parent that swapped a granted folder for a link once
+// leaked a folder it could not see to its child). kin's own grants (system
+// paths, the agent's home, kin's binary and socket, consented workspaces)
+// come as paths in Spec.RW and Spec.RO, which the shim opens itself. The
 // agent inherits the domain across exec and fork and can never leave it:
 // a nested shim only adds a layer (Landlock domains stack), so an agent
 // cannot regain what it lost, not even with Restrict false.
@@ -17,7 +29,8 @@
 // daemon turns an agent's mounts into a Spec: Main adds no path by itself,
 // not even DefaultSystemRO or DefaultSystemRW); grant a path that is, or
 // passes through, a symbolic link (kin checked the canonical path: a link
-// there now was planted since, and is refused); widen a grant (a missing
+// there now was planted since, and is refused), or a held descriptor that
+// is a link or not the file the daemon checked; widen a grant (a missing
 // path, or one the agent's user cannot reach, is skipped: no rule grants
 // less); run an agent unrestricted when Landlock is missing unless the
 // operator allowed best effort (and then say so loudly on stderr); be

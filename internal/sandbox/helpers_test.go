@@ -55,7 +55,8 @@ type probeResult struct {
 // mkdir, remove, rename (path "old|new"), connect (a unix socket), kill
 // (path a pid: SIGTERM), exec
 // (through os/exec, as Go programs start children), openmany (path
-// "file|n": opens file up to n times, N is how many succeeded).
+// "file|n": opens file up to n times, N is how many succeeded), fdsof (N
+// is how many open descriptors are the file at path).
 func probe(ops []string) int {
 	out := bufio.NewWriter(os.Stdout)
 	defer out.Flush()
@@ -106,6 +107,20 @@ func probe(ops []string) int {
 			var pid int
 			if pid, err = strconv.Atoi(path); err == nil {
 				err = syscall.Kill(pid, syscall.SIGTERM)
+			}
+		case "fdsof":
+			// How many of the probe's descriptors are the file at path.
+			var want unix.Stat_t
+			var es []os.DirEntry
+			if err = unix.Stat(path, &want); err == nil {
+				es, err = os.ReadDir("/proc/self/fd")
+			}
+			for _, e := range es {
+				n, _ := strconv.Atoi(e.Name())
+				var st unix.Stat_t
+				if unix.Fstat(n, &st) == nil && st.Dev == want.Dev && st.Ino == want.Ino {
+					r.N++
+				}
 			}
 		case "openmany":
 			file, count, _ := strings.Cut(path, "|")
@@ -204,10 +219,18 @@ func runShim(t testing.TB, spec Spec) run {
 // runShimArgs runs the shim with raw arguments.
 func runShimArgs(t testing.TB, args []string) run {
 	t.Helper()
+	return runShimArgsFiles(t, args, nil)
+}
+
+// runShimArgsFiles runs the shim with raw arguments and files as its
+// descriptors 3 and up, as the daemon passes held grants.
+func runShimArgsFiles(t testing.TB, args []string, files []*os.File) run {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, testExe(t), append([]string{"shim"}, args...)...)
 	cmd.Env = append(os.Environ(), helperEnv+"=1")
+	cmd.ExtraFiles = files
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	err := cmd.Run()
@@ -230,7 +253,17 @@ func runShimArgs(t testing.TB, args []string) run {
 // per op; the shim and the probe must succeed.
 func probeResults(t testing.TB, spec Spec) []probeResult {
 	t.Helper()
-	r := runShim(t, spec)
+	return probeResultsFiles(t, spec, nil)
+}
+
+// probeResultsFiles is probeResults with files as descriptors 3 and up.
+func probeResultsFiles(t testing.TB, spec Spec, files []*os.File) []probeResult {
+	t.Helper()
+	args, err := Args(spec)
+	if err != nil {
+		t.Fatalf("Args: %v", err)
+	}
+	r := runShimArgsFiles(t, args, files)
 	if r.code != 0 {
 		t.Fatalf("shim exited %d; stderr: %s", r.code, r.stderr)
 	}

@@ -114,10 +114,54 @@ func openRules(spec *Spec, handled uint64) ([]rule, error) {
 	if err := add(spec.RO, rightsRO); err != nil {
 		return nil, err
 	}
+	for _, h := range spec.Held {
+		isDir, err := checkHeld(h)
+		if err != nil {
+			closeRules(rules)
+			return nil, err
+		}
+		a := uint64(rightsRO)
+		if h.RW {
+			a = rightsRW
+		}
+		a &= handled
+		if !isDir {
+			a &= accessFile
+		}
+		rules = append(rules, rule{path: h.Path, fd: h.FD, access: a})
+	}
 	if spec.All {
 		rules = append(rules, viewRules(spec, handled)...)
 	}
 	return rules, nil
+}
+
+// checkHeld checks that the inherited descriptor of a held grant is the
+// file the daemon checked, and not a link, and keeps it from the agent
+// (close-on-exec; closeRules closes it before exec anyway).
+func checkHeld(h Held) (isDir bool, err error) {
+	var st unix.Stat_t
+	if err := unix.Fstat(h.FD, &st); err != nil {
+		return false, &pathError{h.Path, fmt.Sprintf("descriptor %d that kin passed for it: %v (kin starts the shim with its grants as descriptors 3 and up)", h.FD, err)}
+	}
+	if _, err := unix.FcntlInt(uintptr(h.FD), unix.F_SETFD, unix.FD_CLOEXEC); err != nil {
+		return false, &pathError{h.Path, fmt.Sprintf("descriptor %d: close-on-exec: %v", h.FD, err)}
+	}
+	switch {
+	case st.Mode&unix.S_IFMT == unix.S_IFLNK:
+		return false, &pathError{h.Path, fmt.Sprintf("descriptor %d is a symbolic link; kin grants only what links do not lead to", h.FD)}
+	case uint64(st.Dev) != h.Dev || st.Ino != h.Ino:
+		return false, &pathError{h.Path, fmt.Sprintf("descriptor %d is file %d:%d, not %d:%d that kin checked", h.FD, st.Dev, st.Ino, h.Dev, h.Ino)}
+	}
+	return st.Mode&unix.S_IFMT == unix.S_IFDIR, nil
+}
+
+// closeHeld closes the held grants' descriptors where no rule uses them
+// (no Landlock): the agent must not inherit them.
+func closeHeld(spec *Spec) {
+	for _, h := range spec.Held {
+		unix.Close(h.FD)
+	}
 }
 
 func closeRules(rules []rule) {

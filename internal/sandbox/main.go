@@ -110,6 +110,8 @@ func prepare(spec *Spec, abi int, stderr io.Writer) (*plan, int, error) {
 		if err != nil {
 			return nil, ExitCannotRun, err
 		}
+	} else {
+		closeHeld(spec)
 	}
 	return p, 0, nil
 }

@@ -21,6 +21,10 @@ type Spec struct {
 	RW []string `json:"rw,omitempty"`
 	// RO are absolute, clean, canonical paths granted read and execute.
 	RO []string `json:"ro,omitempty"`
+	// Held are grants kin opened and checked itself, passed as inherited
+	// descriptors: the shim adds their rules on the descriptors, never
+	// opening their paths again (see Held).
+	Held []Held `json:"held,omitempty"`
 	// Restrict false means no Landlock at all (the agent's policy lists no
 	// mounts); the limits still apply.
 	Restrict bool `json:"restrict,omitempty"`
@@ -56,6 +60,20 @@ type Spec struct {
 	// Argv is the agent's command; Argv[0] is looked up in the PATH of the
 	// shim's environment when it has no slash.
 	Argv []string `json:"argv"`
+}
+
+// Held is a grant the daemon opened (O_PATH, following no link) and
+// checked against what the policy check approved; the process inherits it
+// as descriptor FD. The shim grants the file FD is, whatever Path names
+// now: Path, clean and absolute, only names it in messages and in the
+// checks of rules inside others. Dev and Ino are the file the daemon
+// checked; the shim refuses a descriptor that is another file, or a link.
+type Held struct {
+	Path string `json:"path"`
+	FD   int    `json:"fd"`
+	RW   bool   `json:"rw,omitempty"`
+	Dev  uint64 `json:"dev"`
+	Ino  uint64 `json:"ino"`
 }
 
 // specFlag is the one flag of the shim's command line.
@@ -142,6 +160,25 @@ func (s *Spec) validate() error {
 			}
 		}
 	}
+	rw, ro := slices.Clone(s.RW), slices.Clone(s.RO)
+	fds := map[int]bool{}
+	for i, h := range s.Held {
+		if err := checkPath(h.Path); err != nil {
+			return fmt.Errorf("bad spec: held[%d] path %s: %v", i, quote(h.Path), err)
+		}
+		if h.FD < 3 || fds[h.FD] {
+			return fmt.Errorf("bad spec: held[%d] (%s) has descriptor %d: want a distinct descriptor of 3 or more (0-2 are stdio)", i, quote(h.Path), h.FD)
+		}
+		fds[h.FD] = true
+		if h.RW {
+			rw = append(rw, h.Path)
+		} else {
+			ro = append(ro, h.Path)
+		}
+	}
+	if len(s.Held) > 0 && !s.Restrict {
+		return errors.New("bad spec: held grants without restrict: the descriptors would only leak to the agent")
+	}
 	if s.All && !s.Restrict {
 		return errors.New("bad spec: all needs restrict")
 	}
@@ -155,8 +192,8 @@ func (s *Spec) validate() error {
 	}
 	// Landlock grants the union of a layer's rules: a read-only path
 	// under a read-write one would be writable all the same.
-	for _, ro := range s.RO {
-		for _, rw := range s.RW {
+	for _, ro := range ro {
+		for _, rw := range rw {
 			if within(ro, rw) {
 				return fmt.Errorf("bad spec: ro path %s is inside rw path %s: Landlock grants the union of rules, so it would be writable", quote(ro), quote(rw))
 			}
