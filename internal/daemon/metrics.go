@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/kin-agents/kin/internal/sandbox"
 	"net/http"
 	"slices"
 	"strconv"
@@ -98,6 +99,7 @@ func newMetrics(d *Daemon) *metrics {
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		spawns, m.rejections, m.cascadeN, m.cascadeDur, m.heartbeat, m.httpDur,
 		&stateCollector{d: d},
+		containmentCollector{d: d},
 	)
 	m.handler = promhttp.HandlerFor(reg, promhttp.HandlerOpts{
 		ErrorLog:      promLogger{d},
@@ -284,4 +286,29 @@ type promLogger struct{ d *Daemon }
 
 func (l promLogger) Println(v ...any) {
 	l.d.log.Warn("metrics", "err", fmt.Sprint(v...))
+}
+
+var (
+	containmentDesc = prometheus.NewDesc("kin_containment_info",
+		"1, labelled with how agents are contained: mode (cgroup2, pid-namespaces, process-groups) and the kernel's Landlock ABI (0: none).",
+		[]string{"mode", "landlock_abi"}, nil)
+	missingDesc = prometheus.NewDesc("kin_guarantees_missing",
+		"How many of kin's containment guarantees this kernel and mode cannot give (kin status lists them).", nil, nil)
+)
+
+// containmentCollector reports the containment in force (issue 18: the
+// start-up line, kin status and /metrics say which).
+type containmentCollector struct{ d *Daemon }
+
+func (c containmentCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- containmentDesc
+	ch <- missingDesc
+}
+
+func (c containmentCollector) Collect(ch chan<- prometheus.Metric) {
+	if c.d.sup == nil {
+		return
+	}
+	ch <- prometheus.MustNewConstMetric(containmentDesc, prometheus.GaugeValue, 1, c.d.sup.Containment(), strconv.Itoa(sandbox.ABI()))
+	ch <- prometheus.MustNewConstMetric(missingDesc, prometheus.GaugeValue, float64(len(c.d.missingGuarantees())))
 }
