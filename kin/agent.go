@@ -272,7 +272,10 @@ type AgentFilter struct {
 	Parent      AgentID `json:"parent,omitempty"`
 	HasParent   bool    `json:"has_parent,omitempty"`
 	Responsible string  `json:"responsible,omitempty"`
-	Limit       int     `json:"limit,omitempty"`
+	// Name keeps agents of this name (at most one is live: names are
+	// unique among agents that are not terminated).
+	Name  string `json:"name,omitempty"`
+	Limit int    `json:"limit,omitempty"`
 }
 
 // TreeNode is an agent with its children, for `kin tree`.

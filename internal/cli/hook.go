@@ -192,7 +192,7 @@ always JSON.`,
 			return nil
 		}),
 	}
-	cmd.Flags().Var(idFlag{id: &agent}, "agent", "the agent `ID` to ask for (the operator's way; inside an agent, the default is the agent itself)")
+	cmd.Flags().Var(a.idFlag(&agent, "agent", false), "agent", "the agent `ID` to ask for (the operator's way; inside an agent, the default is the agent itself)")
 	return cmd
 }
 

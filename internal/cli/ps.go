@@ -38,7 +38,7 @@ Flags narrow the list; they combine with "and".`,
 	fl.Var(newEnumFlag(&f.Status, allStatuses...), "status", "only agents with this `status`: "+joinStrings(allStatuses))
 	fl.Var(newEnumFlag(&f.State, allStates...), "state", "only agents in this runtime `state`: "+joinStrings(allStates))
 	fl.StringVar(&f.Role, "role", "", "only agents with this `role`")
-	fl.Var(idFlag{id: &f.Parent, roots: true}, "parent", "only the children of this agent `ID` (0: only roots)")
+	fl.Var(a.idFlag(&f.Parent, "parent", true), "parent", "only the children of this agent `ID` (0: only roots)")
 	fl.StringVar(&f.Responsible, "responsible", "", "only agents this `party` is responsible for")
 	return cmd
 }

@@ -37,7 +37,7 @@ the policy asks for beyond the parent's), 2 when the command line is wrong.`,
 			return a.register(cmd, &req, &perm)
 		}),
 	}
-	registerFlags(cmd, &req,
+	a.registerFlags(cmd, &req,
 		"the agent's `name`: letters, digits and - _ . : @ (e.g. PO-MVP1, HO@server1)",
 		"the parent agent's `ID` (omit or 0 for a root)")
 	perm.add(cmd.Flags(), "")
@@ -47,11 +47,11 @@ the policy asks for beyond the parent's), 2 when the command line is wrong.`,
 
 // registerFlags are the registration flags `kin register` and `kin spawn`
 // share; the two explain --name and --parent each their own way.
-func registerFlags(cmd *cobra.Command, req *kin.RegisterRequest, nameUsage, parentUsage string) {
+func (a *app) registerFlags(cmd *cobra.Command, req *kin.RegisterRequest, nameUsage, parentUsage string) {
 	f := cmd.Flags()
 	f.StringVar(&req.Name, "name", "", nameUsage)
 	f.StringVar(&req.Responsible, "responsible", "", "the accountable `party`, a human or organisation (required for roots; children inherit their parent's)")
-	f.Var(idFlag{id: &req.Parent, roots: true}, "parent", parentUsage)
+	f.Var(a.idFlag(&req.Parent, "parent", true), "parent", parentUsage)
 	f.StringVar(&req.Role, "role", "", "the agent's `role` (profiles with roles derive it from the name when omitted)")
 	f.StringVar(&req.Scope, "scope", "", "the agent's operational `scope`, free text")
 	f.StringVar(&req.Wallet, "wallet", "", "the agent's `wallet` address; unique among agents")
