@@ -217,7 +217,7 @@ func (r *RegisterRequest) Validate() error {
 		return Errorf(ECodeInvalid, "parent %d is not an agent id (0 for a root)", r.Parent)
 	}
 	if r.Parent == 0 && r.Responsible == "" {
-		return Errorf(ECodeInvalid, "responsible is required for a root agent (the accountable human or organisation)")
+		return Errorf(ECodeInvalid, "responsible is required for a root agent (the accountable human or organisation): give --responsible WHO, or --parent ID to make it a child")
 	}
 	if r.Life != "" && !r.Life.Valid() {
 		return Errorf(ECodeInvalid, "life %q is not owned or detached", r.Life)

@@ -93,6 +93,9 @@ var _ kin.Service = (*Daemon)(nil)
 // Start opens the home, the store and the listeners and starts serving. The
 // daemon runs until Close; ctx only bounds start-up.
 func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
+	if cfg.DefaultResponsible == "" {
+		cfg.DefaultResponsible = loginName()
+	}
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}

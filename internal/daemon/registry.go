@@ -43,6 +43,9 @@ func (d *Daemon) register(ctx context.Context, req kin.RegisterRequest, extra *s
 	if req.Parent == 0 && c.agent != 0 {
 		req.Parent = c.agent // inside an agent, a spawn is a child of the caller
 	}
+	if req.Parent == 0 && req.Responsible == "" {
+		req.Responsible = d.cfg.DefaultResponsible // the operator answers for a root nobody named
+	}
 	if err := req.Validate(); err != nil {
 		return nil, err
 	}
