@@ -289,3 +289,12 @@ func firstID(t *testing.T, out string) string {
 	t.Fatalf("no id in %q", out)
 	return ""
 }
+
+// TestSpawnMissingProgram: the error names the program that is missing.
+func TestSpawnMissingProgram(t *testing.T) {
+	d := kintest.StartDaemon(t)
+	r := kinAt(t, d, "spawn", "--", "/nonexistent/prog")
+	if r.code != ExitError || !strings.Contains(r.stderr, "program /nonexistent/prog") || !strings.Contains(r.stderr, "no such file or directory") {
+		t.Errorf("exit %d, stderr %q; want the path named", r.code, r.stderr)
+	}
+}

@@ -370,7 +370,7 @@ func (d *Daemon) loadGovernor(ctx context.Context) error {
 	overrides := map[string]string{}
 	for k, v := range settings {
 		key, ok := strings.CutPrefix(k, "governor.")
-		if !ok {
+		if !ok || v == "" { // "": reset to the profile's value
 			continue
 		}
 		n, err := strconv.Atoi(v)
