@@ -219,7 +219,18 @@ exits 0 with its decision (2 when it cannot answer at all).`,
 		a.topCommand(),
 		a.sandboxCommand(),
 		a.mcpCommand(),
+		a.versionCommand(),
 	)
+	// kin --version is kin version; kin alone prints the help.
+	var showVersion bool
+	root.Flags().BoolVar(&showVersion, "version", false, "print kin's version, commit and Go version, and the daemon's store and containment (as kin version does)")
+	root.Args = cobra.NoArgs
+	root.RunE = run(func(cmd *cobra.Command, _ []string) error {
+		if showVersion {
+			return a.printVersion(cmd.Context())
+		}
+		return cmd.Help()
+	})
 	return root
 }
 
