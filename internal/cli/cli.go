@@ -434,8 +434,9 @@ func (a *app) agentArg(ctx context.Context, s string) (kin.AgentID, error) {
 	return id, nil
 }
 
-// agentByName is the id of the live agent called name. A name not held by
-// a live agent is invalid input (exit 1, code invalid), as a bad id is.
+// agentByName is the id of the live agent called name, else of the latest
+// agent that was. A name no agent ever had is invalid input (exit 1, code
+// invalid), as a bad id is.
 func (a *app) agentByName(ctx context.Context, name string) (kin.AgentID, error) {
 	svc, err := a.service()
 	if err != nil {
@@ -451,8 +452,9 @@ func (a *app) agentByName(ctx context.Context, name string) (kin.AgentID, error)
 		}
 	}
 	if len(list) > 0 {
-		ended := list[len(list)-1]
-		return 0, kin.Errorf(kin.ECodeInvalid, "no live agent is named %q: agent %d of that name has ended; name it by its id (%d)", name, ended.ID, ended.ID)
+		// No live agent holds the name: the latest that held it, so that
+		// kin wait rev-123 and kin result rev-123 work once it has ended.
+		return list[len(list)-1].ID, nil
 	}
 	return 0, kin.Errorf(kin.ECodeInvalid, "no live agent is named %q: give an id such as 7 or #7, or a live agent's name (\"kin ps\" lists them)", name)
 }

@@ -91,9 +91,20 @@ func Parse(text string) []Block {
 }
 
 // continues says whether a command goes on to the next line: a trailing
-// backslash, or a single quote left open.
+// backslash, or a single quote left open (on its last line, before a " #"
+// comment, whose own quotes are prose).
 func continues(cmd string) bool {
-	return strings.HasSuffix(cmd, "\\") || strings.Count(cmd, "'")%2 == 1
+	if strings.HasSuffix(cmd, "\\") {
+		return true
+	}
+	code := cmd
+	if i := strings.LastIndex(cmd, "\n"); i >= 0 && strings.Count(cmd[:i], "'")%2 == 0 {
+		code = cmd[i+1:]
+	}
+	if i := strings.Index(code, " #"); i >= 0 {
+		code = code[:i]
+	}
+	return strings.Count(code, "'")%2 == 1
 }
 
 func consoleSteps(body []string, first int) []Step {

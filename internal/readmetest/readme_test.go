@@ -31,7 +31,7 @@ func TestReadme(t *testing.T) {
 	}
 	bin := exampletest.Kin(t)
 	d := exampletest.Serve(t, bin, "--http", "off")
-	r := Runner{Dir: root, Env: readerEnv(bin, d.Home), Within: 15 * time.Second}
+	r := Runner{Dir: workDir(t, root), Env: readerEnv(bin, d.Home), Within: 15 * time.Second}
 	ran := 0
 	for _, b := range Parse(string(text)) {
 		if b.Skip != "" {
@@ -48,6 +48,27 @@ func TestReadme(t *testing.T) {
 		}
 	}
 	t.Logf("%d README commands ran", ran)
+}
+
+// workDir is where the blocks run: a reader's clone, as far as they can
+// tell (examples/ and internal/ of this tree), in a directory of its own so
+// that the files they write (log.pub, kin-audit/, ...) stay out of the tree.
+// Agents run as their own uids: it is readable by all.
+func workDir(t *testing.T, root string) string {
+	dir, err := os.MkdirTemp("", "kin-readme-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"examples", "internal"} {
+		if err := os.Symlink(filepath.Join(root, name), filepath.Join(dir, name)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dir
 }
 
 // readerEnv is a reader's shell: kin first in PATH, KIN_HOME set, and no
