@@ -11,7 +11,8 @@ func (a *app) psCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "ps [flags]",
 		Short: "List agents",
-		Long: `List agents, by id, as a table: ID NAME ROLE PARENT GEN STATUS STATE RESPONSIBLE.
+		Long: `List agents, by id, as a table: ID NAME ROLE PARENT GEN STATUS STATE PID END RESPONSIBLE
+(PID: its process while one runs; END: how it ended).
 Flags narrow the list; they combine with "and".`,
 		Example: `  kin ps
   kin ps --status suspended
