@@ -217,7 +217,7 @@ func (r *RegisterRequest) Validate() error {
 		return Errorf(ECodeInvalid, "parent %d is not an agent id (0 for a root)", r.Parent)
 	}
 	if r.Parent == 0 && r.Responsible == "" {
-		return Errorf(ECodeInvalid, "responsible is required for a root agent (the accountable human or organisation)")
+		return Errorf(ECodeInvalid, "responsible is required for a root agent (the accountable human or organisation): give --responsible WHO, or --parent ID to make it a child")
 	}
 	if r.Life != "" && !r.Life.Valid() {
 		return Errorf(ECodeInvalid, "life %q is not owned or detached", r.Life)
@@ -272,7 +272,10 @@ type AgentFilter struct {
 	Parent      AgentID `json:"parent,omitempty"`
 	HasParent   bool    `json:"has_parent,omitempty"`
 	Responsible string  `json:"responsible,omitempty"`
-	Limit       int     `json:"limit,omitempty"`
+	// Name keeps agents of this name (at most one is live: names are
+	// unique among agents that are not terminated).
+	Name  string `json:"name,omitempty"`
+	Limit int    `json:"limit,omitempty"`
 }
 
 // TreeNode is an agent with its children, for `kin tree`.

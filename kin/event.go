@@ -37,6 +37,16 @@ const (
 	EventAgentMessage    = "agent.message"    // from, to, session, text (seed 003 §5); Agent is the recipient
 )
 
+// EventTypes are every event type kin records, for checking a filter.
+var EventTypes = []string{
+	EventAgentRegistered, EventChildSpawned, EventAgentStatus, EventSpawnRejected, EventCircuitOpen,
+	EventGovernorChanged, EventAgentStarted, EventAgentExited, EventChildCancel, EventAgentStop,
+	EventAgentState, EventAgentOffline, EventAgentReplaced, EventAgentFailed, EventAgentAdopted,
+	EventAgentLost, EventAgentResult, EventAgentPromoted, EventToolDenied, EventAgentUsage,
+	EventBudgetExhausted, EventAgentMessage,
+	EventGrant, EventTokenIssued, EventTokenRefused, EventTokenRevoked, EventKeysRotated,
+}
+
 // Event is one entry of the append-only event stream. On the wire it is a
 // flat JSON object: seq, leaf_index (the event's leaf in the verifiable log,
 // seq-1), time and type, then the type's own fields (Data), so that events

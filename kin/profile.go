@@ -104,5 +104,9 @@ type GovernorInfo struct {
 	Overrides map[string]string `json:"overrides,omitempty"` // settings changed at runtime
 }
 
+// GovernorReset, as a SetGovernor value, puts a setting back to the
+// profile's own value (`kin governor reset KEY`).
+const GovernorReset = "profile"
+
 // GovernorSettings are the keys `kin governor set` accepts.
 var GovernorSettings = []string{"max_generation_depth", "max_children"}

@@ -95,7 +95,7 @@ Exit status:
 	f := cmd.Flags()
 	f.StringVar(&req.Tool, "tool", "", "the `tool` to ask about, in kin's vocabulary (exec, read, write, edit, web_fetch, mcp__server__tool, ...)")
 	f.Var(jsonFlag{v: &req.Input}, "input", "the tool's input, a JSON value (e.g. '{\"command\":\"ls\"}')")
-	f.Var(idFlag{id: &req.Agent}, "agent", "the agent `ID` to ask for (the operator's way; inside an agent, the default is the agent itself)")
+	f.Var(a.idFlag(&req.Agent, "agent", false), "agent", "the agent `ID` to ask for (the operator's way; inside an agent, the default is the agent itself)")
 	cmd.MarkFlagRequired("tool")
 	return cmd
 }

@@ -62,7 +62,7 @@ func (e Env) Run(ctx context.Context, args []string) int {
 	if e.Getenv == nil {
 		e.Getenv = os.Getenv
 	}
-	a := &app{env: e}
+	a := &app{env: e, ctx: ctx}
 	root := a.rootCommand()
 	root.SetArgs(args)
 	root.SetIn(e.Stdin)
@@ -81,27 +81,35 @@ func (e Env) Run(ctx context.Context, args []string) int {
 // app is one run's state: the streams, the persistent flags and the service.
 type app struct {
 	env      Env
+	ctx      context.Context // the run's, for resolving names
 	home     string
 	jsonOut  bool
 	svc      kin.Service
 	closeSvc func() error
+	// names are agent flags given as names, resolved on reaching the daemon.
+	names []pendingName
 }
 
-// service returns the injected service, or dials the daemon on first use.
+// service returns the injected service, or dials the daemon on first use;
+// agent flags given as names are resolved then.
 func (a *app) service() (kin.Service, error) {
-	if a.svc != nil {
-		return a.svc, nil
+	if a.svc == nil {
+		if a.env.Service != nil {
+			a.svc = a.env.Service
+		} else {
+			c, err := client.FromEnv(a.home)
+			if err != nil {
+				return nil, kin.Errorf(kin.ECodeInvalid, "%v", err)
+			}
+			a.svc, a.closeSvc = c, c.Close
+		}
 	}
-	if a.env.Service != nil {
-		a.svc = a.env.Service
-		return a.svc, nil
+	if len(a.names) > 0 {
+		if err := a.resolveNames(a.ctx); err != nil {
+			return nil, err
+		}
 	}
-	c, err := client.FromEnv(a.home)
-	if err != nil {
-		return nil, kin.Errorf(kin.ECodeInvalid, "%v", err)
-	}
-	a.svc, a.closeSvc = c, c.Close
-	return c, nil
+	return a.svc, nil
 }
 
 func (a *app) rootCommand() *cobra.Command {
@@ -147,6 +155,18 @@ exits 0 with its decision (2 when it cannot answer at all).`,
   kin stop 8
   kin spawn --parent 1 --name Reviewer --handoff task.md --ref spec.md -- ./review.sh
   kin wait 9 --timeout 1h`,
+		// Agent flags given as names are resolved before a command reads them.
+		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
+			if len(a.names) == 0 {
+				return nil
+			}
+			_, err := a.service()
+			var ue *usageError
+			if err != nil && !errors.As(err, &ue) {
+				return &runError{err: err}
+			}
+			return err
+		},
 		SilenceErrors: true,
 		SilenceUsage:  true,
 		CompletionOptions: cobra.CompletionOptions{
@@ -199,7 +219,18 @@ exits 0 with its decision (2 when it cannot answer at all).`,
 		a.topCommand(),
 		a.sandboxCommand(),
 		a.mcpCommand(),
+		a.versionCommand(),
 	)
+	// kin --version is kin version; kin alone prints the help.
+	var showVersion bool
+	root.Flags().BoolVar(&showVersion, "version", false, "print kin's version, commit and Go version, and the daemon's store and containment (as kin version does)")
+	root.Args = cobra.NoArgs
+	root.RunE = run(func(cmd *cobra.Command, _ []string) error {
+		if showVersion {
+			return a.printVersion(cmd.Context())
+		}
+		return cmd.Help()
+	})
 	return root
 }
 
@@ -248,11 +279,11 @@ func run(f func(cmd *cobra.Command, args []string) error) func(*cobra.Command, [
 	}
 }
 
-// runOnID is run for commands whose one argument is an agent ID: fn gets
-// the service and the parsed id.
+// runOnID is run for commands whose one argument is an agent: an id (7 or
+// #7) or a live agent's name. fn gets the service and the agent's id.
 func (a *app) runOnID(fn func(cmd *cobra.Command, svc kin.Service, id kin.AgentID) error) func(*cobra.Command, []string) error {
 	return run(func(cmd *cobra.Command, args []string) error {
-		id, err := parseIDArg(args[0])
+		id, err := a.agentArg(cmd.Context(), args[0])
 		if err != nil {
 			return err
 		}
@@ -387,25 +418,57 @@ func idArgs(cmd *cobra.Command, args []string) error {
 	return nil
 }
 
-// parseIDArg parses the ID argument.
-func parseIDArg(s string) (kin.AgentID, error) {
-	id, err := kin.ParseAgentID(s)
-	if err != nil {
+// agentArg reads an agent argument: an id (7 or #7), or the name of a live
+// agent, which the daemon resolves.
+func (a *app) agentArg(ctx context.Context, s string) (kin.AgentID, error) {
+	if id, err := kin.ParseAgentID(s); err == nil {
+		return id, nil
+	}
+	if !isNameArg(s) {
 		return 0, badIDArg(s)
+	}
+	id, err := a.agentByName(ctx, s)
+	if err != nil {
+		return 0, kin.Errorf(kin.ErrorCodeOf(err), "argument ID %q is not an agent id, and %s", s, kin.ErrorMessageOf(err))
 	}
 	return id, nil
 }
 
-// optionalIDArg is the ID of a command whose ID may be left out (0).
-func optionalIDArg(args []string) (kin.AgentID, error) {
+// agentByName is the id of the live agent called name, else of the latest
+// agent that was. A name no agent ever had is invalid input (exit 1, code
+// invalid), as a bad id is.
+func (a *app) agentByName(ctx context.Context, name string) (kin.AgentID, error) {
+	svc, err := a.service()
+	if err != nil {
+		return 0, err
+	}
+	list, err := svc.Agents(ctx, kin.AgentFilter{Name: name})
+	if err != nil {
+		return 0, err
+	}
+	for _, ag := range list {
+		if ag.Name == name && ag.Status != kin.StatusTerminated {
+			return ag.ID, nil
+		}
+	}
+	if len(list) > 0 {
+		// No live agent holds the name: the latest that held it, so that
+		// kin wait rev-123 and kin result rev-123 work once it has ended.
+		return list[len(list)-1].ID, nil
+	}
+	return 0, kin.Errorf(kin.ECodeInvalid, "no live agent is named %q: give an id such as 7 or #7, or a live agent's name (\"kin ps\" lists them)", name)
+}
+
+// optionalAgentArg is the agent of a command whose agent may be left out (0).
+func (a *app) optionalAgentArg(ctx context.Context, args []string) (kin.AgentID, error) {
 	if len(args) == 0 {
 		return 0, nil
 	}
-	return parseIDArg(args[0])
+	return a.agentArg(ctx, args[0])
 }
 
 func badIDArg(s string) error {
-	return kin.Errorf(kin.ECodeInvalid, "argument ID %q is not an agent id: use a positive integer such as 7 or #7", s)
+	return kin.Errorf(kin.ECodeInvalid, "argument ID %q is not an agent id: use a positive integer such as 7 or #7, or a live agent's name", s)
 }
 
 // nonNil makes empty lists print as [] rather than null.

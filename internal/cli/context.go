@@ -56,7 +56,7 @@ agent's own. The operator has no context of its own and must name an agent.`,
 			return nil
 		},
 		RunE: run(func(cmd *cobra.Command, args []string) error {
-			id, err := optionalIDArg(args)
+			id, err := a.optionalAgentArg(cmd.Context(), args)
 			if err != nil {
 				return err
 			}

@@ -53,9 +53,9 @@ is bad (the error says which), 2 when the command line is wrong.`,
 		}),
 	}
 	f := cmd.Flags()
-	f.Var(idFlag{id: &req.Parent, roots: true}, "parent", "the parent agent's `ID` (omit or 0 for a root)")
+	f.Var(a.idFlag(&req.Parent, "parent", true), "parent", "the parent agent's `ID` (omit or 0 for a root)")
 	f.StringVar(&req.Role, "role", "", "the agent's `role` (default: the template's, else derived from the name where the profile has roles)")
-	f.StringVar(&req.Responsible, "responsible", "", "the accountable `party`, a human or organisation (required for roots; children inherit their parent's)")
+	f.StringVar(&req.Responsible, "responsible", "", "the accountable `party`, a human or organisation (children inherit their parent's; a root defaults to the operator's login name, or kin serve --default-responsible)")
 	perm.add(f, "from-template")
 	cmd.MarkFlagRequired("from-template")
 	return cmd

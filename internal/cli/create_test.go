@@ -53,7 +53,6 @@ func TestCreateErrors(t *testing.T) {
 	wantUsage(t, runFake(t, svc, "", "create", "w", "--parent", "3"), `"from-template" not set`)
 	wantUsage(t, runFake(t, svc, "", "create", "--from-template", tpl, "--parent", "3"), "one NAME")
 	wantUsage(t, runFake(t, svc, "", "create", "a", "b", "--from-template", tpl, "--parent", "3"), "one NAME")
-	wantUsage(t, runFake(t, svc, "", "create", "w", "--from-template", tpl), "--responsible is required")
 	wantUsage(t, runFake(t, svc, "", "create", "w", "--from-template", tpl, "--parent", "3", "--set", "lower=x"), "--set")
 	wantUsage(t, runFake(t, svc, "", "create", "w", "--from-template", tpl, "--parent", "x"), "--parent")
 	msg := wantError(t, runFake(t, svc, "", "create", "w", "--from-template", filepath.Join(tpl, "missing"), "--parent", "3", "--json"), kin.ECodeInvalid)
@@ -62,6 +61,12 @@ func TestCreateErrors(t *testing.T) {
 	}
 	if len(svc.registers) != 0 {
 		t.Errorf("bad command lines reached the service: %+v", svc.registers)
+	}
+	// A root without --responsible is no longer a usage error: the daemon
+	// names the operator (TestSpawnWithNoFlags).
+	runFake(t, svc, "", "create", "w", "--from-template", tpl)
+	if len(svc.registers) != 1 || svc.registers[0].Responsible != "" {
+		t.Errorf("create without --responsible sent %+v, want one request without it", svc.registers)
 	}
 	// The daemon's refusal of a placeholder without a value, as it comes.
 	svc.err = kin.Errorf(kin.ECodeInvalid, "template: SOUL.md uses {TOPIC}, which has no value (give --set TOPIC=...)")

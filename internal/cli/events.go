@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strconv"
 	"strings"
 	"unicode"
@@ -43,6 +44,11 @@ Of the supervisor: ` + strings.Join([]string{kin.EventAgentStarted, kin.EventAge
 		Args: cobra.NoArgs,
 		RunE: run(func(cmd *cobra.Command, _ []string) error {
 			f.Limit = int(min(limit, int64(^uint(0)>>1)))
+			for _, t := range f.Types {
+				if !slices.Contains(kin.EventTypes, t) {
+					return usageErrorf("--type %q is not an event type; the known ones: %s", t, strings.Join(kin.EventTypes, ", "))
+				}
+			}
 			svc, err := a.service()
 			if err != nil {
 				return err
@@ -69,7 +75,7 @@ Of the supervisor: ` + strings.Join([]string{kin.EventAgentStarted, kin.EventAge
 		}),
 	}
 	fl := cmd.Flags()
-	fl.Var(idFlag{id: &f.Agent}, "agent", "only events concerning this agent `ID` (as subject or parent)")
+	fl.Var(a.idFlag(&f.Agent, "agent", false), "agent", "only events concerning this agent `ID` (as subject or parent)")
 	fl.Var(nonNegFlag{n: &f.Since}, "since", "only events after this sequence number (exclusive)")
 	fl.StringArrayVar(&f.Types, "type", nil, "only events of this `type` (repeatable)")
 	fl.Var(nonNegFlag{n: &limit}, "limit", "at most this many events (0: no limit)")

@@ -189,3 +189,9 @@ func TestFormatEvent(t *testing.T) {
 		t.Errorf("no data: %q", got)
 	}
 }
+
+func TestEventsUnknownType(t *testing.T) {
+	d := kintest.StartDaemon(t)
+	wantUsage(t, kinAt(t, d, "events", "--type", "nosuch.type"), `--type "nosuch.type"`, "agent.registered", "aauth.keys.rotated")
+	wantOK(t, kinAt(t, d, "events", "--type", "spawn.rejected"))
+}

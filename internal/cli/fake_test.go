@@ -64,6 +64,21 @@ func (f *fakeService) Agent(_ context.Context, id kin.AgentID) (*kin.Agent, erro
 	return nil, kin.Errorf(kin.ECodeNotFound, "agent %d not found", id)
 }
 
+// Agents answers a name filter from agents (names resolve as the daemon
+// resolves them); other filters are not scripted.
+func (f *fakeService) Agents(_ context.Context, fl kin.AgentFilter) ([]*kin.Agent, error) {
+	if fl.Name == "" {
+		panic("fakeService.Agents: only the name filter is scripted")
+	}
+	var out []*kin.Agent
+	for _, a := range f.agents {
+		if a.Name == fl.Name {
+			out = append(out, a)
+		}
+	}
+	return out, nil
+}
+
 func (f *fakeService) Tree(context.Context, kin.AgentID) ([]*kin.TreeNode, error) {
 	return f.forest, nil
 }

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"fmt"
 	"slices"
 	"strconv"
@@ -10,11 +11,19 @@ import (
 	"github.com/kin-agents/kin/kin"
 )
 
-// idFlag is a flag holding an agent id. With roots, 0 is accepted and
-// means "no parent".
+// idFlag is a flag holding an agent: an id, or, when the flag belongs to an
+// app, a live agent's name, resolved once the daemon is reached. With
+// roots, 0 is accepted and means "no parent".
 type idFlag struct {
 	id    *kin.AgentID
 	roots bool
+	a     *app   // resolves names; nil accepts ids only
+	name  string // the flag's name, for errors
+}
+
+// idFlag is an agent flag of a's command line.
+func (a *app) idFlag(id *kin.AgentID, name string, roots bool) idFlag {
+	return idFlag{id: id, roots: roots, a: a, name: name}
 }
 
 func (f idFlag) String() string {
@@ -30,13 +39,46 @@ func (f idFlag) Set(s string) error {
 		return nil
 	}
 	id, err := kin.ParseAgentID(s)
-	if err != nil {
-		if f.roots {
-			return fmt.Errorf("not an agent id: use a positive integer such as 7 (or 0 for roots)")
-		}
-		return fmt.Errorf("not an agent id: use a positive integer such as 7")
+	if err == nil {
+		*f.id = id
+		return nil
 	}
-	*f.id = id
+	if f.a != nil && isNameArg(s) {
+		f.a.names = append(f.a.names, pendingName{flag: f.name, name: s, id: f.id})
+		return nil
+	}
+	if f.roots {
+		return fmt.Errorf("not an agent id or name: use a positive integer such as 7 (or 0 for roots), or a live agent's name")
+	}
+	return fmt.Errorf("not an agent id or name: use a positive integer such as 7, or a live agent's name")
+}
+
+// isNameArg says whether s may name an agent: a valid name that does not
+// look like an id ("0", "-1" and "#3" are bad ids, not names).
+func isNameArg(s string) bool {
+	if _, err := kin.ParseName(s); err != nil {
+		return false
+	}
+	return strings.TrimLeft(s, "0123456789") != ""
+}
+
+// pendingName is an agent flag given as a name, resolved by app.service.
+type pendingName struct {
+	flag, name string
+	id         *kin.AgentID
+}
+
+// resolveNames sets every agent flag given as a name to its live agent's id.
+func (a *app) resolveNames(ctx context.Context) error {
+	names := a.names
+	a.names = nil
+	for _, p := range names {
+		id, err := a.agentByName(ctx, p.name)
+		if err != nil {
+			return usageErrorf("--%s %s: %s", p.flag, p.name, kin.ErrorMessageOf(err))
+		}
+		*p.id = id
+	}
 	return nil
 }
 

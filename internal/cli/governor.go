@@ -23,13 +23,14 @@ may go, how many live children a parent may have, which roles may spawn which,
 how many agents of a role may exist, and when a parent that keeps being
 refused is cut off for a while (the circuit breaker). Its rules come from the
 profile "kin serve --profile" loaded; the operator may change some of them at
-runtime with "kin governor set" (kept across restarts).`,
+runtime with "kin governor set" (kept across restarts), and put back to the
+profile's value with "kin governor reset".`,
 		Example: `  kin governor show
   kin governor set max_generation_depth=5`,
 		Args: cobra.NoArgs,
 		RunE: run(func(cmd *cobra.Command, _ []string) error { return cmd.Help() }),
 	}
-	cmd.AddCommand(a.governorShowCommand(), a.governorSetCommand())
+	cmd.AddCommand(a.governorShowCommand(), a.governorSetCommand(), a.governorResetCommand())
 	return cmd
 }
 
@@ -94,6 +95,43 @@ max_children 0 means no limit). Prints the rules now in force.`,
 				return a.printJSON(g)
 			}
 			fmt.Fprintf(a.env.Stdout, "set %s=%s\n\n", key, value)
+			return writeGovernor(a.env.Stdout, g)
+		}),
+	}
+}
+
+func (a *app) governorResetCommand() *cobra.Command {
+	return &cobra.Command{
+		Use:   "reset KEY",
+		Short: "Put a governor setting back to the profile's value",
+		Long: `Undo "kin governor set KEY=...": the setting takes the value of the profile
+kin serve was started with again, recorded as a governor.changed event; the
+override is forgotten, also across restarts.
+
+Settings: ` + strings.Join(kin.GovernorSettings, ", ") + `. Prints the rules now in force.`,
+		Example: `  kin governor reset max_generation_depth`,
+		Args: func(cmd *cobra.Command, args []string) error {
+			if len(args) != 1 {
+				return usageErrorf("%s takes one KEY (one of %s), not %d arguments", cmd.CommandPath(), strings.Join(kin.GovernorSettings, ", "), len(args))
+			}
+			if !slices.Contains(kin.GovernorSettings, args[0]) {
+				return usageErrorf("argument %q: unknown governor setting (keys: %s)", args[0], strings.Join(kin.GovernorSettings, ", "))
+			}
+			return nil
+		},
+		RunE: run(func(cmd *cobra.Command, args []string) error {
+			svc, err := a.service()
+			if err != nil {
+				return err
+			}
+			g, err := svc.SetGovernor(cmd.Context(), args[0], kin.GovernorReset)
+			if err != nil {
+				return err
+			}
+			if a.jsonOut {
+				return a.printJSON(g)
+			}
+			fmt.Fprintf(a.env.Stdout, "reset %s to the profile's value\n\n", args[0])
 			return writeGovernor(a.env.Stdout, g)
 		}),
 	}

@@ -111,3 +111,29 @@ func TestGovernorErrors(t *testing.T) {
 		t.Errorf("kin governor:\n%s", r.stdout)
 	}
 }
+
+// TestGovernorReset: kin governor reset puts a setting back to the profile's
+// value, forgets the override, and stays so across a restart.
+func TestGovernorReset(t *testing.T) {
+	home := kintest.TempHome(t)
+	d := kintest.StartDaemon(t, kintest.WithHome(home))
+	wantOK(t, kinAt(t, d, "governor", "set", "max_generation_depth=1"))
+	r := kinAt(t, d, "governor", "reset", "max_generation_depth")
+	wantOK(t, r)
+	if !strings.Contains(r.stdout, "max_generation_depth  10") {
+		t.Errorf("after reset:\n%s", r.stdout)
+	}
+	var g kin.GovernorInfo
+	decodeOne(t, kinAt(t, d, "governor", "show", "--json").stdout, &g)
+	if g.Profile.MaxGenerationDepth != 10 || len(g.Overrides) != 0 {
+		t.Errorf("governor after reset = %+v", g)
+	}
+	d.Close()
+	d = kintest.StartDaemon(t, kintest.WithHome(home))
+	decodeOne(t, kinAt(t, d, "governor", "show", "--json").stdout, &g)
+	if g.Profile.MaxGenerationDepth != 10 || len(g.Overrides) != 0 {
+		t.Errorf("governor after a restart = %+v", g)
+	}
+	wantUsage(t, kinAt(t, d, "governor", "reset", "max_depth"), "max_depth", "max_generation_depth")
+	wantUsage(t, kinAt(t, d, "governor", "reset"), "KEY")
+}

@@ -55,6 +55,6 @@ the agent).`,
 		}),
 	}
 	cmd.Flags().StringVar(&req.Cursor, "cursor", "", "where the agent has got to, for a replacement to resume from (`text`, at most 4096 bytes)")
-	cmd.Flags().Var(idFlag{id: &req.ID}, "id", "the agent `ID` to heartbeat for (the operator's way; inside an agent, the default is the agent itself)")
+	cmd.Flags().Var(a.idFlag(&req.ID, "id", false), "id", "the agent `ID` to heartbeat for (the operator's way; inside an agent, the default is the agent itself)")
 	return cmd
 }

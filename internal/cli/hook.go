@@ -192,7 +192,10 @@ always JSON.`,
 			return nil
 		}),
 	}
-	cmd.Flags().Var(idFlag{id: &agent}, "agent", "the agent `ID` to ask for (the operator's way; inside an agent, the default is the agent itself)")
+	cmd.Flags().Var(a.idFlag(&agent, "agent", false), "agent", "the agent to ask for, an `ID` or a live name (the operator's way; inside an agent, the default is the agent itself)")
+	// --as is the name kin mcp --as takes: the hook acts for the agent the
+	// MCP server acts for.
+	cmd.Flags().Var(a.idFlag(&agent, "as", false), "as", "the same as --agent, as kin mcp --as takes it: an agent `ID` or a live name")
 	return cmd
 }
 

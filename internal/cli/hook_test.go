@@ -131,3 +131,14 @@ func TestClaudeToolName(t *testing.T) {
 		}
 	}
 }
+
+// TestHookClaudeCodeAs: the hook acts for the agent kin mcp --as acts for,
+// named as kin mcp --as names it (a live name or an id).
+func TestHookClaudeCodeAs(t *testing.T) {
+	svc := &fakeService{agents: map[kin.AgentID]*kin.Agent{4: {ID: 4, Name: "claude-session", Status: kin.StatusActive}}}
+	wantOK(t, runFake(t, svc, claudeRead, "hook", "claude-code", "--as", "claude-session"))
+	wantOK(t, runFake(t, svc, claudeRead, "hook", "claude-code", "--as", "#4"))
+	if len(svc.authorizes) != 2 || svc.authorizes[0].Agent != 4 || svc.authorizes[1].Agent != 4 {
+		t.Errorf("requests %+v, want both for agent 4", svc.authorizes)
+	}
+}

@@ -191,7 +191,7 @@ scopes and the end. Operator only.`,
 			var id kin.AgentID
 			if agent != "" {
 				var err error
-				if id, err = parseIDArg(agent); err != nil {
+				if id, err = a.agentArg(cmd.Context(), agent); err != nil {
 					return usageErrorf("--agent: %v", err)
 				}
 			}
@@ -259,7 +259,7 @@ revoked with the reason, expired). An agent sees its own subtree's.`,
 		RunE: run(func(cmd *cobra.Command, _ []string) error {
 			if agent != "" {
 				var err error
-				if f.Agent, err = parseIDArg(agent); err != nil {
+				if f.Agent, err = a.agentArg(cmd.Context(), agent); err != nil {
 					return usageErrorf("--agent: %v", err)
 				}
 			}

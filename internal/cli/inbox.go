@@ -80,7 +80,7 @@ Exit status: 0 when the messages were listed, 1 when they could not be
 	f.BoolVarP(&req.Follow, "follow", "f", false, "keep printing new messages until interrupted")
 	f.IntVar(&max, "max", 0, "stop after `N` messages (with --follow: wait for them)")
 	f.Var(nonNegFlag{n: &req.Since}, "since", "only messages after this `SEQ` (exclusive)")
-	f.Var(idFlag{id: &req.Agent}, "agent", "the agent `ID` whose inbox to read (the operator's way; inside an agent, the default is the agent itself)")
+	f.Var(a.idFlag(&req.Agent, "agent", false), "agent", "the agent `ID` whose inbox to read (the operator's way; inside an agent, the default is the agent itself)")
 	return cmd
 }
 

@@ -11,7 +11,8 @@ func (a *app) psCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "ps [flags]",
 		Short: "List agents",
-		Long: `List agents, by id, as a table: ID NAME ROLE PARENT GEN STATUS STATE RESPONSIBLE.
+		Long: `List agents, by id, as a table: ID NAME ROLE PARENT GEN STATUS STATE PID END RESPONSIBLE
+(PID: its process while one runs; END: how it ended).
 Flags narrow the list; they combine with "and".`,
 		Example: `  kin ps
   kin ps --status suspended
@@ -38,7 +39,7 @@ Flags narrow the list; they combine with "and".`,
 	fl.Var(newEnumFlag(&f.Status, allStatuses...), "status", "only agents with this `status`: "+joinStrings(allStatuses))
 	fl.Var(newEnumFlag(&f.State, allStates...), "state", "only agents in this runtime `state`: "+joinStrings(allStates))
 	fl.StringVar(&f.Role, "role", "", "only agents with this `role`")
-	fl.Var(idFlag{id: &f.Parent, roots: true}, "parent", "only the children of this agent `ID` (0: only roots)")
+	fl.Var(a.idFlag(&f.Parent, "parent", true), "parent", "only the children of this agent `ID` (0: only roots)")
 	fl.StringVar(&f.Responsible, "responsible", "", "only agents this `party` is responsible for")
 	return cmd
 }

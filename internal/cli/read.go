@@ -62,6 +62,6 @@ says why), 2 when the command line is wrong.`,
 			return err
 		}),
 	}
-	cmd.Flags().Var(idFlag{id: &reader}, "as", "the reading agent's `ID` (the operator's way; inside an agent, the default is the agent itself)")
+	cmd.Flags().Var(a.idFlag(&reader, "as", false), "as", "the reading agent's `ID` (the operator's way; inside an agent, the default is the agent itself)")
 	return cmd
 }

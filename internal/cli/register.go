@@ -14,8 +14,9 @@ func (a *app) registerCommand() *cobra.Command {
 		Short: "Register an agent, as a root or as the child of another",
 		Long: `Register an agent in the lineage registry and print it.
 
-Without --parent the agent is a root (generation 0) and --responsible, the
-accountable human or organisation, is required. With --parent it is that
+Without --parent the agent is a root (generation 0); --responsible names the
+accountable human or organisation, by default the operator's login name (or
+what kin serve --default-responsible says). With --parent it is that
 agent's child (generation = parent's + 1) and inherits the parent's
 responsible party unless --responsible names another. The governor's profile
 decides whether the spawn is allowed (see "kin governor show").
@@ -37,7 +38,7 @@ the policy asks for beyond the parent's), 2 when the command line is wrong.`,
 			return a.register(cmd, &req, &perm)
 		}),
 	}
-	registerFlags(cmd, &req,
+	a.registerFlags(cmd, &req,
 		"the agent's `name`: letters, digits and - _ . : @ (e.g. PO-MVP1, HO@server1)",
 		"the parent agent's `ID` (omit or 0 for a root)")
 	perm.add(cmd.Flags(), "")
@@ -47,11 +48,11 @@ the policy asks for beyond the parent's), 2 when the command line is wrong.`,
 
 // registerFlags are the registration flags `kin register` and `kin spawn`
 // share; the two explain --name and --parent each their own way.
-func registerFlags(cmd *cobra.Command, req *kin.RegisterRequest, nameUsage, parentUsage string) {
+func (a *app) registerFlags(cmd *cobra.Command, req *kin.RegisterRequest, nameUsage, parentUsage string) {
 	f := cmd.Flags()
 	f.StringVar(&req.Name, "name", "", nameUsage)
-	f.StringVar(&req.Responsible, "responsible", "", "the accountable `party`, a human or organisation (required for roots; children inherit their parent's)")
-	f.Var(idFlag{id: &req.Parent, roots: true}, "parent", parentUsage)
+	f.StringVar(&req.Responsible, "responsible", "", "the accountable `party`, a human or organisation (children inherit their parent's; a root defaults to the operator's login name, or kin serve --default-responsible)")
+	f.Var(a.idFlag(&req.Parent, "parent", true), "parent", parentUsage)
 	f.StringVar(&req.Role, "role", "", "the agent's `role` (profiles with roles derive it from the name when omitted)")
 	f.StringVar(&req.Scope, "scope", "", "the agent's operational `scope`, free text")
 	f.StringVar(&req.Wallet, "wallet", "", "the agent's `wallet` address; unique among agents")
@@ -64,9 +65,6 @@ func registerFlags(cmd *cobra.Command, req *kin.RegisterRequest, nameUsage, pare
 // register sends a registration built from flags (kin register, kin
 // create) and prints the agent.
 func (a *app) register(cmd *cobra.Command, req *kin.RegisterRequest, perm *permFlags) error {
-	if req.Parent == 0 && req.Responsible == "" {
-		return usageErrorf("--responsible is required for a root agent (one without --parent)")
-	}
 	if err := perm.apply(req); err != nil {
 		return err
 	}

@@ -66,7 +66,6 @@ func TestRegisterErrors(t *testing.T) {
 	before := lastEvent(t, d)
 
 	wantUsage(t, kinAt(t, d, "register", "--responsible", "ops"), `"name"`)
-	wantUsage(t, kinAt(t, d, "register", "--name", "x"), "--responsible")
 	wantUsage(t, kinAt(t, d, "register", "--name", "x", "--parent", "abc"), "--parent")
 	wantUsage(t, kinAt(t, d, "register", "--name", "x", "--parent", "-1"), "--parent")
 	wantUsage(t, kinAt(t, d, "register", "--name", "x", "--responsible", "ops", "--life", "forever"), "--life", "owned, detached")

@@ -27,12 +27,12 @@ type serveFlags struct {
 	policyConfig, bestEffort                                   string
 	issuer, personServer, tokenLifetime                        string
 	checkpointEvery, checkpointInterval                        string
-	traces                                                     string
+	traces, defaultResponsible                                 string
 	uidRange                                                   string
 }
 
 // Containment choices of --containment; "auto" is the daemon's "".
-var containments = []string{"auto", "cgroup2", "process-groups"}
+var containments = []string{"auto", "cgroup2", "pid-namespaces", "process-groups"}
 
 func (a *app) serveCommand() *cobra.Command {
 	var (
@@ -187,6 +187,7 @@ the socket only). Shipped profiles: ` + strings.Join(governor.ShippedProfiles(),
 	f.BoolVar(&leaveRunning, "leave-running", false, "leave agents running when kin serve stops, for the next kin serve to take back (default $KIN_LEAVE_RUNNING, else false)")
 	f.StringVar(&fl.policyConfig, "policy-config", "", "the permission authority's `file` (JSON or YAML): global_deny (tools no preset can grant) and presets (stages beyond restricted, supervised, full) (default $KIN_POLICY_CONFIG, else the shipped presets)")
 	f.BoolVar(&bestEffort, "sandbox-best-effort", false, "where the kernel has no Landlock, run agents whose policy restricts mounts UNRESTRICTED instead of refusing them (default $KIN_SANDBOX_BEST_EFFORT, else false)")
+	f.StringVar(&fl.defaultResponsible, "default-responsible", "", "the responsible `party` of a root registered without --responsible (default $KIN_DEFAULT_RESPONSIBLE, else the login name kin serve runs as)")
 	f.StringVar(&fl.issuer, "issuer", "", "AAuth issuer `URL` of the tokens kin signs as agent provider and person server (default $KIN_ISSUER, else http://<the --http address>)")
 	f.StringVar(&fl.personServer, "person-server", "", "the ps claim of agent tokens: a person server's `URL`, or \"off\" (default $KIN_PERSON_SERVER, else kin itself)")
 	f.StringVar(&fl.tokenLifetime, "agent-token-lifetime", "", "how long agent tokens live, 1m to 24h (default $KIN_AGENT_TOKEN_LIFETIME, else 1h)")
@@ -242,6 +243,7 @@ func serveConfig(getenv func(string) string, fl serveFlags) (daemon.Config, erro
 	if cfg.SandboxBestEffort, err = strconv.ParseBool(bestEffort.value); err != nil {
 		return cfg, bad(bestEffort, fmt.Errorf("not true or false"))
 	}
+	cfg.DefaultResponsible = pick("", "KIN_DEFAULT_RESPONSIBLE", "default-responsible", fl.defaultResponsible).value
 	issuer := pick("", "KIN_ISSUER", "issuer", fl.issuer)
 	cfg.Issuer = issuer.value
 	if cfg.Issuer != "" {

@@ -151,7 +151,7 @@ Exit status: 0 when the agent runs, 1 when the spawn was refused or failed
 	}
 	// Flags stop at COMMAND: the agent's own flags are its business.
 	cmd.Flags().SetInterspersed(false)
-	registerFlags(cmd, &req.RegisterRequest,
+	a.registerFlags(cmd, &req.RegisterRequest,
 		"the agent's `name`: letters, digits and - _ . : @ (default: made from COMMAND)",
 		"the parent agent's `ID` (omit or 0 for a root; inside an agent, for that agent's child)")
 	f := cmd.Flags()

@@ -1,13 +1,16 @@
 package cli
 
 import (
+	"encoding/json"
 	"os"
 	"os/exec"
+	"os/user"
 	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
 
+	"github.com/kin-agents/kin/internal/daemon"
 	"github.com/kin-agents/kin/internal/kintest"
 	"github.com/kin-agents/kin/kin"
 )
@@ -230,5 +233,68 @@ func TestSpawnPolicyErrors(t *testing.T) {
 	wantUsage(t, spawn("--stage", ""), "--stage needs a stage name")
 	if len(svc.spawns) != 0 {
 		t.Errorf("bad files reached the service: %+v", svc.spawns)
+	}
+}
+
+// TestSpawnWithNoFlags: the first thing anyone types works. The root's
+// responsible party is the operator's login name, shown by kin show.
+func TestSpawnWithNoFlags(t *testing.T) {
+	d := kintest.StartDaemon(t)
+	r := kinAt(t, d, "spawn", "--", "sleep", "1")
+	wantOK(t, r)
+	var a kin.Agent
+	if err := json.Unmarshal([]byte(kinAt(t, d, "show", "--json", firstID(t, r.stdout)).stdout), &a); err != nil {
+		t.Fatal(err)
+	}
+	u, err := user.Current()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a.Responsible != u.Username || a.Parent != 0 {
+		t.Errorf("responsible = %q, parent %d; want %q, a root", a.Responsible, a.Parent, u.Username)
+	}
+	if out := kinAt(t, d, "show", a.ID.String()).stdout; !strings.Contains(out, u.Username) {
+		t.Errorf("kin show does not show the responsible %q:\n%s", u.Username, out)
+	}
+	waitEnded(t, d, a.ID)
+}
+
+// TestDefaultResponsible: kin serve --default-responsible names who answers
+// for roots registered without --responsible; --responsible still wins.
+func TestDefaultResponsible(t *testing.T) {
+	d := kintest.StartDaemon(t, func(c *daemon.Config) { c.DefaultResponsible = "Ops Team" })
+	var a kin.Agent
+	r := kinAt(t, d, "register", "--name", "lead", "--json")
+	wantOK(t, r)
+	decodeOne(t, r.stdout, &a)
+	if a.Responsible != "Ops Team" {
+		t.Errorf("responsible = %q, want the daemon's default", a.Responsible)
+	}
+	r = kinAt(t, d, "register", "--name", "other", "--responsible", "Dr. Schmidt", "--json")
+	wantOK(t, r)
+	decodeOne(t, r.stdout, &a)
+	if a.Responsible != "Dr. Schmidt" {
+		t.Errorf("responsible = %q, want the one given", a.Responsible)
+	}
+}
+
+// firstID is the id in kin spawn's text output ("ID 7" on its first line).
+func firstID(t *testing.T, out string) string {
+	t.Helper()
+	for _, f := range strings.Fields(out) {
+		if _, err := kin.ParseAgentID(f); err == nil {
+			return f
+		}
+	}
+	t.Fatalf("no id in %q", out)
+	return ""
+}
+
+// TestSpawnMissingProgram: the error names the program that is missing.
+func TestSpawnMissingProgram(t *testing.T) {
+	d := kintest.StartDaemon(t)
+	r := kinAt(t, d, "spawn", "--", "/nonexistent/prog")
+	if r.code != ExitError || !strings.Contains(r.stderr, "program /nonexistent/prog") || !strings.Contains(r.stderr, "no such file or directory") {
+		t.Errorf("exit %d, stderr %q; want the path named", r.code, r.stderr)
 	}
 }

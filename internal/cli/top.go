@@ -61,7 +61,7 @@ kin top needs a terminal; "kin tree" draws the tree once, and "kin events
 			return top.Run(cmd.Context(), svc, opt, a.env.Stdin, a.env.Stdout)
 		}),
 	}
-	cmd.Flags().Var(idFlag{id: &opt.Root}, "root", "show only the subtree of this agent `ID`")
+	cmd.Flags().Var(a.idFlag(&opt.Root, "root", false), "root", "show only the subtree of this agent `ID`")
 	return cmd
 }
 

@@ -38,7 +38,7 @@ Formats:
 				}
 				format = formatJSON
 			}
-			id, err := optionalIDArg(args)
+			id, err := a.optionalAgentArg(cmd.Context(), args)
 			if err != nil {
 				return err
 			}

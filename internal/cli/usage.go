@@ -76,7 +76,7 @@ says why), 2 when the command line is wrong.`,
 	f := cmd.Flags()
 	f.Var(nonNegFlag{n: &req.Tokens}, "tokens", "tokens used since the last report")
 	f.Var(costFlag{c: &req.Cost}, "cost", "cost incurred since the last report, in the budget's unit")
-	f.Var(idFlag{id: &req.Agent}, "agent", "the agent `ID` to report for (the operator's way; inside an agent, the default is the agent itself)")
+	f.Var(a.idFlag(&req.Agent, "agent", false), "agent", "the agent `ID` to report for (the operator's way; inside an agent, the default is the agent itself)")
 	return cmd
 }
 

@@ -4,11 +4,13 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"os/user"
 	"path/filepath"
 	"strings"
 	"time"
 
 	"github.com/kin-agents/kin/internal/uidrange"
+	"github.com/kin-agents/kin/kin"
 )
 
 // Config configures a daemon. Build it with DefaultConfig, then override.
@@ -68,6 +70,10 @@ type Config struct {
 	// Issuer is the AAuth issuer URL of the tokens kin signs (agent
 	// provider and person server); "" is http://<the HTTP address>.
 	Issuer string
+	// DefaultResponsible is the responsible party of a root registered
+	// without one; "" is the login name of the user the daemon runs as
+	// (the operator: whoever may open its socket).
+	DefaultResponsible string
 	// PersonServer is the ps claim of agent tokens: "" names kin itself,
 	// "off" leaves it out.
 	PersonServer string
@@ -119,6 +125,9 @@ func DefaultConfig() Config {
 func (c *Config) Validate() error {
 	if c.Home == "" {
 		return fmt.Errorf("config: home is empty")
+	}
+	if len(c.DefaultResponsible) > kin.MaxResponsibleLen {
+		return fmt.Errorf("config: default responsible is longer than %d bytes", kin.MaxResponsibleLen)
 	}
 	if _, err := c.storePath(); err != nil {
 		return err
@@ -230,4 +239,18 @@ func redact(dsn string) string {
 		}
 	}
 	return dsn
+}
+
+// loginName is the login name of the user the daemon runs as: the operator
+// who answers for roots registered without a responsible party.
+func loginName() string {
+	if u, err := user.Current(); err == nil && u.Username != "" {
+		return u.Username
+	}
+	for _, v := range []string{"USER", "LOGNAME"} {
+		if s := os.Getenv(v); s != "" {
+			return s
+		}
+	}
+	return fmt.Sprintf("uid %d", os.Getuid())
 }

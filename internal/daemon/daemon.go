@@ -99,6 +99,9 @@ var _ kin.Service = (*Daemon)(nil)
 // Start opens the home, the store and the listeners and starts serving. The
 // daemon runs until Close; ctx only bounds start-up.
 func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
+	if cfg.DefaultResponsible == "" {
+		cfg.DefaultResponsible = loginName()
+	}
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -396,7 +399,7 @@ func (d *Daemon) loadGovernor(ctx context.Context) error {
 	overrides := map[string]string{}
 	for k, v := range settings {
 		key, ok := strings.CutPrefix(k, "governor.")
-		if !ok {
+		if !ok || v == "" { // "": reset to the profile's value
 			continue
 		}
 		n, err := strconv.Atoi(v)

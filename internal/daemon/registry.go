@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/kin-agents/kin/internal/governor"
@@ -42,6 +44,9 @@ func (d *Daemon) register(ctx context.Context, req kin.RegisterRequest, extra *s
 	}
 	if req.Parent == 0 && c.agent != 0 {
 		req.Parent = c.agent // inside an agent, a spawn is a child of the caller
+	}
+	if req.Parent == 0 && req.Responsible == "" {
+		req.Responsible = d.cfg.DefaultResponsible // the operator answers for a root nobody named
 	}
 	if err := req.Validate(); err != nil {
 		return nil, err
@@ -636,9 +641,17 @@ func (d *Daemon) SetGovernor(ctx context.Context, key, value string) (*kin.Gover
 	if err := d.operatorOnly(ctx, "change the governor"); err != nil {
 		return nil, err
 	}
+	reset := value == kin.GovernorReset
+	if reset {
+		// Back to the profile's own value; the override is forgotten.
+		if !slices.Contains(kin.GovernorSettings, key) {
+			return nil, kin.Errorf(kin.ECodeInvalid, "unknown governor setting %q (keys: %s)", key, strings.Join(kin.GovernorSettings, ", "))
+		}
+		value = strconv.Itoa(settingValue(d.baseProfile, key))
+	}
 	n, err := strconv.Atoi(value)
 	if err != nil {
-		return nil, kin.Errorf(kin.ECodeInvalid, "governor setting %s needs a whole number, not %q", key, value)
+		return nil, kin.Errorf(kin.ECodeInvalid, "governor setting %s needs a whole number (or %q), not %q", key, kin.GovernorReset, value)
 	}
 	probe := d.governor()
 	if err := governor.SetSetting(&probe, key, n); err != nil {
@@ -651,9 +664,15 @@ func (d *Daemon) SetGovernor(ctx context.Context, key, value string) (*kin.Gover
 		to := from
 		governor.SetSetting(&to, key, n) // checked above
 		d.profile = to
-		d.overrides[key] = value
+		stored := value
+		if reset {
+			delete(d.overrides, key)
+			stored = "" // an empty setting is no override (loadGovernor)
+		} else {
+			d.overrides[key] = value
+		}
 		d.mu.Unlock()
-		if err := tx.SettingSet(ctx, "governor."+key, value); err != nil {
+		if err := tx.SettingSet(ctx, "governor."+key, stored); err != nil {
 			return err
 		}
 		return appendEvent(ctx, tx, d.now(), kin.EventGovernorChanged, 0, 0, governorChangedData{

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/kin-agents/kin/internal/daemon"
 	"github.com/kin-agents/kin/internal/kintest"
 	"github.com/kin-agents/kin/kin"
 )
@@ -137,7 +138,6 @@ func TestBadInputChangesNothing(t *testing.T) {
 	for _, req := range []kin.RegisterRequest{
 		{Name: "bad/name", Responsible: "x"},
 		{Name: "", Responsible: "x"},
-		{Name: "noresp"},
 		{Name: "ok", Responsible: "x", Life: "zombie"},
 		{Name: "ok", Responsible: strings.Repeat("x", 300)},
 		{Name: "root", Responsible: "x"}, // taken
@@ -306,4 +306,14 @@ func TestLimitsHoldUnderParallelRegistrations(t *testing.T) {
 			t.Fatalf("%d passed, %v", ok, codes)
 		}
 	})
+}
+
+// TestRootResponsibleDefaults: a root registered without a responsible party
+// is the operator's: the daemon's DefaultResponsible, else its login name.
+func TestRootResponsibleDefaults(t *testing.T) {
+	d := kintest.StartDaemon(t, func(c *daemon.Config) { c.DefaultResponsible = "Ops Team" })
+	a, err := d.Client.Register(context.Background(), kin.RegisterRequest{Name: "noresp"})
+	if err != nil || a.Responsible != "Ops Team" {
+		t.Fatalf("Register without responsible = %+v, %v; want Ops Team's", a, err)
+	}
 }

@@ -29,6 +29,9 @@ func AgentFilterQuery(f kin.AgentFilter) url.Values {
 	if f.Responsible != "" {
 		q.Set("responsible", f.Responsible)
 	}
+	if f.Name != "" {
+		q.Set("name", f.Name)
+	}
 	if f.Limit > 0 {
 		q.Set("limit", strconv.Itoa(f.Limit))
 	}

@@ -322,7 +322,7 @@ func querySeq(key, v string) (int64, error) { return queryCount(key, v, "a seque
 // ParseAgentFilter reads an agent filter from query parameters.
 func ParseAgentFilter(q map[string][]string) (kin.AgentFilter, error) {
 	var f kin.AgentFilter
-	err := eachQueryParam(q, []string{"status", "state", "role", "parent", "responsible", "limit"}, "", func(key string, vals []string) error {
+	err := eachQueryParam(q, []string{"status", "state", "role", "parent", "responsible", "name", "limit"}, "", func(key string, vals []string) error {
 		v := vals[0]
 		switch key {
 		case "status":
@@ -339,6 +339,8 @@ func ParseAgentFilter(q map[string][]string) (kin.AgentFilter, error) {
 			f.Role = v
 		case "responsible":
 			f.Responsible = v
+		case "name":
+			f.Name = v
 		case "parent":
 			n, err := strconv.ParseInt(v, 10, 64)
 			if err != nil || n < 0 {

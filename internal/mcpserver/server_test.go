@@ -227,7 +227,7 @@ func TestMCPRefusalsAreToolErrorsWithKinCodes(t *testing.T) {
 		{"wait_agent", map[string]any{"id": 999}, kin.ECodeNotFound},
 		{"get_result", map[string]any{"id": 999}, kin.ECodeNotFound},
 		{"stop_agent", map[string]any{"id": 999}, kin.ECodeNotFound},
-		{"spawn_agent", map[string]any{"command": []string{"/bin/true"}}, kin.ECodeInvalid}, // a root needs responsible
+		{"spawn_agent", map[string]any{"command": []string{"/bin/true"}, "name": "bad/name"}, kin.ECodeInvalid}, // a root no longer needs responsible: a bad name instead
 		{"spawn_agent", map[string]any{"command": []string{"/bin/true"}, "responsible": "ops", "refs": []string{"/etc/hostname"}}, kin.ECodeInvalid},
 		{"spawn_agent", map[string]any{"command": []string{"/bin/true"}, "responsible": "ops", "policy": map[string]any{"bogus": 1}}, kin.ECodeInvalid},
 		{"wait_agent", map[string]any{"id": 1, "timeout": "soon"}, kin.ECodeInvalid},

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -206,6 +207,10 @@ func (s *Supervisor) Start(ctx context.Context, spec Spec) (*Process, error) {
 	}
 	s.mu.Unlock()
 	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, fs.ErrPermission) {
+			// The program (or its directory) is what the operator must fix.
+			return nil, fmt.Errorf("supervisor: start agent %d: program %s (run in %s): %w", spec.ID, argv0, spec.Dir, err)
+		}
 		return nil, fmt.Errorf("supervisor: start agent %d: %w", spec.ID, err)
 	}
 	s.log.Debug("started", keyAgent, spec.ID, keyPid, p.Pid, keyCgroup, p.Cgroup)

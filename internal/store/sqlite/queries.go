@@ -137,6 +137,9 @@ func (r reader) AgentList(ctx context.Context, f kin.AgentFilter) ([]*kin.Agent,
 	if f.Responsible != "" {
 		where, args = append(where, "responsible = ?"), append(args, f.Responsible)
 	}
+	if f.Name != "" {
+		where, args = append(where, "name = ?"), append(args, f.Name)
+	}
 	q := `SELECT ` + agentColumns + ` FROM agents a`
 	if len(where) > 0 {
 		q += " WHERE " + strings.Join(where, " AND ")

@@ -140,6 +140,7 @@ func testAgentList(t *testing.T, s store.Store) {
 	check(kin.AgentFilter{Status: kin.StatusSuspended}, "c2")
 	check(kin.AgentFilter{State: kin.StateRegistered, Limit: 2}, "r", "c1")
 	check(kin.AgentFilter{Responsible: "nobody"})
+	check(kin.AgentFilter{Name: "c1"}, "c1")
 }
 
 func testAncestorsAndSubtree(t *testing.T, s store.Store) {
