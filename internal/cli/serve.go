@@ -183,7 +183,7 @@ the socket only). Shipped profiles: ` + strings.Join(governor.ShippedProfiles(),
 	f.StringVar(&fl.profile, "profile", "", "governor profile: a shipped profile's `name` ("+strings.Join(governor.ShippedProfiles(), ", ")+") or a JSON file's path (default $KIN_PROFILE, else default)")
 	f.StringVar(&fl.ctx, "ctx", "", "root `directory` of the agent filesystem, an absolute path (default $KIN_CTX, else <home>/ctx)")
 	f.StringVar(&fl.store, "store", "", "store `DSN`: sqlite (<home>/kin.db) or sqlite:PATH (default $KIN_STORE, else sqlite)")
-	f.StringVar(&fl.containment, "containment", "", "`how` to hold agents' processes: "+strings.Join(containments, ", ")+" (auto: cgroup2 when a writable cgroup v2 exists, else process-groups) (default $KIN_CONTAINMENT, else auto)")
+	f.StringVar(&fl.containment, "containment", "", "`how` to hold agents' processes: "+strings.Join(containments, ", ")+" (auto: cgroup2 when a writable cgroup v2 exists, else pid-namespaces where user and PID namespaces work, else process-groups) (default $KIN_CONTAINMENT, else auto)")
 	f.BoolVar(&leaveRunning, "leave-running", false, "leave agents running when kin serve stops, for the next kin serve to take back (default $KIN_LEAVE_RUNNING, else false)")
 	f.StringVar(&fl.policyConfig, "policy-config", "", "the permission authority's `file` (JSON or YAML): global_deny (tools no preset can grant) and presets (stages beyond restricted, supervised, full) (default $KIN_POLICY_CONFIG, else the shipped presets)")
 	f.BoolVar(&bestEffort, "sandbox-best-effort", false, "where the kernel has no Landlock, run agents whose policy restricts mounts UNRESTRICTED instead of refusing them (default $KIN_SANDBOX_BEST_EFFORT, else false)")

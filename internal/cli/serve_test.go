@@ -241,7 +241,7 @@ func TestServeErrors(t *testing.T) {
 	wantUsage(t, serve(noEnv, "--store", "mysql://x"), "--store")
 	wantUsage(t, serve(noEnv, "--ctx", "relative/ctx"), "--ctx", "not an absolute path")
 	wantUsage(t, serve(noEnv, "--bogus"), "--bogus")
-	wantUsage(t, serve(noEnv, "--containment", "jail"), "--containment", "jail", "auto, cgroup2, process-groups")
+	wantUsage(t, serve(noEnv, "--containment", "jail"), "--containment", "jail", "auto, cgroup2, pid-namespaces, process-groups")
 	wantUsage(t, serve(noEnv, "--leave-running=maybe"), "--leave-running")
 	wantUsage(t, serve(noEnv, "--uid-range", "300000"), "--uid-range", "300000")
 	if os.Geteuid() == 0 {

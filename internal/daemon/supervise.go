@@ -822,7 +822,7 @@ func resolveCommand(argv []string, dir string) ([]string, error) {
 	st, err := os.Stat(path)
 	switch {
 	case err != nil && errors.Is(err, os.ErrNotExist):
-		return nil, fmt.Errorf("the program %s does not exist", path)
+		return nil, fmt.Errorf("the program %s does not exist (no such file or directory)", path)
 	case err != nil:
 		return nil, fmt.Errorf("the program %s: %v", path, err)
 	case st.IsDir():
