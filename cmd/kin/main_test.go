@@ -12,15 +12,12 @@ import (
 	"time"
 
 	"github.com/kin-agents/kin/internal/kintest"
-	"github.com/kin-agents/kin/internal/sandbox"
 )
 
 // TestMain lets the test binary act as kin itself: with KIN_TEST_AS_KIN=1 it
 // runs main, so the tests below see real exit statuses and signals.
 func TestMain(m *testing.M) {
-	// The daemon starts agents through itself as "kin sandbox-exec", with
-	// the agent's clean environment: be kin then too.
-	if os.Getenv("KIN_TEST_AS_KIN") == "1" || len(os.Args) > 1 && os.Args[1] == sandbox.Subcommand {
+	if os.Getenv("KIN_TEST_AS_KIN") == "1" {
 		main()
 		return
 	}

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/kin-agents/kin/internal/kintest"
-	"github.com/kin-agents/kin/internal/sandbox"
 	"github.com/kin-agents/kin/kin"
 )
 
@@ -17,9 +16,7 @@ import (
 const asKinEnv = "CLITEST_AS_KIN"
 
 func TestMain(m *testing.M) {
-	// With the env, or as the sandbox shim the daemon starts every agent
-	// through (with the agent's clean environment), be kin.
-	if os.Getenv(asKinEnv) == "1" || len(os.Args) > 1 && os.Args[1] == sandbox.Subcommand {
+	if os.Getenv(asKinEnv) == "1" {
 		os.Exit(Run(context.Background(), os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
 	}
 	// The tests choose how to reach the daemon; a run inside an agent, or

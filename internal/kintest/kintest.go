@@ -7,13 +7,31 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/kin-agents/kin/client"
 	"github.com/kin-agents/kin/internal/daemon"
+	"github.com/kin-agents/kin/internal/sandbox"
 )
+
+// The test binary is kin's sandbox shim. StartDaemon points the daemon's
+// ShimPath at AgentBinary, a copy of the running test binary, and the
+// daemon starts every agent as [that binary, "sandbox-exec", ...]. Given
+// those arguments a test binary would run its whole suite as the agent
+// (testing ignores a positional argument), recursively. Every test binary
+// that starts a daemon through kintest links this package, so its init is
+// the one place that makes all of them the shim: it runs sandbox.Main,
+// which execs the agent's command or exits, and never returns to the tests.
+func init() {
+	if len(os.Args) > 1 && os.Args[1] == sandbox.Subcommand {
+		os.Exit(sandbox.Main(os.Args[2:], os.Stderr))
+	}
+}
 
 // Daemon is a daemon started for a test, with a client on its socket.
 type Daemon struct {
@@ -65,9 +83,8 @@ func StartDaemon(t testing.TB, opts ...Option) *Daemon {
 	cfg.Home = shortTempDir(t)
 	cfg.HTTPAddr = "off"
 	cfg.Version = "test"
-	// Agents with a sandbox run it through the test binary: a TestMain
-	// that may start such agents dispatches sandbox.Subcommand to
-	// sandbox.Main.
+	// Every agent starts through the test binary as the sandbox shim
+	// (see init).
 	cfg.ShimPath, _ = AgentBinaryPath()
 	for _, o := range opts {
 		o(&cfg)
@@ -143,10 +160,15 @@ func AgentBinary(t testing.TB) string {
 	return path
 }
 
-// AgentBinaryPath is AgentBinary for code without a testing.TB.
+// AgentBinaryPath is AgentBinary for code without a testing.TB. The copy's
+// directory carries the test process's pid (kinbin-PID-*): a test binary
+// whose TestMain does not call RemoveAgentBinary, or that was killed, leaves
+// its copy behind, and the next AgentBinaryPath removes the copies of
+// processes that are gone.
 func AgentBinaryPath() (string, error) {
 	agentBinary.once.Do(func() {
-		dir, err := os.MkdirTemp("", "kinbin")
+		removeStaleAgentBinaries()
+		dir, err := os.MkdirTemp("", "kinbin-"+strconv.Itoa(os.Getpid())+"-")
 		if err == nil {
 			err = os.Chmod(dir, 0o755)
 		}
@@ -163,6 +185,22 @@ func AgentBinaryPath() (string, error) {
 		agentBinary.path, agentBinary.err = path, copyFile(self, path, 0o755)
 	})
 	return agentBinary.path, agentBinary.err
+}
+
+// removeStaleAgentBinaries removes the kinbin-PID-* copies whose process
+// has exited.
+func removeStaleAgentBinaries() {
+	dirs, _ := filepath.Glob(filepath.Join(os.TempDir(), "kinbin-*-*"))
+	for _, dir := range dirs {
+		pidStr, _, _ := strings.Cut(strings.TrimPrefix(filepath.Base(dir), "kinbin-"), "-")
+		pid, err := strconv.Atoi(pidStr)
+		if err != nil || pid <= 0 || pid == os.Getpid() {
+			continue
+		}
+		if syscall.Kill(pid, 0) == syscall.ESRCH {
+			os.RemoveAll(dir)
+		}
+	}
 }
 
 func copyFile(from, to string, mode os.FileMode) error {

@@ -13,16 +13,10 @@ import (
 
 	"github.com/kin-agents/kin/internal/kintest"
 	"github.com/kin-agents/kin/internal/mcpserver"
-	"github.com/kin-agents/kin/internal/sandbox"
 	"github.com/kin-agents/kin/kin"
 )
 
 func TestMain(m *testing.M) {
-	// The test's daemon starts every agent through this binary as the
-	// sandbox shim (kin sandbox-exec): be the shim then.
-	if len(os.Args) > 1 && os.Args[1] == sandbox.Subcommand {
-		os.Exit(sandbox.Main(os.Args[2:], os.Stderr))
-	}
 	code := m.Run()
 	kintest.RemoveAgentBinary()
 	os.Exit(code)
