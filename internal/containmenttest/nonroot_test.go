@@ -1,7 +1,6 @@
 package containmenttest
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -18,6 +17,7 @@ import (
 	"github.com/kin-agents/kin/client"
 	"github.com/kin-agents/kin/internal/exampletest"
 	"github.com/kin-agents/kin/internal/kintest"
+	"github.com/kin-agents/kin/internal/proctest"
 	"github.com/kin-agents/kin/internal/supervisor/cgroup"
 	"github.com/kin-agents/kin/kin"
 )
@@ -95,13 +95,10 @@ func removeCgroupTree(t *testing.T, dir string) {
 
 // served is a kin serve run as the test user.
 type served struct {
-	cmd    *exec.Cmd
+	*exampletest.Proc
 	info   map[string]any
 	client *client.Client
-	done   chan struct{}
 }
-
-func (s *served) pid() int { return s.cmd.Process.Pid }
 
 // serveAs starts kin serve as u on home, inside cgroupDir when given.
 func serveAs(t *testing.T, kinBin string, u testUser, home, cgroupDir string) *served {
@@ -117,60 +114,17 @@ func serveAs(t *testing.T, kinBin string, u testUser, home, cgroupDir string) *s
 		defer syscall.Close(fd)
 		cmd.SysProcAttr.UseCgroupFD, cmd.SysProcAttr.CgroupFD = true, fd
 	}
-	var stderr exampletest.Buffer
-	cmd.Stderr = &stderr
-	out, err := cmd.StdoutPipe()
+	s := &served{Proc: exampletest.StartCmd(t, cmd)}
+	if err := json.Unmarshal([]byte(s.Line), &s.info); err != nil {
+		t.Fatalf("kin serve --json as %s: %v: %s; stderr: %s", u.name, err, s.Line, s.Stderr())
+	}
+	c, err := client.New(client.Config{Socket: filepath.Join(home, "kin.sock")})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	s := &served{cmd: cmd, done: make(chan struct{})}
-	lines := make(chan string, 1)
-	go func() {
-		sc := bufio.NewScanner(out)
-		var b strings.Builder
-		for sc.Scan() {
-			b.WriteString(sc.Text())
-			if sc.Text() == "}" {
-				lines <- b.String()
-			}
-		}
-	}()
-	go func() { cmd.Wait(); close(s.done) }()
-	t.Cleanup(func() { s.stop(t) })
-	select {
-	case l := <-lines:
-		if err := json.Unmarshal([]byte(l), &s.info); err != nil {
-			t.Fatalf("kin serve --json: %v: %s", err, l)
-		}
-	case <-s.done:
-		t.Fatalf("kin serve as %s exited: %s", u.name, stderr.String())
-	case <-time.After(60 * time.Second):
-		t.Fatalf("kin serve as %s did not start: %s", u.name, stderr.String())
-	}
-	s.client, err = client.New(client.Config{Socket: filepath.Join(home, "kin.sock")})
-	if err != nil {
-		t.Fatal(err)
-	}
+	t.Cleanup(func() { c.Close() })
+	s.client = c
 	return s
-}
-
-func (s *served) stop(t *testing.T) {
-	select {
-	case <-s.done:
-		return
-	default:
-	}
-	s.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-s.done:
-	case <-time.After(30 * time.Second):
-		s.cmd.Process.Kill()
-		<-s.done
-		t.Errorf("kin serve did not stop within 30 s of SIGTERM")
-	}
 }
 
 // attack is what a hostile agent tries, one line each: "NAME ok" when the
@@ -245,7 +199,7 @@ func attacks(t *testing.T, ctx context.Context, s *served, kinBin, home, work st
 	addr, _ := s.info["http"].(string)
 	attacker := spawn(t, ctx, s.client, "attacker", []string{
 		"H=" + home, "KIN=" + kinBin, "ADDR=" + addr,
-		"DPID=" + strconv.Itoa(s.pid()), "VICTIM=" + strconv.Itoa(victim.PID),
+		"DPID=" + strconv.Itoa(s.Pid()), "VICTIM=" + strconv.Itoa(victim.PID),
 	}, "/bin/sh", script)
 	var log string
 	kintest.WaitFor(t, 60*time.Second, "the attacker to finish", func() bool {
@@ -299,7 +253,7 @@ exec sleep 1001.`+mark)
 exec sleep 1000.`+mark)
 	root := spawn(t, ctx, s.client, "g0-"+mark, nil, "/bin/sh", gen0)
 	kintest.WaitFor(t, 30*time.Second, "three generations and the escaper", func() bool {
-		return len(withArg("1002."+mark)) == 1 && len(withArg("1003."+mark)) == 1
+		return len(proctest.WithArg("1002."+mark)) == 1 && len(proctest.WithArg("1003."+mark)) == 1
 	})
 	root, _ = s.client.Agent(ctx, root.ID)
 	if err := syscall.Kill(root.PID, syscall.SIGKILL); err != nil {
@@ -323,15 +277,14 @@ exec sleep 1000.`+mark)
 		}
 		return len(tree) == 2 && done == 2
 	})
-	if left := withArg("." + mark); len(left) > 0 {
+	if left := proctest.WithArg("." + mark); len(left) > 0 {
 		t.Fatalf("processes of the cancelled tree still run: %v", left)
 	}
 }
 
 func restartReadopts(t *testing.T, ctx context.Context, s *served, kinBin string, u testUser, home, cg string) {
 	a := spawn(t, ctx, s.client, "survivor", nil, "/bin/sleep", "1000")
-	s.cmd.Process.Kill()
-	<-s.done
+	s.Kill()
 	if err := syscall.Kill(a.PID, 0); err != nil {
 		t.Fatalf("kill -9 of the daemon took its agent along: %v", err)
 	}
@@ -346,26 +299,8 @@ func restartReadopts(t *testing.T, ctx context.Context, s *served, kinBin string
 	if es, _ := s2.client.Events(ctx, kin.EventFilter{Types: []string{kin.EventAgentAdopted}}); len(es) == 0 {
 		t.Error("no agent.adopted event")
 	}
-	s2.stop(t)
-	kintest.WaitFor(t, 10*time.Second, "the survivor stopped with its daemon", func() bool { return syscall.Kill(a.PID, 0) != nil })
-}
-
-// withArg lists processes with an argument containing s.
-func withArg(s string) []int {
-	ents, _ := os.ReadDir("/proc")
-	var out []int
-	for _, e := range ents {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		b, err := os.ReadFile("/proc/" + e.Name() + "/cmdline")
-		if err == nil && strings.Contains(string(b), s) && !strings.Contains(string(b), "go test") {
-			st, _ := os.ReadFile("/proc/" + e.Name() + "/stat")
-			if !strings.Contains(string(st), ") Z ") {
-				out = append(out, pid)
-			}
-		}
+	if err := s2.Stop(); err != nil {
+		t.Errorf("kin serve stopped with %v", err)
 	}
-	return out
+	kintest.WaitFor(t, 10*time.Second, "the survivor stopped with its daemon", func() bool { return syscall.Kill(a.PID, 0) != nil })
 }

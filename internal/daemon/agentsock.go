@@ -199,8 +199,7 @@ func (d *Daemon) operatorConnContext(ctx context.Context, c net.Conn) context.Co
 	if err != nil {
 		return withCaller(ctx, caller{refused: "cannot identify the connecting process: " + err.Error()})
 	}
-	id, isAgent := d.sup.AgentOfPID(pid)
-	contained := isAgent || d.sup.Contained(pid)
+	id, contained := d.sup.Contained(pid)
 	// The peer must still be the process that connected when it was
 	// judged: a pid recycled after it exited could be anyone's.
 	if !alive() {
@@ -208,7 +207,7 @@ func (d *Daemon) operatorConnContext(ctx context.Context, c net.Conn) context.Co
 	}
 	if contained {
 		who := "a process inside an agent's containment"
-		if isAgent {
+		if id != 0 {
 			who = fmt.Sprintf("a process of agent %d", id)
 		}
 		d.log.Warn("operator socket used by an agent", "agent", id, "peer_pid", pid)

@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 
 	"github.com/kin-agents/kin/internal/sandbox"
 	"github.com/kin-agents/kin/internal/supervisor"
@@ -41,7 +42,7 @@ func (d *Daemon) agentView() {
 	}
 	home, ctxDir := canon(d.cfg.Home), canon(d.ctxDir)
 	d.hiddenFromAgents = []string{home}
-	if rel, err := filepath.Rel(home, ctxDir); err != nil || rel == ".." || len(rel) > 2 && rel[:3] == "../" {
+	if ctxDir != home && !strings.HasPrefix(ctxDir, home+"/") {
 		d.hiddenFromAgents = append(d.hiddenFromAgents, ctxDir)
 	}
 	if m, err := cgroup.FindMount(); err == nil {

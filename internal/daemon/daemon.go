@@ -63,26 +63,27 @@ type Daemon struct {
 	overrides     map[string]string
 
 	// The supervisor and what the daemon knows of running agents.
-	sup       *supervisor.Supervisor
-	ctxDir    string // the agent filesystem's root: Config.Ctx, default <home>/ctx
-	ctx       *ctxfs.FS
-	ctxw      *ctxWriter
-	ctxMu     sync.Mutex
-	ctxAgents map[kin.AgentID]*ctxAgent
-	agentPath string // PATH of agent processes
-	// hiddenFromAgents and readOnlyForAgents are the sandbox's default
-	// view's exceptions (agentView).
+	sup           *supervisor.Supervisor
+	ctxDir        string // the agent filesystem's root: Config.Ctx, default <home>/ctx
+	ctx           *ctxfs.FS
+	ctxw          *ctxWriter
+	ctxMu         sync.Mutex
+	ctxAgents     map[kin.AgentID]*ctxAgent
+	agentPath     string   // PATH of agent processes
+	agentPathList []string // the same, split: every agent's path control file (read-only)
+	rtMu          sync.Mutex
+	runtimes      map[kin.AgentID]*runtime
+	adopted       map[kin.AgentID]*os.File // pidfds of re-adopted processes
+	shuttingDown  bool
+	exitWG        sync.WaitGroup // exit handlers and restarts
+	agentSrv      *http.Server   // serves every agent socket
+	sockMu        sync.Mutex
+	socks         map[string]*agentSocket // by socket path
+
+	// The sandbox's default view's exceptions (agentView), and the shim
+	// published for agents when the daemon is not a binary named kin.
 	hiddenFromAgents, readOnlyForAgents []string
-	shimCopy                            string   // publishShim's
-	agentPathList                       []string // the same, split: every agent's path control file (read-only)
-	rtMu                                sync.Mutex
-	runtimes                            map[kin.AgentID]*runtime
-	adopted                             map[kin.AgentID]*os.File // pidfds of re-adopted processes
-	shuttingDown                        bool
-	exitWG                              sync.WaitGroup // exit handlers and restarts
-	agentSrv                            *http.Server   // serves every agent socket
-	sockMu                              sync.Mutex
-	socks                               map[string]*agentSocket // by socket path
+	shimCopy                            string
 
 	lock     *os.File
 	unixLn   net.Listener

@@ -94,6 +94,7 @@ func (d *Daemon) reconcile(ctx context.Context) error {
 				alive = supervisor.ProcessAlive(a.PID)
 			} else {
 				d.log.Info("not re-adopted", "agent", a.ID, "err", err)
+				killLeftover(a) // whatever of it runs outside a namespace of its own
 			}
 		} else if !cg {
 			killLeftover(a)

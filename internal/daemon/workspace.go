@@ -111,12 +111,12 @@ func (d *Daemon) sandboxArgv(a *kin.Agent, c *ctxAgent, argv []string) ([]string
 	}
 	flat := policy.Flatten(layers)
 	abi := sandbox.ABI()
-	init := d.sup.Containment() == supervisor.ContainmentPIDNamespaces
-	if abi == 0 && flat.Mounts == nil && !hasLimits(flat.Budget) && !init {
+	asInit := d.sup.Containment() == supervisor.ContainmentPIDNamespaces
+	if abi == 0 && flat.Mounts == nil && !hasLimits(flat.Budget) && !asInit {
 		return argv, nil, nil, nil
 	}
 	var groups []uint32
-	spec := sandbox.Spec{Argv: argv, BestEffort: d.cfg.SandboxBestEffort, ScopeSignals: true, Init: init}
+	spec := sandbox.Spec{Argv: argv, BestEffort: d.cfg.SandboxBestEffort, ScopeSignals: true, Init: asInit}
 	if b := flat.Budget; b != nil {
 		spec.CPUSeconds, spec.MemoryBytes, spec.OpenFiles = deref(b.CPUSeconds), deref(b.MemoryBytes), deref(b.OpenFiles)
 	}

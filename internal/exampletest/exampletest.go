@@ -59,8 +59,17 @@ type Proc struct {
 // for its first line, for at most 60 s.
 func Start(t *testing.T, bin string, args ...string) *Proc {
 	t.Helper()
-	p := &Proc{cmd: exec.Command(bin, args...), exited: make(chan struct{})}
-	p.cmd.Env = env()
+	cmd := exec.Command(bin, args...)
+	cmd.Env = env()
+	return StartCmd(t, cmd)
+}
+
+// StartCmd is Start for a command the test prepared itself (its
+// environment, credential, cgroup): its stdout and stderr are the Proc's.
+func StartCmd(t *testing.T, cmd *exec.Cmd) *Proc {
+	t.Helper()
+	bin := cmd.Path
+	p := &Proc{cmd: cmd, exited: make(chan struct{})}
 	first := &firstOutput{c: make(chan string, 1)}
 	p.cmd.Stdout = first
 	p.cmd.Stderr = &p.stderr
@@ -95,6 +104,15 @@ func (p *Proc) Stop() error {
 		<-p.exited
 	}
 	return p.err
+}
+
+// Pid is the process's pid.
+func (p *Proc) Pid() int { return p.cmd.Process.Pid }
+
+// Kill kills the process with SIGKILL and waits until it is reaped.
+func (p *Proc) Kill() {
+	p.cmd.Process.Kill()
+	<-p.exited
 }
 
 // Stderr is what the process has written to stderr so far.

@@ -1,7 +1,7 @@
 package sandbox
 
 import (
-	"errors"
+	"os"
 	"path/filepath"
 
 	"golang.org/x/sys/unix"
@@ -57,8 +57,9 @@ func (v *viewWalker) onChain(p string) (isSpecial, ancestor bool) {
 
 // walk grants the entries of the directory open as dirfd (closing it).
 func (v *viewWalker) walk(dirfd int, dir string) {
-	defer unix.Close(dirfd)
-	names, err := readDirNames(dirfd)
+	f := os.NewFile(uintptr(dirfd), dir)
+	defer f.Close()
+	names, err := f.Readdirnames(-1)
 	if err != nil {
 		return
 	}
@@ -96,24 +97,5 @@ func (v *viewWalker) walk(dirfd int, dir string) {
 			a &= accessFile
 		}
 		v.rules = append(v.rules, rule{path: p, fd: fd, access: a, optional: true})
-	}
-}
-
-// readDirNames lists a directory open as fd, without "." and "..".
-func readDirNames(fd int) ([]string, error) {
-	var names []string
-	buf := make([]byte, 32<<10)
-	for {
-		n, err := unix.Getdents(fd, buf)
-		if errors.Is(err, unix.EINTR) {
-			continue
-		}
-		if err != nil {
-			return nil, err
-		}
-		if n <= 0 {
-			return names, nil
-		}
-		_, _, names = unix.ParseDirent(buf[:n], -1, names)
 	}
 }

@@ -8,10 +8,11 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/kin-agents/kin/internal/proctest"
 )
 
 // allSpec is the default view hiding home (granting session inside it) with
@@ -141,24 +142,7 @@ exit 7`
 		t.Fatalf("status descriptor says %#x, want exit 7", uint32(ws))
 	}
 	// The kernel killed the namespace before the init's exit completed.
-	if pids := pidsWithArg(mark); len(pids) > 0 {
+	if pids := proctest.WithArg(mark); len(pids) > 0 {
 		t.Fatalf("grandchild %v outlived its namespace", pids)
 	}
-}
-
-// pidsWithArg lists the processes with arg in their command line.
-func pidsWithArg(arg string) []int {
-	ents, _ := os.ReadDir("/proc")
-	var out []int
-	for _, e := range ents {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil || pid == os.Getpid() {
-			continue
-		}
-		b, err := os.ReadFile("/proc/" + e.Name() + "/cmdline")
-		if err == nil && strings.Contains(string(b), arg) {
-			out = append(out, pid)
-		}
-	}
-	return out
 }

@@ -34,17 +34,7 @@ func (s *Supervisor) AgentOfPID(pid int) (kin.AgentID, bool) {
 		if err != nil {
 			return 0, false
 		}
-		s.mu.Lock()
-		defer s.mu.Unlock()
-		for d := dir; within(d, s.mount.Dir) && d != s.mount.Dir; d = filepath.Dir(d) {
-			if a := s.paths[d]; a != nil {
-				if !within(dir, selfDir(a.path)) {
-					return 0, false // in a's group, but not one of a's own
-				}
-				return a.id, true
-			}
-		}
-		return 0, false
+		return s.agentOfDir(dir)
 	}
 	if s.pidns {
 		id, ok, _ := s.agentOfNS(pid)
@@ -85,6 +75,21 @@ func (s *Supervisor) AgentOfPID(pid int) (kin.AgentID, bool) {
 			break
 		}
 		cur = st.ppid
+	}
+	return 0, false
+}
+
+// agentOfDir is AgentOfPID with cgroup2, for a process in cgroup dir.
+func (s *Supervisor) agentOfDir(dir string) (kin.AgentID, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for d := dir; within(d, s.mount.Dir) && d != s.mount.Dir; d = filepath.Dir(d) {
+		if a := s.paths[d]; a != nil {
+			if !within(dir, selfDir(a.path)) {
+				return 0, false // in a's group, but not one of a's own
+			}
+			return a.id, true
+		}
 	}
 	return 0, false
 }

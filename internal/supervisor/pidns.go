@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -90,7 +91,9 @@ func namespaceAttr(sys *syscall.SysProcAttr, cred *syscall.Credential) {
 			}
 		}
 	} else if cred != nil {
-		cred.NoSetGroups = true // setgroups is denied in an unprivileged user namespace
+		c := *cred           // the caller's stays as it is
+		c.NoSetGroups = true // setgroups is denied in an unprivileged user namespace
+		sys.Credential = &c
 	}
 }
 
@@ -134,7 +137,7 @@ func nsAncestry(pid int, own uint64) []uint64 {
 func (s *Supervisor) agentOfNS(pid int) (id kin.AgentID, ok, contained bool) {
 	chain := nsAncestry(pid, s.ownNS)
 	if len(chain) == 0 {
-		return 0, false, pidNS(pid) != s.ownNS && pidNS(pid) != 0
+		return 0, false, false // the daemon's own namespace, or pid is gone
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -146,21 +149,29 @@ func (s *Supervisor) agentOfNS(pid int) (id kin.AgentID, ok, contained bool) {
 	return 0, false, true
 }
 
-// Contained reports whether pid runs inside kin's containment, whether or
-// not the agent it belongs to is known: in a group under the kin root
-// (cgroup2), or in a PID namespace other than the daemon's. The operator
-// socket refuses such peers.
-func (s *Supervisor) Contained(pid int) bool {
+// Contained reports whether pid runs inside kin's containment, and whose
+// agent it is where the supervisor can tell (0 where it cannot): in a group
+// under the kin root or in a group the supervisor holds (cgroup2), in a PID
+// namespace other than the daemon's (pid-namespaces), or, with process
+// groups, where AgentOfPID finds it. The operator socket refuses such peers,
+// known or not. One look at /proc per call.
+func (s *Supervisor) Contained(pid int) (kin.AgentID, bool) {
+	if pid <= 0 {
+		return 0, false
+	}
 	switch {
 	case s.cg:
 		dir, err := s.mount.DirOfPID(pid)
-		return err == nil && within(dir, s.root)
+		if err != nil {
+			return 0, false
+		}
+		id, known := s.agentOfDir(dir)
+		return id, known || within(dir, s.root)
 	case s.pidns:
-		_, _, contained := s.agentOfNS(pid)
-		return contained
+		id, _, contained := s.agentOfNS(pid)
+		return id, contained
 	}
-	_, ok := s.AgentOfPID(pid)
-	return ok
+	return s.AgentOfPID(pid)
 }
 
 // nsTargets is scanTargets with PID namespaces: every process whose
@@ -256,7 +267,7 @@ func (s *Supervisor) AdoptProcess(id, parent kin.AgentID, pid int) error {
 		if p := s.agents[parent]; p != nil && parent != 0 {
 			parentPath = p.path
 		}
-		a = &agent{id: id, path: parentPath + "/" + groupName(id), adopted: true}
+		a = &agent{id: id, path: filepath.Join(parentPath, groupName(id)), adopted: true}
 		s.rememberLocked(a)
 	}
 	a.ns = ino

@@ -3,11 +3,11 @@ package supervisor
 import (
 	"os"
 	"strconv"
-	"strings"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/kin-agents/kin/internal/proctest"
 	"github.com/kin-agents/kin/internal/sandbox"
 	"github.com/kin-agents/kin/kin"
 )
@@ -56,7 +56,7 @@ func TestPIDNamespacesContainWhatEscapesProcessGroups(t *testing.T) {
 	}
 	var esc int
 	waitFor(t, 10*time.Second, "the escaper", func() bool {
-		pids := pidsWithArg(mark)
+		pids := proctest.WithArg(mark)
 		if len(pids) == 1 {
 			esc = pids[0]
 		}
@@ -65,8 +65,11 @@ func TestPIDNamespacesContainWhatEscapesProcessGroups(t *testing.T) {
 	if id, ok := s.AgentOfPID(esc); !ok || id != 2 {
 		t.Fatalf("AgentOfPID(escaper %d) = %v, %v; want 2", esc, id, ok)
 	}
-	if !s.Contained(esc) || s.Contained(os.Getpid()) {
-		t.Fatalf("Contained: escaper %v, the test itself %v; want true, false", s.Contained(esc), s.Contained(os.Getpid()))
+	if id, in := s.Contained(esc); !in || id != 2 {
+		t.Fatalf("Contained(escaper) = %v, %v; want 2, true", id, in)
+	}
+	if id, in := s.Contained(os.Getpid()); in {
+		t.Fatalf("Contained(the test itself) = %v, %v; want not contained", id, in)
 	}
 	if !s.PeerInCgroup(parent.Pid, 1) || s.PeerInCgroup(esc, 1) {
 		t.Fatal("PeerInCgroup mixes the parent's and the child's processes")
@@ -108,21 +111,4 @@ func TestPIDNamespacesReportTheCommandsOwnStatus(t *testing.T) {
 			t.Errorf("%q: exit code %d signal %v; want %d %v", c.script, e.Code, e.Signal, c.code, c.sig)
 		}
 	}
-}
-
-// pidsWithArg lists the processes with arg in their command line.
-func pidsWithArg(arg string) []int {
-	ents, _ := os.ReadDir("/proc")
-	var out []int
-	for _, e := range ents {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil || pid == os.Getpid() {
-			continue
-		}
-		b, err := os.ReadFile("/proc/" + e.Name() + "/cmdline")
-		if err == nil && strings.Contains(string(b), "\x00"+arg) {
-			out = append(out, pid)
-		}
-	}
-	return out
 }

@@ -1,0 +1,35 @@
+// Package proctest finds processes for tests that must show none is left:
+// the cascade, PID namespace and sandbox tests mark the processes they start
+// with an argument no other process has, and look for it in /proc. It uses
+// only the standard library, so any package's own tests may import it.
+package proctest
+
+import (
+	"bytes"
+	"os"
+	"strconv"
+)
+
+// WithArg lists the live processes (zombies left out: they have ended) one
+// of whose arguments after the program contains mark, other than the caller.
+func WithArg(mark string) []int {
+	ents, _ := os.ReadDir("/proc")
+	var out []int
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || pid == os.Getpid() {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + e.Name() + "/cmdline")
+		if err != nil {
+			continue
+		}
+		if _, args, ok := bytes.Cut(b, []byte{0}); !ok || !bytes.Contains(args, []byte(mark)) {
+			continue
+		}
+		if st, err := os.ReadFile("/proc/" + e.Name() + "/stat"); err == nil && !bytes.Contains(st, []byte(") Z ")) {
+			out = append(out, pid)
+		}
+	}
+	return out
+}
