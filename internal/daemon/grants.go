@@ -45,17 +45,10 @@ type storedPolicy struct {
 }
 
 // openNoFollow opens an absolute, clean path with O_PATH, following no
-// link on the way (ELOOP where a component is a link).
+// link on the way (ELOOP where a component is a link): sandbox.OpenNoLinks,
+// as the shim opens what it grants, with the file's identity.
 func openNoFollow(p string) (*os.File, fileID, error) {
-	// Not O_NOFOLLOW: with O_PATH it would open a trailing link itself
-	// instead of refusing it.
-	fd, err := unix.Openat2(unix.AT_FDCWD, p, &unix.OpenHow{
-		Flags:   unix.O_PATH | unix.O_CLOEXEC,
-		Resolve: unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS,
-	})
-	if errors.Is(err, unix.ENOSYS) || errors.Is(err, unix.EPERM) {
-		fd, err = openComponents(p) // no openat2 (before Linux 5.6, or a seccomp filter)
-	}
+	fd, err := sandbox.OpenNoLinks(p)
 	if err != nil {
 		return nil, fileID{}, err
 	}
@@ -65,36 +58,6 @@ func openNoFollow(p string) (*os.File, fileID, error) {
 		return nil, fileID{}, err
 	}
 	return os.NewFile(uintptr(fd), p), fileID{Dev: uint64(st.Dev), Ino: st.Ino}, nil
-}
-
-// openComponents is openNoFollow without openat2: one component at a
-// time, each with O_NOFOLLOW, a link refused as ELOOP.
-func openComponents(p string) (int, error) {
-	fd, err := unix.Open("/", unix.O_PATH|unix.O_CLOEXEC|unix.O_DIRECTORY, 0)
-	if err != nil {
-		return -1, err
-	}
-	for _, c := range strings.Split(strings.TrimPrefix(p, "/"), "/") {
-		if c == "" {
-			continue
-		}
-		next, err := unix.Openat(fd, c, unix.O_PATH|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0)
-		unix.Close(fd)
-		if err != nil {
-			return -1, err
-		}
-		var st unix.Stat_t
-		if err := unix.Fstat(next, &st); err != nil {
-			unix.Close(next)
-			return -1, err
-		}
-		if st.Mode&unix.S_IFMT == unix.S_IFLNK {
-			unix.Close(next)
-			return -1, unix.ELOOP
-		}
-		fd = next
-	}
-	return fd, nil
 }
 
 // unreachable is an open error that leaves nothing to grant: Landlock

@@ -155,3 +155,22 @@ func TestHeldSpecIsValidated(t *testing.T) {
 		}
 	}
 }
+
+func TestOpenComponentsRefusesALink(t *testing.T) {
+	dir := tempDir(t)
+	link := filepath.Join(dir, "link")
+	if err := os.Symlink(dir, link); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := openComponents(link); err != unix.ELOOP {
+		t.Errorf("openComponents(link) = %v, want ELOOP", err)
+	}
+	if _, err := OpenNoLinks(link); err != unix.ELOOP {
+		t.Errorf("OpenNoLinks(link) = %v, want ELOOP", err)
+	}
+	fd, err := openComponents(dir)
+	if err != nil {
+		t.Fatalf("openComponents(%s) = %v", dir, err)
+	}
+	unix.Close(fd)
+}

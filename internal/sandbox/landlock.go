@@ -170,57 +170,66 @@ func closeRules(rules []rule) {
 	}
 }
 
-// openCanonical opens p with O_PATH when p, resolved, is p itself. It
-// returns fd -1 for a path to skip.
-func openCanonical(p string) (fd int, isDir bool, err error) {
-	fd, err = unix.Openat2(unix.AT_FDCWD, p, &unix.OpenHow{
+// OpenNoLinks opens the absolute, clean path p with O_PATH, following no
+// link anywhere on the way: a link there is ELOOP. It uses openat2's
+// RESOLVE_NO_SYMLINKS, or, where the kernel has no openat2 (before Linux
+// 5.6, or a seccomp filter hides it), one component at a time with
+// O_NOFOLLOW. The shim opens the paths it grants with it, and the daemon
+// the mounts its check approves, so both judge a path the same way.
+func OpenNoLinks(p string) (int, error) {
+	// Not O_NOFOLLOW: with O_PATH it would open a trailing link itself
+	// instead of refusing it.
+	fd, err := unix.Openat2(unix.AT_FDCWD, p, &unix.OpenHow{
 		Flags:   unix.O_PATH | unix.O_CLOEXEC,
 		Resolve: unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS,
 	})
+	if errors.Is(err, unix.ENOSYS) || errors.Is(err, unix.EPERM) {
+		return openComponents(p)
+	}
+	return fd, err
+}
+
+// openComponents is OpenNoLinks without openat2.
+func openComponents(p string) (int, error) {
+	fd, err := unix.Open("/", unix.O_PATH|unix.O_CLOEXEC|unix.O_DIRECTORY, 0)
+	if err != nil {
+		return -1, err
+	}
+	for _, c := range strings.Split(strings.TrimPrefix(p, "/"), "/") {
+		if c == "" {
+			continue
+		}
+		next, err := unix.Openat(fd, c, unix.O_PATH|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0)
+		unix.Close(fd)
+		if err != nil {
+			return -1, err
+		}
+		var st unix.Stat_t
+		if err := unix.Fstat(next, &st); err != nil {
+			unix.Close(next)
+			return -1, err
+		}
+		if st.Mode&unix.S_IFMT == unix.S_IFLNK {
+			unix.Close(next)
+			return -1, unix.ELOOP
+		}
+		fd = next
+	}
+	return fd, nil
+}
+
+// openCanonical opens p with O_PATH when p, resolved, is p itself. It
+// returns fd -1 for a path to skip.
+func openCanonical(p string) (fd int, isDir bool, err error) {
+	fd, err = OpenNoLinks(p)
 	switch {
 	case err == nil:
 	case errors.Is(err, unix.ENOENT), errors.Is(err, unix.ENOTDIR), errors.Is(err, unix.EACCES):
 		return -1, false, nil
 	case errors.Is(err, unix.ELOOP):
 		return -1, false, symlinkError(p)
-	case errors.Is(err, unix.ENOSYS), errors.Is(err, unix.EPERM):
-		// No openat2 (or a seccomp filter hides it): resolve, compare,
-		// open without following, and compare what was opened.
-		return openCanonicalFallback(p)
 	default:
 		return -1, false, &pathError{p, "cannot open: " + err.Error()}
-	}
-	var st unix.Stat_t
-	if err := unix.Fstat(fd, &st); err != nil {
-		unix.Close(fd)
-		return -1, false, &pathError{p, "cannot stat: " + err.Error()}
-	}
-	return fd, st.Mode&unix.S_IFMT == unix.S_IFDIR, nil
-}
-
-func openCanonicalFallback(p string) (int, bool, error) {
-	real, err := filepath.EvalSymlinks(p)
-	if err != nil {
-		if errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ENOTDIR) || errors.Is(err, unix.EACCES) {
-			return -1, false, nil
-		}
-		return -1, false, &pathError{p, "cannot resolve: " + err.Error()}
-	}
-	if real != p {
-		return -1, false, symlinkError(p)
-	}
-	fd, err := unix.Open(p, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
-	if err != nil {
-		if errors.Is(err, unix.ENOENT) || errors.Is(err, unix.EACCES) {
-			return -1, false, nil
-		}
-		return -1, false, &pathError{p, "cannot open: " + err.Error()}
-	}
-	buf := make([]byte, unix.PathMax)
-	n, err := unix.Readlink(fmt.Sprintf("/proc/self/fd/%d", fd), buf)
-	if err == nil && string(buf[:n]) != p {
-		unix.Close(fd)
-		return -1, false, symlinkError(p)
 	}
 	var st unix.Stat_t
 	if err := unix.Fstat(fd, &st); err != nil {
