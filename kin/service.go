@@ -147,7 +147,8 @@ type DaemonStatus struct {
 	Containment       string `json:"containment"`
 	ContainmentReason string `json:"containment_reason,omitempty"`
 	CgroupRoot        string `json:"cgroup_root,omitempty"`
-	// Sandbox says what confines every agent, e.g. "cgroup2, Landlock ABI 7".
+	// Sandbox says what confines every agent besides its containment, e.g.
+	// "Landlock ABI 7".
 	Sandbox string `json:"sandbox,omitempty"`
 	// Missing lists the guarantees this kernel and containment cannot give,
 	// in words: kin never claims them.

@@ -161,6 +161,8 @@ the socket only). Shipped profiles: ` + strings.Join(governor.ShippedProfiles(),
 				ContainmentReason: st.ContainmentReason,
 				CgroupRoot:        st.CgroupRoot,
 				AgentUIDRange:     st.AgentUIDRange,
+				Sandbox:           st.Sandbox,
+				Missing:           st.Missing,
 				Ctx:               d.CtxRoot(),
 				LeaveRunning:      cfg.LeaveRunning,
 			}
@@ -359,8 +361,12 @@ type serveInfo struct {
 	ContainmentReason string `json:"containment_reason,omitempty"`
 	CgroupRoot        string `json:"cgroup_root,omitempty"`
 	AgentUIDRange     string `json:"agent_uid_range,omitempty"`
-	Ctx               string `json:"ctx"`
-	LeaveRunning      bool   `json:"leave_running"`
+	// Sandbox and Missing: what confines every agent, and the guarantees
+	// this kernel and containment cannot give (kin.DaemonStatus's).
+	Sandbox      string   `json:"sandbox,omitempty"`
+	Missing      []string `json:"missing,omitempty"`
+	Ctx          string   `json:"ctx"`
+	LeaveRunning bool     `json:"leave_running"`
 }
 
 // line is the one readable line serve prints on stderr once it listens.
@@ -377,10 +383,18 @@ func (s serveInfo) line() string {
 	if s.AgentUIDRange != "" {
 		uids = "agents run as uids " + agentUIDsString(s.AgentUIDRange)
 	}
+	if s.Sandbox != "" {
+		uids += "; every agent sandboxed (" + s.Sandbox + ")"
+	}
 	stop := "Ctrl-C to stop (and stop every agent)"
 	if s.LeaveRunning {
 		stop = "Ctrl-C to stop (agents keep running)"
 	}
-	return fmt.Sprintf("kin serve: listening on socket %s (operator access, mode 0600) and %s; operator token for HTTP in %s; profile %s; store %s; agent filesystem %s; %s; %s; %s",
+	line := fmt.Sprintf("kin serve: listening on socket %s (operator access, mode 0600) and %s; operator token for HTTP in %s; profile %s; store %s; agent filesystem %s; %s; %s; %s",
 		s.Socket, httpPart, s.TokenFile, s.Profile, s.Store, s.Ctx, contained, uids, stop)
+	if len(s.Missing) > 0 {
+		// The log has a "guarantee missing" line for each; kin status lists them.
+		line += fmt.Sprintf("; %d guarantee(s) this host cannot give: see kin status", len(s.Missing))
+	}
+	return line
 }

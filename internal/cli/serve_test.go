@@ -3,8 +3,10 @@ package cli
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -297,6 +299,15 @@ func TestServeContainment(t *testing.T) {
 	}
 	if !strings.Contains(stderr.String(), "agents contained by "+containmentString(st.Containment, st.ContainmentReason)+";") {
 		t.Errorf("the start-up line does not say process-groups:\n%s", stderr.String())
+	}
+	if st.Sandbox == "" || !strings.Contains(stderr.String(), "every agent sandboxed ("+st.Sandbox+")") {
+		t.Errorf("status says sandbox %q; the start-up line does not show it:\n%s", st.Sandbox, stderr.String())
+	}
+	if n := len(st.Missing); n == 0 || !strings.Contains(stderr.String(), fmt.Sprintf("; %d guarantee(s) this host cannot give: see kin status", n)) {
+		t.Errorf("the start-up line does not count the %d guarantees status lists as missing:\n%s", n, stderr.String())
+	}
+	if !slices.ContainsFunc(st.Missing, func(m string) bool { return strings.HasPrefix(m, "process-groups containment") }) {
+		t.Errorf("status does not say what process-groups cannot give: %q", st.Missing)
 	}
 	if os.Geteuid() == 0 && (st.AgentUIDRange == "" || !strings.Contains(stderr.String(), "agents run as uids "+st.AgentUIDRange+" ")) {
 		t.Errorf("status says agent uid range %q; the start-up line does not show it:\n%s", st.AgentUIDRange, stderr.String())

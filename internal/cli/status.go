@@ -58,6 +58,12 @@ gid START+N (a root daemon); or "the daemon's user".`,
 			if st.CgroupRoot != "" {
 				row("Cgroup root", st.CgroupRoot)
 			}
+			if st.Sandbox != "" {
+				row("Sandbox", st.Sandbox)
+			}
+			for _, m := range st.Missing {
+				row("Missing", m)
+			}
 			row("Agent uids", agentUIDsString(st.AgentUIDRange))
 			row("Last event", strconv.FormatInt(st.LastEvent, 10))
 			return tw.Flush()

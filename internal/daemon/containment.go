@@ -2,7 +2,6 @@ package daemon
 
 import (
 	"fmt"
-	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -85,11 +84,11 @@ func (d *Daemon) uidNote() string {
 	return ""
 }
 
-// describeContainment is the containment in one phrase for logs.
+// describeContainment is what confines every agent besides its
+// containment, in one phrase for logs and kin status.
 func (d *Daemon) describeContainment() string {
-	s := d.sup.Containment()
-	if s == supervisor.ContainmentCgroup2 && os.Geteuid() != 0 {
-		s += " (a delegated subtree)"
+	if abi := sandbox.ABI(); abi > 0 {
+		return fmt.Sprintf("Landlock ABI %d", abi)
 	}
-	return fmt.Sprintf("%s, Landlock ABI %d", s, sandbox.ABI())
+	return "no Landlock on this kernel"
 }
