@@ -66,7 +66,7 @@ func (d *Daemon) missingGuarantees() []string {
 		out = append(out, "Landlock ABI "+strconv.Itoa(abi)+" does not restrict connecting to Unix sockets (ABI 9): kin's own sockets refuse agents by their peer's process instead")
 	}
 	if d.cfg.HTTPAddr != "" && d.cfg.HTTPAddr != "off" {
-		out = append(out, "agents may connect to the HTTP address "+d.cfg.HTTPAddr+" (Landlock's TCP rules are port allow-lists): without the operator token, which the sandbox hides, it answers them only what it answers anyone")
+		out = append(out, "agents may connect to the HTTP address "+d.HTTPAddr()+" (Landlock's TCP rules are port allow-lists): without the operator token, which the sandbox hides, it answers them only what it answers anyone")
 	}
 	switch d.sup.Containment() {
 	case supervisor.ContainmentProcessGroups:
