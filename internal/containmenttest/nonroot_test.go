@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"os/user"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -18,80 +17,8 @@ import (
 	"github.com/kin-agents/kin/internal/exampletest"
 	"github.com/kin-agents/kin/internal/kintest"
 	"github.com/kin-agents/kin/internal/proctest"
-	"github.com/kin-agents/kin/internal/supervisor/cgroup"
 	"github.com/kin-agents/kin/kin"
 )
-
-// testUser is an ordinary user the test made, removed when it ends.
-type testUser struct {
-	name     string
-	uid, gid int
-}
-
-func makeUser(t *testing.T) testUser {
-	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("making a test user needs root (useradd)")
-	}
-	name := fmt.Sprintf("kinct%d", os.Getpid()%100000)
-	if out, err := exec.Command("useradd", "--no-create-home", "--shell", "/usr/sbin/nologin", name).CombinedOutput(); err != nil {
-		t.Fatalf("useradd %s: %v: %s", name, err, out)
-	}
-	u, err := user.Lookup(name)
-	if err != nil {
-		exec.Command("userdel", name).Run()
-		t.Fatal(err)
-	}
-	uid, _ := strconv.Atoi(u.Uid)
-	gid, _ := strconv.Atoi(u.Gid)
-	t.Cleanup(func() {
-		exec.Command("pkill", "-9", "-u", name).Run()
-		if out, err := exec.Command("userdel", name).CombinedOutput(); err != nil {
-			t.Errorf("userdel %s: %v: %s", name, err, out)
-		}
-	})
-	return testUser{name, uid, gid}
-}
-
-// delegate gives the user a cgroup subtree the way systemd's Delegate=yes
-// does: the directory and its cgroup.procs, cgroup.subtree_control and
-// cgroup.threads are the user's. It is removed (killed first) at the end.
-func delegate(t *testing.T, u testUser) string {
-	t.Helper()
-	m, err := cgroup.FindMount()
-	if err != nil || !m.Writable {
-		t.Skipf("no writable cgroup v2 mount (%v)", err)
-	}
-	dir := filepath.Join(m.Dir, fmt.Sprintf("kinct-delegated-%d", os.Getpid()))
-	if err := os.Mkdir(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { removeCgroupTree(t, dir) })
-	for _, p := range []string{dir, dir + "/cgroup.procs", dir + "/cgroup.subtree_control", dir + "/cgroup.threads"} {
-		if err := os.Chown(p, u.uid, u.gid); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return dir
-}
-
-func removeCgroupTree(t *testing.T, dir string) {
-	os.WriteFile(filepath.Join(dir, "cgroup.kill"), []byte("1"), 0)
-	kintest.WaitFor(t, 10*time.Second, "the delegated cgroup to empty", func() bool {
-		b, _ := os.ReadFile(filepath.Join(dir, "cgroup.events"))
-		return !strings.Contains(string(b), "populated 1")
-	})
-	var dirs []string
-	filepath.WalkDir(dir, func(p string, e os.DirEntry, err error) error {
-		if err == nil && e.IsDir() {
-			dirs = append(dirs, p)
-		}
-		return nil
-	})
-	for i := len(dirs) - 1; i >= 0; i-- {
-		syscall.Rmdir(dirs[i])
-	}
-}
 
 // served is a kin serve run as the test user.
 type served struct {
@@ -101,11 +28,11 @@ type served struct {
 }
 
 // serveAs starts kin serve as u on home, inside cgroupDir when given.
-func serveAs(t *testing.T, kinBin string, u testUser, home, cgroupDir string) *served {
+func serveAs(t *testing.T, kinBin string, u kintest.User, home, cgroupDir string) *served {
 	t.Helper()
 	cmd := exec.Command(kinBin, "serve", "--json", "--home", home, "--http", "127.0.0.1:0")
 	cmd.Env = []string{"PATH=/usr/local/bin:/usr/bin:/bin", "HOME=" + filepath.Dir(home)}
-	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(u.uid), Gid: uint32(u.gid)}}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: u.Credential()}
 	if cgroupDir != "" {
 		fd, err := syscall.Open(cgroupDir, syscall.O_RDONLY|syscall.O_DIRECTORY, 0)
 		if err != nil {
@@ -116,7 +43,7 @@ func serveAs(t *testing.T, kinBin string, u testUser, home, cgroupDir string) *s
 	}
 	s := &served{Proc: exampletest.StartCmd(t, cmd)}
 	if err := json.Unmarshal([]byte(s.Line), &s.info); err != nil {
-		t.Fatalf("kin serve --json as %s: %v: %s; stderr: %s", u.name, err, s.Line, s.Stderr())
+		t.Fatalf("kin serve --json as %s: %v: %s; stderr: %s", u.Name, err, s.Line, s.Stderr())
 	}
 	c, err := client.New(client.Config{Socket: filepath.Join(home, "kin.sock")})
 	if err != nil {
@@ -146,7 +73,7 @@ exec sleep 1000
 `
 
 func TestNonRootDaemonContainsItsAgents(t *testing.T) {
-	u := makeUser(t)
+	u := kintest.NewUser(t)
 	kinBin := exampletest.Kin(t)
 	for _, mode := range []string{"cgroup2", "pid-namespaces"} {
 		t.Run(mode, func(t *testing.T) {
@@ -159,11 +86,11 @@ func TestNonRootDaemonContainsItsAgents(t *testing.T) {
 			home, work := filepath.Join(base, "home"), filepath.Join(base, "work")
 			for _, d := range []string{home, work} {
 				os.Mkdir(d, 0o700)
-				os.Chown(d, u.uid, u.gid)
+				os.Chown(d, u.UID, u.GID)
 			}
 			cg := ""
 			if mode == "cgroup2" {
-				cg = delegate(t, u)
+				cg = kintest.DelegatedCgroup(t, u)
 			}
 			s := serveAs(t, kinBin, u, home, cg)
 			if got := s.info["containment"]; got != mode {
@@ -282,7 +209,7 @@ exec sleep 1000.`+mark)
 	}
 }
 
-func restartReadopts(t *testing.T, ctx context.Context, s *served, kinBin string, u testUser, home, cg string) {
+func restartReadopts(t *testing.T, ctx context.Context, s *served, kinBin string, u kintest.User, home, cg string) {
 	a := spawn(t, ctx, s.client, "survivor", nil, "/bin/sleep", "1000")
 	s.Kill()
 	if err := syscall.Kill(a.PID, 0); err != nil {
