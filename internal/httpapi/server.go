@@ -77,6 +77,7 @@ func Routes() []Route {
 		{"POST", "/v1/spawn", (*Server).spawn},
 		{"POST", "/v1/agents/{id}/stop", (*Server).stop},
 		{"GET", "/v1/agents/{id}/logs", (*Server).logs},
+		{"GET", "/v1/agents/{id}/resources", (*Server).resources},
 		{"POST", "/v1/heartbeat", (*Server).heartbeat},
 		{"GET", "/v1/whoami", (*Server).whoami},
 		{"POST", "/v1/agents/{id}/wait", (*Server).wait},
