@@ -432,7 +432,7 @@ func (s *Server) setStatus(w http.ResponseWriter, r *http.Request) error {
 // ParseEventQuery reads an event filter and the follow flag from query
 // parameters.
 func ParseEventQuery(q map[string][]string) (f kin.EventFilter, follow bool, err error) {
-	err = eachQueryParam(q, []string{"agent", "since", "type", "limit", "follow"}, "type", func(key string, vals []string) error {
+	err = eachQueryParam(q, []string{"agent", "since", "before", "type", "limit", "follow"}, "type", func(key string, vals []string) error {
 		v := vals[0]
 		switch key {
 		case "agent":
@@ -441,6 +441,8 @@ func ParseEventQuery(q map[string][]string) (f kin.EventFilter, follow bool, err
 			}
 		case "since":
 			f.Since, err = querySeq(key, v)
+		case "before":
+			f.Before, err = querySeq(key, v)
 		case "limit":
 			var n int64
 			n, err = queryCount(key, v, "a whole number")
@@ -454,6 +456,9 @@ func ParseEventQuery(q map[string][]string) (f kin.EventFilter, follow bool, err
 	})
 	if err != nil {
 		return f, false, err
+	}
+	if follow && f.Before != 0 {
+		return f, false, kin.Errorf(kin.ECodeInvalid, "before reads history backwards; it cannot be combined with follow=true")
 	}
 	return f, follow, nil
 }
