@@ -354,7 +354,8 @@ function tick() {
   const now = Date.now();
   for (const el of document.querySelectorAll('[data-time]')) {
     const a = S.agents.get(+el.dataset.time);
-    if (a) el.textContent = timeText(a, now);
+    if (!a) continue;
+    el.textContent = el.dataset.fmt === 'dur' ? dur((endOf(a) || now) - startOf(a)) : timeText(a, now);
   }
   if (S.view2 === 'timeline') timelineNow(now);
 }
@@ -526,7 +527,7 @@ function panelHTML(a, x) {
   rows.push(['created', new Date(a.created_at).toLocaleString()], ['by', a.created_by]);
   if (a.started_at) rows.push(['started', new Date(a.started_at).toLocaleString()]);
   if (ended && endOf(a)) rows.push(['ended', new Date(endOf(a)).toLocaleString()]);
-  rows.push(ended ? ['duration', `<span data-time="${a.id}"></span>`] : ['uptime', `<span data-time="${a.id}"></span>`]);
+  rows.push([ended ? 'duration' : 'uptime', `<span data-time="${a.id}" data-fmt="dur"></span>`]);
   if (a.end_reason) rows.push(['end', a.end_reason + (a.exit ? ` (${exitText(a)})` : '')]);
   if (a.last_heartbeat) rows.push(['heartbeat', new Date(a.last_heartbeat).toLocaleTimeString()]);
   if (a.command) rows.push(['command', a.command.join(' ')]);
@@ -756,7 +757,7 @@ function timelineNow(now) {
   const axis = $('#tl-axis');
   axis.dataset.t0 = String(t0);
   axis.dataset.t1 = String(t0 + w);
-  const marks = [0, 0.25, 0.5, 0.75, 1].map((f) => `<span>${esc(new Date(t0 + f * w).toLocaleTimeString())}</span>`).join('');
+  const marks = [0, 0.25, 0.5, 0.75, 1].map((f) => `<span>${f ? '+' + dur(f * w) : esc(new Date(t0).toLocaleTimeString())}</span>`).join('');
   if (axis.dataset.marks !== marks) { axis.innerHTML = marks; axis.dataset.marks = marks; }
   [...axis.children].forEach((m, i) => { m.style.left = i * 25 + '%'; });
 }
