@@ -157,6 +157,9 @@ func TestDashboardTimeline(t *testing.T) {
 	login(t, ctx, base, d.OperatorToken())
 	do(t, ctx, "open the timeline", chromedp.Navigate(fmt.Sprintf("%s/#/timeline/%d", base, root.ID)))
 	waitJS(t, ctx, "five bars", `document.querySelectorAll('#timeline .tl-bar[data-end]').length === 5`)
+	if shown := eval[string](t, ctx, `getComputedStyle(document.querySelector('#graph')).display`); shown != "none" {
+		t.Errorf("the tree is still drawn (display %s) under the timeline", shown)
+	}
 	type row struct {
 		ID                        kin.AgentID
 		Depth                     int

@@ -767,7 +767,8 @@ function timelineNow(now) {
 function showView(view, root = 0) {
   S.view2 = view;
   if (view === 'timeline') S.tlRoot = root;
-  $('#graph').hidden = view !== 'tree';
+  // An SVG element has no hidden property: the pane's class hides it.
+  $('#graph-pane').classList.toggle('timeline', view === 'timeline');
   $('#legend').classList.toggle('over-timeline', view === 'timeline');
   $('#timeline').hidden = view !== 'timeline';
   $('#view-tree').setAttribute('aria-pressed', String(view === 'tree'));
