@@ -331,7 +331,7 @@ function render() {
     nodes.push(`<g class="${cls.join(' ')}" data-id="${id}" data-state="${esc(a.state)}" data-outcome="${oc}" data-status="${esc(a.status)}" data-gen="${a.generation}" data-responsible="${esc(a.responsible)}" transform="translate(${p.x},${y})">` +
       `<title>#${id} ${esc(a.name)}: ${esc(a.state)}${oc ? ' (' + oc + ')' : ''}</title><rect width="${NODE_W}" height="${NODE_H}" rx="6"/>` +
       `<text class="name" x="10" y="18">${esc(trim(a.name, 20))}</text>${glyph ? `<text class="glyph" x="${NODE_W - 10}" y="18" text-anchor="end">${glyph}</text>` : ''}` +
-      `<text class="meta" x="10" y="34">#${id} ${esc(trim(a.role || '-', 11))} · ${esc(a.state)}${a.status === 'revoked' ? ' · revoked' : ''}</text>` +
+      `<text class="meta" x="10" y="34">#${id} ${esc(trim(a.role || '-', 11))} · ${a.status === 'revoked' ? 'revoked' : esc(a.state)}</text>` +
       `<text class="meta time" x="10" y="50" data-time="${id}"></text>${badge}</g>`);
   }
   const svg = $('#graph');
@@ -457,6 +457,7 @@ function select(id) {
   if (id === S.selected) return;
   S.selected = id;
   panelFor = 0;
+  $('#panel').scrollTop = 0;
   setHash();
   render();
   renderPanel();
