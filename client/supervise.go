@@ -144,3 +144,12 @@ func (c *Client) ContextPack(ctx context.Context, id kin.AgentID) (*kin.ContextP
 	}
 	return &p, nil
 }
+
+// Resources reads a running agent's cgroup accounting.
+func (c *Client) Resources(ctx context.Context, id kin.AgentID) (*kin.AgentResources, error) {
+	var r kin.AgentResources
+	if err := c.do(ctx, "GET", "/v1/agents/"+id.String()+"/resources", nil, &r); err != nil {
+		return nil, err
+	}
+	return &r, nil
+}

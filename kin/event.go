@@ -167,6 +167,9 @@ func (f EventFilter) Validate() error {
 	if f.Since < 0 {
 		return Errorf(ECodeInvalid, "since %d is negative", f.Since)
 	}
+	if f.Before < 0 {
+		return Errorf(ECodeInvalid, "before %d is negative", f.Before)
+	}
 	if f.Agent < 0 {
 		return Errorf(ECodeInvalid, "agent %d is not an agent id", f.Agent)
 	}
@@ -179,8 +182,12 @@ func (f EventFilter) Validate() error {
 // EventFilter selects events. Since is exclusive: events with a sequence
 // number greater than Since, so a reader passes back the last seq it saw.
 type EventFilter struct {
-	Agent AgentID  `json:"agent,omitempty"` // events concerning this agent (as subject or parent)
-	Since int64    `json:"since,omitempty"`
-	Types []string `json:"types,omitempty"`
-	Limit int      `json:"limit,omitempty"`
+	Agent AgentID `json:"agent,omitempty"` // events concerning this agent (as subject or parent)
+	Since int64   `json:"since,omitempty"`
+	// Before, when set, selects events with a sequence number less than
+	// it and, with Limit, the last Limit of them: a page of history read
+	// backwards (still returned oldest first).
+	Before int64    `json:"before,omitempty"`
+	Types  []string `json:"types,omitempty"`
+	Limit  int      `json:"limit,omitempty"`
 }

@@ -57,6 +57,9 @@ type Service interface {
 	Logs(ctx context.Context, req LogsRequest, fn func([]byte) error) error
 	// Whoami returns the calling agent, or nil for the operator.
 	Whoami(ctx context.Context) (*Agent, error)
+	// Resources reads what a running agent's cgroups account for now: CPU
+	// time, and memory and pids where those controllers are enabled.
+	Resources(ctx context.Context, id AgentID) (*AgentResources, error)
 
 	// Wait blocks until the agent has ended and its result (if it has a
 	// result channel) is checked and kept, then returns it; a timeout

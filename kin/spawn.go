@@ -119,6 +119,21 @@ type LogsRequest struct {
 	Follow bool    `json:"follow,omitempty"` // keep reading until the agent ends or ctx is done
 }
 
+// AgentResources is what a running agent's cgroups account for at At.
+// CPU is cumulative: a reader takes two samples for a rate.
+type AgentResources struct {
+	Agent AgentID   `json:"agent"`
+	At    time.Time `json:"at"`
+	// CPUUsec is the CPU time of the agent's own processes (cpu.stat
+	// usage_usec); SubtreeCPUUsec adds that of its descendants.
+	CPUUsec        int64 `json:"cpu_usage_usec"`
+	SubtreeCPUUsec int64 `json:"subtree_cpu_usage_usec"`
+	// MemoryBytes and Pids are its subtree's memory.current and
+	// pids.current, absent where those controllers are not enabled.
+	MemoryBytes *int64 `json:"memory_bytes,omitempty"`
+	Pids        *int64 `json:"pids,omitempty"`
+}
+
 // Exit describes how an agent's process ended.
 type Exit struct {
 	Code   int    `json:"code"`             // -1 when a signal ended it or the status is unknown

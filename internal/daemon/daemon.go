@@ -534,7 +534,7 @@ func (d *Daemon) webHandler(api *httpapi.Server) http.Handler {
 	mux.Handle(PathMCP, d.mcpHandler(api))
 	mux.Handle("GET /metrics", api.Protect(d.metricsHandler()))
 	mux.Handle("/metrics", api.Protect(http.HandlerFunc(api.NotFound))) // another method: the API's answers, not the login page
-	mux.Handle("/", dashboard.Handler(api))
+	mux.Handle("/", dashboard.Handler(api, filepath.Join(d.cfg.Home, TokenName)))
 	return mux
 }
 

@@ -569,6 +569,9 @@ func (d *Daemon) FollowEvents(ctx context.Context, f kin.EventFilter, fn func(ki
 	if err := d.eventFilterFor(ctx, &f); err != nil {
 		return err
 	}
+	if f.Before != 0 {
+		return kin.Errorf(kin.ECodeInvalid, "before reads history backwards; it cannot be followed")
+	}
 	const page = 1000
 	remaining := f.Limit
 	for {

@@ -54,9 +54,10 @@ func browser(t *testing.T) context.Context {
 }
 
 // outputDir is where the browser tests leave their screenshots:
-// $KIN_TEST_OUTPUT/dashboard, else testoutput/ beside this file.
+// $KIN_TEST_OUTPUT/dashboard, else test-output/dashboard at the repository's
+// root (as .ci/run has it).
 func outputDir(t *testing.T) string {
-	dir := "testoutput"
+	dir := filepath.Join("..", "..", "test-output", "dashboard")
 	if o := os.Getenv("KIN_TEST_OUTPUT"); o != "" {
 		dir = filepath.Join(o, "dashboard")
 	}

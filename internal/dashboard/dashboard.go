@@ -18,8 +18,9 @@ var assets embed.FS
 
 // Handler serves the dashboard. api checks the operator token and makes the
 // session cookie. A request without a valid session gets the login page
-// and nothing else.
-func Handler(api *httpapi.Server) http.Handler {
+// and nothing else; tokenPath is where the page tells the operator to find
+// the token.
+func Handler(api *httpapi.Server, tokenPath string) http.Handler {
 	static, err := fs.Sub(assets, "assets")
 	if err != nil {
 		panic(err) // the embedded tree is fixed at build time
@@ -27,16 +28,16 @@ func Handler(api *httpapi.Server) http.Handler {
 	files := http.FileServerFS(static)
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /login", func(w http.ResponseWriter, r *http.Request) {
-		loginPage(w, http.StatusOK, "")
+		loginPage(w, tokenPath, http.StatusOK, "")
 	})
 	mux.HandleFunc("POST /login", func(w http.ResponseWriter, r *http.Request) {
 		r.Body = http.MaxBytesReader(w, r.Body, 4<<10)
 		if err := r.ParseForm(); err != nil {
-			loginPage(w, http.StatusBadRequest, "The form could not be read.")
+			loginPage(w, tokenPath, http.StatusBadRequest, "The form could not be read.")
 			return
 		}
 		if !api.CheckToken(r.PostForm.Get("token")) {
-			loginPage(w, http.StatusUnauthorized, "That is not the operator token.")
+			loginPage(w, tokenPath, http.StatusUnauthorized, "That is not the operator token.")
 			return
 		}
 		http.SetCookie(w, api.NewSession(r))
@@ -52,7 +53,7 @@ func Handler(api *httpapi.Server) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path != "/login" && r.URL.Path != "/assets/login.css" {
 			if ok, _ := api.Operator(r); !ok {
-				loginPage(w, http.StatusUnauthorized, "")
+				loginPage(w, tokenPath, http.StatusUnauthorized, "")
 				return
 			}
 		}

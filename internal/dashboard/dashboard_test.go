@@ -1,13 +1,16 @@
 package dashboard_test
 
 import (
+	"html"
 	"io"
 	"net/http"
 	"net/url"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
 
+	"github.com/kin-agents/kin/internal/daemon"
 	"github.com/kin-agents/kin/internal/httpapi"
 	"github.com/kin-agents/kin/internal/kintest"
 	"github.com/kin-agents/kin/kin"
@@ -164,5 +167,16 @@ func TestLoginSetsAStrictCookieForTheSameAPI(t *testing.T) {
 	out, _ := get(t, withCookie("POST", "/logout", nil))
 	if out.StatusCode != http.StatusSeeOther || len(out.Cookies()) != 1 || out.Cookies()[0].MaxAge >= 0 {
 		t.Fatalf("logout: %d %v", out.StatusCode, out.Cookies())
+	}
+}
+
+// The login page names where this daemon keeps its token, in its own home,
+// not a fixed ~/.kin that may be another daemon's.
+func TestLoginNamesTheRealTokenPath(t *testing.T) {
+	d := kintest.StartDaemon(t, kintest.WithHTTP())
+	_, body := get(t, newRequest(t, "GET", "http://"+d.HTTPAddr()+"/login", nil))
+	want := "cat " + html.EscapeString(filepath.Join(d.Home, daemon.TokenName))
+	if !strings.Contains(body, want) || strings.Contains(body, "~/.kin") {
+		t.Errorf("the login page's hint does not say %q: %s", want, body)
 	}
 }

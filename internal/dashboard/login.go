@@ -21,17 +21,21 @@ var loginTmpl = template.Must(template.New("login").Parse(`<!doctype html>
 <input id="token" name="token" type="password" autocomplete="current-password" autofocus required>
 <button type="submit">Log in</button>
 </form>
-{{if .}}<p class="error" role="alert">{{.}}</p>{{end}}
-<p class="hint">The token is in <code>operator.token</code> in kin's home (<code>cat ~/.kin/operator.token</code>).
+{{if .Msg}}<p class="error" role="alert">{{.Msg}}</p>{{end}}
+<p class="hint">The token is in kin's home: <code>cat {{.TokenPath}}</code>.
 The browser keeps a session cookie; the token itself is not stored.</p>
 </main></body></html>
 `))
 
-func loginPage(w http.ResponseWriter, status int, msg string) {
+// loginData is what the login page shows: why the last attempt failed,
+// and where this daemon keeps its token (its home, whatever that is).
+type loginData struct{ Msg, TokenPath string }
+
+func loginPage(w http.ResponseWriter, tokenPath string, status int, msg string) {
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
 	w.Header().Set("Cache-Control", "no-store")
 	w.Header().Set("Content-Security-Policy", "default-src 'none'; style-src 'self'; img-src data:; form-action 'self'; frame-ancestors 'none'")
 	w.Header().Set("X-Content-Type-Options", "nosniff")
 	w.WriteHeader(status)
-	loginTmpl.Execute(w, msg)
+	loginTmpl.Execute(w, loginData{Msg: msg, TokenPath: tokenPath})
 }

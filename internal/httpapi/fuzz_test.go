@@ -140,7 +140,7 @@ func FuzzParseAgentFilter(f *testing.F) {
 }
 
 func FuzzParseEventQuery(f *testing.F) {
-	for _, s := range querySeeds {
+	for _, s := range append(querySeeds, "before=100&limit=50", "before=-1", "before=5&follow=true", "before=1&before=2") {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
@@ -150,7 +150,7 @@ func FuzzParseEventQuery(f *testing.F) {
 			checkInvalid(t, err)
 			return
 		}
-		if got.Agent < 0 || got.Since < 0 || got.Limit < 0 {
+		if got.Agent < 0 || got.Since < 0 || got.Before < 0 || got.Limit < 0 || (follow && got.Before != 0) {
 			t.Fatalf("ParseEventQuery(%q) = %+v", s, got)
 		}
 		back, backFollow, err := httpapi.ParseEventQuery(httpapi.EventQuery(got, follow))
@@ -203,7 +203,14 @@ func TestParseQueriesEdgeCases(t *testing.T) {
 		_, _, err := httpapi.ParseExplainQuery(q)
 		checkInvalid(t, err)
 	}
-	q, _ := url.ParseQuery("since=x&limit=y&agent=z&follow=w")
+	// History read backwards cannot be followed.
+	q, _ := url.ParseQuery("before=10&follow=true")
+	if _, _, err := httpapi.ParseEventQuery(q); err == nil || !strings.Contains(err.Error(), "before") {
+		t.Errorf("before with follow: %v, want an error naming before", err)
+	} else {
+		checkInvalid(t, err)
+	}
+	q, _ = url.ParseQuery("since=x&limit=y&agent=z&follow=w")
 	_, _, first := httpapi.ParseEventQuery(q)
 	for range 20 {
 		if _, _, err := httpapi.ParseEventQuery(q); err.Error() != first.Error() {

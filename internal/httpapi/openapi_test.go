@@ -509,6 +509,7 @@ func TestOpenAPISchemasMatchGoTypes(t *testing.T) {
 		{"Template", reflect.TypeFor[kin.Template](), false},
 		{"TemplateFile", reflect.TypeFor[kin.TemplateFile](), false},
 		{"AgentPolicy", reflect.TypeFor[kin.AgentPolicy](), true},
+		{"AgentResources", reflect.TypeFor[kin.AgentResources](), true},
 		{"EffectivePolicy", reflect.TypeFor[kin.EffectivePolicy](), true},
 		{"PolicyLayer", reflect.TypeFor[kin.PolicyLayer](), true},
 		{"Spend", reflect.TypeFor[kin.Spend](), true},

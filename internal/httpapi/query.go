@@ -47,6 +47,9 @@ func EventQuery(f kin.EventFilter, follow bool) url.Values {
 	if f.Since != 0 {
 		q.Set("since", strconv.FormatInt(f.Since, 10))
 	}
+	if f.Before != 0 {
+		q.Set("before", strconv.FormatInt(f.Before, 10))
+	}
 	for _, t := range f.Types {
 		q.Add("type", t)
 	}

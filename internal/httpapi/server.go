@@ -77,6 +77,7 @@ func Routes() []Route {
 		{"POST", "/v1/spawn", (*Server).spawn},
 		{"POST", "/v1/agents/{id}/stop", (*Server).stop},
 		{"GET", "/v1/agents/{id}/logs", (*Server).logs},
+		{"GET", "/v1/agents/{id}/resources", (*Server).resources},
 		{"POST", "/v1/heartbeat", (*Server).heartbeat},
 		{"GET", "/v1/whoami", (*Server).whoami},
 		{"POST", "/v1/agents/{id}/wait", (*Server).wait},
@@ -433,7 +434,7 @@ func (s *Server) setStatus(w http.ResponseWriter, r *http.Request) error {
 // ParseEventQuery reads an event filter and the follow flag from query
 // parameters.
 func ParseEventQuery(q map[string][]string) (f kin.EventFilter, follow bool, err error) {
-	err = eachQueryParam(q, []string{"agent", "since", "type", "limit", "follow"}, "type", func(key string, vals []string) error {
+	err = eachQueryParam(q, []string{"agent", "since", "before", "type", "limit", "follow"}, "type", func(key string, vals []string) error {
 		v := vals[0]
 		switch key {
 		case "agent":
@@ -442,6 +443,8 @@ func ParseEventQuery(q map[string][]string) (f kin.EventFilter, follow bool, err
 			}
 		case "since":
 			f.Since, err = querySeq(key, v)
+		case "before":
+			f.Before, err = querySeq(key, v)
 		case "limit":
 			var n int64
 			n, err = queryCount(key, v, "a whole number")
@@ -455,6 +458,9 @@ func ParseEventQuery(q map[string][]string) (f kin.EventFilter, follow bool, err
 	})
 	if err != nil {
 		return f, false, err
+	}
+	if follow && f.Before != 0 {
+		return f, false, kin.Errorf(kin.ECodeInvalid, "before reads history backwards; it cannot be combined with follow=true")
 	}
 	return f, follow, nil
 }

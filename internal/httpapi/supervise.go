@@ -2,6 +2,7 @@ package httpapi
 
 import (
 	"bytes"
+	"context"
 	"io"
 	"net/http"
 
@@ -143,4 +144,9 @@ func (s *Server) logs(w http.ResponseWriter, r *http.Request) error {
 		h.Set(LogsErrorTrailer, string(mustJSON(&kin.Error{Code: code, Message: kin.ErrorMessageOf(err)})))
 	}
 	return nil
+}
+
+// resources answers a running agent's cgroup accounting.
+func (s *Server) resources(w http.ResponseWriter, r *http.Request) error {
+	return s.withID(w, r, func(ctx context.Context, id kin.AgentID) (any, error) { return s.svc.Resources(ctx, id) })
 }

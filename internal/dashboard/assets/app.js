@@ -20,16 +20,70 @@ const STATES = [
   ['terminated', 'terminated'],
 ];
 const TERMINAL = new Set(['cancelled', 'exited', 'failed', 'terminated']);
+// How an ended agent ended, each with its own colour and outline shape.
+const OUTCOMES = [
+  ['completed', '✓', 'exited 0 on its own'],
+  ['failed', '✗', 'exited non-zero, crashed or was killed'],
+  ['cancelled', '⊘', 'stopped by its parent or the operator'],
+];
+
+// outcome is how an ended agent ended ('' while it lives): completed when
+// its process exited 0 on its own, cancelled when it was stopped (or, with
+// no process, terminated), failed otherwise.
+function outcome(a) {
+  if (!TERMINAL.has(a.state)) return '';
+  if (a.state === 'cancelled') return 'cancelled';
+  if (a.state === 'terminated') {
+    if (!a.exit) return a.command ? 'failed' : 'cancelled';
+    return a.exit.code === 0 && !a.exit.signal ? 'completed' : 'failed';
+  }
+  return 'failed';
+}
+
+// ---- time ----
+
+const ms = (t) => (t ? Date.parse(t) : 0);
+const startOf = (a) => ms(a.started_at) || ms(a.created_at);
+// endOf is when the agent ended, 0 while it runs.
+function endOf(a) {
+  if (a.ended_at) return ms(a.ended_at);
+  return TERMINAL.has(a.state) ? ms(a.updated_at) : 0;
+}
+
+// dur writes a duration as the two largest units: 4.2s, 3m 12s, 2h 5m, 3d 4h.
+function dur(msec) {
+  const s = Math.max(0, msec) / 1000;
+  if (s < 10) return s.toFixed(1) + 's';
+  if (s < 60) return Math.floor(s) + 's';
+  const m = Math.floor(s / 60), h = Math.floor(m / 60), d = Math.floor(h / 24);
+  if (m < 60) return `${m}m ${Math.floor(s % 60)}s`;
+  if (h < 24) return `${h}h ${m % 60}m`;
+  return `${d}d ${h % 24}h`;
+}
+
+function exitText(a) {
+  if (!a.exit) return '';
+  if (a.exit.signal) return a.exit.signal;
+  return a.exit.known === false ? 'unknown' : 'exit ' + a.exit.code;
+}
+
+// timeText is a node's third line: uptime while it runs, how long it ran
+// and how it ended after.
+function timeText(a, now) {
+  const end = endOf(a);
+  if (!end) return 'up ' + dur(now - startOf(a));
+  return 'ran ' + dur(end - startOf(a)) + (a.exit ? ' · ' + exitText(a) : '');
+}
 
 // Geometry of the drawing, in SVG units.
-const NODE_W = 184, NODE_H = 46, COL = 204, ROW = 92, HUMAN_H = 34;
+const NODE_W = 184, NODE_H = 58, COL = 204, ROW = 112, HUMAN_H = 34;
 // A big family opens with as many generations as keep it under this many
 // agents drawn, and no row wider than AUTO_COLUMNS; deeper ones are folded.
 const AUTO_VISIBLE = 250, AUTO_COLUMNS = 60;
 // Fit never zooms out past this: a wider tree is shown from its middle.
 const MIN_SCALE = 0.45;
-// How many events the events view keeps.
-const EVENT_KEEP = 500;
+// How many events the events view keeps, and shows a page.
+const EVENT_KEEP = 500, EVENT_PAGE = 100;
 
 const S = {
   agents: new Map(),     // id -> agent
@@ -45,6 +99,10 @@ const S = {
   events: [],
   lastSeq: 0,
   stages: new Set(['restricted', 'supervised', 'full']),
+  view2: 'tree',         // 'tree' or 'timeline'
+  evBefore: 0,           // the events page: 0 follows the latest, else events before this seq
+  evPages: [],           // the 'before' of each newer page, for Newer
+  eventTypes: [],        // every event type kin has, from its OpenAPI document
 };
 
 // ---- the API ----
@@ -87,6 +145,7 @@ function refresh() {
       const list = await api('/v1/agents');
       setAgents(list || []);
       render();
+      if (S.view2 === 'timeline') renderTimeline();
       renderPanel();
     } catch (e) {
       toast(e.message, true);
@@ -255,26 +314,32 @@ function render() {
     }
     const ks = (S.kids.get(id) || []).filter((k) => show.has(k));
     const folded = ks.length && S.collapsed.has(id);
+    const oc = outcome(a);
     const cls = ['node', 'st-' + a.state];
+    if (oc) cls.push('oc-' + oc);
     if (id === S.selected) cls.push('selected');
     if (match.has(id)) cls.push('match');
     if (!show.get(id)) cls.push('context');
-    if (a.status === 'revoked' || a.status === 'terminated' || a.status === 'suspended') cls.push('status-' + a.status);
+    if (a.status === 'revoked' || a.status === 'suspended') cls.push('status-' + a.status);
     let badge = '';
     if (ks.length) {
       const n = folded ? descendants(id).filter((d) => show.has(d.id)).length : 0;
-      badge = `<g class="toggle" data-toggle="${id}" transform="translate(${NODE_W / 2},${NODE_H})"><title>${folded ? 'Expand' : 'Collapse'} the subtree</title><rect x="-17" y="-9" width="34" height="18" rx="9"/><text y="4" text-anchor="middle">${folded ? '+' + n : '−'}</text></g>`;
+      // Below the node, on its edge down: never over the node's text.
+      badge = `<g class="toggle" data-toggle="${id}" transform="translate(${NODE_W / 2},${NODE_H + 12})"><title>${folded ? 'Expand' : 'Collapse'} the subtree</title><rect x="-17" y="-9" width="34" height="18" rx="9"/><text y="4" text-anchor="middle">${folded ? '+' + n : '−'}</text></g>`;
     }
-    nodes.push(`<g class="${cls.join(' ')}" data-id="${id}" data-state="${esc(a.state)}" data-status="${esc(a.status)}" data-gen="${a.generation}" data-responsible="${esc(a.responsible)}" transform="translate(${p.x},${y})">` +
-      `<title>#${id} ${esc(a.name)}: ${esc(a.state)}</title><rect width="${NODE_W}" height="${NODE_H}" rx="6"/>` +
-      `<text class="name" x="10" y="19">${esc(trim(a.name, 22))}</text>` +
-      `<text class="meta" x="10" y="36">#${id} ${esc(trim(a.role || '-', 11))} · ${esc(a.state)}${a.status === 'revoked' ? ' · revoked' : ''}</text>${badge}</g>`);
+    const glyph = oc ? OUTCOMES.find(([o]) => o === oc)[1] : '';
+    nodes.push(`<g class="${cls.join(' ')}" data-id="${id}" data-state="${esc(a.state)}" data-outcome="${oc}" data-status="${esc(a.status)}" data-gen="${a.generation}" data-responsible="${esc(a.responsible)}" transform="translate(${p.x},${y})">` +
+      `<title>#${id} ${esc(a.name)}: ${esc(a.state)}${oc ? ' (' + oc + ')' : ''}</title><rect width="${NODE_W}" height="${NODE_H}" rx="6"/>` +
+      `<text class="name" x="10" y="18">${esc(trim(a.name, 20))}</text>${glyph ? `<text class="glyph" x="${NODE_W - 10}" y="18" text-anchor="end">${glyph}</text>` : ''}` +
+      `<text class="meta" x="10" y="34">#${id} ${esc(trim(a.role || '-', 11))} · ${a.status === 'revoked' ? 'revoked' : esc(a.state)}</text>` +
+      `<text class="meta time" x="10" y="50" data-time="${id}"></text>${badge}</g>`);
   }
   const svg = $('#graph');
   // Only a change is drawn: replacing the nodes under the pointer for
   // nothing would swallow the operator's clicks.
   const html = `<g class="edges">${edges.join('')}</g><g class="nodes">${nodes.join('')}</g>`;
   if (html !== S.drawn) { svg.innerHTML = html; S.drawn = html; }
+  tick();
   svg.dataset.nodes = String(L.pos.size);
   S.bounds = { x: -20, y: -10, w: L.width + 40, h: L.height + 20 };
   if (!S.view) fit();
@@ -282,6 +347,18 @@ function render() {
 }
 
 const trim = (s, n) => (s.length > n ? s.slice(0, n - 1) + '…' : s);
+
+// tick rewrites what the clock changes (uptimes), in place: replacing the
+// nodes every second would swallow the operator's clicks.
+function tick() {
+  const now = Date.now();
+  for (const el of document.querySelectorAll('[data-time]')) {
+    const a = S.agents.get(+el.dataset.time);
+    if (!a) continue;
+    el.textContent = el.dataset.fmt === 'dur' ? dur((endOf(a) || now) - startOf(a)) : timeText(a, now);
+  }
+  if (S.view2 === 'timeline') timelineNow(now);
+}
 
 // ---- pan and zoom ----
 
@@ -380,8 +457,11 @@ function select(id) {
   if (id === S.selected) return;
   S.selected = id;
   panelFor = 0;
+  $('#panel').scrollTop = 0;
+  setHash();
   render();
   renderPanel();
+  if (S.view2 === 'timeline') renderTimeline();
 }
 
 // renderPanel draws the selected agent's panel from the registry at once;
@@ -389,13 +469,14 @@ function select(id) {
 // once a second, and once more after the last change.
 async function renderPanel() {
   const id = S.selected;
-  const el = $('#panel');
-  if (!id || !S.agents.has(id)) { el.hidden = true; return; }
-  el.hidden = false;
+  const el = $('#panel-body');
+  if (!id || !S.agents.has(id)) { $('#panel').hidden = true; live(0); return; }
+  $('#panel').hidden = false;
   const a = S.agents.get(id);
   const other = panelFor !== id;
   if (other) panelExtra = null;
   redrawPanel(el, panelHTML(a, panelExtra), !other);
+  live(a);
   const wait = 1000 - (Date.now() - panelLoaded);
   if (panelFor === id && wait > 0) {
     clearTimeout(panelTimer);
@@ -420,43 +501,50 @@ function redrawPanel(el, html, keep = true) {
   const picked = keep && stage && stage.dataset.picked ? stage.value : '';
   const open = el.querySelector('details') && el.querySelector('details').open;
   el.innerHTML = html;
+  tick();
   if (picked) { const s = el.querySelector('#stage'); s.value = picked; s.dataset.picked = '1'; }
   if (open && el.querySelector('details')) el.querySelector('details').open = true;
 }
 
 async function loadPanel(a) {
-  const [policy, events, result, log] = await Promise.all([
+  const [policy, events, result] = await Promise.all([
     api(`/v1/agents/${a.id}/policy`).catch((e) => ({ error: e.message })),
     api(`/v1/events?agent=${a.id}&since=${Math.max(0, S.lastSeq - 5000)}&limit=5000`).catch(() => []),
     a.result ? api(`/v1/agents/${a.id}/result`).catch((e) => ({ error: e.message })) : null,
-    a.command ? api(`/v1/agents/${a.id}/logs?tail=4000`).catch(() => '') : null,
   ]);
   if (policy && policy.stage) S.stages.add(policy.stage);
-  return { policy, events: (events || []).slice(-15).reverse(), result, log: typeof log === 'string' ? log : null };
+  return { policy, events: (events || []).slice(-15).reverse(), result };
 }
 
 const fmtNum = (n) => (n == null ? '∞' : Number(n).toLocaleString('en'));
 
 function panelHTML(a, x) {
+  const ended = TERMINAL.has(a.state), oc = outcome(a);
   const rows = [
     ['role', a.role || '-'], ['status', a.status], ['generation', a.generation], ['life', a.life],
-    ['pid', a.pid || '-'], ['created', new Date(a.created_at).toLocaleString()], ['by', a.created_by],
   ];
-  if (a.end_reason) rows.push(['ended', a.end_reason + (a.exit ? ` (${a.exit.signal || 'code ' + a.exit.code})` : '')]);
+  // A pid is shown only while it is the agent's: after the end it may be anyone's.
+  if (a.pid && !ended) rows.push(['pid', a.pid]);
+  rows.push(['created', new Date(a.created_at).toLocaleString()], ['by', a.created_by]);
+  if (a.started_at) rows.push(['started', new Date(a.started_at).toLocaleString()]);
+  if (ended && endOf(a)) rows.push(['ended', new Date(endOf(a)).toLocaleString()]);
+  rows.push([ended ? 'duration' : 'uptime', `<span data-time="${a.id}" data-fmt="dur"></span>`]);
+  if (a.end_reason) rows.push(['end', a.end_reason + (a.exit ? ` (${exitText(a)})` : '')]);
   if (a.last_heartbeat) rows.push(['heartbeat', new Date(a.last_heartbeat).toLocaleTimeString()]);
   if (a.command) rows.push(['command', a.command.join(' ')]);
   const ch = chain(a.id);
   const owned = descendants(a.id, true).filter((d) => !TERMINAL.has(d.state));
   let h = `<header><h2>#${a.id} ${esc(a.name)}</h2><button type="button" class="close" data-act="close" title="Close">×</button></header>
-<p><span class="state st-${esc(a.state)}">${esc(a.state)}</span> <span class="muted">${owned.length} live descendant${owned.length === 1 ? '' : 's'}</span></p>
-<dl>${rows.map(([k, v]) => `<dt>${k}</dt><dd>${esc(v)}</dd>`).join('')}</dl>
+<p><span class="state st-${esc(a.state)}${oc ? ' oc-' + oc : ''}">${esc(a.state)}</span>${oc ? ` <span class="outcome oc-${oc}">${OUTCOMES.find(([o]) => o === oc)[1]} ${oc}</span>` : ''} <span class="muted">${owned.length} live descendant${owned.length === 1 ? '' : 's'}</span></p>
+<dl id="facts">${rows.map(([k, v]) => `<dt>${k}</dt><dd>${String(v).startsWith('<span data-time') ? v : esc(v)}</dd>`).join('')}</dl>
 <h3>Responsible</h3><ol class="chain">${ch.map((c) => `<li><a href="#" data-goto="${c.id}">#${c.id} ${esc(c.name)}</a> <span class="muted">gen ${c.generation}</span></li>`).join('')}<li class="human-li">${esc(ch[ch.length - 1].responsible)}</li></ol>
 <h3>Actions</h3><div class="actions">
+<button type="button" data-act="timeline" title="When each agent of this subtree ran">Timeline</button>
 <button type="button" data-act="stop" class="danger"${TERMINAL.has(a.state) ? ' disabled' : ''}>Stop…</button>
 <button type="button" data-act="suspend"${a.status !== 'active' ? ' disabled' : ''}>Suspend…</button>
 <button type="button" data-act="resume"${a.status !== 'suspended' ? ' disabled' : ''}>Resume…</button>
 <button type="button" data-act="revoke" class="danger"${a.status === 'revoked' || a.status === 'terminated' ? ' disabled' : ''}>Revoke…</button>
-<span class="promote"><select id="stage" aria-label="Stage">${[...S.stages].map((s) => `<option${x && x.policy && x.policy.stage === s ? ' selected' : ''}>${esc(s)}</option>`).join('')}</select><button type="button" data-act="promote">Promote…</button></span></div>`;
+<span class="promote"><select id="stage" aria-label="Stage"${ended ? ' disabled' : ''}>${[...S.stages].map((s) => `<option${x && x.policy && x.policy.stage === s ? ' selected' : ''}>${esc(s)}</option>`).join('')}</select><button type="button" data-act="promote"${ended ? ' disabled' : ''}>Promote…</button></span></div>`;
   if (!x) return h + '<p class="muted">Loading…</p>';
   const p = x.policy || {};
   if (p.error) {
@@ -481,7 +569,6 @@ function panelHTML(a, x) {
   }
   if (x.result) h += `<h3>Result</h3><pre>${esc(JSON.stringify(x.result, null, 2)).slice(0, 3000)}</pre>`;
   h += `<h3>Recent events</h3><ul class="evlist">${x.events.map((e) => `<li><span class="muted">#${e.seq} ${esc(new Date(e.time).toLocaleTimeString())}</span> ${esc(e.type)}</li>`).join('') || '<li class="muted">none</li>'}</ul>`;
-  if (x.log != null) h += `<h3>Log tail</h3><pre class="log">${esc(x.log) || '<span class="muted">(empty)</span>'}</pre>`;
   return h;
 }
 
@@ -492,9 +579,232 @@ function setupPanel() {
     if (g) { e.preventDefault(); select(+g.dataset.goto); centerOn(+g.dataset.goto); return; }
     const b = e.target.closest('button[data-act]');
     if (!b) return;
-    if (b.dataset.act === 'close') { S.selected = 0; render(); renderPanel(); return; }
+    if (b.dataset.act === 'close') { S.selected = 0; setHash(); render(); renderPanel(); return; }
+    if (b.dataset.act === 'timeline') { showView('timeline', S.selected); return; }
     act(b.dataset.act, S.agents.get(S.selected));
   });
+}
+
+// ---- the panel's live part: resources and the log ----
+
+// L is the live part's state: the agent it is for, its last CPU sample,
+// the log read so far and the stream following it.
+const L = { id: 0, sample: null, log: '', abort: null, resTimer: 0 };
+const LOG_KEEP = 1 << 20; // characters of log the page keeps
+
+const fmtBytes = (n) => (n < 1024 ? n + ' B' : n < 1 << 20 ? (n / 1024).toFixed(1) + ' KiB' : n < 1 << 30 ? (n / (1 << 20)).toFixed(1) + ' MiB' : (n / (1 << 30)).toFixed(2) + ' GiB');
+
+// live builds the panel's live part for agent a (once per agent) and
+// keeps it going: resources every second while it runs, its log followed.
+function live(a) {
+  const id = a ? a.id : 0;
+  const el = $('#panel-live');
+  if (id === L.id) {
+    if (a && TERMINAL.has(a.state) && L.resTimer) { clearInterval(L.resTimer); L.resTimer = 0; $('#res').innerHTML = '<dt>CPU</dt><dd class="muted">ended</dd>'; }
+    return;
+  }
+  if (L.abort) L.abort.abort();
+  clearInterval(L.resTimer);
+  Object.assign(L, { id, sample: null, log: '', abort: null, resTimer: 0 });
+  if (!a) { el.innerHTML = ''; return; }
+  const running = !TERMINAL.has(a.state) && a.pid;
+  let h = '';
+  if (a.command) {
+    h += `<h3>Resources</h3><dl id="res">${running ? '<dt>CPU</dt><dd id="cpu" class="muted">measuring…</dd>' : '<dt>CPU</dt><dd class="muted">not running</dd>'}</dl>`;
+    h += `<h3>Log</h3><div class="logbar"><label title="Show lines as the agent writes them"><input id="log-follow" type="checkbox"${running ? ' checked' : ''}> follow</label>` +
+      `<input id="log-search" type="search" placeholder="Search the log" aria-label="Search the log">` +
+      `<a id="log-download" href="/v1/agents/${id}/logs" download="kin-agent-${id}.log">Download</a></div>` +
+      `<p id="log-count" class="muted"></p><pre id="log" class="log"></pre>`;
+  }
+  el.innerHTML = h;
+  if (!a.command) return;
+  $('#log-follow').addEventListener('change', () => readLog(id));
+  $('#log-search').addEventListener('input', showLog);
+  readLog(id);
+  if (running) {
+    resources(id);
+    L.resTimer = setInterval(() => resources(id), 1000);
+  }
+}
+
+// resources samples the agent's cgroup; CPU is the share of one core it
+// used since the last sample.
+async function resources(id) {
+  let r;
+  try {
+    r = await api(`/v1/agents/${id}/resources`);
+  } catch (e) {
+    if (L.id === id) { clearInterval(L.resTimer); L.resTimer = 0; $('#res').innerHTML = `<dt>CPU</dt><dd class="muted">${esc(e.message)}</dd>`; }
+    return;
+  }
+  if (L.id !== id) return;
+  const prev = L.sample;
+  L.sample = { t: Date.parse(r.at), cpu: r.cpu_usage_usec, sub: r.subtree_cpu_usage_usec };
+  if (!prev) return;
+  const dt = (L.sample.t - prev.t) * 1000;
+  if (dt <= 0) return;
+  const pct = (100 * (L.sample.cpu - prev.cpu)) / dt, sub = (100 * (L.sample.sub - prev.sub)) / dt;
+  let h = `<dt>CPU</dt><dd id="cpu" data-pct="${pct.toFixed(1)}"><meter min="0" max="100" value="${Math.min(pct, 100)}"></meter> ${pct.toFixed(0)}% of a core</dd>` +
+    `<dt>subtree CPU</dt><dd>${sub.toFixed(0)}%</dd>` +
+    `<dt>CPU time</dt><dd>${dur(r.cpu_usage_usec / 1000)} <span class="muted">(subtree ${dur(r.subtree_cpu_usage_usec / 1000)})</span></dd>`;
+  // Only where the controllers exist; absent is not zero.
+  if (r.memory_bytes != null) h += `<dt>memory</dt><dd id="mem">${fmtBytes(r.memory_bytes)}</dd>`;
+  if (r.pids != null) h += `<dt>pids</dt><dd id="pids">${r.pids}</dd>`;
+  $('#res').innerHTML = h;
+}
+
+// readLog reads the agent's log: its last 64 KiB, and with follow every
+// line it writes after, on one stream.
+async function readLog(id) {
+  if (L.abort) L.abort.abort();
+  const ctl = new AbortController();
+  L.abort = ctl;
+  L.log = '';
+  showLog();
+  const follow = $('#log-follow').checked;
+  try {
+    const r = await fetch(`/v1/agents/${id}/logs?tail=65536${follow ? '&follow=true' : ''}`, { credentials: 'same-origin', signal: ctl.signal });
+    if (r.status === 401) { location.assign('/login'); return; }
+    if (!r.ok) throw new Error((await r.json().catch(() => ({}))).message || `the log answered ${r.status}`);
+    const reader = r.body.pipeThrough(new TextDecoderStream()).getReader();
+    for (;;) {
+      const { value, done } = await reader.read();
+      if (done || L.id !== id) break;
+      L.log += value;
+      if (L.log.length > LOG_KEEP) L.log = L.log.slice(L.log.length - LOG_KEEP);
+      showLog();
+    }
+  } catch (e) {
+    if (e.name !== 'AbortError' && L.id === id) $('#log-count').textContent = e.message;
+  }
+}
+
+let logShown = 0;
+// showLog draws the log, only the lines matching the search when there is
+// one, at most a frame's worth of redraws.
+function showLog() {
+  if (logShown) return;
+  logShown = requestAnimationFrame(() => {
+    logShown = 0;
+    const pre = $('#log');
+    if (!pre) return;
+    const q = $('#log-search').value.trim().toLowerCase();
+    const lines = L.log.split('\n');
+    if (lines[lines.length - 1] === '') lines.pop();
+    const shown = q ? lines.filter((l) => l.toLowerCase().includes(q)) : lines;
+    const stick = pre.scrollTop + pre.clientHeight >= pre.scrollHeight - 4;
+    pre.textContent = shown.slice(-2000).join('\n');
+    pre.dataset.lines = String(lines.length);
+    if (stick) pre.scrollTop = pre.scrollHeight;
+    $('#log-count').textContent = q ? `${shown.length} of ${lines.length} lines match` : `${lines.length} lines${$('#log-follow').checked ? ', following' : ''}`;
+  });
+}
+
+// ---- the timeline ----
+
+// timelineRows lists the agents of the timeline, each after its parent:
+// the subtree of S.tlRoot, or every family.
+function timelineRows() {
+  const roots = S.tlRoot && S.agents.has(S.tlRoot) ? [S.agents.get(S.tlRoot)]
+    : [...S.agents.values()].filter((a) => !S.agents.has(a.parent)).sort((a, b) => a.id - b.id);
+  const out = [];
+  for (const r of roots) {
+    out.push({ a: r, depth: 0 });
+    for (const d of descendants(r.id)) out.push({ a: d, depth: d.generation - r.generation });
+    if (out.length > 1000) break;
+  }
+  return out.slice(0, 1000);
+}
+
+// renderTimeline draws one bar per agent from its start to its end (now
+// while it runs), coloured by how it ended, indented by lineage.
+function renderTimeline() {
+  const el = $('#timeline');
+  const rows = timelineRows();
+  const root = S.agents.get(S.tlRoot);
+  const head = `<div class="tl-head"><h2>Timeline of ${root ? `#${root.id} ${esc(root.name)} and its ${rows.length - 1} descendant${rows.length === 2 ? '' : 's'}` : 'every agent'}</h2><div class="tl-axis" id="tl-axis"></div></div>`;
+  const body = rows.map(({ a, depth }) => {
+    const oc = outcome(a);
+    return `<div class="tl-row${a.id === S.selected ? ' selected' : ''}" data-id="${a.id}" data-depth="${depth}"><div class="tl-label" title="#${a.id} ${esc(a.name)}">#${a.id} ${esc(a.name)}</div>` +
+      `<div class="tl-track"><div class="tl-bar st-${esc(a.state)}${oc ? ' oc-' + oc : ''}" data-id="${a.id}" data-outcome="${oc}" title="#${a.id} ${esc(a.name)}: ${esc(a.state)}${oc ? ' (' + oc + ')' : ''}"><span data-time="${a.id}"></span></div></div></div>`;
+  }).join('');
+  const html = head + `<div class="tl-rows">${body || '<p class="muted">no agents</p>'}</div>`;
+  if (el.dataset.html !== html) { el.innerHTML = html; el.dataset.html = html; }
+  tick();
+}
+
+// timelineNow places the bars for the time now; styles are set through the
+// DOM, as the CSP allows no inline style attributes.
+function timelineNow(now) {
+  const bars = [...document.querySelectorAll('#timeline .tl-bar')];
+  if (!bars.length) return;
+  let t0 = Infinity, t1 = 0;
+  const span = new Map();
+  for (const b of bars) {
+    const a = S.agents.get(+b.dataset.id);
+    const s = startOf(a), e = endOf(a) || now;
+    span.set(b, [s, e]);
+    t0 = Math.min(t0, s);
+    t1 = Math.max(t1, e);
+  }
+  const w = Math.max(t1 - t0, 1000);
+  for (const [b, [s, e]] of span) {
+    b.style.left = (100 * (s - t0)) / w + '%';
+    b.style.width = Math.max((100 * (e - s)) / w, 0.2) + '%';
+    b.dataset.start = String(s);
+    b.dataset.end = String(e);
+  }
+  for (const r of document.querySelectorAll('#timeline .tl-row')) r.firstChild.style.paddingLeft = 0.4 + 1.1 * +r.dataset.depth + 'rem';
+  const axis = $('#tl-axis');
+  axis.dataset.t0 = String(t0);
+  axis.dataset.t1 = String(t0 + w);
+  const marks = [0, 0.25, 0.5, 0.75, 1].map((f) => `<span>${f ? '+' + dur(f * w) : esc(new Date(t0).toLocaleTimeString())}</span>`).join('');
+  if (axis.dataset.marks !== marks) { axis.innerHTML = marks; axis.dataset.marks = marks; }
+  [...axis.children].forEach((m, i) => { m.style.left = i * 25 + '%'; });
+}
+
+// showView switches between the tree and the timeline (of root's subtree,
+// or every agent for 0).
+function showView(view, root = 0) {
+  S.view2 = view;
+  if (view === 'timeline') S.tlRoot = root;
+  // An SVG element has no hidden property: the pane's class hides it.
+  $('#graph-pane').classList.toggle('timeline', view === 'timeline');
+  $('#legend').classList.toggle('over-timeline', view === 'timeline');
+  $('#timeline').hidden = view !== 'timeline';
+  $('#view-tree').setAttribute('aria-pressed', String(view === 'tree'));
+  $('#view-timeline').setAttribute('aria-pressed', String(view === 'timeline'));
+  setHash();
+  if (view === 'timeline') renderTimeline();
+  else if (S.view) { render(); fit(); }
+}
+
+// ---- the URL: #/agents/ID, #/timeline[/ID] ----
+
+function setHash() {
+  let h = '#/';
+  if (S.view2 === 'timeline') h = '#/timeline' + (S.tlRoot ? '/' + S.tlRoot : '');
+  else if (S.selected) h = '#/agents/' + S.selected;
+  if (location.hash !== h) history.replaceState(null, '', h);
+}
+
+function route() {
+  const m = /^#\/(agents|timeline)(?:\/(\d+))?$/.exec(location.hash);
+  if (!m) return;
+  const id = +(m[2] || 0);
+  if (id && !S.agents.has(id)) { toast(`There is no agent #${id}`, true); return; }
+  if (m[1] === 'timeline') {
+    if (id) select(id);
+    showView('timeline', id);
+    return;
+  }
+  if (S.view2 !== 'tree') showView('tree');
+  if (id) {
+    for (const a of chain(id).slice(1)) S.collapsed.delete(a.id);
+    select(id);
+    render();
+    centerOn(id);
+  }
 }
 
 // ---- the operator's actions, each confirmed with what it affects ----
@@ -563,19 +873,75 @@ function eventLine(e) {
 
 function eventAgent(e) { return e.agent || e.child || 0; }
 
-function renderEvents() {
-  if ($('#ev-pause').checked) return;
-  const agent = +($('#ev-agent').value.replace('#', '').trim() || 0);
-  const type = $('#ev-type').value.trim();
-  const rows = [];
-  for (let i = S.events.length - 1; i >= 0 && rows.length < 200; i--) {
-    const e = S.events[i];
-    if (agent && eventAgent(e) !== agent && e.parent !== agent) continue;
-    if (type && !e.type.startsWith(type)) continue;
-    rows.push(`<tr data-seq="${e.seq}" data-type="${esc(e.type)}"><td>${e.seq}</td><td>${esc(new Date(e.time).toLocaleTimeString())}</td><td>${esc(e.type)}</td><td>${eventAgent(e) ? `<a href="#" data-goto="${eventAgent(e)}">#${eventAgent(e)}</a>` : ''}</td><td>${esc(eventLine(e))}</td></tr>`);
+// eventQuery is the events view's filter as API parameters, or a string
+// saying why it selects nothing.
+function eventQuery() {
+  const q = new URLSearchParams();
+  const who = $('#ev-agent').value.trim();
+  if (who) {
+    let id = /^#?\d+$/.test(who) ? +who.replace('#', '') : 0;
+    if (!id) {
+      const a = [...S.agents.values()].find((x) => x.name === who);
+      if (!a) return `no agent is named "${who}"`;
+      id = a.id;
+    }
+    q.set('agent', id);
   }
+  const type = $('#ev-type').value.trim();
+  if (type) {
+    // A known type is asked for as it is; a prefix ("agent.") for every
+    // type it starts.
+    const types = S.eventTypes.length ? S.eventTypes.filter((t) => t === type || t.startsWith(type)) : [type];
+    if (!types.length) return `no event type starts with "${type}"`;
+    for (const t of types) q.append('type', t);
+  }
+  return q;
+}
+
+let evSeq = 0;
+
+// renderEvents loads the events page: the latest EVENT_PAGE events
+// matching the filter, or those before S.evBefore, newest first.
+async function renderEvents() {
+  if ($('#ev-pause').checked && !S.evBefore) return;
+  const seq = ++evSeq;
+  const q = eventQuery();
+  let evs = [];
+  if (typeof q !== 'string') {
+    q.set('before', S.evBefore || Number.MAX_SAFE_INTEGER);
+    q.set('limit', EVENT_PAGE);
+    try {
+      evs = await api('/v1/events?' + q);
+    } catch (e) {
+      if (seq === evSeq) $('#ev-count').textContent = e.message;
+      return;
+    }
+  }
+  if (seq !== evSeq) return; // a newer load is on its way
+  const rows = evs.slice().reverse().map((e) => `<tr data-seq="${e.seq}" data-type="${esc(e.type)}"><td>${e.seq}</td><td>${esc(new Date(e.time).toLocaleString())}</td><td>${esc(e.type)}</td><td>${eventAgent(e) ? `<a href="#/agents/${eventAgent(e)}" data-goto="${eventAgent(e)}">#${eventAgent(e)}</a>` : ''}</td><td>${esc(eventLine(e))}</td></tr>`);
   $('#events tbody').innerHTML = rows.join('');
-  $('#ev-count').textContent = `${rows.length} shown of the last ${S.events.length}`;
+  $('#events-pane').dataset.first = evs.length ? String(evs[0].seq) : '0';
+  $('#ev-older').disabled = evs.length < EVENT_PAGE;
+  $('#ev-newer').disabled = !S.evBefore;
+  $('#ev-latest').disabled = !S.evBefore;
+  const where = evs.length ? `#${evs[0].seq}–#${evs[evs.length - 1].seq}` : 'none';
+  $('#ev-count').textContent = typeof q === 'string' ? q : S.evBefore ? `page ${S.evPages.length + 1} back: ${where}` : `latest ${evs.length}${$('#ev-pause').checked ? ' (paused)' : ', live'}: ${where}`;
+}
+
+// pageEvents moves the events page: older, newer, or back to the latest.
+function pageEvents(to) {
+  if (to === 'older') {
+    const first = +$('#events-pane').dataset.first;
+    if (!first) return;
+    S.evPages.push(S.evBefore);
+    S.evBefore = first;
+  } else if (to === 'newer') {
+    S.evBefore = S.evPages.pop() || 0;
+  } else {
+    S.evBefore = 0;
+    S.evPages = [];
+  }
+  renderEvents();
 }
 
 let evTimer = 0;
@@ -586,8 +952,9 @@ function onEvent(e) {
   S.events.push(e);
   if (S.events.length > EVENT_KEEP) S.events.splice(0, S.events.length - EVENT_KEEP);
   refresh();
+  if (S.evBefore) return; // an older page stays as it is
   clearTimeout(evTimer);
-  evTimer = setTimeout(renderEvents, 100);
+  evTimer = setTimeout(renderEvents, 150);
 }
 
 // follow reads the event stream as NDJSON (one event a line; an empty line
@@ -625,7 +992,8 @@ async function follow() {
 
 async function main() {
   const legend = $('#legend');
-  legend.innerHTML = STATES.map(([s, what]) => `<span class="key st-${s}" title="${esc(what)}"><i></i>${s}</span>`).join('');
+  legend.innerHTML = STATES.filter(([s]) => !TERMINAL.has(s)).map(([s, what]) => `<span class="key st-${s}" title="${esc(what)}"><i></i>${s}</span>`).join('') +
+    '<span class="sep">ended:</span>' + OUTCOMES.map(([o, g, what]) => `<span class="key oc-${o}" data-outcome="${o}" title="${esc(what)}"><i>${g}</i>${o}</span>`).join('');
   for (const [s] of STATES) {
     const o = document.createElement('option');
     o.value = s;
@@ -639,16 +1007,35 @@ async function main() {
   $('#search').addEventListener('search', (e) => { if (!e.target.value) search(''); });
   $('#fit').addEventListener('click', fit);
   $('#expand-all').addEventListener('click', () => { S.collapsed.clear(); render(); fit(); });
-  for (const sel of ['#ev-agent', '#ev-type', '#ev-pause']) $(sel).addEventListener('input', renderEvents);
+  for (const sel of ['#ev-agent', '#ev-type', '#ev-pause']) $(sel).addEventListener('input', () => pageEvents('latest'));
+  $('#ev-older').addEventListener('click', () => pageEvents('older'));
+  $('#ev-newer').addEventListener('click', () => pageEvents('newer'));
+  $('#ev-latest').addEventListener('click', () => pageEvents('latest'));
   $('#events').addEventListener('click', (e) => {
     const g = e.target.closest('[data-goto]');
     if (g) { e.preventDefault(); select(+g.dataset.goto); centerOn(+g.dataset.goto); }
   });
+  $('#view-tree').addEventListener('click', () => showView('tree'));
+  $('#view-timeline').addEventListener('click', () => showView('timeline', S.selected));
+  $('#timeline').addEventListener('click', (e) => {
+    const r = e.target.closest('.tl-row');
+    if (r) { select(+r.dataset.id); renderTimeline(); }
+  });
+  window.addEventListener('hashchange', route);
+  setInterval(tick, 1000);
   window.addEventListener('resize', () => { if (S.view) fit(); });
   try {
     const st = await api('/v1/status');
     S.lastSeq = Math.max(0, st.last_event - 300);
     await refresh();
+    route();
+    renderEvents();
+    api('/v1/openapi.json').then((doc) => {
+      const d = doc.components.schemas.Event.description;
+      S.eventTypes = [...d.matchAll(/- `([a-z_.]+)`: /g)].map((m) => m[1]);
+      const dl = $('#ev-types');
+      for (const t of S.eventTypes) { const o = document.createElement('option'); o.value = t; dl.append(o); }
+    }).catch(() => {});
     follow();
     document.body.dataset.ready = 'true';
   } catch (e) {

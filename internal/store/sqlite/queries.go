@@ -265,6 +265,9 @@ func (r reader) AgentCount(ctx context.Context) (int, error) {
 func (r reader) EventList(ctx context.Context, f kin.EventFilter) ([]kin.Event, error) {
 	where := []string{"seq > ?"}
 	args := []any{f.Since}
+	if f.Before > 0 {
+		where, args = append(where, "seq < ?"), append(args, f.Before)
+	}
 	if f.Agent != 0 {
 		where, args = append(where, "(agent_id = ? OR parent_id = ?)"), append(args, f.Agent, f.Agent)
 	}
@@ -275,6 +278,9 @@ func (r reader) EventList(ctx context.Context, f kin.EventFilter) ([]kin.Event, 
 		}
 	}
 	q := `SELECT seq, time, type, agent_id, parent_id, data FROM events WHERE ` + strings.Join(where, " AND ") + ` ORDER BY seq`
+	if f.Before > 0 {
+		q += " DESC" // the last Limit before it; reversed below
+	}
 	if f.Limit > 0 {
 		q += fmt.Sprintf(" LIMIT %d", f.Limit)
 	}
@@ -294,6 +300,9 @@ func (r reader) EventList(ctx context.Context, f kin.EventFilter) ([]kin.Event, 
 		e.Time = time.Unix(0, at).UTC()
 		e.Data = []byte(data)
 		out = append(out, e)
+	}
+	if f.Before > 0 {
+		slices.Reverse(out)
 	}
 	return out, interpretError(rows.Err())
 }

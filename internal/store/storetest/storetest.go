@@ -387,6 +387,10 @@ func testEvents(t *testing.T, s store.Store) {
 		{kin.EventFilter{Agent: 2}, "[2 3 4]"},
 		{kin.EventFilter{Types: []string{kin.EventChildSpawned, kin.EventGovernorChanged}}, "[3 5]"},
 		{kin.EventFilter{Limit: 2, Since: 1}, "[2 3]"},
+		{kin.EventFilter{Before: 5}, "[1 2 3 4]"},
+		{kin.EventFilter{Before: 5, Limit: 2}, "[3 4]"},
+		{kin.EventFilter{Before: 5, Since: 1, Limit: 10}, "[2 3 4]"},
+		{kin.EventFilter{Before: 4, Agent: 2, Limit: 1}, "[3]"},
 	} {
 		if got := seqs(tt.f); got != tt.want {
 			t.Errorf("EventList(%+v) = %s, want %s", tt.f, got, tt.want)
