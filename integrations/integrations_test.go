@@ -654,3 +654,77 @@ func TestKinRunRefusesAWrongCommandLineWithExit2(t *testing.T) {
 		t.Errorf("after wrong command lines the daemon has agents %v (%v); want none", agents, err)
 	}
 }
+
+// TestClaudeCodeHookInThreeProjects runs settings.json's hook command as
+// written, as Claude Code runs it, in the three situations a README reader
+// meets: a project whose agent may use every tool (stage full), one whose
+// preset denies some (stage restricted: Read allowed, Bash and Write
+// denied), both inside the agent kin spawned; and the operator's own
+// project outside any agent, where the hook makes no decision (exit 0,
+// nothing on stdout) so that Claude Code's own permissions apply.
+func TestClaudeCodeHookInThreeProjects(t *testing.T) {
+	var settings struct {
+		Hooks map[string][]struct {
+			Matcher string `json:"matcher"`
+			Hooks   []struct {
+				Type    string `json:"type"`
+				Command string `json:"command"`
+			} `json:"hooks"`
+		} `json:"hooks"`
+	}
+	decodeJSON(t, "claude-code/settings.json", &settings)
+	hookCommand := settings.Hooks["PreToolUse"][0].Hooks[0].Command
+	d := serve(t)
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	call := func(tool, input string) string {
+		return fmt.Sprintf(`{"session_id":"s-2","transcript_path":"/tmp/t.jsonl","cwd":"/tmp","permission_mode":"default","hook_event_name":"PreToolUse","tool_name":%q,"tool_input":%s,"tool_use_id":"toolu_2"}`, tool, input)
+	}
+	calls := []string{call("Read", `{"file_path":"/etc/hostname"}`), call("Bash", `{"command":"ls"}`), call("Write", `{"file_path":"/tmp/x","content":"x"}`)}
+
+	for _, project := range []struct {
+		stage string
+		want  []string // Read, Bash, Write
+	}{
+		{"full", []string{"allow", "allow", "allow"}},
+		{"restricted", []string{"allow", "deny", "deny"}},
+	} {
+		script := ""
+		env := []string{}
+		for i, c := range calls {
+			env = append(env, "--env", fmt.Sprintf("CALL%d=%s", i, c))
+			script += fmt.Sprintf(`printf '%%s' "$CALL%d" | %s && `, i, hookCommand)
+		}
+		args := append([]string{"spawn", "--json", "--name", "claude-" + project.stage, "--responsible", responsible, "--stage", project.stage}, env...)
+		out, err := d.Kin(append(args, "--", "/bin/sh", "-c", script+"true")...)
+		var a kin.Agent
+		if err != nil || json.Unmarshal([]byte(out), &a) != nil {
+			t.Fatalf("kin spawn claude-%s: %v\n%s", project.stage, err, out)
+		}
+		if out, err := d.Kin("wait", a.ID.String(), "--timeout", "30s"); err != nil {
+			t.Fatalf("kin wait %d: %v\n%s", a.ID, err, out)
+		}
+		lines := strings.Split(strings.TrimSuffix(d.Logs(a.ID), "\n"), "\n")
+		if len(lines) != len(calls) {
+			t.Fatalf("stage %s: the hooks printed %q; want %d decisions", project.stage, lines, len(calls))
+		}
+		for i, line := range lines {
+			if got := parseDecision(t, line).HookSpecificOutput; got.PermissionDecision != project.want[i] {
+				t.Errorf("stage %s, call %d: %s (%s), want %s", project.stage, i, got.PermissionDecision, got.PermissionDecisionReason, project.want[i])
+			}
+		}
+	}
+
+	// The operator's project: the command as written, outside any agent.
+	argv := strings.Fields(hookCommand)
+	cmd := snippetCommand(ctx, d, argv[0], argv[1:]...)
+	cmd.Env = environ(d)
+	cmd.Stdin = strings.NewReader(calls[1])
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil || len(out) != 0 || !strings.Contains(stderr.String(), "no agent to decide for") {
+		t.Errorf("outside any agent: %v, stdout %q, stderr %q; want exit 0, no decision, the note", err, out, stderr.String())
+	}
+}

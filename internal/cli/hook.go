@@ -160,10 +160,14 @@ Install it in Claude Code's settings (.claude/settings.json), for every tool:
 
 (integrations/claude-code/settings.json). When Claude Code runs inside an
 agent kin spawned, KIN_SOCKET is in its environment and the hook asks for
-that agent; the operator names one with --agent.
+that agent; the operator names one with --as (or --agent), e.g. the agent
+"kin mcp --as" acts for. Outside any agent and without --as, there is no
+agent to decide for: the hook makes no decision (exit 0, nothing on
+stdout, a note on stderr), so Claude Code's own permission rules apply,
+as if the hook were not installed.
 
-Exit status: 0 with the decision on stdout, allowed or denied, whatever
-went wrong (Claude Code reads any other status but 2 as "go ahead"); 2 when
+Exit status: 0 with the decision on stdout (or none, outside any agent),
+allowed or denied, whatever went wrong (Claude Code reads any other status but 2 as "go ahead"); 2 when
 the command line is wrong or the answer cannot be written, which Claude
 Code takes as a blocking error. --json changes nothing: the answer is
 always JSON.`,
@@ -172,6 +176,12 @@ always JSON.`,
 		Args: cobra.NoArgs,
 		RunE: run(func(cmd *cobra.Command, _ []string) error {
 			allowed, reason := a.claudeCodeDecision(cmd, agent)
+			if reason == "" {
+				// No agent to decide for: no decision, so Claude Code's
+				// own permission rules decide, as without the hook.
+				fmt.Fprintln(a.env.Stderr, stepAside)
+				return nil
+			}
 			out := claudeHookOutput{HookSpecificOutput: claudePreToolUse{
 				HookEventName:            "PreToolUse",
 				PermissionDecision:       "deny",
@@ -199,8 +209,18 @@ always JSON.`,
 	return cmd
 }
 
+// stepAside is what the hook says on stderr when it has no agent to decide
+// for: Claude Code outside any kin agent, with no --as. kin governs agents;
+// the operator's own Claude Code is the operator's, so the hook makes no
+// decision (exit 0, nothing on stdout) and Claude Code's own permission
+// rules decide, as if the hook were not installed. Denying every tool there
+// would make the README's snippet block a project that merely has kin
+// installed.
+const stepAside = "kin hook claude-code: no agent to decide for (not inside a kin agent, no --as): no decision, Claude Code's own permissions apply"
+
 // claudeCodeDecision reads the hook's input and asks kin; every failure is
-// a denial whose reason names it.
+// a denial whose reason names it. An empty reason means no decision (see
+// stepAside).
 func (a *app) claudeCodeDecision(cmd *cobra.Command, agent kin.AgentID) (allowed bool, reason string) {
 	deny := func(format string, args ...any) (bool, string) {
 		return false, "kin: " + fmt.Sprintf(format, args...)
@@ -232,6 +252,15 @@ func (a *app) claudeCodeDecision(cmd *cobra.Command, agent kin.AgentID) (allowed
 	svc, err := a.service()
 	if err != nil {
 		return deny("denied: kin cannot be reached (%s), so %s is not allowed", kin.ErrorMessageOf(err), in.ToolName)
+	}
+	if agent == 0 {
+		me, err := svc.Whoami(cmd.Context())
+		if err != nil {
+			return deny("denied: kin could not tell which agent asks: %s (%s), so %s is not allowed", kin.ErrorMessageOf(err), kin.ErrorCodeOf(err), in.ToolName)
+		}
+		if me == nil {
+			return false, "" // the operator's Claude Code, outside any agent: see stepAside
+		}
 	}
 	req := kin.AuthorizeRequest{Agent: agent, Tool: tool}
 	if t := bytes.TrimSpace(in.ToolInput); len(t) > 0 && !bytes.Equal(t, []byte("null")) {

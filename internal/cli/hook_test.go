@@ -21,9 +21,10 @@ const (
 )
 
 // TestHookClaudeCode: a Bash call against a policy that denies exec, a
-// Read call against one that allows read; the exact decision JSON.
+// Read call against one that allows read; the exact decision JSON. The
+// hook runs inside agent 3 (whoami says so).
 func TestHookClaudeCode(t *testing.T) {
-	svc := &fakeService{denied: map[string]string{"exec": "exec is denied by agent 3's policy"}}
+	svc := &fakeService{denied: map[string]string{"exec": "exec is denied by agent 3's policy"}, whoami: &kin.Agent{ID: 3, Name: "coder"}}
 	r := runFake(t, svc, claudeBash, "hook", "claude-code")
 	want := `{"hookSpecificOutput":{"hookEventName":"PreToolUse","permissionDecision":"deny","permissionDecisionReason":"kin: denied: exec is denied by agent 3's policy (rule \"deny exec\")"}}` + "\n"
 	if r.code != ExitOK || r.stdout != want || r.stderr != "" {
@@ -65,7 +66,7 @@ func hookDecision(t *testing.T, r result) claudePreToolUse {
 // deny naming the problem, with exit status 0 (Claude Code takes any other
 // status but 2 as "go ahead").
 func TestHookClaudeCodeFailsClosed(t *testing.T) {
-	svc := &fakeService{}
+	svc := &fakeService{whoami: &kin.Agent{ID: 3, Name: "coder"}}
 	for _, tc := range []struct{ name, stdin, want string }{
 		{"empty", "", "stdin is empty"},
 		{"blank", " \n", "stdin is empty"},
@@ -140,5 +141,20 @@ func TestHookClaudeCodeAs(t *testing.T) {
 	wantOK(t, runFake(t, svc, claudeRead, "hook", "claude-code", "--as", "#4"))
 	if len(svc.authorizes) != 2 || svc.authorizes[0].Agent != 4 || svc.authorizes[1].Agent != 4 {
 		t.Errorf("requests %+v, want both for agent 4", svc.authorizes)
+	}
+}
+
+// TestHookClaudeCodeOutsideAnyAgentMakesNoDecision: the operator's own
+// Claude Code, outside any agent and with no --as, gets no decision (exit 0,
+// nothing on stdout, a note on stderr), so Claude Code's own permissions
+// apply; kin is not asked about the tool.
+func TestHookClaudeCodeOutsideAnyAgentMakesNoDecision(t *testing.T) {
+	svc := &fakeService{}
+	r := runFake(t, svc, claudeBash, "hook", "claude-code")
+	if r.code != ExitOK || r.stdout != "" || r.stderr != stepAside+"\n" {
+		t.Errorf("exit %d, stdout %q, stderr %q; want exit 0, no decision, the note", r.code, r.stdout, r.stderr)
+	}
+	if len(svc.authorizes) != 0 {
+		t.Errorf("kin was asked %+v", svc.authorizes)
 	}
 }
