@@ -1,7 +1,10 @@
 package cli
 
 import (
+	"context"
+	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/url"
 	"os"
@@ -27,7 +30,7 @@ type serveFlags struct {
 	policyConfig, bestEffort                                   string
 	issuer, personServer, tokenLifetime                        string
 	checkpointEvery, checkpointInterval                        string
-	traces, defaultResponsible                                 string
+	traces, defaultResponsible, logFile                        string
 	uidRange                                                   string
 }
 
@@ -137,7 +140,12 @@ the socket only). Shipped profiles: ` + strings.Join(governor.ShippedProfiles(),
 			if err != nil {
 				return err
 			}
-			cfg.Logger = slog.New(slog.NewJSONHandler(a.env.Stderr, nil))
+			logOut, closeLog, err := a.openServeLog(fl.logFile)
+			if err != nil {
+				return err
+			}
+			defer closeLog()
+			cfg.Logger = slog.New(slog.NewJSONHandler(logOut, nil))
 			cfg.Version = version()
 			ctx := cmd.Context()
 			d, err := daemon.Start(ctx, cfg)
@@ -173,6 +181,14 @@ the socket only). Shipped profiles: ` + strings.Join(governor.ShippedProfiles(),
 			}
 			if err == nil {
 				<-ctx.Done()
+				// Said in the log (JSON on stderr, where every line but the
+				// start-up line is a log record), and plainly on stderr
+				// when the log goes to a file.
+				stopping := stoppingLine(d, cfg.LeaveRunning)
+				cfg.Logger.Info(stopping)
+				if logOut != a.env.Stderr {
+					fmt.Fprintln(a.env.Stderr, stopping)
+				}
 			}
 			if cerr := d.Close(); cerr != nil {
 				return fmt.Errorf("kin serve: shutting down: %w", cerr)
@@ -196,6 +212,7 @@ the socket only). Shipped profiles: ` + strings.Join(governor.ShippedProfiles(),
 	f.StringVar(&fl.checkpointEvery, "log-checkpoint-every", "", "sign a checkpoint of the event log once this many `events` were recorded since the last, 1 to 1000000 (default $KIN_LOG_CHECKPOINT_EVERY, else 1000)")
 	f.StringVar(&fl.checkpointInterval, "log-checkpoint-interval", "", "and at this `interval` while events arrive, 1s to 24h (default $KIN_LOG_CHECKPOINT_INTERVAL, else 10s); always on shutdown")
 	f.StringVar(&fl.traces, "traces", "", "where OpenTelemetry spans of spawns, registrations and replacements go (`mode`): off, otlp (OTLP over HTTP, set by the OTEL_EXPORTER_OTLP_* environment) or file:PATH (JSON lines appended to PATH) (default $KIN_TRACES, else off)")
+	f.StringVar(&fl.logFile, "log-file", "", "append the daemon's log (JSON lines) to this `file` (created 0600) instead of stderr; the start-up and stopping lines stay on stderr (default $KIN_LOG_FILE, else stderr)")
 	f.StringVar(&fl.uidRange, "uid-range", "", "a root daemon's agent uid `range`, START:COUNT, recorded in the home at first start (default $KIN_UID_RANGE, else the range the home recorded, else a free one of "+strconv.Itoa(uidrange.DefaultCount)+" uids)")
 	return cmd
 }
@@ -346,6 +363,58 @@ func version() string {
 		return bi.Main.Version
 	}
 	return "dev"
+}
+
+// openServeLog opens where the daemon logs: the --log-file (or
+// $KIN_LOG_FILE) appended to, else stderr.
+func (a *app) openServeLog(flag string) (io.Writer, func(), error) {
+	path, source := flag, "--log-file"
+	if path == "" {
+		path, source = a.env.Getenv("KIN_LOG_FILE"), "KIN_LOG_FILE"
+	}
+	if path == "" {
+		return a.env.Stderr, func() {}, nil
+	}
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+	if err != nil {
+		msg := fmt.Sprintf("%s %q: cannot append the log there: %v", source, path, errors.Unwrap(err))
+		if source == "--log-file" {
+			return nil, nil, usageErrorf("%s", msg)
+		}
+		return nil, nil, kin.Errorf(kin.ECodeInvalid, "%s", msg)
+	}
+	return f, func() { f.Close() }, nil
+}
+
+// stoppingLine is what kin serve says when asked to stop (Ctrl-C,
+// SIGTERM): what it stops and how long that may take, since a clean stop
+// gives every running agent its grace before killing it.
+func stoppingLine(d *daemon.Daemon, leaveRunning bool) string {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	agents, err := d.Agents(ctx, kin.AgentFilter{})
+	if err != nil {
+		return "kin serve: stopping"
+	}
+	n, grace := 0, time.Duration(0)
+	for _, ag := range agents {
+		if !ag.Running() {
+			continue
+		}
+		n++
+		g := kin.DefaultGrace
+		if ag.Grace != 0 {
+			g = time.Duration(ag.Grace)
+		}
+		grace = max(grace, g)
+	}
+	switch {
+	case n == 0:
+		return "kin serve: stopping (no agent is running)"
+	case leaveRunning:
+		return fmt.Sprintf("kin serve: stopping, leaving %d running agent(s) for the next kin serve on this home (--leave-running)", n)
+	}
+	return fmt.Sprintf("kin serve: stopping %d running agent(s): SIGTERM, then SIGKILL after each one's grace (up to %s here), then the store is closed", n, grace)
 }
 
 // serveInfo is what `kin serve --json` prints once it listens.

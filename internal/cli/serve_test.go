@@ -134,6 +134,9 @@ func TestServe(t *testing.T) {
 	if !strings.Contains(stderr.String(), `"msg":"kin serve stopped"`) {
 		t.Errorf("no shutdown log:\n%s", stderr.String())
 	}
+	if !strings.Contains(stderr.String(), `"msg":"kin serve: stopping (no agent is running)"`) {
+		t.Errorf("no stopping record saying what is stopped:\n%s", stderr.String())
+	}
 	if _, err := os.Stat(filepath.Join(home, "kin.sock")); !os.IsNotExist(err) {
 		t.Errorf("socket left behind: %v", err)
 	}
@@ -358,4 +361,39 @@ func TestServeLeaveRunning(t *testing.T) {
 	kintest.WaitFor(t, 30*time.Second, "the agent's process to end", func() bool {
 		return syscall.Kill(a.PID, 0) != nil
 	})
+}
+
+// TestServeLogFileAndStoppingLine: --log-file takes the daemon's JSON log
+// off stderr (appending to the file), stderr keeps the start-up line, and
+// stopping says what it stops and how long that may take.
+func TestServeLogFileAndStoppingLine(t *testing.T) {
+	home := kintest.TempHome(t)
+	logFile := filepath.Join(t.TempDir(), "kin.log")
+	stop, _, stderr := startServe(t, Env{Getenv: noEnv}, home, "--http", "off", "--log-file", logFile)
+	r := runCLI(t, "spawn", "--home", home, "--json", "--name", "sleeper", "--responsible", "ops", "--grace", "2s", "sleep", "600")
+	wantOK(t, r)
+	if code := stop(); code != 0 {
+		t.Fatalf("exit %d:\n%s", code, stderr.String())
+	}
+	lines := strings.Split(strings.TrimSpace(stderr.String()), "\n")
+	if len(lines) != 2 || !strings.HasPrefix(lines[0], "kin serve: listening") ||
+		lines[1] != "kin serve: stopping 1 running agent(s): SIGTERM, then SIGKILL after each one's grace (up to 2s here), then the store is closed" {
+		t.Errorf("stderr is %q; want the start-up line and the stopping line only", lines)
+	}
+	b, err := os.ReadFile(logFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(b), `"msg":"kin serve started"`) || !strings.Contains(string(b), `"msg":"kin serve: stopping 1 running agent(s)`) {
+		t.Errorf("the log file lacks the daemon's log:\n%s", b)
+	}
+	for _, l := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		if !json.Valid([]byte(l)) {
+			t.Errorf("log line is not JSON: %q", l)
+		}
+	}
+	if st, err := os.Stat(logFile); err != nil || st.Mode().Perm() != 0o600 {
+		t.Errorf("log file mode %v (%v), want 0600", st.Mode(), err)
+	}
+	wantUsage(t, runCLI(t, "serve", "--home", kintest.TempHome(t), "--http", "off", "--log-file", "/no/such/dir/kin.log"), "--log-file", "/no/such/dir/kin.log")
 }
