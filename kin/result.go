@@ -40,6 +40,10 @@ const (
 	ResultContractViolated ResultStatus = "contract_violated" // ended; result kept but fails its contract or its refs
 	ResultFailed           ResultStatus = "failed"            // ended without success (crash, non-zero exit, start failure)
 	ResultCancelled        ResultStatus = "cancelled"         // its runtime was cancelled (parent death, stop)
+	// ResultNone is said (by kin mcp's wait_agent and get_result) of an
+	// agent that hands no result back (it had no handoff): its state and
+	// exit say how it ended.
+	ResultNone ResultStatus = "none"
 )
 
 // Ended reports whether the result is final.

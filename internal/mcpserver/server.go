@@ -329,6 +329,17 @@ func resultOutput(r *kin.AgentResult) (string, any, error) {
 		out.ID, out.Name, out.State, out.Exit = r.Agent.ID, r.Agent.Name, r.Agent.State, r.Agent.Exit
 	}
 	var b strings.Builder
+	if out.Status == "" {
+		// No handoff, so no result channel: say how it ended instead of
+		// an empty status.
+		out.Status = kin.ResultNone
+		fmt.Fprintf(&b, "agent %d (%s): no result to hand back (it had no handoff); it is %s", out.ID, out.Name, out.State)
+		if out.Exit != nil {
+			fmt.Fprintf(&b, ", %s", out.Exit)
+		}
+		b.WriteString("\n")
+		return b.String(), out, nil
+	}
 	fmt.Fprintf(&b, "agent %d (%s): %s\n", out.ID, out.Name, out.Status)
 	for _, v := range out.Violations {
 		fmt.Fprintf(&b, "- %s\n", v)

@@ -265,3 +265,21 @@ func TestMCPMessagesUsageAndAuthorize(t *testing.T) {
 		t.Errorf("authorize_tool said %q: %+v", said, dec)
 	}
 }
+
+// TestMCPWaitOnAnAgentWithoutHandoffSaysHowItEnded: an agent spawned with no
+// handoff hands no result back; wait_agent says so (status none) and how it
+// ended, instead of an empty status.
+func TestMCPWaitOnAnAgentWithoutHandoffSaysHowItEnded(t *testing.T) {
+	d := kintest.StartDaemon(t)
+	cs := connect(t, d.Client)
+	var plain mcpserver.SpawnOutput
+	ok(t, cs, "spawn_agent", map[string]any{"name": "plain", "responsible": "ops", "command": []string{"/bin/sh", "-c", "exit 3"}}, &plain)
+	var waited mcpserver.ResultOutput
+	said := ok(t, cs, "wait_agent", map[string]any{"id": plain.ID, "timeout": "30s"}, &waited)
+	if waited.Status != kin.ResultNone || waited.State != kin.StateExited || waited.Exit == nil || waited.Exit.Code != 3 {
+		t.Fatalf("wait_agent: %+v (%s); want status none, state exited, exit 3", waited, said)
+	}
+	if !strings.Contains(said, "no result to hand back (it had no handoff); it is exited, exit 3") {
+		t.Errorf("wait_agent said %q", said)
+	}
+}
