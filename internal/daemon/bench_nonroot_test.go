@@ -32,8 +32,8 @@ func BenchmarkSpawnRootAndUser(b *testing.B) {
 	pids := newPidCheck(b)
 	u := kintest.NewUser(b)
 	root := startBenchDaemon(b, g)
-	userCG := startUserDaemon(b, u, kintest.DelegatedCgroup(b, u), "cgroup2")
-	userNS := startUserDaemon(b, u, "", "pid-namespaces")
+	userCG, _ := startUserDaemon(b, u, kintest.DelegatedCgroup(b, u), "cgroup2")
+	userNS, _ := startUserDaemon(b, u, "", "pid-namespaces")
 	modes := []struct {
 		name string
 		svc  kin.Service
@@ -100,7 +100,7 @@ func BenchmarkSpawnRootAndUser(b *testing.B) {
 // u, in cgroupDir when given (else in the benchmark's own cgroup, which u
 // cannot write), and checks it contains by want. It is stopped (SIGTERM,
 // which stops its agents; SIGKILL after 30 s) when the benchmark ends.
-func startUserDaemon(b *testing.B, u kintest.User, cgroupDir, want string) *client.Client {
+func startUserDaemon(b *testing.B, u kintest.User, cgroupDir, want string) (*client.Client, int) {
 	b.Helper()
 	home := kintest.TempHome(b)
 	if err := os.Mkdir(home, 0o700); err != nil {
@@ -168,5 +168,62 @@ func startUserDaemon(b *testing.B, u kintest.User, cgroupDir, want string) *clie
 	if st.Containment != want {
 		b.Fatalf("the daemon as %s contains by %s (%s), want %s", u.Name, st.Containment, st.ContainmentReason, want)
 	}
-	return c
+	return c, cmd.Process.Pid
+}
+
+// BenchmarkCascadeRootAndUser is issue 18's comparison for the other two
+// supervisor benchmarks: against three daemons, each a process of its own
+// (root, cgroup2; an ordinary user in a delegated cgroup; the same user in
+// PID namespaces), a root agent and 10 x 10 x 10 owned descendants are
+// spawned, the daemon's memory and threads read (VmRSS, Threads), then the
+// root's process SIGKILLed and timed until the root's end and all 1,110
+// descendants' cancellations are recorded.
+//
+// Metrics: <mode>-cascade-ms, <mode>-rss-MiB and <mode>-threads with 1,111
+// live agents, for root, user-cgroup2 and user-pidns.
+func BenchmarkCascadeRootAndUser(b *testing.B) {
+	g := newGroupCheck(b)
+	pids := newPidCheck(b)
+	u := kintest.NewUser(b)
+	profile := unlimitedProfile(b)
+	root := startDaemonProc(b, g, pids, profile)
+	userCG, cgPid := startUserDaemon(b, u, kintest.DelegatedCgroup(b, u), "cgroup2")
+	userNS, nsPid := startUserDaemon(b, u, "", "pid-namespaces")
+	modes := []struct {
+		name   string
+		svc    kin.Service
+		pid    int
+		took   time.Duration
+		n      int
+		status procStatus
+	}{{name: "root", svc: root.client, pid: root.pid}, {name: "user-cgroup2", svc: userCG, pid: cgPid}, {name: "user-pidns", svc: userNS, pid: nsPid}}
+	for iter := 0; b.Loop(); iter++ {
+		for k := range modes {
+			m := &modes[k]
+			top, tree := spawnTree(b, m.svc, pids, fmt.Sprintf("%s-c%d", m.name, iter))
+			st, err := readProcStatus(m.pid)
+			if err != nil {
+				b.Fatal(err)
+			}
+			m.status = m.status.max(st)
+			t0 := time.Now()
+			if err := syscall.Kill(top.PID, syscall.SIGKILL); err != nil {
+				b.Fatal(err)
+			}
+			err = poll(60*time.Second, 50*time.Microsecond, time.Millisecond, func() (bool, error) {
+				return cascadeRecorded(m.svc, top, tree)
+			})
+			m.took += time.Since(t0)
+			m.n++
+			if err != nil {
+				b.Fatalf("%s: the cascade: %v", m.name, err)
+			}
+		}
+	}
+	b.ReportMetric(0, "ns/op")
+	for _, m := range modes {
+		b.ReportMetric(ms(m.took/time.Duration(m.n)), m.name+"-cascade-ms")
+		b.ReportMetric(float64(m.status.rssKB)/1024, m.name+"-rss-MiB")
+		b.ReportMetric(float64(m.status.threads), m.name+"-threads")
+	}
 }

@@ -199,7 +199,7 @@ func BenchmarkCascade1000(b *testing.B) {
 	for iter := 0; b.Loop(); iter++ {
 		b.StopTimer()
 		d := startBenchDaemon(b, g)
-		root, tree := spawnTree(b, d, pids, iter)
+		root, tree := spawnTree(b, d.Client, pids, fmt.Sprintf("c%d", iter))
 		last := tree[len(tree)-1]
 		rootGroup := filepath.Join(d.cgroupRoot, "a"+root.ID.String())
 		if _, err := os.Stat(rootGroup); err != nil {
@@ -425,9 +425,9 @@ func stopRoots(b *testing.B, svc kin.Service, roots []*kin.Agent) {
 
 // spawnTree spawns a sleeping root and 10 x 10 x 10 owned descendants below
 // it, level by level, from 8 clients. tree is the descendants, the leaves last.
-func spawnTree(b *testing.B, d *benchDaemon, pids *pidCheck, iter int) (root *kin.Agent, tree []*kin.Agent) {
+func spawnTree(b *testing.B, svc kin.Service, pids *pidCheck, name string) (root *kin.Agent, tree []*kin.Agent) {
 	b.Helper()
-	root, err := d.Client.Spawn(ctx, sleepRequest(fmt.Sprintf("c%d", iter), 0))
+	root, err := svc.Spawn(ctx, sleepRequest(name, 0))
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -440,7 +440,7 @@ func spawnTree(b *testing.B, d *benchDaemon, pids *pidCheck, iter int) (root *ki
 				reqs = append(reqs, sleepRequest(fmt.Sprintf("%s-%d", p.Name, k), p.ID))
 			}
 		}
-		level, err = spawnAll(d.Client, reqs, 8)
+		level, err = spawnAll(svc, reqs, 8)
 		pids.add(level...)
 		if err != nil {
 			b.Fatal(err)
@@ -457,11 +457,17 @@ func cascadeDone(d *benchDaemon, root *kin.Agent, tree []*kin.Agent, rootGroup s
 	if _, err := os.Stat(rootGroup); !errors.Is(err, fs.ErrNotExist) {
 		return false, nil
 	}
-	r, err := d.Daemon.Agent(ctx, root.ID)
+	return cascadeRecorded(d.Daemon, root, tree)
+}
+
+// cascadeRecorded reports whether the root's end and every descendant's
+// cancellation are recorded.
+func cascadeRecorded(svc kin.Service, root *kin.Agent, tree []*kin.Agent) (bool, error) {
+	r, err := svc.Agent(ctx, root.ID)
 	if err != nil || r.EndedAt.IsZero() {
 		return false, err
 	}
-	cancelled, err := d.Daemon.Agents(ctx, kin.AgentFilter{State: kin.StateCancelled})
+	cancelled, err := svc.Agents(ctx, kin.AgentFilter{State: kin.StateCancelled})
 	if err != nil {
 		return false, err
 	}
