@@ -32,13 +32,15 @@ import (
 //     namespace is empty;
 //   - no process can leave its PID namespace, so the namespace says exactly
 //     which agent a process belongs to (AgentOfPID), for the socket peer
-//     checks and for stopping and freezing a subtree (scanTargets).
+//     checks and for freezing a subtree (scanTargets).
 //
 // Namespaces are not nested like the lineage (a child agent's namespace is
 // a sibling of its parent's): the daemon clones every init itself, and a
 // process with threads (the daemon) cannot enter another user namespace to
-// clone into it. Cascades stay the daemon's: Stop signals every process of
-// the subtree's namespaces, then SIGKILLs their inits.
+// clone into it. Cascades stay the daemon's: Stop sends SIGTERM and SIGCONT
+// to the subtree's inits, which pass them to every process of their
+// namespaces, and after the grace SIGKILLs the inits, which takes their
+// namespaces with them (nsInits).
 
 // ContainmentPIDNamespaces is the containment described above.
 const ContainmentPIDNamespaces = "pid-namespaces"
@@ -225,6 +227,29 @@ func (s *Supervisor) nsTargets(ids map[kin.AgentID]bool) []int {
 	return out
 }
 
+// nsInits is what a Stop signals with PID namespaces: the inits of agents
+// ids. An init forwards SIGTERM and SIGCONT to every process of its
+// namespace, and its death kills all of them (nested namespaces too) before
+// the daemon can reap it, so nothing else needs finding; a scan of /proc per
+// round, as process groups need, costs a stat of every process on the host.
+func (s *Supervisor) nsInits(ids map[kin.AgentID]bool) []int {
+	s.mu.Lock()
+	var pids []int
+	for id := range ids {
+		if a := s.agents[id]; a != nil && a.nsInit > 0 {
+			pids = append(pids, a.nsInit)
+		}
+	}
+	s.mu.Unlock()
+	out := pids[:0]
+	for _, pid := range pids {
+		if st, err := readStat(pid); err == nil && st.alive() {
+			out = append(out, pid)
+		}
+	}
+	return out
+}
+
 // readInitStatus reads the wait status an init wrote on its status pipe,
 // if it wrote one.
 func readInitStatus(r *os.File) (syscall.WaitStatus, bool) {
@@ -270,7 +295,7 @@ func (s *Supervisor) AdoptProcess(id, parent kin.AgentID, pid int) error {
 		a = &agent{id: id, path: filepath.Join(parentPath, groupName(id)), adopted: true}
 		s.rememberLocked(a)
 	}
-	a.ns = ino
+	a.ns, a.nsInit = ino, pid
 	s.byNS[ino] = a
 	return nil
 }

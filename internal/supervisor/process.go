@@ -384,7 +384,7 @@ func (s *Supervisor) spawn(a *agent, spec Spec, argv0 string) (*Process, error) 
 		// claimed, so it cannot be reaped and recycled before this.
 		ns := pidNS(pid)
 		s.mu.Lock()
-		a.ns = ns
+		a.ns, a.nsInit = ns, pid
 		s.byNS[ns] = a
 		s.mu.Unlock()
 	}

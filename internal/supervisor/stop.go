@@ -297,18 +297,18 @@ func (s *Supervisor) signalTree(dir string, sigs ...unix.Signal) {
 // until none is left, since they may fork between a scan and the signals.
 func (s *Supervisor) killGroups(ctx context.Context, ids map[kin.AgentID]bool, procs []*Process, grace time.Duration) error {
 	if grace > 0 {
-		for _, pid := range s.scanTargets(ids, procs) {
+		for _, pid := range s.stopTargets(ids, procs) {
 			signalPid(pid, unix.SIGTERM, unix.SIGCONT)
 		}
 		gctx, cancel := context.WithTimeout(ctx, grace)
-		waitUntil(gctx, func() bool { return len(s.scanTargets(ids, procs)) == 0 })
+		waitUntil(gctx, func() bool { return len(s.stopTargets(ids, procs)) == 0 })
 		cancel()
 	}
 	// Done after two empty scans in a row: one scan can miss a process
 	// that is between fork and exec.
 	empty := 0
 	err := waitUntil(ctx, func() bool {
-		t := s.scanTargets(ids, procs)
+		t := s.stopTargets(ids, procs)
 		for _, pid := range t {
 			signalPid(pid, unix.SIGKILL)
 		}
@@ -324,6 +324,16 @@ func (s *Supervisor) killGroups(ctx context.Context, ids map[kin.AgentID]bool, p
 		return fmt.Errorf("processes of agents still alive after SIGKILL: %w", err)
 	}
 	return nil
+}
+
+// stopTargets are the processes killGroups signals: every process of the
+// agents with process groups (scanTargets), their inits with PID
+// namespaces (nsInits).
+func (s *Supervisor) stopTargets(ids map[kin.AgentID]bool, procs []*Process) []int {
+	if s.pidns {
+		return s.nsInits(ids)
+	}
+	return s.scanTargets(ids, procs)
 }
 
 func signalPid(pid int, sigs ...unix.Signal) {

@@ -141,6 +141,7 @@ type agent struct {
 	stopErr  error
 	adopted  bool
 	ns       uint64 // with PID namespaces: the inode of the agent's namespace
+	nsInit   int    // and the pid of its init
 	// With process groups only (cgroup2 keeps this in cgroup.freeze): a
 	// Freeze of this agent alone, or of its subtree, is in force.
 	freezeSelf, freezeSubtree bool
