@@ -1,7 +1,9 @@
 package sandbox
 
 import (
+	"encoding/json"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -173,4 +175,39 @@ func TestOpenComponentsRefusesALink(t *testing.T) {
 		t.Fatalf("openComponents(%s) = %v", dir, err)
 	}
 	unix.Close(fd)
+}
+
+// TestShimLeavesTheAgentOnlyStdio: a descriptor the shim was handed open
+// (the supervisor starts it from its own binary's descriptor, Spec.Exe of
+// the supervisor) does not reach the agent's command.
+func TestShimLeavesTheAgentOnlyStdio(t *testing.T) {
+	requireLandlock(t)
+	t.Parallel()
+	secret := filepath.Join(tempDir(t), "handed")
+	writeFile(t, secret, "x")
+	f, err := os.Open(secret)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	spec := baseSpec(t, "fdsof:"+secret)
+	spec.RO = append(spec.RO, filepath.Dir(secret))
+	args, err := Args(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(testExe(t), append([]string{"shim"}, args...)...)
+	cmd.Env = append(os.Environ(), helperEnv+"=1")
+	cmd.ExtraFiles = []*os.File{f} // descriptor 3, not close-on-exec
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("shim: %v", err)
+	}
+	var r probeResult
+	if err := json.Unmarshal(out, &r); err != nil {
+		t.Fatalf("probe said %q: %v", out, err)
+	}
+	if !r.OK || r.N != 0 {
+		t.Fatalf("the agent holds %d descriptor(s) of the file the shim was handed (%+v); want 0", r.N, r)
+	}
 }

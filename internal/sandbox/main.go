@@ -5,11 +5,15 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"math"
 	"os"
 	"os/exec"
 	"runtime"
+	"strconv"
 	"strings"
 	"syscall"
+
+	"golang.org/x/sys/unix"
 )
 
 // Exit statuses of Main, as a shell's: the shim never returns otherwise.
@@ -131,6 +135,12 @@ func (p *plan) run() (int, error) {
 		}
 	}
 	env := os.Environ()
+	// The agent gets stdin, stdout and stderr, nothing else the shim was
+	// handed: the held grants are closed already, and the open kin binary
+	// the supervisor started the shim from (Spec.Exe) must not follow.
+	if err := closeOnExecFrom3(); err != nil {
+		return ExitCannotRun, fmt.Errorf("close descriptors on exec: %v", err)
+	}
 	// The address-space limit last: the Go runtime must not need to map
 	// memory after it.
 	for _, l := range p.limits {
@@ -152,6 +162,25 @@ func (p *plan) run() (int, error) {
 		hint = " (Landlock: are the command and its interpreter under a granted path?)"
 	}
 	return code, fmt.Errorf("exec %s: %v%s", quote(p.path), err, hint)
+}
+
+// closeOnExecFrom3 marks every descriptor from 3 up close-on-exec:
+// close_range where the kernel has it (5.11), else each in /proc/self/fd.
+func closeOnExecFrom3() error {
+	err := unix.CloseRange(3, math.MaxUint32, unix.CLOSE_RANGE_CLOEXEC)
+	if !errors.Is(err, unix.ENOSYS) && !errors.Is(err, unix.EINVAL) {
+		return err
+	}
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		return err
+	}
+	for _, e := range ents {
+		if fd, err := strconv.Atoi(e.Name()); err == nil && fd > 2 {
+			syscall.CloseOnExec(fd)
+		}
+	}
+	return nil
 }
 
 // unwrapExecError drops exec.Error's own prefix ("exec: "name": ").
