@@ -83,7 +83,8 @@ func New(cfg Config) (*Client, error) {
 // FromEnv finds the daemon the way the CLI does: KIN_SOCKET if set (the
 // agent's own socket, which kin puts in every agent's environment: the
 // daemon knows the caller by it), else KIN_ADDR (+ KIN_TOKEN), else the
-// operator socket in home (KIN_HOME, else ~/.kin when home is "").
+// operator socket in home (when home is "": KIN_HOME, else kin.RootHome
+// for root, else ~/.kin).
 func FromEnv(home string) (*Client, error) {
 	if sock := os.Getenv("KIN_SOCKET"); sock != "" {
 		return New(Config{Socket: sock})
@@ -92,14 +93,11 @@ func FromEnv(home string) (*Client, error) {
 		return New(Config{Addr: addr, Token: os.Getenv("KIN_TOKEN")})
 	}
 	if home == "" {
-		home = os.Getenv("KIN_HOME")
-	}
-	if home == "" {
-		h, err := os.UserHomeDir()
+		h, err := kin.DefaultHome()
 		if err != nil {
-			return nil, fmt.Errorf("cannot find kin's home: set KIN_HOME: %w", err)
+			return nil, err
 		}
-		home = filepath.Join(h, ".kin")
+		home = h
 	}
 	return New(Config{Socket: filepath.Join(home, "kin.sock")})
 }

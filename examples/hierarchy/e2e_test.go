@@ -20,7 +20,7 @@ func TestHierarchyEndToEnd(t *testing.T) {
 	d := exampletest.Serve(t, exampletest.Kin(t), "--http", "off", "--profile", "hierarchy")
 	c, ctx := d.Client, context.Background()
 
-	out, err := exampletest.RunScript(d.Bin, "--home", d.Home)
+	out, err := exampletest.RunScript(t, d.Bin, "--home", d.Home)
 	if err != nil {
 		t.Errorf("run.sh --home: %v\n%s", err, out)
 	}
@@ -162,7 +162,7 @@ func TestRunScript(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds kin and runs real agents")
 	}
-	out, err := exampletest.RunScript(exampletest.Kin(t))
+	out, err := exampletest.RunScript(t, exampletest.Kin(t))
 	if err != nil {
 		t.Fatalf("run.sh: %v\n%s", err, out)
 	}

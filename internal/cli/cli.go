@@ -124,7 +124,7 @@ in a cgroup nested like the lineage, and "kin stop" ends it with its owned
 subtree.
 
 Run "kin serve" to start the daemon; every other command talks to it, over
-the socket in kin's home (--home, else $KIN_HOME, else ~/.kin), or over HTTP
+the socket in kin's home (--home, else $KIN_HOME, else ~/.kin, or /var/lib/kin/home as root), or over HTTP
 when KIN_ADDR (host:port) and KIN_TOKEN (the operator token) are set.
 
 A parent hands a child its task with "kin spawn --handoff" (seed 001's
@@ -173,7 +173,7 @@ exits 0 with its decision (2 when it cannot answer at all).`,
 			HiddenDefaultCmd: true,
 		},
 	}
-	root.PersistentFlags().StringVar(&a.home, "home", "", "kin's home `directory` (default $KIN_HOME, else ~/.kin)")
+	root.PersistentFlags().StringVar(&a.home, "home", "", "kin's home `directory` (default $KIN_HOME, else ~/.kin; as root /var/lib/kin/home)")
 	root.PersistentFlags().BoolVar(&a.jsonOut, "json", false, "print JSON instead of text (errors too, on stderr)")
 	root.SetFlagErrorFunc(flagError)
 	root.AddCommand(

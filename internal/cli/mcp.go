@@ -25,7 +25,7 @@ client (Claude Code, Claude Desktop, an agent framework) can spawn, wait for,
 read, message and stop agents through kin. Its tools act as the caller, like
 every other kin command: run inside an agent (KIN_SOCKET in its environment,
 as kin spawn sets it) they act as that agent, on itself and its descendants
-only; outside, through the operator socket (--home, $KIN_HOME, ~/.kin) or
+only; outside, through the operator socket (--home, $KIN_HOME, ~/.kin or, as root, /var/lib/kin/home) or
 KIN_ADDR and KIN_TOKEN, as the operator, or with --as for an agent the
 operator registered (say a root standing for this Claude Code session):
 then every tool is confined to that agent's subtree, and spawn_agent makes

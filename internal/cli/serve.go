@@ -50,7 +50,8 @@ func (a *app) serveCommand() *cobra.Command {
 talks to. It runs until interrupted (SIGINT or SIGTERM), then shuts down
 cleanly. Logs are JSON lines on stderr.
 
-kin keeps its state in its home directory (--home, else $KIN_HOME, else ~/.kin),
+kin keeps its state in its home directory (--home, else $KIN_HOME, else ~/.kin;
+as root /var/lib/kin/home, which agents, run as their own uids, can reach),
 created with mode 0700:
 
   kin.sock        the operator socket, mode 0600. Whoever can open it is the

@@ -100,13 +100,11 @@ type Config struct {
 // DefaultHTTPAddr is where the HTTP API listens unless told otherwise.
 const DefaultHTTPAddr = "127.0.0.1:7777"
 
-// DefaultHome is $KIN_HOME, else ~/.kin.
+// DefaultHome is kin.DefaultHome, or ".kin" where no home directory is
+// known.
 func DefaultHome() string {
-	if h := os.Getenv("KIN_HOME"); h != "" {
+	if h, err := kin.DefaultHome(); err == nil {
 		return h
-	}
-	if h, err := os.UserHomeDir(); err == nil {
-		return filepath.Join(h, ".kin")
 	}
 	return ".kin"
 }

@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"fmt"
+	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -46,6 +47,37 @@ func (d *Daemon) agentView() {
 	}
 	if m, err := cgroup.FindMount(); err == nil {
 		d.readOnlyForAgents = []string{canon(m.Dir)}
+	}
+}
+
+// checkAgentsReachCtx refuses a home no agent could use: where agents run
+// as their own uids (a root daemon), each needs to pass through every
+// directory above its session in the agent filesystem (its working
+// directory, its output, kin's binary it starts through and calls). A home
+// under a directory other users cannot traverse (root's ~/.kin, /root being
+// 0700) would make every spawn fail with "permission denied"; better said
+// once, at start, with the fix.
+func (d *Daemon) checkAgentsReachCtx() error {
+	if d.uids == nil {
+		return nil
+	}
+	ctxDir, err := filepath.Abs(d.ctxDir)
+	if err != nil {
+		return err
+	}
+	for dir := ctxDir; ; dir = filepath.Dir(dir) {
+		st, err := os.Stat(dir)
+		if err != nil {
+			return fmt.Errorf("agent filesystem %s: %w", ctxDir, err)
+		}
+		if st.Mode().Perm()&0o001 == 0 {
+			return fmt.Errorf("agents run as their own uids and must pass through every directory above their sessions in the agent filesystem %s, "+
+				"but %s (mode %04o) lets no other user through: give kin serve a --ctx outside it (e.g. --ctx /var/lib/kin/ctx) or a --home elsewhere, or chmod o+x %s",
+				ctxDir, dir, st.Mode().Perm(), dir)
+		}
+		if dir == "/" {
+			return nil
+		}
 	}
 }
 

@@ -132,7 +132,12 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 			d.Close()
 		}
 	}()
-	if err := os.MkdirAll(cfg.Home, 0o700); err != nil {
+	// Directories made above the home are 0755, as /var/lib/kin for
+	// root's: agents (their own uids, as root) pass through them.
+	if err := os.MkdirAll(filepath.Dir(cfg.Home), 0o755); err != nil {
+		return nil, fmt.Errorf("home %s: %w", cfg.Home, err)
+	}
+	if err := os.Mkdir(cfg.Home, 0o700); err != nil && !errors.Is(err, os.ErrExist) {
 		return nil, fmt.Errorf("home %s: %w", cfg.Home, err)
 	}
 	if err := d.lockHome(); err != nil {
@@ -181,6 +186,9 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 		return nil, err
 	}
 	if err := d.prepareDirs(); err != nil {
+		return nil, err
+	}
+	if err := d.checkAgentsReachCtx(); err != nil {
 		return nil, err
 	}
 	if d.ctx, err = ctxfs.Open(d.ctxDir, ctxfs.Options{}); err != nil {

@@ -131,7 +131,11 @@ type Daemon struct {
 func Serve(t *testing.T, bin string, args ...string) *Daemon {
 	t.Helper()
 	home := kintest.TempHome(t)
-	p := Start(t, bin, append([]string{"serve", "--home", home, "--json"}, args...)...)
+	cmd := exec.Command(bin, append([]string{"serve", "--home", home, "--json"}, args...)...)
+	// A root daemon records its agent uid range host-wide: beside the
+	// test's home, never in the host's /var/lib/kin.
+	cmd.Env = append(env(), "KIN_UID_RANGE_DIR="+filepath.Join(filepath.Dir(home), "uid-ranges"))
+	p := StartCmd(t, cmd)
 	var info struct {
 		Socket string `json:"socket"`
 		HTTP   string `json:"http"`
@@ -187,8 +191,10 @@ func (d *Daemon) Events(t *testing.T, types ...string) []kin.Event {
 
 // RunScript runs the example's ./run.sh with args and kin bin ($KIN),
 // within a deadline, and returns its combined output.
-func RunScript(bin string, args ...string) (string, error) {
-	return run([]string{"KIN=" + bin}, "./run.sh", args...)
+func RunScript(t *testing.T, bin string, args ...string) (string, error) {
+	// A kin serve run.sh starts records its agent uid range host-wide, as
+	// a reader's would: in the test's directory, not the host's /var/lib/kin.
+	return run([]string{"KIN=" + bin, "KIN_UID_RANGE_DIR=" + t.TempDir()}, "./run.sh", args...)
 }
 
 // run runs name with args in a clean environment plus extraEnv, for at
