@@ -201,14 +201,13 @@ func (d *Daemon) serveAuthToken(w http.ResponseWriter, r *http.Request) {
 }
 
 func (d *Daemon) recordRefusal(parent, agent kin.AgentID, code, detail string) {
-	err := d.store.Update(context.Background(), func(tx store.Tx) error {
+	err := d.update(context.Background(), func(tx store.Tx, _ *afterCommit) error {
 		return appendEvent(context.Background(), tx, d.now(), kin.EventTokenRefused, agent, parent, refusedData{Parent: parent, Agent: agent, Code: code, Detail: detail})
 	})
 	if err != nil {
 		d.log.Error("record auth-token refusal", "err", err)
 		return
 	}
-	d.hub.notify()
 }
 
 func (d *Daemon) authToken(ctx context.Context, r *http.Request, now time.Time, parentOut, boundOut **verifiedAgent) (*aauth.AuthTokenResponse, *refusal) {
@@ -338,7 +337,7 @@ func (d *Daemon) authToken(ctx context.Context, r *http.Request, now time.Time, 
 	// Recorded with the registry read again inside the write: a parent
 	// suspended or a grant removed meanwhile fails this issuance.
 	var late *refusal
-	err = d.store.Update(ctx, func(tx store.Tx) error {
+	err = d.update(ctx, func(tx store.Tx, _ *afterCommit) error {
 		late = nil
 		for _, v := range []*verifiedAgent{parent, bound} {
 			a, err := tx.AgentGetByID(ctx, v.agent.ID)
@@ -376,7 +375,6 @@ func (d *Daemon) authToken(ctx context.Context, r *http.Request, now time.Time, 
 	if late != nil {
 		return nil, late
 	}
-	d.hub.notify()
 	return &aauth.AuthTokenResponse{AuthToken: tok, ExpiresIn: exp - now.Unix()}, nil
 }
 

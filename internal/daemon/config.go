@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/kin-agents/kin/internal/store"
 	"github.com/kin-agents/kin/internal/uidrange"
 	"github.com/kin-agents/kin/kin"
 )
@@ -28,6 +29,9 @@ type Config struct {
 	// Store is the store's DSN: "" or "sqlite" for <home>/kin.db,
 	// "sqlite:PATH" or "sqlite://PATH" for another file.
 	Store string
+	// WrapStore, when set, wraps the store the daemon opens: tests inject
+	// a failing commit with it. The daemon closes what it returns.
+	WrapStore func(store.Store) store.Store
 	// Synchronous is SQLite's synchronous setting, FULL (default) or NORMAL.
 	Synchronous string
 	// Version is reported by Status.

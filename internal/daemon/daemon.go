@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
 	"os"
@@ -56,11 +57,12 @@ type Daemon struct {
 	started time.Time
 	token   string
 
-	mu            sync.Mutex // guards profile and overrides
-	profile       kin.Profile
+	mu            sync.Mutex  // guards profile, overrides and settings
+	profile       kin.Profile // cached: the profile the stored settings make (governorInTx decides)
 	profileSource string
 	baseProfile   kin.Profile
 	overrides     map[string]string
+	settings      map[string]string // the stored settings profile was made from
 
 	// The supervisor and what the daemon knows of running agents.
 	sup           *supervisor.Supervisor
@@ -156,6 +158,9 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 		return nil, err
 	}
 	d.store = st
+	if cfg.WrapStore != nil {
+		d.store = cfg.WrapStore(st)
+	}
 	if err := d.loadGovernor(ctx); err != nil {
 		return nil, err
 	}
@@ -398,13 +403,27 @@ func (d *Daemon) lockHome() error {
 	return nil
 }
 
-// loadGovernor applies the operator's persisted settings to the profile.
+// loadGovernor (re)builds the cached profile from the operator's stored
+// settings.
 func (d *Daemon) loadGovernor(ctx context.Context) error {
 	settings, err := d.store.SettingList(ctx)
 	if err != nil {
 		return fmt.Errorf("read governor settings: %w", err)
 	}
-	prof := d.baseProfile
+	prof, overrides, err := profileWith(d.baseProfile, settings)
+	if err != nil {
+		return err
+	}
+	d.mu.Lock()
+	d.profile, d.overrides, d.settings = prof, overrides, settings
+	d.mu.Unlock()
+	return nil
+}
+
+// profileWith is base with the operator's stored overrides applied, and
+// the overrides.
+func profileWith(base kin.Profile, settings map[string]string) (kin.Profile, map[string]string, error) {
+	prof := base
 	overrides := map[string]string{}
 	for k, v := range settings {
 		key, ok := strings.CutPrefix(k, "governor.")
@@ -416,17 +435,33 @@ func (d *Daemon) loadGovernor(ctx context.Context) error {
 			err = governor.SetSetting(&prof, key, n)
 		}
 		if err != nil {
-			return fmt.Errorf("stored governor setting %s=%q: %v", key, v, err)
+			return prof, nil, fmt.Errorf("stored governor setting %s=%q: %v", key, v, err)
 		}
 		overrides[key] = v
 	}
-	d.mu.Lock()
-	d.profile, d.overrides = prof, overrides
-	d.mu.Unlock()
-	return nil
+	return prof, overrides, nil
 }
 
-// governor returns a snapshot of the profile in force.
+// governorInTx is the profile in force as the store has it inside a
+// transaction: a change another write made a moment ago counts. The cached
+// profile is reused while the stored settings are those it was made from.
+func (d *Daemon) governorInTx(ctx context.Context, tx store.Tx) (kin.Profile, error) {
+	settings, err := tx.SettingList(ctx)
+	if err != nil {
+		return kin.Profile{}, err
+	}
+	d.mu.Lock()
+	prof, same := d.profile, maps.Equal(settings, d.settings)
+	d.mu.Unlock()
+	if same {
+		return prof, nil
+	}
+	prof, _, err = profileWith(d.baseProfile, settings)
+	return prof, err
+}
+
+// governor returns a snapshot of the cached profile in force, for what
+// only reads it.
 func (d *Daemon) governor() kin.Profile {
 	d.mu.Lock()
 	defer d.mu.Unlock()

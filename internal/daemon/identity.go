@@ -342,7 +342,7 @@ func (d *Daemon) Grant(ctx context.Context, req kin.GrantRequest) (*kin.Grant, e
 		return nil, kin.Errorf(kin.ECodeInvalidTransition, "agent %d is %s: it cannot hold a grant", a.ID, a.Status)
 	}
 	g := kin.Grant{Agent: a.ID, Resource: req.Resource, Scope: strings.Join(strings.Fields(req.Scope), " "), Until: req.Until.UTC(), CreatedAt: now}
-	err = d.store.Update(ctx, func(tx store.Tx) error {
+	err = d.update(ctx, func(tx store.Tx, _ *afterCommit) error {
 		g.Revoked = 0
 		old, err := tx.GrantList(ctx, a.ID)
 		if err != nil {
@@ -366,7 +366,6 @@ func (d *Daemon) Grant(ctx context.Context, req kin.GrantRequest) (*kin.Grant, e
 	if err != nil {
 		return nil, d.storeError(err)
 	}
-	d.hub.notify()
 	return &g, nil
 }
 
@@ -397,7 +396,7 @@ func (d *Daemon) Ungrant(ctx context.Context, req kin.UngrantRequest) (*kin.Gran
 	req.Resource = strings.TrimSuffix(req.Resource, "/")
 	var out *kin.Grant
 	now := d.now()
-	err := d.store.Update(ctx, func(tx store.Tx) error {
+	err := d.update(ctx, func(tx store.Tx, _ *afterCommit) error {
 		out = nil
 		rows, err := tx.GrantList(ctx, req.Agent)
 		if err != nil {
@@ -425,7 +424,6 @@ func (d *Daemon) Ungrant(ctx context.Context, req kin.UngrantRequest) (*kin.Gran
 	if out == nil {
 		return nil, kin.Errorf(kin.ECodeNotFound, "agent %d has no grant for %s", req.Agent, req.Resource)
 	}
-	d.hub.notify()
 	return out, nil
 }
 
@@ -492,13 +490,12 @@ func (d *Daemon) RotateKeys(ctx context.Context, role string) (*kin.KeyRotation,
 		clear(d.id.tokens) // new tokens are signed with the new key
 		d.id.mu.Unlock()
 	}
-	err = d.store.Update(ctx, func(tx store.Tx) error {
+	err = d.update(ctx, func(tx store.Tx, _ *afterCommit) error {
 		return appendEvent(ctx, tx, now, kin.EventKeysRotated, 0, 0, rotatedData{Role: role, KID: k.KID})
 	})
 	if err != nil {
 		return nil, d.storeError(err)
 	}
-	d.hub.notify()
 	return out, nil
 }
 
@@ -522,7 +519,7 @@ func (d *Daemon) pruneAuthTokens() {
 		case <-t.C:
 		}
 		ctx := context.Background()
-		err := d.store.Update(ctx, func(tx store.Tx) error { return tx.AuthTokenPrune(ctx, d.now().Add(-authTokenKeep)) })
+		err := d.update(ctx, func(tx store.Tx, _ *afterCommit) error { return tx.AuthTokenPrune(ctx, d.now().Add(-authTokenKeep)) })
 		if err != nil {
 			d.log.Error("prune expired auth tokens", "err", err)
 		}

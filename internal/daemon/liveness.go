@@ -43,7 +43,7 @@ func (d *Daemon) Heartbeat(ctx context.Context, req kin.HeartbeatRequest) (*kin.
 	var out *kin.Agent
 	var refused error
 	var prev, now time.Time // the previous heartbeat and this one
-	err := d.store.Update(ctx, func(tx store.Tx) error {
+	err := d.update(ctx, func(tx store.Tx, _ *afterCommit) error {
 		out, refused, prev = nil, nil, time.Time{}
 		a, err := tx.AgentGetByID(ctx, id)
 		if err != nil {
@@ -84,7 +84,6 @@ func (d *Daemon) Heartbeat(ctx context.Context, req kin.HeartbeatRequest) (*kin.
 	}
 	d.metrics.observeHeartbeat(prev, now)
 	d.ctxw.touch(id) // meta.json shows the last heartbeat
-	d.hub.notify()
 	return out, nil
 }
 
@@ -136,7 +135,7 @@ func (d *Daemon) sweepLiveness(ctx context.Context) {
 			continue
 		}
 		changed := false
-		err := d.store.Update(ctx, func(tx store.Tx) error {
+		err := d.update(ctx, func(tx store.Tx, _ *afterCommit) error {
 			changed = false
 			cur, err := tx.AgentGetByID(ctx, a.ID)
 			if err != nil {
@@ -168,7 +167,6 @@ func (d *Daemon) sweepLiveness(ctx context.Context) {
 			continue
 		}
 		if changed {
-			d.hub.notify()
 			if to == kin.StateOffline {
 				offline = append(offline, a)
 			}

@@ -65,7 +65,7 @@ func (d *Daemon) Send(ctx context.Context, req kin.SendRequest) (*kin.Message, e
 		return nil, kin.Errorf(kin.ECodeInvalid, "session %q is not a session id (letters, digits and - _ . :)", session)
 	}
 	m := &kin.Message{From: c.agent, To: to.ID, Session: session, Text: req.Text, At: d.now()}
-	err = d.store.Update(ctx, func(tx store.Tx) error {
+	err = d.update(ctx, func(tx store.Tx, _ *afterCommit) error {
 		e, err := kin.NewEvent(kin.EventAgentMessage, to.ID, c.agent, messageData{From: c.agent, To: to.ID, Session: session, Text: req.Text})
 		if err != nil {
 			return err
@@ -78,7 +78,6 @@ func (d *Daemon) Send(ctx context.Context, req kin.SendRequest) (*kin.Message, e
 	if err != nil {
 		return nil, d.storeError(err)
 	}
-	d.hub.notify()
 	return m, nil
 }
 

@@ -18,14 +18,20 @@ import (
 )
 
 // The permission authority (seed 001's attenuation, seed 003's stages and
-// budgets). The store keeps each agent's own stage, policy and deadline and
-// its own spend; perms holds them in memory with the subtree sums, so that
-// an agent's effective policy is its ancestors' chain walked in memory
-// (package policy decides; this file only gathers the facts). Everything
-// that changes perms happens inside a store.Update, so checks made there
-// see every earlier change.
+// budgets). The store keeps each agent's own stage, policy and deadline, its
+// own spend and its subtree's counters (spend, descendants spawned); package
+// policy decides; this file only gathers the facts, as a chain of links
+// (the agent, then its ancestors).
+//
+// Checks that guard a write (admit, Usage, Promote) read their chain from
+// the store inside the write's transaction (store.PermChain), so a limit
+// holds however the store batches commits and however many daemons share
+// it. perms is a cache of the same facts for the checks that only read
+// (Authorize, Explain, Policy, the agent filesystem's control files); it
+// changes only after a commit (update's after-commit work), never inside a
+// transaction, and loadPerms rebuilds it from the store.
 
-// perms is the permission state of the agents that have any: a stage, a
+// perms caches the permission state of the agents that have any: a stage, a
 // policy, a deadline, a spend or a spawn count under a budget.
 type perms struct {
 	mu     sync.Mutex
@@ -69,44 +75,123 @@ func (p *perms) rec(id kin.AgentID) *spendRec {
 	return r
 }
 
-// loadPerms reads the permission state at start: own policies, spends
-// (summed up the tree) and spawn counts of budgeted agents.
+// loadPerms (re)builds the cache from the store.
 func (d *Daemon) loadPerms(ctx context.Context) error {
-	d.perm.own = map[kin.AgentID]*permOwn{}
-	d.perm.spend = map[kin.AgentID]*spendRec{}
-	d.perm.timers = map[kin.AgentID]*time.Timer{}
-	rows, err := d.store.AgentPolicyList(ctx)
+	own, spend, err := readPerms(ctx, d.store)
 	if err != nil {
 		return err
 	}
-	for _, r := range rows {
-		o := &permOwn{stage: r.Stage, deadlineAt: r.DeadlineAt}
-		if len(r.Policy) > 0 {
-			var p storedPolicy
-			if err := json.Unmarshal(r.Policy, &p); err != nil {
-				return fmt.Errorf("agent %d: stored policy: %w", r.ID, err)
-			}
-			o.policy, o.mountIDs = &p.Policy, p.MountIDs
-		}
-		d.perm.own[r.ID] = o
-		if o.policy != nil && o.policy.Budget != nil && o.policy.Budget.MaxDescendants != nil {
-			d.perm.rec(r.ID).spawns = int64(len(d.lineage.subtree(r.ID)) - 1)
-		}
-	}
-	spends, err := d.store.SpendList(ctx)
-	if err != nil {
-		return err
-	}
-	for _, s := range spends {
-		r := d.perm.rec(s.ID)
-		r.tokens, r.cost, r.exhausted = s.Tokens, s.Cost, s.Exhausted
-		for _, a := range d.chainIDs(s.ID) {
-			ar := d.perm.rec(a)
-			ar.subTokens += s.Tokens
-			ar.subCost += s.Cost
-		}
+	d.perm.mu.Lock()
+	defer d.perm.mu.Unlock()
+	d.perm.own, d.perm.spend = own, spend
+	if d.perm.timers == nil {
+		d.perm.timers = map[kin.AgentID]*time.Timer{}
 	}
 	return nil
+}
+
+// readPerms reads what perms caches: own policies, spends and the subtree
+// counters.
+func readPerms(ctx context.Context, st store.Reader) (map[kin.AgentID]*permOwn, map[kin.AgentID]*spendRec, error) {
+	own := map[kin.AgentID]*permOwn{}
+	spend := map[kin.AgentID]*spendRec{}
+	rows, err := st.AgentPolicyList(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	for _, r := range rows {
+		o, err := ownOf(r.ID, r.Stage, r.Policy, r.DeadlineAt)
+		if err != nil {
+			return nil, nil, err
+		}
+		if o != nil {
+			own[r.ID] = o
+		}
+	}
+	spends, err := st.SpendList(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	for _, s := range spends {
+		spend[s.ID] = spendRecOf(s)
+	}
+	return own, spend, nil
+}
+
+// ownOf is what an agent asked for itself, from its stored row; nil when
+// it asked for nothing.
+func ownOf(id kin.AgentID, stage string, pol []byte, deadline time.Time) (*permOwn, error) {
+	if stage == "" && len(pol) == 0 && deadline.IsZero() {
+		return nil, nil
+	}
+	o := &permOwn{stage: stage, deadlineAt: deadline}
+	if len(pol) > 0 {
+		var p storedPolicy
+		if err := json.Unmarshal(pol, &p); err != nil {
+			return nil, fmt.Errorf("agent %d: stored policy: %w", id, err)
+		}
+		o.policy, o.mountIDs = &p.Policy, p.MountIDs
+	}
+	return o, nil
+}
+
+func spendRecOf(s store.SpendRow) *spendRec {
+	return &spendRec{tokens: s.Tokens, cost: s.Cost, subTokens: s.SubTokens, subCost: s.SubCost, spawns: s.Spawns, exhausted: s.Exhausted}
+}
+
+// permLink is one agent of a chain as a check reads it.
+type permLink struct {
+	id    kin.AgentID
+	own   *permOwn // nil: it asked for nothing of its own
+	spend spendRec
+}
+
+// chainInTx reads id's chain (id first, then its ancestors) inside a
+// transaction: the facts a check that guards a write decides on. A policy
+// never changes once stored, so its parsed form comes from the cache when
+// there; stage, deadline and counters always from the store.
+func (d *Daemon) chainInTx(ctx context.Context, tx store.Tx, id kin.AgentID) ([]permLink, error) {
+	if id == 0 {
+		return nil, nil
+	}
+	rows, err := tx.PermChain(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	chain := make([]permLink, len(rows))
+	d.perm.mu.Lock()
+	defer d.perm.mu.Unlock()
+	for i, r := range rows {
+		chain[i] = permLink{id: r.ID, spend: *spendRecOf(r.Spend)}
+		if r.Stage == "" && len(r.Policy) == 0 && r.DeadlineAt.IsZero() {
+			continue
+		}
+		o := &permOwn{stage: r.Stage, deadlineAt: r.DeadlineAt}
+		if c := d.perm.own[r.ID]; len(r.Policy) > 0 && c != nil && c.policy != nil {
+			o.policy, o.mountIDs = c.policy, c.mountIDs // a stored policy never changes
+		} else if len(r.Policy) > 0 {
+			parsed, err := ownOf(r.ID, "", r.Policy, time.Time{})
+			if err != nil {
+				return nil, err
+			}
+			o.policy, o.mountIDs = parsed.policy, parsed.mountIDs
+		}
+		chain[i].own = o
+	}
+	return chain, nil
+}
+
+// chainLocked is id's chain from the cache. perm.mu is held.
+func (d *Daemon) chainLocked(id kin.AgentID) []permLink {
+	ids := d.chainIDs(id)
+	chain := make([]permLink, len(ids))
+	for i, a := range ids {
+		chain[i] = permLink{id: a, own: d.perm.own[a]}
+		if r := d.perm.spend[a]; r != nil {
+			chain[i].spend = *r
+		}
+	}
+	return chain
 }
 
 // armDeadlines starts the timers of live agents with a deadline (after
@@ -134,29 +219,29 @@ func (d *Daemon) chainIDs(id kin.AgentID) []kin.AgentID {
 	return out
 }
 
-// layersLocked is the effective policy's layers of an agent whose chain
-// (itself first, then its ancestors) is ids; an extra link is the agent
-// itself before it is registered. perm.mu is held.
-func (d *Daemon) layersLocked(ids []kin.AgentID, extra *policy.Link) ([]kin.PolicyLayer, error) {
-	var chain []policy.Link
-	for i := len(ids) - 1; i >= 0; i-- {
-		o := d.perm.own[ids[i]]
+// layersOf is the effective policy's layers of the agent whose chain
+// (itself first, then its ancestors) is chain; an extra link is the agent
+// itself before it is registered.
+func (d *Daemon) layersOf(chain []permLink, extra *policy.Link) ([]kin.PolicyLayer, error) {
+	var links []policy.Link
+	for i := len(chain) - 1; i >= 0; i-- {
+		o := chain[i].own
 		if o == nil {
 			continue
 		}
-		l, err := d.linkLocked(ids[i], o.stage, o.policy)
+		l, err := d.link(chain[i].id, o.stage, o.policy)
 		if err != nil {
 			return nil, err
 		}
-		chain = append(chain, l)
+		links = append(links, l)
 	}
 	if extra != nil {
-		chain = append(chain, *extra)
+		links = append(links, *extra)
 	}
-	return policy.Layers(d.perm.cfg.GlobalDeny, chain), nil
+	return policy.Layers(d.perm.cfg.GlobalDeny, links), nil
 }
 
-func (d *Daemon) linkLocked(id kin.AgentID, stage string, p *kin.Policy) (policy.Link, error) {
+func (d *Daemon) link(id kin.AgentID, stage string, p *kin.Policy) (policy.Link, error) {
 	l := policy.Link{Agent: id, Stage: stage, Policy: p}
 	if stage != "" {
 		pr, err := d.perm.cfg.Preset(stage)
@@ -171,8 +256,9 @@ func (d *Daemon) linkLocked(id kin.AgentID, stage string, p *kin.Policy) (policy
 // layers is agent id's effective policy's layers.
 func (d *Daemon) layers(id kin.AgentID) ([]kin.PolicyLayer, error) {
 	d.perm.mu.Lock()
-	defer d.perm.mu.Unlock()
-	return d.layersLocked(d.chainIDs(id), nil)
+	chain := d.chainLocked(id)
+	d.perm.mu.Unlock()
+	return d.layersOf(chain, nil)
 }
 
 // stageOf is an agent's stage: its own, else its nearest ancestor's.
@@ -187,13 +273,13 @@ func (d *Daemon) stageOf(id kin.AgentID) string {
 	return ""
 }
 
-// remainingLocked is what a new child of parent may still have: the least
-// of every budgeted ancestor's remaining budget. A spawn takes one
-// descendant from each. perm.mu is held.
-func (d *Daemon) remainingLocked(parent kin.AgentID) policy.Remaining {
+// remainingOf is what a new child of the agent whose chain is chain may
+// still have: the least of every budgeted ancestor's remaining budget. A
+// spawn takes one descendant from each.
+func remainingOf(chain []permLink) policy.Remaining {
 	var rem policy.Remaining
-	for _, a := range d.chainIDs(parent) {
-		o := d.perm.own[a]
+	for _, l := range chain {
+		o := l.own
 		if o == nil {
 			continue
 		}
@@ -203,10 +289,7 @@ func (d *Daemon) remainingLocked(parent kin.AgentID) policy.Remaining {
 		if o.policy == nil || o.policy.Budget == nil {
 			continue
 		}
-		b, r := o.policy.Budget, d.perm.spend[a]
-		if r == nil {
-			r = &spendRec{}
-		}
+		b, r := o.policy.Budget, l.spend
 		if b.MaxTokens != nil {
 			rem.Tokens = minPtr(rem.Tokens, *b.MaxTokens-r.subTokens)
 		}
@@ -230,25 +313,32 @@ func minPtr(p *int64, v int64) *int64 {
 	return p
 }
 
-// exhaustedLocked says whether id's subtree or an ancestor's has run out
-// of budget or time, and why; "" when not. perm.mu is held.
-func (d *Daemon) exhaustedLocked(id kin.AgentID, now time.Time) (kin.AgentID, string) {
-	for _, a := range d.chainIDs(id) {
-		if r := d.perm.spend[a]; r != nil && r.exhausted != "" {
-			return a, r.exhausted
+// exhaustedOf says whether the subtree of the agent whose chain is chain,
+// or an ancestor's, has run out of budget or time, and why; "" when not.
+func exhaustedOf(chain []permLink, now time.Time) (kin.AgentID, string) {
+	for _, l := range chain {
+		if l.spend.exhausted != "" {
+			return l.id, l.spend.exhausted
 		}
-		o := d.perm.own[a]
+		o := l.own
 		if o == nil {
 			continue
 		}
 		if !o.deadlineAt.IsZero() && !now.Before(o.deadlineAt) {
-			return a, fmt.Sprintf("the deadline of agent %d passed at %s", a, o.deadlineAt.Format(time.RFC3339))
+			return l.id, fmt.Sprintf("the deadline of agent %d passed at %s", l.id, o.deadlineAt.Format(time.RFC3339))
 		}
-		if why := overBudget(o, d.perm.spend[a]); why != "" {
-			return a, why
+		if why := overBudget(o, &l.spend); why != "" {
+			return l.id, why
 		}
 	}
 	return 0, ""
+}
+
+// exhausted is exhaustedOf id's chain in the cache.
+func (d *Daemon) exhausted(id kin.AgentID, now time.Time) (kin.AgentID, string) {
+	d.perm.mu.Lock()
+	defer d.perm.mu.Unlock()
+	return exhaustedOf(d.chainLocked(id), now)
 }
 
 // overBudget says which cap of o's budget r has reached, or "".
@@ -276,22 +366,24 @@ type admission struct {
 }
 
 // admit checks a registration against the parent's effective policy and
-// remaining budget (seed 001: a child only ever gets less). It runs inside
-// the registration's store.Update; commit applies its result.
+// remaining budget (seed 001: a child only ever gets less), as the store
+// has them inside the registration's transaction, and counts the spawn
+// against every ancestor whose budget limits descendants (ad.counted, which
+// the caller writes with the agent). Its result reaches the cache only
+// after the commit (admitted).
 //
 // mountIDs are what checkPermissionRequest found at the policy's mounts.
-func (d *Daemon) admit(req *kin.RegisterRequest, mountIDs map[string]fileID, role string, env []string, now time.Time) (*admission, error) {
-	d.perm.mu.Lock()
-	defer d.perm.mu.Unlock()
-	var parentIDs []kin.AgentID
+func (d *Daemon) admit(ctx context.Context, tx store.Tx, req *kin.RegisterRequest, mountIDs map[string]fileID, role string, env []string, now time.Time) (*admission, error) {
+	parentChain, err := d.chainInTx(ctx, tx, req.Parent)
+	if err != nil {
+		return nil, err
+	}
 	var parentLayers []kin.PolicyLayer
 	if req.Parent != 0 {
-		parentIDs = d.chainIDs(req.Parent)
-		var err error
-		if parentLayers, err = d.layersLocked(parentIDs, nil); err != nil {
+		if parentLayers, err = d.layersOf(parentChain, nil); err != nil {
 			return nil, err
 		}
-		if who, why := d.exhaustedLocked(req.Parent, now); why != "" {
+		if who, why := exhaustedOf(parentChain, now); why != "" {
 			return nil, kin.Errorf(kin.ECodeBudget, "agent %d may not spawn: the budget of agent %d's subtree is exhausted (%s)", req.Parent, who, why)
 		}
 		flat := policy.Flatten(parentLayers)
@@ -306,7 +398,7 @@ func (d *Daemon) admit(req *kin.RegisterRequest, mountIDs map[string]fileID, rol
 		}
 	}
 	ad := &admission{}
-	link, err := d.linkLocked(0, req.Stage, req.Policy) // the agent itself, not yet registered
+	self, err := d.link(0, req.Stage, req.Policy) // the agent itself, not yet registered
 	if err != nil {
 		return nil, err
 	}
@@ -318,11 +410,11 @@ func (d *Daemon) admit(req *kin.RegisterRequest, mountIDs map[string]fileID, rol
 	if req.Parent != 0 {
 		layersForCheck = withoutGlobal(parentLayers)
 	}
-	rem := d.remainingLocked(req.Parent)
+	rem := remainingOf(parentChain)
 	if req.Parent != 0 && rem.Descendants != nil && *rem.Descendants < 0 {
 		return nil, kin.Errorf(kin.ECodeBudget, "agent %d may not spawn: its subtree has spawned as many descendants as its budget's max_descendants allows", req.Parent)
 	}
-	if excess := policy.Exceeds(layersForCheck, rem, now, child, link.Preset); len(excess) > 0 {
+	if excess := policy.Exceeds(layersForCheck, rem, now, child, self.Preset); len(excess) > 0 {
 		return nil, kin.Escalationf(excess, "the request asks for more than agent %d has:\n%s", req.Parent, policy.FormatExcess(excess))
 	}
 	if req.Stage != "" || req.Policy != nil {
@@ -338,7 +430,7 @@ func (d *Daemon) admit(req *kin.RegisterRequest, mountIDs map[string]fileID, rol
 			}
 		}
 	}
-	if ad.layers, err = d.layersLocked(parentIDs, &link); err != nil {
+	if ad.layers, err = d.layersOf(parentChain, &self); err != nil {
 		return nil, err
 	}
 	// A spawner passes down only the variables the child's policy lets
@@ -353,17 +445,17 @@ func (d *Daemon) admit(req *kin.RegisterRequest, mountIDs map[string]fileID, rol
 	if len(excess) > 0 {
 		return nil, kin.Escalationf(excess, "the spawn passes environment variables the agent's policy does not let through:\n%s", policy.FormatExcess(excess))
 	}
-	for _, a := range parentIDs {
-		if o := d.perm.own[a]; o != nil && o.policy != nil && o.policy.Budget != nil && o.policy.Budget.MaxDescendants != nil {
-			ad.counted = append(ad.counted, a)
+	for _, l := range parentChain {
+		if o := l.own; o != nil && o.policy != nil && o.policy.Budget != nil && o.policy.Budget.MaxDescendants != nil {
+			ad.counted = append(ad.counted, l.id)
 		}
 	}
 	return ad, nil
 }
 
-// commit records an admitted agent in memory once its registration is
-// written, and arms its deadline.
-func (d *Daemon) commit(id kin.AgentID, ad *admission) {
+// admitted records an admitted agent in the cache once its registration
+// committed, and arms its deadline.
+func (d *Daemon) admitted(id kin.AgentID, ad *admission) {
 	if ad == nil {
 		return
 	}
@@ -419,19 +511,20 @@ func (d *Daemon) exhaust(id kin.AgentID, reason, why string) {
 	if err != nil || a.State.Terminal() && a.Status == kin.StatusTerminated {
 		return
 	}
-	err = d.store.Update(ctx, func(tx store.Tx) error {
+	err = d.update(ctx, func(tx store.Tx, after *afterCommit) error {
 		if err := tx.SpendSetExhausted(ctx, id, why); err != nil {
 			return err
 		}
-		d.perm.mu.Lock()
-		d.perm.rec(id).exhausted = why
-		d.perm.mu.Unlock()
+		after.do(func() {
+			d.perm.mu.Lock()
+			d.perm.rec(id).exhausted = why
+			d.perm.mu.Unlock()
+		})
 		return appendEvent(ctx, tx, d.now(), kin.EventBudgetExhausted, id, a.Parent, budgetData{Agent: id, Reason: reason, Detail: why})
 	})
 	if err != nil {
 		d.log.Error("record exhausted budget", "agent", id, "err", err)
 	}
-	d.hub.notify()
 	d.log.Info("budget exhausted: stopping the subtree", "agent", id, "why", why)
 	if _, err := d.cancelTree(ctx, id, reason, nil, true, ""); err != nil {
 		d.log.Error("stop exhausted subtree", "agent", id, "err", err)
@@ -470,22 +563,20 @@ func (d *Daemon) effective(id kin.AgentID, layers []kin.PolicyLayer) kin.Effecti
 	e := kin.EffectivePolicy{Layers: layers, Flat: policy.Flatten(layers)}
 	d.perm.mu.Lock()
 	defer d.perm.mu.Unlock()
-	for _, a := range d.chainIDs(id) {
-		if o := d.perm.own[a]; o != nil && !o.deadlineAt.IsZero() && (e.DeadlineAt.IsZero() || o.deadlineAt.Before(e.DeadlineAt)) {
+	for _, l := range d.chainLocked(id) {
+		if o := l.own; o != nil && !o.deadlineAt.IsZero() && (e.DeadlineAt.IsZero() || o.deadlineAt.Before(e.DeadlineAt)) {
 			e.DeadlineAt = o.deadlineAt
 		}
 	}
 	return e
 }
 
-// spendLocked is id's spend against the budget in force for its subtree:
-// its own caps. perm.mu is held.
-func (d *Daemon) spendLocked(id kin.AgentID) kin.Spend {
-	var s kin.Spend
-	if r := d.perm.spend[id]; r != nil {
-		s = kin.Spend{Tokens: r.tokens, Cost: r.cost, SubtreeTokens: r.subTokens, SubtreeCost: r.subCost, SubtreeSpawns: r.spawns, Exhausted: r.exhausted}
-	}
-	if o := d.perm.own[id]; o != nil {
+// spendOfLink is an agent's spend against the budget in force for its
+// subtree: its own caps.
+func spendOfLink(l permLink) kin.Spend {
+	r := l.spend
+	s := kin.Spend{Tokens: r.tokens, Cost: r.cost, SubtreeTokens: r.subTokens, SubtreeCost: r.subCost, SubtreeSpawns: r.spawns, Exhausted: r.exhausted}
+	if o := l.own; o != nil {
 		s.DeadlineAt = o.deadlineAt
 		if o.policy != nil && o.policy.Budget != nil {
 			b := o.policy.Budget
@@ -493,6 +584,15 @@ func (d *Daemon) spendLocked(id kin.AgentID) kin.Spend {
 		}
 	}
 	return s
+}
+
+// spendLocked is id's spend in the cache. perm.mu is held.
+func (d *Daemon) spendLocked(id kin.AgentID) kin.Spend {
+	l := permLink{id: id, own: d.perm.own[id]}
+	if r := d.perm.spend[id]; r != nil {
+		l.spend = *r
+	}
+	return spendOfLink(l)
 }
 
 // spendOf returns id's spend when it has a budget or has spent, else nil
@@ -542,9 +642,7 @@ func (d *Daemon) Authorize(ctx context.Context, req kin.AuthorizeRequest) (*kin.
 	if len(req.Input) > 0 && !json.Valid(req.Input) {
 		return nil, kin.Errorf(kin.ECodeInvalid, "input is not valid JSON")
 	}
-	d.perm.mu.Lock()
-	who, why := d.exhaustedLocked(id, d.now())
-	d.perm.mu.Unlock()
+	who, why := d.exhausted(id, d.now())
 	var dec kin.Decision
 	if why != "" {
 		dec = kin.Decision{Reason: fmt.Sprintf("the budget of agent %d's subtree is exhausted: %s", who, why), Rule: "budget", Source: kin.SourcePolicy, Agent: who}
@@ -561,13 +659,12 @@ func (d *Daemon) Authorize(ctx context.Context, req kin.AuthorizeRequest) (*kin.
 		if a != nil {
 			parent = a.Parent
 		}
-		err := d.store.Update(ctx, func(tx store.Tx) error {
+		err := d.update(ctx, func(tx store.Tx, _ *afterCommit) error {
 			return appendEvent(ctx, tx, d.now(), kin.EventToolDenied, id, parent, toolDeniedData{Agent: id, Tool: req.Tool, Reason: dec.Reason})
 		})
 		if err != nil {
 			return nil, d.storeError(err)
 		}
-		d.hub.notify()
 	}
 	return &dec, nil
 }
@@ -613,10 +710,7 @@ func (d *Daemon) Explain(ctx context.Context, req kin.ExplainRequest) (*kin.Expl
 			return nil, err
 		}
 		out.Decision, out.Steps = policy.AllowTool(layers, req.Tool)
-		d.perm.mu.Lock()
-		who, why := d.exhaustedLocked(id, d.now())
-		d.perm.mu.Unlock()
-		if why != "" {
+		if who, why := d.exhausted(id, d.now()); why != "" {
 			out.Decision = kin.Decision{Reason: fmt.Sprintf("the budget of agent %d's subtree is exhausted: %s", who, why), Rule: "budget", Source: kin.SourcePolicy, Agent: who}
 		}
 		return out, nil
@@ -642,10 +736,10 @@ func (d *Daemon) Usage(ctx context.Context, req kin.UsageRequest) (*kin.Spend, e
 	if err != nil {
 		return nil, err
 	}
-	chain := d.chainIDs(id)
 	var over []kin.AgentID
 	var whys []string
-	err = d.store.Update(ctx, func(tx store.Tx) error {
+	var s kin.Spend
+	err = d.update(ctx, func(tx store.Tx, after *afterCommit) error {
 		over, whys = nil, nil
 		if err := tx.SpendAdd(ctx, id, req.Tokens, req.Cost); err != nil {
 			return err
@@ -653,36 +747,47 @@ func (d *Daemon) Usage(ctx context.Context, req kin.UsageRequest) (*kin.Spend, e
 		if err := appendEvent(ctx, tx, d.now(), kin.EventAgentUsage, id, a.Parent, usageData{Agent: id, Tokens: req.Tokens, Cost: req.Cost}); err != nil {
 			return err
 		}
-		d.perm.mu.Lock()
-		defer d.perm.mu.Unlock()
-		r := d.perm.rec(id)
-		r.tokens += req.Tokens
-		r.cost += req.Cost
-		for _, c := range chain {
-			cr := d.perm.rec(c)
-			cr.subTokens += req.Tokens
-			cr.subCost += req.Cost
-			if cr.exhausted == "" {
-				if why := overBudget(d.perm.own[c], cr); why != "" {
-					over, whys = append(over, c), append(whys, why)
+		// The caps are checked against the sums as this transaction left
+		// them: two reports that together reach a cap stop the subtree.
+		chain, err := d.chainInTx(ctx, tx, id)
+		if err != nil {
+			return err
+		}
+		for _, l := range chain {
+			if l.spend.exhausted == "" {
+				if why := overBudget(l.own, &l.spend); why != "" {
+					over, whys = append(over, l.id), append(whys, why)
 				}
 			}
 		}
+		if len(chain) > 0 {
+			s = spendOfLink(chain[0])
+		}
+		ids := make([]kin.AgentID, len(chain))
+		for i, l := range chain {
+			ids[i] = l.id
+		}
+		after.do(func() {
+			d.perm.mu.Lock()
+			defer d.perm.mu.Unlock()
+			r := d.perm.rec(id)
+			r.tokens += req.Tokens
+			r.cost += req.Cost
+			for _, c := range ids {
+				cr := d.perm.rec(c)
+				cr.subTokens += req.Tokens
+				cr.subCost += req.Cost
+			}
+		})
 		return nil
 	})
 	if err != nil {
 		return nil, d.storeError(err)
 	}
-	d.hub.notify()
 	// The highest exhausted ancestor's stop covers the rest.
 	if n := len(over); n > 0 {
 		d.goExhaust(over[n-1], reasonBudget, whys[n-1])
-	}
-	d.perm.mu.Lock()
-	s := d.spendLocked(id)
-	d.perm.mu.Unlock()
-	if len(over) > 0 {
-		s.Exhausted = whys[len(whys)-1]
+		s.Exhausted = whys[n-1]
 	}
 	return &s, nil
 }
@@ -717,35 +822,45 @@ func (d *Daemon) Promote(ctx context.Context, req kin.PromoteRequest) (*kin.Agen
 	if err != nil {
 		return nil, kin.Errorf(kin.ECodeInvalid, "stage: %v", err)
 	}
-	from := ""
-	err = d.store.Update(ctx, func(tx store.Tx) error {
-		d.perm.mu.Lock()
-		defer d.perm.mu.Unlock()
+	err = d.update(ctx, func(tx store.Tx, after *afterCommit) error {
+		now := d.now()
+		chain, err := d.chainInTx(ctx, tx, a.ID)
+		if err != nil {
+			return err
+		}
+		if len(chain) == 0 {
+			return kin.Errorf(kin.ECodeNotFound, "agent %d not found", a.ID)
+		}
 		if a.Parent != 0 {
-			parentLayers, err := d.layersLocked(d.chainIDs(a.Parent), nil)
+			parentLayers, err := d.layersOf(chain[1:], nil)
 			if err != nil {
 				return err
 			}
-			if excess := policy.Exceeds(withoutGlobal(parentLayers), policy.Remaining{}, d.now(), kin.Policy{}, &pr); len(excess) > 0 {
+			if excess := policy.Exceeds(withoutGlobal(parentLayers), policy.Remaining{}, now, kin.Policy{}, &pr); len(excess) > 0 {
 				return kin.Escalationf(excess, "stage %q gives more than agent %d has:\n%s", req.Stage, a.Parent, policy.FormatExcess(excess))
 			}
 		}
-		now := d.now()
 		if err := tx.AgentUpdate(ctx, store.AgentUpdateParams{ID: a.ID, At: now, Stage: &req.Stage}); err != nil {
 			return err
 		}
-		o := d.perm.own[a.ID]
-		if o != nil {
+		from := ""
+		if o := chain[0].own; o != nil {
 			from = o.stage
 		}
 		if err := appendEvent(ctx, tx, now, kin.EventAgentPromoted, a.ID, a.Parent, promotedData{Agent: a.ID, From: from, To: req.Stage, By: c.createdBy()}); err != nil {
 			return err
 		}
-		if o == nil {
-			o = &permOwn{}
-			d.perm.own[a.ID] = o
-		}
-		o.stage = req.Stage
+		after.do(func() {
+			d.perm.mu.Lock()
+			defer d.perm.mu.Unlock()
+			if o := d.perm.own[a.ID]; o != nil {
+				c := *o // readers may hold the old one
+				c.stage = req.Stage
+				d.perm.own[a.ID] = &c
+			} else {
+				d.perm.own[a.ID] = &permOwn{stage: req.Stage}
+			}
+		})
 		return nil
 	})
 	if err != nil {
@@ -754,7 +869,6 @@ func (d *Daemon) Promote(ctx context.Context, req kin.PromoteRequest) (*kin.Agen
 		}
 		return nil, d.storeError(err)
 	}
-	d.hub.notify()
 	return d.Agent(ctx, a.ID)
 }
 
@@ -832,11 +946,11 @@ func (d *Daemon) flatPolicy(id kin.AgentID) (kin.Policy, bool) {
 	if len(d.perm.own) == 0 {
 		return kin.Policy{}, false
 	}
-	chain := d.chainIDs(id)
-	if !slices.ContainsFunc(chain, func(a kin.AgentID) bool { return d.perm.own[a] != nil }) {
+	chain := d.chainLocked(id)
+	if !slices.ContainsFunc(chain, func(l permLink) bool { return l.own != nil }) {
 		return kin.Policy{}, false
 	}
-	layers, err := d.layersLocked(chain, nil)
+	layers, err := d.layersOf(chain, nil)
 	if err != nil {
 		return kin.Policy{}, false
 	}

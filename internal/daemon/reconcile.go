@@ -215,13 +215,12 @@ func killLeftover(a *kin.Agent) {
 
 // appendSimple appends one event in its own transaction.
 func (d *Daemon) appendSimple(ctx context.Context, typ string, a *kin.Agent, data any) {
-	err := d.store.Update(ctx, func(tx store.Tx) error {
+	err := d.update(ctx, func(tx store.Tx, _ *afterCommit) error {
 		return appendEvent(ctx, tx, d.now(), typ, a.ID, a.Parent, data)
 	})
 	if err != nil {
 		d.log.Error("event", "type", typ, "agent", a.ID, "err", err)
 	}
-	d.hub.notify()
 }
 
 // stopAgents stops every running agent at shutdown (each with its grace).

@@ -71,10 +71,13 @@ func (d *Daemon) register(ctx context.Context, req kin.RegisterRequest, extra *s
 	var refused *kin.Error
 	var denied error
 	var ad *admission
-	err = d.store.Update(ctx, func(tx store.Tx) error {
+	err = d.update(ctx, func(tx store.Tx, after *afterCommit) error {
 		out, refused, denied, ad = nil, nil, nil, nil
-		prof := d.governor()
 		now := d.now()
+		prof, err := d.governorInTx(ctx, tx)
+		if err != nil {
+			return err
+		}
 		facts := governor.SpawnFacts{ParentID: req.Parent, Name: name, Life: req.Life, Now: now}
 		if req.Parent != 0 {
 			p, err := tx.AgentGetByID(ctx, req.Parent)
@@ -85,7 +88,6 @@ func (d *Daemon) register(ctx context.Context, req kin.RegisterRequest, extra *s
 		}
 		facts.Role = governor.Role(prof, req.Role, name)
 		needs := governor.NeedsFor(prof, facts.Role, facts.Parent != nil)
-		var err error
 		if needs.LiveChildren {
 			if facts.LiveChildren, err = tx.AgentCountLive(ctx, store.AgentCountLiveParams{Parent: req.Parent, HasParent: true}); err != nil {
 				return err
@@ -121,7 +123,11 @@ func (d *Daemon) register(ctx context.Context, req kin.RegisterRequest, extra *s
 		if extra != nil {
 			env = extra.env
 		}
-		if ad, denied = d.admit(&req, mountIDs, facts.Role, env, now); denied != nil {
+		if ad, denied = d.admit(ctx, tx, &req, mountIDs, facts.Role, env, now); denied != nil {
+			if kin.ErrorCodeOf(denied) == kin.ECodeInternal {
+				err, denied = denied, nil
+				return err // the store failed: nothing is decided
+			}
 			return nil
 		}
 		if extra != nil && ad.needsSandbox() {
@@ -166,6 +172,13 @@ func (d *Daemon) register(ctx context.Context, req kin.RegisterRequest, extra *s
 		if err := d.checkAgentUID(out.ID); err != nil {
 			return err // rolls the insert back
 		}
+		if err := tx.SpendSpawnAdd(ctx, ad.counted); err != nil {
+			return err
+		}
+		after.do(func() {
+			d.lineage.add(out.ID, out.Parent)
+			d.admitted(out.ID, ad)
+		})
 		if err := appendEvent(ctx, tx, now, kin.EventAgentRegistered, out.ID, out.Parent, registeredData{
 			Agent: out.ID, Name: out.Name, Role: out.Role, Creator: by, Responsible: out.Responsible,
 			Parent: out.Parent, Generation: out.Generation, Life: out.Life, Replaces: out.Replaces,
@@ -182,7 +195,6 @@ func (d *Daemon) register(ctx context.Context, req kin.RegisterRequest, extra *s
 	if err != nil {
 		return nil, d.storeError(err)
 	}
-	d.hub.notify()
 	if refused != nil {
 		d.metrics.countRejection(refused)
 		return nil, refused
@@ -191,9 +203,7 @@ func (d *Daemon) register(ctx context.Context, req kin.RegisterRequest, extra *s
 		d.metrics.countRejection(denied)
 		return nil, denied
 	}
-	d.lineage.add(out.ID, out.Parent)
 	d.metrics.countSpawn(extra)
-	d.commit(out.ID, ad)
 	if req.Template != nil {
 		if err := d.provisionWorkspace(ctx, out, req.Template); err != nil {
 			return out, err
@@ -395,7 +405,7 @@ func (d *Daemon) SetStatus(ctx context.Context, req kin.StatusRequest) ([]*kin.A
 	}
 	var changed []*kin.Agent
 	var refused *kin.Error
-	err := d.store.Update(ctx, func(tx store.Tx) error {
+	err := d.update(ctx, func(tx store.Tx, _ *afterCommit) error {
 		changed, refused = nil, nil
 		now := d.now()
 		var targets []*kin.Agent
@@ -461,7 +471,6 @@ func (d *Daemon) SetStatus(ctx context.Context, req kin.StatusRequest) ([]*kin.A
 	if refused != nil {
 		return nil, refused
 	}
-	d.hub.notify()
 	if req.Action == kin.ActionSuspend || req.Action == kin.ActionResume {
 		if err := d.freezeChanged(ctx, req, changed); err != nil {
 			return nil, err
@@ -509,7 +518,7 @@ func (d *Daemon) freezeChanged(ctx context.Context, req kin.StatusRequest, chang
 		}
 	}
 	now := d.now()
-	err := d.store.Update(ctx, func(tx store.Tx) error {
+	err := d.update(ctx, func(tx store.Tx, _ *afterCommit) error {
 		for _, a := range running {
 			cur, err := tx.AgentGetByID(ctx, a.ID)
 			if err != nil {
@@ -541,7 +550,6 @@ func (d *Daemon) freezeChanged(ctx context.Context, req kin.StatusRequest, chang
 		}
 		return nil
 	})
-	d.hub.notify()
 	if err != nil {
 		return d.storeError(err)
 	}
@@ -661,35 +669,38 @@ func (d *Daemon) SetGovernor(ctx context.Context, key, value string) (*kin.Gover
 		return nil, kin.Errorf(kin.ECodeInvalid, "%v", err)
 	}
 	by := callerOf(ctx).createdBy()
-	err = d.store.Update(ctx, func(tx store.Tx) error {
-		d.mu.Lock()
-		from := d.profile
-		to := from
-		governor.SetSetting(&to, key, n) // checked above
-		d.profile = to
+	err = d.update(ctx, func(tx store.Tx, after *afterCommit) error {
+		from, err := d.governorInTx(ctx, tx)
+		if err != nil {
+			return err
+		}
 		stored := value
 		if reset {
-			delete(d.overrides, key)
-			stored = "" // an empty setting is no override (loadGovernor)
-		} else {
-			d.overrides[key] = value
+			stored = "" // an empty setting is no override (profileWith)
 		}
-		d.mu.Unlock()
 		if err := tx.SettingSet(ctx, "governor."+key, stored); err != nil {
 			return err
 		}
+		settings, err := tx.SettingList(ctx)
+		if err != nil {
+			return err
+		}
+		to, overrides, err := profileWith(d.baseProfile, settings)
+		if err != nil {
+			return err
+		}
+		after.do(func() {
+			d.mu.Lock()
+			d.profile, d.overrides, d.settings = to, overrides, settings
+			d.mu.Unlock()
+		})
 		return appendEvent(ctx, tx, d.now(), kin.EventGovernorChanged, 0, 0, governorChangedData{
 			Key: key, From: settingValue(from, key), To: n, By: by,
 		})
 	})
 	if err != nil {
-		// The in-memory change may be ahead of the store: reload from it.
-		if rerr := d.loadGovernor(context.WithoutCancel(ctx)); rerr != nil {
-			d.log.Error("reload governor settings", "err", rerr)
-		}
 		return nil, d.storeError(err)
 	}
-	d.hub.notify()
 	return d.Governor(ctx)
 }
 

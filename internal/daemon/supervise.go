@@ -192,7 +192,7 @@ func (d *Daemon) start(ctx context.Context, a *kin.Agent, spec store.ProcessSpec
 	}
 	// The key is recorded before the process runs: an agent that asks for
 	// its token at once must find it (it raced the start's record before).
-	if err := d.store.Update(ctx, func(tx store.Tx) error { return tx.AgentKeyInsert(ctx, keyRow) }); err != nil {
+	if err := d.update(ctx, func(tx store.Tx, _ *afterCommit) error { return tx.AgentKeyInsert(ctx, keyRow) }); err != nil {
 		d.removeRuntime(a.ID)
 		return nil, d.failStart(ctx, a, fmt.Errorf("record its key: %w", d.storeError(err)))
 	}
@@ -214,7 +214,7 @@ func (d *Daemon) start(ctx context.Context, a *kin.Agent, spec store.ProcessSpec
 	rt.proc = proc
 	pid, started := proc.Pid, proc.Started.UTC()
 	now := d.now()
-	err = d.store.Update(ctx, func(tx store.Tx) error {
+	err = d.update(ctx, func(tx store.Tx, _ *afterCommit) error {
 		if err := tx.AgentUpdate(ctx, store.AgentUpdateParams{ID: a.ID, At: now, PID: &pid, StartedAt: &started, Session: &session, Result: result}); err != nil {
 			return err
 		}
@@ -227,7 +227,6 @@ func (d *Daemon) start(ctx context.Context, a *kin.Agent, spec store.ProcessSpec
 		return nil, d.storeError(err)
 	}
 	d.rememberLocal(a.ID, keyRow.Local)
-	d.hub.notify()
 	d.log.Info("agent started", "agent", a.ID, "name", a.Name, "pid", pid)
 	out := *a // what was just written, without reading it back
 	out.PID, out.StartedAt, out.UpdatedAt, out.Session = pid, started, now, session
@@ -242,7 +241,7 @@ func (d *Daemon) start(ctx context.Context, a *kin.Agent, spec store.ProcessSpec
 func (d *Daemon) failStart(ctx context.Context, a *kin.Agent, cause error) error {
 	now := d.now()
 	status, state, reason := kin.StatusTerminated, kin.StateFailed, reasonStartFail
-	err := d.store.Update(ctx, func(tx store.Tx) error {
+	err := d.update(ctx, func(tx store.Tx, _ *afterCommit) error {
 		p := store.AgentUpdateParams{ID: a.ID, At: now, Status: &status, State: &state, EndedAt: &now, EndReason: &reason}
 		d.ctxMu.Lock()
 		c := d.ctxAgents[a.ID]
@@ -264,7 +263,6 @@ func (d *Daemon) failStart(ctx context.Context, a *kin.Agent, cause error) error
 	if err != nil {
 		d.log.Error("record failed start", "agent", a.ID, "err", err)
 	}
-	d.hub.notify()
 	code := kin.ECodeInvalid
 	switch {
 	case errors.Is(cause, supervisor.ErrStopping), errors.Is(cause, supervisor.ErrFrozen):
@@ -396,7 +394,7 @@ func (d *Daemon) recordEnd(ctx context.Context, id kin.AgentID, state kin.State,
 	now := d.now()
 	status := kin.StatusTerminated
 	var out *kin.Agent
-	err := d.store.Update(ctx, func(tx store.Tx) error {
+	err := d.update(ctx, func(tx store.Tx, _ *afterCommit) error {
 		a, err := tx.AgentGetByID(ctx, id)
 		if err != nil {
 			return err
@@ -430,7 +428,6 @@ func (d *Daemon) recordEnd(ctx context.Context, id kin.AgentID, state kin.State,
 		out, err = tx.AgentGetByID(ctx, id)
 		return err
 	})
-	d.hub.notify()
 	return out, err
 }
 
@@ -502,7 +499,7 @@ func (d *Daemon) cancelTree(ctx context.Context, root kin.AgentID, reason string
 	now := d.now()
 	stopping := kin.StateStopping
 	if len(mine) > 0 {
-		err := d.store.Update(ctx, func(tx store.Tx) error {
+		err := d.update(ctx, func(tx store.Tx, _ *afterCommit) error {
 			for _, a := range mine {
 				if err := tx.AgentUpdate(ctx, store.AgentUpdateParams{ID: a.ID, At: now, State: &stopping}); err != nil {
 					return err
@@ -513,7 +510,6 @@ func (d *Daemon) cancelTree(ctx context.Context, root kin.AgentID, reason string
 		if err != nil {
 			return nil, d.storeError(err)
 		}
-		d.hub.notify()
 	}
 	// 3: close their sockets.
 	maxGrace := time.Duration(0)
@@ -551,7 +547,7 @@ func (d *Daemon) cancelTree(ctx context.Context, root kin.AgentID, reason string
 	// 7-8: record.
 	now = d.now()
 	var done []*kin.Agent
-	err = d.store.Update(ctx, func(tx store.Tx) error {
+	err = d.update(ctx, func(tx store.Tx, _ *afterCommit) error {
 		done = done[:0]
 		for _, a := range mine {
 			cur, err := tx.AgentGetByID(ctx, a.ID)
@@ -613,7 +609,6 @@ func (d *Daemon) cancelTree(ctx context.Context, root kin.AgentID, reason string
 	for _, a := range mine {
 		d.removeRuntime(a.ID)
 	}
-	d.hub.notify()
 	if err != nil {
 		return nil, d.storeError(err)
 	}
@@ -674,7 +669,7 @@ func (d *Daemon) maybeRestart(ctx context.Context, old *kin.Agent, reason string
 		d.markFailed(ctx, old, "replacement refused: "+err.Error())
 		return
 	}
-	err = d.store.Update(ctx, func(tx store.Tx) error {
+	err = d.update(ctx, func(tx store.Tx, _ *afterCommit) error {
 		return appendEvent(ctx, tx, d.now(), kin.EventAgentReplaced, old.ID, old.Parent, replacedData{
 			Agent: old.ID, Replacement: a.ID, Cursor: old.Cursor, Reason: reason, Restarts: restarts + 1,
 		})
@@ -710,7 +705,7 @@ func (d *Daemon) recentRestarts(ctx context.Context, old *kin.Agent, since time.
 func (d *Daemon) markFailed(ctx context.Context, a *kin.Agent, why string) {
 	now := d.now()
 	state := kin.StateFailed
-	err := d.store.Update(ctx, func(tx store.Tx) error {
+	err := d.update(ctx, func(tx store.Tx, _ *afterCommit) error {
 		if err := tx.AgentUpdate(ctx, store.AgentUpdateParams{ID: a.ID, At: now, State: &state}); err != nil {
 			return err
 		}
@@ -719,7 +714,6 @@ func (d *Daemon) markFailed(ctx context.Context, a *kin.Agent, why string) {
 	if err != nil {
 		d.log.Error("record failure", "agent", a.ID, "err", err)
 	}
-	d.hub.notify()
 	d.log.Warn("agent failed", "agent", a.ID, "why", why)
 }
 

@@ -74,8 +74,13 @@ type Reader interface {
 	// AgentPolicyList returns every agent that has a stage, a policy or a
 	// deadline, by id.
 	AgentPolicyList(ctx context.Context) ([]AgentPolicyRow, error)
-	// SpendList returns every agent's reported spend, by id.
+	// SpendList returns every agent's spend and budget counters, by id.
 	SpendList(ctx context.Context) ([]SpendRow, error)
+	// PermChain returns the permission facts of an agent and each of its
+	// ancestors, the agent first (nothing for an unknown id). Inside a
+	// transaction it is what a budget check reads: the counters as every
+	// earlier Update left them.
+	PermChain(ctx context.Context, id kin.AgentID) ([]PermRow, error)
 	// AgentKeyGet returns an agent's public key, or ErrNotFound.
 	AgentKeyGet(ctx context.Context, id kin.AgentID) (AgentKeyRow, error)
 	// AgentKeyByJKT returns the agent whose key has the thumbprint, or
@@ -125,8 +130,12 @@ type Tx interface {
 	// SpawnRejectionCount counts a parent's counted rejections at or after Since.
 	SpawnRejectionCount(ctx context.Context, parent kin.AgentID, since time.Time) (int, error)
 	SettingSet(ctx context.Context, key, value string) error
-	// SpendAdd adds reported usage to an agent's own spend.
+	// SpendAdd adds reported usage to an agent's own spend and to the
+	// subtree spend of the agent and of every ancestor.
 	SpendAdd(ctx context.Context, id kin.AgentID, tokens int64, cost float64) error
+	// SpendSpawnAdd counts one more descendant spawned under each agent of
+	// ids (those whose budget limits descendants).
+	SpendSpawnAdd(ctx context.Context, ids []kin.AgentID) error
 	// SpendSetExhausted records why an agent's subtree was stopped for its
 	// budget.
 	SpendSetExhausted(ctx context.Context, id kin.AgentID, why string) error
@@ -199,12 +208,25 @@ type AgentPolicyRow struct {
 	DeadlineAt time.Time
 }
 
-// SpendRow is an agent's own reported spend.
+// SpendRow is an agent's own reported spend and its subtree's counters.
 type SpendRow struct {
 	ID        kin.AgentID
 	Tokens    int64
 	Cost      float64
-	Exhausted string // why its subtree was stopped, or ""
+	SubTokens int64   // the agent's and every descendant's tokens
+	SubCost   float64 // the agent's and every descendant's cost
+	Spawns    int64   // descendants spawned under it (SpendSpawnAdd)
+	Exhausted string  // why its subtree was stopped, or ""
+}
+
+// PermRow is what a permission check reads of one agent: what it asked for
+// itself, and its spend and counters.
+type PermRow struct {
+	ID, Parent kin.AgentID
+	Stage      string
+	Policy     []byte // JSON of the kin.Policy it asked for, or nil
+	DeadlineAt time.Time
+	Spend      SpendRow
 }
 
 // AgentLink is one parent-child link of the family tree.

@@ -466,6 +466,9 @@ func TestEventLogBackfillsOldDatabases(t *testing.T) {
 	rawExec(t, path,
 		`ALTER TABLE events DROP COLUMN hashes`,
 		`DROP TABLE log_checkpoints`,
+		`ALTER TABLE agent_spend DROP COLUMN sub_tokens`,
+		`ALTER TABLE agent_spend DROP COLUMN sub_cost`,
+		`ALTER TABLE agent_spend DROP COLUMN spawns`,
 		`DELETE FROM schema_migrations WHERE version >= 7`)
 	db := rawOpen(t, path)
 	var cols int

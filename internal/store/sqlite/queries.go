@@ -314,7 +314,7 @@ func (r reader) EventLastSeq(ctx context.Context) (int64, error) {
 }
 
 func (r reader) SettingList(ctx context.Context) (map[string]string, error) {
-	rows, err := r.query(ctx, `SELECT key, value FROM settings ORDER BY key`)
+	rows, err := r.query(ctx, sqlSettingList)
 	if err != nil {
 		return nil, interpretError(err)
 	}
@@ -555,28 +555,6 @@ func (r reader) AgentPolicyList(ctx context.Context) ([]store.AgentPolicyRow, er
 		out = append(out, p)
 	}
 	return out, interpretError(rows.Err())
-}
-
-func (r reader) SpendList(ctx context.Context) ([]store.SpendRow, error) {
-	rows, err := r.query(ctx, `SELECT agent_id, tokens, cost, exhausted FROM agent_spend ORDER BY agent_id`)
-	if err != nil {
-		return nil, interpretError(err)
-	}
-	defer rows.Close()
-	var out []store.SpendRow
-	for rows.Next() {
-		var s store.SpendRow
-		if err := rows.Scan(&s.ID, &s.Tokens, &s.Cost, &s.Exhausted); err != nil {
-			return nil, interpretError(err)
-		}
-		out = append(out, s)
-	}
-	return out, interpretError(rows.Err())
-}
-
-func (t *txn) SpendAdd(ctx context.Context, id kin.AgentID, tokens int64, cost float64) error {
-	_, err := t.exec(ctx, sqlSpendAdd, id, tokens, cost)
-	return interpretError(err)
 }
 
 func (t *txn) SpendSetExhausted(ctx context.Context, id kin.AgentID, why string) error {

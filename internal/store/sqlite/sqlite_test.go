@@ -2,6 +2,7 @@ package sqlite_test
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"path/filepath"
 	"testing"
@@ -96,5 +97,61 @@ func TestAgentListByIDsLarge(t *testing.T) {
 		if a.ID != ids[i] || a.Name != fmt.Sprintf("a%d", a.ID-1) {
 			t.Fatalf("row %d is %d %s, want %d", i, a.ID, a.Name, ids[i])
 		}
+	}
+}
+
+// TestMigrationFillsBudgetCounters: a database from before migration 8 kept
+// only each agent's own spend (the daemon summed subtrees in memory); the
+// migration fills the subtree sums and, for agents whose budget limits
+// descendants, how many were spawned.
+func TestMigrationFillsBudgetCounters(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "kin.db")
+	s := open(t, path)
+	lead := storetest.Insert(t, s, "lead", 0)
+	mid := storetest.Insert(t, s, "mid", lead.ID)
+	leaf := storetest.Insert(t, s, "leaf", mid.ID)
+	free := storetest.Insert(t, s, "free", 0)
+	storetest.Insert(t, s, "free-child", free.ID)
+	if err := s.Update(ctx, func(tx store.Tx) error {
+		if err := tx.SpendAdd(ctx, leaf.ID, 7, 0.25); err != nil {
+			return err
+		}
+		return tx.SpendAdd(ctx, mid.ID, 3, 0)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	db, err := sql.Open("sqlite", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, q := range []string{
+		`UPDATE agents SET policy = '{"budget":{"max_descendants":5}}' WHERE name = 'lead'`,
+		`UPDATE agents SET policy = '{"tools":{"allow":["read"]}}' WHERE name = 'free'`,
+		`ALTER TABLE agent_spend DROP COLUMN sub_tokens`,
+		`ALTER TABLE agent_spend DROP COLUMN sub_cost`,
+		`ALTER TABLE agent_spend DROP COLUMN spawns`,
+		`DELETE FROM schema_migrations WHERE version >= 8`,
+	} {
+		if _, err := db.ExecContext(ctx, q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	db.Close()
+	s = open(t, path)
+	got, err := s.SpendList(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []store.SpendRow{
+		{ID: lead.ID, SubTokens: 10, SubCost: 0.25, Spawns: 2},
+		{ID: mid.ID, Tokens: 3, SubTokens: 10, SubCost: 0.25},
+		{ID: leaf.ID, Tokens: 7, Cost: 0.25, SubTokens: 7, SubCost: 0.25},
+	}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("after migration 8: %+v\nwant %+v (free has a policy but no max_descendants: no count)", got, want)
 	}
 }

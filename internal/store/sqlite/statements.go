@@ -39,11 +39,10 @@ var (
 	sqlEventAppend       = `INSERT INTO events (seq, time, type, agent_id, parent_id, data, hashes) VALUES (?, ?, ?, ?, ?, ?, ?)`
 	sqlRejectionInsert   = `INSERT INTO spawn_rejections (parent_id, at, counted) VALUES (?, ?, ?)`
 	sqlRejectionCount    = `SELECT COUNT(*) FROM spawn_rejections WHERE parent_id = ? AND at >= ? AND counted`
+	sqlSettingList       = `SELECT key, value FROM settings ORDER BY key`
 	sqlSettingSet        = `INSERT INTO settings (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value`
-	sqlSpendAdd          = `INSERT INTO agent_spend (agent_id, tokens, cost) VALUES (?, ?, ?)
-		ON CONFLICT (agent_id) DO UPDATE SET tokens = tokens + excluded.tokens, cost = cost + excluded.cost`
-	sqlAgentKeyInsert  = `INSERT INTO agent_keys (agent_id, jkt, public_key, local, created_at) VALUES (?, ?, ?, ?, ?)`
-	sqlAuthTokenInsert = `INSERT INTO auth_tokens (` + authTokenColumns + `) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`
+	sqlAgentKeyInsert    = `INSERT INTO agent_keys (agent_id, jkt, public_key, local, created_at) VALUES (?, ?, ?, ?, ?)`
+	sqlAuthTokenInsert   = `INSERT INTO auth_tokens (` + authTokenColumns + `) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`
 )
 
 // writerStatements are prepared on the writer's connection at Open: every
@@ -53,7 +52,7 @@ func writerStatements() []string {
 	return []string{
 		sqlAgentByID, sqlAgentSubtree, sqlAgentLiveByName, sqlAgentWalletExists, sqlAgentInsert,
 		sqlAgentUpdateStatus, sqlAgentSpawnBlock, sqlEventAppend, sqlRejectionInsert, sqlRejectionCount,
-		sqlSettingSet, sqlSpendAdd, sqlAgentKeyInsert, sqlAuthTokenInsert, countLiveSQL(true, false, false), countLiveSQL(false, true, false), countLiveSQL(false, true, true),
+		sqlSettingList, sqlSettingSet, sqlSpendAdd, sqlSpendSubAdd, sqlSpawnAdd, sqlPermChain, sqlAgentKeyInsert, sqlAuthTokenInsert, countLiveSQL(true, false, false), countLiveSQL(false, true, false), countLiveSQL(false, true, true),
 	}
 }
 

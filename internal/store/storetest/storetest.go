@@ -33,6 +33,7 @@ func Exercise(t *testing.T, open Opener) {
 	t.Run("UpdatesAreSerialised", func(t *testing.T) { testSerialised(t, open(t)) })
 	t.Run("RuntimeFieldsAndProcessSpec", func(t *testing.T) { testRuntime(t, open(t)) })
 	t.Run("PolicyAndSpend", func(t *testing.T) { testPolicyAndSpend(t, open(t)) })
+	t.Run("BudgetCounters", func(t *testing.T) { testBudgetCounters(t, open(t)) })
 	t.Run("Identity", func(t *testing.T) { testIdentity(t, open(t)) })
 	t.Run("CloseTwiceAndUpdateAfterClose", func(t *testing.T) { testClose(t, open(t)) })
 }
@@ -643,9 +644,74 @@ func testPolicyAndSpend(t *testing.T, s store.Store) {
 		t.Fatalf("stage after promotion = %q", got.Stage)
 	}
 	spend, err := s.SpendList(ctx)
-	if err != nil || len(spend) != 2 || spend[0] != (store.SpendRow{ID: plain.ID, Exhausted: "max_tokens"}) ||
-		spend[1] != (store.SpendRow{ID: staged.ID, Tokens: 120, Cost: 0.75}) {
+	// staged is plain's child: its spend is in plain's subtree too.
+	if err != nil || len(spend) != 2 || spend[0] != (store.SpendRow{ID: plain.ID, SubTokens: 120, SubCost: 0.75, Exhausted: "max_tokens"}) ||
+		spend[1] != (store.SpendRow{ID: staged.ID, Tokens: 120, Cost: 0.75, SubTokens: 120, SubCost: 0.75}) {
 		t.Fatalf("spend = %+v, %v", spend, err)
+	}
+}
+
+// testBudgetCounters: the counters budgets are checked against are kept by
+// the store, in the transaction that changes them, for the agent and each
+// ancestor, and PermChain reads them back inside later transactions.
+func testBudgetCounters(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	a := Insert(t, s, "a", 0)
+	b := Insert(t, s, "b", a.ID)
+	c := Insert(t, s, "c", b.ID)
+	other := Insert(t, s, "other", 0)
+	update(t, s, func(tx store.Tx) error {
+		if err := tx.SpendAdd(ctx, c.ID, 10, 0.5); err != nil {
+			return err
+		}
+		if err := tx.SpendSpawnAdd(ctx, []kin.AgentID{a.ID, b.ID}); err != nil {
+			return err
+		}
+		// Inside the same transaction, the counters include what it wrote.
+		chain, err := tx.PermChain(ctx, c.ID)
+		if err != nil {
+			return err
+		}
+		if len(chain) != 3 || chain[0].ID != c.ID || chain[1].ID != b.ID || chain[2].ID != a.ID ||
+			chain[2].Spend.SubTokens != 10 || chain[2].Spend.Spawns != 1 || chain[0].Spend.Tokens != 10 {
+			t.Errorf("PermChain inside the transaction = %+v", chain)
+		}
+		return tx.SpendSpawnAdd(ctx, []kin.AgentID{a.ID})
+	})
+	failed := errors.New("undone")
+	if err := s.Update(ctx, func(tx store.Tx) error {
+		if err := tx.SpendAdd(ctx, c.ID, 1000, 1); err != nil {
+			return err
+		}
+		if err := tx.SpendSpawnAdd(ctx, []kin.AgentID{a.ID}); err != nil {
+			return err
+		}
+		return failed
+	}); !errors.Is(err, failed) {
+		t.Fatalf("failing update: %v", err)
+	}
+	chain, err := s.PermChain(ctx, c.ID)
+	if err != nil || len(chain) != 3 {
+		t.Fatalf("PermChain = %+v, %v", chain, err)
+	}
+	want := []store.SpendRow{
+		{ID: c.ID, Tokens: 10, Cost: 0.5, SubTokens: 10, SubCost: 0.5},
+		{ID: b.ID, SubTokens: 10, SubCost: 0.5, Spawns: 1},
+		{ID: a.ID, SubTokens: 10, SubCost: 0.5, Spawns: 2},
+	}
+	for i, w := range want {
+		if chain[i].Spend != w {
+			t.Errorf("chain[%d].Spend = %+v, want %+v (a failed update's counters are undone)", i, chain[i].Spend, w)
+		}
+	}
+	if chain[1].Parent != a.ID || chain[2].Parent != 0 {
+		t.Errorf("parents in the chain: %+v", chain)
+	}
+	if got, err := s.PermChain(ctx, other.ID); err != nil || len(got) != 1 || got[0].Spend != (store.SpendRow{ID: other.ID}) {
+		t.Errorf("an agent without spend: %+v, %v", got, err)
+	}
+	if got, err := s.PermChain(ctx, 9999); err != nil || len(got) != 0 {
+		t.Errorf("an unknown agent's chain: %+v, %v", got, err)
 	}
 }
 

@@ -1,0 +1,103 @@
+package sqlite
+
+import (
+	"context"
+	"encoding/json"
+
+	"github.com/kin-agents/kin/internal/store"
+	"github.com/kin-agents/kin/kin"
+)
+
+// Spend and the counters budgets are checked against (migration 8). They
+// are written in the transaction that reports usage or registers an agent
+// and read by the checks of later ones, so group commit cannot let two
+// registrations of one batch miss each other.
+const (
+	sqlSpendAdd = `INSERT INTO agent_spend (agent_id, tokens, cost) VALUES (?, ?, ?)
+		ON CONFLICT (agent_id) DO UPDATE SET tokens = tokens + excluded.tokens, cost = cost + excluded.cost`
+	// The agent and each ancestor: every subtree the usage lies in.
+	sqlSpendSubAdd = `
+		WITH RECURSIVE up(id) AS (
+			SELECT ?1
+			UNION ALL
+			SELECT a.parent_id FROM up JOIN agents a ON a.id = up.id WHERE a.parent_id <> 0
+		)
+		INSERT INTO agent_spend (agent_id, sub_tokens, sub_cost) SELECT id, ?2, ?3 FROM up WHERE true
+		ON CONFLICT (agent_id) DO UPDATE SET sub_tokens = sub_tokens + excluded.sub_tokens, sub_cost = sub_cost + excluded.sub_cost`
+	sqlSpawnAdd = `INSERT INTO agent_spend (agent_id, spawns) SELECT value, 1 FROM json_each(?) WHERE true
+		ON CONFLICT (agent_id) DO UPDATE SET spawns = spawns + 1`
+	sqlPermChain = `
+		WITH RECURSIVE up(id, depth) AS (
+			SELECT id, 0 FROM agents WHERE id = ?
+			UNION ALL
+			SELECT a.parent_id, up.depth + 1 FROM up JOIN agents a ON a.id = up.id WHERE a.parent_id <> 0
+		)
+		SELECT a.id, a.parent_id, a.stage, a.policy, a.deadline_at,
+			COALESCE(s.tokens, 0), COALESCE(s.cost, 0), COALESCE(s.sub_tokens, 0), COALESCE(s.sub_cost, 0),
+			COALESCE(s.spawns, 0), COALESCE(s.exhausted, '')
+		FROM up JOIN agents a ON a.id = up.id LEFT JOIN agent_spend s ON s.agent_id = a.id
+		ORDER BY up.depth`
+)
+
+func (r reader) SpendList(ctx context.Context) ([]store.SpendRow, error) {
+	rows, err := r.query(ctx, `SELECT agent_id, tokens, cost, sub_tokens, sub_cost, spawns, exhausted FROM agent_spend ORDER BY agent_id`)
+	if err != nil {
+		return nil, interpretError(err)
+	}
+	defer rows.Close()
+	var out []store.SpendRow
+	for rows.Next() {
+		var s store.SpendRow
+		if err := rows.Scan(&s.ID, &s.Tokens, &s.Cost, &s.SubTokens, &s.SubCost, &s.Spawns, &s.Exhausted); err != nil {
+			return nil, interpretError(err)
+		}
+		out = append(out, s)
+	}
+	return out, interpretError(rows.Err())
+}
+
+func (r reader) PermChain(ctx context.Context, id kin.AgentID) ([]store.PermRow, error) {
+	rows, err := r.query(ctx, sqlPermChain, id)
+	if err != nil {
+		return nil, interpretError(err)
+	}
+	defer rows.Close()
+	var out []store.PermRow
+	for rows.Next() {
+		var p store.PermRow
+		var pol string
+		var deadline int64
+		s := &p.Spend
+		if err := rows.Scan(&p.ID, &p.Parent, &p.Stage, &pol, &deadline,
+			&s.Tokens, &s.Cost, &s.SubTokens, &s.SubCost, &s.Spawns, &s.Exhausted); err != nil {
+			return nil, interpretError(err)
+		}
+		s.ID = p.ID
+		if pol != "" {
+			p.Policy = []byte(pol)
+		}
+		p.DeadlineAt = unixTime(deadline)
+		out = append(out, p)
+	}
+	return out, interpretError(rows.Err())
+}
+
+func (t *txn) SpendAdd(ctx context.Context, id kin.AgentID, tokens int64, cost float64) error {
+	if _, err := t.exec(ctx, sqlSpendAdd, id, tokens, cost); err != nil {
+		return interpretError(err)
+	}
+	_, err := t.exec(ctx, sqlSpendSubAdd, id, tokens, cost)
+	return interpretError(err)
+}
+
+func (t *txn) SpendSpawnAdd(ctx context.Context, ids []kin.AgentID) error {
+	if len(ids) == 0 {
+		return nil
+	}
+	b, err := json.Marshal(ids)
+	if err != nil {
+		return err
+	}
+	_, err = t.exec(ctx, sqlSpawnAdd, string(b))
+	return interpretError(err)
+}
