@@ -14,9 +14,22 @@ import (
 // a root the operator registered, not with the operator's full power.
 const HeaderActAs = "Kin-Act-As"
 
-// Service is what kin offers. The daemon implements it in process; the
-// client SDK implements it over HTTP. The CLI holds only a Service.
+// Service is what kin offers: every method of its parts. The daemon
+// implements it in process; the client SDK implements it over HTTP. The CLI
+// holds only a Service. The parts say which methods belong together, and
+// which of the daemon's services answers them (docs/ARCHITECTURE.md).
 type Service interface {
+	RegistryService
+	RunnerService
+	AuthorityService
+	ExchangeService
+	IdentityService
+	LogService
+}
+
+// RegistryService is the lineage registry (seed 000) and the governor's
+// rules (seed 002): who exists, under whom, and the events that say so.
+type RegistryService interface {
 	// Register adds an agent under the governor's rules.
 	Register(ctx context.Context, req RegisterRequest) (*Agent, error)
 	// Agent returns one agent.
@@ -44,7 +57,11 @@ type Service interface {
 	SetGovernor(ctx context.Context, key, value string) (*GovernorInfo, error)
 	// Status describes the daemon.
 	Status(ctx context.Context) (*DaemonStatus, error)
+}
 
+// RunnerService runs agents: their processes, liveness, output and
+// results (seed 001's handoff).
+type RunnerService interface {
 	// Spawn registers an agent and starts its process, supervised.
 	Spawn(ctx context.Context, req SpawnRequest) (*Agent, error)
 	// Stop stops an agent's process and cancels its owned subtree, and
@@ -70,7 +87,11 @@ type Service interface {
 	// ContextPack returns what the agent's context should include about
 	// its children (seed 001).
 	ContextPack(ctx context.Context, id AgentID) (*ContextPack, error)
+}
 
+// AuthorityService is the permission authority (seeds 001, 003): effective
+// policies, tool decisions, budgets and stages.
+type AuthorityService interface {
 	// Policy returns an agent's requested and effective policy and spend.
 	Policy(ctx context.Context, id AgentID) (*AgentPolicy, error)
 	// Authorize decides whether an agent may use a tool now (seed 003's
@@ -84,6 +105,11 @@ type Service interface {
 	Usage(ctx context.Context, req UsageRequest) (*Spend, error)
 	// Promote changes an agent's stage (its parent or the operator only).
 	Promote(ctx context.Context, req PromoteRequest) (*Agent, error)
+}
+
+// ExchangeService is what agents share with consent (seed 003): another's
+// files, and messages.
+type ExchangeService interface {
 	// ReadFile reads a file of another agent's workspace where both sides
 	// consent (seed 003 §4).
 	ReadFile(ctx context.Context, req ReadRequest) ([]byte, error)
@@ -92,7 +118,11 @@ type Service interface {
 	// Inbox calls fn for each message sent to the agent, and with Follow
 	// for each new one until ctx ends or fn fails.
 	Inbox(ctx context.Context, req InboxRequest, fn func(Message) error) error
+}
 
+// IdentityService is the identity provider (seed 004, AAuth): agent
+// tokens, grants, auth tokens and signing keys.
+type IdentityService interface {
 	// Token returns the calling agent's current agent token, issued or
 	// refreshed when less than half its lifetime is left (agents only).
 	Token(ctx context.Context) (*AgentToken, error)
@@ -108,8 +138,11 @@ type Service interface {
 	// RotateKeys makes a new signing key for a role (KeyRoleAgent or
 	// KeyRolePerson); the old one stays published (operator only).
 	RotateKeys(ctx context.Context, role string) (*KeyRotation, error)
+}
 
-	// The verifiable event log (seed 000's permanent, auditable record).
+// LogService is the verifiable event log (seed 000's permanent, auditable
+// record): checkpoints, proofs and verification.
+type LogService interface {
 	// LogCheckpoint returns a signed checkpoint covering every event so
 	// far, with the log's public key (any caller).
 	LogCheckpoint(ctx context.Context) (*LogCheckpoint, error)

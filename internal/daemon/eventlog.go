@@ -301,7 +301,7 @@ func (d *Daemon) AncestryProof(ctx context.Context, id kin.AgentID) (*kin.Ancest
 		if err != nil {
 			return nil, fmt.Errorf("agent %d's registration event: %w", a.ID, err)
 		}
-		var reg registeredData
+		var reg kin.AgentRegisteredData
 		if err := json.Unmarshal(e.Data, &reg); err != nil {
 			return nil, fmt.Errorf("agent %d's registration event: %w", a.ID, err)
 		}

@@ -361,7 +361,7 @@ func (d *Daemon) Grant(ctx context.Context, req kin.GrantRequest) (*kin.Grant, e
 		if err := tx.GrantSet(ctx, store.GrantRow{Agent: g.Agent, Resource: g.Resource, Scope: g.Scope, Until: g.Until, CreatedAt: now}); err != nil {
 			return err
 		}
-		return appendEvent(ctx, tx, now, kin.EventGrant, a.ID, a.Parent, grantData{Agent: a.ID, Resource: g.Resource, Scope: g.Scope, Until: g.Until, Action: "granted"})
+		return appendEvent(ctx, tx, now, kin.EventGrant, a.ID, a.Parent, kin.GrantData{Agent: a.ID, Resource: g.Resource, Scope: g.Scope, Until: g.Until, Action: "granted"})
 	})
 	if err != nil {
 		return nil, d.storeError(err)
@@ -416,7 +416,7 @@ func (d *Daemon) Ungrant(ctx context.Context, req kin.UngrantRequest) (*kin.Gran
 		if out.Revoked, err = d.revokeTx(ctx, tx, now, store.AuthTokenRevokeParams{Parent: req.Agent, Resource: req.Resource}, "grant removed"); err != nil {
 			return err
 		}
-		return appendEvent(ctx, tx, now, kin.EventGrant, req.Agent, 0, grantData{Agent: req.Agent, Resource: req.Resource, Scope: out.Scope, Action: "ungranted", Revoked: out.Revoked})
+		return appendEvent(ctx, tx, now, kin.EventGrant, req.Agent, 0, kin.GrantData{Agent: req.Agent, Resource: req.Resource, Scope: out.Scope, Action: "ungranted", Revoked: out.Revoked})
 	})
 	if err != nil {
 		return nil, d.storeError(err)
@@ -491,7 +491,7 @@ func (d *Daemon) RotateKeys(ctx context.Context, role string) (*kin.KeyRotation,
 		d.id.mu.Unlock()
 	}
 	err = d.update(ctx, func(tx store.Tx, _ *afterCommit) error {
-		return appendEvent(ctx, tx, now, kin.EventKeysRotated, 0, 0, rotatedData{Role: role, KID: k.KID})
+		return appendEvent(ctx, tx, now, kin.EventKeysRotated, 0, 0, kin.KeysRotatedData{Role: role, KID: k.KID})
 	})
 	if err != nil {
 		return nil, d.storeError(err)
@@ -545,7 +545,7 @@ func (d *Daemon) revokeTx(ctx context.Context, tx store.Tx, now time.Time, p sto
 		byPair[k] = append(byPair[k], r.JTI)
 	}
 	for _, k := range order {
-		if err := appendEvent(ctx, tx, now, kin.EventTokenRevoked, k.agent, k.parent, revokedData{Agent: k.agent, Parent: k.parent, JTIs: byPair[k], Reason: reason}); err != nil {
+		if err := appendEvent(ctx, tx, now, kin.EventTokenRevoked, k.agent, k.parent, kin.TokenRevokedData{Agent: k.agent, Parent: k.parent, JTIs: byPair[k], Reason: reason}); err != nil {
 			return 0, err
 		}
 	}
@@ -561,42 +561,4 @@ func (d *Daemon) revokeAgentsTx(ctx context.Context, tx store.Tx, now time.Time,
 	d.forgetTokens(ids)
 	_, err := d.revokeTx(ctx, tx, now, store.AuthTokenRevokeParams{Agents: ids}, reason)
 	return err
-}
-
-// Event payloads.
-type grantData struct {
-	Agent    kin.AgentID `json:"agent"`
-	Resource string      `json:"resource"`
-	Scope    string      `json:"scope"`
-	Until    time.Time   `json:"until,omitzero"`
-	Action   string      `json:"action"`
-	Revoked  int         `json:"revoked,omitempty"`
-}
-
-type issuedData struct {
-	Parent    kin.AgentID `json:"parent"`
-	Agent     kin.AgentID `json:"agent"`
-	Resource  string      `json:"resource"`
-	Scope     string      `json:"scope"`
-	JTI       string      `json:"jti"`
-	ExpiresAt time.Time   `json:"expires_at"`
-}
-
-type refusedData struct {
-	Parent kin.AgentID `json:"parent,omitempty"`
-	Agent  kin.AgentID `json:"agent,omitempty"`
-	Code   string      `json:"code"`
-	Detail string      `json:"detail"`
-}
-
-type revokedData struct {
-	Agent  kin.AgentID `json:"agent"`
-	Parent kin.AgentID `json:"parent"`
-	JTIs   []string    `json:"jtis"`
-	Reason string      `json:"reason"`
-}
-
-type rotatedData struct {
-	Role string `json:"role"`
-	KID  string `json:"kid"`
 }

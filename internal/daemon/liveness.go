@@ -66,7 +66,7 @@ func (d *Daemon) Heartbeat(ctx context.Context, req kin.HeartbeatRequest) (*kin.
 		if a.State != kin.StateActive {
 			active := kin.StateActive
 			p.State = &active
-			if err := appendEvent(ctx, tx, now, kin.EventAgentState, id, a.Parent, stateData{Agent: id, From: a.State, To: active}); err != nil {
+			if err := appendEvent(ctx, tx, now, kin.EventAgentState, id, a.Parent, kin.AgentStateData{Agent: id, From: a.State, To: active}); err != nil {
 				return err
 			}
 		}
@@ -148,12 +148,12 @@ func (d *Daemon) sweepLiveness(ctx context.Context) {
 			if err := tx.AgentUpdate(ctx, store.AgentUpdateParams{ID: a.ID, At: now, State: &to}); err != nil {
 				return err
 			}
-			if err := appendEvent(ctx, tx, now, kin.EventAgentState, a.ID, a.Parent, stateData{Agent: a.ID, From: a.State, To: to}); err != nil {
+			if err := appendEvent(ctx, tx, now, kin.EventAgentState, a.ID, a.Parent, kin.AgentStateData{Agent: a.ID, From: a.State, To: to}); err != nil {
 				return err
 			}
 			if to == kin.StateOffline {
 				// seed 002: "Governor alerts the parent orchestrator".
-				if err := appendEvent(ctx, tx, now, kin.EventAgentOffline, a.ID, a.Parent, offlineData{
+				if err := appendEvent(ctx, tx, now, kin.EventAgentOffline, a.ID, a.Parent, kin.AgentOfflineData{
 					Agent: a.ID, Parent: a.Parent, LastHeartbeat: a.LastHeartbeat, Cursor: a.Cursor,
 				}); err != nil {
 					return err
@@ -180,7 +180,7 @@ func (d *Daemon) sweepLiveness(ctx context.Context) {
 		d.exitWG.Add(1)
 		go func() {
 			defer d.exitWG.Done()
-			if _, err := d.cancelTree(ctx, a.ID, reasonOffline, nil, true, kin.StateOffline); err != nil {
+			if _, err := d.cancelTree(ctx, cancelParams{Root: a.ID, Reason: reasonOffline, IncludeRoot: true, RootState: kin.StateOffline}); err != nil {
 				d.log.Error("stop offline agent", "agent", a.ID, "err", err)
 				return
 			}
@@ -189,17 +189,4 @@ func (d *Daemon) sweepLiveness(ctx context.Context) {
 			}
 		}()
 	}
-}
-
-type stateData struct {
-	Agent kin.AgentID `json:"agent"`
-	From  kin.State   `json:"from"`
-	To    kin.State   `json:"to"`
-}
-
-type offlineData struct {
-	Agent         kin.AgentID `json:"agent"`
-	Parent        kin.AgentID `json:"parent"`
-	LastHeartbeat time.Time   `json:"last_heartbeat"`
-	Cursor        string      `json:"cursor,omitempty"`
 }

@@ -19,14 +19,6 @@ import (
 // the operator); the background writer appends it to the recipient
 // session's messages.jsonl, like every other event it follows.
 
-// messageData is the agent.message event, and the line of messages.jsonl.
-type messageData struct {
-	From    kin.AgentID `json:"from"`
-	To      kin.AgentID `json:"to"`
-	Session string      `json:"session"`
-	Text    string      `json:"text"`
-}
-
 // Send appends a message to an agent's main session, or to req.Session.
 // The operator may message anyone; an agent its parent, its children, and
 // agents it shares a consented visibility edge with.
@@ -66,7 +58,7 @@ func (d *Daemon) Send(ctx context.Context, req kin.SendRequest) (*kin.Message, e
 	}
 	m := &kin.Message{From: c.agent, To: to.ID, Session: session, Text: req.Text, At: d.now()}
 	err = d.update(ctx, func(tx store.Tx, _ *afterCommit) error {
-		e, err := kin.NewEvent(kin.EventAgentMessage, to.ID, c.agent, messageData{From: c.agent, To: to.ID, Session: session, Text: req.Text})
+		e, err := kin.NewEvent(kin.EventAgentMessage, to.ID, c.agent, kin.AgentMessageData{From: c.agent, To: to.ID, Session: session, Text: req.Text})
 		if err != nil {
 			return err
 		}
@@ -117,7 +109,7 @@ func (d *Daemon) Inbox(ctx context.Context, req kin.InboxRequest, fn func(kin.Me
 	}
 	f := kin.EventFilter{Agent: id, Since: req.Since, Types: []string{kin.EventAgentMessage}}
 	each := func(e kin.Event) error {
-		var m messageData
+		var m kin.AgentMessageData
 		if err := json.Unmarshal(e.Data, &m); err != nil || m.To != id {
 			return nil // a message this agent sent
 		}
@@ -140,7 +132,7 @@ func (d *Daemon) Inbox(ctx context.Context, req kin.InboxRequest, fn func(kin.Me
 
 // messageLine is a message as a line of messages.jsonl.
 func messageLine(e kin.Event) ([]byte, kin.AgentID, string, bool) {
-	var m messageData
+	var m kin.AgentMessageData
 	if json.Unmarshal(e.Data, &m) != nil || m.To == 0 {
 		return nil, 0, "", false
 	}
@@ -148,7 +140,7 @@ func messageLine(e kin.Event) ([]byte, kin.AgentID, string, bool) {
 		Seq  int64  `json:"seq"`
 		Time string `json:"time"`
 		Role string `json:"role"`
-		messageData
+		kin.AgentMessageData
 	}{e.Seq, e.Time.UTC().Format(time.RFC3339Nano), sender(m.From), m})
 	if err != nil {
 		return nil, 0, "", false

@@ -520,22 +520,15 @@ func (d *Daemon) exhaust(id kin.AgentID, reason, why string) {
 			d.perm.rec(id).exhausted = why
 			d.perm.mu.Unlock()
 		})
-		return appendEvent(ctx, tx, d.now(), kin.EventBudgetExhausted, id, a.Parent, budgetData{Agent: id, Reason: reason, Detail: why})
+		return appendEvent(ctx, tx, d.now(), kin.EventBudgetExhausted, id, a.Parent, kin.BudgetExhaustedData{Agent: id, Reason: reason, Detail: why})
 	})
 	if err != nil {
 		d.log.Error("record exhausted budget", "agent", id, "err", err)
 	}
 	d.log.Info("budget exhausted: stopping the subtree", "agent", id, "why", why)
-	if _, err := d.cancelTree(ctx, id, reason, nil, true, ""); err != nil {
+	if _, err := d.cancelTree(ctx, cancelParams{Root: id, Reason: reason, IncludeRoot: true}); err != nil {
 		d.log.Error("stop exhausted subtree", "agent", id, "err", err)
 	}
-}
-
-// budgetData is the budget.exhausted event.
-type budgetData struct {
-	Agent  kin.AgentID `json:"agent"`
-	Reason string      `json:"reason"`
-	Detail string      `json:"detail"`
 }
 
 // Policy returns an agent's requested and effective policy and spend.
@@ -660,20 +653,13 @@ func (d *Daemon) Authorize(ctx context.Context, req kin.AuthorizeRequest) (*kin.
 			parent = a.Parent
 		}
 		err := d.update(ctx, func(tx store.Tx, _ *afterCommit) error {
-			return appendEvent(ctx, tx, d.now(), kin.EventToolDenied, id, parent, toolDeniedData{Agent: id, Tool: req.Tool, Reason: dec.Reason})
+			return appendEvent(ctx, tx, d.now(), kin.EventToolDenied, id, parent, kin.ToolDeniedData{Agent: id, Tool: req.Tool, Reason: dec.Reason})
 		})
 		if err != nil {
 			return nil, d.storeError(err)
 		}
 	}
 	return &dec, nil
-}
-
-// toolDeniedData is the tool.denied event.
-type toolDeniedData struct {
-	Agent  kin.AgentID `json:"agent"`
-	Tool   string      `json:"tool"`
-	Reason string      `json:"reason"`
 }
 
 func checkToolName(t string) error {
@@ -744,7 +730,7 @@ func (d *Daemon) Usage(ctx context.Context, req kin.UsageRequest) (*kin.Spend, e
 		if err := tx.SpendAdd(ctx, id, req.Tokens, req.Cost); err != nil {
 			return err
 		}
-		if err := appendEvent(ctx, tx, d.now(), kin.EventAgentUsage, id, a.Parent, usageData{Agent: id, Tokens: req.Tokens, Cost: req.Cost}); err != nil {
+		if err := appendEvent(ctx, tx, d.now(), kin.EventAgentUsage, id, a.Parent, kin.AgentUsageData{Agent: id, Tokens: req.Tokens, Cost: req.Cost}); err != nil {
 			return err
 		}
 		// The caps are checked against the sums as this transaction left
@@ -790,13 +776,6 @@ func (d *Daemon) Usage(ctx context.Context, req kin.UsageRequest) (*kin.Spend, e
 		s.Exhausted = whys[n-1]
 	}
 	return &s, nil
-}
-
-// usageData is the agent.usage event.
-type usageData struct {
-	Agent  kin.AgentID `json:"agent"`
-	Tokens int64       `json:"tokens,omitempty"`
-	Cost   float64     `json:"cost,omitempty"`
 }
 
 // Promote changes an agent's stage; only its parent or the operator may,
@@ -847,7 +826,7 @@ func (d *Daemon) Promote(ctx context.Context, req kin.PromoteRequest) (*kin.Agen
 		if o := chain[0].own; o != nil {
 			from = o.stage
 		}
-		if err := appendEvent(ctx, tx, now, kin.EventAgentPromoted, a.ID, a.Parent, promotedData{Agent: a.ID, From: from, To: req.Stage, By: c.createdBy()}); err != nil {
+		if err := appendEvent(ctx, tx, now, kin.EventAgentPromoted, a.ID, a.Parent, kin.AgentPromotedData{Agent: a.ID, From: from, To: req.Stage, By: c.createdBy()}); err != nil {
 			return err
 		}
 		after.do(func() {
@@ -870,14 +849,6 @@ func (d *Daemon) Promote(ctx context.Context, req kin.PromoteRequest) (*kin.Agen
 		return nil, d.storeError(err)
 	}
 	return d.Agent(ctx, a.ID)
-}
-
-// promotedData is the agent.promoted event.
-type promotedData struct {
-	Agent kin.AgentID `json:"agent"`
-	From  string      `json:"from"`
-	To    string      `json:"to"`
-	By    string      `json:"by"`
 }
 
 // canonicalMounts resolves the links in a policy's mount paths as the

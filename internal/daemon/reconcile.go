@@ -121,18 +121,18 @@ func (d *Daemon) reconcile(ctx context.Context) error {
 		if _, err := d.recordEnd(ctx, a.ID, kin.StateExited, reasonLost, &kin.Exit{Code: -1}, res); err != nil {
 			return err
 		}
-		d.appendSimple(ctx, kin.EventAgentLost, a, lostData{Agent: a.ID, PID: a.PID})
+		d.appendSimple(ctx, kin.EventAgentLost, a, kin.AgentLostData{Agent: a.ID, PID: a.PID})
 		d.log.Warn("agent lost while the daemon was down", "agent", a.ID, "pid", a.PID)
 	}
 	// Parent death applies to what happened while the daemon was down.
 	for _, a := range lost {
-		if _, err := d.cancelTree(ctx, a.ID, reasonParentDead, nil, false, ""); err != nil {
+		if _, err := d.cancelTree(ctx, cancelParams{Root: a.ID, Reason: reasonParentDead}); err != nil {
 			d.log.Error("cancel children of a lost agent", "agent", a.ID, "err", err)
 		}
 	}
 	// A cancellation the old daemon had begun is finished.
 	for _, a := range unfinished {
-		if _, err := d.cancelTree(ctx, a.ID, reasonStopped, nil, true, ""); err != nil {
+		if _, err := d.cancelTree(ctx, cancelParams{Root: a.ID, Reason: reasonStopped, IncludeRoot: true}); err != nil {
 			d.log.Error("finish stop", "agent", a.ID, "err", err)
 		}
 	}
@@ -169,7 +169,7 @@ func (d *Daemon) adopt(ctx context.Context, a *kin.Agent) error {
 	} else {
 		rt.sock = sock
 	}
-	d.appendSimple(ctx, kin.EventAgentAdopted, a, adoptedData{Agent: a.ID, PID: a.PID})
+	d.appendSimple(ctx, kin.EventAgentAdopted, a, kin.AgentAdoptedData{Agent: a.ID, PID: a.PID})
 	d.log.Info("agent re-adopted", "agent", a.ID, "pid", a.PID)
 	d.exitWG.Add(1)
 	go func() {
@@ -245,18 +245,8 @@ func (d *Daemon) stopAgents(ctx context.Context) {
 		if claimed {
 			continue
 		}
-		if _, err := d.cancelTree(ctx, id, reasonShutdown, nil, true, ""); err != nil {
+		if _, err := d.cancelTree(ctx, cancelParams{Root: id, Reason: reasonShutdown, IncludeRoot: true}); err != nil {
 			d.log.Error("stop at shutdown", "agent", id, "err", err)
 		}
 	}
-}
-
-type lostData struct {
-	Agent kin.AgentID `json:"agent"`
-	PID   int         `json:"pid"`
-}
-
-type adoptedData struct {
-	Agent kin.AgentID `json:"agent"`
-	PID   int         `json:"pid"`
 }

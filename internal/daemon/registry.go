@@ -179,14 +179,14 @@ func (d *Daemon) register(ctx context.Context, req kin.RegisterRequest, extra *s
 			d.lineage.add(out.ID, out.Parent)
 			d.admitted(out.ID, ad)
 		})
-		if err := appendEvent(ctx, tx, now, kin.EventAgentRegistered, out.ID, out.Parent, registeredData{
+		if err := appendEvent(ctx, tx, now, kin.EventAgentRegistered, out.ID, out.Parent, kin.AgentRegisteredData{
 			Agent: out.ID, Name: out.Name, Role: out.Role, Creator: by, Responsible: out.Responsible,
 			Parent: out.Parent, Generation: out.Generation, Life: out.Life, Replaces: out.Replaces,
 		}); err != nil {
 			return err
 		}
 		if out.Parent != 0 {
-			return appendEvent(ctx, tx, now, kin.EventChildSpawned, out.ID, out.Parent, childSpawnedData{
+			return appendEvent(ctx, tx, now, kin.EventChildSpawned, out.ID, out.Parent, kin.ChildSpawnedData{
 				Parent: out.Parent, Child: out.ID, Generation: out.Generation,
 			})
 		}
@@ -216,7 +216,7 @@ func (d *Daemon) register(ctx context.Context, req kin.RegisterRequest, extra *s
 // breaker, in the rejected request's own transaction.
 func (d *Daemon) recordRejection(ctx context.Context, tx store.Tx, prof kin.Profile, req kin.RegisterRequest, f governor.SpawnFacts, refused *kin.Error, by string) error {
 	now := f.Now
-	if err := appendEvent(ctx, tx, now, kin.EventSpawnRejected, 0, req.Parent, spawnRejectedData{
+	if err := appendEvent(ctx, tx, now, kin.EventSpawnRejected, 0, req.Parent, kin.SpawnRejectedData{
 		Parent: req.Parent, Name: req.Name, Role: f.Role, Generation: f.Generation(),
 		Code: refused.Code, Message: refused.Message, By: by,
 	}); err != nil {
@@ -244,7 +244,7 @@ func (d *Daemon) recordRejection(ctx context.Context, tx store.Tx, prof kin.Prof
 	if err := tx.AgentUpdateSpawnBlock(ctx, req.Parent, until); err != nil {
 		return err
 	}
-	return appendEvent(ctx, tx, now, kin.EventCircuitOpen, req.Parent, 0, circuitOpenData{
+	return appendEvent(ctx, tx, now, kin.EventCircuitOpen, req.Parent, 0, kin.CircuitOpenData{
 		Agent: req.Parent, Rejections: recent, Window: cb.Window, Until: until,
 	})
 }
@@ -398,7 +398,7 @@ func (d *Daemon) SetStatus(ctx context.Context, req kin.StatusRequest) ([]*kin.A
 			if !a.Running() || d.runtimeOf(a.ID) == nil {
 				continue
 			}
-			if _, err := d.cancelTree(context.WithoutCancel(ctx), a.ID, reasonTerminated, nil, true, kin.StateTerminated); err != nil {
+			if _, err := d.cancelTree(context.WithoutCancel(ctx), cancelParams{Root: a.ID, Reason: reasonTerminated, IncludeRoot: true, RootState: kin.StateTerminated}); err != nil {
 				return nil, err
 			}
 		}
@@ -439,7 +439,7 @@ func (d *Daemon) SetStatus(ctx context.Context, req kin.StatusRequest) ([]*kin.A
 			if err := tx.AgentUpdateStatus(ctx, store.AgentUpdateStatusParams{ID: a.ID, Status: to, State: state, At: now}); err != nil {
 				return err
 			}
-			data := statusData{Agent: a.ID, From: from, To: to, Action: req.Action, By: by, Reason: req.Reason}
+			data := kin.AgentStatusData{Agent: a.ID, From: from, To: to, Action: req.Action, By: by, Reason: req.Reason}
 			if req.Cascade && a.ID != req.ID {
 				data.CascadeFrom = req.ID
 			}
@@ -544,7 +544,7 @@ func (d *Daemon) freezeChanged(ctx context.Context, req kin.StatusRequest, chang
 			if err := tx.AgentUpdate(ctx, p); err != nil {
 				return err
 			}
-			if err := appendEvent(ctx, tx, now, kin.EventAgentState, a.ID, a.Parent, stateData{Agent: a.ID, From: cur.State, To: to}); err != nil {
+			if err := appendEvent(ctx, tx, now, kin.EventAgentState, a.ID, a.Parent, kin.AgentStateData{Agent: a.ID, From: cur.State, To: to}); err != nil {
 				return err
 			}
 		}
@@ -694,7 +694,7 @@ func (d *Daemon) SetGovernor(ctx context.Context, key, value string) (*kin.Gover
 			d.profile, d.overrides, d.settings = to, overrides, settings
 			d.mu.Unlock()
 		})
-		return appendEvent(ctx, tx, d.now(), kin.EventGovernorChanged, 0, 0, governorChangedData{
+		return appendEvent(ctx, tx, d.now(), kin.EventGovernorChanged, 0, 0, kin.GovernorChangedData{
 			Key: key, From: settingValue(from, key), To: n, By: by,
 		})
 	})
@@ -785,57 +785,4 @@ func appendEvent(ctx context.Context, tx store.Tx, at time.Time, typ string, age
 	e.Time = at
 	_, err = tx.EventAppend(ctx, e)
 	return err
-}
-
-// Event payloads: the fields each event type carries.
-type registeredData struct {
-	Agent       kin.AgentID `json:"agent"`
-	Name        string      `json:"name"`
-	Role        string      `json:"role"`
-	Creator     string      `json:"creator"`
-	Responsible string      `json:"responsible"`
-	Parent      kin.AgentID `json:"parent"`
-	Generation  int         `json:"generation"`
-	Life        kin.Life    `json:"life"`
-	Replaces    kin.AgentID `json:"replaces,omitempty"`
-}
-
-type childSpawnedData struct {
-	Parent     kin.AgentID `json:"parent"`
-	Child      kin.AgentID `json:"child"`
-	Generation int         `json:"generation"`
-}
-
-type statusData struct {
-	Agent       kin.AgentID      `json:"agent"`
-	From        kin.Status       `json:"from"`
-	To          kin.Status       `json:"to"`
-	Action      kin.StatusAction `json:"action"`
-	By          string           `json:"by"`
-	Reason      string           `json:"reason,omitempty"`
-	CascadeFrom kin.AgentID      `json:"cascade_from,omitempty"`
-}
-
-type spawnRejectedData struct {
-	Parent     kin.AgentID   `json:"parent"`
-	Name       string        `json:"name"`
-	Role       string        `json:"role,omitempty"`
-	Generation int           `json:"generation"`
-	Code       kin.ErrorCode `json:"code"`
-	Message    string        `json:"message"`
-	By         string        `json:"by"`
-}
-
-type circuitOpenData struct {
-	Agent      kin.AgentID  `json:"agent"`
-	Rejections int          `json:"rejections"`
-	Window     kin.Duration `json:"window"`
-	Until      time.Time    `json:"until"`
-}
-
-type governorChangedData struct {
-	Key  string `json:"key"`
-	From int    `json:"from"`
-	To   int    `json:"to"`
-	By   string `json:"by"`
 }

@@ -25,15 +25,7 @@ type outcome struct {
 // appendResult appends the agent.result event: where a's handed-back
 // result stands, and what it lacks.
 func appendResult(ctx context.Context, tx store.Tx, at time.Time, a, parent kin.AgentID, st kin.ResultStatus, violations []string) error {
-	return appendEvent(ctx, tx, at, kin.EventAgentResult, a, parent, resultData{Agent: a, Parent: parent, Status: st, Violations: violations})
-}
-
-// resultData is the agent.result event.
-type resultData struct {
-	Agent      kin.AgentID      `json:"agent"`
-	Parent     kin.AgentID      `json:"parent"`
-	Status     kin.ResultStatus `json:"status"`
-	Violations []string         `json:"violations,omitempty"`
+	return appendEvent(ctx, tx, at, kin.EventAgentResult, a, parent, kin.AgentResultData{Agent: a, Parent: parent, Status: st, Violations: violations})
 }
 
 // collectResult is seed 001's "child to parent" for an agent whose process
@@ -235,7 +227,7 @@ func (d *Daemon) result(ctx context.Context, a *kin.Agent) (*kin.AgentResult, er
 			if evs[i].Agent != a.ID {
 				continue
 			}
-			var rd resultData
+			var rd kin.AgentResultData
 			if err := json.Unmarshal(evs[i].Data, &rd); err == nil {
 				r.Violations = append(r.Violations, rd.Violations...)
 			}

@@ -218,7 +218,7 @@ func (d *Daemon) start(ctx context.Context, a *kin.Agent, spec store.ProcessSpec
 		if err := tx.AgentUpdate(ctx, store.AgentUpdateParams{ID: a.ID, At: now, PID: &pid, StartedAt: &started, Session: &session, Result: result}); err != nil {
 			return err
 		}
-		return appendEvent(ctx, tx, d.now(), kin.EventAgentStarted, a.ID, a.Parent, startedData{Agent: a.ID, PID: pid, Command: spec.Command})
+		return appendEvent(ctx, tx, d.now(), kin.EventAgentStarted, a.ID, a.Parent, kin.AgentStartedData{Agent: a.ID, PID: pid, Command: spec.Command})
 	})
 	if err != nil {
 		// The process runs but is not recorded: do not leave it unsupervised.
@@ -258,7 +258,7 @@ func (d *Daemon) failStart(ctx context.Context, a *kin.Agent, cause error) error
 				return err
 			}
 		}
-		return appendEvent(ctx, tx, now, kin.EventAgentFailed, a.ID, a.Parent, failedData{Agent: a.ID, Parent: a.Parent, Reason: reason, Detail: cause.Error()})
+		return appendEvent(ctx, tx, now, kin.EventAgentFailed, a.ID, a.Parent, kin.AgentFailedData{Agent: a.ID, Parent: a.Parent, Reason: reason, Detail: cause.Error()})
 	})
 	if err != nil {
 		d.log.Error("record failed start", "agent", a.ID, "err", err)
@@ -378,7 +378,7 @@ func (d *Daemon) handleExit(id kin.AgentID, exit kin.Exit) {
 	}
 	d.log.Info("agent ended", "agent", id, "exit", exit.String(), "reason", reason)
 	// Its owned descendants, and whatever its process left behind.
-	if _, err := d.cancelTree(ctx, id, reasonParentDead, nil, false, ""); err != nil {
+	if _, err := d.cancelTree(ctx, cancelParams{Root: id, Reason: reasonParentDead}); err != nil {
 		d.log.Error("cancel children", "agent", id, "err", err)
 	}
 	d.removeRuntime(id)
@@ -410,7 +410,7 @@ func (d *Daemon) recordEnd(ctx context.Context, id kin.AgentID, state kin.State,
 		if err := tx.AgentUpdate(ctx, p); err != nil {
 			return err
 		}
-		data := exitedData{Agent: id, State: state, Reason: reason}
+		data := kin.AgentExitedData{Agent: id, State: state, Reason: reason}
 		if exit != nil {
 			data.Code, data.Signal, data.Known = exit.Code, exit.Signal, exit.Known
 		}
@@ -448,17 +448,26 @@ func (d *Daemon) Stop(ctx context.Context, req kin.StopRequest) ([]*kin.Agent, e
 	if a.State.Terminal() {
 		return nil, kin.Errorf(kin.ECodeInvalidTransition, "agent %d has already ended (%s)", a.ID, a.State)
 	}
-	return d.cancelTree(context.WithoutCancel(ctx), req.ID, reasonStopped, req.Grace, true, "")
+	return d.cancelTree(context.WithoutCancel(ctx), cancelParams{Root: req.ID, Reason: reasonStopped, Grace: req.Grace, IncludeRoot: true})
+}
+
+// cancelParams says which subtree cancelTree stops, why and how.
+type cancelParams struct {
+	Root        kin.AgentID
+	Reason      string        // reasonStopped, reasonBudget, ...: the end reason and the events'
+	Grace       *kin.Duration // nil: the longest of the agents' own graces
+	IncludeRoot bool          // false: the root's owned children only
+	RootState   kin.State     // the root's final state; "" is cancelled
 }
 
 // cancelTree is seed 001's cancellation sequence for the owned subtree of
-// root (root itself too when includeRoot): mark them stopping, close their
-// sockets, SIGTERM (with SIGCONT) their cgroups, wait the grace, SIGKILL
-// what is left (cgroup.kill), wait until the cgroups are empty, mark each
-// cancelled, and append agent.child.cancel and agent.stop for each.
-// Detached children and their subtrees are left alone. rootState overrides
-// the root's final state (default cancelled).
-func (d *Daemon) cancelTree(ctx context.Context, root kin.AgentID, reason string, grace *kin.Duration, includeRoot bool, rootState kin.State) ([]*kin.Agent, error) {
+// p.Root (the root itself too when p.IncludeRoot): mark them stopping, close
+// their sockets, SIGTERM (with SIGCONT) their cgroups, wait the grace,
+// SIGKILL what is left (cgroup.kill), wait until the cgroups are empty,
+// mark each cancelled, and append agent.child.cancel and agent.stop for
+// each. Detached children and their subtrees are left alone.
+func (d *Daemon) cancelTree(ctx context.Context, p cancelParams) ([]*kin.Agent, error) {
+	root, reason, grace, includeRoot, rootState := p.Root, p.Reason, p.Grace, p.IncludeRoot, p.RootState
 	began := time.Now()
 	ids := d.lineage.subtree(root)
 	if ids == nil {
@@ -580,11 +589,11 @@ func (d *Daemon) cancelTree(ctx context.Context, root kin.AgentID, reason string
 				return err
 			}
 			if a.ID != root {
-				if err := appendEvent(ctx, tx, now, kin.EventChildCancel, a.ID, a.Parent, childCancelData{Parent: a.Parent, Child: a.ID, Reason: reason}); err != nil {
+				if err := appendEvent(ctx, tx, now, kin.EventChildCancel, a.ID, a.Parent, kin.ChildCancelData{Parent: a.Parent, Child: a.ID, Reason: reason}); err != nil {
 					return err
 				}
 			}
-			if err := appendEvent(ctx, tx, now, kin.EventAgentStop, a.ID, a.Parent, stopData{Agent: a.ID, Status: string(state)}); err != nil {
+			if err := appendEvent(ctx, tx, now, kin.EventAgentStop, a.ID, a.Parent, kin.AgentStopData{Agent: a.ID, Status: string(state)}); err != nil {
 				return err
 			}
 			if p.Result != nil {
@@ -670,7 +679,7 @@ func (d *Daemon) maybeRestart(ctx context.Context, old *kin.Agent, reason string
 		return
 	}
 	err = d.update(ctx, func(tx store.Tx, _ *afterCommit) error {
-		return appendEvent(ctx, tx, d.now(), kin.EventAgentReplaced, old.ID, old.Parent, replacedData{
+		return appendEvent(ctx, tx, d.now(), kin.EventAgentReplaced, old.ID, old.Parent, kin.AgentReplacedData{
 			Agent: old.ID, Replacement: a.ID, Cursor: old.Cursor, Reason: reason, Restarts: restarts + 1,
 		})
 	})
@@ -709,7 +718,7 @@ func (d *Daemon) markFailed(ctx context.Context, a *kin.Agent, why string) {
 		if err := tx.AgentUpdate(ctx, store.AgentUpdateParams{ID: a.ID, At: now, State: &state}); err != nil {
 			return err
 		}
-		return appendEvent(ctx, tx, now, kin.EventAgentFailed, a.ID, a.Parent, failedData{Agent: a.ID, Parent: a.Parent, Reason: "restart_intensity", Detail: why})
+		return appendEvent(ctx, tx, now, kin.EventAgentFailed, a.ID, a.Parent, kin.AgentFailedData{Agent: a.ID, Parent: a.Parent, Reason: "restart_intensity", Detail: why})
 	})
 	if err != nil {
 		d.log.Error("record failure", "agent", a.ID, "err", err)
@@ -727,49 +736,6 @@ func (d *Daemon) runningCount() int {
 	d.rtMu.Lock()
 	defer d.rtMu.Unlock()
 	return len(d.runtimes)
-}
-
-// Event payloads of the supervisor.
-type startedData struct {
-	Agent   kin.AgentID `json:"agent"`
-	PID     int         `json:"pid"`
-	Command []string    `json:"command"`
-}
-
-type exitedData struct {
-	Agent  kin.AgentID `json:"agent"`
-	State  kin.State   `json:"state"`
-	Reason string      `json:"reason"`
-	Code   int         `json:"code"`
-	Signal string      `json:"signal,omitempty"`
-	Known  bool        `json:"known"`
-}
-
-// childCancelData and stopData are seed 001's events, in its shape.
-type childCancelData struct {
-	Parent kin.AgentID `json:"parent"`
-	Child  kin.AgentID `json:"child"`
-	Reason string      `json:"reason"`
-}
-
-type stopData struct {
-	Agent  kin.AgentID `json:"agent"`
-	Status string      `json:"status"`
-}
-
-type failedData struct {
-	Agent  kin.AgentID `json:"agent"`
-	Parent kin.AgentID `json:"parent"`
-	Reason string      `json:"reason"`
-	Detail string      `json:"detail,omitempty"`
-}
-
-type replacedData struct {
-	Agent       kin.AgentID `json:"agent"`
-	Replacement kin.AgentID `json:"replacement"`
-	Cursor      string      `json:"cursor,omitempty"`
-	Reason      string      `json:"reason"`
-	Restarts    int         `json:"restarts"`
 }
 
 // freeze freezes (or thaws) an agent's own processes, or its whole subtree.

@@ -1,0 +1,291 @@
+package kin
+
+import "time"
+
+// The data of each event type: the fields of its JSON object beside seq,
+// leaf_index, time and type (Event.Data). They are part of the verifiable
+// log's leaves (the leaf is the event's canonical JSON), so a field once
+// recorded keeps its name and meaning. EventData says which type each
+// event's data has.
+
+// AgentRegisteredData is the data of an EventAgentRegistered event.
+type AgentRegisteredData struct {
+	Agent       AgentID `json:"agent"`
+	Name        string  `json:"name"`
+	Role        string  `json:"role"`
+	Creator     string  `json:"creator"`
+	Responsible string  `json:"responsible"`
+	Parent      AgentID `json:"parent"`
+	Generation  int     `json:"generation"`
+	Life        Life    `json:"life"`
+	Replaces    AgentID `json:"replaces,omitempty"`
+}
+
+// ChildSpawnedData is the data of an EventChildSpawned event.
+type ChildSpawnedData struct {
+	Parent     AgentID `json:"parent"`
+	Child      AgentID `json:"child"`
+	Generation int     `json:"generation"`
+}
+
+// AgentStatusData is the data of an EventAgentStatus event.
+type AgentStatusData struct {
+	Agent       AgentID      `json:"agent"`
+	From        Status       `json:"from"`
+	To          Status       `json:"to"`
+	Action      StatusAction `json:"action"`
+	By          string       `json:"by"`
+	Reason      string       `json:"reason,omitempty"`
+	CascadeFrom AgentID      `json:"cascade_from,omitempty"`
+}
+
+// SpawnRejectedData is the data of an EventSpawnRejected event.
+type SpawnRejectedData struct {
+	Parent     AgentID   `json:"parent"`
+	Name       string    `json:"name"`
+	Role       string    `json:"role,omitempty"`
+	Generation int       `json:"generation"`
+	Code       ErrorCode `json:"code"`
+	Message    string    `json:"message"`
+	By         string    `json:"by"`
+}
+
+// CircuitOpenData is the data of an EventCircuitOpen event.
+type CircuitOpenData struct {
+	Agent      AgentID   `json:"agent"`
+	Rejections int       `json:"rejections"`
+	Window     Duration  `json:"window"`
+	Until      time.Time `json:"until"`
+}
+
+// GovernorChangedData is the data of an EventGovernorChanged event.
+type GovernorChangedData struct {
+	Key  string `json:"key"`
+	From int    `json:"from"`
+	To   int    `json:"to"`
+	By   string `json:"by"`
+}
+
+// AgentStartedData is the data of an EventAgentStarted event.
+type AgentStartedData struct {
+	Agent   AgentID  `json:"agent"`
+	PID     int      `json:"pid"`
+	Command []string `json:"command"`
+}
+
+// AgentExitedData is the data of an EventAgentExited event.
+type AgentExitedData struct {
+	Agent  AgentID `json:"agent"`
+	State  State   `json:"state"`
+	Reason string  `json:"reason"`
+	Code   int     `json:"code"`
+	Signal string  `json:"signal,omitempty"`
+	Known  bool    `json:"known"`
+}
+
+// ChildCancelData is the data of an EventChildCancel event.
+type ChildCancelData struct {
+	Parent AgentID `json:"parent"`
+	Child  AgentID `json:"child"`
+	Reason string  `json:"reason"`
+}
+
+// AgentStopData is the data of an EventAgentStop event.
+type AgentStopData struct {
+	Agent  AgentID `json:"agent"`
+	Status string  `json:"status"`
+}
+
+// AgentStateData is the data of an EventAgentState event.
+type AgentStateData struct {
+	Agent AgentID `json:"agent"`
+	From  State   `json:"from"`
+	To    State   `json:"to"`
+}
+
+// AgentOfflineData is the data of an EventAgentOffline event.
+type AgentOfflineData struct {
+	Agent         AgentID   `json:"agent"`
+	Parent        AgentID   `json:"parent"`
+	LastHeartbeat time.Time `json:"last_heartbeat"`
+	Cursor        string    `json:"cursor,omitempty"`
+}
+
+// AgentReplacedData is the data of an EventAgentReplaced event.
+type AgentReplacedData struct {
+	Agent       AgentID `json:"agent"`
+	Replacement AgentID `json:"replacement"`
+	Cursor      string  `json:"cursor,omitempty"`
+	Reason      string  `json:"reason"`
+	Restarts    int     `json:"restarts"`
+}
+
+// AgentFailedData is the data of an EventAgentFailed event.
+type AgentFailedData struct {
+	Agent  AgentID `json:"agent"`
+	Parent AgentID `json:"parent"`
+	Reason string  `json:"reason"`
+	Detail string  `json:"detail,omitempty"`
+}
+
+// AgentAdoptedData is the data of an EventAgentAdopted event.
+type AgentAdoptedData struct {
+	Agent AgentID `json:"agent"`
+	PID   int     `json:"pid"`
+}
+
+// AgentLostData is the data of an EventAgentLost event.
+type AgentLostData struct {
+	Agent AgentID `json:"agent"`
+	PID   int     `json:"pid"`
+}
+
+// AgentResultData is the data of an EventAgentResult event.
+type AgentResultData struct {
+	Agent      AgentID      `json:"agent"`
+	Parent     AgentID      `json:"parent"`
+	Status     ResultStatus `json:"status"`
+	Violations []string     `json:"violations,omitempty"`
+}
+
+// AgentPromotedData is the data of an EventAgentPromoted event.
+type AgentPromotedData struct {
+	Agent AgentID `json:"agent"`
+	From  string  `json:"from"`
+	To    string  `json:"to"`
+	By    string  `json:"by"`
+}
+
+// ToolDeniedData is the data of an EventToolDenied event.
+type ToolDeniedData struct {
+	Agent  AgentID `json:"agent"`
+	Tool   string  `json:"tool"`
+	Reason string  `json:"reason"`
+}
+
+// AgentUsageData is the data of an EventAgentUsage event.
+type AgentUsageData struct {
+	Agent  AgentID `json:"agent"`
+	Tokens int64   `json:"tokens,omitempty"`
+	Cost   float64 `json:"cost,omitempty"`
+}
+
+// BudgetExhaustedData is the data of an EventBudgetExhausted event.
+type BudgetExhaustedData struct {
+	Agent  AgentID `json:"agent"`
+	Reason string  `json:"reason"`
+	Detail string  `json:"detail"`
+}
+
+// AgentMessageData is the data of an EventAgentMessage event, and a line of
+// the recipient's messages.jsonl.
+type AgentMessageData struct {
+	From    AgentID `json:"from"`
+	To      AgentID `json:"to"`
+	Session string  `json:"session"`
+	Text    string  `json:"text"`
+}
+
+// GrantData is the data of an EventGrant event.
+type GrantData struct {
+	Agent    AgentID   `json:"agent"`
+	Resource string    `json:"resource"`
+	Scope    string    `json:"scope"`
+	Until    time.Time `json:"until,omitzero"`
+	Action   string    `json:"action"`
+	Revoked  int       `json:"revoked,omitempty"`
+}
+
+// TokenIssuedData is the data of an EventTokenIssued event.
+type TokenIssuedData struct {
+	Parent    AgentID   `json:"parent"`
+	Agent     AgentID   `json:"agent"`
+	Resource  string    `json:"resource"`
+	Scope     string    `json:"scope"`
+	JTI       string    `json:"jti"`
+	ExpiresAt time.Time `json:"expires_at"`
+}
+
+// TokenRefusedData is the data of an EventTokenRefused event.
+type TokenRefusedData struct {
+	Parent AgentID `json:"parent,omitempty"`
+	Agent  AgentID `json:"agent,omitempty"`
+	Code   string  `json:"code"`
+	Detail string  `json:"detail"`
+}
+
+// TokenRevokedData is the data of an EventTokenRevoked event.
+type TokenRevokedData struct {
+	Agent  AgentID  `json:"agent"`
+	Parent AgentID  `json:"parent"`
+	JTIs   []string `json:"jtis"`
+	Reason string   `json:"reason"`
+}
+
+// KeysRotatedData is the data of an EventKeysRotated event.
+type KeysRotatedData struct {
+	Role string `json:"role"`
+	KID  string `json:"kid"`
+}
+
+// EventData returns a new value of the data type of event type typ, to
+// unmarshal an event's Data into, or nil for a type kin does not record.
+func EventData(typ string) any {
+	switch typ {
+	case EventAgentRegistered:
+		return new(AgentRegisteredData)
+	case EventChildSpawned:
+		return new(ChildSpawnedData)
+	case EventAgentStatus:
+		return new(AgentStatusData)
+	case EventSpawnRejected:
+		return new(SpawnRejectedData)
+	case EventCircuitOpen:
+		return new(CircuitOpenData)
+	case EventGovernorChanged:
+		return new(GovernorChangedData)
+	case EventAgentStarted:
+		return new(AgentStartedData)
+	case EventAgentExited:
+		return new(AgentExitedData)
+	case EventChildCancel:
+		return new(ChildCancelData)
+	case EventAgentStop:
+		return new(AgentStopData)
+	case EventAgentState:
+		return new(AgentStateData)
+	case EventAgentOffline:
+		return new(AgentOfflineData)
+	case EventAgentReplaced:
+		return new(AgentReplacedData)
+	case EventAgentFailed:
+		return new(AgentFailedData)
+	case EventAgentAdopted:
+		return new(AgentAdoptedData)
+	case EventAgentLost:
+		return new(AgentLostData)
+	case EventAgentResult:
+		return new(AgentResultData)
+	case EventAgentPromoted:
+		return new(AgentPromotedData)
+	case EventToolDenied:
+		return new(ToolDeniedData)
+	case EventAgentUsage:
+		return new(AgentUsageData)
+	case EventBudgetExhausted:
+		return new(BudgetExhaustedData)
+	case EventAgentMessage:
+		return new(AgentMessageData)
+	case EventGrant:
+		return new(GrantData)
+	case EventTokenIssued:
+		return new(TokenIssuedData)
+	case EventTokenRefused:
+		return new(TokenRefusedData)
+	case EventTokenRevoked:
+		return new(TokenRevokedData)
+	case EventKeysRotated:
+		return new(KeysRotatedData)
+	}
+	return nil
+}
