@@ -393,7 +393,7 @@ func (d *Daemon) checkLineage(ctx context.Context, parent, sa *verifiedAgent) *r
 		}
 		return nil
 	}
-	if d.singleLevel() || !d.lineage.isDescendant(sa.agent.ID, parent.agent.ID) {
+	if d.singleLevel() || !d.lineage.IsDescendant(sa.agent.ID, parent.agent.ID) {
 		return refuse(http.StatusBadRequest, "invalid_subagent_token", "its parent_agent "+sa.claims.ParentAgent+" does not name the signer "+parent.claims.Sub)
 	}
 	if l, ok, err := d.localOf(ctx, sa.agent.Parent); err != nil || !ok || d.sub(l) != sa.claims.ParentAgent {

@@ -15,6 +15,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/kin-agents/kin/internal/caller"
 	"github.com/kin-agents/kin/kin"
 )
 
@@ -155,22 +156,22 @@ func (d *Daemon) agentConnContext(ctx context.Context, c net.Conn) context.Conte
 	s := d.socks[c.LocalAddr().String()]
 	d.sockMu.Unlock()
 	if s == nil {
-		return withCaller(ctx, caller{refused: "this agent socket is closed"})
+		return caller.With(ctx, caller.Caller{Refused: "this agent socket is closed"})
 	}
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
 		c.Close()
-		return withCaller(ctx, caller{refused: "this agent has ended"})
+		return caller.With(ctx, caller.Caller{Refused: "this agent has ended"})
 	}
 	s.conns[c] = struct{}{}
 	s.mu.Unlock()
 	pid, err := peerPID(c)
 	if err != nil || !d.sup.PeerInCgroup(pid, s.id) {
 		d.log.Warn("agent socket used from outside the agent", "agent", s.id, "peer_pid", pid, "err", err)
-		return withCaller(ctx, caller{refused: fmt.Sprintf("this socket belongs to agent %d, and the connecting process (pid %d) is not one of its processes", s.id, pid)})
+		return caller.With(ctx, caller.Caller{Refused: fmt.Sprintf("this socket belongs to agent %d, and the connecting process (pid %d) is not one of its processes", s.id, pid)})
 	}
-	return withCaller(ctx, caller{agent: s.id})
+	return caller.With(ctx, caller.Caller{Agent: s.id})
 }
 
 // agentConnState forgets closed connections.
@@ -197,13 +198,13 @@ func (d *Daemon) agentConnState(c net.Conn, state http.ConnState) {
 func (d *Daemon) operatorConnContext(ctx context.Context, c net.Conn) context.Context {
 	pid, alive, err := peerProcess(c)
 	if err != nil {
-		return withCaller(ctx, caller{refused: "cannot identify the connecting process: " + err.Error()})
+		return caller.With(ctx, caller.Caller{Refused: "cannot identify the connecting process: " + err.Error()})
 	}
 	id, contained := d.sup.Contained(pid)
 	// The peer must still be the process that connected when it was
 	// judged: a pid recycled after it exited could be anyone's.
 	if !alive() {
-		return withCaller(ctx, caller{refused: "the connecting process exited before kin could identify it"})
+		return caller.With(ctx, caller.Caller{Refused: "the connecting process exited before kin could identify it"})
 	}
 	if contained {
 		who := "a process inside an agent's containment"
@@ -211,9 +212,9 @@ func (d *Daemon) operatorConnContext(ctx context.Context, c net.Conn) context.Co
 			who = fmt.Sprintf("a process of agent %d", id)
 		}
 		d.log.Warn("operator socket used by an agent", "agent", id, "peer_pid", pid)
-		return withCaller(ctx, caller{refused: who + " (pid " + strconv.Itoa(pid) + ") may not use the operator socket: agents reach kin through their own socket, $KIN_SOCKET"})
+		return caller.With(ctx, caller.Caller{Refused: who + " (pid " + strconv.Itoa(pid) + ") may not use the operator socket: agents reach kin through their own socket, $KIN_SOCKET"})
 	}
-	return withCaller(ctx, caller{})
+	return caller.With(ctx, caller.Caller{})
 }
 
 // peerProcess is the pid of the process at the other end of a Unix

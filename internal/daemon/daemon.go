@@ -24,6 +24,7 @@ import (
 	"github.com/kin-agents/kin/internal/dashboard"
 	"github.com/kin-agents/kin/internal/governor"
 	"github.com/kin-agents/kin/internal/httpapi"
+	"github.com/kin-agents/kin/internal/lineage"
 	"github.com/kin-agents/kin/internal/store"
 	"github.com/kin-agents/kin/internal/store/sqlite"
 	"github.com/kin-agents/kin/internal/supervisor"
@@ -45,7 +46,7 @@ type Daemon struct {
 	now     func() time.Time
 	store   store.Store
 	hub     *hub
-	lineage lineage
+	lineage lineage.Tree
 	perm    perms            // the permission authority's state (permission.go)
 	id      *identityState   // AAuth: agent provider and person server (identity.go)
 	logst   *logState        // the verifiable event log's key and checkpoints (eventlog.go)
@@ -169,7 +170,7 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 		return nil, fmt.Errorf("load lineage: %w", err)
 	}
 	for _, l := range links {
-		d.lineage.add(l.ID, l.Parent)
+		d.lineage.Add(l.ID, l.Parent)
 	}
 	if d.perm.cfg, err = loadPolicyConfig(cfg.PolicyConfig); err != nil {
 		return nil, err

@@ -20,20 +20,14 @@ func (d *Daemon) CacheDiff(ctx context.Context) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	d.lineage.mu.RLock()
-	n := len(d.lineage.parent) - 1
-	if n < 0 {
-		n = 0
-	}
-	if n != len(links) {
+	if n := d.lineage.Len(); n != len(links) {
 		diffs = append(diffs, fmt.Sprintf("lineage: %d agents cached, %d stored", n, len(links)))
 	}
 	for _, l := range links {
-		if int(l.ID) < len(d.lineage.parent) && d.lineage.parent[l.ID] != l.Parent {
-			diffs = append(diffs, fmt.Sprintf("lineage: agent %d's parent %d cached, %d stored", l.ID, d.lineage.parent[l.ID], l.Parent))
+		if p := d.lineage.Parent(l.ID); p != l.Parent {
+			diffs = append(diffs, fmt.Sprintf("lineage: agent %d's parent %d cached, %d stored", l.ID, p, l.Parent))
 		}
 	}
-	d.lineage.mu.RUnlock()
 
 	own, spend, err := readPerms(ctx, d.store)
 	if err != nil {

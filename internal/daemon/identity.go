@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/kin-agents/kin/aauth"
+	"github.com/kin-agents/kin/internal/caller"
 	"github.com/kin-agents/kin/internal/ctxfs"
 	"github.com/kin-agents/kin/internal/identity"
 	"github.com/kin-agents/kin/internal/keyring"
@@ -208,20 +209,20 @@ func newJTI() string {
 
 // Token returns the calling agent's agent token.
 func (d *Daemon) Token(ctx context.Context) (*kin.AgentToken, error) {
-	c := callerOf(ctx)
-	if c.refused != "" {
-		return nil, kin.Errorf(kin.ECodeForbidden, "%s", c.refused)
+	c := caller.Of(ctx)
+	if c.Refused != "" {
+		return nil, kin.Errorf(kin.ECodeForbidden, "%s", c.Refused)
 	}
-	if c.agent == 0 {
+	if c.Agent == 0 {
 		return nil, kin.Errorf(kin.ECodeInvalid, "kin token prints the calling agent's token: run it inside an agent that kin spawned")
 	}
-	tok, claims, err := d.agentToken(ctx, c.agent)
+	tok, claims, err := d.agentToken(ctx, c.Agent)
 	if err != nil {
 		return nil, err
 	}
 	out := &kin.AgentToken{Token: tok, Sub: claims.Sub, Issuer: claims.Iss, ExpiresAt: time.Unix(claims.Exp, 0).UTC(), ParentAgent: claims.ParentAgent}
 	d.ctxMu.Lock()
-	if cx := d.ctxAgents[c.agent]; cx != nil && cx.session.Agent != "" {
+	if cx := d.ctxAgents[c.Agent]; cx != nil && cx.session.Agent != "" {
 		out.KeyPath = filepath.Join(d.ctx.Dir(cx.session), ctxfs.FileAgentKey)
 	}
 	d.ctxMu.Unlock()
@@ -429,10 +430,10 @@ func (d *Daemon) Ungrant(ctx context.Context, req kin.UngrantRequest) (*kin.Gran
 
 // AuthTokens lists issued auth tokens. An agent sees those of its subtree.
 func (d *Daemon) AuthTokens(ctx context.Context, f kin.AuthTokenFilter) ([]kin.AuthToken, error) {
-	c := callerOf(ctx)
-	if !c.operator() {
+	c := caller.Of(ctx)
+	if !c.Operator() {
 		if f.Agent == 0 {
-			f.Agent = c.agent
+			f.Agent = c.Agent
 		}
 		if err := d.authorize(ctx, f.Agent, true); err != nil {
 			return nil, err

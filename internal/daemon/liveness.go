@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	"github.com/kin-agents/kin/internal/caller"
 	"github.com/kin-agents/kin/internal/store"
 	"github.com/kin-agents/kin/kin"
 )
@@ -17,17 +18,17 @@ import (
 
 // Heartbeat records that an agent is alive, with its cursor.
 func (d *Daemon) Heartbeat(ctx context.Context, req kin.HeartbeatRequest) (*kin.Agent, error) {
-	c := callerOf(ctx)
+	c := caller.Of(ctx)
 	id := req.ID
 	if id == 0 {
-		if !c.operator() && c.refused == "" {
-			id = c.agent
-		} else if c.refused == "" {
+		if !c.Operator() && c.Refused == "" {
+			id = c.Agent
+		} else if c.Refused == "" {
 			return nil, kin.Errorf(kin.ECodeInvalid, "the operator heartbeats on behalf of an agent: name it (--id)")
 		}
 	}
-	if c.agent != 0 && id != c.agent {
-		return nil, kin.Errorf(kin.ECodeForbidden, "agent %d may heartbeat only for itself", c.agent)
+	if c.Agent != 0 && id != c.Agent {
+		return nil, kin.Errorf(kin.ECodeForbidden, "agent %d may heartbeat only for itself", c.Agent)
 	}
 	if err := d.authorize(ctx, id, true); err != nil {
 		return nil, err

@@ -8,6 +8,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/kin-agents/kin/aauth"
+	"github.com/kin-agents/kin/internal/caller"
 	"github.com/kin-agents/kin/internal/httpapi"
 	"github.com/kin-agents/kin/internal/httpsig"
 	"github.com/kin-agents/kin/internal/mcpserver"
@@ -59,7 +60,7 @@ func (d *Daemon) mcpHandler(api *httpapi.Server) http.Handler {
 			aauth.WriteSignatureError(w, se)
 			return
 		}
-		ctx := withCaller(r.Context(), caller{agent: agent.ID})
+		ctx := caller.With(r.Context(), caller.Caller{Agent: agent.ID})
 		tools.ServeHTTP(w, r.WithContext(mcpserver.WithCaller(ctx, mcpserver.Caller{Service: d})))
 	})
 }

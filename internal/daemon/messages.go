@@ -8,6 +8,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/kin-agents/kin/internal/caller"
 	"github.com/kin-agents/kin/internal/ctxfs"
 	"github.com/kin-agents/kin/internal/store"
 	"github.com/kin-agents/kin/kin"
@@ -23,9 +24,9 @@ import (
 // The operator may message anyone; an agent its parent, its children, and
 // agents it shares a consented visibility edge with.
 func (d *Daemon) Send(ctx context.Context, req kin.SendRequest) (*kin.Message, error) {
-	c := callerOf(ctx)
-	if c.refused != "" {
-		return nil, kin.Errorf(kin.ECodeForbidden, "%s", c.refused)
+	c := caller.Of(ctx)
+	if c.Refused != "" {
+		return nil, kin.Errorf(kin.ECodeForbidden, "%s", c.Refused)
 	}
 	if req.Text == "" {
 		return nil, kin.Errorf(kin.ECodeInvalid, "the message is empty")
@@ -43,8 +44,8 @@ func (d *Daemon) Send(ctx context.Context, req kin.SendRequest) (*kin.Message, e
 	if to.Status == kin.StatusTerminated || to.Status == kin.StatusRevoked {
 		return nil, kin.Errorf(kin.ECodeInvalid, "agent %d (%s) is %s: it receives no messages", to.ID, to.Name, to.Status)
 	}
-	if c.agent != 0 && !d.mayMessage(c.agent, to) {
-		return nil, kin.Errorf(kin.ECodeDenied, "agent %d may not message agent %d (%s): messages go between parent and child, or along an edge both agents consented to (visibility read_from and readable_to)", c.agent, to.ID, to.Name)
+	if c.Agent != 0 && !d.mayMessage(c.Agent, to) {
+		return nil, kin.Errorf(kin.ECodeDenied, "agent %d may not message agent %d (%s): messages go between parent and child, or along an edge both agents consented to (visibility read_from and readable_to)", c.Agent, to.ID, to.Name)
 	}
 	session := req.Session
 	if session == "" {
@@ -56,9 +57,9 @@ func (d *Daemon) Send(ctx context.Context, req kin.SendRequest) (*kin.Message, e
 	if _, err := kin.ParseName(session); err != nil {
 		return nil, kin.Errorf(kin.ECodeInvalid, "session %q is not a session id (letters, digits and - _ . :)", session)
 	}
-	m := &kin.Message{From: c.agent, To: to.ID, Session: session, Text: req.Text, At: d.now()}
+	m := &kin.Message{From: c.Agent, To: to.ID, Session: session, Text: req.Text, At: d.now()}
 	err = d.update(ctx, func(tx store.Tx, _ *afterCommit) error {
-		e, err := kin.NewEvent(kin.EventAgentMessage, to.ID, c.agent, kin.AgentMessageData{From: c.agent, To: to.ID, Session: session, Text: req.Text})
+		e, err := kin.NewEvent(kin.EventAgentMessage, to.ID, c.Agent, kin.AgentMessageData{From: c.Agent, To: to.ID, Session: session, Text: req.Text})
 		if err != nil {
 			return err
 		}
@@ -75,7 +76,7 @@ func (d *Daemon) Send(ctx context.Context, req kin.SendRequest) (*kin.Message, e
 
 // mayMessage says whether agent from may message to.
 func (d *Daemon) mayMessage(from kin.AgentID, to *kin.Agent) bool {
-	if to.Parent == from || d.lineage.parentOf(from) == to.ID {
+	if to.Parent == from || d.lineage.Parent(from) == to.ID {
 		return true
 	}
 	fa, err := d.store.AgentGetByID(context.Background(), from)

@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/kin-agents/kin/internal/caller"
 	"github.com/kin-agents/kin/internal/policy"
 	"github.com/kin-agents/kin/internal/store"
 	"github.com/kin-agents/kin/kin"
@@ -209,15 +210,7 @@ func (d *Daemon) armDeadlines(ctx context.Context) {
 }
 
 // chainIDs is id and its ancestors, id first.
-func (d *Daemon) chainIDs(id kin.AgentID) []kin.AgentID {
-	d.lineage.mu.RLock()
-	defer d.lineage.mu.RUnlock()
-	var out []kin.AgentID
-	for a := id; a != 0 && d.lineage.hasLocked(a); a = d.lineage.parent[a] {
-		out = append(out, a)
-	}
-	return out
-}
+func (d *Daemon) chainIDs(id kin.AgentID) []kin.AgentID { return d.lineage.Chain(id) }
 
 // layersOf is the effective policy's layers of the agent whose chain
 // (itself first, then its ancestors) is chain; an extra link is the agent
@@ -603,17 +596,17 @@ func (d *Daemon) spendOf(id kin.AgentID) *kin.Spend {
 // target is the agent a request is about: the caller for 0, checked to be
 // the caller or in its subtree.
 func (d *Daemon) target(ctx context.Context, id kin.AgentID, what string) (kin.AgentID, error) {
-	c := callerOf(ctx)
+	c := caller.Of(ctx)
 	if id == 0 {
-		if c.agent == 0 {
-			if c.refused != "" {
-				return 0, kin.Errorf(kin.ECodeForbidden, "%s", c.refused)
+		if c.Agent == 0 {
+			if c.Refused != "" {
+				return 0, kin.Errorf(kin.ECodeForbidden, "%s", c.Refused)
 			}
 			return 0, kin.Errorf(kin.ECodeInvalid, "%s: name the agent (the operator is not an agent)", what)
 		}
-		return c.agent, nil
+		return c.Agent, nil
 	}
-	if !d.lineage.has(id) {
+	if !d.lineage.Has(id) {
 		return 0, kin.Errorf(kin.ECodeNotFound, "agent %d not found", id)
 	}
 	if err := d.authorize(ctx, id, true); err != nil {
@@ -785,14 +778,14 @@ func (d *Daemon) Promote(ctx context.Context, req kin.PromoteRequest) (*kin.Agen
 	if err != nil {
 		return nil, err
 	}
-	c := callerOf(ctx)
+	c := caller.Of(ctx)
 	switch {
-	case c.refused != "":
-		return nil, kin.Errorf(kin.ECodeForbidden, "%s", c.refused)
-	case c.agent == a.ID:
+	case c.Refused != "":
+		return nil, kin.Errorf(kin.ECodeForbidden, "%s", c.Refused)
+	case c.Agent == a.ID:
 		return nil, kin.Errorf(kin.ECodeForbidden, "agent %d may not promote itself: only its parent or the operator may", a.ID)
-	case !c.operator() && c.agent != a.Parent:
-		return nil, kin.Errorf(kin.ECodeForbidden, "agent %d may not promote agent %d: only its parent (%d) or the operator may", c.agent, a.ID, a.Parent)
+	case !c.Operator() && c.Agent != a.Parent:
+		return nil, kin.Errorf(kin.ECodeForbidden, "agent %d may not promote agent %d: only its parent (%d) or the operator may", c.Agent, a.ID, a.Parent)
 	}
 	if req.Stage == "" {
 		return nil, kin.Errorf(kin.ECodeInvalid, "stage is empty: name the stage (%s)", strings.Join(presetNames(d.perm.cfg), ", "))
@@ -826,7 +819,7 @@ func (d *Daemon) Promote(ctx context.Context, req kin.PromoteRequest) (*kin.Agen
 		if o := chain[0].own; o != nil {
 			from = o.stage
 		}
-		if err := appendEvent(ctx, tx, now, kin.EventAgentPromoted, a.ID, a.Parent, kin.AgentPromotedData{Agent: a.ID, From: from, To: req.Stage, By: c.createdBy()}); err != nil {
+		if err := appendEvent(ctx, tx, now, kin.EventAgentPromoted, a.ID, a.Parent, kin.AgentPromotedData{Agent: a.ID, From: from, To: req.Stage, By: c.CreatedBy()}); err != nil {
 			return err
 		}
 		after.do(func() {

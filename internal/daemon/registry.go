@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/kin-agents/kin/internal/caller"
 	"github.com/kin-agents/kin/internal/governor"
 	"github.com/kin-agents/kin/internal/store"
 	"github.com/kin-agents/kin/kin"
@@ -38,12 +39,12 @@ type spawnExtra struct {
 // for a spawn) with its events, the governor's rules checked in the same
 // transaction, and adds it to the in-memory lineage once committed.
 func (d *Daemon) register(ctx context.Context, req kin.RegisterRequest, extra *spawnExtra) (*kin.Agent, error) {
-	c := callerOf(ctx)
-	if c.refused != "" {
-		return nil, kin.Errorf(kin.ECodeForbidden, "%s", c.refused)
+	c := caller.Of(ctx)
+	if c.Refused != "" {
+		return nil, kin.Errorf(kin.ECodeForbidden, "%s", c.Refused)
 	}
-	if req.Parent == 0 && c.agent != 0 {
-		req.Parent = c.agent // inside an agent, a spawn is a child of the caller
+	if req.Parent == 0 && c.Agent != 0 {
+		req.Parent = c.Agent // inside an agent, a spawn is a child of the caller
 	}
 	if req.Parent == 0 && req.Responsible == "" {
 		req.Responsible = d.cfg.DefaultResponsible // the operator answers for a root nobody named
@@ -66,7 +67,7 @@ func (d *Daemon) register(ctx context.Context, req kin.RegisterRequest, extra *s
 	if err != nil {
 		return nil, err
 	}
-	by := c.createdBy()
+	by := c.CreatedBy()
 	var out *kin.Agent
 	var refused *kin.Error
 	var denied error
@@ -176,7 +177,7 @@ func (d *Daemon) register(ctx context.Context, req kin.RegisterRequest, extra *s
 			return err
 		}
 		after.do(func() {
-			d.lineage.add(out.ID, out.Parent)
+			d.lineage.Add(out.ID, out.Parent)
 			d.admitted(out.ID, ad)
 		})
 		if err := appendEvent(ctx, tx, now, kin.EventAgentRegistered, out.ID, out.Parent, kin.AgentRegisteredData{
@@ -263,8 +264,8 @@ func (d *Daemon) Agent(ctx context.Context, id kin.AgentID) (*kin.Agent, error) 
 
 // Agents lists agents.
 func (d *Daemon) Agents(ctx context.Context, f kin.AgentFilter) ([]*kin.Agent, error) {
-	if c := callerOf(ctx); c.refused != "" {
-		return nil, kin.Errorf(kin.ECodeForbidden, "%s", c.refused)
+	if c := caller.Of(ctx); c.Refused != "" {
+		return nil, kin.Errorf(kin.ECodeForbidden, "%s", c.Refused)
 	}
 	if f.Status != "" && !f.Status.Valid() {
 		return nil, kin.Errorf(kin.ECodeInvalid, "status %q is not one of active, suspended, revoked, terminated", f.Status)
@@ -279,7 +280,7 @@ func (d *Daemon) Agents(ctx context.Context, f kin.AgentFilter) ([]*kin.Agent, e
 	if err != nil {
 		return nil, d.storeError(err)
 	}
-	if c := callerOf(ctx); !c.operator() {
+	if c := caller.Of(ctx); !c.Operator() {
 		// An agent sees itself and its descendants only.
 		mine := out[:0]
 		for _, a := range out {
@@ -315,8 +316,8 @@ func (d *Daemon) Ancestors(ctx context.Context, id kin.AgentID) ([]*kin.Agent, e
 // Tree returns the subtree at id, or the whole forest for id 0. The shape
 // comes from the in-memory lineage; the rows from the store.
 func (d *Daemon) Tree(ctx context.Context, id kin.AgentID) ([]*kin.TreeNode, error) {
-	if c := callerOf(ctx); id == 0 && c.agent != 0 {
-		id = c.agent // an agent's forest is its own subtree
+	if c := caller.Of(ctx); id == 0 && c.Agent != 0 {
+		id = c.Agent // an agent's forest is its own subtree
 	}
 	if err := d.authorize(ctx, id, true); id != 0 && err != nil {
 		return nil, err
@@ -329,7 +330,7 @@ func (d *Daemon) Tree(ctx context.Context, id kin.AgentID) ([]*kin.TreeNode, err
 		}
 		agents, err = d.store.AgentList(ctx, kin.AgentFilter{})
 	} else {
-		ids := d.lineage.subtree(id)
+		ids := d.lineage.Subtree(id)
 		if ids == nil {
 			return nil, kin.Errorf(kin.ECodeNotFound, "agent %d not found", id)
 		}
@@ -382,12 +383,12 @@ func (d *Daemon) SetStatus(ctx context.Context, req kin.StatusRequest) ([]*kin.A
 	if err := d.authorize(ctx, req.ID, false); err != nil {
 		return nil, err
 	}
-	by := callerOf(ctx).createdBy()
+	by := caller.Of(ctx).CreatedBy()
 	before := map[kin.AgentID]kin.Status{}
 	if req.Action == kin.ActionTerminate {
 		ids := []kin.AgentID{req.ID}
 		if req.Cascade {
-			ids = d.lineage.subtree(req.ID)
+			ids = d.lineage.Subtree(req.ID)
 		}
 		as, err := d.store.AgentListByIDs(ctx, ids)
 		if err != nil {
@@ -626,8 +627,8 @@ func (d *Daemon) eventFilterFor(ctx context.Context, f *kin.EventFilter) error {
 	if err := f.Validate(); err != nil {
 		return err
 	}
-	if c := callerOf(ctx); !c.operator() && f.Agent == 0 {
-		f.Agent = c.agent
+	if c := caller.Of(ctx); !c.Operator() && f.Agent == 0 {
+		f.Agent = c.Agent
 	}
 	if f.Agent != 0 {
 		return d.authorize(ctx, f.Agent, true)
@@ -668,7 +669,7 @@ func (d *Daemon) SetGovernor(ctx context.Context, key, value string) (*kin.Gover
 	if err := governor.SetSetting(&probe, key, n); err != nil {
 		return nil, kin.Errorf(kin.ECodeInvalid, "%v", err)
 	}
-	by := callerOf(ctx).createdBy()
+	by := caller.Of(ctx).CreatedBy()
 	err = d.update(ctx, func(tx store.Tx, after *afterCommit) error {
 		from, err := d.governorInTx(ctx, tx)
 		if err != nil {

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/kin-agents/kin/internal/caller"
 	"github.com/kin-agents/kin/internal/ctxfs"
 	"github.com/kin-agents/kin/internal/handoff"
 	"github.com/kin-agents/kin/internal/store"
@@ -242,7 +243,7 @@ func (d *Daemon) result(ctx context.Context, a *kin.Agent) (*kin.AgentResult, er
 // needed artifacts; never a child's messages.jsonl. Id 0 is the caller.
 func (d *Daemon) ContextPack(ctx context.Context, id kin.AgentID) (*kin.ContextPack, error) {
 	if id == 0 {
-		id = callerOf(ctx).agent
+		id = caller.Of(ctx).Agent
 		if id == 0 {
 			return nil, kin.Errorf(kin.ECodeInvalid, "name an agent: the operator has no context")
 		}

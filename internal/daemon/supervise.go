@@ -469,7 +469,7 @@ type cancelParams struct {
 func (d *Daemon) cancelTree(ctx context.Context, p cancelParams) ([]*kin.Agent, error) {
 	root, reason, grace, includeRoot, rootState := p.Root, p.Reason, p.Grace, p.IncludeRoot, p.RootState
 	began := time.Now()
-	ids := d.lineage.subtree(root)
+	ids := d.lineage.Subtree(root)
 	if ids == nil {
 		return nil, kin.Errorf(kin.ECodeNotFound, "agent %d not found", root)
 	}

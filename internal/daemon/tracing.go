@@ -16,6 +16,7 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/kin-agents/kin/internal/caller"
 	"github.com/kin-agents/kin/kin"
 )
 
@@ -155,7 +156,7 @@ func (t *tracer) spawn(ctx context.Context, d *Daemon, kind string, parent kin.A
 	if a != nil {
 		parent = a.Parent
 	} else if parent == 0 {
-		parent = callerOf(ctx).agent // register's default: the caller's child
+		parent = caller.Of(ctx).Agent // register's default: the caller's child
 	}
 	// The span's place is the lineage, not the request: under the parent's
 	// span, in its tree's trace. The root is the last of the parent's

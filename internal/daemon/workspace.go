@@ -12,6 +12,7 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/kin-agents/kin/internal/caller"
 	"github.com/kin-agents/kin/internal/ctxfs"
 	"github.com/kin-agents/kin/internal/policy"
 	"github.com/kin-agents/kin/internal/sandbox"
@@ -298,16 +299,16 @@ const MaxReadFile = 16 << 20
 // cleaned and ".." refused before any match; nothing on the way is
 // followed if it is a link.
 func (d *Daemon) ReadFile(ctx context.Context, req kin.ReadRequest) ([]byte, error) {
-	c := callerOf(ctx)
-	if c.refused != "" {
-		return nil, kin.Errorf(kin.ECodeForbidden, "%s", c.refused)
+	c := caller.Of(ctx)
+	if c.Refused != "" {
+		return nil, kin.Errorf(kin.ECodeForbidden, "%s", c.Refused)
 	}
 	readerID := req.Reader
-	if c.agent != 0 {
-		if readerID != 0 && readerID != c.agent {
-			return nil, kin.Errorf(kin.ECodeForbidden, "agent %d may read only as itself", c.agent)
+	if c.Agent != 0 {
+		if readerID != 0 && readerID != c.Agent {
+			return nil, kin.Errorf(kin.ECodeForbidden, "agent %d may read only as itself", c.Agent)
 		}
-		readerID = c.agent
+		readerID = c.Agent
 	}
 	if readerID == 0 {
 		return nil, kin.Errorf(kin.ECodeInvalid, "read: name the reading agent (--as ID): consent is between agents")

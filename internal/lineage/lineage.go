@@ -1,4 +1,10 @@
-package daemon
+// Package lineage is the family tree in memory: who is whose parent, and
+// each agent's children in id order, as a cache of the store's links (the
+// store stays the truth: a link is added only after its registration
+// committed, and Load rebuilds the tree from the store's links).
+//
+// It must never decide anything: it answers who descends from whom.
+package lineage
 
 import (
 	"sync"
@@ -6,16 +12,14 @@ import (
 	"github.com/kin-agents/kin/kin"
 )
 
-// lineage is the family tree in memory: who is whose parent, and each
-// agent's children in id order. The store stays the source of truth; the
-// daemon is its only writer, so it loads the links once at start and adds a
-// link after each registration commits. Walking a 10,000-agent subtree here
+// Tree is the family tree in memory. It loads the links at start and adds
+// a link after each registration commits. Walking a 10,000-agent subtree here
 // takes well under a millisecond, where SQLite's recursive query takes
 // tens of milliseconds; the rows themselves are then read by id.
 //
 // Agent ids are dense (1, 2, 3, ...), so the links are slices indexed by id:
 // 32 bytes an agent, 3.2 MB for 100,000.
-type lineage struct {
+type Tree struct {
 	mu          sync.RWMutex
 	parent      []kin.AgentID // parent[id]; index 0 unused
 	firstChild  []kin.AgentID
@@ -23,9 +27,9 @@ type lineage struct {
 	nextSibling []kin.AgentID
 }
 
-// add records that id is a child of parent (0 for a root). Links arrive in
+// Add records that id is a child of parent (0 for a root). Links arrive in
 // id order, at start and after each commit.
-func (l *lineage) add(id, parent kin.AgentID) {
+func (l *Tree) Add(id, parent kin.AgentID) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	for kin.AgentID(len(l.parent)) <= id {
@@ -46,23 +50,23 @@ func (l *lineage) add(id, parent kin.AgentID) {
 	l.lastChild[parent] = id
 }
 
-// has reports whether id is a known agent.
-func (l *lineage) has(id kin.AgentID) bool {
+// Has reports whether id is a known agent.
+func (l *Tree) Has(id kin.AgentID) bool {
 	l.mu.RLock()
 	defer l.mu.RUnlock()
 	return l.hasLocked(id)
 }
 
-func (l *lineage) hasLocked(id kin.AgentID) bool {
+func (l *Tree) hasLocked(id kin.AgentID) bool {
 	// Every known id except roots has a parent; roots are known if any
 	// later id exists or they are the last one added. Ids are dense, so
 	// anything below the length was added.
 	return id > 0 && id < kin.AgentID(len(l.parent))
 }
 
-// subtree returns id and all its descendants, breadth first: each parent
+// Subtree returns id and all its descendants, breadth first: each parent
 // before its children, siblings in id order. It returns nil for an unknown id.
-func (l *lineage) subtree(id kin.AgentID) []kin.AgentID {
+func (l *Tree) Subtree(id kin.AgentID) []kin.AgentID {
 	l.mu.RLock()
 	defer l.mu.RUnlock()
 	if !l.hasLocked(id) {
@@ -77,8 +81,8 @@ func (l *lineage) subtree(id kin.AgentID) []kin.AgentID {
 	return out
 }
 
-// isDescendant reports whether id is a strict descendant of ancestor.
-func (l *lineage) isDescendant(id, ancestor kin.AgentID) bool {
+// IsDescendant reports whether id is a strict descendant of ancestor.
+func (l *Tree) IsDescendant(id, ancestor kin.AgentID) bool {
 	l.mu.RLock()
 	defer l.mu.RUnlock()
 	if !l.hasLocked(id) {
@@ -92,12 +96,30 @@ func (l *lineage) isDescendant(id, ancestor kin.AgentID) bool {
 	return false
 }
 
-// parentOf returns id's parent, 0 for a root or an unknown id.
-func (l *lineage) parentOf(id kin.AgentID) kin.AgentID {
+// Parent returns id's parent, 0 for a root or an unknown id.
+func (l *Tree) Parent(id kin.AgentID) kin.AgentID {
 	l.mu.RLock()
 	defer l.mu.RUnlock()
 	if !l.hasLocked(id) {
 		return 0
 	}
 	return l.parent[id]
+}
+
+// Chain is id and its ancestors, id first; nil for an unknown id.
+func (l *Tree) Chain(id kin.AgentID) []kin.AgentID {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	var out []kin.AgentID
+	for a := id; a != 0 && l.hasLocked(a); a = l.parent[a] {
+		out = append(out, a)
+	}
+	return out
+}
+
+// Len is the number of agents known: the largest id.
+func (l *Tree) Len() int {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	return max(len(l.parent)-1, 0)
 }
