@@ -201,7 +201,7 @@ func (d *Daemon) serveAuthToken(w http.ResponseWriter, r *http.Request) {
 }
 
 func (d *Daemon) recordRefusal(parent, agent kin.AgentID, code, detail string) {
-	err := d.update(context.Background(), func(tx store.Tx, _ *afterCommit) error {
+	err := d.update(context.Background(), func(tx store.Tx, _ *store.AfterCommit) error {
 		return appendEvent(context.Background(), tx, d.now(), kin.EventTokenRefused, agent, parent, kin.TokenRefusedData{Parent: parent, Agent: agent, Code: code, Detail: detail})
 	})
 	if err != nil {
@@ -337,7 +337,7 @@ func (d *Daemon) authToken(ctx context.Context, r *http.Request, now time.Time, 
 	// Recorded with the registry read again inside the write: a parent
 	// suspended or a grant removed meanwhile fails this issuance.
 	var late *refusal
-	err = d.update(ctx, func(tx store.Tx, _ *afterCommit) error {
+	err = d.update(ctx, func(tx store.Tx, _ *store.AfterCommit) error {
 		late = nil
 		for _, v := range []*verifiedAgent{parent, bound} {
 			a, err := tx.AgentGetByID(ctx, v.agent.ID)

@@ -45,6 +45,7 @@ type Daemon struct {
 	log     *slog.Logger
 	now     func() time.Time
 	store   store.Store
+	counter any // the driver itself, for the metrics' counts only it offers
 	hub     *hub
 	lineage lineage.Tree
 	perm    perms            // the permission authority's state (permission.go)
@@ -158,10 +159,11 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 	if err != nil {
 		return nil, err
 	}
-	d.store = st
+	d.store, d.counter = st, st
 	if cfg.WrapStore != nil {
 		d.store = cfg.WrapStore(st)
 	}
+	d.store = notifyingStore{Store: d.store, hub: d.hub}
 	if err := d.loadGovernor(ctx); err != nil {
 		return nil, err
 	}

@@ -104,7 +104,7 @@ func (d *Daemon) checkpoint(ctx context.Context) (auditlog.StoredCheckpoint, err
 		return auditlog.StoredCheckpoint{}, err
 	}
 	cp := auditlog.StoredCheckpoint{Size: size, Time: d.now(), Note: msg}
-	if err := d.update(ctx, func(tx store.Tx, _ *afterCommit) error { return tx.LogCheckpointInsert(ctx, cp) }); err != nil {
+	if err := d.update(ctx, func(tx store.Tx, _ *store.AfterCommit) error { return tx.LogCheckpointInsert(ctx, cp) }); err != nil {
 		return auditlog.StoredCheckpoint{}, fmt.Errorf("keep checkpoint: %w", err)
 	}
 	s.last = cp

@@ -1,6 +1,11 @@
 package daemon
 
-import "sync"
+import (
+	"context"
+	"sync"
+
+	"github.com/kin-agents/kin/internal/store"
+)
 
 // hub tells followers of the event stream that new events were committed.
 // It carries no events: followers read them from the store by sequence
@@ -25,4 +30,19 @@ func (h *hub) notify() {
 	close(h.ch)
 	h.ch = make(chan struct{})
 	h.mu.Unlock()
+}
+
+// notifyingStore is the daemon's store: every Update that committed wakes
+// the hub, so that no writer has to.
+type notifyingStore struct {
+	store.Store
+	hub *hub
+}
+
+func (s notifyingStore) Update(ctx context.Context, fn func(store.Tx) error) error {
+	if err := s.Store.Update(ctx, fn); err != nil {
+		return err
+	}
+	s.hub.notify()
+	return nil
 }

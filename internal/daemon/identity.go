@@ -343,7 +343,7 @@ func (d *Daemon) Grant(ctx context.Context, req kin.GrantRequest) (*kin.Grant, e
 		return nil, kin.Errorf(kin.ECodeInvalidTransition, "agent %d is %s: it cannot hold a grant", a.ID, a.Status)
 	}
 	g := kin.Grant{Agent: a.ID, Resource: req.Resource, Scope: strings.Join(strings.Fields(req.Scope), " "), Until: req.Until.UTC(), CreatedAt: now}
-	err = d.update(ctx, func(tx store.Tx, _ *afterCommit) error {
+	err = d.update(ctx, func(tx store.Tx, _ *store.AfterCommit) error {
 		g.Revoked = 0
 		old, err := tx.GrantList(ctx, a.ID)
 		if err != nil {
@@ -397,7 +397,7 @@ func (d *Daemon) Ungrant(ctx context.Context, req kin.UngrantRequest) (*kin.Gran
 	req.Resource = strings.TrimSuffix(req.Resource, "/")
 	var out *kin.Grant
 	now := d.now()
-	err := d.update(ctx, func(tx store.Tx, _ *afterCommit) error {
+	err := d.update(ctx, func(tx store.Tx, _ *store.AfterCommit) error {
 		out = nil
 		rows, err := tx.GrantList(ctx, req.Agent)
 		if err != nil {
@@ -491,7 +491,7 @@ func (d *Daemon) RotateKeys(ctx context.Context, role string) (*kin.KeyRotation,
 		clear(d.id.tokens) // new tokens are signed with the new key
 		d.id.mu.Unlock()
 	}
-	err = d.update(ctx, func(tx store.Tx, _ *afterCommit) error {
+	err = d.update(ctx, func(tx store.Tx, _ *store.AfterCommit) error {
 		return appendEvent(ctx, tx, now, kin.EventKeysRotated, 0, 0, kin.KeysRotatedData{Role: role, KID: k.KID})
 	})
 	if err != nil {
@@ -520,7 +520,7 @@ func (d *Daemon) pruneAuthTokens() {
 		case <-t.C:
 		}
 		ctx := context.Background()
-		err := d.update(ctx, func(tx store.Tx, _ *afterCommit) error { return tx.AuthTokenPrune(ctx, d.now().Add(-authTokenKeep)) })
+		err := d.update(ctx, func(tx store.Tx, _ *store.AfterCommit) error { return tx.AuthTokenPrune(ctx, d.now().Add(-authTokenKeep)) })
 		if err != nil {
 			d.log.Error("prune expired auth tokens", "err", err)
 		}

@@ -44,7 +44,7 @@ func (d *Daemon) Heartbeat(ctx context.Context, req kin.HeartbeatRequest) (*kin.
 	var out *kin.Agent
 	var refused error
 	var prev, now time.Time // the previous heartbeat and this one
-	err := d.update(ctx, func(tx store.Tx, _ *afterCommit) error {
+	err := d.update(ctx, func(tx store.Tx, _ *store.AfterCommit) error {
 		out, refused, prev = nil, nil, time.Time{}
 		a, err := tx.AgentGetByID(ctx, id)
 		if err != nil {
@@ -136,7 +136,7 @@ func (d *Daemon) sweepLiveness(ctx context.Context) {
 			continue
 		}
 		changed := false
-		err := d.update(ctx, func(tx store.Tx, _ *afterCommit) error {
+		err := d.update(ctx, func(tx store.Tx, _ *store.AfterCommit) error {
 			changed = false
 			cur, err := tx.AgentGetByID(ctx, a.ID)
 			if err != nil {

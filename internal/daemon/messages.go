@@ -58,7 +58,7 @@ func (d *Daemon) Send(ctx context.Context, req kin.SendRequest) (*kin.Message, e
 		return nil, kin.Errorf(kin.ECodeInvalid, "session %q is not a session id (letters, digits and - _ . :)", session)
 	}
 	m := &kin.Message{From: c.Agent, To: to.ID, Session: session, Text: req.Text, At: d.now()}
-	err = d.update(ctx, func(tx store.Tx, _ *afterCommit) error {
+	err = d.update(ctx, func(tx store.Tx, _ *store.AfterCommit) error {
 		e, err := kin.NewEvent(kin.EventAgentMessage, to.ID, c.Agent, kin.AgentMessageData{From: c.Agent, To: to.ID, Session: session, Text: req.Text})
 		if err != nil {
 			return err

@@ -216,7 +216,7 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	counts := map[[2]string]int{}
 	var oldest time.Time
 	var seen bool
-	if ac, ok := d.store.(agentCounter); !ok {
+	if ac, ok := d.counter.(agentCounter); !ok {
 		fail("kin_agents", errors.New("the store cannot count agents")) // the daemon opens SQLite: not reached
 	} else {
 		err := ac.AgentCountByStateRole(ctx, func(state, role string, n int) {

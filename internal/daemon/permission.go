@@ -504,11 +504,11 @@ func (d *Daemon) exhaust(id kin.AgentID, reason, why string) {
 	if err != nil || a.State.Terminal() && a.Status == kin.StatusTerminated {
 		return
 	}
-	err = d.update(ctx, func(tx store.Tx, after *afterCommit) error {
+	err = d.update(ctx, func(tx store.Tx, after *store.AfterCommit) error {
 		if err := tx.SpendSetExhausted(ctx, id, why); err != nil {
 			return err
 		}
-		after.do(func() {
+		after.Do(func() {
 			d.perm.mu.Lock()
 			d.perm.rec(id).exhausted = why
 			d.perm.mu.Unlock()
@@ -645,7 +645,7 @@ func (d *Daemon) Authorize(ctx context.Context, req kin.AuthorizeRequest) (*kin.
 		if a != nil {
 			parent = a.Parent
 		}
-		err := d.update(ctx, func(tx store.Tx, _ *afterCommit) error {
+		err := d.update(ctx, func(tx store.Tx, _ *store.AfterCommit) error {
 			return appendEvent(ctx, tx, d.now(), kin.EventToolDenied, id, parent, kin.ToolDeniedData{Agent: id, Tool: req.Tool, Reason: dec.Reason})
 		})
 		if err != nil {
@@ -718,7 +718,7 @@ func (d *Daemon) Usage(ctx context.Context, req kin.UsageRequest) (*kin.Spend, e
 	var over []kin.AgentID
 	var whys []string
 	var s kin.Spend
-	err = d.update(ctx, func(tx store.Tx, after *afterCommit) error {
+	err = d.update(ctx, func(tx store.Tx, after *store.AfterCommit) error {
 		over, whys = nil, nil
 		if err := tx.SpendAdd(ctx, id, req.Tokens, req.Cost); err != nil {
 			return err
@@ -746,7 +746,7 @@ func (d *Daemon) Usage(ctx context.Context, req kin.UsageRequest) (*kin.Spend, e
 		for i, l := range chain {
 			ids[i] = l.id
 		}
-		after.do(func() {
+		after.Do(func() {
 			d.perm.mu.Lock()
 			defer d.perm.mu.Unlock()
 			r := d.perm.rec(id)
@@ -794,7 +794,7 @@ func (d *Daemon) Promote(ctx context.Context, req kin.PromoteRequest) (*kin.Agen
 	if err != nil {
 		return nil, kin.Errorf(kin.ECodeInvalid, "stage: %v", err)
 	}
-	err = d.update(ctx, func(tx store.Tx, after *afterCommit) error {
+	err = d.update(ctx, func(tx store.Tx, after *store.AfterCommit) error {
 		now := d.now()
 		chain, err := d.chainInTx(ctx, tx, a.ID)
 		if err != nil {
@@ -822,7 +822,7 @@ func (d *Daemon) Promote(ctx context.Context, req kin.PromoteRequest) (*kin.Agen
 		if err := appendEvent(ctx, tx, now, kin.EventAgentPromoted, a.ID, a.Parent, kin.AgentPromotedData{Agent: a.ID, From: from, To: req.Stage, By: c.CreatedBy()}); err != nil {
 			return err
 		}
-		after.do(func() {
+		after.Do(func() {
 			d.perm.mu.Lock()
 			defer d.perm.mu.Unlock()
 			if o := d.perm.own[a.ID]; o != nil {

@@ -72,7 +72,7 @@ func (d *Daemon) register(ctx context.Context, req kin.RegisterRequest, extra *s
 	var refused *kin.Error
 	var denied error
 	var ad *admission
-	err = d.update(ctx, func(tx store.Tx, after *afterCommit) error {
+	err = d.update(ctx, func(tx store.Tx, after *store.AfterCommit) error {
 		out, refused, denied, ad = nil, nil, nil, nil
 		now := d.now()
 		prof, err := d.governorInTx(ctx, tx)
@@ -176,7 +176,7 @@ func (d *Daemon) register(ctx context.Context, req kin.RegisterRequest, extra *s
 		if err := tx.SpendSpawnAdd(ctx, ad.counted); err != nil {
 			return err
 		}
-		after.do(func() {
+		after.Do(func() {
 			d.lineage.Add(out.ID, out.Parent)
 			d.admitted(out.ID, ad)
 		})
@@ -406,7 +406,7 @@ func (d *Daemon) SetStatus(ctx context.Context, req kin.StatusRequest) ([]*kin.A
 	}
 	var changed []*kin.Agent
 	var refused *kin.Error
-	err := d.update(ctx, func(tx store.Tx, _ *afterCommit) error {
+	err := d.update(ctx, func(tx store.Tx, _ *store.AfterCommit) error {
 		changed, refused = nil, nil
 		now := d.now()
 		var targets []*kin.Agent
@@ -519,7 +519,7 @@ func (d *Daemon) freezeChanged(ctx context.Context, req kin.StatusRequest, chang
 		}
 	}
 	now := d.now()
-	err := d.update(ctx, func(tx store.Tx, _ *afterCommit) error {
+	err := d.update(ctx, func(tx store.Tx, _ *store.AfterCommit) error {
 		for _, a := range running {
 			cur, err := tx.AgentGetByID(ctx, a.ID)
 			if err != nil {
@@ -670,7 +670,7 @@ func (d *Daemon) SetGovernor(ctx context.Context, key, value string) (*kin.Gover
 		return nil, kin.Errorf(kin.ECodeInvalid, "%v", err)
 	}
 	by := caller.Of(ctx).CreatedBy()
-	err = d.update(ctx, func(tx store.Tx, after *afterCommit) error {
+	err = d.update(ctx, func(tx store.Tx, after *store.AfterCommit) error {
 		from, err := d.governorInTx(ctx, tx)
 		if err != nil {
 			return err
@@ -690,7 +690,7 @@ func (d *Daemon) SetGovernor(ctx context.Context, key, value string) (*kin.Gover
 		if err != nil {
 			return err
 		}
-		after.do(func() {
+		after.Do(func() {
 			d.mu.Lock()
 			d.profile, d.overrides, d.settings = to, overrides, settings
 			d.mu.Unlock()

@@ -192,7 +192,7 @@ func (d *Daemon) start(ctx context.Context, a *kin.Agent, spec store.ProcessSpec
 	}
 	// The key is recorded before the process runs: an agent that asks for
 	// its token at once must find it (it raced the start's record before).
-	if err := d.update(ctx, func(tx store.Tx, _ *afterCommit) error { return tx.AgentKeyInsert(ctx, keyRow) }); err != nil {
+	if err := d.update(ctx, func(tx store.Tx, _ *store.AfterCommit) error { return tx.AgentKeyInsert(ctx, keyRow) }); err != nil {
 		d.removeRuntime(a.ID)
 		return nil, d.failStart(ctx, a, fmt.Errorf("record its key: %w", d.storeError(err)))
 	}
@@ -214,7 +214,7 @@ func (d *Daemon) start(ctx context.Context, a *kin.Agent, spec store.ProcessSpec
 	rt.proc = proc
 	pid, started := proc.Pid, proc.Started.UTC()
 	now := d.now()
-	err = d.update(ctx, func(tx store.Tx, _ *afterCommit) error {
+	err = d.update(ctx, func(tx store.Tx, _ *store.AfterCommit) error {
 		if err := tx.AgentUpdate(ctx, store.AgentUpdateParams{ID: a.ID, At: now, PID: &pid, StartedAt: &started, Session: &session, Result: result}); err != nil {
 			return err
 		}
@@ -241,7 +241,7 @@ func (d *Daemon) start(ctx context.Context, a *kin.Agent, spec store.ProcessSpec
 func (d *Daemon) failStart(ctx context.Context, a *kin.Agent, cause error) error {
 	now := d.now()
 	status, state, reason := kin.StatusTerminated, kin.StateFailed, reasonStartFail
-	err := d.update(ctx, func(tx store.Tx, _ *afterCommit) error {
+	err := d.update(ctx, func(tx store.Tx, _ *store.AfterCommit) error {
 		p := store.AgentUpdateParams{ID: a.ID, At: now, Status: &status, State: &state, EndedAt: &now, EndReason: &reason}
 		d.ctxMu.Lock()
 		c := d.ctxAgents[a.ID]
@@ -394,7 +394,7 @@ func (d *Daemon) recordEnd(ctx context.Context, id kin.AgentID, state kin.State,
 	now := d.now()
 	status := kin.StatusTerminated
 	var out *kin.Agent
-	err := d.update(ctx, func(tx store.Tx, _ *afterCommit) error {
+	err := d.update(ctx, func(tx store.Tx, _ *store.AfterCommit) error {
 		a, err := tx.AgentGetByID(ctx, id)
 		if err != nil {
 			return err
@@ -508,7 +508,7 @@ func (d *Daemon) cancelTree(ctx context.Context, p cancelParams) ([]*kin.Agent, 
 	now := d.now()
 	stopping := kin.StateStopping
 	if len(mine) > 0 {
-		err := d.update(ctx, func(tx store.Tx, _ *afterCommit) error {
+		err := d.update(ctx, func(tx store.Tx, _ *store.AfterCommit) error {
 			for _, a := range mine {
 				if err := tx.AgentUpdate(ctx, store.AgentUpdateParams{ID: a.ID, At: now, State: &stopping}); err != nil {
 					return err
@@ -556,7 +556,7 @@ func (d *Daemon) cancelTree(ctx context.Context, p cancelParams) ([]*kin.Agent, 
 	// 7-8: record.
 	now = d.now()
 	var done []*kin.Agent
-	err = d.update(ctx, func(tx store.Tx, _ *afterCommit) error {
+	err = d.update(ctx, func(tx store.Tx, _ *store.AfterCommit) error {
 		done = done[:0]
 		for _, a := range mine {
 			cur, err := tx.AgentGetByID(ctx, a.ID)
@@ -678,7 +678,7 @@ func (d *Daemon) maybeRestart(ctx context.Context, old *kin.Agent, reason string
 		d.markFailed(ctx, old, "replacement refused: "+err.Error())
 		return
 	}
-	err = d.update(ctx, func(tx store.Tx, _ *afterCommit) error {
+	err = d.update(ctx, func(tx store.Tx, _ *store.AfterCommit) error {
 		return appendEvent(ctx, tx, d.now(), kin.EventAgentReplaced, old.ID, old.Parent, kin.AgentReplacedData{
 			Agent: old.ID, Replacement: a.ID, Cursor: old.Cursor, Reason: reason, Restarts: restarts + 1,
 		})
@@ -714,7 +714,7 @@ func (d *Daemon) recentRestarts(ctx context.Context, old *kin.Agent, since time.
 func (d *Daemon) markFailed(ctx context.Context, a *kin.Agent, why string) {
 	now := d.now()
 	state := kin.StateFailed
-	err := d.update(ctx, func(tx store.Tx, _ *afterCommit) error {
+	err := d.update(ctx, func(tx store.Tx, _ *store.AfterCommit) error {
 		if err := tx.AgentUpdate(ctx, store.AgentUpdateParams{ID: a.ID, At: now, State: &state}); err != nil {
 			return err
 		}
