@@ -202,7 +202,7 @@ func (d *Daemon) serveAuthToken(w http.ResponseWriter, r *http.Request) {
 
 func (d *Daemon) recordRefusal(parent, agent kin.AgentID, code, detail string) {
 	err := d.update(context.Background(), func(tx store.Tx, _ *store.AfterCommit) error {
-		return appendEvent(context.Background(), tx, d.now(), kin.EventTokenRefused, agent, parent, kin.TokenRefusedData{Parent: parent, Agent: agent, Code: code, Detail: detail})
+		return store.AppendEvent(context.Background(), tx, d.now(), kin.EventTokenRefused, agent, parent, kin.TokenRefusedData{Parent: parent, Agent: agent, Code: code, Detail: detail})
 	})
 	if err != nil {
 		d.log.Error("record auth-token refusal", "err", err)
@@ -366,7 +366,7 @@ func (d *Daemon) authToken(ctx context.Context, r *http.Request, now time.Time, 
 		if err := tx.AuthTokenInsert(ctx, row); err != nil {
 			return err
 		}
-		return appendEvent(ctx, tx, now, kin.EventTokenIssued, bound.agent.ID, parent.agent.ID,
+		return store.AppendEvent(ctx, tx, now, kin.EventTokenIssued, bound.agent.ID, parent.agent.ID,
 			kin.TokenIssuedData{Parent: parent.agent.ID, Agent: bound.agent.ID, Resource: rc.Iss, Scope: rc.Scope, JTI: c.JTI, ExpiresAt: row.ExpiresAt})
 	})
 	if err != nil {

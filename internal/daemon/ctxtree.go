@@ -104,7 +104,7 @@ func (d *Daemon) prepareCtx(ctx context.Context, a *kin.Agent, spec store.Proces
 	}
 	if h != nil {
 		// seed 001's "policy subset" and "mount subset": what the child holds.
-		h.Policy, h.Mounts, _ = d.policyControl(a.ID)
+		h.Policy, h.Mounts, _ = d.Authority.Control(a.ID)
 	}
 	c.setHandoff(h)
 	var parentRef ctxfs.ParentRef
@@ -224,7 +224,7 @@ func (d *Daemon) ctxEnv(a *kin.Agent, c *ctxAgent) []string {
 func (d *Daemon) setRuntime(c *ctxAgent, a *kin.Agent, spec store.ProcessSpec, sock string) {
 	o := d.agentOwner(a.ID)
 	c.rt.UID, c.rt.GID = o.UID, o.GID
-	c.rt.Policy, _, c.rt.Mount = d.policyControl(a.ID)
+	c.rt.Policy, _, c.rt.Mount = d.Authority.Control(a.ID)
 	c.rt.Iso, c.rt.Log, c.rt.Path = d.sup.Containment(), d.logPath(a.ID), d.agentPathList
 	c.rt.Cwd = d.agentCwd(spec, c.session)
 	c.rt.Env = nil

@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/kin-agents/kin/aauth"
+	"github.com/kin-agents/kin/internal/authority"
 	"github.com/kin-agents/kin/internal/ctxfs"
 	"github.com/kin-agents/kin/internal/dashboard"
 	"github.com/kin-agents/kin/internal/governor"
@@ -41,23 +42,23 @@ const (
 
 // Daemon is a running `kin serve`.
 type Daemon struct {
-	cfg     Config
-	log     *slog.Logger
-	now     func() time.Time
-	store   store.Store
-	counter any // the driver itself, for the metrics' counts only it offers
-	hub     *hub
-	lineage lineage.Tree
-	perm    perms            // the permission authority's state (permission.go)
-	id      *identityState   // AAuth: agent provider and person server (identity.go)
-	logst   *logState        // the verifiable event log's key and checkpoints (eventlog.go)
-	disc    *aauth.Discovery // resources' keys, for their resource tokens
-	metrics *metrics         // Prometheus metrics (metrics.go)
-	tracer  *tracer          // OpenTelemetry spans of spawns, nil when off (tracing.go)
-	uids    *uidrange.Range  // the home's agent uid range; nil: agents run as the daemon's user
-	pid     int
-	started time.Time
-	token   string
+	cfg                  Config
+	log                  *slog.Logger
+	now                  func() time.Time
+	store                store.Store
+	counter              any // the driver itself, for the metrics' counts only it offers
+	hub                  *hub
+	lineage              lineage.Tree
+	*authority.Authority                  // the permission authority: kin.AuthorityService
+	id                   *identityState   // AAuth: agent provider and person server (identity.go)
+	logst                *logState        // the verifiable event log's key and checkpoints (eventlog.go)
+	disc                 *aauth.Discovery // resources' keys, for their resource tokens
+	metrics              *metrics         // Prometheus metrics (metrics.go)
+	tracer               *tracer          // OpenTelemetry spans of spawns, nil when off (tracing.go)
+	uids                 *uidrange.Range  // the home's agent uid range; nil: agents run as the daemon's user
+	pid                  int
+	started              time.Time
+	token                string
 
 	mu            sync.Mutex  // guards profile, overrides and settings
 	profile       kin.Profile // cached: the profile the stored settings make (governorInTx decides)
@@ -174,10 +175,18 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 	for _, l := range links {
 		d.lineage.Add(l.ID, l.Parent)
 	}
-	if d.perm.cfg, err = loadPolicyConfig(cfg.PolicyConfig); err != nil {
+	pcfg, err := authority.LoadPolicyConfig(cfg.PolicyConfig)
+	if err != nil {
 		return nil, err
 	}
-	if err := d.loadPerms(ctx); err != nil {
+	d.Authority, err = authority.New(ctx, authority.Config{
+		Store: d.store, Lineage: &d.lineage, Policy: pcfg, Clock: d.now, Log: d.log,
+		Stop: func(ctx context.Context, id kin.AgentID, reason string) error {
+			_, err := d.cancelTree(ctx, cancelParams{Root: id, Reason: reason, IncludeRoot: true})
+			return err
+		},
+	})
+	if err != nil {
 		return nil, fmt.Errorf("load permissions: %w", err)
 	}
 	if err := d.openIdentity(); err != nil {
@@ -242,7 +251,7 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 	if err := d.reconcile(ctx); err != nil {
 		return nil, fmt.Errorf("reconcile running agents: %w", err)
 	}
-	d.armDeadlines(ctx)
+	d.Authority.ArmDeadlines(ctx)
 	// Open both listeners before serving either, so no request sees a
 	// half-started daemon.
 	if err := d.listenUnix(); err != nil {
@@ -372,7 +381,7 @@ func (d *Daemon) agentCredential(id kin.AgentID) *syscall.Credential {
 		uid = d.uids.Start
 	}
 	c := &syscall.Credential{Uid: uid, Gid: uid, Groups: []uint32{}}
-	if flat, ok := d.flatPolicy(id); ok {
+	if flat, ok := d.Authority.Flat(id); ok {
 		if flat.UID != nil {
 			c.Uid = *flat.UID
 		}
@@ -607,7 +616,9 @@ func (d *Daemon) CtxRoot() string { return d.ctxDir }
 func (d *Daemon) Close() error {
 	d.once.Do(func() {
 		close(d.closing)
-		d.stopTimers()
+		if d.Authority != nil {
+			d.Authority.Close() // no deadline fires, no budget stop starts, from now on
+		}
 		d.rtMu.Lock()
 		d.shuttingDown = true
 		d.rtMu.Unlock()

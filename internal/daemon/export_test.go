@@ -5,10 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"reflect"
-	"slices"
 	"strings"
-
-	"github.com/kin-agents/kin/kin"
 )
 
 // CacheDiff says how the daemon's caches (the lineage, the permission
@@ -29,30 +26,11 @@ func (d *Daemon) CacheDiff(ctx context.Context) (string, error) {
 		}
 	}
 
-	own, spend, err := readPerms(ctx, d.store)
+	perm, err := d.Authority.CacheDiff(ctx)
 	if err != nil {
 		return "", err
 	}
-	d.perm.mu.Lock()
-	for _, id := range unionKeys(own, d.perm.own) {
-		a, b := own[id], d.perm.own[id]
-		if (a == nil) != (b == nil) || a != nil && (a.stage != b.stage || !a.deadlineAt.Equal(b.deadlineAt) || !reflect.DeepEqual(a.policy, b.policy)) {
-			diffs = append(diffs, fmt.Sprintf("perms: agent %d's own policy cached %+v, stored %+v", id, b, a))
-		}
-	}
-	for _, id := range unionKeys(spend, d.perm.spend) {
-		var a, b spendRec
-		if r := spend[id]; r != nil {
-			a = *r
-		}
-		if r := d.perm.spend[id]; r != nil {
-			b = *r
-		}
-		if a != b {
-			diffs = append(diffs, fmt.Sprintf("perms: agent %d's spend cached %+v, stored %+v", id, b, a))
-		}
-	}
-	d.perm.mu.Unlock()
+	diffs = append(diffs, perm...)
 
 	settings, err := d.store.SettingList(ctx)
 	if err != nil {
@@ -68,15 +46,4 @@ func (d *Daemon) CacheDiff(ctx context.Context) (string, error) {
 	}
 	d.mu.Unlock()
 	return strings.Join(diffs, "\n"), nil
-}
-
-func unionKeys[V any](a, b map[kin.AgentID]V) []kin.AgentID {
-	ids := slices.Collect(maps.Keys(a))
-	for id := range b {
-		if _, ok := a[id]; !ok {
-			ids = append(ids, id)
-		}
-	}
-	slices.Sort(ids)
-	return ids
 }

@@ -362,7 +362,7 @@ func (d *Daemon) Grant(ctx context.Context, req kin.GrantRequest) (*kin.Grant, e
 		if err := tx.GrantSet(ctx, store.GrantRow{Agent: g.Agent, Resource: g.Resource, Scope: g.Scope, Until: g.Until, CreatedAt: now}); err != nil {
 			return err
 		}
-		return appendEvent(ctx, tx, now, kin.EventGrant, a.ID, a.Parent, kin.GrantData{Agent: a.ID, Resource: g.Resource, Scope: g.Scope, Until: g.Until, Action: "granted"})
+		return store.AppendEvent(ctx, tx, now, kin.EventGrant, a.ID, a.Parent, kin.GrantData{Agent: a.ID, Resource: g.Resource, Scope: g.Scope, Until: g.Until, Action: "granted"})
 	})
 	if err != nil {
 		return nil, d.storeError(err)
@@ -417,7 +417,7 @@ func (d *Daemon) Ungrant(ctx context.Context, req kin.UngrantRequest) (*kin.Gran
 		if out.Revoked, err = d.revokeTx(ctx, tx, now, store.AuthTokenRevokeParams{Parent: req.Agent, Resource: req.Resource}, "grant removed"); err != nil {
 			return err
 		}
-		return appendEvent(ctx, tx, now, kin.EventGrant, req.Agent, 0, kin.GrantData{Agent: req.Agent, Resource: req.Resource, Scope: out.Scope, Action: "ungranted", Revoked: out.Revoked})
+		return store.AppendEvent(ctx, tx, now, kin.EventGrant, req.Agent, 0, kin.GrantData{Agent: req.Agent, Resource: req.Resource, Scope: out.Scope, Action: "ungranted", Revoked: out.Revoked})
 	})
 	if err != nil {
 		return nil, d.storeError(err)
@@ -492,7 +492,7 @@ func (d *Daemon) RotateKeys(ctx context.Context, role string) (*kin.KeyRotation,
 		d.id.mu.Unlock()
 	}
 	err = d.update(ctx, func(tx store.Tx, _ *store.AfterCommit) error {
-		return appendEvent(ctx, tx, now, kin.EventKeysRotated, 0, 0, kin.KeysRotatedData{Role: role, KID: k.KID})
+		return store.AppendEvent(ctx, tx, now, kin.EventKeysRotated, 0, 0, kin.KeysRotatedData{Role: role, KID: k.KID})
 	})
 	if err != nil {
 		return nil, d.storeError(err)
@@ -520,7 +520,9 @@ func (d *Daemon) pruneAuthTokens() {
 		case <-t.C:
 		}
 		ctx := context.Background()
-		err := d.update(ctx, func(tx store.Tx, _ *store.AfterCommit) error { return tx.AuthTokenPrune(ctx, d.now().Add(-authTokenKeep)) })
+		err := d.update(ctx, func(tx store.Tx, _ *store.AfterCommit) error {
+			return tx.AuthTokenPrune(ctx, d.now().Add(-authTokenKeep))
+		})
 		if err != nil {
 			d.log.Error("prune expired auth tokens", "err", err)
 		}
@@ -546,7 +548,7 @@ func (d *Daemon) revokeTx(ctx context.Context, tx store.Tx, now time.Time, p sto
 		byPair[k] = append(byPair[k], r.JTI)
 	}
 	for _, k := range order {
-		if err := appendEvent(ctx, tx, now, kin.EventTokenRevoked, k.agent, k.parent, kin.TokenRevokedData{Agent: k.agent, Parent: k.parent, JTIs: byPair[k], Reason: reason}); err != nil {
+		if err := store.AppendEvent(ctx, tx, now, kin.EventTokenRevoked, k.agent, k.parent, kin.TokenRevokedData{Agent: k.agent, Parent: k.parent, JTIs: byPair[k], Reason: reason}); err != nil {
 			return 0, err
 		}
 	}

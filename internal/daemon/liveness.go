@@ -67,7 +67,7 @@ func (d *Daemon) Heartbeat(ctx context.Context, req kin.HeartbeatRequest) (*kin.
 		if a.State != kin.StateActive {
 			active := kin.StateActive
 			p.State = &active
-			if err := appendEvent(ctx, tx, now, kin.EventAgentState, id, a.Parent, kin.AgentStateData{Agent: id, From: a.State, To: active}); err != nil {
+			if err := store.AppendEvent(ctx, tx, now, kin.EventAgentState, id, a.Parent, kin.AgentStateData{Agent: id, From: a.State, To: active}); err != nil {
 				return err
 			}
 		}
@@ -149,12 +149,12 @@ func (d *Daemon) sweepLiveness(ctx context.Context) {
 			if err := tx.AgentUpdate(ctx, store.AgentUpdateParams{ID: a.ID, At: now, State: &to}); err != nil {
 				return err
 			}
-			if err := appendEvent(ctx, tx, now, kin.EventAgentState, a.ID, a.Parent, kin.AgentStateData{Agent: a.ID, From: a.State, To: to}); err != nil {
+			if err := store.AppendEvent(ctx, tx, now, kin.EventAgentState, a.ID, a.Parent, kin.AgentStateData{Agent: a.ID, From: a.State, To: to}); err != nil {
 				return err
 			}
 			if to == kin.StateOffline {
 				// seed 002: "Governor alerts the parent orchestrator".
-				if err := appendEvent(ctx, tx, now, kin.EventAgentOffline, a.ID, a.Parent, kin.AgentOfflineData{
+				if err := store.AppendEvent(ctx, tx, now, kin.EventAgentOffline, a.ID, a.Parent, kin.AgentOfflineData{
 					Agent: a.ID, Parent: a.Parent, LastHeartbeat: a.LastHeartbeat, Cursor: a.Cursor,
 				}); err != nil {
 					return err

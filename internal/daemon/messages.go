@@ -104,7 +104,7 @@ func (d *Daemon) mayMessage(from kin.AgentID, to *kin.Agent) bool {
 
 // Inbox calls fn for each message sent to an agent.
 func (d *Daemon) Inbox(ctx context.Context, req kin.InboxRequest, fn func(kin.Message) error) error {
-	id, err := d.target(ctx, req.Agent, "inbox")
+	id, err := d.Authority.Target(ctx, req.Agent, "inbox")
 	if err != nil {
 		return err
 	}

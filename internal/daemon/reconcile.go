@@ -216,7 +216,7 @@ func killLeftover(a *kin.Agent) {
 // appendSimple appends one event in its own transaction.
 func (d *Daemon) appendSimple(ctx context.Context, typ string, a *kin.Agent, data any) {
 	err := d.update(ctx, func(tx store.Tx, _ *store.AfterCommit) error {
-		return appendEvent(ctx, tx, d.now(), typ, a.ID, a.Parent, data)
+		return store.AppendEvent(ctx, tx, d.now(), typ, a.ID, a.Parent, data)
 	})
 	if err != nil {
 		d.log.Error("event", "type", typ, "agent", a.ID, "err", err)

@@ -3,12 +3,12 @@ package daemon
 import (
 	"context"
 	"errors"
-	"fmt"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/kin-agents/kin/internal/authority"
 	"github.com/kin-agents/kin/internal/caller"
 	"github.com/kin-agents/kin/internal/governor"
 	"github.com/kin-agents/kin/internal/store"
@@ -71,7 +71,7 @@ func (d *Daemon) register(ctx context.Context, req kin.RegisterRequest, extra *s
 	var out *kin.Agent
 	var refused *kin.Error
 	var denied error
-	var ad *admission
+	var ad *authority.Admission
 	err = d.update(ctx, func(tx store.Tx, after *store.AfterCommit) error {
 		out, refused, denied, ad = nil, nil, nil, nil
 		now := d.now()
@@ -124,14 +124,14 @@ func (d *Daemon) register(ctx context.Context, req kin.RegisterRequest, extra *s
 		if extra != nil {
 			env = extra.env
 		}
-		if ad, denied = d.admit(ctx, tx, &req, mountIDs, facts.Role, env, now); denied != nil {
+		if ad, denied = d.Authority.Admit(ctx, tx, &req, mountIDs, facts.Role, env, now); denied != nil {
 			if kin.ErrorCodeOf(denied) == kin.ECodeInternal {
 				err, denied = denied, nil
 				return err // the store failed: nothing is decided
 			}
 			return nil
 		}
-		if extra != nil && ad.needsSandbox() {
+		if extra != nil && ad.NeedsSandbox() {
 			if denied = d.sandboxAvailable(); denied != nil {
 				return nil
 			}
@@ -158,10 +158,7 @@ func (d *Daemon) register(ctx context.Context, req kin.RegisterRequest, extra *s
 		if a.Responsible == "" && facts.Parent != nil {
 			a.Responsible = facts.Parent.Responsible // seed 000: children inherit by default
 		}
-		ins := store.AgentInsertParams{Agent: a, NameContext: name.Context, Policy: ad.policy}
-		if ad.own != nil {
-			ins.DeadlineAt = ad.own.deadlineAt
-		}
+		ins := store.AgentInsertParams{Agent: a, NameContext: name.Context, Policy: ad.Policy, DeadlineAt: ad.DeadlineAt}
 		if extra != nil {
 			ins.Agent.Command, ins.Agent.Restart, ins.Agent.Grace, ins.Agent.Replaces = extra.command, extra.restart, extra.grace, extra.replaces
 			ins.Env, ins.Dir, ins.Handoff = extra.env, extra.dir, extra.handoff
@@ -173,21 +170,21 @@ func (d *Daemon) register(ctx context.Context, req kin.RegisterRequest, extra *s
 		if err := d.checkAgentUID(out.ID); err != nil {
 			return err // rolls the insert back
 		}
-		if err := tx.SpendSpawnAdd(ctx, ad.counted); err != nil {
+		if err := tx.SpendSpawnAdd(ctx, ad.Counted); err != nil {
 			return err
 		}
 		after.Do(func() {
 			d.lineage.Add(out.ID, out.Parent)
-			d.admitted(out.ID, ad)
+			d.Authority.Admitted(out.ID, ad)
 		})
-		if err := appendEvent(ctx, tx, now, kin.EventAgentRegistered, out.ID, out.Parent, kin.AgentRegisteredData{
+		if err := store.AppendEvent(ctx, tx, now, kin.EventAgentRegistered, out.ID, out.Parent, kin.AgentRegisteredData{
 			Agent: out.ID, Name: out.Name, Role: out.Role, Creator: by, Responsible: out.Responsible,
 			Parent: out.Parent, Generation: out.Generation, Life: out.Life, Replaces: out.Replaces,
 		}); err != nil {
 			return err
 		}
 		if out.Parent != 0 {
-			return appendEvent(ctx, tx, now, kin.EventChildSpawned, out.ID, out.Parent, kin.ChildSpawnedData{
+			return store.AppendEvent(ctx, tx, now, kin.EventChildSpawned, out.ID, out.Parent, kin.ChildSpawnedData{
 				Parent: out.Parent, Child: out.ID, Generation: out.Generation,
 			})
 		}
@@ -217,7 +214,7 @@ func (d *Daemon) register(ctx context.Context, req kin.RegisterRequest, extra *s
 // breaker, in the rejected request's own transaction.
 func (d *Daemon) recordRejection(ctx context.Context, tx store.Tx, prof kin.Profile, req kin.RegisterRequest, f governor.SpawnFacts, refused *kin.Error, by string) error {
 	now := f.Now
-	if err := appendEvent(ctx, tx, now, kin.EventSpawnRejected, 0, req.Parent, kin.SpawnRejectedData{
+	if err := store.AppendEvent(ctx, tx, now, kin.EventSpawnRejected, 0, req.Parent, kin.SpawnRejectedData{
 		Parent: req.Parent, Name: req.Name, Role: f.Role, Generation: f.Generation(),
 		Code: refused.Code, Message: refused.Message, By: by,
 	}); err != nil {
@@ -245,7 +242,7 @@ func (d *Daemon) recordRejection(ctx context.Context, tx store.Tx, prof kin.Prof
 	if err := tx.AgentUpdateSpawnBlock(ctx, req.Parent, until); err != nil {
 		return err
 	}
-	return appendEvent(ctx, tx, now, kin.EventCircuitOpen, req.Parent, 0, kin.CircuitOpenData{
+	return store.AppendEvent(ctx, tx, now, kin.EventCircuitOpen, req.Parent, 0, kin.CircuitOpenData{
 		Agent: req.Parent, Rejections: recent, Window: cb.Window, Until: until,
 	})
 }
@@ -343,7 +340,7 @@ func (d *Daemon) Tree(ctx context.Context, id kin.AgentID) ([]*kin.TreeNode, err
 	var mark func(ns []*kin.TreeNode)
 	mark = func(ns []*kin.TreeNode) {
 		for _, n := range ns {
-			n.Spend = d.spendOf(n.ID)
+			n.Spend = d.Authority.SpendOf(n.ID)
 			mark(n.Children)
 		}
 	}
@@ -444,7 +441,7 @@ func (d *Daemon) SetStatus(ctx context.Context, req kin.StatusRequest) ([]*kin.A
 			if req.Cascade && a.ID != req.ID {
 				data.CascadeFrom = req.ID
 			}
-			if err := appendEvent(ctx, tx, now, kin.EventAgentStatus, a.ID, a.Parent, data); err != nil {
+			if err := store.AppendEvent(ctx, tx, now, kin.EventAgentStatus, a.ID, a.Parent, data); err != nil {
 				return err
 			}
 			a.Status, a.UpdatedAt = to, now
@@ -545,7 +542,7 @@ func (d *Daemon) freezeChanged(ctx context.Context, req kin.StatusRequest, chang
 			if err := tx.AgentUpdate(ctx, p); err != nil {
 				return err
 			}
-			if err := appendEvent(ctx, tx, now, kin.EventAgentState, a.ID, a.Parent, kin.AgentStateData{Agent: a.ID, From: cur.State, To: to}); err != nil {
+			if err := store.AppendEvent(ctx, tx, now, kin.EventAgentState, a.ID, a.Parent, kin.AgentStateData{Agent: a.ID, From: cur.State, To: to}); err != nil {
 				return err
 			}
 		}
@@ -695,7 +692,7 @@ func (d *Daemon) SetGovernor(ctx context.Context, key, value string) (*kin.Gover
 			d.profile, d.overrides, d.settings = to, overrides, settings
 			d.mu.Unlock()
 		})
-		return appendEvent(ctx, tx, d.now(), kin.EventGovernorChanged, 0, 0, kin.GovernorChangedData{
+		return store.AppendEvent(ctx, tx, d.now(), kin.EventGovernorChanged, 0, 0, kin.GovernorChangedData{
 			Key: key, From: settingValue(from, key), To: n, By: by,
 		})
 	})
@@ -744,31 +741,17 @@ func (d *Daemon) Status(ctx context.Context) (*kin.DaemonStatus, error) {
 }
 
 func (d *Daemon) agentError(err error, id kin.AgentID) error {
-	if errors.Is(err, store.ErrNotFound) {
-		return kin.Errorf(kin.ECodeNotFound, "agent %d not found", id)
-	}
-	return d.storeError(err)
+	return d.storeError(store.AgentError(err, id))
 }
 
-// storeError translates store failures into kin errors, once.
+// storeError translates store failures into kin errors (store.KinError),
+// logging the ones that are the store's own.
 func (d *Daemon) storeError(err error) error {
-	var ke *kin.Error
-	switch {
-	case errors.As(err, &ke):
-		return ke
-	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
-		return err
-	case errors.Is(err, store.ErrNameTaken):
-		return kin.Errorf(kin.ECodeConflict, "the name is taken by a live agent")
-	case errors.Is(err, store.ErrWalletTaken):
-		return &kin.Error{Code: kin.ECodeWalletTaken, Message: governor.MsgWalletTaken}
-	case errors.Is(err, store.ErrNotFound):
-		return kin.Errorf(kin.ECodeNotFound, "not found")
-	case errors.Is(err, store.ErrClosed):
-		return kin.Errorf(kin.ECodeUnavailable, "the daemon is shutting down")
+	err = store.KinError(err)
+	if kin.ErrorCodeOf(err) == kin.ECodeInternal && !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) {
+		d.log.Error("store", "err", err)
 	}
-	d.log.Error("store", "err", err)
-	return fmt.Errorf("store: %w", err)
+	return err
 }
 
 func nonNil(a []*kin.Agent) []*kin.Agent {
@@ -776,14 +759,4 @@ func nonNil(a []*kin.Agent) []*kin.Agent {
 		return []*kin.Agent{}
 	}
 	return a
-}
-
-func appendEvent(ctx context.Context, tx store.Tx, at time.Time, typ string, agent, parent kin.AgentID, data any) error {
-	e, err := kin.NewEvent(typ, agent, parent, data)
-	if err != nil {
-		return err
-	}
-	e.Time = at
-	_, err = tx.EventAppend(ctx, e)
-	return err
 }

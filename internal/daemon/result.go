@@ -26,7 +26,7 @@ type outcome struct {
 // appendResult appends the agent.result event: where a's handed-back
 // result stands, and what it lacks.
 func appendResult(ctx context.Context, tx store.Tx, at time.Time, a, parent kin.AgentID, st kin.ResultStatus, violations []string) error {
-	return appendEvent(ctx, tx, at, kin.EventAgentResult, a, parent, kin.AgentResultData{Agent: a, Parent: parent, Status: st, Violations: violations})
+	return store.AppendEvent(ctx, tx, at, kin.EventAgentResult, a, parent, kin.AgentResultData{Agent: a, Parent: parent, Status: st, Violations: violations})
 }
 
 // collectResult is seed 001's "child to parent" for an agent whose process

@@ -15,6 +15,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/kin-agents/kin/internal/authority"
 	"github.com/kin-agents/kin/internal/store"
 	"github.com/kin-agents/kin/internal/supervisor"
 	"github.com/kin-agents/kin/kin"
@@ -179,8 +180,8 @@ func (d *Daemon) start(ctx context.Context, a *kin.Agent, spec store.ProcessSpec
 		d.removeRuntime(a.ID)
 		return nil, d.failStart(ctx, a, err)
 	}
-	defer closeFiles(held) // the process has its own copies once started
-	if flat, ok := d.flatPolicy(a.ID); ok && d.uids == nil && (flat.UID != nil || flat.GID != nil || flat.Groups != nil) {
+	defer authority.CloseFiles(held) // the process has its own copies once started
+	if flat, ok := d.Authority.Flat(a.ID); ok && d.uids == nil && (flat.UID != nil || flat.GID != nil || flat.Groups != nil) {
 		d.removeRuntime(a.ID)
 		return nil, d.failStart(ctx, a, errors.New("its policy sets uid, gid or groups, which needs a daemon running as root"))
 	}
@@ -218,7 +219,7 @@ func (d *Daemon) start(ctx context.Context, a *kin.Agent, spec store.ProcessSpec
 		if err := tx.AgentUpdate(ctx, store.AgentUpdateParams{ID: a.ID, At: now, PID: &pid, StartedAt: &started, Session: &session, Result: result}); err != nil {
 			return err
 		}
-		return appendEvent(ctx, tx, d.now(), kin.EventAgentStarted, a.ID, a.Parent, kin.AgentStartedData{Agent: a.ID, PID: pid, Command: spec.Command})
+		return store.AppendEvent(ctx, tx, d.now(), kin.EventAgentStarted, a.ID, a.Parent, kin.AgentStartedData{Agent: a.ID, PID: pid, Command: spec.Command})
 	})
 	if err != nil {
 		// The process runs but is not recorded: do not leave it unsupervised.
@@ -258,7 +259,7 @@ func (d *Daemon) failStart(ctx context.Context, a *kin.Agent, cause error) error
 				return err
 			}
 		}
-		return appendEvent(ctx, tx, now, kin.EventAgentFailed, a.ID, a.Parent, kin.AgentFailedData{Agent: a.ID, Parent: a.Parent, Reason: reason, Detail: cause.Error()})
+		return store.AppendEvent(ctx, tx, now, kin.EventAgentFailed, a.ID, a.Parent, kin.AgentFailedData{Agent: a.ID, Parent: a.Parent, Reason: reason, Detail: cause.Error()})
 	})
 	if err != nil {
 		d.log.Error("record failed start", "agent", a.ID, "err", err)
@@ -414,7 +415,7 @@ func (d *Daemon) recordEnd(ctx context.Context, id kin.AgentID, state kin.State,
 		if exit != nil {
 			data.Code, data.Signal, data.Known = exit.Code, exit.Signal, exit.Known
 		}
-		if err := appendEvent(ctx, tx, now, kin.EventAgentExited, id, a.Parent, data); err != nil {
+		if err := store.AppendEvent(ctx, tx, now, kin.EventAgentExited, id, a.Parent, data); err != nil {
 			return err
 		}
 		if err := d.revokeAgentsTx(ctx, tx, now, []kin.AgentID{id}, "agent ended: "+reason); err != nil {
@@ -454,7 +455,7 @@ func (d *Daemon) Stop(ctx context.Context, req kin.StopRequest) ([]*kin.Agent, e
 // cancelParams says which subtree cancelTree stops, why and how.
 type cancelParams struct {
 	Root        kin.AgentID
-	Reason      string        // reasonStopped, reasonBudget, ...: the end reason and the events'
+	Reason      string        // reasonStopped, authority.ReasonBudget, ...: the end reason and the events'
 	Grace       *kin.Duration // nil: the longest of the agents' own graces
 	IncludeRoot bool          // false: the root's owned children only
 	RootState   kin.State     // the root's final state; "" is cancelled
@@ -548,7 +549,7 @@ func (d *Daemon) cancelTree(ctx context.Context, p cancelParams) ([]*kin.Agent, 
 	}
 	// A subtree stopped for its budget or deadline hands back what it had
 	// made so far: partial, marked cancelled, but kept.
-	if reason == reasonBudget || reason == reasonDeadline {
+	if reason == authority.ReasonBudget || reason == authority.ReasonDeadline {
 		for _, a := range mine {
 			d.keepPartial(ctx, a)
 		}
@@ -589,11 +590,11 @@ func (d *Daemon) cancelTree(ctx context.Context, p cancelParams) ([]*kin.Agent, 
 				return err
 			}
 			if a.ID != root {
-				if err := appendEvent(ctx, tx, now, kin.EventChildCancel, a.ID, a.Parent, kin.ChildCancelData{Parent: a.Parent, Child: a.ID, Reason: reason}); err != nil {
+				if err := store.AppendEvent(ctx, tx, now, kin.EventChildCancel, a.ID, a.Parent, kin.ChildCancelData{Parent: a.Parent, Child: a.ID, Reason: reason}); err != nil {
 					return err
 				}
 			}
-			if err := appendEvent(ctx, tx, now, kin.EventAgentStop, a.ID, a.Parent, kin.AgentStopData{Agent: a.ID, Status: string(state)}); err != nil {
+			if err := store.AppendEvent(ctx, tx, now, kin.EventAgentStop, a.ID, a.Parent, kin.AgentStopData{Agent: a.ID, Status: string(state)}); err != nil {
 				return err
 			}
 			if p.Result != nil {
@@ -679,7 +680,7 @@ func (d *Daemon) maybeRestart(ctx context.Context, old *kin.Agent, reason string
 		return
 	}
 	err = d.update(ctx, func(tx store.Tx, _ *store.AfterCommit) error {
-		return appendEvent(ctx, tx, d.now(), kin.EventAgentReplaced, old.ID, old.Parent, kin.AgentReplacedData{
+		return store.AppendEvent(ctx, tx, d.now(), kin.EventAgentReplaced, old.ID, old.Parent, kin.AgentReplacedData{
 			Agent: old.ID, Replacement: a.ID, Cursor: old.Cursor, Reason: reason, Restarts: restarts + 1,
 		})
 	})
@@ -718,7 +719,7 @@ func (d *Daemon) markFailed(ctx context.Context, a *kin.Agent, why string) {
 		if err := tx.AgentUpdate(ctx, store.AgentUpdateParams{ID: a.ID, At: now, State: &state}); err != nil {
 			return err
 		}
-		return appendEvent(ctx, tx, now, kin.EventAgentFailed, a.ID, a.Parent, kin.AgentFailedData{Agent: a.ID, Parent: a.Parent, Reason: "restart_intensity", Detail: why})
+		return store.AppendEvent(ctx, tx, now, kin.EventAgentFailed, a.ID, a.Parent, kin.AgentFailedData{Agent: a.ID, Parent: a.Parent, Reason: "restart_intensity", Detail: why})
 	})
 	if err != nil {
 		d.log.Error("record failure", "agent", a.ID, "err", err)

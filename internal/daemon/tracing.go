@@ -163,7 +163,7 @@ func (t *tracer) spawn(ctx context.Context, d *Daemon, kind string, parent kin.A
 	// chain, the agent itself for a root.
 	sctx := context.Background()
 	root := kin.AgentID(0)
-	if chain := d.chainIDs(parent); len(chain) > 0 {
+	if chain := d.lineage.Chain(parent); len(chain) > 0 {
 		root = chain[len(chain)-1]
 	}
 	var tid trace.TraceID

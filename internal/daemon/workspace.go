@@ -12,6 +12,7 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/kin-agents/kin/internal/authority"
 	"github.com/kin-agents/kin/internal/caller"
 	"github.com/kin-agents/kin/internal/ctxfs"
 	"github.com/kin-agents/kin/internal/policy"
@@ -26,25 +27,10 @@ import (
 // permission authority, before anything is written: the policy (its mounts
 // resolved to the files they name, and those files recorded: the agent
 // gets those or nothing), the stage and the template.
-func (d *Daemon) checkPermissionRequest(req *kin.RegisterRequest) (map[string]fileID, error) {
-	var ids map[string]fileID
-	if req.Policy != nil {
-		if err := policy.Validate(*req.Policy); err != nil {
-			return nil, kin.Errorf(kin.ECodeInvalid, "policy: %v", err)
-		}
-		p, err := canonicalMounts(req.Policy)
-		if err != nil {
-			return nil, err
-		}
-		req.Policy = p
-		if ids, err = identifyMounts(p); err != nil {
-			return nil, err
-		}
-	}
-	if req.Stage != "" {
-		if _, err := d.perm.cfg.Preset(req.Stage); err != nil {
-			return nil, kin.Errorf(kin.ECodeInvalid, "stage: %v", err)
-		}
+func (d *Daemon) checkPermissionRequest(req *kin.RegisterRequest) (map[string]authority.FileID, error) {
+	ids, err := d.Authority.CheckRequest(req)
+	if err != nil {
+		return nil, err
 	}
 	if req.Template != nil {
 		if err := template.Check(*req.Template); err != nil {
@@ -52,20 +38,6 @@ func (d *Daemon) checkPermissionRequest(req *kin.RegisterRequest) (map[string]fi
 		}
 	}
 	return ids, nil
-}
-
-// needsSandbox reports whether the admitted agent's processes must run
-// under the sandbox shim: restricted mounts or process limits.
-func (ad *admission) needsSandbox() bool {
-	if ad == nil {
-		return false
-	}
-	flat := policy.Flatten(ad.layers)
-	return flat.Mounts != nil || hasLimits(flat.Budget)
-}
-
-func hasLimits(b *kin.Budget) bool {
-	return b != nil && (b.CPUSeconds != nil || b.MemoryBytes != nil || b.OpenFiles != nil)
 }
 
 // sandboxAvailable refuses an agent with restricted mounts where Landlock
@@ -106,14 +78,14 @@ func (d *Daemon) sandboxAvailable() error {
 // And the policy's mounts, opened as checked (holdMounts): the process's
 // descriptors 3 and up, for the caller to close once it started.
 func (d *Daemon) sandboxArgv(a *kin.Agent, c *ctxAgent, argv []string) ([]string, []uint32, []*os.File, error) {
-	layers, err := d.layers(a.ID)
+	layers, err := d.Authority.Layers(a.ID)
 	if err != nil {
 		return nil, nil, nil, err
 	}
 	flat := policy.Flatten(layers)
 	abi := sandbox.ABI()
 	asInit := d.sup.Containment() == supervisor.ContainmentPIDNamespaces
-	if abi == 0 && flat.Mounts == nil && !hasLimits(flat.Budget) && !asInit {
+	if abi == 0 && flat.Mounts == nil && !authority.HasLimits(flat.Budget) && !asInit {
 		return argv, nil, nil, nil
 	}
 	var groups []uint32
@@ -143,13 +115,13 @@ func (d *Daemon) sandboxArgv(a *kin.Agent, c *ctxAgent, argv []string) ([]string
 		spec.RO = append(spec.RO, seen...)
 	}
 	spec.RW, spec.RO = grants(spec.RW, spec.RO)
-	held, err := d.holdMounts(layers, flat, &spec)
+	held, err := d.Authority.HoldMounts(layers, flat, &spec)
 	if err != nil {
 		return nil, nil, nil, err
 	}
 	args, err := sandbox.Args(spec)
 	if err != nil {
-		closeFiles(held)
+		authority.CloseFiles(held)
 		return nil, nil, nil, fmt.Errorf("sandbox: %w", err)
 	}
 	return append([]string{d.shimPath(), sandbox.Subcommand}, args...), groups, held, nil
@@ -283,10 +255,8 @@ func (d *Daemon) agentByRef(ctx context.Context, ref string) (*kin.Agent, error)
 
 // visibility is an agent's own consent (visibility is not inherited).
 func (d *Daemon) visibility(id kin.AgentID) *kin.Visibility {
-	d.perm.mu.Lock()
-	defer d.perm.mu.Unlock()
-	if o := d.perm.own[id]; o != nil && o.policy != nil {
-		return o.policy.Visibility
+	if p := d.Authority.OwnPolicy(id); p != nil {
+		return p.Visibility
 	}
 	return nil
 }

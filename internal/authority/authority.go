@@ -1,45 +1,95 @@
-package daemon
+package authority
 
 import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
+	"maps"
 	"math"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/kin-agents/kin/internal/caller"
+	"github.com/kin-agents/kin/internal/lineage"
 	"github.com/kin-agents/kin/internal/policy"
 	"github.com/kin-agents/kin/internal/store"
 	"github.com/kin-agents/kin/kin"
 )
 
-// The permission authority (seed 001's attenuation, seed 003's stages and
-// budgets). The store keeps each agent's own stage, policy and deadline, its
-// own spend and its subtree's counters (spend, descendants spawned); package
-// policy decides; this file only gathers the facts, as a chain of links
-// (the agent, then its ancestors).
+// Authority is the permission authority: it answers kin.AuthorityService,
+// admits registrations inside their transaction (Admit), and stops
+// subtrees that run out of budget or time (through Config.Stop).
 //
-// Checks that guard a write (admit, Usage, Promote) read their chain from
+// Checks that guard a write (Admit, Usage, Promote) read their chain from
 // the store inside the write's transaction (store.PermChain), so a limit
 // holds however the store batches commits and however many daemons share
-// it. perms is a cache of the same facts for the checks that only read
-// (Authorize, Explain, Policy, the agent filesystem's control files); it
-// changes only after a commit (update's after-commit work), never inside a
-// transaction, and loadPerms rebuilds it from the store.
+// it. own and spend cache the same facts for the checks that only read
+// (Authorize, Explain, Policy, the agent filesystem's control files); they
+// change only after a commit (store.AfterCommit), never inside a
+// transaction, and Load rebuilds them from the store.
+type Authority struct {
+	st    store.Store
+	lin   *lineage.Tree
+	cfg   policy.Config
+	clock func() time.Time
+	log   *slog.Logger
+	stop  func(ctx context.Context, id kin.AgentID, reason string) error
 
-// perms caches the permission state of the agents that have any: a stage, a
-// policy, a deadline, a spend or a spawn count under a budget.
-type perms struct {
-	mu     sync.Mutex
-	cfg    policy.Config
+	mu     sync.Mutex // guards own, spend, timers and closed
 	own    map[kin.AgentID]*permOwn
 	spend  map[kin.AgentID]*spendRec
 	timers map[kin.AgentID]*time.Timer
+	closed bool
+	wg     sync.WaitGroup // exhausts running in the background
+}
+
+// Config is what an Authority is built from.
+type Config struct {
+	Store   store.Store
+	Lineage *lineage.Tree
+	Policy  policy.Config // presets and the global deny list
+	Clock   func() time.Time
+	Log     *slog.Logger
+	// Stop stops id's subtree, id included, for reason (ReasonBudget,
+	// ReasonDeadline): grace, then kill, partial results kept.
+	Stop func(ctx context.Context, id kin.AgentID, reason string) error
+}
+
+// New makes an Authority and loads its cache from the store.
+func New(ctx context.Context, c Config) (*Authority, error) {
+	au := &Authority{st: c.Store, lin: c.Lineage, cfg: c.Policy, clock: c.Clock, log: c.Log, stop: c.Stop,
+		timers: map[kin.AgentID]*time.Timer{}}
+	if au.log == nil {
+		au.log = slog.New(slog.DiscardHandler)
+	}
+	if err := au.Load(ctx); err != nil {
+		return nil, err
+	}
+	return au, nil
+}
+
+func (au *Authority) now() time.Time { return au.clock() }
+
+// PolicyConfig is the presets and global deny list in force.
+func (au *Authority) PolicyConfig() policy.Config { return au.cfg }
+
+// Close stops the deadline timers, refuses new exhausts and waits for
+// those running.
+func (au *Authority) Close() {
+	au.mu.Lock()
+	au.closed = true
+	for id, t := range au.timers {
+		t.Stop()
+		delete(au.timers, id)
+	}
+	au.mu.Unlock()
+	au.wg.Wait()
 }
 
 // permOwn is what an agent asked for itself.
@@ -48,8 +98,8 @@ type permOwn struct {
 	policy     *kin.Policy
 	deadlineAt time.Time
 	// mountIDs are the files the policy check approved at the policy's
-	// mount paths (grants.go).
-	mountIDs map[string]fileID
+	// mount paths (mounts.go).
+	mountIDs map[string]FileID
 }
 
 // spendRec is an agent's spend: its own, and its subtree's (itself
@@ -63,31 +113,28 @@ type spendRec struct {
 
 // Why a subtree was stopped for its budget: kin.Agent.EndReason values.
 const (
-	reasonBudget   = "budget_exhausted"
-	reasonDeadline = "deadline"
+	ReasonBudget   = "budget_exhausted"
+	ReasonDeadline = "deadline"
 )
 
-func (p *perms) rec(id kin.AgentID) *spendRec {
-	r := p.spend[id]
+func (au *Authority) rec(id kin.AgentID) *spendRec {
+	r := au.spend[id]
 	if r == nil {
 		r = &spendRec{}
-		p.spend[id] = r
+		au.spend[id] = r
 	}
 	return r
 }
 
-// loadPerms (re)builds the cache from the store.
-func (d *Daemon) loadPerms(ctx context.Context) error {
-	own, spend, err := readPerms(ctx, d.store)
+// Load (re)builds the cache from the store.
+func (au *Authority) Load(ctx context.Context) error {
+	own, spend, err := readPerms(ctx, au.st)
 	if err != nil {
 		return err
 	}
-	d.perm.mu.Lock()
-	defer d.perm.mu.Unlock()
-	d.perm.own, d.perm.spend = own, spend
-	if d.perm.timers == nil {
-		d.perm.timers = map[kin.AgentID]*time.Timer{}
-	}
+	au.mu.Lock()
+	defer au.mu.Unlock()
+	au.own, au.spend = own, spend
 	return nil
 }
 
@@ -117,6 +164,49 @@ func readPerms(ctx context.Context, st store.Reader) (map[kin.AgentID]*permOwn, 
 		spend[s.ID] = spendRecOf(s)
 	}
 	return own, spend, nil
+}
+
+// CacheDiff lists how the cache differs from what the store holds: each
+// difference in words, none when they agree. Load would make them agree;
+// tests use it to show that no write leaves the cache ahead of the store.
+func (au *Authority) CacheDiff(ctx context.Context) ([]string, error) {
+	own, spend, err := readPerms(ctx, au.st)
+	if err != nil {
+		return nil, err
+	}
+	au.mu.Lock()
+	defer au.mu.Unlock()
+	var diffs []string
+	for _, id := range unionKeys(own, au.own) {
+		a, b := own[id], au.own[id]
+		if (a == nil) != (b == nil) || a != nil && (a.stage != b.stage || !a.deadlineAt.Equal(b.deadlineAt) || !reflect.DeepEqual(a.policy, b.policy)) {
+			diffs = append(diffs, fmt.Sprintf("authority: agent %d's own policy cached %+v, stored %+v", id, b, a))
+		}
+	}
+	for _, id := range unionKeys(spend, au.spend) {
+		var a, b spendRec
+		if r := spend[id]; r != nil {
+			a = *r
+		}
+		if r := au.spend[id]; r != nil {
+			b = *r
+		}
+		if a != b {
+			diffs = append(diffs, fmt.Sprintf("authority: agent %d's spend cached %+v, stored %+v", id, b, a))
+		}
+	}
+	return diffs, nil
+}
+
+func unionKeys[V any](a, b map[kin.AgentID]V) []kin.AgentID {
+	ids := slices.Collect(maps.Keys(a))
+	for id := range b {
+		if _, ok := a[id]; !ok {
+			ids = append(ids, id)
+		}
+	}
+	slices.Sort(ids)
+	return ids
 }
 
 // ownOf is what an agent asked for itself, from its stored row; nil when
@@ -151,7 +241,7 @@ type permLink struct {
 // transaction: the facts a check that guards a write decides on. A policy
 // never changes once stored, so its parsed form comes from the cache when
 // there; stage, deadline and counters always from the store.
-func (d *Daemon) chainInTx(ctx context.Context, tx store.Tx, id kin.AgentID) ([]permLink, error) {
+func (au *Authority) chainInTx(ctx context.Context, tx store.Tx, id kin.AgentID) ([]permLink, error) {
 	if id == 0 {
 		return nil, nil
 	}
@@ -160,15 +250,15 @@ func (d *Daemon) chainInTx(ctx context.Context, tx store.Tx, id kin.AgentID) ([]
 		return nil, err
 	}
 	chain := make([]permLink, len(rows))
-	d.perm.mu.Lock()
-	defer d.perm.mu.Unlock()
+	au.mu.Lock()
+	defer au.mu.Unlock()
 	for i, r := range rows {
 		chain[i] = permLink{id: r.ID, spend: *spendRecOf(r.Spend)}
 		if r.Stage == "" && len(r.Policy) == 0 && r.DeadlineAt.IsZero() {
 			continue
 		}
 		o := &permOwn{stage: r.Stage, deadlineAt: r.DeadlineAt}
-		if c := d.perm.own[r.ID]; len(r.Policy) > 0 && c != nil && c.policy != nil {
+		if c := au.own[r.ID]; len(r.Policy) > 0 && c != nil && c.policy != nil {
 			o.policy, o.mountIDs = c.policy, c.mountIDs // a stored policy never changes
 		} else if len(r.Policy) > 0 {
 			parsed, err := ownOf(r.ID, "", r.Policy, time.Time{})
@@ -183,46 +273,46 @@ func (d *Daemon) chainInTx(ctx context.Context, tx store.Tx, id kin.AgentID) ([]
 }
 
 // chainLocked is id's chain from the cache. perm.mu is held.
-func (d *Daemon) chainLocked(id kin.AgentID) []permLink {
-	ids := d.chainIDs(id)
+func (au *Authority) chainLocked(id kin.AgentID) []permLink {
+	ids := au.chainIDs(id)
 	chain := make([]permLink, len(ids))
 	for i, a := range ids {
-		chain[i] = permLink{id: a, own: d.perm.own[a]}
-		if r := d.perm.spend[a]; r != nil {
+		chain[i] = permLink{id: a, own: au.own[a]}
+		if r := au.spend[a]; r != nil {
 			chain[i].spend = *r
 		}
 	}
 	return chain
 }
 
-// armDeadlines starts the timers of live agents with a deadline (after
+// ArmDeadlines starts the timers of live agents with a deadline (after
 // reconcile, so that the agents are known).
-func (d *Daemon) armDeadlines(ctx context.Context) {
-	d.perm.mu.Lock()
-	defer d.perm.mu.Unlock()
-	for id, o := range d.perm.own {
+func (au *Authority) ArmDeadlines(ctx context.Context) {
+	au.mu.Lock()
+	defer au.mu.Unlock()
+	for id, o := range au.own {
 		if !o.deadlineAt.IsZero() {
-			if a, err := d.store.AgentGetByID(ctx, id); err == nil && a.Live() {
-				d.armDeadlineLocked(id, o.deadlineAt)
+			if a, err := au.st.AgentGetByID(ctx, id); err == nil && a.Live() {
+				au.armDeadlineLocked(id, o.deadlineAt)
 			}
 		}
 	}
 }
 
 // chainIDs is id and its ancestors, id first.
-func (d *Daemon) chainIDs(id kin.AgentID) []kin.AgentID { return d.lineage.Chain(id) }
+func (au *Authority) chainIDs(id kin.AgentID) []kin.AgentID { return au.lin.Chain(id) }
 
 // layersOf is the effective policy's layers of the agent whose chain
 // (itself first, then its ancestors) is chain; an extra link is the agent
 // itself before it is registered.
-func (d *Daemon) layersOf(chain []permLink, extra *policy.Link) ([]kin.PolicyLayer, error) {
+func (au *Authority) layersOf(chain []permLink, extra *policy.Link) ([]kin.PolicyLayer, error) {
 	var links []policy.Link
 	for i := len(chain) - 1; i >= 0; i-- {
 		o := chain[i].own
 		if o == nil {
 			continue
 		}
-		l, err := d.link(chain[i].id, o.stage, o.policy)
+		l, err := au.link(chain[i].id, o.stage, o.policy)
 		if err != nil {
 			return nil, err
 		}
@@ -231,13 +321,13 @@ func (d *Daemon) layersOf(chain []permLink, extra *policy.Link) ([]kin.PolicyLay
 	if extra != nil {
 		links = append(links, *extra)
 	}
-	return policy.Layers(d.perm.cfg.GlobalDeny, links), nil
+	return policy.Layers(au.cfg.GlobalDeny, links), nil
 }
 
-func (d *Daemon) link(id kin.AgentID, stage string, p *kin.Policy) (policy.Link, error) {
+func (au *Authority) link(id kin.AgentID, stage string, p *kin.Policy) (policy.Link, error) {
 	l := policy.Link{Agent: id, Stage: stage, Policy: p}
 	if stage != "" {
-		pr, err := d.perm.cfg.Preset(stage)
+		pr, err := au.cfg.Preset(stage)
 		if err != nil {
 			return l, kin.Errorf(kin.ECodeInvalid, "stage: %v", err)
 		}
@@ -246,20 +336,20 @@ func (d *Daemon) link(id kin.AgentID, stage string, p *kin.Policy) (policy.Link,
 	return l, nil
 }
 
-// layers is agent id's effective policy's layers.
-func (d *Daemon) layers(id kin.AgentID) ([]kin.PolicyLayer, error) {
-	d.perm.mu.Lock()
-	chain := d.chainLocked(id)
-	d.perm.mu.Unlock()
-	return d.layersOf(chain, nil)
+// Layers is agent id's effective policy's layers.
+func (au *Authority) Layers(id kin.AgentID) ([]kin.PolicyLayer, error) {
+	au.mu.Lock()
+	chain := au.chainLocked(id)
+	au.mu.Unlock()
+	return au.layersOf(chain, nil)
 }
 
-// stageOf is an agent's stage: its own, else its nearest ancestor's.
-func (d *Daemon) stageOf(id kin.AgentID) string {
-	d.perm.mu.Lock()
-	defer d.perm.mu.Unlock()
-	for _, a := range d.chainIDs(id) {
-		if o := d.perm.own[a]; o != nil && o.stage != "" {
+// Stage is an agent's stage: its own, else its nearest ancestor's.
+func (au *Authority) Stage(id kin.AgentID) string {
+	au.mu.Lock()
+	defer au.mu.Unlock()
+	for _, a := range au.chainIDs(id) {
+		if o := au.own[a]; o != nil && o.stage != "" {
 			return o.stage
 		}
 	}
@@ -328,10 +418,10 @@ func exhaustedOf(chain []permLink, now time.Time) (kin.AgentID, string) {
 }
 
 // exhausted is exhaustedOf id's chain in the cache.
-func (d *Daemon) exhausted(id kin.AgentID, now time.Time) (kin.AgentID, string) {
-	d.perm.mu.Lock()
-	defer d.perm.mu.Unlock()
-	return exhaustedOf(d.chainLocked(id), now)
+func (au *Authority) exhausted(id kin.AgentID, now time.Time) (kin.AgentID, string) {
+	au.mu.Lock()
+	defer au.mu.Unlock()
+	return exhaustedOf(au.chainLocked(id), now)
 }
 
 // overBudget says which cap of o's budget r has reached, or "".
@@ -349,31 +439,75 @@ func overBudget(o *permOwn, r *spendRec) string {
 	return ""
 }
 
-// admission is the permission part of a registration, decided inside the
-// registration's transaction.
-type admission struct {
-	own     *permOwn // nil: the agent asks for nothing of its own
-	policy  []byte
-	layers  []kin.PolicyLayer
-	counted []kin.AgentID // budgeted ancestors whose spawn count this takes
+// Admission is the permission part of a registration, decided inside the
+// registration's transaction: what the caller stores with the agent.
+type Admission struct {
+	Policy     []byte        // the agent's own policy to store (with its mount ids), or nil
+	DeadlineAt time.Time     // its budget's absolute deadline, or zero
+	Counted    []kin.AgentID // budgeted ancestors whose spawn count this takes (store.Tx.SpendSpawnAdd)
+	own        *permOwn      // nil: the agent asks for nothing of its own
+	layers     []kin.PolicyLayer
 }
 
-// admit checks a registration against the parent's effective policy and
+// NeedsSandbox reports whether the admitted agent's processes must run
+// under the sandbox shim: restricted mounts or process limits.
+func (ad *Admission) NeedsSandbox() bool {
+	if ad == nil {
+		return false
+	}
+	flat := policy.Flatten(ad.layers)
+	return flat.Mounts != nil || HasLimits(flat.Budget)
+}
+
+// HasLimits reports whether a budget limits the process itself (CPU,
+// memory, open files): what only the sandbox shim can set.
+func HasLimits(b *kin.Budget) bool {
+	return b != nil && (b.CPUSeconds != nil || b.MemoryBytes != nil || b.OpenFiles != nil)
+}
+
+// CheckRequest validates a registration's policy and stage before its
+// transaction: the policy's mount paths resolved to the files they name
+// (canonicalMounts) and those files' identities recorded (the returned
+// map, for Admit), the stage known.
+func (au *Authority) CheckRequest(req *kin.RegisterRequest) (map[string]FileID, error) {
+	var ids map[string]FileID
+	if req.Policy != nil {
+		if err := policy.Validate(*req.Policy); err != nil {
+			return nil, kin.Errorf(kin.ECodeInvalid, "policy: %v", err)
+		}
+		p, err := canonicalMounts(req.Policy)
+		if err != nil {
+			return nil, err
+		}
+		req.Policy = p
+		if ids, err = identifyMounts(p); err != nil {
+			return nil, err
+		}
+	}
+	if req.Stage != "" {
+		if _, err := au.cfg.Preset(req.Stage); err != nil {
+			return nil, kin.Errorf(kin.ECodeInvalid, "stage: %v", err)
+		}
+	}
+	return ids, nil
+}
+
+// Admit checks a registration against the parent's effective policy and
 // remaining budget (seed 001: a child only ever gets less), as the store
 // has them inside the registration's transaction, and counts the spawn
-// against every ancestor whose budget limits descendants (ad.counted, which
+// against every ancestor whose budget limits descendants (ad.Counted, which
 // the caller writes with the agent). Its result reaches the cache only
 // after the commit (admitted).
 //
 // mountIDs are what checkPermissionRequest found at the policy's mounts.
-func (d *Daemon) admit(ctx context.Context, tx store.Tx, req *kin.RegisterRequest, mountIDs map[string]fileID, role string, env []string, now time.Time) (*admission, error) {
-	parentChain, err := d.chainInTx(ctx, tx, req.Parent)
+func (au *Authority) Admit(ctx context.Context, tx store.Tx, req *kin.RegisterRequest, mountIDs map[string]FileID, role string, env []string, now time.Time) (*Admission, error) {
+	parentChain, err := au.chainInTx(ctx, tx, req.Parent)
 	if err != nil {
 		return nil, err
 	}
 	var parentLayers []kin.PolicyLayer
 	if req.Parent != 0 {
-		if parentLayers, err = d.layersOf(parentChain, nil); err != nil {
+		if parentLayers, err = au.layersOf(parentChain, nil); err != nil {
 			return nil, err
 		}
 		if who, why := exhaustedOf(parentChain, now); why != "" {
@@ -390,8 +524,8 @@ func (d *Daemon) admit(ctx context.Context, tx store.Tx, req *kin.RegisterReques
 			return nil, kin.Errorf(kin.ECodeDenied, "agent %d may not spawn detached children: its policy says detach false", req.Parent)
 		}
 	}
-	ad := &admission{}
-	self, err := d.link(0, req.Stage, req.Policy) // the agent itself, not yet registered
+	ad := &Admission{}
+	self, err := au.link(0, req.Stage, req.Policy) // the agent itself, not yet registered
 	if err != nil {
 		return nil, err
 	}
@@ -417,13 +551,14 @@ func (d *Daemon) admit(ctx context.Context, tx store.Tx, req *kin.RegisterReques
 			if err != nil {
 				return nil, kin.Errorf(kin.ECodeInvalid, "policy: %v", err)
 			}
-			ad.policy = b
+			ad.Policy = b
 			if bu := req.Policy.Budget; bu != nil && bu.Deadline != nil {
 				ad.own.deadlineAt = now.Add(time.Duration(*bu.Deadline))
+				ad.DeadlineAt = ad.own.deadlineAt
 			}
 		}
 	}
-	if ad.layers, err = d.layersOf(parentChain, &self); err != nil {
+	if ad.layers, err = au.layersOf(parentChain, &self); err != nil {
 		return nil, err
 	}
 	// A spawner passes down only the variables the child's policy lets
@@ -440,116 +575,121 @@ func (d *Daemon) admit(ctx context.Context, tx store.Tx, req *kin.RegisterReques
 	}
 	for _, l := range parentChain {
 		if o := l.own; o != nil && o.policy != nil && o.policy.Budget != nil && o.policy.Budget.MaxDescendants != nil {
-			ad.counted = append(ad.counted, l.id)
+			ad.Counted = append(ad.Counted, l.id)
 		}
 	}
 	return ad, nil
 }
 
-// admitted records an admitted agent in the cache once its registration
+// Admitted records an admitted agent in the cache once its registration
 // committed, and arms its deadline.
-func (d *Daemon) admitted(id kin.AgentID, ad *admission) {
+func (au *Authority) Admitted(id kin.AgentID, ad *Admission) {
 	if ad == nil {
 		return
 	}
-	d.perm.mu.Lock()
-	defer d.perm.mu.Unlock()
-	for _, a := range ad.counted {
-		d.perm.rec(a).spawns++
+	au.mu.Lock()
+	defer au.mu.Unlock()
+	for _, a := range ad.Counted {
+		au.rec(a).spawns++
 	}
 	if ad.own != nil {
-		d.perm.own[id] = ad.own
+		au.own[id] = ad.own
 		if !ad.own.deadlineAt.IsZero() {
-			d.armDeadlineLocked(id, ad.own.deadlineAt)
+			au.armDeadlineLocked(id, ad.own.deadlineAt)
 		}
 	}
 }
 
 // armDeadlineLocked stops id's subtree when its deadline passes.
-func (d *Daemon) armDeadlineLocked(id kin.AgentID, at time.Time) {
-	if t := d.perm.timers[id]; t != nil {
+func (au *Authority) armDeadlineLocked(id kin.AgentID, at time.Time) {
+	if t := au.timers[id]; t != nil {
 		t.Stop()
 	}
-	d.perm.timers[id] = time.AfterFunc(max(time.Until(at), 0), func() {
-		d.goExhaust(id, reasonDeadline, fmt.Sprintf("the deadline of agent %d passed at %s", id, at.Format(time.RFC3339)))
+	au.timers[id] = time.AfterFunc(max(time.Until(at), 0), func() {
+		au.goExhaust(id, ReasonDeadline, fmt.Sprintf("the deadline of agent %d passed at %s", id, at.Format(time.RFC3339)))
 	})
 }
 
-// goExhaust runs exhaust in the background, owned by the daemon like the
-// exit handlers (Close waits for it), unless the daemon is shutting down.
-func (d *Daemon) goExhaust(id kin.AgentID, reason, why string) {
-	d.rtMu.Lock()
-	if d.shuttingDown {
-		d.rtMu.Unlock()
+// goExhaust runs exhaust in the background (Close waits for it), unless
+// the authority is closed.
+func (au *Authority) goExhaust(id kin.AgentID, reason, why string) {
+	au.mu.Lock()
+	defer au.mu.Unlock()
+	if au.closed {
 		return
 	}
-	d.exitWG.Add(1)
-	d.rtMu.Unlock()
+	au.wg.Add(1)
 	go func() {
-		defer d.exitWG.Done()
-		d.exhaust(id, reason, why)
+		defer au.wg.Done()
+		au.exhaust(id, reason, why)
 	}()
 }
 
 // exhaust records that id's subtree ran out of budget or time and stops
 // it: grace, then kill, its partial results kept (cancelTree copies them).
-func (d *Daemon) exhaust(id kin.AgentID, reason, why string) {
-	select {
-	case <-d.closing:
-		return
-	default:
-	}
+func (au *Authority) exhaust(id kin.AgentID, reason, why string) {
 	ctx := context.Background()
-	a, err := d.store.AgentGetByID(ctx, id)
+	a, err := au.st.AgentGetByID(ctx, id)
 	if err != nil || a.State.Terminal() && a.Status == kin.StatusTerminated {
 		return
 	}
-	err = d.update(ctx, func(tx store.Tx, after *store.AfterCommit) error {
+	err = store.UpdateAfter(ctx, au.st, func(tx store.Tx, after *store.AfterCommit) error {
 		if err := tx.SpendSetExhausted(ctx, id, why); err != nil {
 			return err
 		}
 		after.Do(func() {
-			d.perm.mu.Lock()
-			d.perm.rec(id).exhausted = why
-			d.perm.mu.Unlock()
+			au.mu.Lock()
+			au.rec(id).exhausted = why
+			au.mu.Unlock()
 		})
-		return appendEvent(ctx, tx, d.now(), kin.EventBudgetExhausted, id, a.Parent, kin.BudgetExhaustedData{Agent: id, Reason: reason, Detail: why})
+		return store.AppendEvent(ctx, tx, au.now(), kin.EventBudgetExhausted, id, a.Parent, kin.BudgetExhaustedData{Agent: id, Reason: reason, Detail: why})
 	})
 	if err != nil {
-		d.log.Error("record exhausted budget", "agent", id, "err", err)
+		au.log.Error("record exhausted budget", "agent", id, "err", err)
 	}
-	d.log.Info("budget exhausted: stopping the subtree", "agent", id, "why", why)
-	if _, err := d.cancelTree(ctx, cancelParams{Root: id, Reason: reason, IncludeRoot: true}); err != nil {
-		d.log.Error("stop exhausted subtree", "agent", id, "err", err)
+	au.log.Info("budget exhausted: stopping the subtree", "agent", id, "why", why)
+	if err := au.stop(ctx, id, reason); err != nil {
+		au.log.Error("stop exhausted subtree", "agent", id, "err", err)
 	}
 }
 
+// OwnPolicy is the policy an agent asked for itself, or nil. It never
+// changes once stored: callers must not change it either.
+func (au *Authority) OwnPolicy(id kin.AgentID) *kin.Policy {
+	au.mu.Lock()
+	defer au.mu.Unlock()
+	if o := au.own[id]; o != nil {
+		return o.policy
+	}
+	return nil
+}
+
 // Policy returns an agent's requested and effective policy and spend.
-func (d *Daemon) Policy(ctx context.Context, id kin.AgentID) (*kin.AgentPolicy, error) {
-	if _, err := d.Agent(ctx, id); err != nil {
+func (au *Authority) Policy(ctx context.Context, id kin.AgentID) (*kin.AgentPolicy, error) {
+	if _, err := au.agent(ctx, id); err != nil {
 		return nil, err
 	}
-	layers, err := d.layers(id)
+	layers, err := au.Layers(id)
 	if err != nil {
 		return nil, err
 	}
-	out := &kin.AgentPolicy{Agent: id, Stage: d.stageOf(id), Effective: d.effective(id, layers)}
-	d.perm.mu.Lock()
-	if o := d.perm.own[id]; o != nil && o.policy != nil {
+	out := &kin.AgentPolicy{Agent: id, Stage: au.Stage(id), Effective: au.effective(id, layers)}
+	au.mu.Lock()
+	if o := au.own[id]; o != nil && o.policy != nil {
 		p := *o.policy
 		out.Requested = &p
 	}
-	out.Spend = d.spendLocked(id)
-	d.perm.mu.Unlock()
+	out.Spend = au.spendLocked(id)
+	au.mu.Unlock()
 	return out, nil
 }
 
 // effective is the effective policy of id from its layers.
-func (d *Daemon) effective(id kin.AgentID, layers []kin.PolicyLayer) kin.EffectivePolicy {
+func (au *Authority) effective(id kin.AgentID, layers []kin.PolicyLayer) kin.EffectivePolicy {
 	e := kin.EffectivePolicy{Layers: layers, Flat: policy.Flatten(layers)}
-	d.perm.mu.Lock()
-	defer d.perm.mu.Unlock()
-	for _, l := range d.chainLocked(id) {
+	au.mu.Lock()
+	defer au.mu.Unlock()
+	for _, l := range au.chainLocked(id) {
 		if o := l.own; o != nil && !o.deadlineAt.IsZero() && (e.DeadlineAt.IsZero() || o.deadlineAt.Before(e.DeadlineAt)) {
 			e.DeadlineAt = o.deadlineAt
 		}
@@ -573,29 +713,46 @@ func spendOfLink(l permLink) kin.Spend {
 }
 
 // spendLocked is id's spend in the cache. perm.mu is held.
-func (d *Daemon) spendLocked(id kin.AgentID) kin.Spend {
-	l := permLink{id: id, own: d.perm.own[id]}
-	if r := d.perm.spend[id]; r != nil {
+func (au *Authority) spendLocked(id kin.AgentID) kin.Spend {
+	l := permLink{id: id, own: au.own[id]}
+	if r := au.spend[id]; r != nil {
 		l.spend = *r
 	}
 	return spendOfLink(l)
 }
 
-// spendOf returns id's spend when it has a budget or has spent, else nil
+// SpendOf returns id's spend when it has a budget or has spent, else nil
 // (for kin tree).
-func (d *Daemon) spendOf(id kin.AgentID) *kin.Spend {
-	d.perm.mu.Lock()
-	defer d.perm.mu.Unlock()
-	s := d.spendLocked(id)
+func (au *Authority) SpendOf(id kin.AgentID) *kin.Spend {
+	au.mu.Lock()
+	defer au.mu.Unlock()
+	s := au.spendLocked(id)
 	if s.SubtreeTokens == 0 && s.SubtreeCost == 0 && s.MaxTokens == nil && s.MaxCost == nil && s.MaxDescendants == nil && s.DeadlineAt.IsZero() && s.Exhausted == "" {
 		return nil
 	}
 	return &s
 }
 
-// target is the agent a request is about: the caller for 0, checked to be
+// agent returns one agent the caller may see.
+func (au *Authority) agent(ctx context.Context, id kin.AgentID) (*kin.Agent, error) {
+	if err := au.authorize(ctx, id, true); err != nil {
+		return nil, err
+	}
+	a, err := au.st.AgentGetByID(ctx, id)
+	if err != nil {
+		return nil, store.AgentError(err, id)
+	}
+	return a, nil
+}
+
+// authorize checks that the caller may act on target.
+func (au *Authority) authorize(ctx context.Context, target kin.AgentID, self bool) error {
+	return caller.MayActOn(ctx, target, self, au.lin.IsDescendant)
+}
+
+// Target is the agent a request is about: the caller for 0, checked to be
 // the caller or in its subtree.
-func (d *Daemon) target(ctx context.Context, id kin.AgentID, what string) (kin.AgentID, error) {
+func (au *Authority) Target(ctx context.Context, id kin.AgentID, what string) (kin.AgentID, error) {
 	c := caller.Of(ctx)
 	if id == 0 {
 		if c.Agent == 0 {
@@ -606,10 +763,10 @@ func (d *Daemon) target(ctx context.Context, id kin.AgentID, what string) (kin.A
 		}
 		return c.Agent, nil
 	}
-	if !d.lineage.Has(id) {
+	if !au.lin.Has(id) {
 		return 0, kin.Errorf(kin.ECodeNotFound, "agent %d not found", id)
 	}
-	if err := d.authorize(ctx, id, true); err != nil {
+	if err := au.authorize(ctx, id, true); err != nil {
 		return 0, err
 	}
 	return id, nil
@@ -617,8 +774,8 @@ func (d *Daemon) target(ctx context.Context, id kin.AgentID, what string) (kin.A
 
 // Authorize decides whether an agent may use a tool now: its effective
 // policy, and whether its subtree still has budget and time.
-func (d *Daemon) Authorize(ctx context.Context, req kin.AuthorizeRequest) (*kin.Decision, error) {
-	id, err := d.target(ctx, req.Agent, "authorize")
+func (au *Authority) Authorize(ctx context.Context, req kin.AuthorizeRequest) (*kin.Decision, error) {
+	id, err := au.Target(ctx, req.Agent, "authorize")
 	if err != nil {
 		return nil, err
 	}
@@ -628,28 +785,28 @@ func (d *Daemon) Authorize(ctx context.Context, req kin.AuthorizeRequest) (*kin.
 	if len(req.Input) > 0 && !json.Valid(req.Input) {
 		return nil, kin.Errorf(kin.ECodeInvalid, "input is not valid JSON")
 	}
-	who, why := d.exhausted(id, d.now())
+	who, why := au.exhausted(id, au.now())
 	var dec kin.Decision
 	if why != "" {
 		dec = kin.Decision{Reason: fmt.Sprintf("the budget of agent %d's subtree is exhausted: %s", who, why), Rule: "budget", Source: kin.SourcePolicy, Agent: who}
 	} else {
-		layers, err := d.layers(id)
+		layers, err := au.Layers(id)
 		if err != nil {
 			return nil, err
 		}
 		dec, _ = policy.AllowTool(layers, req.Tool)
 	}
 	if !dec.Allowed {
-		a, _ := d.store.AgentGetByID(ctx, id)
+		a, _ := au.st.AgentGetByID(ctx, id)
 		parent := kin.AgentID(0)
 		if a != nil {
 			parent = a.Parent
 		}
-		err := d.update(ctx, func(tx store.Tx, _ *store.AfterCommit) error {
-			return appendEvent(ctx, tx, d.now(), kin.EventToolDenied, id, parent, kin.ToolDeniedData{Agent: id, Tool: req.Tool, Reason: dec.Reason})
+		err := store.UpdateAfter(ctx, au.st, func(tx store.Tx, _ *store.AfterCommit) error {
+			return store.AppendEvent(ctx, tx, au.now(), kin.EventToolDenied, id, parent, kin.ToolDeniedData{Agent: id, Tool: req.Tool, Reason: dec.Reason})
 		})
 		if err != nil {
-			return nil, d.storeError(err)
+			return nil, store.KinError(err)
 		}
 	}
 	return &dec, nil
@@ -671,15 +828,15 @@ func checkToolName(t string) error {
 }
 
 // Explain says why an agent may or may not use a tool or reach a path.
-func (d *Daemon) Explain(ctx context.Context, req kin.ExplainRequest) (*kin.Explanation, error) {
+func (au *Authority) Explain(ctx context.Context, req kin.ExplainRequest) (*kin.Explanation, error) {
 	if (req.Tool == "") == (req.Path == "") {
 		return nil, kin.Errorf(kin.ECodeInvalid, "explain needs exactly one of a tool or a path")
 	}
-	id, err := d.target(ctx, req.Agent, "explain")
+	id, err := au.Target(ctx, req.Agent, "explain")
 	if err != nil {
 		return nil, err
 	}
-	layers, err := d.layers(id)
+	layers, err := au.Layers(id)
 	if err != nil {
 		return nil, err
 	}
@@ -689,7 +846,7 @@ func (d *Daemon) Explain(ctx context.Context, req kin.ExplainRequest) (*kin.Expl
 			return nil, err
 		}
 		out.Decision, out.Steps = policy.AllowTool(layers, req.Tool)
-		if who, why := d.exhausted(id, d.now()); why != "" {
+		if who, why := au.exhausted(id, au.now()); why != "" {
 			out.Decision = kin.Decision{Reason: fmt.Sprintf("the budget of agent %d's subtree is exhausted: %s", who, why), Rule: "budget", Source: kin.SourcePolicy, Agent: who}
 		}
 		return out, nil
@@ -700,8 +857,8 @@ func (d *Daemon) Explain(ctx context.Context, req kin.ExplainRequest) (*kin.Expl
 
 // Usage reports spend: it counts against the agent and every ancestor, and
 // a subtree that reaches a cap is stopped.
-func (d *Daemon) Usage(ctx context.Context, req kin.UsageRequest) (*kin.Spend, error) {
-	id, err := d.target(ctx, req.Agent, "usage")
+func (au *Authority) Usage(ctx context.Context, req kin.UsageRequest) (*kin.Spend, error) {
+	id, err := au.Target(ctx, req.Agent, "usage")
 	if err != nil {
 		return nil, err
 	}
@@ -711,24 +868,24 @@ func (d *Daemon) Usage(ctx context.Context, req kin.UsageRequest) (*kin.Spend, e
 	if req.Tokens == 0 && req.Cost == 0 {
 		return nil, kin.Errorf(kin.ECodeInvalid, "usage reports nothing: give --tokens or --cost")
 	}
-	a, err := d.Agent(ctx, id)
+	a, err := au.agent(ctx, id)
 	if err != nil {
 		return nil, err
 	}
 	var over []kin.AgentID
 	var whys []string
 	var s kin.Spend
-	err = d.update(ctx, func(tx store.Tx, after *store.AfterCommit) error {
+	err = store.UpdateAfter(ctx, au.st, func(tx store.Tx, after *store.AfterCommit) error {
 		over, whys = nil, nil
 		if err := tx.SpendAdd(ctx, id, req.Tokens, req.Cost); err != nil {
 			return err
 		}
-		if err := appendEvent(ctx, tx, d.now(), kin.EventAgentUsage, id, a.Parent, kin.AgentUsageData{Agent: id, Tokens: req.Tokens, Cost: req.Cost}); err != nil {
+		if err := store.AppendEvent(ctx, tx, au.now(), kin.EventAgentUsage, id, a.Parent, kin.AgentUsageData{Agent: id, Tokens: req.Tokens, Cost: req.Cost}); err != nil {
 			return err
 		}
 		// The caps are checked against the sums as this transaction left
 		// them: two reports that together reach a cap stop the subtree.
-		chain, err := d.chainInTx(ctx, tx, id)
+		chain, err := au.chainInTx(ctx, tx, id)
 		if err != nil {
 			return err
 		}
@@ -747,13 +904,13 @@ func (d *Daemon) Usage(ctx context.Context, req kin.UsageRequest) (*kin.Spend, e
 			ids[i] = l.id
 		}
 		after.Do(func() {
-			d.perm.mu.Lock()
-			defer d.perm.mu.Unlock()
-			r := d.perm.rec(id)
+			au.mu.Lock()
+			defer au.mu.Unlock()
+			r := au.rec(id)
 			r.tokens += req.Tokens
 			r.cost += req.Cost
 			for _, c := range ids {
-				cr := d.perm.rec(c)
+				cr := au.rec(c)
 				cr.subTokens += req.Tokens
 				cr.subCost += req.Cost
 			}
@@ -761,11 +918,11 @@ func (d *Daemon) Usage(ctx context.Context, req kin.UsageRequest) (*kin.Spend, e
 		return nil
 	})
 	if err != nil {
-		return nil, d.storeError(err)
+		return nil, store.KinError(err)
 	}
 	// The highest exhausted ancestor's stop covers the rest.
 	if n := len(over); n > 0 {
-		d.goExhaust(over[n-1], reasonBudget, whys[n-1])
+		au.goExhaust(over[n-1], ReasonBudget, whys[n-1])
 		s.Exhausted = whys[n-1]
 	}
 	return &s, nil
@@ -773,8 +930,8 @@ func (d *Daemon) Usage(ctx context.Context, req kin.UsageRequest) (*kin.Spend, e
 
 // Promote changes an agent's stage; only its parent or the operator may,
 // never the agent itself, and never beyond the parent's effective policy.
-func (d *Daemon) Promote(ctx context.Context, req kin.PromoteRequest) (*kin.Agent, error) {
-	a, err := d.Agent(ctx, req.Agent)
+func (au *Authority) Promote(ctx context.Context, req kin.PromoteRequest) (*kin.Agent, error) {
+	a, err := au.agent(ctx, req.Agent)
 	if err != nil {
 		return nil, err
 	}
@@ -788,15 +945,15 @@ func (d *Daemon) Promote(ctx context.Context, req kin.PromoteRequest) (*kin.Agen
 		return nil, kin.Errorf(kin.ECodeForbidden, "agent %d may not promote agent %d: only its parent (%d) or the operator may", c.Agent, a.ID, a.Parent)
 	}
 	if req.Stage == "" {
-		return nil, kin.Errorf(kin.ECodeInvalid, "stage is empty: name the stage (%s)", strings.Join(presetNames(d.perm.cfg), ", "))
+		return nil, kin.Errorf(kin.ECodeInvalid, "stage is empty: name the stage (%s)", strings.Join(presetNames(au.cfg), ", "))
 	}
-	pr, err := d.perm.cfg.Preset(req.Stage)
+	pr, err := au.cfg.Preset(req.Stage)
 	if err != nil {
 		return nil, kin.Errorf(kin.ECodeInvalid, "stage: %v", err)
 	}
-	err = d.update(ctx, func(tx store.Tx, after *store.AfterCommit) error {
-		now := d.now()
-		chain, err := d.chainInTx(ctx, tx, a.ID)
+	err = store.UpdateAfter(ctx, au.st, func(tx store.Tx, after *store.AfterCommit) error {
+		now := au.now()
+		chain, err := au.chainInTx(ctx, tx, a.ID)
 		if err != nil {
 			return err
 		}
@@ -804,7 +961,7 @@ func (d *Daemon) Promote(ctx context.Context, req kin.PromoteRequest) (*kin.Agen
 			return kin.Errorf(kin.ECodeNotFound, "agent %d not found", a.ID)
 		}
 		if a.Parent != 0 {
-			parentLayers, err := d.layersOf(chain[1:], nil)
+			parentLayers, err := au.layersOf(chain[1:], nil)
 			if err != nil {
 				return err
 			}
@@ -819,18 +976,18 @@ func (d *Daemon) Promote(ctx context.Context, req kin.PromoteRequest) (*kin.Agen
 		if o := chain[0].own; o != nil {
 			from = o.stage
 		}
-		if err := appendEvent(ctx, tx, now, kin.EventAgentPromoted, a.ID, a.Parent, kin.AgentPromotedData{Agent: a.ID, From: from, To: req.Stage, By: c.CreatedBy()}); err != nil {
+		if err := store.AppendEvent(ctx, tx, now, kin.EventAgentPromoted, a.ID, a.Parent, kin.AgentPromotedData{Agent: a.ID, From: from, To: req.Stage, By: c.CreatedBy()}); err != nil {
 			return err
 		}
 		after.Do(func() {
-			d.perm.mu.Lock()
-			defer d.perm.mu.Unlock()
-			if o := d.perm.own[a.ID]; o != nil {
+			au.mu.Lock()
+			defer au.mu.Unlock()
+			if o := au.own[a.ID]; o != nil {
 				c := *o // readers may hold the old one
 				c.stage = req.Stage
-				d.perm.own[a.ID] = &c
+				au.own[a.ID] = &c
 			} else {
-				d.perm.own[a.ID] = &permOwn{stage: req.Stage}
+				au.own[a.ID] = &permOwn{stage: req.Stage}
 			}
 		})
 		return nil
@@ -839,9 +996,9 @@ func (d *Daemon) Promote(ctx context.Context, req kin.PromoteRequest) (*kin.Agen
 		if kin.ErrorCodeOf(err) != kin.ECodeInternal {
 			return nil, err
 		}
-		return nil, d.storeError(err)
+		return nil, store.KinError(err)
 	}
-	return d.Agent(ctx, a.ID)
+	return au.agent(ctx, a.ID)
 }
 
 // canonicalMounts resolves the links in a policy's mount paths as the
@@ -880,11 +1037,11 @@ func presetNames(c policy.Config) []string {
 	return names
 }
 
-// policyControl is what an agent's control files and handoff show of its
+// Control is what an agent's control files and handoff show of its
 // effective policy: the flattened policy as one line of JSON, the mounts
 // as JSON and as "path mode" lines.
-func (d *Daemon) policyControl(id kin.AgentID) (flatJSON, mountsJSON []byte, lines []string) {
-	layers, err := d.layers(id)
+func (au *Authority) Control(id kin.AgentID) (flatJSON, mountsJSON []byte, lines []string) {
+	layers, err := au.Layers(id)
 	if err != nil || len(layers) == 0 {
 		return nil, nil, nil // no policy anywhere: the files stay empty
 	}
@@ -900,30 +1057,30 @@ func (d *Daemon) policyControl(id kin.AgentID) (flatJSON, mountsJSON []byte, lin
 	return flatJSON, mountsJSON, lines
 }
 
-// flatPolicy is id's effective policy flattened, and false when no agent
+// Flat is id's effective policy flattened, and false when no agent
 // in its chain has a policy or stage (the common case, answered without
 // building layers: the global deny list, tools only, changes nothing that
 // is flattened). The background writer asks it for every agent it touches.
-func (d *Daemon) flatPolicy(id kin.AgentID) (kin.Policy, bool) {
-	d.perm.mu.Lock()
-	defer d.perm.mu.Unlock()
-	if len(d.perm.own) == 0 {
+func (au *Authority) Flat(id kin.AgentID) (kin.Policy, bool) {
+	au.mu.Lock()
+	defer au.mu.Unlock()
+	if len(au.own) == 0 {
 		return kin.Policy{}, false
 	}
-	chain := d.chainLocked(id)
+	chain := au.chainLocked(id)
 	if !slices.ContainsFunc(chain, func(l permLink) bool { return l.own != nil }) {
 		return kin.Policy{}, false
 	}
-	layers, err := d.layersOf(chain, nil)
+	layers, err := au.layersOf(chain, nil)
 	if err != nil {
 		return kin.Policy{}, false
 	}
 	return policy.Flatten(layers), true
 }
 
-// loadPolicyConfig reads the operator's policy configuration, or ships the
+// LoadPolicyConfig reads the operator's policy configuration, or ships the
 // defaults for "".
-func loadPolicyConfig(path string) (policy.Config, error) {
+func LoadPolicyConfig(path string) (policy.Config, error) {
 	if path == "" {
 		return policy.DefaultConfig(), nil
 	}
@@ -939,12 +1096,12 @@ func loadPolicyConfig(path string) (policy.Config, error) {
 }
 
 // stopTimers stops every deadline timer (at Close).
-func (d *Daemon) stopTimers() {
-	d.perm.mu.Lock()
-	defer d.perm.mu.Unlock()
-	for id, t := range d.perm.timers {
+func (au *Authority) stopTimers() {
+	au.mu.Lock()
+	defer au.mu.Unlock()
+	for id, t := range au.timers {
 		t.Stop()
-		delete(d.perm.timers, id)
+		delete(au.timers, id)
 	}
 }
 

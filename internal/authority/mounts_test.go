@@ -1,4 +1,4 @@
-package daemon
+package authority
 
 import (
 	"encoding/json"
@@ -14,16 +14,16 @@ import (
 	"github.com/kin-agents/kin/kin"
 )
 
-// The descriptor plumbing of grants.go on real files: what a check
+// The descriptor plumbing of mounts.go on real files: what a check
 // records, and what a start holds.
 
-// grantsDaemon is a daemon with only the permission state: agent 1 (the
+// grantsAuthority is an authority with only its cache: agent 1 (the
 // parent) checked parentMounts, agent 2 (the child) childMounts (nil: it
 // inherits).
-func grantsDaemon(t *testing.T, parentMounts, childMounts map[string]kin.Mode) (*Daemon, []kin.PolicyLayer) {
+func grantsAuthority(t *testing.T, parentMounts, childMounts map[string]kin.Mode) (*Authority, []kin.PolicyLayer) {
 	t.Helper()
-	d := &Daemon{}
-	d.perm.own = map[kin.AgentID]*permOwn{}
+	au := &Authority{}
+	au.own = map[kin.AgentID]*permOwn{}
 	layers := []kin.PolicyLayer{}
 	for id, m := range map[kin.AgentID]map[string]kin.Mode{1: parentMounts, 2: childMounts} {
 		p := &kin.Policy{Mounts: m}
@@ -31,19 +31,19 @@ func grantsDaemon(t *testing.T, parentMounts, childMounts map[string]kin.Mode) (
 		if err != nil {
 			t.Fatalf("identify agent %d's mounts: %v", id, err)
 		}
-		d.perm.own[id] = &permOwn{policy: p, mountIDs: ids}
+		au.own[id] = &permOwn{policy: p, mountIDs: ids}
 	}
 	for _, id := range []kin.AgentID{1, 2} {
-		layers = append(layers, kin.PolicyLayer{Source: kin.SourcePolicy, Agent: id, Policy: *d.perm.own[id].policy})
+		layers = append(layers, kin.PolicyLayer{Source: kin.SourcePolicy, Agent: id, Policy: *au.own[id].policy})
 	}
-	return d, layers
+	return au, layers
 }
 
-func hold(t *testing.T, d *Daemon, layers []kin.PolicyLayer) (sandbox.Spec, []*os.File, error) {
+func hold(t *testing.T, au *Authority, layers []kin.PolicyLayer) (sandbox.Spec, []*os.File, error) {
 	t.Helper()
 	spec := sandbox.Spec{Restrict: true, Argv: []string{"/bin/true"}}
-	files, err := d.holdMounts(layers, policy.Flatten(layers), &spec)
-	t.Cleanup(func() { closeFiles(files) })
+	files, err := au.HoldMounts(layers, policy.Flatten(layers), &spec)
+	t.Cleanup(func() { CloseFiles(files) })
 	return spec, files, err
 }
 
@@ -62,8 +62,8 @@ func TestHoldMountsGrantsAnUnchangedPathAsADescriptor(t *testing.T) {
 	if err := os.Mkdir(work, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	d, layers := grantsDaemon(t, map[string]kin.Mode{dir: kin.ModeRW}, map[string]kin.Mode{work: kin.ModeRO})
-	spec, files, err := hold(t, d, layers)
+	au, layers := grantsAuthority(t, map[string]kin.Mode{dir: kin.ModeRW}, map[string]kin.Mode{work: kin.ModeRO})
+	spec, files, err := hold(t, au, layers)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -118,9 +118,9 @@ func TestHoldMountsRefusesAPathSwappedBetweenCheckAndStart(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			d, layers := grantsDaemon(t, map[string]kin.Mode{dir: kin.ModeRW}, map[string]kin.Mode{work: kin.ModeRW})
+			au, layers := grantsAuthority(t, map[string]kin.Mode{dir: kin.ModeRW}, map[string]kin.Mode{work: kin.ModeRW})
 			swap.do(t, work, hidden)
-			_, files, err := hold(t, d, layers)
+			_, files, err := hold(t, au, layers)
 			if err == nil || kin.ErrorCodeOf(err) != kin.ECodeDenied || !strings.Contains(err.Error(), `"`+work+`"`) || !strings.Contains(err.Error(), swap.want) {
 				t.Fatalf("hold = %v, want permission_denied naming %s and saying %q", err, work, swap.want)
 			}
@@ -138,7 +138,7 @@ func TestHoldMountsRefusesAPathNoLongerBeneathItsAncestorsCheckedFolder(t *testi
 	if err := os.MkdirAll(work, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	d, layers := grantsDaemon(t, map[string]kin.Mode{q: kin.ModeRW}, map[string]kin.Mode{work: kin.ModeRW})
+	au, layers := grantsAuthority(t, map[string]kin.Mode{q: kin.ModeRW}, map[string]kin.Mode{work: kin.ModeRW})
 	// The child's folder is the one its check saw, but the parent's q is
 	// another folder now: the parent's grant no longer covers it.
 	mustRename(t, q, q+".old")
@@ -146,13 +146,13 @@ func TestHoldMountsRefusesAPathNoLongerBeneathItsAncestorsCheckedFolder(t *testi
 		t.Fatal(err)
 	}
 	mustRename(t, filepath.Join(q+".old", "work"), work)
-	_, _, err := hold(t, d, layers)
+	_, _, err := hold(t, au, layers)
 	if err == nil || kin.ErrorCodeOf(err) != kin.ECodeDenied || !strings.Contains(err.Error(), "no longer beneath the file \""+q+"\" was") {
 		t.Fatalf("hold = %v, want a refusal naming %s", err, q)
 	}
 	// Nothing is granted under a mount that did not exist when checked.
-	d.perm.own[1].mountIDs[q] = fileID{}
-	if _, _, err = hold(t, d, layers); err == nil || !strings.Contains(err.Error(), "which did not exist when the policy check of agent 1 approved it") {
+	au.own[1].mountIDs[q] = FileID{}
+	if _, _, err = hold(t, au, layers); err == nil || !strings.Contains(err.Error(), "which did not exist when the policy check of agent 1 approved it") {
 		t.Fatalf("hold = %v, want a refusal: %s was missing when checked", err, q)
 	}
 }
@@ -167,17 +167,17 @@ func TestHoldMountsHoldsAnInheritingChildToItsAncestorsCheck(t *testing.T) {
 	}
 	// The child asks for no mounts: it inherits work from its parent,
 	// which the parent's check approved as the folder it was then.
-	d, layers := grantsDaemon(t, map[string]kin.Mode{work: kin.ModeRW}, nil)
+	au, layers := grantsAuthority(t, map[string]kin.Mode{work: kin.ModeRW}, nil)
 	mustRename(t, work, work+".old")
 	mustRename(t, hidden, work)
-	_, _, err := hold(t, d, layers)
+	_, _, err := hold(t, au, layers)
 	if err == nil || !strings.Contains(err.Error(), "policy check of agent 1 approved") {
 		t.Fatalf("hold = %v, want a refusal naming agent 1's check", err)
 	}
 	// Put back, it is granted again.
 	mustRename(t, work, hidden)
 	mustRename(t, work+".old", work)
-	if spec, _, err := hold(t, d, layers); err != nil || len(spec.Held) != 1 || !spec.Held[0].RW {
+	if spec, _, err := hold(t, au, layers); err != nil || len(spec.Held) != 1 || !spec.Held[0].RW {
 		t.Fatalf("hold = %+v, %v; want work held rw", spec.Held, err)
 	}
 }
@@ -185,11 +185,11 @@ func TestHoldMountsHoldsAnInheritingChildToItsAncestorsCheck(t *testing.T) {
 func TestHoldMountsGrantsNothingWhereNothingWasChecked(t *testing.T) {
 	dir := grantsDir(t)
 	later := filepath.Join(dir, "later")
-	d, layers := grantsDaemon(t, map[string]kin.Mode{dir: kin.ModeRW}, map[string]kin.Mode{later: kin.ModeRW})
+	au, layers := grantsAuthority(t, map[string]kin.Mode{dir: kin.ModeRW}, map[string]kin.Mode{later: kin.ModeRW})
 	if err := os.Mkdir(later, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	spec, files, err := hold(t, d, layers)
+	spec, files, err := hold(t, au, layers)
 	if err != nil || len(spec.Held) != 0 || len(files) != 0 {
 		t.Fatalf("hold = %+v, %v; want nothing held: %s did not exist when checked", spec.Held, err, later)
 	}
@@ -197,9 +197,9 @@ func TestHoldMountsGrantsNothingWhereNothingWasChecked(t *testing.T) {
 
 func TestHoldMountsRefusesMountsWithoutARecordedCheck(t *testing.T) {
 	dir := grantsDir(t)
-	d, layers := grantsDaemon(t, map[string]kin.Mode{dir: kin.ModeRW}, nil)
-	d.perm.own[1].mountIDs = nil // as a policy stored by an older kin
-	_, _, err := hold(t, d, layers)
+	au, layers := grantsAuthority(t, map[string]kin.Mode{dir: kin.ModeRW}, nil)
+	au.own[1].mountIDs = nil // as a policy stored by an older kin
+	_, _, err := hold(t, au, layers)
 	if err == nil || !strings.Contains(err.Error(), "no record of the file its policy check approved") || !strings.Contains(err.Error(), "spawn it again") {
 		t.Fatalf("hold = %v, want a refusal that says how to fix it", err)
 	}
@@ -218,7 +218,7 @@ func TestIdentifyMountsRefusesALink(t *testing.T) {
 }
 
 func TestStoredPolicyKeepsTheCheckedFiles(t *testing.T) {
-	in := storedPolicy{Policy: kin.Policy{Mounts: map[string]kin.Mode{"/work": kin.ModeRW}}, MountIDs: map[string]fileID{"/work": {Dev: 1, Ino: 2}}}
+	in := storedPolicy{Policy: kin.Policy{Mounts: map[string]kin.Mode{"/work": kin.ModeRW}}, MountIDs: map[string]FileID{"/work": {Dev: 1, Ino: 2}}}
 	b, err := json.Marshal(in)
 	if err != nil {
 		t.Fatal(err)
@@ -227,7 +227,7 @@ func TestStoredPolicyKeepsTheCheckedFiles(t *testing.T) {
 	if err := json.Unmarshal(b, &out); err != nil {
 		t.Fatal(err)
 	}
-	if out.Mounts["/work"] != kin.ModeRW || out.MountIDs["/work"] != (fileID{1, 2}) {
+	if out.Mounts["/work"] != kin.ModeRW || out.MountIDs["/work"] != (FileID{1, 2}) {
 		t.Fatalf("round trip of %s = %+v", b, out)
 	}
 	// What an older kin stored reads as a policy without records.

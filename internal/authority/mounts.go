@@ -1,4 +1,4 @@
-package daemon
+package authority
 
 import (
 	"errors"
@@ -25,15 +25,15 @@ import (
 // resolved again. A child that inherits its ancestors' mounts is held to
 // what their checks approved.
 
-// fileID is a file's identity: what a check approved at a mount path. The
-// zero fileID records that nothing was there (missing, or out of kin's
+// FileID is a file's identity: what a check approved at a mount path. The
+// zero FileID records that nothing was there (missing, or out of kin's
 // reach): kin grants nothing at that path, whatever is there later.
-type fileID struct {
+type FileID struct {
 	Dev uint64 `json:"dev"`
 	Ino uint64 `json:"ino"`
 }
 
-func (f fileID) String() string { return fmt.Sprintf("%d:%d", f.Dev, f.Ino) }
+func (f FileID) String() string { return fmt.Sprintf("%d:%d", f.Dev, f.Ino) }
 
 // storedPolicy is an agent's own policy as the store keeps it: the policy
 // it asked for, and the files its mounts named when it was checked, so
@@ -41,23 +41,23 @@ func (f fileID) String() string { return fmt.Sprintf("%d:%d", f.Dev, f.Ino) }
 // same files.
 type storedPolicy struct {
 	kin.Policy
-	MountIDs map[string]fileID `json:"kin_mount_ids,omitempty"`
+	MountIDs map[string]FileID `json:"kin_mount_ids,omitempty"`
 }
 
 // openNoFollow opens an absolute, clean path with O_PATH, following no
 // link on the way (ELOOP where a component is a link): sandbox.OpenNoLinks,
 // as the shim opens what it grants, with the file's identity.
-func openNoFollow(p string) (*os.File, fileID, error) {
+func openNoFollow(p string) (*os.File, FileID, error) {
 	fd, err := sandbox.OpenNoLinks(p)
 	if err != nil {
-		return nil, fileID{}, err
+		return nil, FileID{}, err
 	}
 	var st unix.Stat_t
 	if err := unix.Fstat(fd, &st); err != nil {
 		unix.Close(fd)
-		return nil, fileID{}, err
+		return nil, FileID{}, err
 	}
-	return os.NewFile(uintptr(fd), p), fileID{Dev: uint64(st.Dev), Ino: st.Ino}, nil
+	return os.NewFile(uintptr(fd), p), FileID{Dev: uint64(st.Dev), Ino: st.Ino}, nil
 }
 
 // unreachable is an open error that leaves nothing to grant: Landlock
@@ -69,11 +69,11 @@ func unreachable(err error) bool {
 // identifyMounts is the check's record: the file each mount path (links
 // already resolved by canonicalMounts) names now, opened following no
 // link. A path that became a link since it was resolved is refused.
-func identifyMounts(p *kin.Policy) (map[string]fileID, error) {
+func identifyMounts(p *kin.Policy) (map[string]FileID, error) {
 	if p == nil || p.Mounts == nil {
 		return nil, nil
 	}
-	ids := make(map[string]fileID, len(p.Mounts))
+	ids := make(map[string]FileID, len(p.Mounts))
 	for path := range p.Mounts {
 		f, id, err := openNoFollow(path)
 		switch {
@@ -83,7 +83,7 @@ func identifyMounts(p *kin.Policy) (map[string]fileID, error) {
 			return nil, kin.Errorf(kin.ECodeInvalid, "policy: mount %q is, or passes through, a link that appeared while kin checked it; "+
 				"kin approves the file it opens, following no link: ask again once the path stays put", path)
 		case unreachable(err):
-			id = fileID{} // nothing there to approve: nothing will be granted there
+			id = FileID{} // nothing there to approve: nothing will be granted there
 		default:
 			return nil, kin.Errorf(kin.ECodeInvalid, "policy: mount %q: %v", path, err)
 		}
@@ -92,13 +92,13 @@ func identifyMounts(p *kin.Policy) (map[string]fileID, error) {
 	return ids, nil
 }
 
-// holdMounts opens the effective policy's mounts for the shim: each must
+// HoldMounts opens the effective policy's mounts for the shim: each must
 // be the file the checks of the layers that list it approved. It trims
 // spec.RO of kin's own paths inside a held rw mount (Landlock unions
 // grants: the shim refuses ro inside rw). The files become the process's
 // descriptors 3, 4, ... (supervisor.Spec.ExtraFiles, first); the caller
 // closes them once the process has started, or failed to.
-func (d *Daemon) holdMounts(layers []kin.PolicyLayer, flat kin.Policy, spec *sandbox.Spec) ([]*os.File, error) {
+func (au *Authority) HoldMounts(layers []kin.PolicyLayer, flat kin.Policy, spec *sandbox.Spec) ([]*os.File, error) {
 	rw, ro := policy.Landlock(flat)
 	if flat.Mounts == nil {
 		return nil, nil
@@ -113,7 +113,7 @@ func (d *Daemon) holdMounts(layers []kin.PolicyLayer, flat kin.Policy, spec *san
 	spec.RO = slices.DeleteFunc(spec.RO, func(p string) bool { return slices.Contains(rw, p) || inside(p, rw) })
 	var files []*os.File
 	fail := func(err error) ([]*os.File, error) {
-		closeFiles(files)
+		CloseFiles(files)
 		return nil, err
 	}
 	for _, g := range []struct {
@@ -121,14 +121,14 @@ func (d *Daemon) holdMounts(layers []kin.PolicyLayer, flat kin.Policy, spec *san
 		rw    bool
 	}{{rw, true}, {ro, false}} {
 		for _, p := range g.paths {
-			want, by, err := d.approved(layers, p)
+			want, by, err := au.approved(layers, p)
 			if err != nil {
 				return fail(err)
 			}
-			if want == (fileID{}) {
+			if want == (FileID{}) {
 				continue // nothing was there when checked
 			}
-			f, got, err := d.openBeneath(layers, p)
+			f, got, err := au.openBeneath(layers, p)
 			switch {
 			case err == nil:
 			case unreachable(err):
@@ -159,13 +159,13 @@ func (d *Daemon) holdMounts(layers []kin.PolicyLayer, flat kin.Policy, spec *san
 // granted the file q was, so p must be beneath that file now (".." walked
 // up from p's folder), or the agent would get a path its ancestor cannot
 // see (q replaced since, by whoever may write q's folder).
-func (d *Daemon) openBeneath(layers []kin.PolicyLayer, p string) (*os.File, fileID, error) {
+func (au *Authority) openBeneath(layers []kin.PolicyLayer, p string) (*os.File, FileID, error) {
 	if p == "/" {
 		return openNoFollow(p)
 	}
 	dir, _, err := openNoFollow(filepath.Dir(p))
 	if err != nil {
-		return nil, fileID{}, err
+		return nil, FileID{}, err
 	}
 	defer dir.Close()
 	fd, err := unix.Openat2(int(dir.Fd()), filepath.Base(p), &unix.OpenHow{
@@ -175,19 +175,19 @@ func (d *Daemon) openBeneath(layers []kin.PolicyLayer, p string) (*os.File, file
 		return openNoFollow(p) // no openat2: the ancestors are not checked
 	}
 	if err != nil {
-		return nil, fileID{}, err
+		return nil, FileID{}, err
 	}
 	f := os.NewFile(uintptr(fd), p)
 	var st unix.Stat_t
 	if err := unix.Fstat(fd, &st); err != nil {
 		f.Close()
-		return nil, fileID{}, err
+		return nil, FileID{}, err
 	}
-	id := fileID{Dev: uint64(st.Dev), Ino: st.Ino}
-	d.perm.mu.Lock()
-	defer d.perm.mu.Unlock()
+	id := FileID{Dev: uint64(st.Dev), Ino: st.Ino}
+	au.mu.Lock()
+	defer au.mu.Unlock()
 	for _, l := range layers {
-		o := d.perm.own[l.Agent]
+		o := au.own[l.Agent]
 		if l.Source != kin.SourcePolicy || o == nil {
 			continue
 		}
@@ -196,9 +196,9 @@ func (d *Daemon) openBeneath(layers []kin.PolicyLayer, p string) (*os.File, file
 				continue
 			}
 			want, ok := o.mountIDs[q]
-			if ok && want == (fileID{}) {
+			if ok && want == (FileID{}) {
 				f.Close()
-				return nil, fileID{}, kin.Errorf(kin.ECodeDenied, "mount %q is under %q, which did not exist when the policy check of agent %d approved it: "+
+				return nil, FileID{}, kin.Errorf(kin.ECodeDenied, "mount %q is under %q, which did not exist when the policy check of agent %d approved it: "+
 					"nothing is granted there", p, q, l.Agent)
 			}
 			if !ok {
@@ -211,7 +211,7 @@ func (d *Daemon) openBeneath(layers []kin.PolicyLayer, p string) (*os.File, file
 			got, err := ancestor(int(dir.Fd()), up)
 			if err != nil || got != want {
 				f.Close()
-				return nil, fileID{}, kin.Errorf(kin.ECodeDenied, "mount %q is no longer beneath the file %q was when the policy check of agent %d approved it: "+
+				return nil, FileID{}, kin.Errorf(kin.ECodeDenied, "mount %q is no longer beneath the file %q was when the policy check of agent %d approved it: "+
 					"%q was replaced since; kin refuses rather than grant what that agent cannot see", p, q, l.Agent, q)
 			}
 		}
@@ -220,63 +220,63 @@ func (d *Daemon) openBeneath(layers []kin.PolicyLayer, p string) (*os.File, file
 }
 
 // ancestor is the identity of the folder up levels above folder fd.
-func ancestor(fd, up int) (fileID, error) {
+func ancestor(fd, up int) (FileID, error) {
 	cur, err := unix.Openat(fd, ".", unix.O_PATH|unix.O_CLOEXEC|unix.O_DIRECTORY, 0)
 	if err != nil {
-		return fileID{}, err
+		return FileID{}, err
 	}
 	defer func() { unix.Close(cur) }()
 	for range up {
 		next, err := unix.Openat(cur, "..", unix.O_PATH|unix.O_CLOEXEC|unix.O_DIRECTORY, 0)
 		if err != nil {
-			return fileID{}, err
+			return FileID{}, err
 		}
 		unix.Close(cur)
 		cur = next
 	}
 	var st unix.Stat_t
 	if err := unix.Fstat(cur, &st); err != nil {
-		return fileID{}, err
+		return FileID{}, err
 	}
-	return fileID{Dev: uint64(st.Dev), Ino: st.Ino}, nil
+	return FileID{Dev: uint64(st.Dev), Ino: st.Ino}, nil
 }
 
 // approved is the file the checks approved at mount path p: every layer
 // that lists p must have recorded the same one. by names the agent whose
 // check it was (the nearest).
-func (d *Daemon) approved(layers []kin.PolicyLayer, p string) (id fileID, by kin.AgentID, err error) {
-	d.perm.mu.Lock()
-	defer d.perm.mu.Unlock()
+func (au *Authority) approved(layers []kin.PolicyLayer, p string) (id FileID, by kin.AgentID, err error) {
+	au.mu.Lock()
+	defer au.mu.Unlock()
 	found := false
 	for i := len(layers) - 1; i >= 0; i-- {
 		l := layers[i]
 		if _, listed := l.Policy.Mounts[p]; !listed {
 			continue
 		}
-		var ids map[string]fileID
-		if o := d.perm.own[l.Agent]; l.Source == kin.SourcePolicy && o != nil {
+		var ids map[string]FileID
+		if o := au.own[l.Agent]; l.Source == kin.SourcePolicy && o != nil {
 			ids = o.mountIDs
 		}
 		rec, ok := ids[p]
 		if !ok {
-			return fileID{}, 0, kin.Errorf(kin.ECodeDenied, "mount %q of agent %d has no record of the file its policy check approved "+
+			return FileID{}, 0, kin.Errorf(kin.ECodeDenied, "mount %q of agent %d has no record of the file its policy check approved "+
 				"(it was registered by a kin that did not record them): spawn it again to have its mounts checked", p, l.Agent)
 		}
 		switch {
 		case !found:
 			id, by, found = rec, l.Agent, true
 		case rec != id:
-			return fileID{}, 0, kin.Errorf(kin.ECodeDenied, "mount %q: the policy checks of agents %d and %d approved different files there (%s, %s): "+
+			return FileID{}, 0, kin.Errorf(kin.ECodeDenied, "mount %q: the policy checks of agents %d and %d approved different files there (%s, %s): "+
 				"it was replaced between them; kin refuses rather than choose", p, by, l.Agent, id, rec)
 		}
 	}
 	if !found {
-		return fileID{}, 0, kin.Errorf(kin.ECodeInternal, "mount %q is in the effective policy but in no layer", p)
+		return FileID{}, 0, kin.Errorf(kin.ECodeInternal, "mount %q is in the effective policy but in no layer", p)
 	}
 	return id, by, nil
 }
 
-func closeFiles(files []*os.File) {
+func CloseFiles(files []*os.File) {
 	for _, f := range files {
 		f.Close()
 	}
