@@ -10,6 +10,7 @@ import (
 	"github.com/kin-agents/kin/client"
 	"github.com/kin-agents/kin/internal/daemon"
 	"github.com/kin-agents/kin/internal/kintest"
+	"github.com/kin-agents/kin/internal/personserver"
 )
 
 // BenchmarkMCPToolCall measures one MCP tool call (list_children of an
@@ -23,7 +24,7 @@ import (
 func BenchmarkMCPToolCall(b *testing.B) {
 	d := kintest.StartDaemon(b, kintest.WithHTTP())
 	ctx := context.Background()
-	lead := spawnWithToken(b, d, "lead", 0, kinJWKS(b, "http://"+d.HTTPAddr(), daemon.PathAgentJWKS))
+	lead := spawnWithToken(b, d, "lead", 0, kinJWKS(b, "http://"+d.HTTPAddr(), personserver.PathAgentJWKS))
 	spawnAgent(b, d.Client, "helper", lead.ID, "sleep")
 	url := "http://" + d.HTTPAddr() + daemon.PathMCP
 

@@ -19,13 +19,13 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/kin-agents/kin/aauth"
 	"github.com/kin-agents/kin/internal/authority"
 	"github.com/kin-agents/kin/internal/ctxfs"
 	"github.com/kin-agents/kin/internal/dashboard"
 	"github.com/kin-agents/kin/internal/governor"
 	"github.com/kin-agents/kin/internal/httpapi"
 	"github.com/kin-agents/kin/internal/lineage"
+	"github.com/kin-agents/kin/internal/personserver"
 	"github.com/kin-agents/kin/internal/store"
 	"github.com/kin-agents/kin/internal/store/sqlite"
 	"github.com/kin-agents/kin/internal/supervisor"
@@ -38,6 +38,7 @@ const (
 	SocketName = "kin.sock"
 	TokenName  = "operator.token"
 	lockName   = "kin.lock"
+	keysDir    = "keys" // <home>/keys/<role>/: the signing keys (keyring)
 )
 
 // Daemon is a running `kin serve`.
@@ -49,13 +50,12 @@ type Daemon struct {
 	counter              any // the driver itself, for the metrics' counts only it offers
 	hub                  *hub
 	lineage              lineage.Tree
-	*authority.Authority                  // the permission authority: kin.AuthorityService
-	id                   *identityState   // AAuth: agent provider and person server (identity.go)
-	logst                *logState        // the verifiable event log's key and checkpoints (eventlog.go)
-	disc                 *aauth.Discovery // resources' keys, for their resource tokens
-	metrics              *metrics         // Prometheus metrics (metrics.go)
-	tracer               *tracer          // OpenTelemetry spans of spawns, nil when off (tracing.go)
-	uids                 *uidrange.Range  // the home's agent uid range; nil: agents run as the daemon's user
+	*authority.Authority                 // the permission authority: kin.AuthorityService
+	*personserver.Server                 // AAuth: agent provider and person server: kin.IdentityService
+	logst                *logState       // the verifiable event log's key and checkpoints (eventlog.go)
+	metrics              *metrics        // Prometheus metrics (metrics.go)
+	tracer               *tracer         // OpenTelemetry spans of spawns, nil when off (tracing.go)
+	uids                 *uidrange.Range // the home's agent uid range; nil: agents run as the daemon's user
 	pid                  int
 	started              time.Time
 	token                string
@@ -189,7 +189,13 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("load permissions: %w", err)
 	}
-	if err := d.openIdentity(); err != nil {
+	d.Server, err = personserver.New(personserver.Config{
+		Home: cfg.Home, TokenLifetime: cfg.AgentTokenLifetime, Issuer: cfg.Issuer, PersonServer: cfg.PersonServer,
+		Store: d.store, Lineage: &d.lineage, Clock: d.now, Log: d.log,
+		SingleLevel: func() bool { return d.governor().Name == "aauth" },
+		KeyPath:     d.agentKeyPath,
+	})
+	if err != nil {
 		return nil, fmt.Errorf("identity: %w", err)
 	}
 	if err := d.openLog(ctx); err != nil {
@@ -198,7 +204,6 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 	if err := d.openTracing(ctx); err != nil {
 		return nil, fmt.Errorf("traces: %w", err)
 	}
-	d.disc = &aauth.Discovery{Now: d.now}
 	if d.token, err = loadOrCreateToken(filepath.Join(cfg.Home, TokenName)); err != nil {
 		return nil, err
 	}
@@ -262,17 +267,16 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 			return nil, err
 		}
 	}
-	if err := d.setIssuer(); err != nil {
+	if err := d.Server.SetIssuer(d.HTTPAddr()); err != nil {
 		return nil, err
 	}
 	d.started = d.now()
 	d.serve(d.unixLn, d.operatorHandler(api), d.operatorConnContext)
 	if d.tcpLn != nil {
-		d.serve(d.tcpLn, d.AAuthHandler(d.webHandler(api)), nil)
+		d.serve(d.tcpLn, d.Server.Handler(d.webHandler(api)), nil)
 	}
-	d.wg.Add(3)
+	d.wg.Add(2)
 	go d.watchLiveness()
-	go d.pruneAuthTokens()
 	go d.signCheckpoints()
 	d.log.Info("kin serve started", "home", cfg.Home, "socket", d.SocketPath(), "http", d.HTTPAddr(),
 		"store", st.Driver(), "profile", d.profileSource, "containment", d.sup.Containment(),
@@ -602,6 +606,17 @@ func (d *Daemon) HTTPAddr() string {
 		return ""
 	}
 	return d.tcpLn.Addr().String()
+}
+
+// agentKeyPath is where agent id finds its private key: its ctx session's
+// agent.key, "" when it has none here.
+func (d *Daemon) agentKeyPath(id kin.AgentID) string {
+	d.ctxMu.Lock()
+	defer d.ctxMu.Unlock()
+	if cx := d.ctxAgents[id]; cx != nil && cx.session.Agent != "" {
+		return filepath.Join(d.ctx.Dir(cx.session), ctxfs.FileAgentKey)
+	}
+	return ""
 }
 
 // OperatorToken is the operator token.

@@ -1,7 +1,6 @@
 package daemon
 
 import (
-	"crypto/ed25519"
 	"errors"
 	"net/http"
 
@@ -12,7 +11,6 @@ import (
 	"github.com/kin-agents/kin/internal/httpapi"
 	"github.com/kin-agents/kin/internal/httpsig"
 	"github.com/kin-agents/kin/internal/mcpserver"
-	"github.com/kin-agents/kin/kin"
 )
 
 // PathMCP is where the HTTP address serves kin's MCP tools, over the
@@ -50,7 +48,7 @@ func (d *Daemon) mcpHandler(api *httpapi.Server) http.Handler {
 			operator.ServeHTTP(w, r)
 			return
 		}
-		agent, err := d.signedAgent(r)
+		agent, err := d.Server.SignedAgent(r)
 		if err != nil {
 			var se *httpsig.Error
 			if !errors.As(err, &se) {
@@ -63,24 +61,4 @@ func (d *Daemon) mcpHandler(api *httpapi.Server) http.Handler {
 		ctx := caller.With(r.Context(), caller.Caller{Agent: agent.ID})
 		tools.ServeHTTP(w, r.WithContext(mcpserver.WithCaller(ctx, mcpserver.Caller{Service: d})))
 	})
-}
-
-// signedAgent is the agent that signed r: the signature checked against
-// the key its agent token names, the token against kin's keys and
-// registry (the agent live and active).
-func (d *Daemon) signedAgent(r *http.Request) (*kin.Agent, error) {
-	now := d.now()
-	var agent *kin.Agent
-	_, err := httpsig.Verify(r, now, func(sk httpsig.SignatureKey) (ed25519.PublicKey, error) {
-		v, err := d.verifyAgentToken(r.Context(), sk.JWT, now)
-		if err != nil {
-			return nil, err
-		}
-		agent = v.agent
-		return v.claims.Cnf.JWK.PublicKey()
-	})
-	if err != nil {
-		return nil, err
-	}
-	return agent, nil
 }

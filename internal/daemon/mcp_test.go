@@ -19,6 +19,7 @@ import (
 	"github.com/kin-agents/kin/internal/daemon"
 	"github.com/kin-agents/kin/internal/httpsig"
 	"github.com/kin-agents/kin/internal/kintest"
+	"github.com/kin-agents/kin/internal/personserver"
 	"github.com/kin-agents/kin/kin"
 )
 
@@ -81,7 +82,7 @@ func TestMCPOverHTTPAsTheOperatorAndAsASigningAgent(t *testing.T) {
 	}
 
 	// An agent, signing with its key.
-	lead := spawnWithToken(t, d, "lead", 0, kinJWKS(t, "http://"+d.HTTPAddr(), daemon.PathAgentJWKS))
+	lead := spawnWithToken(t, d, "lead", 0, kinJWKS(t, "http://"+d.HTTPAddr(), personserver.PathAgentJWKS))
 	as := connect(lead.signer.Transport(nil))
 	var helper struct {
 		ID    kin.AgentID

@@ -459,7 +459,7 @@ func (d *Daemon) SetStatus(ctx context.Context, req kin.StatusRequest) ([]*kin.A
 			for i, a := range changed {
 				ids[i] = a.ID
 			}
-			return d.revokeAgentsTx(ctx, tx, now, ids, "agent "+string(req.Action))
+			return d.Server.RevokeAgentsTx(ctx, tx, now, ids, "agent "+string(req.Action))
 		}
 		return nil
 	})

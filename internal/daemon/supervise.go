@@ -157,7 +157,7 @@ func (d *Daemon) start(ctx context.Context, a *kin.Agent, spec store.ProcessSpec
 		return nil, d.failStart(ctx, a, err)
 	}
 	rt.sock = sock
-	keyPEM, keyRow, err := d.newAgentKey(ctx, a)
+	keyPEM, keyRow, err := d.Server.NewAgentKey(ctx, a)
 	if err != nil {
 		d.removeRuntime(a.ID)
 		return nil, d.failStart(ctx, a, fmt.Errorf("agent key: %w", err))
@@ -227,7 +227,7 @@ func (d *Daemon) start(ctx context.Context, a *kin.Agent, spec store.ProcessSpec
 		d.sup.Kill(context.Background(), a.ID)
 		return nil, d.storeError(err)
 	}
-	d.rememberLocal(a.ID, keyRow.Local)
+	d.Server.RememberLocal(a.ID, keyRow.Local)
 	d.log.Info("agent started", "agent", a.ID, "name", a.Name, "pid", pid)
 	out := *a // what was just written, without reading it back
 	out.PID, out.StartedAt, out.UpdatedAt, out.Session = pid, started, now, session
@@ -418,7 +418,7 @@ func (d *Daemon) recordEnd(ctx context.Context, id kin.AgentID, state kin.State,
 		if err := store.AppendEvent(ctx, tx, now, kin.EventAgentExited, id, a.Parent, data); err != nil {
 			return err
 		}
-		if err := d.revokeAgentsTx(ctx, tx, now, []kin.AgentID{id}, "agent ended: "+reason); err != nil {
+		if err := d.Server.RevokeAgentsTx(ctx, tx, now, []kin.AgentID{id}, "agent ended: "+reason); err != nil {
 			return err
 		}
 		if res != nil {
@@ -614,7 +614,7 @@ func (d *Daemon) cancelTree(ctx context.Context, p cancelParams) ([]*kin.Agent, 
 		for i, a := range done {
 			ids[i] = a.ID
 		}
-		return d.revokeAgentsTx(ctx, tx, now, ids, "agent stopped: "+reason)
+		return d.Server.RevokeAgentsTx(ctx, tx, now, ids, "agent stopped: "+reason)
 	})
 	for _, a := range mine {
 		d.removeRuntime(a.ID)

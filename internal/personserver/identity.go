@@ -1,4 +1,4 @@
-package daemon
+package personserver
 
 import (
 	"context"
@@ -7,6 +7,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/url"
 	"path/filepath"
 	"strings"
@@ -15,12 +16,73 @@ import (
 
 	"github.com/kin-agents/kin/aauth"
 	"github.com/kin-agents/kin/internal/caller"
-	"github.com/kin-agents/kin/internal/ctxfs"
 	"github.com/kin-agents/kin/internal/identity"
 	"github.com/kin-agents/kin/internal/keyring"
+	"github.com/kin-agents/kin/internal/lineage"
 	"github.com/kin-agents/kin/internal/store"
 	"github.com/kin-agents/kin/kin"
 )
+
+// Server is kin's identity provider and person server: it answers
+// kin.IdentityService and serves the public AAuth endpoints (Handler).
+type Server struct {
+	cfg     Config
+	st      store.Store
+	lin     *lineage.Tree
+	disc    *aauth.Discovery // resources' keys, for their resource tokens
+	log     *slog.Logger
+	id      *identityState
+	closing chan struct{}
+	wg      sync.WaitGroup
+	once    sync.Once
+}
+
+// Config is what a Server is built from.
+type Config struct {
+	Home          string        // its keys are under <Home>/keys/
+	TokenLifetime time.Duration // agent tokens' lifetime; 0: identity.DefaultLifetime
+	Issuer        string        // iss of every token; "": http://<the HTTP address> (SetIssuer)
+	PersonServer  string        // the ps claim: "" kin itself, "off" none, else that URL
+	Store         store.Store
+	Lineage       *lineage.Tree
+	Clock         func() time.Time
+	Log           *slog.Logger
+	// SingleLevel reports whether seed 004 §3's rule is in force (the
+	// aauth profile): a sub-agent may not have sub-agents.
+	SingleLevel func() bool
+	// KeyPath is where an agent finds its private key (its ctx session),
+	// "" where it has none.
+	KeyPath func(id kin.AgentID) string
+}
+
+// New opens the signing keys under the home (making them the first time)
+// and starts pruning expired auth tokens until Close.
+func New(c Config) (*Server, error) {
+	srv := &Server{cfg: c, st: c.Store, lin: c.Lineage, log: c.Log, closing: make(chan struct{}),
+		disc: &aauth.Discovery{Now: c.Clock}}
+	if srv.log == nil {
+		srv.log = slog.New(slog.DiscardHandler)
+	}
+	if err := srv.openIdentity(); err != nil {
+		return nil, err
+	}
+	srv.wg.Add(1)
+	go srv.pruneAuthTokens()
+	return srv, nil
+}
+
+// Close stops the pruner and waits for it.
+func (srv *Server) Close() {
+	srv.once.Do(func() { close(srv.closing) })
+	srv.wg.Wait()
+}
+
+func (srv *Server) now() time.Time { return srv.cfg.Clock() }
+
+// authorize checks that the caller may act on target.
+func (srv *Server) authorize(ctx context.Context, target kin.AgentID, self bool) error {
+	return caller.MayActOn(ctx, target, self, srv.lin.IsDescendant)
+}
 
 // identityState is kin's side of AAuth (seed 004): the agent provider that
 // gives every spawned agent a key and agent tokens, and the person server
@@ -78,33 +140,33 @@ const (
 )
 
 // openIdentity loads or creates the signing keys under the home.
-func (d *Daemon) openIdentity() error {
-	life := d.cfg.AgentTokenLifetime
+func (srv *Server) openIdentity() error {
+	life := srv.cfg.TokenLifetime
 	if life == 0 {
 		life = identity.DefaultLifetime
 	}
 	if life < time.Minute || life > identity.MaxLifetime {
 		return fmt.Errorf("agent token lifetime %v: must be between 1m and 24h", life)
 	}
-	now := d.now()
-	ap, err := keyring.Open(filepath.Join(d.cfg.Home, keysDir, kin.KeyRoleAgent), "ap", keyKeep, now)
+	now := srv.now()
+	ap, err := keyring.Open(filepath.Join(srv.cfg.Home, keysDir, kin.KeyRoleAgent), "ap", keyKeep, now)
 	if err != nil {
 		return err
 	}
-	ps, err := keyring.Open(filepath.Join(d.cfg.Home, keysDir, kin.KeyRolePerson), "ps", identity.MaxAuthLifetime+time.Hour, now)
+	ps, err := keyring.Open(filepath.Join(srv.cfg.Home, keysDir, kin.KeyRolePerson), "ps", identity.MaxAuthLifetime+time.Hour, now)
 	if err != nil {
 		return err
 	}
-	d.id = &identityState{ap: ap, person: ps, life: life, tokens: map[kin.AgentID]cachedToken{}, locals: map[kin.AgentID]string{}, verified: map[string]*identity.AgentClaims{}}
+	srv.id = &identityState{ap: ap, person: ps, life: life, tokens: map[kin.AgentID]cachedToken{}, locals: map[kin.AgentID]string{}, verified: map[string]*identity.AgentClaims{}}
 	return nil
 }
 
-// setIssuer fixes the issuer once the HTTP address is known: Config.Issuer,
-// else http://<the address the API listens on>.
-func (d *Daemon) setIssuer() error {
-	iss := d.cfg.Issuer
-	if iss == "" && d.tcpLn != nil {
-		iss = "http://" + d.tcpLn.Addr().String()
+// SetIssuer fixes the issuer once the HTTP address is known: Config.Issuer,
+// else http://<httpAddr> ("": no HTTP address).
+func (srv *Server) SetIssuer(httpAddr string) error {
+	iss := srv.cfg.Issuer
+	if iss == "" && httpAddr != "" {
+		iss = "http://" + httpAddr
 	}
 	if iss == "" {
 		return nil // identity answers "no issuer" until configured
@@ -113,21 +175,21 @@ func (d *Daemon) setIssuer() error {
 	if err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" || (u.Path != "" && u.Path != "/") || u.RawQuery != "" || u.Fragment != "" {
 		return fmt.Errorf("issuer %q: must be an http(s) URL with a host and no path", iss)
 	}
-	d.id.issuer = strings.TrimSuffix(iss, "/")
-	d.id.domain = u.Hostname()
-	switch d.cfg.PersonServer {
+	srv.id.issuer = strings.TrimSuffix(iss, "/")
+	srv.id.domain = u.Hostname()
+	switch srv.cfg.PersonServer {
 	case "":
-		d.id.ps = d.id.issuer // kin is the person server
+		srv.id.ps = srv.id.issuer // kin is the person server
 	case "off":
-		d.id.ps = ""
+		srv.id.ps = ""
 	default:
-		d.id.ps = strings.TrimSuffix(d.cfg.PersonServer, "/")
+		srv.id.ps = strings.TrimSuffix(srv.cfg.PersonServer, "/")
 	}
 	return nil
 }
 
-func (d *Daemon) needIssuer() error {
-	if d.id.issuer == "" {
+func (srv *Server) needIssuer() error {
+	if srv.id.issuer == "" {
 		return kin.Errorf(kin.ECodeUnavailable, "kin has no AAuth issuer: start kin serve with an HTTP address (--http) or --issuer URL")
 	}
 	return nil
@@ -135,10 +197,8 @@ func (d *Daemon) needIssuer() error {
 
 // singleLevel is seed 004 §3's rule, in force under the aauth profile:
 // a sub-agent may not have sub-agents.
-func (d *Daemon) singleLevel() bool {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	return d.profile.Name == "aauth"
+func (srv *Server) singleLevel() bool {
+	return srv.cfg.SingleLevel != nil && srv.cfg.SingleLevel()
 }
 
 // localPart maps an agent name to an AAuth local part: names are already in
@@ -148,11 +208,11 @@ func localPart(name string) string {
 	return strings.NewReplacer("@", "--", ":", "..").Replace(name)
 }
 
-// newAgentKey makes a spawned agent's key pair: the private key as the PEM
+// NewAgentKey makes a spawned agent's key pair: the private key as the PEM
 // its session gets, the public half as the row the store keeps. The local
 // part is its parent's local part, '+' and its own, when the parent has an
 // AAuth identity; its own otherwise (a top-level agent).
-func (d *Daemon) newAgentKey(ctx context.Context, a *kin.Agent) ([]byte, store.AgentKeyRow, error) {
+func (srv *Server) NewAgentKey(ctx context.Context, a *kin.Agent) ([]byte, store.AgentKeyRow, error) {
 	pub, priv, err := ed25519.GenerateKey(rand.Reader)
 	if err != nil {
 		return nil, store.AgentKeyRow{}, err
@@ -164,42 +224,42 @@ func (d *Daemon) newAgentKey(ctx context.Context, a *kin.Agent) ([]byte, store.A
 	}
 	local := localPart(a.Name)
 	if a.Parent != 0 {
-		if pl, ok, err := d.localOf(ctx, a.Parent); err != nil {
+		if pl, ok, err := srv.localOf(ctx, a.Parent); err != nil {
 			return nil, store.AgentKeyRow{}, err
 		} else if ok {
 			local = pl + "+" + local
 		}
 	}
-	row := store.AgentKeyRow{Agent: a.ID, JKT: identity.Thumbprint(identity.PublicJWK(pub, "")), PublicKey: pub, Local: local, CreatedAt: d.now()}
+	row := store.AgentKeyRow{Agent: a.ID, JKT: identity.Thumbprint(identity.PublicJWK(pub, "")), PublicKey: pub, Local: local, CreatedAt: srv.now()}
 	return pemKey, row, nil
 }
 
 // localOf returns an agent's local part, and false when it has no key.
-func (d *Daemon) localOf(ctx context.Context, id kin.AgentID) (string, bool, error) {
-	d.id.mu.Lock()
-	l, ok := d.id.locals[id]
-	d.id.mu.Unlock()
+func (srv *Server) localOf(ctx context.Context, id kin.AgentID) (string, bool, error) {
+	srv.id.mu.Lock()
+	l, ok := srv.id.locals[id]
+	srv.id.mu.Unlock()
 	if ok {
 		return l, true, nil
 	}
-	row, err := d.store.AgentKeyGet(ctx, id)
+	row, err := srv.st.AgentKeyGet(ctx, id)
 	if errors.Is(err, store.ErrNotFound) {
 		return "", false, nil
 	}
 	if err != nil {
 		return "", false, err
 	}
-	d.rememberLocal(id, row.Local)
+	srv.RememberLocal(id, row.Local)
 	return row.Local, true, nil
 }
 
-func (d *Daemon) rememberLocal(id kin.AgentID, local string) {
-	d.id.mu.Lock()
-	d.id.locals[id] = local
-	d.id.mu.Unlock()
+func (srv *Server) RememberLocal(id kin.AgentID, local string) {
+	srv.id.mu.Lock()
+	srv.id.locals[id] = local
+	srv.id.mu.Unlock()
 }
 
-func (d *Daemon) sub(local string) string { return "aauth:" + local + "@" + d.id.domain }
+func (srv *Server) sub(local string) string { return "aauth:" + local + "@" + srv.id.domain }
 
 func newJTI() string {
 	b := make([]byte, 16)
@@ -208,7 +268,7 @@ func newJTI() string {
 }
 
 // Token returns the calling agent's agent token.
-func (d *Daemon) Token(ctx context.Context) (*kin.AgentToken, error) {
+func (srv *Server) Token(ctx context.Context) (*kin.AgentToken, error) {
 	c := caller.Of(ctx)
 	if c.Refused != "" {
 		return nil, kin.Errorf(kin.ECodeForbidden, "%s", c.Refused)
@@ -216,75 +276,73 @@ func (d *Daemon) Token(ctx context.Context) (*kin.AgentToken, error) {
 	if c.Agent == 0 {
 		return nil, kin.Errorf(kin.ECodeInvalid, "kin token prints the calling agent's token: run it inside an agent that kin spawned")
 	}
-	tok, claims, err := d.agentToken(ctx, c.Agent)
+	tok, claims, err := srv.agentToken(ctx, c.Agent)
 	if err != nil {
 		return nil, err
 	}
 	out := &kin.AgentToken{Token: tok, Sub: claims.Sub, Issuer: claims.Iss, ExpiresAt: time.Unix(claims.Exp, 0).UTC(), ParentAgent: claims.ParentAgent}
-	d.ctxMu.Lock()
-	if cx := d.ctxAgents[c.Agent]; cx != nil && cx.session.Agent != "" {
-		out.KeyPath = filepath.Join(d.ctx.Dir(cx.session), ctxfs.FileAgentKey)
+	if srv.cfg.KeyPath != nil {
+		out.KeyPath = srv.cfg.KeyPath(c.Agent)
 	}
-	d.ctxMu.Unlock()
 	return out, nil
 }
 
 // agentToken issues (or reuses, until half its lifetime is gone) an agent's
 // token. A sub-agent's names its parent and ends no later than the parent's;
 // under the aauth profile a sub-agent's child gets none.
-func (d *Daemon) agentToken(ctx context.Context, id kin.AgentID) (string, *identity.AgentClaims, error) {
-	if err := d.needIssuer(); err != nil {
+func (srv *Server) agentToken(ctx context.Context, id kin.AgentID) (string, *identity.AgentClaims, error) {
+	if err := srv.needIssuer(); err != nil {
 		return "", nil, err
 	}
-	now := d.now()
-	d.id.mu.Lock()
-	ct, ok := d.id.tokens[id]
-	d.id.mu.Unlock()
+	now := srv.now()
+	srv.id.mu.Lock()
+	ct, ok := srv.id.tokens[id]
+	srv.id.mu.Unlock()
 	if ok && now.Unix() < ct.claims.IAT+(ct.claims.Exp-ct.claims.IAT)/2 {
 		return ct.token, ct.claims, nil
 	}
-	a, err := d.store.AgentGetByID(ctx, id)
+	a, err := srv.st.AgentGetByID(ctx, id)
 	if err != nil {
-		return "", nil, d.storeError(err)
+		return "", nil, store.KinError(err)
 	}
 	if !a.Live() || a.Status != kin.StatusActive {
 		return "", nil, kin.Errorf(kin.ECodeForbidden, "agent %d is %s: it gets no token", id, a.Status)
 	}
-	row, err := d.store.AgentKeyGet(ctx, id)
+	row, err := srv.st.AgentKeyGet(ctx, id)
 	if errors.Is(err, store.ErrNotFound) {
 		return "", nil, kin.Errorf(kin.ECodeNotFound, "agent %d has no AAuth key: only agents kin spawned have one", id)
 	}
 	if err != nil {
-		return "", nil, d.storeError(err)
+		return "", nil, store.KinError(err)
 	}
 	c := identity.AgentClaims{
 		Cnf: identity.Confirmation{JWK: identity.PublicJWK(row.PublicKey, "")},
-		DWK: identity.DWK, Iss: d.id.issuer, JTI: newJTI(), IAT: now.Unix(), Exp: now.Add(d.id.life).Unix(),
-		PS: d.id.ps, Sub: d.sub(row.Local),
+		DWK: identity.DWK, Iss: srv.id.issuer, JTI: newJTI(), IAT: now.Unix(), Exp: now.Add(srv.id.life).Unix(),
+		PS: srv.id.ps, Sub: srv.sub(row.Local),
 	}
 	var tok string
 	var parent *identity.AgentClaims
 	if a.Parent != 0 {
-		if _, ok, err := d.localOf(ctx, a.Parent); err != nil {
-			return "", nil, d.storeError(err)
+		if _, ok, err := srv.localOf(ctx, a.Parent); err != nil {
+			return "", nil, store.KinError(err)
 		} else if ok {
-			if _, parent, err = d.agentToken(ctx, a.Parent); err != nil {
+			if _, parent, err = srv.agentToken(ctx, a.Parent); err != nil {
 				return "", nil, kin.Errorf(kin.ECodeForbidden, "agent %d's parent %d has no token, so it gets none: %v", id, a.Parent, err)
 			}
 		}
 	}
 	if parent == nil {
-		tok, err = identity.IssueAgentToken(d.id.ap.Current(), c)
+		tok, err = identity.IssueAgentToken(srv.id.ap.Current(), c)
 	} else {
-		if parent.ParentAgent != "" && d.singleLevel() {
+		if parent.ParentAgent != "" && srv.singleLevel() {
 			return "", nil, kin.Errorf(kin.ECodeSpawnDepth, "agent %d's parent is itself a sub-agent: the aauth profile allows one level of sub-agents (seed 004 §3)", id)
 		}
 		c.Exp = min(c.Exp, parent.Exp)
 		var opts []identity.SubAgentOption
-		if d.singleLevel() {
+		if srv.singleLevel() {
 			opts = append(opts, identity.SingleLevel())
 		}
-		tok, err = identity.IssueSubAgentToken(d.id.ap.Current(), *parent, c, opts...)
+		tok, err = identity.IssueSubAgentToken(srv.id.ap.Current(), *parent, c, opts...)
 	}
 	if err != nil {
 		return "", nil, kin.Errorf(kin.ECodeInternal, "issue agent %d's token: %v", id, err)
@@ -292,50 +350,50 @@ func (d *Daemon) agentToken(ctx context.Context, id kin.AgentID) (string, *ident
 	if parent != nil {
 		c.ParentAgent = parent.Sub
 	}
-	d.id.mu.Lock()
-	d.id.tokens[id] = cachedToken{token: tok, claims: &c}
-	d.id.mu.Unlock()
+	srv.id.mu.Lock()
+	srv.id.tokens[id] = cachedToken{token: tok, claims: &c}
+	srv.id.mu.Unlock()
 	return tok, &c, nil
 }
 
 // forgetTokens drops cached agent tokens, so a changed agent is asked again.
-func (d *Daemon) forgetTokens(ids []kin.AgentID) {
-	d.id.mu.Lock()
+func (srv *Server) forgetTokens(ids []kin.AgentID) {
+	srv.id.mu.Lock()
 	for _, id := range ids {
-		delete(d.id.tokens, id)
+		delete(srv.id.tokens, id)
 	}
-	d.id.mu.Unlock()
+	srv.id.mu.Unlock()
 }
 
 // topLevel reports whether an agent is a top-level AAuth agent: it has a key
 // and its parent has none (or it has no parent).
-func (d *Daemon) topLevel(ctx context.Context, a *kin.Agent) (bool, error) {
+func (srv *Server) topLevel(ctx context.Context, a *kin.Agent) (bool, error) {
 	if a.Parent == 0 {
 		return true, nil
 	}
-	_, ok, err := d.localOf(ctx, a.Parent)
+	_, ok, err := srv.localOf(ctx, a.Parent)
 	return !ok, err
 }
 
 // Grant records a top-level agent's grant (operator only).
-func (d *Daemon) Grant(ctx context.Context, req kin.GrantRequest) (*kin.Grant, error) {
-	if err := d.operatorOnly(ctx, "grant"); err != nil {
+func (srv *Server) Grant(ctx context.Context, req kin.GrantRequest) (*kin.Grant, error) {
+	if err := caller.OperatorOnly(ctx, "grant"); err != nil {
 		return nil, err
 	}
 	if err := req.Validate(); err != nil {
 		return nil, err
 	}
 	req.Resource = strings.TrimSuffix(req.Resource, "/")
-	now := d.now()
+	now := srv.now()
 	if !req.Until.IsZero() && !req.Until.After(now) {
 		return nil, kin.Errorf(kin.ECodeInvalid, "--until %s is not in the future", req.Until.Format(time.RFC3339))
 	}
-	a, err := d.store.AgentGetByID(ctx, req.Agent)
+	a, err := srv.st.AgentGetByID(ctx, req.Agent)
 	if err != nil {
-		return nil, d.storeError(err)
+		return nil, store.KinError(err)
 	}
-	if top, err := d.topLevel(ctx, a); err != nil {
-		return nil, d.storeError(err)
+	if top, err := srv.topLevel(ctx, a); err != nil {
+		return nil, store.KinError(err)
 	} else if !top {
 		return nil, kin.Errorf(kin.ECodeInvalid, "agent %d (%s) is a sub-agent: grants are kept for top-level agents only (seed 004), and its parent's grant covers it", a.ID, a.Name)
 	}
@@ -343,7 +401,7 @@ func (d *Daemon) Grant(ctx context.Context, req kin.GrantRequest) (*kin.Grant, e
 		return nil, kin.Errorf(kin.ECodeInvalidTransition, "agent %d is %s: it cannot hold a grant", a.ID, a.Status)
 	}
 	g := kin.Grant{Agent: a.ID, Resource: req.Resource, Scope: strings.Join(strings.Fields(req.Scope), " "), Until: req.Until.UTC(), CreatedAt: now}
-	err = d.update(ctx, func(tx store.Tx, _ *store.AfterCommit) error {
+	err = store.UpdateAfter(ctx, srv.st, func(tx store.Tx, _ *store.AfterCommit) error {
 		g.Revoked = 0
 		old, err := tx.GrantList(ctx, a.ID)
 		if err != nil {
@@ -352,7 +410,7 @@ func (d *Daemon) Grant(ctx context.Context, req kin.GrantRequest) (*kin.Grant, e
 		for _, o := range old {
 			narrowed := !kin.ScopeCovers(g.Scope, o.Scope) || (!g.Until.IsZero() && (o.Until.IsZero() || g.Until.Before(o.Until)))
 			if o.Resource == g.Resource && narrowed {
-				n, err := d.revokeTx(ctx, tx, now, store.AuthTokenRevokeParams{Parent: a.ID, Resource: g.Resource}, "grant narrowed")
+				n, err := srv.revokeTx(ctx, tx, now, store.AuthTokenRevokeParams{Parent: a.ID, Resource: g.Resource}, "grant narrowed")
 				if err != nil {
 					return err
 				}
@@ -365,19 +423,19 @@ func (d *Daemon) Grant(ctx context.Context, req kin.GrantRequest) (*kin.Grant, e
 		return store.AppendEvent(ctx, tx, now, kin.EventGrant, a.ID, a.Parent, kin.GrantData{Agent: a.ID, Resource: g.Resource, Scope: g.Scope, Until: g.Until, Action: "granted"})
 	})
 	if err != nil {
-		return nil, d.storeError(err)
+		return nil, store.KinError(err)
 	}
 	return &g, nil
 }
 
 // Grants lists grants.
-func (d *Daemon) Grants(ctx context.Context, agent kin.AgentID) ([]kin.Grant, error) {
-	if err := d.operatorOnly(ctx, "list grants"); err != nil {
+func (srv *Server) Grants(ctx context.Context, agent kin.AgentID) ([]kin.Grant, error) {
+	if err := caller.OperatorOnly(ctx, "list grants"); err != nil {
 		return nil, err
 	}
-	rows, err := d.store.GrantList(ctx, agent)
+	rows, err := srv.st.GrantList(ctx, agent)
 	if err != nil {
-		return nil, d.storeError(err)
+		return nil, store.KinError(err)
 	}
 	out := make([]kin.Grant, 0, len(rows))
 	for _, r := range rows {
@@ -387,8 +445,8 @@ func (d *Daemon) Grants(ctx context.Context, agent kin.AgentID) ([]kin.Grant, er
 }
 
 // Ungrant removes a grant and revokes what was issued under it.
-func (d *Daemon) Ungrant(ctx context.Context, req kin.UngrantRequest) (*kin.Grant, error) {
-	if err := d.operatorOnly(ctx, "remove a grant"); err != nil {
+func (srv *Server) Ungrant(ctx context.Context, req kin.UngrantRequest) (*kin.Grant, error) {
+	if err := caller.OperatorOnly(ctx, "remove a grant"); err != nil {
 		return nil, err
 	}
 	if err := kin.ValidResource(req.Resource); err != nil {
@@ -396,8 +454,8 @@ func (d *Daemon) Ungrant(ctx context.Context, req kin.UngrantRequest) (*kin.Gran
 	}
 	req.Resource = strings.TrimSuffix(req.Resource, "/")
 	var out *kin.Grant
-	now := d.now()
-	err := d.update(ctx, func(tx store.Tx, _ *store.AfterCommit) error {
+	now := srv.now()
+	err := store.UpdateAfter(ctx, srv.st, func(tx store.Tx, _ *store.AfterCommit) error {
 		out = nil
 		rows, err := tx.GrantList(ctx, req.Agent)
 		if err != nil {
@@ -414,13 +472,13 @@ func (d *Daemon) Ungrant(ctx context.Context, req kin.UngrantRequest) (*kin.Gran
 		if _, err := tx.GrantDelete(ctx, req.Agent, req.Resource); err != nil {
 			return err
 		}
-		if out.Revoked, err = d.revokeTx(ctx, tx, now, store.AuthTokenRevokeParams{Parent: req.Agent, Resource: req.Resource}, "grant removed"); err != nil {
+		if out.Revoked, err = srv.revokeTx(ctx, tx, now, store.AuthTokenRevokeParams{Parent: req.Agent, Resource: req.Resource}, "grant removed"); err != nil {
 			return err
 		}
 		return store.AppendEvent(ctx, tx, now, kin.EventGrant, req.Agent, 0, kin.GrantData{Agent: req.Agent, Resource: req.Resource, Scope: out.Scope, Action: "ungranted", Revoked: out.Revoked})
 	})
 	if err != nil {
-		return nil, d.storeError(err)
+		return nil, store.KinError(err)
 	}
 	if out == nil {
 		return nil, kin.Errorf(kin.ECodeNotFound, "agent %d has no grant for %s", req.Agent, req.Resource)
@@ -429,24 +487,24 @@ func (d *Daemon) Ungrant(ctx context.Context, req kin.UngrantRequest) (*kin.Gran
 }
 
 // AuthTokens lists issued auth tokens. An agent sees those of its subtree.
-func (d *Daemon) AuthTokens(ctx context.Context, f kin.AuthTokenFilter) ([]kin.AuthToken, error) {
+func (srv *Server) AuthTokens(ctx context.Context, f kin.AuthTokenFilter) ([]kin.AuthToken, error) {
 	c := caller.Of(ctx)
 	if !c.Operator() {
 		if f.Agent == 0 {
 			f.Agent = c.Agent
 		}
-		if err := d.authorize(ctx, f.Agent, true); err != nil {
+		if err := srv.authorize(ctx, f.Agent, true); err != nil {
 			return nil, err
 		}
 	}
-	now := d.now()
+	now := srv.now()
 	since := now
 	if f.Expired {
 		since = time.Time{}
 	}
-	rows, err := d.store.AuthTokenList(ctx, f.Agent, since)
+	rows, err := srv.st.AuthTokenList(ctx, f.Agent, since)
 	if err != nil {
-		return nil, d.storeError(err)
+		return nil, store.KinError(err)
 	}
 	out := make([]kin.AuthToken, 0, len(rows))
 	for _, r := range rows {
@@ -464,20 +522,20 @@ func (d *Daemon) AuthTokens(ctx context.Context, f kin.AuthTokenFilter) ([]kin.A
 }
 
 // RotateKeys rotates a role's signing key (operator only).
-func (d *Daemon) RotateKeys(ctx context.Context, role string) (*kin.KeyRotation, error) {
-	if err := d.operatorOnly(ctx, "rotate keys"); err != nil {
+func (srv *Server) RotateKeys(ctx context.Context, role string) (*kin.KeyRotation, error) {
+	if err := caller.OperatorOnly(ctx, "rotate keys"); err != nil {
 		return nil, err
 	}
 	var ring *keyring.Ring
 	switch role {
 	case kin.KeyRoleAgent:
-		ring = d.id.ap
+		ring = srv.id.ap
 	case kin.KeyRolePerson:
-		ring = d.id.person
+		ring = srv.id.person
 	default:
 		return nil, kin.Errorf(kin.ECodeInvalid, "role %q: want %s or %s", role, kin.KeyRoleAgent, kin.KeyRolePerson)
 	}
-	now := d.now()
+	now := srv.now()
 	k, err := ring.Rotate(now)
 	if err != nil {
 		return nil, kin.Errorf(kin.ECodeInternal, "%v", err)
@@ -487,15 +545,15 @@ func (d *Daemon) RotateKeys(ctx context.Context, role string) (*kin.KeyRotation,
 		out.Published = append(out.Published, j.KID)
 	}
 	if role == kin.KeyRoleAgent {
-		d.id.mu.Lock()
-		clear(d.id.tokens) // new tokens are signed with the new key
-		d.id.mu.Unlock()
+		srv.id.mu.Lock()
+		clear(srv.id.tokens) // new tokens are signed with the new key
+		srv.id.mu.Unlock()
 	}
-	err = d.update(ctx, func(tx store.Tx, _ *store.AfterCommit) error {
+	err = store.UpdateAfter(ctx, srv.st, func(tx store.Tx, _ *store.AfterCommit) error {
 		return store.AppendEvent(ctx, tx, now, kin.EventKeysRotated, 0, 0, kin.KeysRotatedData{Role: role, KID: k.KID})
 	})
 	if err != nil {
-		return nil, d.storeError(err)
+		return nil, store.KinError(err)
 	}
 	return out, nil
 }
@@ -509,29 +567,29 @@ const (
 
 // pruneAuthTokens deletes, every pruneEvery, the auth tokens that expired
 // more than authTokenKeep ago, so the table holds about a day of issuance.
-func (d *Daemon) pruneAuthTokens() {
-	defer d.wg.Done()
+func (srv *Server) pruneAuthTokens() {
+	defer srv.wg.Done()
 	t := time.NewTicker(pruneEvery)
 	defer t.Stop()
 	for {
 		select {
-		case <-d.closing:
+		case <-srv.closing:
 			return
 		case <-t.C:
 		}
 		ctx := context.Background()
-		err := d.update(ctx, func(tx store.Tx, _ *store.AfterCommit) error {
-			return tx.AuthTokenPrune(ctx, d.now().Add(-authTokenKeep))
+		err := store.UpdateAfter(ctx, srv.st, func(tx store.Tx, _ *store.AfterCommit) error {
+			return tx.AuthTokenPrune(ctx, srv.now().Add(-authTokenKeep))
 		})
 		if err != nil {
-			d.log.Error("prune expired auth tokens", "err", err)
+			srv.log.Error("prune expired auth tokens", "err", err)
 		}
 	}
 }
 
 // revokeTx revokes the auth tokens p selects, records one event for each
 // (parent, sub-agent) pair, and returns how many it revoked.
-func (d *Daemon) revokeTx(ctx context.Context, tx store.Tx, now time.Time, p store.AuthTokenRevokeParams, reason string) (int, error) {
+func (srv *Server) revokeTx(ctx context.Context, tx store.Tx, now time.Time, p store.AuthTokenRevokeParams, reason string) (int, error) {
 	p.At, p.Reason = now, reason
 	rows, err := tx.AuthTokenRevoke(ctx, p)
 	if err != nil || len(rows) == 0 {
@@ -555,13 +613,13 @@ func (d *Daemon) revokeTx(ctx context.Context, tx store.Tx, now time.Time, p sto
 	return len(rows), nil
 }
 
-// revokeAgentsTx revokes the auth tokens bound to or obtained by ids and
+// RevokeAgentsTx revokes the auth tokens bound to or obtained by ids and
 // forgets their agent tokens: they were suspended, revoked or stopped.
-func (d *Daemon) revokeAgentsTx(ctx context.Context, tx store.Tx, now time.Time, ids []kin.AgentID, reason string) error {
-	if d.id == nil || len(ids) == 0 {
+func (srv *Server) RevokeAgentsTx(ctx context.Context, tx store.Tx, now time.Time, ids []kin.AgentID, reason string) error {
+	if srv.id == nil || len(ids) == 0 {
 		return nil
 	}
-	d.forgetTokens(ids)
-	_, err := d.revokeTx(ctx, tx, now, store.AuthTokenRevokeParams{Agents: ids}, reason)
+	srv.forgetTokens(ids)
+	_, err := srv.revokeTx(ctx, tx, now, store.AuthTokenRevokeParams{Agents: ids}, reason)
 	return err
 }

@@ -1,4 +1,4 @@
-package daemon
+package personserver
 
 import (
 	"context"
@@ -29,36 +29,36 @@ const (
 	maxAuthTokenBody   = 256 << 10
 )
 
-// AAuthHandler serves kin's AAuth endpoints: the agent provider's and the
+// Handler serves kin's AAuth endpoints: the agent provider's and the
 // person server's metadata and keys, the auth-token endpoint and the token
 // status endpoint. Anything else goes to next.
-func (d *Daemon) AAuthHandler(next http.Handler) http.Handler {
+func (srv *Server) Handler(next http.Handler) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET "+PathAgentMetadata, func(w http.ResponseWriter, r *http.Request) {
-		d.writeMetadata(w, aauth.Metadata{JWKSURI: d.id.issuer + PathAgentJWKS})
+		srv.writeMetadata(w, aauth.Metadata{JWKSURI: srv.id.issuer + PathAgentJWKS})
 	})
 	mux.HandleFunc("GET "+PathAgentJWKS, func(w http.ResponseWriter, r *http.Request) {
-		writePublicJSON(w, http.StatusOK, d.id.ap.JWKS())
+		writePublicJSON(w, http.StatusOK, srv.id.ap.JWKS())
 	})
 	mux.HandleFunc("GET "+PathPersonMetadata, func(w http.ResponseWriter, r *http.Request) {
-		d.writeMetadata(w, aauth.Metadata{JWKSURI: d.id.issuer + PathPersonJWKS,
-			AuthTokenEndpoint: d.id.issuer + PathAuthToken, TokenStatusEndpoint: d.id.issuer + PathTokenStatus})
+		srv.writeMetadata(w, aauth.Metadata{JWKSURI: srv.id.issuer + PathPersonJWKS,
+			AuthTokenEndpoint: srv.id.issuer + PathAuthToken, TokenStatusEndpoint: srv.id.issuer + PathTokenStatus})
 	})
 	mux.HandleFunc("GET "+PathPersonJWKS, func(w http.ResponseWriter, r *http.Request) {
-		writePublicJSON(w, http.StatusOK, d.id.person.JWKS())
+		writePublicJSON(w, http.StatusOK, srv.id.person.JWKS())
 	})
-	mux.HandleFunc("POST "+PathAuthToken, d.serveAuthToken)
-	mux.HandleFunc("GET "+PathTokenStatus, d.serveTokenStatus)
+	mux.HandleFunc("POST "+PathAuthToken, srv.serveAuthToken)
+	mux.HandleFunc("GET "+PathTokenStatus, srv.serveTokenStatus)
 	mux.Handle("/", next)
 	return mux
 }
 
-func (d *Daemon) writeMetadata(w http.ResponseWriter, m aauth.Metadata) {
-	if d.id.issuer == "" {
+func (srv *Server) writeMetadata(w http.ResponseWriter, m aauth.Metadata) {
+	if srv.id.issuer == "" {
 		aauth.WriteProblem(w, &aauth.Problem{Status: http.StatusServiceUnavailable, Code: "server_error", Detail: "kin has no issuer configured"})
 		return
 	}
-	m.Issuer = d.id.issuer
+	m.Issuer = srv.id.issuer
 	w.Header().Set("Cache-Control", "max-age=300")
 	writePublicJSON(w, http.StatusOK, m)
 }
@@ -80,30 +80,30 @@ type verifiedAgent struct {
 // verifyAgentToken checks an agent token against kin's keys and registry:
 // kin's issuer, a key some agent holds, the identifier kin gave that agent,
 // and the agent live and active. Errors are *httpsig.Error.
-func (d *Daemon) verifyAgentToken(ctx context.Context, token string, now time.Time) (*verifiedAgent, error) {
-	c := d.id.verifiedClaims(token, now)
+func (srv *Server) verifyAgentToken(ctx context.Context, token string, now time.Time) (*verifiedAgent, error) {
+	c := srv.id.verifiedClaims(token, now)
 	if c == nil {
 		var err error
-		if c, err = identity.VerifyAgentToken(token, now, d.id.ap.Public); err != nil {
+		if c, err = identity.VerifyAgentToken(token, now, srv.id.ap.Public); err != nil {
 			var ie *identity.Error
 			if errors.As(err, &ie) {
 				return nil, &httpsig.Error{Code: httpsig.Code(ie.Code), Detail: ie.Detail}
 			}
 			return nil, &httpsig.Error{Code: httpsig.CodeInvalidJWT, Detail: err.Error()}
 		}
-		d.id.rememberVerified(token, c)
+		srv.id.rememberVerified(token, c)
 	}
-	if c.Iss != d.id.issuer {
-		return nil, &httpsig.Error{Code: httpsig.CodeIssuerMismatch, Detail: "iss " + c.Iss + " is not this agent provider (" + d.id.issuer + ")"}
+	if c.Iss != srv.id.issuer {
+		return nil, &httpsig.Error{Code: httpsig.CodeIssuerMismatch, Detail: "iss " + c.Iss + " is not this agent provider (" + srv.id.issuer + ")"}
 	}
-	row, err := d.store.AgentKeyByJKT(ctx, identity.Thumbprint(c.Cnf.JWK))
+	row, err := srv.st.AgentKeyByJKT(ctx, identity.Thumbprint(c.Cnf.JWK))
 	if err != nil {
 		return nil, &httpsig.Error{Code: httpsig.CodeInvalidKey, Detail: "no agent holds the token's key"}
 	}
-	if c.Sub != d.sub(row.Local) {
+	if c.Sub != srv.sub(row.Local) {
 		return nil, &httpsig.Error{Code: httpsig.CodeInvalidJWT, Detail: "sub " + c.Sub + " is not the identifier of the key's agent"}
 	}
-	a, err := d.store.AgentGetByID(ctx, row.Agent)
+	a, err := srv.st.AgentGetByID(ctx, row.Agent)
 	if err != nil {
 		return nil, &httpsig.Error{Code: httpsig.CodeInvalidKey, Detail: "the key's agent is not in the registry"}
 	}
@@ -162,10 +162,10 @@ func tokenError(param string, err error) *refusal {
 // sub-agent's key. Checked in order: the HTTP signature against the
 // parent's key, the sub-agent token and its parent claim, the resource
 // token's binding to the sub-agent's key, the parent's grant.
-func (d *Daemon) serveAuthToken(w http.ResponseWriter, r *http.Request) {
+func (srv *Server) serveAuthToken(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
-	now := d.now()
-	if d.id.issuer == "" {
+	now := srv.now()
+	if srv.id.issuer == "" {
 		refuse(http.StatusServiceUnavailable, "server_error", "kin has no issuer configured").write(w)
 		return
 	}
@@ -173,7 +173,7 @@ func (d *Daemon) serveAuthToken(w http.ResponseWriter, r *http.Request) {
 	// Checking the signature reads the whole body for its digest: bound it
 	// first by what this endpoint accepts (one byte more, to tell).
 	r.Body = http.MaxBytesReader(w, r.Body, maxAuthTokenBody+1)
-	tok, ref := d.authToken(ctx, r, now, &parent, &bound)
+	tok, ref := srv.authToken(ctx, r, now, &parent, &bound)
 	if ref != nil {
 		var pid, aid kin.AgentID
 		if parent != nil {
@@ -189,9 +189,9 @@ func (d *Daemon) serveAuthToken(w http.ResponseWriter, r *http.Request) {
 		// A refusal is an event once it names an agent: a request whose
 		// signer is unknown names nobody, and must not make kin write.
 		if pid != 0 {
-			d.recordRefusal(pid, aid, code, detail)
+			srv.recordRefusal(pid, aid, code, detail)
 		} else {
-			d.log.Info("auth-token refused", "code", code, "detail", detail)
+			srv.log.Info("auth-token refused", "code", code, "detail", detail)
 		}
 		ref.write(w)
 		return
@@ -200,20 +200,20 @@ func (d *Daemon) serveAuthToken(w http.ResponseWriter, r *http.Request) {
 	writePublicJSON(w, http.StatusOK, tok)
 }
 
-func (d *Daemon) recordRefusal(parent, agent kin.AgentID, code, detail string) {
-	err := d.update(context.Background(), func(tx store.Tx, _ *store.AfterCommit) error {
-		return store.AppendEvent(context.Background(), tx, d.now(), kin.EventTokenRefused, agent, parent, kin.TokenRefusedData{Parent: parent, Agent: agent, Code: code, Detail: detail})
+func (srv *Server) recordRefusal(parent, agent kin.AgentID, code, detail string) {
+	err := store.UpdateAfter(context.Background(), srv.st, func(tx store.Tx, _ *store.AfterCommit) error {
+		return store.AppendEvent(context.Background(), tx, srv.now(), kin.EventTokenRefused, agent, parent, kin.TokenRefusedData{Parent: parent, Agent: agent, Code: code, Detail: detail})
 	})
 	if err != nil {
-		d.log.Error("record auth-token refusal", "err", err)
+		srv.log.Error("record auth-token refusal", "err", err)
 		return
 	}
 }
 
-func (d *Daemon) authToken(ctx context.Context, r *http.Request, now time.Time, parentOut, boundOut **verifiedAgent) (*aauth.AuthTokenResponse, *refusal) {
+func (srv *Server) authToken(ctx context.Context, r *http.Request, now time.Time, parentOut, boundOut **verifiedAgent) (*aauth.AuthTokenResponse, *refusal) {
 	// 1. The HTTP signature, against the key of the agent token it presents.
 	_, err := httpsig.Verify(r, now, func(sk httpsig.SignatureKey) (ed25519.PublicKey, error) {
-		v, err := d.verifyAgentToken(ctx, sk.JWT, now)
+		v, err := srv.verifyAgentToken(ctx, sk.JWT, now)
 		if err != nil {
 			return nil, err
 		}
@@ -231,7 +231,7 @@ func (d *Daemon) authToken(ctx context.Context, r *http.Request, now time.Time, 
 	if parent.claims.ParentAgent != "" {
 		return nil, refuse(http.StatusForbidden, "access_denied", "the request is signed by a sub-agent ("+parent.claims.Sub+"): a sub-agent never calls the person server; its parent obtains its auth tokens (seed 004)")
 	}
-	if top, err := d.topLevel(ctx, parent.agent); err != nil || !top {
+	if top, err := srv.topLevel(ctx, parent.agent); err != nil || !top {
 		return nil, refuse(http.StatusForbidden, "access_denied", "agent "+parent.agent.ID.String()+" is not a top-level agent")
 	}
 
@@ -263,12 +263,12 @@ func (d *Daemon) authToken(ctx context.Context, r *http.Request, now time.Time, 
 		} else if iss != parent.claims.Iss {
 			return nil, refuse(http.StatusBadRequest, "invalid_subagent_token", "its iss "+iss+" differs from the parent's "+parent.claims.Iss)
 		}
-		sa, err := d.verifyAgentToken(ctx, subTok, now)
+		sa, err := srv.verifyAgentToken(ctx, subTok, now)
 		if err != nil {
 			return nil, tokenError("subagent", err)
 		}
 		*boundOut = sa
-		if ref := d.checkLineage(ctx, parent, sa); ref != nil {
+		if ref := srv.checkLineage(ctx, parent, sa); ref != nil {
 			return nil, ref
 		}
 		bound = sa
@@ -280,25 +280,25 @@ func (d *Daemon) authToken(ctx context.Context, r *http.Request, now time.Time, 
 	if err != nil {
 		return nil, tokenError("resource", err)
 	}
-	grant, ref := d.grantFor(ctx, parent.agent.ID, resIss, now)
+	grant, ref := srv.grantFor(ctx, parent.agent.ID, resIss, now)
 	if ref != nil {
 		return nil, ref
 	}
 
 	// 3. The resource token: the resource's signature, addressed to kin,
 	// bound to the sub-agent's key.
-	rc, err := identity.VerifyResourceToken(body.ResourceToken, now, d.disc.Keys(ctx, resIss, identity.DWKResource))
+	rc, err := identity.VerifyResourceToken(body.ResourceToken, now, srv.disc.Keys(ctx, resIss, identity.DWKResource))
 	if err != nil {
 		return nil, tokenError("resource", err)
 	}
-	if rc.Aud != d.id.issuer {
-		return nil, refuse(http.StatusBadRequest, "invalid_resource_token", "its aud "+rc.Aud+" is not this person server ("+d.id.issuer+")")
+	if rc.Aud != srv.id.issuer {
+		return nil, refuse(http.StatusBadRequest, "invalid_resource_token", "its aud "+rc.Aud+" is not this person server ("+srv.id.issuer+")")
 	}
 	if rc.AgentJKT != bound.key.JKT {
 		return nil, refuse(http.StatusBadRequest, "invalid_resource_token", "it is bound to key "+rc.AgentJKT+", not to "+bound.claims.Sub+"'s key "+bound.key.JKT)
 	}
 	if body.PresentedToken != "" {
-		if ref := d.checkPresented(ctx, body.PresentedToken, rc, bound, now); ref != nil {
+		if ref := srv.checkPresented(ctx, body.PresentedToken, rc, bound, now); ref != nil {
 			return nil, ref
 		}
 	}
@@ -324,20 +324,20 @@ func (d *Daemon) authToken(ctx context.Context, r *http.Request, now time.Time, 
 	}
 	c := identity.AuthClaims{
 		Agent: bound.claims.Sub, Aud: rc.Iss, Cnf: identity.Confirmation{JWK: bound.claims.Cnf.JWK},
-		DWK: identity.DWKPerson, Exp: exp, IAT: now.Unix(), Iss: d.id.issuer, JTI: newJTI(),
-		PS: d.id.issuer, Scope: rc.Scope, Sub: sub,
+		DWK: identity.DWKPerson, Exp: exp, IAT: now.Unix(), Iss: srv.id.issuer, JTI: newJTI(),
+		PS: srv.id.issuer, Scope: rc.Scope, Sub: sub,
 	}
 	if bound != parent {
 		c.Act = &identity.Actor{Agent: parent.claims.Sub}
 	}
-	tok, err := identity.IssueAuthToken(d.id.person.Current(), c)
+	tok, err := identity.IssueAuthToken(srv.id.person.Current(), c)
 	if err != nil {
 		return nil, refuse(http.StatusInternalServerError, "server_error", err.Error())
 	}
 	// Recorded with the registry read again inside the write: a parent
 	// suspended or a grant removed meanwhile fails this issuance.
 	var late *refusal
-	err = d.update(ctx, func(tx store.Tx, _ *store.AfterCommit) error {
+	err = store.UpdateAfter(ctx, srv.st, func(tx store.Tx, _ *store.AfterCommit) error {
 		late = nil
 		for _, v := range []*verifiedAgent{parent, bound} {
 			a, err := tx.AgentGetByID(ctx, v.agent.ID)
@@ -383,7 +383,7 @@ func (d *Daemon) authToken(ctx context.Context, r *http.Request, now time.Time, 
 // sub-agent as the signer's child. Outside the aauth profile a deeper
 // descendant is accepted too, "flattened" under its top-level ancestor:
 // its token names its immediate parent, which the registry confirms.
-func (d *Daemon) checkLineage(ctx context.Context, parent, sa *verifiedAgent) *refusal {
+func (srv *Server) checkLineage(ctx context.Context, parent, sa *verifiedAgent) *refusal {
 	if sa.claims.ParentAgent == "" {
 		return refuse(http.StatusBadRequest, "invalid_subagent_token", sa.claims.Sub+" is not a sub-agent (no parent_agent)")
 	}
@@ -393,18 +393,18 @@ func (d *Daemon) checkLineage(ctx context.Context, parent, sa *verifiedAgent) *r
 		}
 		return nil
 	}
-	if d.singleLevel() || !d.lineage.IsDescendant(sa.agent.ID, parent.agent.ID) {
+	if srv.singleLevel() || !srv.lin.IsDescendant(sa.agent.ID, parent.agent.ID) {
 		return refuse(http.StatusBadRequest, "invalid_subagent_token", "its parent_agent "+sa.claims.ParentAgent+" does not name the signer "+parent.claims.Sub)
 	}
-	if l, ok, err := d.localOf(ctx, sa.agent.Parent); err != nil || !ok || d.sub(l) != sa.claims.ParentAgent {
+	if l, ok, err := srv.localOf(ctx, sa.agent.Parent); err != nil || !ok || srv.sub(l) != sa.claims.ParentAgent {
 		return refuse(http.StatusBadRequest, "invalid_subagent_token", "its parent_agent "+sa.claims.ParentAgent+" is not its parent in the registry")
 	}
 	return nil
 }
 
 // grantFor returns the parent's grant for a resource in force at now.
-func (d *Daemon) grantFor(ctx context.Context, parent kin.AgentID, resource string, now time.Time) (store.GrantRow, *refusal) {
-	gs, err := d.store.GrantList(ctx, parent)
+func (srv *Server) grantFor(ctx context.Context, parent kin.AgentID, resource string, now time.Time) (store.GrantRow, *refusal) {
+	gs, err := srv.st.GrantList(ctx, parent)
 	if err != nil {
 		return store.GrantRow{}, refuse(http.StatusInternalServerError, "server_error", "the store failed")
 	}
@@ -423,7 +423,7 @@ func (d *Daemon) grantFor(ctx context.Context, parent kin.AgentID, resource stri
 // checkPresented checks the draft's presented_token: the token the
 // sub-agent showed the resource, whose jti the resource token names. kin
 // verifies it when it is one of its own agent tokens.
-func (d *Daemon) checkPresented(ctx context.Context, pt string, rc *identity.ResourceClaims, bound *verifiedAgent, now time.Time) *refusal {
+func (srv *Server) checkPresented(ctx context.Context, pt string, rc *identity.ResourceClaims, bound *verifiedAgent, now time.Time) *refusal {
 	typ, _, _, err := identity.Peek(pt)
 	if err != nil {
 		return tokenError("presented", err)
@@ -431,7 +431,7 @@ func (d *Daemon) checkPresented(ctx context.Context, pt string, rc *identity.Res
 	if typ != identity.TypAgent {
 		return refuse(http.StatusBadRequest, "invalid_presented_token", "kin checks presented agent tokens only, got "+typ)
 	}
-	v, err := d.verifyAgentToken(ctx, pt, now)
+	v, err := srv.verifyAgentToken(ctx, pt, now)
 	if err != nil {
 		return tokenError("presented", err)
 	}
@@ -446,20 +446,20 @@ func (d *Daemon) checkPresented(ctx context.Context, pt string, rc *identity.Res
 
 // serveTokenStatus answers whether an auth token kin issued is still good:
 // not revoked, not expired, its agents live and active, its grant in force.
-func (d *Daemon) serveTokenStatus(w http.ResponseWriter, r *http.Request) {
+func (srv *Server) serveTokenStatus(w http.ResponseWriter, r *http.Request) {
 	jti := r.URL.Query().Get("jti")
 	w.Header().Set("Cache-Control", "no-store")
 	if jti == "" || len(jti) > 128 {
 		aauth.WriteProblem(w, &aauth.Problem{Status: http.StatusBadRequest, Code: "invalid_request", Detail: "give ?jti= (at most 128 bytes)"})
 		return
 	}
-	writePublicJSON(w, http.StatusOK, d.tokenStatus(r.Context(), jti))
+	writePublicJSON(w, http.StatusOK, srv.tokenStatus(r.Context(), jti))
 }
 
-func (d *Daemon) tokenStatus(ctx context.Context, jti string) aauth.TokenStatus {
+func (srv *Server) tokenStatus(ctx context.Context, jti string) aauth.TokenStatus {
 	st := aauth.TokenStatus{JTI: jti}
-	now := d.now()
-	row, err := d.store.AuthTokenGet(ctx, jti)
+	now := srv.now()
+	row, err := srv.st.AuthTokenGet(ctx, jti)
 	switch {
 	case errors.Is(err, store.ErrNotFound):
 		st.Reason = "kin issued no token with this jti, or it expired and was pruned"
@@ -475,16 +475,36 @@ func (d *Daemon) tokenStatus(ctx context.Context, jti string) aauth.TokenStatus 
 		return st
 	}
 	for _, id := range []kin.AgentID{row.Agent, row.Parent} {
-		a, err := d.store.AgentGetByID(ctx, id)
+		a, err := srv.st.AgentGetByID(ctx, id)
 		if err != nil || !a.Live() || a.Status != kin.StatusActive {
 			st.Reason = "agent " + id.String() + " is no longer active"
 			return st
 		}
 	}
-	if _, ref := d.grantFor(ctx, row.Parent, row.Resource, now); ref != nil {
+	if _, ref := srv.grantFor(ctx, row.Parent, row.Resource, now); ref != nil {
 		st.Reason = ref.detail
 		return st
 	}
 	st.Active = true
 	return st
+}
+
+// SignedAgent is the agent that signed r: the signature checked against
+// the key its agent token names, the token against kin's keys and
+// registry (the agent live and active).
+func (srv *Server) SignedAgent(r *http.Request) (*kin.Agent, error) {
+	now := srv.now()
+	var agent *kin.Agent
+	_, err := httpsig.Verify(r, now, func(sk httpsig.SignatureKey) (ed25519.PublicKey, error) {
+		v, err := srv.verifyAgentToken(r.Context(), sk.JWT, now)
+		if err != nil {
+			return nil, err
+		}
+		agent = v.agent
+		return v.claims.Cnf.JWK.PublicKey()
+	})
+	if err != nil {
+		return nil, err
+	}
+	return agent, nil
 }
