@@ -20,8 +20,8 @@ import (
 	_ "modernc.org/sqlite" // the floors talk to SQLite directly
 
 	"github.com/kin-agents/kin/client"
-	"github.com/kin-agents/kin/internal/daemon"
 	"github.com/kin-agents/kin/internal/kintest"
+	"github.com/kin-agents/kin/internal/registry"
 	"github.com/kin-agents/kin/internal/store"
 	"github.com/kin-agents/kin/internal/store/sqlite"
 	"github.com/kin-agents/kin/kin"
@@ -341,7 +341,7 @@ func BenchmarkSubtree(b *testing.B) {
 		}
 		b.ResetTimer()
 		for i := 0; i < b.N; i++ {
-			data, err := json.Marshal(daemon.BuildTree(agents, f.roots[0]))
+			data, err := json.Marshal(registry.BuildTree(agents, f.roots[0]))
 			if err != nil {
 				b.Fatal(err)
 			}

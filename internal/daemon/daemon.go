@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"maps"
 	"net"
 	"net/http"
 	"os"
@@ -26,6 +25,7 @@ import (
 	"github.com/kin-agents/kin/internal/httpapi"
 	"github.com/kin-agents/kin/internal/lineage"
 	"github.com/kin-agents/kin/internal/personserver"
+	"github.com/kin-agents/kin/internal/registry"
 	"github.com/kin-agents/kin/internal/store"
 	"github.com/kin-agents/kin/internal/store/sqlite"
 	"github.com/kin-agents/kin/internal/supervisor"
@@ -52,6 +52,7 @@ type Daemon struct {
 	lineage              lineage.Tree
 	*authority.Authority                 // the permission authority: kin.AuthorityService
 	*personserver.Server                 // AAuth: agent provider and person server: kin.IdentityService
+	*registry.Registry                   // the lineage registry and the governor: kin.RegistryService
 	logst                *logState       // the verifiable event log's key and checkpoints (eventlog.go)
 	metrics              *metrics        // Prometheus metrics (metrics.go)
 	tracer               *tracer         // OpenTelemetry spans of spawns, nil when off (tracing.go)
@@ -60,12 +61,7 @@ type Daemon struct {
 	started              time.Time
 	token                string
 
-	mu            sync.Mutex  // guards profile, overrides and settings
-	profile       kin.Profile // cached: the profile the stored settings make (governorInTx decides)
-	profileSource string
-	baseProfile   kin.Profile
-	overrides     map[string]string
-	settings      map[string]string // the stored settings profile was made from
+	profileSource string // where the governor's profile came from
 
 	// The supervisor and what the daemon knows of running agents.
 	sup           *supervisor.Supervisor
@@ -117,7 +113,6 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 		now:       cfg.Clock,
 		hub:       newHub(),
 		pid:       os.Getpid(),
-		overrides: map[string]string{},
 		closing:   make(chan struct{}),
 		ctxDir:    cfg.ctxDir(),
 		ctxAgents: map[kin.AgentID]*ctxAgent{},
@@ -151,7 +146,8 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 	if err := d.allocateUIDs(); err != nil {
 		return nil, err
 	}
-	d.baseProfile, d.profileSource, err = governor.Load(cfg.Profile)
+	baseProfile, profileSource, err := governor.Load(cfg.Profile)
+	d.profileSource = profileSource
 	if err != nil {
 		return nil, err
 	}
@@ -165,9 +161,6 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 		d.store = cfg.WrapStore(st)
 	}
 	d.store = notifyingStore{Store: d.store, hub: d.hub}
-	if err := d.loadGovernor(ctx); err != nil {
-		return nil, err
-	}
 	links, err := st.AgentLinks(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("load lineage: %w", err)
@@ -197,6 +190,15 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 	})
 	if err != nil {
 		return nil, fmt.Errorf("identity: %w", err)
+	}
+	d.Registry, err = registry.New(ctx, registry.Config{
+		Store: d.store, Lineage: &d.lineage, Authority: d.Authority, Identity: d.Server,
+		Runner: runnerHooks{d}, Observer: observerHooks{d}, Clock: d.now,
+		Profile: baseProfile, ProfileSource: profileSource, DefaultResponsible: cfg.DefaultResponsible,
+		Closing: d.closing, Wait: d.hub.wait,
+	})
+	if err != nil {
+		return nil, err
 	}
 	if err := d.openLog(ctx); err != nil {
 		return nil, fmt.Errorf("event log: %w", err)
@@ -419,71 +421,6 @@ func (d *Daemon) lockHome() error {
 	return nil
 }
 
-// loadGovernor (re)builds the cached profile from the operator's stored
-// settings.
-func (d *Daemon) loadGovernor(ctx context.Context) error {
-	settings, err := d.store.SettingList(ctx)
-	if err != nil {
-		return fmt.Errorf("read governor settings: %w", err)
-	}
-	prof, overrides, err := profileWith(d.baseProfile, settings)
-	if err != nil {
-		return err
-	}
-	d.mu.Lock()
-	d.profile, d.overrides, d.settings = prof, overrides, settings
-	d.mu.Unlock()
-	return nil
-}
-
-// profileWith is base with the operator's stored overrides applied, and
-// the overrides.
-func profileWith(base kin.Profile, settings map[string]string) (kin.Profile, map[string]string, error) {
-	prof := base
-	overrides := map[string]string{}
-	for k, v := range settings {
-		key, ok := strings.CutPrefix(k, "governor.")
-		if !ok || v == "" { // "": reset to the profile's value
-			continue
-		}
-		n, err := strconv.Atoi(v)
-		if err == nil {
-			err = governor.SetSetting(&prof, key, n)
-		}
-		if err != nil {
-			return prof, nil, fmt.Errorf("stored governor setting %s=%q: %v", key, v, err)
-		}
-		overrides[key] = v
-	}
-	return prof, overrides, nil
-}
-
-// governorInTx is the profile in force as the store has it inside a
-// transaction: a change another write made a moment ago counts. The cached
-// profile is reused while the stored settings are those it was made from.
-func (d *Daemon) governorInTx(ctx context.Context, tx store.Tx) (kin.Profile, error) {
-	settings, err := tx.SettingList(ctx)
-	if err != nil {
-		return kin.Profile{}, err
-	}
-	d.mu.Lock()
-	prof, same := d.profile, maps.Equal(settings, d.settings)
-	d.mu.Unlock()
-	if same {
-		return prof, nil
-	}
-	prof, _, err = profileWith(d.baseProfile, settings)
-	return prof, err
-}
-
-// governor returns a snapshot of the cached profile in force, for what
-// only reads it.
-func (d *Daemon) governor() kin.Profile {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	return d.profile
-}
-
 func loadOrCreateToken(path string) (string, error) {
 	if b, err := os.ReadFile(path); err == nil {
 		tok := strings.TrimSpace(string(b))
@@ -608,6 +545,9 @@ func (d *Daemon) HTTPAddr() string {
 	return d.tcpLn.Addr().String()
 }
 
+// governor is the governor's profile in force (the registry's cache).
+func (d *Daemon) governor() kin.Profile { return d.Registry.Profile() }
+
 // agentKeyPath is where agent id finds its private key: its ctx session's
 // agent.key, "" when it has none here.
 func (d *Daemon) agentKeyPath(id kin.AgentID) string {
@@ -633,6 +573,9 @@ func (d *Daemon) Close() error {
 		close(d.closing)
 		if d.Authority != nil {
 			d.Authority.Close() // no deadline fires, no budget stop starts, from now on
+		}
+		if d.Server != nil {
+			d.Server.Close() // the auth-token pruner
 		}
 		d.rtMu.Lock()
 		d.shuttingDown = true

@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/kin-agents/kin/internal/httpapi"
+	"github.com/kin-agents/kin/internal/registry"
 	"github.com/kin-agents/kin/internal/store/sqlite"
 	"github.com/kin-agents/kin/kin"
 )
@@ -115,11 +116,11 @@ func (d *Daemon) metricsHandler() http.Handler {
 }
 
 // countSpawn counts an admitted agent: register's extra says its kind.
-func (m *metrics) countSpawn(extra *spawnExtra) {
+func (m *metrics) countSpawn(extra *registry.SpawnExtra) {
 	switch {
 	case extra == nil:
 		m.registered.Inc()
-	case extra.replaces != 0:
+	case extra.Replaces != 0:
 		m.restarted.Inc()
 	default:
 		m.spawned.Inc()

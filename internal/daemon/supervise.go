@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/kin-agents/kin/internal/authority"
+	"github.com/kin-agents/kin/internal/registry"
 	"github.com/kin-agents/kin/internal/store"
 	"github.com/kin-agents/kin/internal/supervisor"
 	"github.com/kin-agents/kin/kin"
@@ -103,8 +104,8 @@ func (d *Daemon) spawn(ctx context.Context, req *kin.SpawnRequest) (recorded, st
 			return nil, nil, kin.Errorf(kin.ECodeInvalid, "handoff: %v", err)
 		}
 	}
-	extra := &spawnExtra{command: req.Command, env: req.Env, dir: req.Dir, restart: restart, grace: grace, handoff: handoffJSON}
-	a, err := d.register(ctx, req.RegisterRequest, extra)
+	extra := &registry.SpawnExtra{Command: req.Command, Env: req.Env, Dir: req.Dir, Restart: restart, Grace: grace, Handoff: handoffJSON}
+	a, err := d.Registry.RegisterSpawn(ctx, req.RegisterRequest, *extra)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -671,9 +672,9 @@ func (d *Daemon) maybeRestart(ctx context.Context, old *kin.Agent, reason string
 		ConstitutionHash: old.ConstitutionHash, CapabilityHash: old.CapabilityHash,
 		Scope: old.Scope, SelfModifying: old.SelfModifying, Life: old.Life,
 	}
-	extra := &spawnExtra{command: spec.Command, env: spec.Env, dir: spec.Dir, restart: old.Restart, grace: old.Grace, replaces: old.ID, handoff: spec.Handoff}
+	extra := &registry.SpawnExtra{Command: spec.Command, Env: spec.Env, Dir: spec.Dir, Restart: old.Restart, Grace: old.Grace, Replaces: old.ID, Handoff: spec.Handoff}
 	began := d.traceStart()
-	a, err := d.register(ctx, req, extra) // the operator's context: the supervisor acts
+	a, err := d.Registry.RegisterSpawn(ctx, req, *extra) // the operator's context: the supervisor acts
 	if err != nil {
 		d.traceSpawn(ctx, spawnKindRestart, req.Parent, req.Name, nil, began, err)
 		d.markFailed(ctx, old, "replacement refused: "+err.Error())
@@ -792,4 +793,74 @@ func resolveCommand(argv []string, dir string) ([]string, error) {
 		return nil, fmt.Errorf("the program %s is not executable (chmod +x it)", path)
 	}
 	return argv, nil
+}
+
+// freezeChanged freezes (or thaws) the processes of the agents whose status
+// was just suspended (or resumed), then records their state: suspended only
+// once the kernel says frozen.
+func (d *Daemon) freezeChanged(ctx context.Context, req kin.StatusRequest, changed []*kin.Agent) error {
+	var running []*kin.Agent
+	for _, a := range changed {
+		if a.Running() && d.runtimeOf(a.ID) != nil {
+			running = append(running, a)
+		}
+	}
+	if len(running) == 0 {
+		return nil
+	}
+	freeze := req.Action == kin.ActionSuspend
+	done := map[kin.AgentID]bool{}
+	if req.Cascade && d.runtimeOf(req.ID) != nil {
+		if err := d.freeze(ctx, req.ID, true, freeze); err != nil {
+			return kin.Errorf(kin.ECodeInternal, "%s agent %d's cgroup: %v", map[bool]string{true: "freeze", false: "thaw"}[freeze], req.ID, err)
+		}
+		for _, a := range running {
+			done[a.ID] = true
+		}
+	}
+	for _, a := range running {
+		if done[a.ID] {
+			continue
+		}
+		if err := d.freeze(ctx, a.ID, false, freeze); err != nil {
+			return kin.Errorf(kin.ECodeInternal, "%s agent %d: %v", map[bool]string{true: "freeze", false: "thaw"}[freeze], a.ID, err)
+		}
+	}
+	now := d.now()
+	err := d.update(ctx, func(tx store.Tx, _ *store.AfterCommit) error {
+		for _, a := range running {
+			cur, err := tx.AgentGetByID(ctx, a.ID)
+			if err != nil {
+				return err
+			}
+			if cur.State.Terminal() || cur.State == kin.StateStopping {
+				continue
+			}
+			p := store.AgentUpdateParams{ID: a.ID, At: now}
+			to := kin.StateSuspended
+			if !freeze {
+				to = kin.StateRegistered
+				if !cur.LastHeartbeat.IsZero() {
+					// It could not heartbeat while frozen: a fresh window.
+					to = kin.StateActive
+					p.LastHeartbeat = &now
+				}
+			}
+			if to == cur.State {
+				continue
+			}
+			p.State = &to
+			if err := tx.AgentUpdate(ctx, p); err != nil {
+				return err
+			}
+			if err := store.AppendEvent(ctx, tx, now, kin.EventAgentState, a.ID, a.Parent, kin.AgentStateData{Agent: a.ID, From: cur.State, To: to}); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return d.storeError(err)
+	}
+	return nil
 }

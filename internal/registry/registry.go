@@ -1,4 +1,4 @@
-package daemon
+package registry
 
 import (
 	"context"
@@ -6,39 +6,150 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/kin-agents/kin/internal/authority"
 	"github.com/kin-agents/kin/internal/caller"
 	"github.com/kin-agents/kin/internal/governor"
+	"github.com/kin-agents/kin/internal/lineage"
+	"github.com/kin-agents/kin/internal/personserver"
 	"github.com/kin-agents/kin/internal/store"
 	"github.com/kin-agents/kin/kin"
 )
 
+// Registry is the lineage registry (seed 000) and the governor's rules
+// (seed 002): it answers kin.RegistryService but Status (the daemon's), and
+// registers every agent, spawned ones too (RegisterSpawn), with the
+// governor's checks and the authority's admission inside the registration's
+// transaction.
+type Registry struct {
+	st      store.Store
+	lin     *lineage.Tree
+	auth    *authority.Authority
+	ps      *personserver.Server
+	run     Runner
+	obs     Observer
+	clock   func() time.Time
+	closing <-chan struct{}
+	wait    func() <-chan struct{}
+
+	defaultResponsible string
+
+	mu            sync.Mutex // guards profile, overrides and settings
+	profile       kin.Profile
+	profileSource string
+	baseProfile   kin.Profile
+	overrides     map[string]string
+	settings      map[string]string // the stored settings profile was made from
+}
+
+// Runner is what the registry needs of the part of kin that runs agents.
+type Runner interface {
+	// Running reports whether this daemon runs agent id's process now.
+	Running(id kin.AgentID) bool
+	// Terminate stops a running agent and its owned subtree; the agent's
+	// final state is terminated.
+	Terminate(ctx context.Context, id kin.AgentID) error
+	// Freeze freezes (or thaws) the processes of the agents a suspend (or
+	// resume) changed, and records their state.
+	Freeze(ctx context.Context, req kin.StatusRequest, changed []*kin.Agent) error
+	// CheckRequest validates what a registration asks beyond the
+	// registry's own fields (its policy, stage and template) before its
+	// transaction, and returns the files its policy's mounts name.
+	CheckRequest(req *kin.RegisterRequest) (map[string]authority.FileID, error)
+	// CheckAgentUID refuses an agent id the home's uid range cannot run.
+	CheckAgentUID(id kin.AgentID) error
+	// SandboxAvailable says why an agent that needs the sandbox shim
+	// cannot have it here (nil: it can).
+	SandboxAvailable() error
+	// Provision fills a new agent's workspace from its template.
+	Provision(ctx context.Context, a *kin.Agent, t *kin.Template) error
+}
+
+// Observer is told of registrations: metrics and traces.
+type Observer interface {
+	// Refused is told of a registration the governor or the authority
+	// refused.
+	Refused(err error)
+	// Admitted is told of a committed registration: spawn is what a spawn
+	// stored beside it, nil for a plain registration.
+	Admitted(spawn *SpawnExtra)
+	// TraceBegan is when a plain registration began; Traced records its
+	// span (a is nil when it was refused).
+	TraceBegan() time.Time
+	Traced(ctx context.Context, req kin.RegisterRequest, a *kin.Agent, began time.Time, err error)
+}
+
+// Config is what a Registry is built from.
+type Config struct {
+	Store     store.Store
+	Lineage   *lineage.Tree
+	Authority *authority.Authority
+	Identity  *personserver.Server
+	Runner    Runner
+	Observer  Observer
+	Clock     func() time.Time
+	// Profile is the governor's profile as shipped or loaded, before the
+	// operator's stored settings; ProfileSource says where it came from.
+	Profile       kin.Profile
+	ProfileSource string
+	// DefaultResponsible answers for a root agent nobody named.
+	DefaultResponsible string
+	// Closing ends event streams; Wait returns a channel closed at the
+	// next commit with events.
+	Closing <-chan struct{}
+	Wait    func() <-chan struct{}
+}
+
+// New makes a Registry and reads the governor's stored settings.
+func New(ctx context.Context, c Config) (*Registry, error) {
+	r := &Registry{st: c.Store, lin: c.Lineage, auth: c.Authority, ps: c.Identity, run: c.Runner, obs: c.Observer,
+		clock: c.Clock, closing: c.Closing, wait: c.Wait, defaultResponsible: c.DefaultResponsible,
+		baseProfile: c.Profile, profileSource: c.ProfileSource}
+	if err := r.loadGovernor(ctx); err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+func (r *Registry) now() time.Time { return r.clock() }
+
+// authorize checks that the caller may act on target.
+func (r *Registry) authorize(ctx context.Context, target kin.AgentID, self bool) error {
+	return caller.MayActOn(ctx, target, self, r.lin.IsDescendant)
+}
+
 // Register adds an agent under the governor's rules, checked in the same
 // transaction as the insert.
-func (d *Daemon) Register(ctx context.Context, req kin.RegisterRequest) (*kin.Agent, error) {
-	began := d.traceStart()
-	a, err := d.register(ctx, req, nil)
-	d.traceSpawn(ctx, spawnKindRegister, req.Parent, req.Name, a, began, err)
+func (r *Registry) Register(ctx context.Context, req kin.RegisterRequest) (*kin.Agent, error) {
+	began := r.obs.TraceBegan()
+	a, err := r.register(ctx, req, nil)
+	r.obs.Traced(ctx, req, a, began, err)
 	return a, err
 }
 
-// spawnExtra is what a spawn stores beside the registration.
-type spawnExtra struct {
-	command  []string
-	env      []string
-	dir      string
-	restart  kin.RestartPolicy
-	grace    kin.Duration
-	replaces kin.AgentID
-	handoff  []byte // JSON of a validated kin.Handoff, or nil
+// RegisterSpawn registers an agent that is to be spawned: what it runs is
+// stored with it, in the same transaction. The caller traces it.
+func (r *Registry) RegisterSpawn(ctx context.Context, req kin.RegisterRequest, spawn SpawnExtra) (*kin.Agent, error) {
+	return r.register(ctx, req, &spawn)
+}
+
+// SpawnExtra is what a spawn stores beside the registration.
+type SpawnExtra struct {
+	Command  []string
+	Env      []string // the spawner's KEY=VALUE additions
+	Dir      string
+	Restart  kin.RestartPolicy
+	Grace    kin.Duration
+	Replaces kin.AgentID // the agent it restarts, or 0
+	Handoff  []byte      // JSON of a validated kin.Handoff, or nil
 }
 
 // register validates, authorizes and inserts an agent (and its process spec
 // for a spawn) with its events, the governor's rules checked in the same
 // transaction, and adds it to the in-memory lineage once committed.
-func (d *Daemon) register(ctx context.Context, req kin.RegisterRequest, extra *spawnExtra) (*kin.Agent, error) {
+func (r *Registry) register(ctx context.Context, req kin.RegisterRequest, extra *SpawnExtra) (*kin.Agent, error) {
 	c := caller.Of(ctx)
 	if c.Refused != "" {
 		return nil, kin.Errorf(kin.ECodeForbidden, "%s", c.Refused)
@@ -47,23 +158,23 @@ func (d *Daemon) register(ctx context.Context, req kin.RegisterRequest, extra *s
 		req.Parent = c.Agent // inside an agent, a spawn is a child of the caller
 	}
 	if req.Parent == 0 && req.Responsible == "" {
-		req.Responsible = d.cfg.DefaultResponsible // the operator answers for a root nobody named
+		req.Responsible = r.defaultResponsible // the operator answers for a root nobody named
 	}
 	if err := req.Validate(); err != nil {
 		return nil, err
 	}
 	if req.Parent == 0 {
-		if err := d.operatorOnly(ctx, "register root agents"); err != nil {
+		if err := caller.OperatorOnly(ctx, "register root agents"); err != nil {
 			return nil, err
 		}
-	} else if err := d.authorize(ctx, req.Parent, true); err != nil {
+	} else if err := r.authorize(ctx, req.Parent, true); err != nil {
 		return nil, err
 	}
 	name, _ := kin.ParseName(req.Name) // validated above
 	if req.Life == "" {
 		req.Life = kin.LifeOwned
 	}
-	mountIDs, err := d.checkPermissionRequest(&req)
+	mountIDs, err := r.run.CheckRequest(&req)
 	if err != nil {
 		return nil, err
 	}
@@ -72,10 +183,10 @@ func (d *Daemon) register(ctx context.Context, req kin.RegisterRequest, extra *s
 	var refused *kin.Error
 	var denied error
 	var ad *authority.Admission
-	err = d.update(ctx, func(tx store.Tx, after *store.AfterCommit) error {
+	err = store.UpdateAfter(ctx, r.st, func(tx store.Tx, after *store.AfterCommit) error {
 		out, refused, denied, ad = nil, nil, nil, nil
-		now := d.now()
-		prof, err := d.governorInTx(ctx, tx)
+		now := r.now()
+		prof, err := r.governorInTx(ctx, tx)
 		if err != nil {
 			return err
 		}
@@ -110,7 +221,7 @@ func (d *Daemon) register(ctx context.Context, req kin.RegisterRequest, extra *s
 		}
 		if refused = governor.CheckSpawn(prof, facts); refused != nil {
 			if governor.IsRuleCode(refused.Code) {
-				return d.recordRejection(ctx, tx, prof, req, facts, refused, by)
+				return r.recordRejection(ctx, tx, prof, req, facts, refused, by)
 			}
 			return nil
 		}
@@ -122,9 +233,9 @@ func (d *Daemon) register(ctx context.Context, req kin.RegisterRequest, extra *s
 		}
 		var env []string
 		if extra != nil {
-			env = extra.env
+			env = extra.Env
 		}
-		if ad, denied = d.Authority.Admit(ctx, tx, &req, mountIDs, facts.Role, env, now); denied != nil {
+		if ad, denied = r.auth.Admit(ctx, tx, &req, mountIDs, facts.Role, env, now); denied != nil {
 			if kin.ErrorCodeOf(denied) == kin.ECodeInternal {
 				err, denied = denied, nil
 				return err // the store failed: nothing is decided
@@ -132,7 +243,7 @@ func (d *Daemon) register(ctx context.Context, req kin.RegisterRequest, extra *s
 			return nil
 		}
 		if extra != nil && ad.NeedsSandbox() {
-			if denied = d.sandboxAvailable(); denied != nil {
+			if denied = r.run.SandboxAvailable(); denied != nil {
 				return nil
 			}
 		}
@@ -160,22 +271,22 @@ func (d *Daemon) register(ctx context.Context, req kin.RegisterRequest, extra *s
 		}
 		ins := store.AgentInsertParams{Agent: a, NameContext: name.Context, Policy: ad.Policy, DeadlineAt: ad.DeadlineAt}
 		if extra != nil {
-			ins.Agent.Command, ins.Agent.Restart, ins.Agent.Grace, ins.Agent.Replaces = extra.command, extra.restart, extra.grace, extra.replaces
-			ins.Env, ins.Dir, ins.Handoff = extra.env, extra.dir, extra.handoff
+			ins.Agent.Command, ins.Agent.Restart, ins.Agent.Grace, ins.Agent.Replaces = extra.Command, extra.Restart, extra.Grace, extra.Replaces
+			ins.Env, ins.Dir, ins.Handoff = extra.Env, extra.Dir, extra.Handoff
 		}
 		out, err = tx.AgentInsert(ctx, ins)
 		if err != nil {
 			return err
 		}
-		if err := d.checkAgentUID(out.ID); err != nil {
+		if err := r.run.CheckAgentUID(out.ID); err != nil {
 			return err // rolls the insert back
 		}
 		if err := tx.SpendSpawnAdd(ctx, ad.Counted); err != nil {
 			return err
 		}
 		after.Do(func() {
-			d.lineage.Add(out.ID, out.Parent)
-			d.Authority.Admitted(out.ID, ad)
+			r.lin.Add(out.ID, out.Parent)
+			r.auth.Admitted(out.ID, ad)
 		})
 		if err := store.AppendEvent(ctx, tx, now, kin.EventAgentRegistered, out.ID, out.Parent, kin.AgentRegisteredData{
 			Agent: out.ID, Name: out.Name, Role: out.Role, Creator: by, Responsible: out.Responsible,
@@ -191,19 +302,19 @@ func (d *Daemon) register(ctx context.Context, req kin.RegisterRequest, extra *s
 		return nil
 	})
 	if err != nil {
-		return nil, d.storeError(err)
+		return nil, store.KinError(err)
 	}
 	if refused != nil {
-		d.metrics.countRejection(refused)
+		r.obs.Refused(refused)
 		return nil, refused
 	}
 	if denied != nil {
-		d.metrics.countRejection(denied)
+		r.obs.Refused(denied)
 		return nil, denied
 	}
-	d.metrics.countSpawn(extra)
+	r.obs.Admitted(extra)
 	if req.Template != nil {
-		if err := d.provisionWorkspace(ctx, out, req.Template); err != nil {
+		if err := r.run.Provision(ctx, out, req.Template); err != nil {
 			return out, err
 		}
 	}
@@ -212,7 +323,7 @@ func (d *Daemon) register(ctx context.Context, req kin.RegisterRequest, extra *s
 
 // recordRejection writes seed 002's alert to the parent and runs the circuit
 // breaker, in the rejected request's own transaction.
-func (d *Daemon) recordRejection(ctx context.Context, tx store.Tx, prof kin.Profile, req kin.RegisterRequest, f governor.SpawnFacts, refused *kin.Error, by string) error {
+func (r *Registry) recordRejection(ctx context.Context, tx store.Tx, prof kin.Profile, req kin.RegisterRequest, f governor.SpawnFacts, refused *kin.Error, by string) error {
 	now := f.Now
 	if err := store.AppendEvent(ctx, tx, now, kin.EventSpawnRejected, 0, req.Parent, kin.SpawnRejectedData{
 		Parent: req.Parent, Name: req.Name, Role: f.Role, Generation: f.Generation(),
@@ -248,19 +359,19 @@ func (d *Daemon) recordRejection(ctx context.Context, tx store.Tx, prof kin.Prof
 }
 
 // Agent returns one agent.
-func (d *Daemon) Agent(ctx context.Context, id kin.AgentID) (*kin.Agent, error) {
-	if err := d.authorize(ctx, id, true); err != nil {
+func (r *Registry) Agent(ctx context.Context, id kin.AgentID) (*kin.Agent, error) {
+	if err := r.authorize(ctx, id, true); err != nil {
 		return nil, err
 	}
-	a, err := d.store.AgentGetByID(ctx, id)
+	a, err := r.st.AgentGetByID(ctx, id)
 	if err != nil {
-		return nil, d.agentError(err, id)
+		return nil, store.AgentError(err, id)
 	}
 	return a, nil
 }
 
 // Agents lists agents.
-func (d *Daemon) Agents(ctx context.Context, f kin.AgentFilter) ([]*kin.Agent, error) {
+func (r *Registry) Agents(ctx context.Context, f kin.AgentFilter) ([]*kin.Agent, error) {
 	if c := caller.Of(ctx); c.Refused != "" {
 		return nil, kin.Errorf(kin.ECodeForbidden, "%s", c.Refused)
 	}
@@ -273,15 +384,15 @@ func (d *Daemon) Agents(ctx context.Context, f kin.AgentFilter) ([]*kin.Agent, e
 	if f.Limit < 0 {
 		return nil, kin.Errorf(kin.ECodeInvalid, "limit %d is negative", f.Limit)
 	}
-	out, err := d.store.AgentList(ctx, f)
+	out, err := r.st.AgentList(ctx, f)
 	if err != nil {
-		return nil, d.storeError(err)
+		return nil, store.KinError(err)
 	}
 	if c := caller.Of(ctx); !c.Operator() {
 		// An agent sees itself and its descendants only.
 		mine := out[:0]
 		for _, a := range out {
-			if d.authorize(ctx, a.ID, true) == nil {
+			if r.authorize(ctx, a.ID, true) == nil {
 				mine = append(mine, a)
 			}
 		}
@@ -291,56 +402,56 @@ func (d *Daemon) Agents(ctx context.Context, f kin.AgentFilter) ([]*kin.Agent, e
 }
 
 // Children lists an agent's direct children.
-func (d *Daemon) Children(ctx context.Context, id kin.AgentID) ([]*kin.Agent, error) {
-	if _, err := d.Agent(ctx, id); err != nil {
+func (r *Registry) Children(ctx context.Context, id kin.AgentID) ([]*kin.Agent, error) {
+	if _, err := r.Agent(ctx, id); err != nil {
 		return nil, err
 	}
-	return d.Agents(ctx, kin.AgentFilter{Parent: id, HasParent: true})
+	return r.Agents(ctx, kin.AgentFilter{Parent: id, HasParent: true})
 }
 
 // Ancestors returns the responsibility chain, the agent first.
-func (d *Daemon) Ancestors(ctx context.Context, id kin.AgentID) ([]*kin.Agent, error) {
-	if err := d.authorize(ctx, id, true); err != nil {
+func (r *Registry) Ancestors(ctx context.Context, id kin.AgentID) ([]*kin.Agent, error) {
+	if err := r.authorize(ctx, id, true); err != nil {
 		return nil, err
 	}
-	out, err := d.store.AgentAncestors(ctx, id)
+	out, err := r.st.AgentAncestors(ctx, id)
 	if err != nil {
-		return nil, d.agentError(err, id)
+		return nil, store.AgentError(err, id)
 	}
 	return out, nil
 }
 
 // Tree returns the subtree at id, or the whole forest for id 0. The shape
 // comes from the in-memory lineage; the rows from the store.
-func (d *Daemon) Tree(ctx context.Context, id kin.AgentID) ([]*kin.TreeNode, error) {
+func (r *Registry) Tree(ctx context.Context, id kin.AgentID) ([]*kin.TreeNode, error) {
 	if c := caller.Of(ctx); id == 0 && c.Agent != 0 {
 		id = c.Agent // an agent's forest is its own subtree
 	}
-	if err := d.authorize(ctx, id, true); id != 0 && err != nil {
+	if err := r.authorize(ctx, id, true); id != 0 && err != nil {
 		return nil, err
 	}
 	var agents []*kin.Agent
 	var err error
 	if id == 0 {
-		if err := d.operatorOnly(ctx, "read the whole forest"); err != nil {
+		if err := caller.OperatorOnly(ctx, "read the whole forest"); err != nil {
 			return nil, err
 		}
-		agents, err = d.store.AgentList(ctx, kin.AgentFilter{})
+		agents, err = r.st.AgentList(ctx, kin.AgentFilter{})
 	} else {
-		ids := d.lineage.Subtree(id)
+		ids := r.lin.Subtree(id)
 		if ids == nil {
 			return nil, kin.Errorf(kin.ECodeNotFound, "agent %d not found", id)
 		}
-		agents, err = d.store.AgentListByIDs(ctx, ids)
+		agents, err = r.st.AgentListByIDs(ctx, ids)
 	}
 	if err != nil {
-		return nil, d.agentError(err, id)
+		return nil, store.AgentError(err, id)
 	}
 	trees := BuildTree(agents, id)
 	var mark func(ns []*kin.TreeNode)
 	mark = func(ns []*kin.TreeNode) {
 		for _, n := range ns {
-			n.Spend = d.Authority.SpendOf(n.ID)
+			n.Spend = r.auth.SpendOf(n.ID)
 			mark(n.Children)
 		}
 	}
@@ -370,14 +481,14 @@ func BuildTree(agents []*kin.Agent, root kin.AgentID) []*kin.TreeNode {
 // state becomes suspended once the kernel reports it frozen; resuming thaws
 // it. Terminating a running agent stops it first, cancelling its owned
 // subtree. An agent may change only its descendants' status.
-func (d *Daemon) SetStatus(ctx context.Context, req kin.StatusRequest) ([]*kin.Agent, error) {
+func (r *Registry) SetStatus(ctx context.Context, req kin.StatusRequest) ([]*kin.Agent, error) {
 	if !req.Action.Valid() {
 		return nil, kin.Errorf(kin.ECodeInvalid, "action %q is not one of suspend, resume, revoke, terminate", req.Action)
 	}
 	if len(req.Reason) > kin.MaxScopeLen {
 		return nil, kin.Errorf(kin.ECodeInvalid, "reason is longer than %d bytes", kin.MaxScopeLen)
 	}
-	if err := d.authorize(ctx, req.ID, false); err != nil {
+	if err := r.authorize(ctx, req.ID, false); err != nil {
 		return nil, err
 	}
 	by := caller.Of(ctx).CreatedBy()
@@ -385,27 +496,27 @@ func (d *Daemon) SetStatus(ctx context.Context, req kin.StatusRequest) ([]*kin.A
 	if req.Action == kin.ActionTerminate {
 		ids := []kin.AgentID{req.ID}
 		if req.Cascade {
-			ids = d.lineage.Subtree(req.ID)
+			ids = r.lin.Subtree(req.ID)
 		}
-		as, err := d.store.AgentListByIDs(ctx, ids)
+		as, err := r.st.AgentListByIDs(ctx, ids)
 		if err != nil {
-			return nil, d.storeError(err)
+			return nil, store.KinError(err)
 		}
 		for _, a := range as {
 			before[a.ID] = a.Status
-			if !a.Running() || d.runtimeOf(a.ID) == nil {
+			if !a.Running() || !r.run.Running(a.ID) {
 				continue
 			}
-			if _, err := d.cancelTree(context.WithoutCancel(ctx), cancelParams{Root: a.ID, Reason: reasonTerminated, IncludeRoot: true, RootState: kin.StateTerminated}); err != nil {
+			if err := r.run.Terminate(context.WithoutCancel(ctx), a.ID); err != nil {
 				return nil, err
 			}
 		}
 	}
 	var changed []*kin.Agent
 	var refused *kin.Error
-	err := d.update(ctx, func(tx store.Tx, _ *store.AfterCommit) error {
+	err := store.UpdateAfter(ctx, r.st, func(tx store.Tx, _ *store.AfterCommit) error {
 		changed, refused = nil, nil
-		now := d.now()
+		now := r.now()
 		var targets []*kin.Agent
 		var err error
 		if req.Cascade {
@@ -459,109 +570,39 @@ func (d *Daemon) SetStatus(ctx context.Context, req kin.StatusRequest) ([]*kin.A
 			for i, a := range changed {
 				ids[i] = a.ID
 			}
-			return d.Server.RevokeAgentsTx(ctx, tx, now, ids, "agent "+string(req.Action))
+			return r.ps.RevokeAgentsTx(ctx, tx, now, ids, "agent "+string(req.Action))
 		}
 		return nil
 	})
 	if err != nil {
-		return nil, d.storeError(err)
+		return nil, store.KinError(err)
 	}
 	if refused != nil {
 		return nil, refused
 	}
 	if req.Action == kin.ActionSuspend || req.Action == kin.ActionResume {
-		if err := d.freezeChanged(ctx, req, changed); err != nil {
+		if err := r.run.Freeze(ctx, req, changed); err != nil {
 			return nil, err
 		}
 		ids := make([]kin.AgentID, len(changed))
 		for i, a := range changed {
 			ids[i] = a.ID
 		}
-		if changed, err = d.store.AgentListByIDs(ctx, ids); err != nil {
-			return nil, d.storeError(err)
+		if changed, err = r.st.AgentListByIDs(ctx, ids); err != nil {
+			return nil, store.KinError(err)
 		}
 	}
 	return changed, nil
 }
 
-// freezeChanged freezes (or thaws) the processes of the agents whose status
-// was just suspended (or resumed), then records their state: suspended only
-// once the kernel says frozen.
-func (d *Daemon) freezeChanged(ctx context.Context, req kin.StatusRequest, changed []*kin.Agent) error {
-	var running []*kin.Agent
-	for _, a := range changed {
-		if a.Running() && d.runtimeOf(a.ID) != nil {
-			running = append(running, a)
-		}
-	}
-	if len(running) == 0 {
-		return nil
-	}
-	freeze := req.Action == kin.ActionSuspend
-	done := map[kin.AgentID]bool{}
-	if req.Cascade && d.runtimeOf(req.ID) != nil {
-		if err := d.freeze(ctx, req.ID, true, freeze); err != nil {
-			return kin.Errorf(kin.ECodeInternal, "%s agent %d's cgroup: %v", map[bool]string{true: "freeze", false: "thaw"}[freeze], req.ID, err)
-		}
-		for _, a := range running {
-			done[a.ID] = true
-		}
-	}
-	for _, a := range running {
-		if done[a.ID] {
-			continue
-		}
-		if err := d.freeze(ctx, a.ID, false, freeze); err != nil {
-			return kin.Errorf(kin.ECodeInternal, "%s agent %d: %v", map[bool]string{true: "freeze", false: "thaw"}[freeze], a.ID, err)
-		}
-	}
-	now := d.now()
-	err := d.update(ctx, func(tx store.Tx, _ *store.AfterCommit) error {
-		for _, a := range running {
-			cur, err := tx.AgentGetByID(ctx, a.ID)
-			if err != nil {
-				return err
-			}
-			if cur.State.Terminal() || cur.State == kin.StateStopping {
-				continue
-			}
-			p := store.AgentUpdateParams{ID: a.ID, At: now}
-			to := kin.StateSuspended
-			if !freeze {
-				to = kin.StateRegistered
-				if !cur.LastHeartbeat.IsZero() {
-					// It could not heartbeat while frozen: a fresh window.
-					to = kin.StateActive
-					p.LastHeartbeat = &now
-				}
-			}
-			if to == cur.State {
-				continue
-			}
-			p.State = &to
-			if err := tx.AgentUpdate(ctx, p); err != nil {
-				return err
-			}
-			if err := store.AppendEvent(ctx, tx, now, kin.EventAgentState, a.ID, a.Parent, kin.AgentStateData{Agent: a.ID, From: cur.State, To: to}); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
-	if err != nil {
-		return d.storeError(err)
-	}
-	return nil
-}
-
 // Events returns stored events.
-func (d *Daemon) Events(ctx context.Context, f kin.EventFilter) ([]kin.Event, error) {
-	if err := d.eventFilterFor(ctx, &f); err != nil {
+func (r *Registry) Events(ctx context.Context, f kin.EventFilter) ([]kin.Event, error) {
+	if err := r.eventFilterFor(ctx, &f); err != nil {
 		return nil, err
 	}
-	out, err := d.store.EventList(ctx, f)
+	out, err := r.st.EventList(ctx, f)
 	if err != nil {
-		return nil, d.storeError(err)
+		return nil, store.KinError(err)
 	}
 	if out == nil {
 		out = []kin.Event{}
@@ -571,8 +612,8 @@ func (d *Daemon) Events(ctx context.Context, f kin.EventFilter) ([]kin.Event, er
 
 // FollowEvents streams events from f.Since on, live, until ctx ends, fn
 // fails or the daemon closes.
-func (d *Daemon) FollowEvents(ctx context.Context, f kin.EventFilter, fn func(kin.Event) error) error {
-	if err := d.eventFilterFor(ctx, &f); err != nil {
+func (r *Registry) FollowEvents(ctx context.Context, f kin.EventFilter, fn func(kin.Event) error) error {
+	if err := r.eventFilterFor(ctx, &f); err != nil {
 		return err
 	}
 	if f.Before != 0 {
@@ -581,18 +622,18 @@ func (d *Daemon) FollowEvents(ctx context.Context, f kin.EventFilter, fn func(ki
 	const page = 1000
 	remaining := f.Limit
 	for {
-		wake := d.hub.wait()
+		wake := r.wait()
 		q := f
 		q.Limit = page
 		if remaining > 0 && remaining < page {
 			q.Limit = remaining
 		}
-		evs, err := d.store.EventList(ctx, q)
+		evs, err := r.st.EventList(ctx, q)
 		if err != nil {
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
-			return d.storeError(err)
+			return store.KinError(err)
 		}
 		for _, e := range evs {
 			if err := fn(e); err != nil {
@@ -612,7 +653,7 @@ func (d *Daemon) FollowEvents(ctx context.Context, f kin.EventFilter, fn func(ki
 		case <-wake:
 		case <-ctx.Done():
 			return ctx.Err()
-		case <-d.closing:
+		case <-r.closing:
 			return kin.Errorf(kin.ECodeUnavailable, "the daemon is shutting down")
 		}
 	}
@@ -620,7 +661,7 @@ func (d *Daemon) FollowEvents(ctx context.Context, f kin.EventFilter, fn func(ki
 
 // eventFilterFor validates f and narrows it for an agent caller to events
 // about itself or one of its descendants.
-func (d *Daemon) eventFilterFor(ctx context.Context, f *kin.EventFilter) error {
+func (r *Registry) eventFilterFor(ctx context.Context, f *kin.EventFilter) error {
 	if err := f.Validate(); err != nil {
 		return err
 	}
@@ -628,17 +669,17 @@ func (d *Daemon) eventFilterFor(ctx context.Context, f *kin.EventFilter) error {
 		f.Agent = c.Agent
 	}
 	if f.Agent != 0 {
-		return d.authorize(ctx, f.Agent, true)
+		return r.authorize(ctx, f.Agent, true)
 	}
 	return nil
 }
 
 // Governor returns the rules in force.
-func (d *Daemon) Governor(ctx context.Context) (*kin.GovernorInfo, error) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	info := &kin.GovernorInfo{Profile: d.profile, Source: d.profileSource, Overrides: map[string]string{}}
-	for k, v := range d.overrides {
+func (r *Registry) Governor(ctx context.Context) (*kin.GovernorInfo, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	info := &kin.GovernorInfo{Profile: r.profile, Source: r.profileSource, Overrides: map[string]string{}}
+	for k, v := range r.overrides {
 		info.Overrides[k] = v
 	}
 	return info, nil
@@ -646,8 +687,8 @@ func (d *Daemon) Governor(ctx context.Context) (*kin.GovernorInfo, error) {
 
 // SetGovernor changes a governor setting and records it as an event. The
 // change persists across restarts (it is kept in the store).
-func (d *Daemon) SetGovernor(ctx context.Context, key, value string) (*kin.GovernorInfo, error) {
-	if err := d.operatorOnly(ctx, "change the governor"); err != nil {
+func (r *Registry) SetGovernor(ctx context.Context, key, value string) (*kin.GovernorInfo, error) {
+	if err := caller.OperatorOnly(ctx, "change the governor"); err != nil {
 		return nil, err
 	}
 	reset := value == kin.GovernorReset
@@ -656,19 +697,19 @@ func (d *Daemon) SetGovernor(ctx context.Context, key, value string) (*kin.Gover
 		if !slices.Contains(kin.GovernorSettings, key) {
 			return nil, kin.Errorf(kin.ECodeInvalid, "unknown governor setting %q (keys: %s)", key, strings.Join(kin.GovernorSettings, ", "))
 		}
-		value = strconv.Itoa(settingValue(d.baseProfile, key))
+		value = strconv.Itoa(settingValue(r.baseProfile, key))
 	}
 	n, err := strconv.Atoi(value)
 	if err != nil {
 		return nil, kin.Errorf(kin.ECodeInvalid, "governor setting %s needs a whole number (or %q), not %q", key, kin.GovernorReset, value)
 	}
-	probe := d.governor()
+	probe := r.Profile()
 	if err := governor.SetSetting(&probe, key, n); err != nil {
 		return nil, kin.Errorf(kin.ECodeInvalid, "%v", err)
 	}
 	by := caller.Of(ctx).CreatedBy()
-	err = d.update(ctx, func(tx store.Tx, after *store.AfterCommit) error {
-		from, err := d.governorInTx(ctx, tx)
+	err = store.UpdateAfter(ctx, r.st, func(tx store.Tx, after *store.AfterCommit) error {
+		from, err := r.governorInTx(ctx, tx)
 		if err != nil {
 			return err
 		}
@@ -683,23 +724,23 @@ func (d *Daemon) SetGovernor(ctx context.Context, key, value string) (*kin.Gover
 		if err != nil {
 			return err
 		}
-		to, overrides, err := profileWith(d.baseProfile, settings)
+		to, overrides, err := profileWith(r.baseProfile, settings)
 		if err != nil {
 			return err
 		}
 		after.Do(func() {
-			d.mu.Lock()
-			d.profile, d.overrides, d.settings = to, overrides, settings
-			d.mu.Unlock()
+			r.mu.Lock()
+			r.profile, r.overrides, r.settings = to, overrides, settings
+			r.mu.Unlock()
 		})
-		return store.AppendEvent(ctx, tx, d.now(), kin.EventGovernorChanged, 0, 0, kin.GovernorChangedData{
+		return store.AppendEvent(ctx, tx, r.now(), kin.EventGovernorChanged, 0, 0, kin.GovernorChangedData{
 			Key: key, From: settingValue(from, key), To: n, By: by,
 		})
 	})
 	if err != nil {
-		return nil, d.storeError(err)
+		return nil, store.KinError(err)
 	}
-	return d.Governor(ctx)
+	return r.Governor(ctx)
 }
 
 func settingValue(p kin.Profile, key string) int {
@@ -707,51 +748,6 @@ func settingValue(p kin.Profile, key string) int {
 		return p.MaxChildren
 	}
 	return p.MaxGenerationDepth
-}
-
-// Status describes the daemon.
-func (d *Daemon) Status(ctx context.Context) (*kin.DaemonStatus, error) {
-	n, err := d.store.AgentCount(ctx)
-	if err != nil {
-		return nil, d.storeError(err)
-	}
-	last, err := d.store.EventLastSeq(ctx)
-	if err != nil {
-		return nil, d.storeError(err)
-	}
-	return &kin.DaemonStatus{
-		Containment:       d.sup.Containment(),
-		ContainmentReason: d.sup.ContainmentReason(),
-		CgroupRoot:        d.sup.Root(),
-		Sandbox:           d.describeContainment(),
-		Missing:           d.missingGuarantees(),
-		AgentUIDRange:     d.uidRangeString(),
-		Running:           d.runningCount(),
-		Version:           d.cfg.Version,
-		PID:               d.pid,
-		Home:              d.cfg.Home,
-		Socket:            d.SocketPath(),
-		HTTP:              d.HTTPAddr(),
-		Store:             d.store.Driver(),
-		Profile:           d.profileSource,
-		StartedAt:         d.started,
-		Agents:            n,
-		LastEvent:         last,
-	}, nil
-}
-
-func (d *Daemon) agentError(err error, id kin.AgentID) error {
-	return d.storeError(store.AgentError(err, id))
-}
-
-// storeError translates store failures into kin errors (store.KinError),
-// logging the ones that are the store's own.
-func (d *Daemon) storeError(err error) error {
-	err = store.KinError(err)
-	if kin.ErrorCodeOf(err) == kin.ECodeInternal && !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) {
-		d.log.Error("store", "err", err)
-	}
-	return err
 }
 
 func nonNil(a []*kin.Agent) []*kin.Agent {

@@ -1,0 +1,61 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+
+	"github.com/kin-agents/kin/internal/store"
+	"github.com/kin-agents/kin/kin"
+)
+
+// Status describes the daemon.
+func (d *Daemon) Status(ctx context.Context) (*kin.DaemonStatus, error) {
+	n, err := d.store.AgentCount(ctx)
+	if err != nil {
+		return nil, d.storeError(err)
+	}
+	last, err := d.store.EventLastSeq(ctx)
+	if err != nil {
+		return nil, d.storeError(err)
+	}
+	return &kin.DaemonStatus{
+		Containment:       d.sup.Containment(),
+		ContainmentReason: d.sup.ContainmentReason(),
+		CgroupRoot:        d.sup.Root(),
+		Sandbox:           d.describeContainment(),
+		Missing:           d.missingGuarantees(),
+		AgentUIDRange:     d.uidRangeString(),
+		Running:           d.runningCount(),
+		Version:           d.cfg.Version,
+		PID:               d.pid,
+		Home:              d.cfg.Home,
+		Socket:            d.SocketPath(),
+		HTTP:              d.HTTPAddr(),
+		Store:             d.store.Driver(),
+		Profile:           d.profileSource,
+		StartedAt:         d.started,
+		Agents:            n,
+		LastEvent:         last,
+	}, nil
+}
+
+func (d *Daemon) agentError(err error, id kin.AgentID) error {
+	return d.storeError(store.AgentError(err, id))
+}
+
+// storeError translates store failures into kin errors (store.KinError),
+// logging the ones that are the store's own.
+func (d *Daemon) storeError(err error) error {
+	err = store.KinError(err)
+	if kin.ErrorCodeOf(err) == kin.ECodeInternal && !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) {
+		d.log.Error("store", "err", err)
+	}
+	return err
+}
+
+func nonNil(a []*kin.Agent) []*kin.Agent {
+	if a == nil {
+		return []*kin.Agent{}
+	}
+	return a
+}
