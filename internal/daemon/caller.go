@@ -41,7 +41,7 @@ func (d *Daemon) actAs(ctx context.Context, value string) (context.Context, erro
 		}
 		return nil, kin.Errorf(kin.ECodeForbidden, "agent %d may not send %s: only the operator may act for another agent", c.Agent, kin.HeaderActAs)
 	}
-	a, err := d.agentByRef(ctx, value)
+	a, err := d.Registry.AgentByRef(ctx, value)
 	if err != nil {
 		return nil, kin.Errorf(kin.ErrorCodeOf(err), "%s: %s", kin.HeaderActAs, kin.ErrorMessageOf(err))
 	}

@@ -354,3 +354,29 @@ func (w *ctxWriter) appendMessages(a *kin.Agent, c *ctxAgent, evs []kin.Event) {
 		c.msgSeq[sid] = msgs[len(msgs)-1].seq
 	}
 }
+
+// messageLine is a message as a line of messages.jsonl.
+func messageLine(e kin.Event) ([]byte, kin.AgentID, string, bool) {
+	var m kin.AgentMessageData
+	if json.Unmarshal(e.Data, &m) != nil || m.To == 0 {
+		return nil, 0, "", false
+	}
+	line, err := json.Marshal(struct {
+		Seq  int64  `json:"seq"`
+		Time string `json:"time"`
+		Role string `json:"role"`
+		kin.AgentMessageData
+	}{e.Seq, e.Time.UTC().Format(time.RFC3339Nano), sender(m.From), m})
+	if err != nil {
+		return nil, 0, "", false
+	}
+	return line, m.To, m.Session, true
+}
+
+// sender names who sent a message, as messages.jsonl's role.
+func sender(id kin.AgentID) string {
+	if id == 0 {
+		return kin.Operator
+	}
+	return "agent:" + strconv.FormatInt(int64(id), 10)
+}

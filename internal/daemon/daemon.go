@@ -21,6 +21,7 @@ import (
 	"github.com/kin-agents/kin/internal/authority"
 	"github.com/kin-agents/kin/internal/ctxfs"
 	"github.com/kin-agents/kin/internal/dashboard"
+	"github.com/kin-agents/kin/internal/exchange"
 	"github.com/kin-agents/kin/internal/governor"
 	"github.com/kin-agents/kin/internal/httpapi"
 	"github.com/kin-agents/kin/internal/lineage"
@@ -53,6 +54,7 @@ type Daemon struct {
 	*authority.Authority                 // the permission authority: kin.AuthorityService
 	*personserver.Server                 // AAuth: agent provider and person server: kin.IdentityService
 	*registry.Registry                   // the lineage registry and the governor: kin.RegistryService
+	*exchange.Exchange                   // what agents share with consent: kin.ExchangeService
 	logst                *logState       // the verifiable event log's key and checkpoints (eventlog.go)
 	metrics              *metrics        // Prometheus metrics (metrics.go)
 	tracer               *tracer         // OpenTelemetry spans of spawns, nil when off (tracing.go)
@@ -218,6 +220,8 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 	if d.ctx, err = ctxfs.Open(d.ctxDir, ctxfs.Options{}); err != nil {
 		return nil, err
 	}
+	d.Exchange = exchange.New(exchange.Config{Store: d.store, Lineage: &d.lineage, Registry: d.Registry, Authority: d.Authority,
+		FS: d.ctx, Workspace: d.workspaceOf, Clock: d.now})
 	if n, err := d.ctx.RemoveTemps(); err != nil {
 		return nil, fmt.Errorf("agent filesystem: %w", err)
 	} else if n > 0 {

@@ -2,22 +2,15 @@ package daemon
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"io/fs"
 	"os"
-	"path"
 	"path/filepath"
 	"slices"
 	"strings"
-	"syscall"
 
 	"github.com/kin-agents/kin/internal/authority"
-	"github.com/kin-agents/kin/internal/caller"
-	"github.com/kin-agents/kin/internal/ctxfs"
 	"github.com/kin-agents/kin/internal/policy"
 	"github.com/kin-agents/kin/internal/sandbox"
-	"github.com/kin-agents/kin/internal/store"
 	"github.com/kin-agents/kin/internal/supervisor"
 	"github.com/kin-agents/kin/internal/template"
 	"github.com/kin-agents/kin/kin"
@@ -225,99 +218,12 @@ func (d *Daemon) provisionWorkspace(ctx context.Context, a *kin.Agent, t *kin.Te
 	return nil
 }
 
-// agentByRef finds an agent by id, or by name: the live agent holding it
-// (an ended agent is named by its id).
-func (d *Daemon) agentByRef(ctx context.Context, ref string) (*kin.Agent, error) {
-	if id, err := kin.ParseAgentID(ref); err == nil {
-		// Not d.Agent: that limits an agent to its descendants, and a
-		// child messages its parent. The caller's checks decide.
-		a, err := d.store.AgentGetByID(ctx, id)
-		if errors.Is(err, store.ErrNotFound) {
-			return nil, kin.Errorf(kin.ECodeNotFound, "agent %d not found", id)
-		}
-		if err != nil {
-			return nil, d.storeError(err)
-		}
-		return a, nil
-	}
-	if _, err := kin.ParseName(ref); err != nil {
-		return nil, kin.Errorf(kin.ECodeInvalid, "%q is neither an agent id nor an agent name", ref)
-	}
-	a, err := d.store.AgentLiveByName(ctx, ref)
-	if errors.Is(err, store.ErrNotFound) {
-		return nil, kin.Errorf(kin.ECodeNotFound, "no live agent is named %q (name an ended agent by its id)", ref)
-	}
-	if err != nil {
-		return nil, d.storeError(err)
-	}
-	return a, nil
-}
-
 // visibility is an agent's own consent (visibility is not inherited).
 func (d *Daemon) visibility(id kin.AgentID) *kin.Visibility {
 	if p := d.Authority.OwnPolicy(id); p != nil {
 		return p.Visibility
 	}
 	return nil
-}
-
-// MaxReadFile bounds what kin read returns.
-const MaxReadFile = 16 << 20
-
-// ReadFile reads a file of another agent's workspace where both sides
-// consent (seed 003 §4): read-only, same kin, glob-scoped. The path is
-// cleaned and ".." refused before any match; nothing on the way is
-// followed if it is a link.
-func (d *Daemon) ReadFile(ctx context.Context, req kin.ReadRequest) ([]byte, error) {
-	c := caller.Of(ctx)
-	if c.Refused != "" {
-		return nil, kin.Errorf(kin.ECodeForbidden, "%s", c.Refused)
-	}
-	readerID := req.Reader
-	if c.Agent != 0 {
-		if readerID != 0 && readerID != c.Agent {
-			return nil, kin.Errorf(kin.ECodeForbidden, "agent %d may read only as itself", c.Agent)
-		}
-		readerID = c.Agent
-	}
-	if readerID == 0 {
-		return nil, kin.Errorf(kin.ECodeInvalid, "read: name the reading agent (--as ID): consent is between agents")
-	}
-	reader, err := d.Agent(ctx, readerID)
-	if err != nil {
-		return nil, err
-	}
-	owner, err := d.agentByRef(ctx, req.Owner)
-	if err != nil {
-		return nil, err
-	}
-	dec := policy.CanRead(reader.Name, reader.ID, d.visibility(reader.ID), owner.Name, owner.ID, d.visibility(owner.ID), req.Path)
-	if !dec.Allowed {
-		return nil, kin.Errorf(kin.ECodeDenied, "%s", dec.Reason)
-	}
-	rel := path.Clean(req.Path)
-	data, err := d.readWorkspaceFile(owner, rel)
-	if err != nil {
-		return nil, err
-	}
-	return data, nil
-}
-
-// readWorkspaceFile reads rel in owner's workspace, following no link
-// (ctxfs walks every component with O_NOFOLLOW).
-func (d *Daemon) readWorkspaceFile(owner *kin.Agent, rel string) ([]byte, error) {
-	b, err := d.ctx.ReadFile(filepath.Join(d.workspaceOf(owner), rel), MaxReadFile)
-	switch {
-	case err == nil:
-		return b, nil
-	case errors.Is(err, fs.ErrNotExist):
-		return nil, kin.Errorf(kin.ECodeNotFound, "%s:%s does not exist", owner.Name, rel)
-	case errors.Is(err, ctxfs.ErrSymlink), errors.Is(err, syscall.ENOTDIR), errors.Is(err, ctxfs.ErrNotRegular):
-		return nil, kin.Errorf(kin.ECodeDenied, "%s:%s passes through a link or is not a file: kin reads only regular files, following no link", owner.Name, rel)
-	case errors.Is(err, ctxfs.ErrTooLarge):
-		return nil, kin.Errorf(kin.ECodeInvalid, "%s:%s is larger than the %d bytes kin read returns", owner.Name, rel, MaxReadFile)
-	}
-	return nil, kin.Errorf(kin.ECodeDenied, "%s:%s: %v", owner.Name, rel, err)
 }
 
 // visibleTo is what a sandboxed reader may read of other agents'
@@ -332,7 +238,7 @@ func (d *Daemon) visibleTo(a *kin.Agent) ([]string, []uint32) {
 	var out []string
 	var groups []uint32
 	for _, ref := range v.ReadFrom {
-		owner, err := d.agentByRef(context.Background(), ref)
+		owner, err := d.Registry.AgentByRef(context.Background(), ref)
 		if err != nil || owner.ID == a.ID {
 			continue
 		}

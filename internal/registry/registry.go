@@ -756,3 +756,31 @@ func nonNil(a []*kin.Agent) []*kin.Agent {
 	}
 	return a
 }
+
+// AgentByRef finds an agent by id, or by name: the live agent holding it
+// (an ended agent is named by its id).
+func (r *Registry) AgentByRef(ctx context.Context, ref string) (*kin.Agent, error) {
+	if id, err := kin.ParseAgentID(ref); err == nil {
+		// Not Agent: that limits an agent to its descendants, and a
+		// child messages its parent. The caller's checks decide.
+		a, err := r.st.AgentGetByID(ctx, id)
+		if errors.Is(err, store.ErrNotFound) {
+			return nil, kin.Errorf(kin.ECodeNotFound, "agent %d not found", id)
+		}
+		if err != nil {
+			return nil, store.KinError(err)
+		}
+		return a, nil
+	}
+	if _, err := kin.ParseName(ref); err != nil {
+		return nil, kin.Errorf(kin.ECodeInvalid, "%q is neither an agent id nor an agent name", ref)
+	}
+	a, err := r.st.AgentLiveByName(ctx, ref)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, kin.Errorf(kin.ECodeNotFound, "no live agent is named %q (name an ended agent by its id)", ref)
+	}
+	if err != nil {
+		return nil, store.KinError(err)
+	}
+	return a, nil
+}
