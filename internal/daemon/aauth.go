@@ -208,7 +208,6 @@ func (d *Daemon) recordRefusal(parent, agent kin.AgentID, code, detail string) {
 		d.log.Error("record auth-token refusal", "err", err)
 		return
 	}
-	d.hub.notify()
 }
 
 func (d *Daemon) authToken(ctx context.Context, r *http.Request, now time.Time, parentOut, boundOut **verifiedAgent) (*aauth.AuthTokenResponse, *refusal) {
@@ -376,7 +375,6 @@ func (d *Daemon) authToken(ctx context.Context, r *http.Request, now time.Time, 
 	if late != nil {
 		return nil, late
 	}
-	d.hub.notify()
 	return &aauth.AuthTokenResponse{AuthToken: tok, ExpiresIn: exp - now.Unix()}, nil
 }
 

@@ -42,8 +42,7 @@ type Daemon struct {
 	cfg     Config
 	log     *slog.Logger
 	now     func() time.Time
-	store   store.Store
-	hub     *hub
+	store   store.Store // its Wait wakes whatever follows the event log
 	lineage lineage
 	perm    perms            // the permission authority's state (permission.go)
 	id      *identityState   // AAuth: agent provider and person server (identity.go)
@@ -110,7 +109,6 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 		cfg:       cfg,
 		log:       cfg.Logger,
 		now:       cfg.Clock,
-		hub:       newHub(),
 		pid:       os.Getpid(),
 		overrides: map[string]string{},
 		closing:   make(chan struct{}),

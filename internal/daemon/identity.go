@@ -366,7 +366,6 @@ func (d *Daemon) Grant(ctx context.Context, req kin.GrantRequest) (*kin.Grant, e
 	if err != nil {
 		return nil, d.storeError(err)
 	}
-	d.hub.notify()
 	return &g, nil
 }
 
@@ -425,7 +424,6 @@ func (d *Daemon) Ungrant(ctx context.Context, req kin.UngrantRequest) (*kin.Gran
 	if out == nil {
 		return nil, kin.Errorf(kin.ECodeNotFound, "agent %d has no grant for %s", req.Agent, req.Resource)
 	}
-	d.hub.notify()
 	return out, nil
 }
 
@@ -498,7 +496,6 @@ func (d *Daemon) RotateKeys(ctx context.Context, role string) (*kin.KeyRotation,
 	if err != nil {
 		return nil, d.storeError(err)
 	}
-	d.hub.notify()
 	return out, nil
 }
 

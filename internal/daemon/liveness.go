@@ -84,7 +84,6 @@ func (d *Daemon) Heartbeat(ctx context.Context, req kin.HeartbeatRequest) (*kin.
 	}
 	d.metrics.observeHeartbeat(prev, now)
 	d.ctxw.touch(id) // meta.json shows the last heartbeat
-	d.hub.notify()
 	return out, nil
 }
 
@@ -168,7 +167,6 @@ func (d *Daemon) sweepLiveness(ctx context.Context) {
 			continue
 		}
 		if changed {
-			d.hub.notify()
 			if to == kin.StateOffline {
 				offline = append(offline, a)
 			}

@@ -78,7 +78,6 @@ func (d *Daemon) Send(ctx context.Context, req kin.SendRequest) (*kin.Message, e
 	if err != nil {
 		return nil, d.storeError(err)
 	}
-	d.hub.notify()
 	return m, nil
 }
 

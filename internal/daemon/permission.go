@@ -431,7 +431,6 @@ func (d *Daemon) exhaust(id kin.AgentID, reason, why string) {
 	if err != nil {
 		d.log.Error("record exhausted budget", "agent", id, "err", err)
 	}
-	d.hub.notify()
 	d.log.Info("budget exhausted: stopping the subtree", "agent", id, "why", why)
 	if _, err := d.cancelTree(ctx, id, reason, nil, true, ""); err != nil {
 		d.log.Error("stop exhausted subtree", "agent", id, "err", err)
@@ -567,7 +566,6 @@ func (d *Daemon) Authorize(ctx context.Context, req kin.AuthorizeRequest) (*kin.
 		if err != nil {
 			return nil, d.storeError(err)
 		}
-		d.hub.notify()
 	}
 	return &dec, nil
 }
@@ -673,7 +671,6 @@ func (d *Daemon) Usage(ctx context.Context, req kin.UsageRequest) (*kin.Spend, e
 	if err != nil {
 		return nil, d.storeError(err)
 	}
-	d.hub.notify()
 	// The highest exhausted ancestor's stop covers the rest.
 	if n := len(over); n > 0 {
 		d.goExhaust(over[n-1], reasonBudget, whys[n-1])
@@ -754,7 +751,6 @@ func (d *Daemon) Promote(ctx context.Context, req kin.PromoteRequest) (*kin.Agen
 		}
 		return nil, d.storeError(err)
 	}
-	d.hub.notify()
 	return d.Agent(ctx, a.ID)
 }
 

@@ -221,7 +221,6 @@ func (d *Daemon) appendSimple(ctx context.Context, typ string, a *kin.Agent, dat
 	if err != nil {
 		d.log.Error("event", "type", typ, "agent", a.ID, "err", err)
 	}
-	d.hub.notify()
 }
 
 // stopAgents stops every running agent at shutdown (each with its grace).

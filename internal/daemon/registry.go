@@ -182,7 +182,6 @@ func (d *Daemon) register(ctx context.Context, req kin.RegisterRequest, extra *s
 	if err != nil {
 		return nil, d.storeError(err)
 	}
-	d.hub.notify()
 	if refused != nil {
 		d.metrics.countRejection(refused)
 		return nil, refused
@@ -461,7 +460,6 @@ func (d *Daemon) SetStatus(ctx context.Context, req kin.StatusRequest) ([]*kin.A
 	if refused != nil {
 		return nil, refused
 	}
-	d.hub.notify()
 	if req.Action == kin.ActionSuspend || req.Action == kin.ActionResume {
 		if err := d.freezeChanged(ctx, req, changed); err != nil {
 			return nil, err
@@ -541,7 +539,6 @@ func (d *Daemon) freezeChanged(ctx context.Context, req kin.StatusRequest, chang
 		}
 		return nil
 	})
-	d.hub.notify()
 	if err != nil {
 		return d.storeError(err)
 	}
@@ -575,7 +572,7 @@ func (d *Daemon) FollowEvents(ctx context.Context, f kin.EventFilter, fn func(ki
 	const page = 1000
 	remaining := f.Limit
 	for {
-		wake := d.hub.wait()
+		wake := d.store.Wait()
 		q := f
 		q.Limit = page
 		if remaining > 0 && remaining < page {
@@ -689,7 +686,6 @@ func (d *Daemon) SetGovernor(ctx context.Context, key, value string) (*kin.Gover
 		}
 		return nil, d.storeError(err)
 	}
-	d.hub.notify()
 	return d.Governor(ctx)
 }
 

@@ -227,7 +227,6 @@ func (d *Daemon) start(ctx context.Context, a *kin.Agent, spec store.ProcessSpec
 		return nil, d.storeError(err)
 	}
 	d.rememberLocal(a.ID, keyRow.Local)
-	d.hub.notify()
 	d.log.Info("agent started", "agent", a.ID, "name", a.Name, "pid", pid)
 	out := *a // what was just written, without reading it back
 	out.PID, out.StartedAt, out.UpdatedAt, out.Session = pid, started, now, session
@@ -264,7 +263,6 @@ func (d *Daemon) failStart(ctx context.Context, a *kin.Agent, cause error) error
 	if err != nil {
 		d.log.Error("record failed start", "agent", a.ID, "err", err)
 	}
-	d.hub.notify()
 	code := kin.ECodeInvalid
 	switch {
 	case errors.Is(cause, supervisor.ErrStopping), errors.Is(cause, supervisor.ErrFrozen):
@@ -430,7 +428,6 @@ func (d *Daemon) recordEnd(ctx context.Context, id kin.AgentID, state kin.State,
 		out, err = tx.AgentGetByID(ctx, id)
 		return err
 	})
-	d.hub.notify()
 	return out, err
 }
 
@@ -513,7 +510,6 @@ func (d *Daemon) cancelTree(ctx context.Context, root kin.AgentID, reason string
 		if err != nil {
 			return nil, d.storeError(err)
 		}
-		d.hub.notify()
 	}
 	// 3: close their sockets.
 	maxGrace := time.Duration(0)
@@ -613,7 +609,6 @@ func (d *Daemon) cancelTree(ctx context.Context, root kin.AgentID, reason string
 	for _, a := range mine {
 		d.removeRuntime(a.ID)
 	}
-	d.hub.notify()
 	if err != nil {
 		return nil, d.storeError(err)
 	}
@@ -719,7 +714,6 @@ func (d *Daemon) markFailed(ctx context.Context, a *kin.Agent, why string) {
 	if err != nil {
 		d.log.Error("record failure", "agent", a.ID, "err", err)
 	}
-	d.hub.notify()
 	d.log.Warn("agent failed", "agent", a.ID, "why", why)
 }
 
