@@ -39,6 +39,7 @@ type ctxWriter struct {
 	applied int64                // the last event applied
 	advance chan struct{}        // closed and replaced when applied moves
 	touched map[kin.AgentID]bool // changed without an event (heartbeats)
+	kick    chan struct{}        // one value when touched gains an agent: no commit with events wakes the writer for it
 	names   map[string]kin.AgentID
 	// recorded is the last event seq written to the progress file (only
 	// the writer's goroutine uses it).
@@ -62,7 +63,7 @@ const ctxBatch = 1000
 
 func newCtxWriter(d *Daemon) *ctxWriter {
 	w := &ctxWriter{
-		d: d, advance: make(chan struct{}), touched: map[kin.AgentID]bool{}, names: map[string]kin.AgentID{},
+		d: d, advance: make(chan struct{}), touched: map[kin.AgentID]bool{}, kick: make(chan struct{}, 1), names: map[string]kin.AgentID{},
 		stopc: make(chan struct{}), done: make(chan struct{}),
 	}
 	if b, err := d.ctx.ReadFile(filepath.Join(d.ctx.Root, syncedFile), 64); err == nil {
@@ -74,10 +75,11 @@ func newCtxWriter(d *Daemon) *ctxWriter {
 func (w *ctxWriter) run() {
 	defer close(w.done)
 	for {
-		changed := w.d.hub.wait()
+		changed := w.d.store.Wait()
 		w.sync()
 		select {
 		case <-changed:
+		case <-w.kick:
 		case <-w.stopc:
 			w.mu.Lock()
 			w.deadline = time.Now().Add(shutdownDrain)
@@ -101,6 +103,10 @@ func (w *ctxWriter) touch(ids ...kin.AgentID) {
 		w.touched[id] = true
 	}
 	w.mu.Unlock()
+	select {
+	case w.kick <- struct{}{}:
+	default:
+	}
 }
 
 // waitApplied returns once the tree reflects event seq, or ctx is done.

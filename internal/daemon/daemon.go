@@ -47,9 +47,8 @@ type Daemon struct {
 	cfg                  Config
 	log                  *slog.Logger
 	now                  func() time.Time
-	store                store.Store
-	counter              any // the driver itself, for the metrics' counts only it offers
-	hub                  *hub
+	store                store.Store // its Wait wakes whatever follows the event log
+	counter              any         // the driver itself, for the metrics' counts only it offers
 	lineage              lineage.Tree
 	*authority.Authority                 // the permission authority: kin.AuthorityService
 	*personserver.Server                 // AAuth: agent provider and person server: kin.IdentityService
@@ -113,7 +112,6 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 		cfg:       cfg,
 		log:       cfg.Logger,
 		now:       cfg.Clock,
-		hub:       newHub(),
 		pid:       os.Getpid(),
 		closing:   make(chan struct{}),
 		ctxDir:    cfg.ctxDir(),
@@ -162,7 +160,6 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 	if cfg.WrapStore != nil {
 		d.store = cfg.WrapStore(st)
 	}
-	d.store = notifyingStore{Store: d.store, hub: d.hub}
 	links, err := st.AgentLinks(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("load lineage: %w", err)
@@ -197,7 +194,7 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 		Store: d.store, Lineage: &d.lineage, Authority: d.Authority, Identity: d.Server,
 		Runner: runnerHooks{d}, Observer: observerHooks{d}, Clock: d.now,
 		Profile: baseProfile, ProfileSource: profileSource, DefaultResponsible: cfg.DefaultResponsible,
-		Closing: d.closing, Wait: d.hub.wait,
+		Closing: d.closing, Wait: d.store.Wait,
 	})
 	if err != nil {
 		return nil, err

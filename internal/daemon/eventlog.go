@@ -118,7 +118,7 @@ func (d *Daemon) signCheckpoints() {
 	t := time.NewTicker(d.logst.interval)
 	defer t.Stop()
 	for {
-		wait := d.hub.wait()
+		wait := d.store.Wait()
 		select {
 		case <-d.closing:
 			return

@@ -48,7 +48,7 @@ func (d *Daemon) Logs(ctx context.Context, req kin.LogsRequest, fn func([]byte) 
 		}
 	}()
 	for {
-		wake := d.hub.wait()
+		wake := d.store.Wait()
 		ended := d.runtimeOf(req.ID) == nil // no process: nothing more will be written
 		if f == nil {
 			f, err = os.Open(d.logPath(req.ID))

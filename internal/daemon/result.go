@@ -140,7 +140,7 @@ func (d *Daemon) Wait(ctx context.Context, req kin.WaitRequest) (*kin.AgentResul
 		defer cancel()
 	}
 	for {
-		changed := d.hub.wait()
+		changed := d.store.Wait()
 		a, err := d.store.AgentGetByID(ctx, req.ID)
 		if err != nil {
 			return nil, d.waitError(ctx, req, d.agentError(err, req.ID))

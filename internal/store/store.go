@@ -30,6 +30,7 @@ var (
 // Store is a kin store. All methods are safe for concurrent use.
 type Store interface {
 	Reader
+	Notifier
 	// Update runs fn in a read-write transaction and returns once fn's
 	// writes are durable (or fn failed and its writes were undone). Updates
 	// are serialised: fn sees every earlier Update's writes and no other
@@ -45,6 +46,22 @@ type Store interface {
 	// Driver names the driver and its location, with no secrets.
 	Driver() string
 	Close() error
+}
+
+// Notifier tells waiters that events were committed. Waiters read what is
+// new from the store (by sequence number), so a notification carries
+// nothing and none can be lost: take the channel first, then read, then
+// wait on it.
+//
+// A driver closes the channel at least after every commit of its own
+// handle that appended events, once the commit is durable, and, within a
+// latency it documents, after such a commit by any other handle on the same
+// store (another process, another host). It may close it at other times
+// too: a wake-up that finds nothing new is allowed, a commit that appended
+// events and wakes nobody is not.
+type Notifier interface {
+	// Wait returns a channel that is closed at the next such commit.
+	Wait() <-chan struct{}
 }
 
 // Reader is the read side, used outside transactions and inside them.

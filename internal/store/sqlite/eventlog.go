@@ -41,6 +41,7 @@ func (t *txn) EventAppend(ctx context.Context, e kin.Event) (kin.Event, error) {
 			return e, interpretError(err)
 		}
 		e.Seq, err = res.LastInsertId()
+		t.appended++
 		return e, interpretError(err)
 	}
 	e.Seq = t.log.Size() + 1
@@ -52,6 +53,7 @@ func (t *txn) EventAppend(ctx context.Context, e kin.Event) (kin.Event, error) {
 		t.log.Revert(undo) // the tree advances only with the row
 		return e, interpretError(err)
 	}
+	t.appended++
 	return e, nil
 }
 

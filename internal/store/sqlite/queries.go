@@ -41,6 +41,7 @@ type txn struct {
 	reader
 	log      *auditlog.Frontier // the batch's tree, advanced by EventAppend
 	unhashed bool               // benchmarks only: append events without their tree hashes
+	appended int                // events this Update appended
 	leaf     []byte             // EventAppend's buffers, reused across its calls
 	hashes   []tlog.Hash
 	blob     []byte

@@ -19,11 +19,13 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 
 	_ "modernc.org/sqlite" // registers the "sqlite" database/sql driver
 
 	"github.com/kin-agents/kin/internal/auditlog"
 	"github.com/kin-agents/kin/internal/store"
+	"github.com/kin-agents/kin/internal/store/inmem"
 )
 
 // maxBatch bounds how many Updates one commit carries.
@@ -36,6 +38,7 @@ type Store struct {
 	path   string
 	wdb    *sql.DB // one connection: the writer
 	rdb    *sql.DB // a pool of read-only connections
+	pdb    *sql.DB // one read-only connection: the poller's (data_version is per connection)
 	queue  chan *update
 	stop   chan struct{}
 	wg     sync.WaitGroup
@@ -46,6 +49,9 @@ type Store struct {
 	unhashed bool              // benchmarks only: events without tree hashes
 	logMu    sync.Mutex        // guards log
 	log      auditlog.Frontier // the committed tree's edge; the writer alone changes it
+
+	hub      *inmem.Hub   // wakes this handle's waiters (notify.go)
+	notified atomic.Int64 // the largest log size waiters were woken for
 }
 
 type update struct {
@@ -114,11 +120,18 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 	}
 	rdb.SetMaxOpenConns(8)
 	rdb.SetMaxIdleConns(8)
+	pdb, err := openPoller(ctx, base, pragmas)
+	if err != nil {
+		wdb.Close()
+		rdb.Close()
+		return nil, fmt.Errorf("sqlite: open %s: %w", path, err)
+	}
 	wstmts := newStmts(wdb, false)
 	if err := wstmts.prepare(ctx, writerStatements()); err != nil {
 		wstmts.close()
 		wdb.Close()
 		rdb.Close()
+		pdb.Close()
 		return nil, fmt.Errorf("sqlite: prepare: %w", err)
 	}
 	s := &Store{
@@ -127,14 +140,18 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 		path:   path,
 		wdb:    wdb,
 		rdb:    rdb,
+		pdb:    pdb,
 		queue:  make(chan *update, maxBatch),
 		stop:   make(chan struct{}),
 
 		unhashed: opts.unhashed,
 		log:      tree,
+		hub:      inmem.NewHub(),
 	}
-	s.wg.Add(1)
+	s.notified.Store(tree.Size())
+	s.wg.Add(2)
 	go s.writeLoop()
+	go s.pollOthers()
 	return s, nil
 }
 
@@ -151,7 +168,7 @@ func (s *Store) Close() error {
 		s.mu.Unlock()
 		close(s.stop)
 		s.wg.Wait()
-		err = errors.Join(s.reader.st.close(), s.wstmts.close(), s.rdb.Close(), s.wdb.Close())
+		err = errors.Join(s.reader.st.close(), s.wstmts.close(), s.rdb.Close(), s.wdb.Close(), s.pdb.Close())
 	})
 	return err
 }
@@ -224,7 +241,7 @@ func (s *Store) commit(batch []*update) {
 		answer()
 		return
 	}
-	ok := 0
+	ok, appended := 0, 0
 	local := map[string]*sql.Stmt{} // closed with the transaction
 	tree := s.log                   // the batch's tree; s.log changes only once it commits
 	for i, u := range batch {
@@ -237,7 +254,8 @@ func (s *Store) commit(batch []*update) {
 			continue
 		}
 		saved := tree
-		errs[i] = runUpdate(u, &txn{reader: reader{q: tx, tx: tx, st: s.wstmts, local: local}, log: &tree, unhashed: s.unhashed})
+		t := &txn{reader: reader{q: tx, tx: tx, st: s.wstmts, local: local}, log: &tree, unhashed: s.unhashed}
+		errs[i] = runUpdate(u, t)
 		if errs[i] != nil {
 			tree = saved
 			if _, err := tx.ExecContext(ctx, "ROLLBACK TO u"); err != nil {
@@ -253,6 +271,7 @@ func (s *Store) commit(batch []*update) {
 			}
 		} else {
 			ok++
+			appended += t.appended
 		}
 		if _, err := tx.ExecContext(ctx, "RELEASE u"); err != nil {
 			errs[i] = fmt.Errorf("sqlite: release savepoint: %w", err)
@@ -273,6 +292,10 @@ func (s *Store) commit(batch []*update) {
 		s.logMu.Lock()
 		s.log = tree
 		s.logMu.Unlock()
+		if appended > 0 {
+			storeMax(&s.notified, tree.Size())
+			s.hub.Notify()
+		}
 	}
 	answer()
 }
