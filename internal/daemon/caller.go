@@ -18,18 +18,6 @@ func (d *Daemon) operatorOnly(ctx context.Context, what string) error {
 	return caller.OperatorOnly(ctx, what)
 }
 
-// Whoami returns the calling agent, nil for the operator.
-func (d *Daemon) Whoami(ctx context.Context) (*kin.Agent, error) {
-	c := caller.Of(ctx)
-	if c.Refused != "" {
-		return nil, kin.Errorf(kin.ECodeForbidden, "%s", c.Refused)
-	}
-	if c.Agent == 0 {
-		return nil, nil
-	}
-	return d.Agent(ctx, c.Agent)
-}
-
 // actAs is httpapi.Server.ActAs: the operator acting for one of its agents
 // (kin.HeaderActAs: an id, or a live agent's name, as agentByRef reads it),
 // answered from then on as that agent would be. The agent must exist and

@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -19,7 +18,6 @@ import (
 	"time"
 
 	"github.com/kin-agents/kin/internal/authority"
-	"github.com/kin-agents/kin/internal/ctxfs"
 	"github.com/kin-agents/kin/internal/dashboard"
 	"github.com/kin-agents/kin/internal/exchange"
 	"github.com/kin-agents/kin/internal/governor"
@@ -27,10 +25,9 @@ import (
 	"github.com/kin-agents/kin/internal/lineage"
 	"github.com/kin-agents/kin/internal/personserver"
 	"github.com/kin-agents/kin/internal/registry"
+	"github.com/kin-agents/kin/internal/runner"
 	"github.com/kin-agents/kin/internal/store"
 	"github.com/kin-agents/kin/internal/store/sqlite"
-	"github.com/kin-agents/kin/internal/supervisor"
-	"github.com/kin-agents/kin/internal/uidrange"
 	"github.com/kin-agents/kin/kin"
 )
 
@@ -42,50 +39,30 @@ const (
 	keysDir    = "keys" // <home>/keys/<role>/: the signing keys (keyring)
 )
 
-// Daemon is a running `kin serve`.
+// Daemon is a running `kin serve`: the composition root. It opens the
+// store, builds each service on it and serves them; the services do the
+// work, and the Daemon answers kin.Service through them.
 type Daemon struct {
-	cfg                  Config
-	log                  *slog.Logger
-	now                  func() time.Time
-	store                store.Store // its Wait wakes whatever follows the event log
-	counter              any         // the driver itself, for the metrics' counts only it offers
-	lineage              lineage.Tree
-	*authority.Authority                 // the permission authority: kin.AuthorityService
-	*personserver.Server                 // AAuth: agent provider and person server: kin.IdentityService
-	*registry.Registry                   // the lineage registry and the governor: kin.RegistryService
-	*exchange.Exchange                   // what agents share with consent: kin.ExchangeService
-	logst                *logState       // the verifiable event log's key and checkpoints (eventlog.go)
-	metrics              *metrics        // Prometheus metrics (metrics.go)
-	tracer               *tracer         // OpenTelemetry spans of spawns, nil when off (tracing.go)
-	uids                 *uidrange.Range // the home's agent uid range; nil: agents run as the daemon's user
-	pid                  int
-	started              time.Time
-	token                string
+	cfg     Config
+	log     *slog.Logger
+	now     func() time.Time
+	store   store.Store // its Wait wakes whatever follows the event log
+	counter any         // the driver itself, for the metrics' counts only it offers
+	lineage lineage.Tree
 
+	*registry.Registry             // the lineage registry and the governor: kin.RegistryService
+	*runner.Runner                 // agents' processes, files and sockets: kin.RunnerService
+	*authority.Authority           // the permission authority: kin.AuthorityService
+	*exchange.Exchange             // what agents share with consent: kin.ExchangeService
+	*personserver.Server           // AAuth: agent provider and person server: kin.IdentityService
+	logst                *logState // the verifiable event log's key and checkpoints (eventlog.go): kin.LogService
+	metrics              *metrics  // Prometheus metrics (metrics.go)
+	tracer               *tracer   // OpenTelemetry spans of spawns, nil when off (tracing.go)
+
+	pid           int
+	started       time.Time
+	token         string
 	profileSource string // where the governor's profile came from
-
-	// The supervisor and what the daemon knows of running agents.
-	sup           *supervisor.Supervisor
-	ctxDir        string // the agent filesystem's root: Config.Ctx, default <home>/ctx
-	ctx           *ctxfs.FS
-	ctxw          *ctxWriter
-	ctxMu         sync.Mutex
-	ctxAgents     map[kin.AgentID]*ctxAgent
-	agentPath     string   // PATH of agent processes
-	agentPathList []string // the same, split: every agent's path control file (read-only)
-	rtMu          sync.Mutex
-	runtimes      map[kin.AgentID]*runtime
-	adopted       map[kin.AgentID]*os.File // pidfds of re-adopted processes
-	shuttingDown  bool
-	exitWG        sync.WaitGroup // exit handlers and restarts
-	agentSrv      *http.Server   // serves every agent socket
-	sockMu        sync.Mutex
-	socks         map[string]*agentSocket // by socket path
-
-	// The sandbox's default view's exceptions (agentView), and the shim
-	// published for agents when the daemon is not a binary named kin.
-	hiddenFromAgents, readOnlyForAgents []string
-	shimCopy                            string
 
 	lock     *os.File
 	unixLn   net.Listener
@@ -109,16 +86,11 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 		return nil, err
 	}
 	d := &Daemon{
-		cfg:       cfg,
-		log:       cfg.Logger,
-		now:       cfg.Clock,
-		pid:       os.Getpid(),
-		closing:   make(chan struct{}),
-		ctxDir:    cfg.ctxDir(),
-		ctxAgents: map[kin.AgentID]*ctxAgent{},
-		runtimes:  map[kin.AgentID]*runtime{},
-		adopted:   map[kin.AgentID]*os.File{},
-		socks:     map[string]*agentSocket{},
+		cfg:     cfg,
+		log:     cfg.Logger,
+		now:     cfg.Clock,
+		pid:     os.Getpid(),
+		closing: make(chan struct{}),
 	}
 	if d.log == nil {
 		d.log = slog.New(slog.DiscardHandler)
@@ -143,9 +115,6 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 	if err := d.lockHome(); err != nil {
 		return nil, err
 	}
-	if err := d.allocateUIDs(); err != nil {
-		return nil, err
-	}
 	baseProfile, profileSource, err := governor.Load(cfg.Profile)
 	d.profileSource = profileSource
 	if err != nil {
@@ -167,6 +136,9 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 	for _, l := range links {
 		d.lineage.Add(l.ID, l.Parent)
 	}
+
+	// The services, each on the store; what one needs of another is handed
+	// in (an interface, or a function for the one call it makes).
 	pcfg, err := authority.LoadPolicyConfig(cfg.PolicyConfig)
 	if err != nil {
 		return nil, err
@@ -174,8 +146,7 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 	d.Authority, err = authority.New(ctx, authority.Config{
 		Store: d.store, Lineage: &d.lineage, Policy: pcfg, Clock: d.now, Log: d.log,
 		Stop: func(ctx context.Context, id kin.AgentID, reason string) error {
-			_, err := d.cancelTree(ctx, cancelParams{Root: id, Reason: reason, IncludeRoot: true})
-			return err
+			return d.Runner.StopSubtree(ctx, id, reason)
 		},
 	})
 	if err != nil {
@@ -184,21 +155,33 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 	d.Server, err = personserver.New(personserver.Config{
 		Home: cfg.Home, TokenLifetime: cfg.AgentTokenLifetime, Issuer: cfg.Issuer, PersonServer: cfg.PersonServer,
 		Store: d.store, Lineage: &d.lineage, Clock: d.now, Log: d.log,
-		SingleLevel: func() bool { return d.governor().Name == "aauth" },
-		KeyPath:     d.agentKeyPath,
+		SingleLevel: func() bool { return d.Registry.Profile().Name == "aauth" },
+		KeyPath:     func(id kin.AgentID) string { return d.Runner.AgentKeyPath(id) },
 	})
 	if err != nil {
 		return nil, fmt.Errorf("identity: %w", err)
 	}
+	d.Runner, err = runner.New(runner.Config{
+		Home: cfg.Home, CtxDir: cfg.ctxDir(), HTTPAddr: cfg.HTTPAddr, ListenAddr: d.HTTPAddr, SocketPath: d.SocketPath(),
+		AgentUIDs: cfg.AgentUIDs, UIDRange: cfg.UIDRange, UIDRangeDir: cfg.UIDRangeDir,
+		SandboxRO: cfg.SandboxRO, SandboxBestEffort: cfg.SandboxBestEffort, ShimPath: cfg.ShimPath,
+		Containment: cfg.Containment, CgroupName: cfg.CgroupName, LeaveRunning: cfg.LeaveRunning,
+		Store: d.store, Lineage: &d.lineage, Authority: d.Authority, Identity: d.Server,
+		Observer: runnerObserver{d}, Clock: d.now, Log: d.log,
+	})
+	if err != nil {
+		return nil, err
+	}
 	d.Registry, err = registry.New(ctx, registry.Config{
 		Store: d.store, Lineage: &d.lineage, Authority: d.Authority, Identity: d.Server,
-		Runner: runnerHooks{d}, Observer: observerHooks{d}, Clock: d.now,
+		Runner: d.Runner.RegistryHooks(), Observer: registryObserver{d}, Clock: d.now,
 		Profile: baseProfile, ProfileSource: profileSource, DefaultResponsible: cfg.DefaultResponsible,
 		Closing: d.closing, Wait: d.store.Wait,
 	})
 	if err != nil {
 		return nil, err
 	}
+	d.Runner.SetRegistry(d.Registry)
 	if err := d.openLog(ctx); err != nil {
 		return nil, fmt.Errorf("event log: %w", err)
 	}
@@ -208,56 +191,17 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 	if d.token, err = loadOrCreateToken(filepath.Join(cfg.Home, TokenName)); err != nil {
 		return nil, err
 	}
-	if err := d.prepareDirs(); err != nil {
-		return nil, err
-	}
-	if err := d.checkAgentsReachCtx(); err != nil {
-		return nil, err
-	}
-	if d.ctx, err = ctxfs.Open(d.ctxDir, ctxfs.Options{}); err != nil {
+	if err := d.Runner.Open(); err != nil {
 		return nil, err
 	}
 	d.Exchange = exchange.New(exchange.Config{Store: d.store, Lineage: &d.lineage, Registry: d.Registry, Authority: d.Authority,
-		FS: d.ctx, Workspace: d.workspaceOf, Clock: d.now})
-	if n, err := d.ctx.RemoveTemps(); err != nil {
-		return nil, fmt.Errorf("agent filesystem: %w", err)
-	} else if n > 0 {
-		d.log.Info("agent filesystem: removed what interrupted writes left", "entries", n)
-	}
-	name := cfg.CgroupName
-	if name == "" {
-		name = defaultCgroupName(cfg.Home)
-	}
-	owner, err := filepath.Abs(cfg.Home)
-	if err != nil {
-		return nil, err
-	}
-	d.sup, err = supervisor.New(supervisor.Config{
-		Name:        name,
-		Owner:       owner,
-		Containment: cfg.Containment,
-		KeepOnClose: cfg.LeaveRunning,
-		DeferRemove: true, // a cascade is done once its processes are reaped and recorded
-		OnExit:      d.onExit,
-		Logger:      d.log,
-	})
-	if err != nil {
-		return nil, err
-	}
-	d.agentView()
+		FS: d.Runner.FS(), Workspace: d.Runner.WorkspaceOf, Clock: d.now})
+
 	api := httpapi.New(d, d.token, d.log)
 	api.Observe = d.metrics.observeHTTP
 	api.ActAs = d.actAs
-	d.agentSrv = &http.Server{
-		Handler:           api.Handler(false),
-		ReadHeaderTimeout: 10 * time.Second,
-		ConnContext:       d.agentConnContext,
-		ConnState:         d.agentConnState,
-	}
-	d.ctxw = newCtxWriter(d)
-	go d.ctxw.run()
-	if err := d.reconcile(ctx); err != nil {
-		return nil, fmt.Errorf("reconcile running agents: %w", err)
+	if err := d.Runner.Start(ctx, api.Handler(false)); err != nil {
+		return nil, err
 	}
 	d.Authority.ArmDeadlines(ctx)
 	// Open both listeners before serving either, so no request sees a
@@ -274,17 +218,18 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 		return nil, err
 	}
 	d.started = d.now()
-	d.serve(d.unixLn, d.operatorHandler(api), d.operatorConnContext)
+	d.serve(d.unixLn, d.operatorHandler(api), d.Runner.OperatorConnContext)
 	if d.tcpLn != nil {
 		d.serve(d.tcpLn, d.Server.Handler(d.webHandler(api)), nil)
 	}
-	d.wg.Add(2)
-	go d.watchLiveness()
+	d.wg.Add(1)
 	go d.signCheckpoints()
+	sup := d.Runner.Supervisor()
 	d.log.Info("kin serve started", "home", cfg.Home, "socket", d.SocketPath(), "http", d.HTTPAddr(),
-		"store", st.Driver(), "profile", d.profileSource, "containment", d.sup.Containment(),
-		"containment_reason", d.sup.ContainmentReason(), "cgroup", d.sup.Root(), "sandbox", d.describeContainment(), "agent_uids", d.uidRangeString(), "running", d.runningCount())
-	for _, m := range d.missingGuarantees() {
+		"store", st.Driver(), "profile", d.profileSource, "containment", sup.Containment(),
+		"containment_reason", sup.ContainmentReason(), "cgroup", sup.Root(), "sandbox", d.Runner.DescribeContainment(),
+		"agent_uids", d.Runner.UIDRangeString(), "running", d.Runner.RunningCount())
+	for _, m := range d.Runner.MissingGuarantees() {
 		d.log.Warn("guarantee missing", "what", m)
 	}
 	metricsAt := []string{"unix:" + d.SocketPath() + " GET /metrics"}
@@ -293,113 +238,6 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 	}
 	d.log.Info("metrics enabled", "format", "prometheus", "at", metricsAt, "traces", d.cfg.tracesMode())
 	return d, nil
-}
-
-// prepareDirs makes the directories agents use. The home is 0711: agents,
-// which run as their own uids, may pass through it to their sockets and
-// sessions under ctx, but not list it; what is private in it (the operator
-// token and socket, the database, the logs) is 0600 or 0700 itself.
-func (d *Daemon) prepareDirs() error {
-	if err := os.Chmod(d.cfg.Home, 0o711); err != nil {
-		return err
-	}
-	for dir, mode := range map[string]os.FileMode{
-		filepath.Join(d.cfg.Home, "logs"): 0o700,
-		d.ctxDir:                          0o711,
-		filepath.Join(d.ctxDir, "agent"):  0o711,
-		filepath.Join(d.ctxDir, "bin"):    0o755,
-	} {
-		if err := os.MkdirAll(dir, mode); err != nil {
-			return err
-		}
-		if err := os.Chmod(dir, mode); err != nil {
-			return err
-		}
-	}
-	published := d.publishKin()
-	d.agentPath = agentPATH(published)
-	d.agentPathList = filepath.SplitList(d.agentPath)
-	if published == "" {
-		d.publishShim()
-	}
-	return nil
-}
-
-// publishKin puts the running kin binary where every agent may execute it,
-// <ctx>/bin/kin, so that `kin` inside an agent is the kin that supervises
-// it (also under `go run`, whose binary sits in a 0700 temporary
-// directory). It returns the directory, or "" when the daemon is not a kin
-// binary (a test).
-func (d *Daemon) publishKin() string {
-	exe, err := os.Executable()
-	if err != nil || filepath.Base(exe) != "kin" {
-		return ""
-	}
-	bin := filepath.Join(d.ctxDir, "bin")
-	dst := filepath.Join(bin, "kin")
-	tmp := dst + ".new"
-	os.Remove(tmp)
-	if err := os.Link(exe, tmp); err != nil {
-		if err := copyExecutable(exe, tmp); err != nil {
-			d.log.Warn("publish kin for agents", "err", err)
-			return ""
-		}
-	}
-	if err := os.Chmod(tmp, 0o755); err != nil || os.Rename(tmp, dst) != nil {
-		d.log.Warn("publish kin for agents", "path", dst)
-		return ""
-	}
-	return bin
-}
-
-func copyExecutable(from, to string) error {
-	in, err := os.Open(from)
-	if err != nil {
-		return err
-	}
-	defer in.Close()
-	out, err := os.OpenFile(to, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o755)
-	if err != nil {
-		return err
-	}
-	if _, err := io.Copy(out, in); err != nil {
-		out.Close()
-		return err
-	}
-	if err := out.Chmod(0o755); err != nil { // whatever the umask is now
-		out.Close()
-		return err
-	}
-	return out.Close()
-}
-
-// agentCredential is the uid and gid agent id runs as, or nil to run as
-// the daemon's user.
-func (d *Daemon) agentCredential(id kin.AgentID) *syscall.Credential {
-	if d.uids == nil {
-		return nil
-	}
-	uid, err := d.uids.UID(uint64(id))
-	if err != nil {
-		// Unreachable: register refuses ids outside the range and start
-		// checks again. Should it happen, the range's first uid, which no
-		// agent and no other daemon has, beats the daemon's own (root) or
-		// a wrapped uid of someone else.
-		uid = d.uids.Start
-	}
-	c := &syscall.Credential{Uid: uid, Gid: uid, Groups: []uint32{}}
-	if flat, ok := d.Authority.Flat(id); ok {
-		if flat.UID != nil {
-			c.Uid = *flat.UID
-		}
-		if flat.GID != nil {
-			c.Gid = *flat.GID
-		}
-		if flat.Groups != nil {
-			c.Groups = flat.Groups
-		}
-	}
-	return c
 }
 
 // lockHome takes an exclusive lock on the home so that two daemons never
@@ -546,25 +384,11 @@ func (d *Daemon) HTTPAddr() string {
 	return d.tcpLn.Addr().String()
 }
 
-// governor is the governor's profile in force (the registry's cache).
-func (d *Daemon) governor() kin.Profile { return d.Registry.Profile() }
-
-// agentKeyPath is where agent id finds its private key: its ctx session's
-// agent.key, "" when it has none here.
-func (d *Daemon) agentKeyPath(id kin.AgentID) string {
-	d.ctxMu.Lock()
-	defer d.ctxMu.Unlock()
-	if cx := d.ctxAgents[id]; cx != nil && cx.session.Agent != "" {
-		return filepath.Join(d.ctx.Dir(cx.session), ctxfs.FileAgentKey)
-	}
-	return ""
-}
-
 // OperatorToken is the operator token.
 func (d *Daemon) OperatorToken() string { return d.token }
 
 // CtxRoot is the root of the agent filesystem.
-func (d *Daemon) CtxRoot() string { return d.ctxDir }
+func (d *Daemon) CtxRoot() string { return d.cfg.ctxDir() }
 
 // Close stops serving, stops every agent (unless the daemon was told to
 // leave them running for the next one), ends event streams, and closes the
@@ -578,9 +402,9 @@ func (d *Daemon) Close() error {
 		if d.Server != nil {
 			d.Server.Close() // the auth-token pruner
 		}
-		d.rtMu.Lock()
-		d.shuttingDown = true
-		d.rtMu.Unlock()
+		if d.Runner != nil {
+			d.Runner.Shutdown() // no agent starts or restarts from now on
+		}
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		var errs []error
@@ -589,41 +413,10 @@ func (d *Daemon) Close() error {
 				errs = append(errs, srv.Close())
 			}
 		}
-		if d.sup != nil {
-			if !d.cfg.LeaveRunning {
-				d.stopAgents(context.Background())
-			}
-			d.rtMu.Lock()
-			for id, f := range d.adopted {
-				f.Close() // ends the pidfd watchers
-				delete(d.adopted, id)
-			}
-			d.rtMu.Unlock()
-			d.exitWG.Wait()
-			errs = append(errs, d.sup.Close())
-			d.exitWG.Wait() // exits the supervisor reported while closing
-		}
-		if d.agentSrv != nil {
-			if err := d.agentSrv.Shutdown(ctx); err != nil {
-				d.agentSrv.Close()
-			}
-			d.sockMu.Lock()
-			socks := make([]*agentSocket, 0, len(d.socks))
-			for _, s := range d.socks {
-				socks = append(socks, s)
-			}
-			d.sockMu.Unlock()
-			for _, s := range socks {
-				s.close()
-			}
+		if d.Runner != nil {
+			errs = append(errs, d.Runner.Close())
 		}
 		d.wg.Wait()
-		if d.ctxw != nil {
-			d.ctxw.stop() // the tree reflects the store, shutdown included
-		}
-		if d.ctx != nil {
-			d.ctx.Close()
-		}
 		if d.unixLn != nil {
 			os.Remove(d.SocketPath())
 		}

@@ -233,7 +233,7 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 			fail("kin_heartbeat_oldest_age_seconds", err)
 		}
 	}
-	for k, n := range capRoles(counts, d.governor()) {
+	for k, n := range capRoles(counts, d.Registry.Profile()) {
 		ch <- prometheus.MustNewConstMetric(descAgents, prometheus.GaugeValue, float64(n), k[0], k[1])
 	}
 	age := 0.0
@@ -241,7 +241,7 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 		age = max(d.now().Sub(oldest).Seconds(), 0)
 	}
 	ch <- prometheus.MustNewConstMetric(descOldestHeartbeat, prometheus.GaugeValue, age)
-	ch <- prometheus.MustNewConstMetric(descRunning, prometheus.GaugeValue, float64(d.runningCount()))
+	ch <- prometheus.MustNewConstMetric(descRunning, prometheus.GaugeValue, float64(d.Runner.RunningCount()))
 	ch <- prometheus.MustNewConstMetric(descLogSize, prometheus.GaugeValue, float64(d.store.LogSize()))
 	ch <- prometheus.MustNewConstMetric(descScrapeError, prometheus.GaugeValue, failed)
 }
@@ -307,9 +307,9 @@ func (c containmentCollector) Describe(ch chan<- *prometheus.Desc) {
 }
 
 func (c containmentCollector) Collect(ch chan<- prometheus.Metric) {
-	if c.d.sup == nil {
+	if c.d.Runner == nil || c.d.Runner.Supervisor() == nil {
 		return
 	}
-	ch <- prometheus.MustNewConstMetric(containmentDesc, prometheus.GaugeValue, 1, c.d.sup.Containment(), strconv.Itoa(sandbox.ABI()))
-	ch <- prometheus.MustNewConstMetric(missingDesc, prometheus.GaugeValue, float64(len(c.d.missingGuarantees())))
+	ch <- prometheus.MustNewConstMetric(containmentDesc, prometheus.GaugeValue, 1, c.d.Runner.Supervisor().Containment(), strconv.Itoa(sandbox.ABI()))
+	ch <- prometheus.MustNewConstMetric(missingDesc, prometheus.GaugeValue, float64(len(c.d.Runner.MissingGuarantees())))
 }

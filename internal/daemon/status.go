@@ -19,13 +19,13 @@ func (d *Daemon) Status(ctx context.Context) (*kin.DaemonStatus, error) {
 		return nil, d.storeError(err)
 	}
 	return &kin.DaemonStatus{
-		Containment:       d.sup.Containment(),
-		ContainmentReason: d.sup.ContainmentReason(),
-		CgroupRoot:        d.sup.Root(),
-		Sandbox:           d.describeContainment(),
-		Missing:           d.missingGuarantees(),
-		AgentUIDRange:     d.uidRangeString(),
-		Running:           d.runningCount(),
+		Containment:       d.Runner.Supervisor().Containment(),
+		ContainmentReason: d.Runner.Supervisor().ContainmentReason(),
+		CgroupRoot:        d.Runner.Supervisor().Root(),
+		Sandbox:           d.Runner.DescribeContainment(),
+		Missing:           d.Runner.MissingGuarantees(),
+		AgentUIDRange:     d.Runner.UIDRangeString(),
+		Running:           d.Runner.RunningCount(),
 		Version:           d.cfg.Version,
 		PID:               d.pid,
 		Home:              d.cfg.Home,

@@ -1,4 +1,4 @@
-package daemon
+package runner
 
 import (
 	"context"
@@ -16,8 +16,8 @@ const logPoll = 100 * time.Millisecond
 
 // Logs streams an agent's captured stdout and stderr from req.Offset. With
 // Follow it goes on until the agent has ended and everything was sent.
-func (d *Daemon) Logs(ctx context.Context, req kin.LogsRequest, fn func([]byte) error) error {
-	if err := d.authorize(ctx, req.ID, true); err != nil {
+func (run *Runner) Logs(ctx context.Context, req kin.LogsRequest, fn func([]byte) error) error {
+	if err := run.authorize(ctx, req.ID, true); err != nil {
 		return err
 	}
 	if req.Offset < 0 {
@@ -26,9 +26,9 @@ func (d *Daemon) Logs(ctx context.Context, req kin.LogsRequest, fn func([]byte) 
 	if req.Tail < 0 {
 		return kin.Errorf(kin.ECodeInvalid, "tail %d is negative", req.Tail)
 	}
-	a, err := d.store.AgentGetByID(ctx, req.ID)
+	a, err := run.store.AgentGetByID(ctx, req.ID)
 	if err != nil {
-		return d.agentError(err, req.ID)
+		return run.agentError(err, req.ID)
 	}
 	if len(a.Command) == 0 {
 		return kin.Errorf(kin.ECodeInvalid, "agent %d was registered without a process: it has no log", req.ID)
@@ -37,7 +37,7 @@ func (d *Daemon) Logs(ctx context.Context, req kin.LogsRequest, fn func([]byte) 
 	offset := req.Offset
 	if req.Tail > 0 {
 		// The last Tail bytes of what is there now (the dashboard's log tail).
-		if fi, err := os.Stat(d.logPath(req.ID)); err == nil {
+		if fi, err := os.Stat(run.logPath(req.ID)); err == nil {
 			offset = max(offset, fi.Size()-req.Tail)
 		}
 	}
@@ -48,10 +48,10 @@ func (d *Daemon) Logs(ctx context.Context, req kin.LogsRequest, fn func([]byte) 
 		}
 	}()
 	for {
-		wake := d.store.Wait()
-		ended := d.runtimeOf(req.ID) == nil // no process: nothing more will be written
+		wake := run.store.Wait()
+		ended := run.runtimeOf(req.ID) == nil // no process: nothing more will be written
 		if f == nil {
-			f, err = os.Open(d.logPath(req.ID))
+			f, err = os.Open(run.logPath(req.ID))
 			if err != nil && !errors.Is(err, os.ErrNotExist) {
 				return err
 			}
@@ -81,7 +81,7 @@ func (d *Daemon) Logs(ctx context.Context, req kin.LogsRequest, fn func([]byte) 
 		case <-ctx.Done():
 			t.Stop()
 			return ctx.Err()
-		case <-d.closing:
+		case <-run.closing:
 			t.Stop()
 			return kin.Errorf(kin.ECodeUnavailable, "the daemon is shutting down")
 		case <-wake:

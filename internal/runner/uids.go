@@ -1,4 +1,4 @@
-package daemon
+package runner
 
 import (
 	"github.com/kin-agents/kin/internal/uidrange"
@@ -9,48 +9,48 @@ import (
 // so the range recorded in it is this daemon's): the one the home
 // recorded, the one Config.UIDRange asks for, or a free one, and never one
 // another daemon of the host or a user or group of it has.
-func (d *Daemon) allocateUIDs() error {
-	if !d.cfg.AgentUIDs {
+func (run *Runner) allocateUIDs() error {
+	if !run.cfg.AgentUIDs {
 		return nil
 	}
 	var want *uidrange.Range
-	if d.cfg.UIDRange != "" {
-		r, err := uidrange.Parse(d.cfg.UIDRange)
+	if run.cfg.UIDRange != "" {
+		r, err := uidrange.Parse(run.cfg.UIDRange)
 		if err != nil {
 			return err
 		}
 		want = &r
 	}
-	got, err := uidrange.Allocator{Dir: d.cfg.UIDRangeDir}.Allocate(d.cfg.Home, want)
+	got, err := uidrange.Allocator{Dir: run.cfg.UIDRangeDir}.Allocate(run.cfg.Home, want)
 	if err != nil {
 		return err
 	}
 	for _, e := range got.Reclaimed {
-		d.log.Info("uid range reclaimed: its home no longer records it", "range", e.Range.String(), "home", e.Home)
+		run.log.Info("uid range reclaimed: its home no longer records it", "range", e.Range.String(), "home", e.Home)
 	}
 	if got.New {
-		d.log.Info("uid range allocated", "range", got.Range.String(), "uids", got.Range.Span())
+		run.log.Info("uid range allocated", "range", got.Range.String(), "uids", got.Range.Span())
 	}
-	d.uids = &got.Range
+	run.uids = &got.Range
 	return nil
 }
 
 // uidRangeString is the agents' uid range for the start-up line and
 // Status, "" when agents run as the daemon's user.
-func (d *Daemon) uidRangeString() string {
-	if d.uids == nil {
+func (run *Runner) uidRangeString() string {
+	if run.uids == nil {
 		return ""
 	}
-	return d.uids.String()
+	return run.uids.String()
 }
 
 // checkAgentUID refuses an agent id past the home's uid range: it must not
 // wrap into another daemon's or user's uid.
-func (d *Daemon) checkAgentUID(id kin.AgentID) error {
-	if d.uids == nil {
+func (run *Runner) checkAgentUID(id kin.AgentID) error {
+	if run.uids == nil {
 		return nil
 	}
-	if _, err := d.uids.UID(uint64(id)); err != nil {
+	if _, err := run.uids.UID(uint64(id)); err != nil {
 		return kin.Errorf(kin.ECodeUnavailable, "%v", err)
 	}
 	return nil
@@ -58,10 +58,10 @@ func (d *Daemon) checkAgentUID(id kin.AgentID) error {
 
 // AgentUIDRange is the home's agent uid range, or nil when agents run as
 // the daemon's user.
-func (d *Daemon) AgentUIDRange() *uidrange.Range {
-	if d.uids == nil {
+func (run *Runner) AgentUIDRange() *uidrange.Range {
+	if run.uids == nil {
 		return nil
 	}
-	r := *d.uids
+	r := *run.uids
 	return &r
 }

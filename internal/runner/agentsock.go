@@ -1,4 +1,4 @@
-package daemon
+package runner
 
 import (
 	"context"
@@ -41,20 +41,20 @@ type agentSocket struct {
 	closed bool
 }
 
-func (d *Daemon) socketPath(name string) string {
-	return filepath.Join(d.ctxDir, "agent", name+".sock")
+func (run *Runner) socketPath(name string) string {
+	return filepath.Join(run.ctxDir, "agent", name+".sock")
 }
 
-func (d *Daemon) checkSocketPath(name string) error {
-	if p := d.socketPath(name); len(p) > maxSocketPath {
+func (run *Runner) checkSocketPath(name string) error {
+	if p := run.socketPath(name); len(p) > maxSocketPath {
 		return kin.Errorf(kin.ECodeInvalid, "the agent's socket path %s is %d bytes long; Unix sockets allow %d: use a shorter name or a shorter home", p, len(p), maxSocketPath)
 	}
 	return nil
 }
 
 // listenAgent opens an agent's socket and serves it.
-func (d *Daemon) listenAgent(a *kin.Agent) (*agentSocket, error) {
-	path := d.socketPath(a.Name)
+func (run *Runner) listenAgent(a *kin.Agent) (*agentSocket, error) {
+	path := run.socketPath(a.Name)
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return nil, err
 	}
@@ -72,7 +72,7 @@ func (d *Daemon) listenAgent(a *kin.Agent) (*agentSocket, error) {
 	if err != nil {
 		return nil, fmt.Errorf("agent socket: %w", err)
 	}
-	if cred := d.agentCredential(a.ID); cred != nil {
+	if cred := run.agentCredential(a.ID); cred != nil {
 		// Only the agent's uid may connect (and the peer check still applies).
 		if err := os.Chown(path, int(cred.Uid), int(cred.Gid)); err != nil {
 			ln.Close()
@@ -85,20 +85,20 @@ func (d *Daemon) listenAgent(a *kin.Agent) (*agentSocket, error) {
 	}
 	s := &agentSocket{id: a.ID, path: path, ln: ln, conns: map[net.Conn]struct{}{}}
 	s.forget = func() {
-		d.sockMu.Lock()
-		if d.socks[path] == s {
-			delete(d.socks, path)
+		run.sockMu.Lock()
+		if run.socks[path] == s {
+			delete(run.socks, path)
 		}
-		d.sockMu.Unlock()
+		run.sockMu.Unlock()
 	}
-	d.sockMu.Lock()
-	d.socks[path] = s
-	d.sockMu.Unlock()
-	d.wg.Add(1)
+	run.sockMu.Lock()
+	run.socks[path] = s
+	run.sockMu.Unlock()
+	run.wg.Add(1)
 	go func() {
-		defer d.wg.Done()
-		if err := d.agentSrv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) && !errors.Is(err, net.ErrClosed) {
-			d.log.Debug("agent socket", "agent", a.ID, "err", err)
+		defer run.wg.Done()
+		if err := run.agentSrv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) && !errors.Is(err, net.ErrClosed) {
+			run.log.Debug("agent socket", "agent", a.ID, "err", err)
 		}
 	}()
 	return s, nil
@@ -151,10 +151,10 @@ func closeSockets(socks []*agentSocket) {
 
 // agentConnContext identifies the agent a connection on an agent socket
 // acts for, and checks the peer.
-func (d *Daemon) agentConnContext(ctx context.Context, c net.Conn) context.Context {
-	d.sockMu.Lock()
-	s := d.socks[c.LocalAddr().String()]
-	d.sockMu.Unlock()
+func (run *Runner) agentConnContext(ctx context.Context, c net.Conn) context.Context {
+	run.sockMu.Lock()
+	s := run.socks[c.LocalAddr().String()]
+	run.sockMu.Unlock()
 	if s == nil {
 		return caller.With(ctx, caller.Caller{Refused: "this agent socket is closed"})
 	}
@@ -167,21 +167,21 @@ func (d *Daemon) agentConnContext(ctx context.Context, c net.Conn) context.Conte
 	s.conns[c] = struct{}{}
 	s.mu.Unlock()
 	pid, err := peerPID(c)
-	if err != nil || !d.sup.PeerInCgroup(pid, s.id) {
-		d.log.Warn("agent socket used from outside the agent", "agent", s.id, "peer_pid", pid, "err", err)
+	if err != nil || !run.sup.PeerInCgroup(pid, s.id) {
+		run.log.Warn("agent socket used from outside the agent", "agent", s.id, "peer_pid", pid, "err", err)
 		return caller.With(ctx, caller.Caller{Refused: fmt.Sprintf("this socket belongs to agent %d, and the connecting process (pid %d) is not one of its processes", s.id, pid)})
 	}
 	return caller.With(ctx, caller.Caller{Agent: s.id})
 }
 
 // agentConnState forgets closed connections.
-func (d *Daemon) agentConnState(c net.Conn, state http.ConnState) {
+func (run *Runner) agentConnState(c net.Conn, state http.ConnState) {
 	if state != http.StateClosed && state != http.StateHijacked {
 		return
 	}
-	d.sockMu.Lock()
-	s := d.socks[c.LocalAddr().String()]
-	d.sockMu.Unlock()
+	run.sockMu.Lock()
+	s := run.socks[c.LocalAddr().String()]
+	run.sockMu.Unlock()
 	if s != nil {
 		s.mu.Lock()
 		delete(s.conns, c)
@@ -195,12 +195,12 @@ func (d *Daemon) agentConnState(c net.Conn, state http.ConnState) {
 // refused, in every mode. Agents that share the daemon's uid could
 // otherwise open the 0600 socket and act as the operator; they talk to kin
 // through their own socket ($KIN_SOCKET) instead.
-func (d *Daemon) operatorConnContext(ctx context.Context, c net.Conn) context.Context {
+func (run *Runner) operatorConnContext(ctx context.Context, c net.Conn) context.Context {
 	pid, alive, err := peerProcess(c)
 	if err != nil {
 		return caller.With(ctx, caller.Caller{Refused: "cannot identify the connecting process: " + err.Error()})
 	}
-	id, contained := d.sup.Contained(pid)
+	id, contained := run.sup.Contained(pid)
 	// The peer must still be the process that connected when it was
 	// judged: a pid recycled after it exited could be anyone's.
 	if !alive() {
@@ -211,7 +211,7 @@ func (d *Daemon) operatorConnContext(ctx context.Context, c net.Conn) context.Co
 		if id != 0 {
 			who = fmt.Sprintf("a process of agent %d", id)
 		}
-		d.log.Warn("operator socket used by an agent", "agent", id, "peer_pid", pid)
+		run.log.Warn("operator socket used by an agent", "agent", id, "peer_pid", pid)
 		return caller.With(ctx, caller.Caller{Refused: who + " (pid " + strconv.Itoa(pid) + ") may not use the operator socket: agents reach kin through their own socket, $KIN_SOCKET"})
 	}
 	return caller.With(ctx, caller.Caller{})

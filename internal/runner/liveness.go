@@ -1,4 +1,4 @@
-package daemon
+package runner
 
 import (
 	"context"
@@ -17,7 +17,7 @@ import (
 // process that never heartbeats stays "registered" while it runs.
 
 // Heartbeat records that an agent is alive, with its cursor.
-func (d *Daemon) Heartbeat(ctx context.Context, req kin.HeartbeatRequest) (*kin.Agent, error) {
+func (run *Runner) Heartbeat(ctx context.Context, req kin.HeartbeatRequest) (*kin.Agent, error) {
 	c := caller.Of(ctx)
 	id := req.ID
 	if id == 0 {
@@ -30,7 +30,7 @@ func (d *Daemon) Heartbeat(ctx context.Context, req kin.HeartbeatRequest) (*kin.
 	if c.Agent != 0 && id != c.Agent {
 		return nil, kin.Errorf(kin.ECodeForbidden, "agent %d may heartbeat only for itself", c.Agent)
 	}
-	if err := d.authorize(ctx, id, true); err != nil {
+	if err := run.authorize(ctx, id, true); err != nil {
 		return nil, err
 	}
 	if len(req.Cursor) > kin.MaxCursorLen {
@@ -44,7 +44,7 @@ func (d *Daemon) Heartbeat(ctx context.Context, req kin.HeartbeatRequest) (*kin.
 	var out *kin.Agent
 	var refused error
 	var prev, now time.Time // the previous heartbeat and this one
-	err := d.update(ctx, func(tx store.Tx, _ *store.AfterCommit) error {
+	err := run.update(ctx, func(tx store.Tx, _ *store.AfterCommit) error {
 		out, refused, prev = nil, nil, time.Time{}
 		a, err := tx.AgentGetByID(ctx, id)
 		if err != nil {
@@ -59,7 +59,7 @@ func (d *Daemon) Heartbeat(ctx context.Context, req kin.HeartbeatRequest) (*kin.
 			refused = kin.Errorf(kin.ECodeInvalidTransition, "agent %d is %s/%s: it cannot heartbeat", id, a.Status, a.State)
 			return nil
 		}
-		prev, now = a.LastHeartbeat, d.now()
+		prev, now = a.LastHeartbeat, run.now()
 		p := store.AgentUpdateParams{ID: id, At: now, LastHeartbeat: &now}
 		if req.Cursor != "" {
 			p.Cursor = &req.Cursor
@@ -78,48 +78,48 @@ func (d *Daemon) Heartbeat(ctx context.Context, req kin.HeartbeatRequest) (*kin.
 		return err
 	})
 	if err != nil {
-		return nil, d.agentError(err, id)
+		return nil, run.agentError(err, id)
 	}
 	if refused != nil {
 		return nil, refused
 	}
-	d.metrics.observeHeartbeat(prev, now)
-	d.ctxw.touch(id) // meta.json shows the last heartbeat
+	run.obs.Heartbeat(prev, now)
+	run.ctxw.touch(id) // meta.json shows the last heartbeat
 	return out, nil
 }
 
 // watchLiveness moves agents that stopped heartbeating to stale and offline,
 // and replaces offline ones whose restart policy says so. It ticks at a
 // quarter of the profile's window.
-func (d *Daemon) watchLiveness() {
-	defer d.wg.Done()
+func (run *Runner) watchLiveness() {
+	defer run.wg.Done()
 	for {
-		window := time.Duration(d.governor().Heartbeat.Window)
+		window := time.Duration(run.reg.Profile().Heartbeat.Window)
 		t := time.NewTimer(max(window/4, 5*time.Millisecond))
 		select {
-		case <-d.closing:
+		case <-run.closing:
 			t.Stop()
 			return
 		case <-t.C:
 		}
-		d.sweepLiveness(context.Background())
+		run.sweepLiveness(context.Background())
 	}
 }
 
-func (d *Daemon) sweepLiveness(ctx context.Context) {
-	prof := d.governor()
+func (run *Runner) sweepLiveness(ctx context.Context) {
+	prof := run.reg.Profile()
 	window := time.Duration(prof.Heartbeat.Window)
 	offlineAfter := time.Duration(prof.Heartbeat.OfflineAfter) * window
 	var watched []*kin.Agent
 	for _, st := range []kin.State{kin.StateActive, kin.StateStale} {
-		as, err := d.store.AgentList(ctx, kin.AgentFilter{State: st})
+		as, err := run.store.AgentList(ctx, kin.AgentFilter{State: st})
 		if err != nil {
-			d.log.Error("liveness sweep", "err", err)
+			run.log.Error("liveness sweep", "err", err)
 			return
 		}
 		watched = append(watched, as...)
 	}
-	now := d.now()
+	now := run.now()
 	var offline []*kin.Agent
 	for _, a := range watched {
 		if a.Status != kin.StatusActive || a.LastHeartbeat.IsZero() {
@@ -136,7 +136,7 @@ func (d *Daemon) sweepLiveness(ctx context.Context) {
 			continue
 		}
 		changed := false
-		err := d.update(ctx, func(tx store.Tx, _ *store.AfterCommit) error {
+		err := run.update(ctx, func(tx store.Tx, _ *store.AfterCommit) error {
 			changed = false
 			cur, err := tx.AgentGetByID(ctx, a.ID)
 			if err != nil {
@@ -164,7 +164,7 @@ func (d *Daemon) sweepLiveness(ctx context.Context) {
 			return nil
 		})
 		if err != nil {
-			d.log.Error("liveness", "agent", a.ID, "err", err)
+			run.log.Error("liveness", "agent", a.ID, "err", err)
 			continue
 		}
 		if changed {
@@ -174,19 +174,19 @@ func (d *Daemon) sweepLiveness(ctx context.Context) {
 		}
 	}
 	for _, a := range offline {
-		if a.Restart != kin.RestartOnFailure && a.Restart != kin.RestartAlways || d.runtimeOf(a.ID) == nil {
+		if a.Restart != kin.RestartOnFailure && a.Restart != kin.RestartAlways || run.runtimeOf(a.ID) == nil {
 			continue
 		}
 		// Replace it: stop what is left of it, then start a new one from its cursor.
-		d.exitWG.Add(1)
+		run.exitWG.Add(1)
 		go func() {
-			defer d.exitWG.Done()
-			if _, err := d.cancelTree(ctx, cancelParams{Root: a.ID, Reason: reasonOffline, IncludeRoot: true, RootState: kin.StateOffline}); err != nil {
-				d.log.Error("stop offline agent", "agent", a.ID, "err", err)
+			defer run.exitWG.Done()
+			if _, err := run.cancelTree(ctx, cancelParams{Root: a.ID, Reason: reasonOffline, IncludeRoot: true, RootState: kin.StateOffline}); err != nil {
+				run.log.Error("stop offline agent", "agent", a.ID, "err", err)
 				return
 			}
-			if cur, err := d.store.AgentGetByID(ctx, a.ID); err == nil {
-				d.maybeRestart(ctx, cur, reasonOffline)
+			if cur, err := run.store.AgentGetByID(ctx, a.ID); err == nil {
+				run.maybeRestart(ctx, cur, reasonOffline)
 			}
 		}()
 	}

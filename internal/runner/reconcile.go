@@ -1,4 +1,4 @@
-package daemon
+package runner
 
 import (
 	"bytes"
@@ -52,10 +52,10 @@ func defaultCgroupName(home string) string {
 }
 
 // reconcile runs once at start, before the daemon serves.
-func (d *Daemon) reconcile(ctx context.Context) error {
+func (run *Runner) reconcile(ctx context.Context) error {
 	var running []*kin.Agent
 	for _, st := range []kin.State{kin.StateRegistered, kin.StateActive, kin.StateStale, kin.StateOffline, kin.StateSuspended, kin.StateStopping} {
-		as, err := d.store.AgentList(ctx, kin.AgentFilter{State: st})
+		as, err := run.store.AgentList(ctx, kin.AgentFilter{State: st})
 		if err != nil {
 			return err
 		}
@@ -66,9 +66,9 @@ func (d *Daemon) reconcile(ctx context.Context) error {
 		}
 	}
 	groups := map[kin.AgentID]supervisor.Group{}
-	cg := d.sup.Containment() == supervisor.ContainmentCgroup2
+	cg := run.sup.Containment() == supervisor.ContainmentCgroup2
 	if cg {
-		found, err := d.sup.Discover()
+		found, err := run.sup.Discover()
 		if err != nil {
 			return fmt.Errorf("discover agent cgroups: %w", err)
 		}
@@ -82,18 +82,18 @@ func (d *Daemon) reconcile(ctx context.Context) error {
 		known[a.ID] = true
 		alive := false
 		if g, ok := groups[a.ID]; ok {
-			if _, err := d.sup.Adopt(g.Path); err != nil {
-				d.log.Error("adopt", "agent", a.ID, "err", err)
+			if _, err := run.sup.Adopt(g.Path); err != nil {
+				run.log.Error("adopt", "agent", a.ID, "err", err)
 			} else {
-				alive = d.sup.PeerInCgroup(a.PID, a.ID) && supervisor.ProcessAlive(a.PID)
+				alive = run.sup.PeerInCgroup(a.PID, a.ID) && supervisor.ProcessAlive(a.PID)
 			}
-		} else if d.sup.Containment() == supervisor.ContainmentPIDNamespaces {
+		} else if run.sup.Containment() == supervisor.ContainmentPIDNamespaces {
 			// The init of the agent's own PID namespace: what is alive in
 			// that namespace is the agent's, so it is taken back whole.
-			if err := d.sup.AdoptProcess(a.ID, a.Parent, a.PID); err == nil {
+			if err := run.sup.AdoptProcess(a.ID, a.Parent, a.PID); err == nil {
 				alive = supervisor.ProcessAlive(a.PID)
 			} else {
-				d.log.Info("not re-adopted", "agent", a.ID, "err", err)
+				run.log.Info("not re-adopted", "agent", a.ID, "err", err)
 				killLeftover(a) // whatever of it runs outside a namespace of its own
 			}
 		} else if !cg {
@@ -103,8 +103,8 @@ func (d *Daemon) reconcile(ctx context.Context) error {
 			lost = append(lost, a)
 			continue
 		}
-		if err := d.adopt(ctx, a); err != nil {
-			d.log.Error("adopt", "agent", a.ID, "err", err)
+		if err := run.adopt(ctx, a); err != nil {
+			run.log.Error("adopt", "agent", a.ID, "err", err)
 			lost = append(lost, a)
 			continue
 		}
@@ -115,25 +115,25 @@ func (d *Daemon) reconcile(ctx context.Context) error {
 	for _, a := range lost {
 		var res *outcome
 		if a.Result == kin.ResultRunning { // its result is judged on its own: the exit status is lost
-			o := d.collectResult(a, d.ctxAgentOf(ctx, a), kin.Exit{Code: -1})
+			o := run.collectResult(a, run.ctxAgentOf(ctx, a), kin.Exit{Code: -1})
 			res = &o
 		}
-		if _, err := d.recordEnd(ctx, a.ID, kin.StateExited, reasonLost, &kin.Exit{Code: -1}, res); err != nil {
+		if _, err := run.recordEnd(ctx, a.ID, kin.StateExited, reasonLost, &kin.Exit{Code: -1}, res); err != nil {
 			return err
 		}
-		d.appendSimple(ctx, kin.EventAgentLost, a, kin.AgentLostData{Agent: a.ID, PID: a.PID})
-		d.log.Warn("agent lost while the daemon was down", "agent", a.ID, "pid", a.PID)
+		run.appendSimple(ctx, kin.EventAgentLost, a, kin.AgentLostData{Agent: a.ID, PID: a.PID})
+		run.log.Warn("agent lost while the daemon was down", "agent", a.ID, "pid", a.PID)
 	}
 	// Parent death applies to what happened while the daemon was down.
 	for _, a := range lost {
-		if _, err := d.cancelTree(ctx, cancelParams{Root: a.ID, Reason: reasonParentDead}); err != nil {
-			d.log.Error("cancel children of a lost agent", "agent", a.ID, "err", err)
+		if _, err := run.cancelTree(ctx, cancelParams{Root: a.ID, Reason: reasonParentDead}); err != nil {
+			run.log.Error("cancel children of a lost agent", "agent", a.ID, "err", err)
 		}
 	}
 	// A cancellation the old daemon had begun is finished.
 	for _, a := range unfinished {
-		if _, err := d.cancelTree(ctx, cancelParams{Root: a.ID, Reason: reasonStopped, IncludeRoot: true}); err != nil {
-			d.log.Error("finish stop", "agent", a.ID, "err", err)
+		if _, err := run.cancelTree(ctx, cancelParams{Root: a.ID, Reason: reasonStopped, IncludeRoot: true}); err != nil {
+			run.log.Error("finish stop", "agent", a.ID, "err", err)
 		}
 	}
 	// Groups of no running agent: kill them.
@@ -141,9 +141,9 @@ func (d *Daemon) reconcile(ctx context.Context) error {
 		if known[id] {
 			continue
 		}
-		if _, err := d.sup.Adopt(g.Path); err == nil {
-			if err := d.sup.Kill(ctx, id); err != nil && !errors.Is(err, supervisor.ErrUnknownAgent) {
-				d.log.Error("kill stray group", "path", g.Path, "err", err)
+		if _, err := run.sup.Adopt(g.Path); err == nil {
+			if err := run.sup.Kill(ctx, id); err != nil && !errors.Is(err, supervisor.ErrUnknownAgent) {
+				run.log.Error("kill stray group", "path", g.Path, "err", err)
 			}
 		}
 	}
@@ -151,37 +151,37 @@ func (d *Daemon) reconcile(ctx context.Context) error {
 }
 
 // adopt takes a running agent back: a runtime, its socket, a pidfd watch.
-func (d *Daemon) adopt(ctx context.Context, a *kin.Agent) error {
+func (run *Runner) adopt(ctx context.Context, a *kin.Agent) error {
 	fd, err := unix.PidfdOpen(a.PID, unix.PIDFD_NONBLOCK)
 	if err != nil {
 		return fmt.Errorf("pidfd_open %d: %w", a.PID, err)
 	}
 	pidfd := os.NewFile(uintptr(fd), "pidfd")
-	rt := &runtime{id: a.ID, adopted: true, ready: make(chan struct{}), ctx: d.ctxAgentOf(ctx, a)}
-	d.rtMu.Lock()
-	d.runtimes[a.ID] = rt
-	d.adopted[a.ID] = pidfd
-	d.rtMu.Unlock()
+	rt := &runtime{id: a.ID, adopted: true, ready: make(chan struct{}), ctx: run.ctxAgentOf(ctx, a)}
+	run.rtMu.Lock()
+	run.runtimes[a.ID] = rt
+	run.adopted[a.ID] = pidfd
+	run.rtMu.Unlock()
 	defer close(rt.ready)
-	sock, err := d.listenAgent(a)
+	sock, err := run.listenAgent(a)
 	if err != nil {
-		d.log.Error("reopen agent socket", "agent", a.ID, "err", err)
+		run.log.Error("reopen agent socket", "agent", a.ID, "err", err)
 	} else {
 		rt.sock = sock
 	}
-	d.appendSimple(ctx, kin.EventAgentAdopted, a, kin.AgentAdoptedData{Agent: a.ID, PID: a.PID})
-	d.log.Info("agent re-adopted", "agent", a.ID, "pid", a.PID)
-	d.exitWG.Add(1)
+	run.appendSimple(ctx, kin.EventAgentAdopted, a, kin.AgentAdoptedData{Agent: a.ID, PID: a.PID})
+	run.log.Info("agent re-adopted", "agent", a.ID, "pid", a.PID)
+	run.exitWG.Add(1)
 	go func() {
-		defer d.exitWG.Done()
+		defer run.exitWG.Done()
 		if !waitPidfd(pidfd) {
 			return // closed by the daemon's shutdown
 		}
-		d.rtMu.Lock()
-		delete(d.adopted, a.ID)
-		d.rtMu.Unlock()
+		run.rtMu.Lock()
+		delete(run.adopted, a.ID)
+		run.rtMu.Unlock()
 		pidfd.Close()
-		d.handleExit(a.ID, kin.Exit{Code: -1}) // not our child: no status
+		run.handleExit(a.ID, kin.Exit{Code: -1}) // not our child: no status
 	}()
 	return nil
 }
@@ -214,39 +214,39 @@ func killLeftover(a *kin.Agent) {
 }
 
 // appendSimple appends one event in its own transaction.
-func (d *Daemon) appendSimple(ctx context.Context, typ string, a *kin.Agent, data any) {
-	err := d.update(ctx, func(tx store.Tx, _ *store.AfterCommit) error {
-		return store.AppendEvent(ctx, tx, d.now(), typ, a.ID, a.Parent, data)
+func (run *Runner) appendSimple(ctx context.Context, typ string, a *kin.Agent, data any) {
+	err := run.update(ctx, func(tx store.Tx, _ *store.AfterCommit) error {
+		return store.AppendEvent(ctx, tx, run.now(), typ, a.ID, a.Parent, data)
 	})
 	if err != nil {
-		d.log.Error("event", "type", typ, "agent", a.ID, "err", err)
+		run.log.Error("event", "type", typ, "agent", a.ID, "err", err)
 	}
 }
 
 // stopAgents stops every running agent at shutdown (each with its grace).
-func (d *Daemon) stopAgents(ctx context.Context) {
-	d.rtMu.Lock()
-	ids := make([]kin.AgentID, 0, len(d.runtimes))
-	for id := range d.runtimes {
+func (run *Runner) stopAgents(ctx context.Context) {
+	run.rtMu.Lock()
+	ids := make([]kin.AgentID, 0, len(run.runtimes))
+	for id := range run.runtimes {
 		ids = append(ids, id)
 	}
-	d.rtMu.Unlock()
+	run.rtMu.Unlock()
 	// Parents first (ids grow down the tree): a parent's cancellation covers
 	// its owned descendants, which are then skipped.
 	slices.Sort(ids)
 	for _, id := range ids {
-		rt := d.runtimeOf(id)
+		rt := run.runtimeOf(id)
 		if rt == nil {
 			continue
 		}
-		d.rtMu.Lock()
+		run.rtMu.Lock()
 		claimed := rt.ending
-		d.rtMu.Unlock()
+		run.rtMu.Unlock()
 		if claimed {
 			continue
 		}
-		if _, err := d.cancelTree(ctx, cancelParams{Root: id, Reason: reasonShutdown, IncludeRoot: true}); err != nil {
-			d.log.Error("stop at shutdown", "agent", id, "err", err)
+		if _, err := run.cancelTree(ctx, cancelParams{Root: id, Reason: reasonShutdown, IncludeRoot: true}); err != nil {
+			run.log.Error("stop at shutdown", "agent", id, "err", err)
 		}
 	}
 }

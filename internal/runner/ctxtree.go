@@ -1,4 +1,4 @@
-package daemon
+package runner
 
 import (
 	"context"
@@ -42,8 +42,8 @@ type ctxAgent struct {
 }
 
 // agentOwner is who owns agent id's files: the uid and gid it runs as.
-func (d *Daemon) agentOwner(id kin.AgentID) ctxfs.Owner {
-	if c := d.agentCredential(id); c != nil {
+func (run *Runner) agentOwner(id kin.AgentID) ctxfs.Owner {
+	if c := run.agentCredential(id); c != nil {
 		return ctxfs.Owner{UID: int(c.Uid), GID: int(c.Gid)}
 	}
 	return ctxfs.Owner{UID: os.Geteuid(), GID: os.Getegid()}
@@ -96,7 +96,7 @@ func handoffOf(raw []byte) (*handoff.Handoff, error) {
 // agent's place in the tree and the environment and working directory
 // the process gets. key, when not nil, is the agent's private key for its
 // session (ctxfs.FileAgentKey).
-func (d *Daemon) prepareCtx(ctx context.Context, a *kin.Agent, spec store.ProcessSpec, sock string, key []byte) (*ctxAgent, []string, string, error) {
+func (run *Runner) prepareCtx(ctx context.Context, a *kin.Agent, spec store.ProcessSpec, sock string, key []byte) (*ctxAgent, []string, string, error) {
 	c := &ctxAgent{}
 	h, err := handoffOf(spec.Handoff)
 	if err != nil {
@@ -104,25 +104,25 @@ func (d *Daemon) prepareCtx(ctx context.Context, a *kin.Agent, spec store.Proces
 	}
 	if h != nil {
 		// seed 001's "policy subset" and "mount subset": what the child holds.
-		h.Policy, h.Mounts, _ = d.Authority.Control(a.ID)
+		h.Policy, h.Mounts, _ = run.auth.Control(a.ID)
 	}
 	c.setHandoff(h)
 	var parentRef ctxfs.ParentRef
 	if a.Parent != 0 {
-		d.ctxMu.Lock()
-		pc := d.ctxAgents[a.Parent] // a parent started by this daemon, recorded or not yet
-		d.ctxMu.Unlock()
+		run.ctxMu.Lock()
+		pc := run.ctxAgents[a.Parent] // a parent started by this daemon, recorded or not yet
+		run.ctxMu.Unlock()
 		if pc != nil && pc.session.Agent != "" {
 			c.parent = pc.session
 			parentRef = ctxfs.ParentRef{Agent: pc.session.Agent, Session: pc.session.ID, Run: runID(a.Parent)}
 		} else {
-			p, err := d.store.AgentGetByID(ctx, a.Parent)
+			p, err := run.store.AgentGetByID(ctx, a.Parent)
 			if err != nil {
 				return nil, nil, "", fmt.Errorf("parent %d: %w", a.Parent, err)
 			}
 			parentRef = ctxfs.ParentRef{Agent: p.Name, Session: p.Session, Run: runID(p.ID)}
 			if p.Session != "" {
-				c.parent = ctxfs.Session{Owner: d.agentOwner(p.ID), Agent: p.Name, ID: p.Session}
+				c.parent = ctxfs.Session{Owner: run.agentOwner(p.ID), Agent: p.Name, ID: p.Session}
 			}
 		}
 	}
@@ -145,12 +145,12 @@ func (d *Daemon) prepareCtx(ctx context.Context, a *kin.Agent, spec store.Proces
 	}
 	sp := ctxfs.SessionParams{
 		AgentID: a.ID, Run: runID(a.ID), Parent: parentRef, State: a.State,
-		Handoff: task, Context: files, Output: c.resultChan, Now: d.now(), Key: key,
+		Handoff: task, Context: files, Output: c.resultChan, Now: run.now(), Key: key,
 	}
 	for _, sid := range []string{ctxfs.DefaultSession, "s" + a.ID.String()} {
-		sp.Session = ctxfs.Session{Owner: d.agentOwner(a.ID), Agent: a.Name, ID: sid}
-		sp.Cwd = d.agentCwd(spec, sp.Session)
-		if err = d.ctx.CreateSession(sp); !errors.Is(err, fs.ErrExist) {
+		sp.Session = ctxfs.Session{Owner: run.agentOwner(a.ID), Agent: a.Name, ID: sid}
+		sp.Cwd = run.agentCwd(spec, sp.Session)
+		if err = run.ctx.CreateSession(sp); !errors.Is(err, fs.ErrExist) {
 			break
 		}
 	}
@@ -164,7 +164,7 @@ func (d *Daemon) prepareCtx(ctx context.Context, a *kin.Agent, spec store.Proces
 		cp := ctxfs.ChildParams{Parent: c.parent, ChildID: a.ID, ChildSession: c.session.ID, Handoff: task}
 		for _, name := range childDirNames(a) {
 			cp.Child = name
-			if err = d.ctx.CreateChildDir(cp); !errors.Is(err, fs.ErrExist) {
+			if err = run.ctx.CreateChildDir(cp); !errors.Is(err, fs.ErrExist) {
 				break
 			}
 		}
@@ -175,8 +175,8 @@ func (d *Daemon) prepareCtx(ctx context.Context, a *kin.Agent, spec store.Proces
 		c.childStatus = kin.ResultRunning
 	}
 	c.rt.Parent = parentRef
-	d.setRuntime(c, a, spec, sock)
-	return c, d.ctxEnv(a, c), sp.Cwd, nil
+	run.setRuntime(c, a, spec, sock)
+	return c, run.ctxEnv(a, c), sp.Cwd, nil
 }
 
 // setHandoff records what an agent's handoff (nil: none) says of its place
@@ -195,40 +195,40 @@ func (c *ctxAgent) setHandoff(h *handoff.Handoff) {
 
 // agentCwd is where a spawned agent's process starts: the spawn's dir, else
 // its session.
-func (d *Daemon) agentCwd(spec store.ProcessSpec, s ctxfs.Session) string {
+func (run *Runner) agentCwd(spec store.ProcessSpec, s ctxfs.Session) string {
 	if spec.Dir != "" || s.Agent == "" {
 		return spec.Dir
 	}
-	return d.ctx.Dir(s)
+	return run.ctx.Dir(s)
 }
 
 // ctxEnv is the agent filesystem's part of a spawned agent's environment.
-func (d *Daemon) ctxEnv(a *kin.Agent, c *ctxAgent) []string {
+func (run *Runner) ctxEnv(a *kin.Agent, c *ctxAgent) []string {
 	if c.session.Agent == "" {
 		return nil
 	}
-	dir := d.ctx.Dir(c.session)
-	env := []string{ctxfs.EnvCtx + "=" + d.ctx.Root, ctxfs.EnvSession + "=" + dir,
+	dir := run.ctx.Dir(c.session)
+	env := []string{ctxfs.EnvCtx + "=" + run.ctx.Root, ctxfs.EnvSession + "=" + dir,
 		ctxfs.EnvAgentKey + "=" + filepath.Join(dir, ctxfs.FileAgentKey)}
 	if c.hasHandoff {
 		env = append(env, ctxfs.EnvHandoff+"="+filepath.Join(dir, "context", handoff.FileHandoff))
 	}
 	if c.resultChan {
-		env = append(env, ctxfs.EnvOutput+"="+d.ctx.OutputDir(c.session.UID, a.Name, c.session.ID))
+		env = append(env, ctxfs.EnvOutput+"="+run.ctx.OutputDir(c.session.UID, a.Name, c.session.ID))
 	}
 	return env
 }
 
 // setRuntime fills the control values of a spawned agent that come from
 // the daemon and its spawn: how it runs, where, with what environment.
-func (d *Daemon) setRuntime(c *ctxAgent, a *kin.Agent, spec store.ProcessSpec, sock string) {
-	o := d.agentOwner(a.ID)
+func (run *Runner) setRuntime(c *ctxAgent, a *kin.Agent, spec store.ProcessSpec, sock string) {
+	o := run.agentOwner(a.ID)
 	c.rt.UID, c.rt.GID = o.UID, o.GID
-	c.rt.Policy, _, c.rt.Mount = d.Authority.Control(a.ID)
-	c.rt.Iso, c.rt.Log, c.rt.Path = d.sup.Containment(), d.logPath(a.ID), d.agentPathList
-	c.rt.Cwd = d.agentCwd(spec, c.session)
+	c.rt.Policy, _, c.rt.Mount = run.auth.Control(a.ID)
+	c.rt.Iso, c.rt.Log, c.rt.Path = run.sup.Containment(), run.logPath(a.ID), run.agentPathList
+	c.rt.Cwd = run.agentCwd(spec, c.session)
 	c.rt.Env = nil
-	for _, kv := range append(d.agentEnv(a, sock, "", spec.Env), d.ctxEnv(a, c)...) {
+	for _, kv := range append(run.agentEnv(a, sock, "", spec.Env), run.ctxEnv(a, c)...) {
 		k, _, _ := strings.Cut(kv, "=")
 		c.rt.Env = append(c.rt.Env, k)
 	}
@@ -247,9 +247,9 @@ func childDirNames(a *kin.Agent) []string {
 
 // findChildDir finds which of childDirNames is a's folder: the one whose
 // agent file holds its id.
-func (d *Daemon) findChildDir(parent ctxfs.Session, a *kin.Agent) (string, bool) {
+func (run *Runner) findChildDir(parent ctxfs.Session, a *kin.Agent) (string, bool) {
 	for _, name := range childDirNames(a) {
-		b, err := d.ctx.ReadFile(filepath.Join(d.ctx.ChildDir(parent.UID, parent.Agent, parent.ID, name), ctxfs.FileChildAgent), 64)
+		b, err := run.ctx.ReadFile(filepath.Join(run.ctx.ChildDir(parent.UID, parent.Agent, parent.ID, name), ctxfs.FileChildAgent), 64)
 		if err == nil && strings.TrimSpace(string(b)) == a.ID.String() {
 			return name, true
 		}
@@ -259,60 +259,60 @@ func (d *Daemon) findChildDir(parent ctxfs.Session, a *kin.Agent) (string, bool)
 
 // ctxAgentOf returns what the daemon knows of a's place in the tree,
 // rebuilding it from the store for an agent this daemon did not start.
-func (d *Daemon) ctxAgentOf(ctx context.Context, a *kin.Agent) *ctxAgent {
-	d.ctxMu.Lock()
-	c := d.ctxAgents[a.ID]
-	d.ctxMu.Unlock()
+func (run *Runner) ctxAgentOf(ctx context.Context, a *kin.Agent) *ctxAgent {
+	run.ctxMu.Lock()
+	c := run.ctxAgents[a.ID]
+	run.ctxMu.Unlock()
 	if c != nil {
 		return c
 	}
 	c = &ctxAgent{resultChan: a.Result != ""}
-	o := d.agentOwner(a.ID)
+	o := run.agentOwner(a.ID)
 	c.rt.UID, c.rt.GID = o.UID, o.GID
 	if a.Session != "" {
 		c.session = ctxfs.Session{Owner: o, Agent: a.Name, ID: a.Session}
 	}
 	c.setHandoff(nil)
-	if spec, err := d.store.AgentProcessSpec(ctx, a.ID); err == nil {
+	if spec, err := run.store.AgentProcessSpec(ctx, a.ID); err == nil {
 		if hk, err := handoffOf(spec.Handoff); err == nil {
 			c.setHandoff(hk)
 		}
-		d.setRuntime(c, a, spec, d.socketPath(a.Name))
+		run.setRuntime(c, a, spec, run.socketPath(a.Name))
 	}
 	if a.Parent != 0 {
-		if p, err := d.store.AgentGetByID(ctx, a.Parent); err == nil {
+		if p, err := run.store.AgentGetByID(ctx, a.Parent); err == nil {
 			c.rt.Parent = ctxfs.ParentRef{Agent: p.Name, Session: p.Session, Run: runID(p.ID)}
 			if p.Session != "" && a.Result != "" {
-				c.parent = ctxfs.Session{Owner: d.agentOwner(p.ID), Agent: p.Name, ID: p.Session}
-				c.childDir, _ = d.findChildDir(c.parent, a)
+				c.parent = ctxfs.Session{Owner: run.agentOwner(p.ID), Agent: p.Name, ID: p.Session}
+				c.childDir, _ = run.findChildDir(c.parent, a)
 			}
 		}
 	}
-	d.ctxMu.Lock()
-	if have := d.ctxAgents[a.ID]; have != nil {
+	run.ctxMu.Lock()
+	if have := run.ctxAgents[a.ID]; have != nil {
 		c = have
 	} else {
-		d.ctxAgents[a.ID] = c
+		run.ctxAgents[a.ID] = c
 	}
-	d.ctxMu.Unlock()
+	run.ctxMu.Unlock()
 	return c
 }
 
 // rememberCtx records the place of an agent this daemon started.
-func (d *Daemon) rememberCtx(id kin.AgentID, c *ctxAgent) {
-	d.ctxMu.Lock()
-	d.ctxAgents[id] = c
-	d.ctxMu.Unlock()
+func (run *Runner) rememberCtx(id kin.AgentID, c *ctxAgent) {
+	run.ctxMu.Lock()
+	run.ctxAgents[id] = c
+	run.ctxMu.Unlock()
 }
 
 // resultDir is where an agent's result is kept: its folder in its parent's
 // session, or its own output/ when it has no parent session.
-func (d *Daemon) resultDir(a *kin.Agent, c *ctxAgent) string {
+func (run *Runner) resultDir(a *kin.Agent, c *ctxAgent) string {
 	if c.parent.Agent != "" && c.childDir != "" {
-		return d.ctx.ChildDir(c.parent.UID, c.parent.Agent, c.parent.ID, c.childDir)
+		return run.ctx.ChildDir(c.parent.UID, c.parent.Agent, c.parent.ID, c.childDir)
 	}
 	if c.session.Agent != "" {
-		return d.ctx.OutputDir(c.session.UID, a.Name, c.session.ID)
+		return run.ctx.OutputDir(c.session.UID, a.Name, c.session.ID)
 	}
 	return ""
 }
@@ -320,8 +320,8 @@ func (d *Daemon) resultDir(a *kin.Agent, c *ctxAgent) string {
 // openRoot opens the directory at path beneath the ctx root as an os.Root
 // without following a link on the way there: agents own their sessions
 // and could plant one for the daemon, which runs as root, to follow.
-func (d *Daemon) openRoot(path string) (*os.Root, error) {
-	f, err := d.ctx.OpenDir(path)
+func (run *Runner) openRoot(path string) (*os.Root, error) {
+	f, err := run.ctx.OpenDir(path)
 	if err != nil {
 		return nil, err
 	}

@@ -1,4 +1,4 @@
-package daemon
+package runner
 
 import (
 	"fmt"
@@ -30,7 +30,7 @@ import (
 // agentView fills what the sandbox's default view hides and keeps read
 // only. Paths are canonical: Landlock rules name inodes, and the view is
 // computed by walking real directories.
-func (d *Daemon) agentView() {
+func (run *Runner) agentView() {
 	canon := func(p string) string {
 		if r, err := filepath.EvalSymlinks(p); err == nil {
 			return r
@@ -40,13 +40,13 @@ func (d *Daemon) agentView() {
 		}
 		return p
 	}
-	home, ctxDir := canon(d.cfg.Home), canon(d.ctxDir)
-	d.hiddenFromAgents = []string{home}
+	home, ctxDir := canon(run.cfg.Home), canon(run.ctxDir)
+	run.hiddenFromAgents = []string{home}
 	if ctxDir != home && !strings.HasPrefix(ctxDir, home+"/") {
-		d.hiddenFromAgents = append(d.hiddenFromAgents, ctxDir)
+		run.hiddenFromAgents = append(run.hiddenFromAgents, ctxDir)
 	}
 	if m, err := cgroup.FindMount(); err == nil {
-		d.readOnlyForAgents = []string{canon(m.Dir)}
+		run.readOnlyForAgents = []string{canon(m.Dir)}
 	}
 }
 
@@ -57,11 +57,11 @@ func (d *Daemon) agentView() {
 // under a directory other users cannot traverse (root's ~/.kin, /root being
 // 0700) would make every spawn fail with "permission denied"; better said
 // once, at start, with the fix.
-func (d *Daemon) checkAgentsReachCtx() error {
-	if d.uids == nil {
+func (run *Runner) checkAgentsReachCtx() error {
+	if run.uids == nil {
 		return nil
 	}
-	ctxDir, err := filepath.Abs(d.ctxDir)
+	ctxDir, err := filepath.Abs(run.ctxDir)
 	if err != nil {
 		return err
 	}
@@ -84,33 +84,33 @@ func (d *Daemon) checkAgentsReachCtx() error {
 // missingGuarantees lists, in words for an operator, what this kernel and
 // this containment cannot give: kin serve prints them at start, kin status
 // shows them, /metrics counts them. It never claims one of them.
-func (d *Daemon) missingGuarantees() []string {
+func (run *Runner) missingGuarantees() []string {
 	var out []string
 	abi := sandbox.ABI()
 	switch {
 	case abi == 0:
-		out = append(out, "no Landlock on this kernel: kin's home (operator token, keys, database) is not hidden from agents by the sandbox"+d.uidNote()+
+		out = append(out, "no Landlock on this kernel: kin's home (operator token, keys, database) is not hidden from agents by the sandbox"+run.uidNote()+
 			"; agents are not kept from signalling or ptracing other processes of their uid, the daemon included")
 	case abi < 6:
-		out = append(out, "Landlock ABI "+strconv.Itoa(abi)+" has no signal scoping (ABI 6): an agent may signal processes of its uid outside its tree, the daemon included"+d.uidNote())
+		out = append(out, "Landlock ABI "+strconv.Itoa(abi)+" has no signal scoping (ABI 6): an agent may signal processes of its uid outside its tree, the daemon included"+run.uidNote())
 	}
 	if abi < 9 {
 		out = append(out, "Landlock ABI "+strconv.Itoa(abi)+" does not restrict connecting to Unix sockets (ABI 9): kin's own sockets refuse agents by their peer's process instead")
 	}
-	if d.cfg.HTTPAddr != "" && d.cfg.HTTPAddr != "off" {
-		out = append(out, "agents may connect to the HTTP address "+d.HTTPAddr()+" (Landlock's TCP rules are port allow-lists): without the operator token, which the sandbox hides, it answers them only what it answers anyone")
+	if run.cfg.HTTPAddr != "" && run.cfg.HTTPAddr != "off" {
+		out = append(out, "agents may connect to the HTTP address "+run.HTTPAddr()+" (Landlock's TCP rules are port allow-lists): without the operator token, which the sandbox hides, it answers them only what it answers anyone")
 	}
-	switch d.sup.Containment() {
+	switch run.sup.Containment() {
 	case supervisor.ContainmentProcessGroups:
-		out = append(out, "process-groups containment: a process that calls setsid and clears its environment escapes its agent's cascade, and the operator socket cannot tell it is an agent's ("+d.sup.ContainmentReason()+"); run kin in a delegated cgroup (systemd-run --user --scope -p Delegate=yes kin serve) or allow unprivileged user namespaces")
+		out = append(out, "process-groups containment: a process that calls setsid and clears its environment escapes its agent's cascade, and the operator socket cannot tell it is an agent's ("+run.sup.ContainmentReason()+"); run kin in a delegated cgroup (systemd-run --user --scope -p Delegate=yes kin serve) or allow unprivileged user namespaces")
 	case supervisor.ContainmentPIDNamespaces:
 		out = append(out, "pid-namespaces containment: agents share the daemon's uid (no per-agent uid without root), and /proc inside an agent shows the host's pids")
 	}
 	return out
 }
 
-func (d *Daemon) uidNote() string {
-	if d.cfg.AgentUIDs {
+func (run *Runner) uidNote() string {
+	if run.cfg.AgentUIDs {
 		return " (agents run as their own uids, so file modes still keep them out)"
 	}
 	return ""
@@ -118,7 +118,7 @@ func (d *Daemon) uidNote() string {
 
 // describeContainment is what confines every agent besides its
 // containment, in one phrase for logs and kin status.
-func (d *Daemon) describeContainment() string {
+func (run *Runner) describeContainment() string {
 	if abi := sandbox.ABI(); abi > 0 {
 		return fmt.Sprintf("Landlock ABI %d", abi)
 	}

@@ -1,4 +1,4 @@
-package daemon
+package runner
 
 import (
 	"context"
@@ -46,17 +46,17 @@ type runtime struct {
 	ending  bool          // guarded by Daemon.rtMu: a stop or cancellation records the end
 }
 
-func (d *Daemon) runtimeOf(id kin.AgentID) *runtime {
-	d.rtMu.Lock()
-	defer d.rtMu.Unlock()
-	return d.runtimes[id]
+func (run *Runner) runtimeOf(id kin.AgentID) *runtime {
+	run.rtMu.Lock()
+	defer run.rtMu.Unlock()
+	return run.runtimes[id]
 }
 
-func (d *Daemon) removeRuntime(id kin.AgentID) {
-	d.rtMu.Lock()
-	rt := d.runtimes[id]
-	delete(d.runtimes, id)
-	d.rtMu.Unlock()
+func (run *Runner) removeRuntime(id kin.AgentID) {
+	run.rtMu.Lock()
+	rt := run.runtimes[id]
+	delete(run.runtimes, id)
+	run.rtMu.Unlock()
 	if rt != nil && rt.sock != nil {
 		rt.sock.close()
 	}
@@ -64,26 +64,26 @@ func (d *Daemon) removeRuntime(id kin.AgentID) {
 
 // Spawn registers an agent under the governor's rules and starts its
 // process in its own cgroup, nested under its parent's.
-func (d *Daemon) Spawn(ctx context.Context, req kin.SpawnRequest) (*kin.Agent, error) {
-	began := d.traceStart()
-	recorded, started, err := d.spawn(ctx, &req)
+func (run *Runner) Spawn(ctx context.Context, req kin.SpawnRequest) (*kin.Agent, error) {
+	began := run.obs.TraceBegan()
+	recorded, started, err := run.spawn(ctx, &req)
 	if started != nil {
 		recorded = started // with its pid
 	}
-	d.traceSpawn(ctx, spawnKindSpawn, req.Parent, req.Name, recorded, began, err)
+	run.obs.Traced(ctx, SpawnKindSpawn, req.Parent, req.Name, recorded, began, err)
 	return started, err
 }
 
 // spawn is Spawn: the agent once recorded (nil when the request was
 // refused), and once its process started (nil when it did not).
-func (d *Daemon) spawn(ctx context.Context, req *kin.SpawnRequest) (recorded, started *kin.Agent, _ error) {
+func (run *Runner) spawn(ctx context.Context, req *kin.SpawnRequest) (recorded, started *kin.Agent, _ error) {
 	if err := req.ValidateProcess(); err != nil {
 		return nil, nil, err
 	}
 	if req.Name == "" {
 		req.Name = defaultName(req.Command[0])
 	}
-	if err := d.checkSocketPath(req.Name); err != nil {
+	if err := run.checkSocketPath(req.Name); err != nil {
 		return nil, nil, err
 	}
 	grace := kin.Duration(kin.DefaultGrace)
@@ -105,11 +105,11 @@ func (d *Daemon) spawn(ctx context.Context, req *kin.SpawnRequest) (recorded, st
 		}
 	}
 	extra := &registry.SpawnExtra{Command: req.Command, Env: req.Env, Dir: req.Dir, Restart: restart, Grace: grace, Handoff: handoffJSON}
-	a, err := d.Registry.RegisterSpawn(ctx, req.RegisterRequest, *extra)
+	a, err := run.reg.RegisterSpawn(ctx, req.RegisterRequest, *extra)
 	if err != nil {
 		return nil, nil, err
 	}
-	out, err := d.start(context.WithoutCancel(ctx), a, store.ProcessSpec{Command: req.Command, Env: req.Env, Dir: req.Dir, Handoff: handoffJSON}, "")
+	out, err := run.start(context.WithoutCancel(ctx), a, store.ProcessSpec{Command: req.Command, Env: req.Env, Dir: req.Dir, Handoff: handoffJSON}, "")
 	return a, out, err
 }
 
@@ -137,54 +137,54 @@ func defaultName(command string) string {
 
 // start runs a registered agent's process and records it. A process that
 // cannot start leaves the agent recorded as failed.
-func (d *Daemon) start(ctx context.Context, a *kin.Agent, spec store.ProcessSpec, cursor string) (*kin.Agent, error) {
+func (run *Runner) start(ctx context.Context, a *kin.Agent, spec store.ProcessSpec, cursor string) (*kin.Agent, error) {
 	rt := &runtime{id: a.ID, ready: make(chan struct{})}
-	d.rtMu.Lock()
-	if d.shuttingDown {
-		d.rtMu.Unlock()
-		return nil, d.failStart(ctx, a, errors.New("the daemon is shutting down"))
+	run.rtMu.Lock()
+	if run.shuttingDown {
+		run.rtMu.Unlock()
+		return nil, run.failStart(ctx, a, errors.New("the daemon is shutting down"))
 	}
-	d.runtimes[a.ID] = rt
-	d.rtMu.Unlock()
+	run.runtimes[a.ID] = rt
+	run.rtMu.Unlock()
 	defer close(rt.ready)
 
-	if err := d.checkAgentUID(a.ID); err != nil {
-		d.removeRuntime(a.ID)
-		return nil, d.failStart(ctx, a, err)
+	if err := run.checkAgentUID(a.ID); err != nil {
+		run.removeRuntime(a.ID)
+		return nil, run.failStart(ctx, a, err)
 	}
-	sock, err := d.listenAgent(a)
+	sock, err := run.listenAgent(a)
 	if err != nil {
-		d.removeRuntime(a.ID)
-		return nil, d.failStart(ctx, a, err)
+		run.removeRuntime(a.ID)
+		return nil, run.failStart(ctx, a, err)
 	}
 	rt.sock = sock
-	keyPEM, keyRow, err := d.Server.NewAgentKey(ctx, a)
+	keyPEM, keyRow, err := run.ps.NewAgentKey(ctx, a)
 	if err != nil {
-		d.removeRuntime(a.ID)
-		return nil, d.failStart(ctx, a, fmt.Errorf("agent key: %w", err))
+		run.removeRuntime(a.ID)
+		return nil, run.failStart(ctx, a, fmt.Errorf("agent key: %w", err))
 	}
-	cx, ctxEnv, dir, err := d.prepareCtx(ctx, a, spec, sock.path, keyPEM)
+	cx, ctxEnv, dir, err := run.prepareCtx(ctx, a, spec, sock.path, keyPEM)
 	clear(keyPEM) // the daemon keeps only the public key
 	if err != nil {
-		d.removeRuntime(a.ID)
-		return nil, d.failStart(ctx, a, fmt.Errorf("agent filesystem: %w", err))
+		run.removeRuntime(a.ID)
+		return nil, run.failStart(ctx, a, fmt.Errorf("agent filesystem: %w", err))
 	}
 	rt.ctx = cx
-	d.rememberCtx(a.ID, cx)
+	run.rememberCtx(a.ID, cx)
 	command, err := resolveCommand(spec.Command, dir)
 	if err != nil {
-		d.removeRuntime(a.ID)
-		return nil, d.failStart(ctx, a, err)
+		run.removeRuntime(a.ID)
+		return nil, run.failStart(ctx, a, err)
 	}
-	argv, readGroups, held, err := d.sandboxArgv(a, cx, command)
+	argv, readGroups, held, err := run.sandboxArgv(a, cx, command)
 	if err != nil {
-		d.removeRuntime(a.ID)
-		return nil, d.failStart(ctx, a, err)
+		run.removeRuntime(a.ID)
+		return nil, run.failStart(ctx, a, err)
 	}
 	defer authority.CloseFiles(held) // the process has its own copies once started
-	if flat, ok := d.Authority.Flat(a.ID); ok && d.uids == nil && (flat.UID != nil || flat.GID != nil || flat.Groups != nil) {
-		d.removeRuntime(a.ID)
-		return nil, d.failStart(ctx, a, errors.New("its policy sets uid, gid or groups, which needs a daemon running as root"))
+	if flat, ok := run.auth.Flat(a.ID); ok && run.uids == nil && (flat.UID != nil || flat.GID != nil || flat.Groups != nil) {
+		run.removeRuntime(a.ID)
+		return nil, run.failStart(ctx, a, errors.New("its policy sets uid, gid or groups, which needs a daemon running as root"))
 	}
 	session := cx.session.ID
 	var result *kin.ResultStatus
@@ -194,42 +194,42 @@ func (d *Daemon) start(ctx context.Context, a *kin.Agent, spec store.ProcessSpec
 	}
 	// The key is recorded before the process runs: an agent that asks for
 	// its token at once must find it (it raced the start's record before).
-	if err := d.update(ctx, func(tx store.Tx, _ *store.AfterCommit) error { return tx.AgentKeyInsert(ctx, keyRow) }); err != nil {
-		d.removeRuntime(a.ID)
-		return nil, d.failStart(ctx, a, fmt.Errorf("record its key: %w", d.storeError(err)))
+	if err := run.update(ctx, func(tx store.Tx, _ *store.AfterCommit) error { return tx.AgentKeyInsert(ctx, keyRow) }); err != nil {
+		run.removeRuntime(a.ID)
+		return nil, run.failStart(ctx, a, fmt.Errorf("record its key: %w", run.storeError(err)))
 	}
-	proc, err := d.sup.Start(ctx, supervisor.Spec{
+	proc, err := run.sup.Start(ctx, supervisor.Spec{
 		ID:         a.ID,
 		ParentID:   a.Parent,
 		Detached:   a.Life == kin.LifeDetached,
 		Argv:       argv,
-		Env:        append(d.agentEnv(a, sock.path, cursor, spec.Env), ctxEnv...),
+		Env:        append(run.agentEnv(a, sock.path, cursor, spec.Env), ctxEnv...),
 		Dir:        dir,
-		LogPath:    d.logPath(a.ID),
-		Credential: withGroups(d.agentCredential(a.ID), readGroups),
+		LogPath:    run.logPath(a.ID),
+		Credential: withGroups(run.agentCredential(a.ID), readGroups),
 		ExtraFiles: held, // descriptors 3, ...: Spec.Held's numbers
 	})
 	if err != nil {
-		d.removeRuntime(a.ID)
-		return nil, d.failStart(ctx, a, err)
+		run.removeRuntime(a.ID)
+		return nil, run.failStart(ctx, a, err)
 	}
 	rt.proc = proc
 	pid, started := proc.Pid, proc.Started.UTC()
-	now := d.now()
-	err = d.update(ctx, func(tx store.Tx, _ *store.AfterCommit) error {
+	now := run.now()
+	err = run.update(ctx, func(tx store.Tx, _ *store.AfterCommit) error {
 		if err := tx.AgentUpdate(ctx, store.AgentUpdateParams{ID: a.ID, At: now, PID: &pid, StartedAt: &started, Session: &session, Result: result}); err != nil {
 			return err
 		}
-		return store.AppendEvent(ctx, tx, d.now(), kin.EventAgentStarted, a.ID, a.Parent, kin.AgentStartedData{Agent: a.ID, PID: pid, Command: spec.Command})
+		return store.AppendEvent(ctx, tx, run.now(), kin.EventAgentStarted, a.ID, a.Parent, kin.AgentStartedData{Agent: a.ID, PID: pid, Command: spec.Command})
 	})
 	if err != nil {
 		// The process runs but is not recorded: do not leave it unsupervised.
-		d.log.Error("record start", "agent", a.ID, "err", err)
-		d.sup.Kill(context.Background(), a.ID)
-		return nil, d.storeError(err)
+		run.log.Error("record start", "agent", a.ID, "err", err)
+		run.sup.Kill(context.Background(), a.ID)
+		return nil, run.storeError(err)
 	}
-	d.Server.RememberLocal(a.ID, keyRow.Local)
-	d.log.Info("agent started", "agent", a.ID, "name", a.Name, "pid", pid)
+	run.ps.RememberLocal(a.ID, keyRow.Local)
+	run.log.Info("agent started", "agent", a.ID, "name", a.Name, "pid", pid)
 	out := *a // what was just written, without reading it back
 	out.PID, out.StartedAt, out.UpdatedAt, out.Session = pid, started, now, session
 	if result != nil {
@@ -240,14 +240,14 @@ func (d *Daemon) start(ctx context.Context, a *kin.Agent, spec store.ProcessSpec
 
 // failStart records that an agent's process could not start and returns
 // the error for the spawner.
-func (d *Daemon) failStart(ctx context.Context, a *kin.Agent, cause error) error {
-	now := d.now()
+func (run *Runner) failStart(ctx context.Context, a *kin.Agent, cause error) error {
+	now := run.now()
 	status, state, reason := kin.StatusTerminated, kin.StateFailed, reasonStartFail
-	err := d.update(ctx, func(tx store.Tx, _ *store.AfterCommit) error {
+	err := run.update(ctx, func(tx store.Tx, _ *store.AfterCommit) error {
 		p := store.AgentUpdateParams{ID: a.ID, At: now, Status: &status, State: &state, EndedAt: &now, EndReason: &reason}
-		d.ctxMu.Lock()
-		c := d.ctxAgents[a.ID]
-		d.ctxMu.Unlock()
+		run.ctxMu.Lock()
+		c := run.ctxAgents[a.ID]
+		run.ctxMu.Unlock()
 		failed := kin.ResultFailed
 		if c != nil && c.resultChan {
 			p.Result = &failed
@@ -263,7 +263,7 @@ func (d *Daemon) failStart(ctx context.Context, a *kin.Agent, cause error) error
 		return store.AppendEvent(ctx, tx, now, kin.EventAgentFailed, a.ID, a.Parent, kin.AgentFailedData{Agent: a.ID, Parent: a.Parent, Reason: reason, Detail: cause.Error()})
 	})
 	if err != nil {
-		d.log.Error("record failed start", "agent", a.ID, "err", err)
+		run.log.Error("record failed start", "agent", a.ID, "err", err)
 	}
 	code := kin.ECodeInvalid
 	switch {
@@ -277,14 +277,14 @@ func (d *Daemon) failStart(ctx context.Context, a *kin.Agent, cause error) error
 
 // agentEnv is the environment of an agent's process: a few variables of
 // the daemon's own, kin's identity variables, then the spawner's.
-func (d *Daemon) agentEnv(a *kin.Agent, sock, cursor string, extra []string) []string {
+func (run *Runner) agentEnv(a *kin.Agent, sock, cursor string, extra []string) []string {
 	env := make([]string, 0, 12+len(extra))
 	for _, k := range []string{"HOME", "LANG", "LC_ALL", "TZ", "TMPDIR", "USER", "LOGNAME"} {
 		if v, ok := os.LookupEnv(k); ok {
 			env = append(env, k+"="+v)
 		}
 	}
-	env = append(env, "PATH="+d.agentPath)
+	env = append(env, "PATH="+run.agentPath)
 	env = append(env,
 		"KIN_AGENT_ID="+a.ID.String(),
 		"KIN_AGENT_NAME="+a.Name,
@@ -311,14 +311,14 @@ func agentPATH(kinDir string) string {
 }
 
 // onExit is the supervisor's callback for every reaped agent process.
-func (d *Daemon) onExit(ex supervisor.Exit) {
+func (run *Runner) onExit(ex supervisor.Exit) {
 	if errors.Is(ex.Err, supervisor.ErrClosed) {
 		return // left running on purpose (--leave-running): the next daemon re-adopts it
 	}
-	d.exitWG.Add(1)
+	run.exitWG.Add(1)
 	go func() {
-		defer d.exitWG.Done()
-		d.handleExit(ex.ID, exitOf(ex))
+		defer run.exitWG.Done()
+		run.handleExit(ex.ID, exitOf(ex))
 	}()
 }
 
@@ -346,16 +346,16 @@ func signalName(s syscall.Signal) string {
 // handleExit records an agent's process ending on its own, cancels its
 // owned subtree (seed 001: parent death cancels children, synchronously),
 // and replaces it if its restart policy says so.
-func (d *Daemon) handleExit(id kin.AgentID, exit kin.Exit) {
-	rt := d.runtimeOf(id)
+func (run *Runner) handleExit(id kin.AgentID, exit kin.Exit) {
+	rt := run.runtimeOf(id)
 	if rt == nil {
 		return
 	}
 	<-rt.ready
-	d.rtMu.Lock()
+	run.rtMu.Lock()
 	owned := rt.ending
 	rt.ending = true
-	d.rtMu.Unlock()
+	run.rtMu.Unlock()
 	if owned {
 		return // a stop or cancellation records this end
 	}
@@ -369,34 +369,34 @@ func (d *Daemon) handleExit(id kin.AgentID, exit kin.Exit) {
 	}
 	var res *outcome
 	if rt.ctx != nil && rt.ctx.resultChan {
-		if cur, err := d.store.AgentGetByID(ctx, id); err == nil {
-			o := d.collectResult(cur, rt.ctx, exit)
+		if cur, err := run.store.AgentGetByID(ctx, id); err == nil {
+			o := run.collectResult(cur, rt.ctx, exit)
 			res = &o
 		}
 	}
-	a, err := d.recordEnd(ctx, id, state, reason, &exit, res)
+	a, err := run.recordEnd(ctx, id, state, reason, &exit, res)
 	if err != nil {
-		d.log.Error("record exit", "agent", id, "err", err)
+		run.log.Error("record exit", "agent", id, "err", err)
 	}
-	d.log.Info("agent ended", "agent", id, "exit", exit.String(), "reason", reason)
+	run.log.Info("agent ended", "agent", id, "exit", exit.String(), "reason", reason)
 	// Its owned descendants, and whatever its process left behind.
-	if _, err := d.cancelTree(ctx, cancelParams{Root: id, Reason: reasonParentDead}); err != nil {
-		d.log.Error("cancel children", "agent", id, "err", err)
+	if _, err := run.cancelTree(ctx, cancelParams{Root: id, Reason: reasonParentDead}); err != nil {
+		run.log.Error("cancel children", "agent", id, "err", err)
 	}
-	d.removeRuntime(id)
+	run.removeRuntime(id)
 	if a != nil {
-		d.maybeRestart(ctx, a, reason)
+		run.maybeRestart(ctx, a, reason)
 	}
 }
 
 // recordEnd writes how an agent ended and its agent.exited event.
 // With res, it also records where the agent's result stands, and its
 // agent.result event.
-func (d *Daemon) recordEnd(ctx context.Context, id kin.AgentID, state kin.State, reason string, exit *kin.Exit, res *outcome) (*kin.Agent, error) {
-	now := d.now()
+func (run *Runner) recordEnd(ctx context.Context, id kin.AgentID, state kin.State, reason string, exit *kin.Exit, res *outcome) (*kin.Agent, error) {
+	now := run.now()
 	status := kin.StatusTerminated
 	var out *kin.Agent
-	err := d.update(ctx, func(tx store.Tx, _ *store.AfterCommit) error {
+	err := run.update(ctx, func(tx store.Tx, _ *store.AfterCommit) error {
 		a, err := tx.AgentGetByID(ctx, id)
 		if err != nil {
 			return err
@@ -419,7 +419,7 @@ func (d *Daemon) recordEnd(ctx context.Context, id kin.AgentID, state kin.State,
 		if err := store.AppendEvent(ctx, tx, now, kin.EventAgentExited, id, a.Parent, data); err != nil {
 			return err
 		}
-		if err := d.Server.RevokeAgentsTx(ctx, tx, now, []kin.AgentID{id}, "agent ended: "+reason); err != nil {
+		if err := run.ps.RevokeAgentsTx(ctx, tx, now, []kin.AgentID{id}, "agent ended: "+reason); err != nil {
 			return err
 		}
 		if res != nil {
@@ -436,21 +436,21 @@ func (d *Daemon) recordEnd(ctx context.Context, id kin.AgentID, state kin.State,
 // Stop stops an agent's process and cancels its owned subtree the same way
 // parent death does (reason "stopped"). An agent may stop only its
 // descendants.
-func (d *Daemon) Stop(ctx context.Context, req kin.StopRequest) ([]*kin.Agent, error) {
-	if err := d.authorize(ctx, req.ID, false); err != nil {
+func (run *Runner) Stop(ctx context.Context, req kin.StopRequest) ([]*kin.Agent, error) {
+	if err := run.authorize(ctx, req.ID, false); err != nil {
 		return nil, err
 	}
 	if req.Grace != nil && (*req.Grace < 0 || time.Duration(*req.Grace) > kin.MaxGrace) {
 		return nil, kin.Errorf(kin.ECodeInvalid, "grace %s is outside 0..%s", time.Duration(*req.Grace), kin.MaxGrace)
 	}
-	a, err := d.store.AgentGetByID(ctx, req.ID)
+	a, err := run.store.AgentGetByID(ctx, req.ID)
 	if err != nil {
-		return nil, d.agentError(err, req.ID)
+		return nil, run.agentError(err, req.ID)
 	}
 	if a.State.Terminal() {
 		return nil, kin.Errorf(kin.ECodeInvalidTransition, "agent %d has already ended (%s)", a.ID, a.State)
 	}
-	return d.cancelTree(context.WithoutCancel(ctx), cancelParams{Root: req.ID, Reason: reasonStopped, Grace: req.Grace, IncludeRoot: true})
+	return run.cancelTree(context.WithoutCancel(ctx), cancelParams{Root: req.ID, Reason: reasonStopped, Grace: req.Grace, IncludeRoot: true})
 }
 
 // cancelParams says which subtree cancelTree stops, why and how.
@@ -468,16 +468,16 @@ type cancelParams struct {
 // SIGKILL what is left (cgroup.kill), wait until the cgroups are empty,
 // mark each cancelled, and append agent.child.cancel and agent.stop for
 // each. Detached children and their subtrees are left alone.
-func (d *Daemon) cancelTree(ctx context.Context, p cancelParams) ([]*kin.Agent, error) {
+func (run *Runner) cancelTree(ctx context.Context, p cancelParams) ([]*kin.Agent, error) {
 	root, reason, grace, includeRoot, rootState := p.Root, p.Reason, p.Grace, p.IncludeRoot, p.RootState
 	began := time.Now()
-	ids := d.lineage.Subtree(root)
+	ids := run.lineage.Subtree(root)
 	if ids == nil {
 		return nil, kin.Errorf(kin.ECodeNotFound, "agent %d not found", root)
 	}
-	all, err := d.store.AgentListByIDs(ctx, ids)
+	all, err := run.store.AgentListByIDs(ctx, ids)
 	if err != nil {
-		return nil, d.storeError(err)
+		return nil, run.storeError(err)
 	}
 	// The owned subtree, parents before children.
 	in := map[kin.AgentID]bool{root: true}
@@ -494,9 +494,9 @@ func (d *Daemon) cancelTree(ctx context.Context, p cancelParams) ([]*kin.Agent, 
 	// Claim the running ones: a concurrent cancellation that claimed an
 	// agent first records it.
 	var mine []*kin.Agent
-	d.rtMu.Lock()
+	run.rtMu.Lock()
 	for _, a := range targets {
-		if rt := d.runtimes[a.ID]; rt != nil {
+		if rt := run.runtimes[a.ID]; rt != nil {
 			if rt.ending && a.ID != root {
 				continue
 			}
@@ -504,13 +504,13 @@ func (d *Daemon) cancelTree(ctx context.Context, p cancelParams) ([]*kin.Agent, 
 		}
 		mine = append(mine, a)
 	}
-	d.rtMu.Unlock()
+	run.rtMu.Unlock()
 
 	// 1-2: mark them stopping.
-	now := d.now()
+	now := run.now()
 	stopping := kin.StateStopping
 	if len(mine) > 0 {
-		err := d.update(ctx, func(tx store.Tx, _ *store.AfterCommit) error {
+		err := run.update(ctx, func(tx store.Tx, _ *store.AfterCommit) error {
 			for _, a := range mine {
 				if err := tx.AgentUpdate(ctx, store.AgentUpdateParams{ID: a.ID, At: now, State: &stopping}); err != nil {
 					return err
@@ -519,14 +519,14 @@ func (d *Daemon) cancelTree(ctx context.Context, p cancelParams) ([]*kin.Agent, 
 			return nil
 		})
 		if err != nil {
-			return nil, d.storeError(err)
+			return nil, run.storeError(err)
 		}
 	}
 	// 3: close their sockets.
 	maxGrace := time.Duration(0)
 	var socks []*agentSocket
 	for _, a := range mine {
-		if rt := d.runtimeOf(a.ID); rt != nil && rt.sock != nil {
+		if rt := run.runtimeOf(a.ID); rt != nil && rt.sock != nil {
 			socks = append(socks, rt.sock)
 		}
 		maxGrace = max(maxGrace, time.Duration(a.Grace))
@@ -538,13 +538,13 @@ func (d *Daemon) cancelTree(ctx context.Context, p cancelParams) ([]*kin.Agent, 
 	// 4-6: SIGTERM, grace, SIGKILL, wait until empty. The root's group
 	// holds every owned descendant's group, and what the root's own process
 	// left behind.
-	if err := d.sup.Stop(ctx, root, maxGrace); err != nil && !errors.Is(err, supervisor.ErrUnknownAgent) {
-		d.log.Error("stop cgroup", "agent", root, "err", err)
+	if err := run.sup.Stop(ctx, root, maxGrace); err != nil && !errors.Is(err, supervisor.ErrUnknownAgent) {
+		run.log.Error("stop cgroup", "agent", root, "err", err)
 	}
 	for _, a := range mine { // agents under a registered-only root have groups of their own
-		if rt := d.runtimeOf(a.ID); rt != nil && a.ID != root {
-			if err := d.sup.Stop(ctx, a.ID, maxGrace); err != nil && !errors.Is(err, supervisor.ErrUnknownAgent) {
-				d.log.Error("stop cgroup", "agent", a.ID, "err", err)
+		if rt := run.runtimeOf(a.ID); rt != nil && a.ID != root {
+			if err := run.sup.Stop(ctx, a.ID, maxGrace); err != nil && !errors.Is(err, supervisor.ErrUnknownAgent) {
+				run.log.Error("stop cgroup", "agent", a.ID, "err", err)
 			}
 		}
 	}
@@ -552,13 +552,13 @@ func (d *Daemon) cancelTree(ctx context.Context, p cancelParams) ([]*kin.Agent, 
 	// made so far: partial, marked cancelled, but kept.
 	if reason == authority.ReasonBudget || reason == authority.ReasonDeadline {
 		for _, a := range mine {
-			d.keepPartial(ctx, a)
+			run.keepPartial(ctx, a)
 		}
 	}
 	// 7-8: record.
-	now = d.now()
+	now = run.now()
 	var done []*kin.Agent
-	err = d.update(ctx, func(tx store.Tx, _ *store.AfterCommit) error {
+	err = run.update(ctx, func(tx store.Tx, _ *store.AfterCommit) error {
 		done = done[:0]
 		for _, a := range mine {
 			cur, err := tx.AgentGetByID(ctx, a.ID)
@@ -580,7 +580,7 @@ func (d *Daemon) cancelTree(ctx context.Context, p cancelParams) ([]*kin.Agent, 
 			if cur.PID != 0 && cur.EndedAt.IsZero() {
 				p.EndedAt = &now
 				exit := kin.Exit{Code: -1}
-				if rt := d.runtimeOf(a.ID); rt != nil && rt.proc != nil {
+				if rt := run.runtimeOf(a.ID); rt != nil && rt.proc != nil {
 					if ex, ok := rt.proc.Exit(); ok {
 						exit = exitOf(ex)
 					}
@@ -615,17 +615,17 @@ func (d *Daemon) cancelTree(ctx context.Context, p cancelParams) ([]*kin.Agent, 
 		for i, a := range done {
 			ids[i] = a.ID
 		}
-		return d.Server.RevokeAgentsTx(ctx, tx, now, ids, "agent stopped: "+reason)
+		return run.ps.RevokeAgentsTx(ctx, tx, now, ids, "agent stopped: "+reason)
 	})
 	for _, a := range mine {
-		d.removeRuntime(a.ID)
+		run.removeRuntime(a.ID)
 	}
 	if err != nil {
-		return nil, d.storeError(err)
+		return nil, run.storeError(err)
 	}
 	if len(done) > 0 {
-		d.metrics.observeCascade(reason, len(done), began)
-		d.log.Info("cancelled", "root", root, "agents", len(done), "reason", reason)
+		run.obs.Cascade(reason, len(done), began)
+		run.log.Info("cancelled", "root", root, "agents", len(done), "reason", reason)
 	}
 	return nonNil(done), nil
 }
@@ -633,38 +633,38 @@ func (d *Daemon) cancelTree(ctx context.Context, p cancelParams) ([]*kin.Agent, 
 // maybeRestart replaces an agent that ended by itself when its restart
 // policy says so, within the profile's restart intensity (seed 002 §5.2:
 // the replacement resumes from the last cursor).
-func (d *Daemon) maybeRestart(ctx context.Context, old *kin.Agent, reason string) {
+func (run *Runner) maybeRestart(ctx context.Context, old *kin.Agent, reason string) {
 	switch {
 	case old.Restart == kin.RestartAlways && (reason == reasonExited || reason == reasonCrashed || reason == reasonOffline):
 	case old.Restart == kin.RestartOnFailure && (reason == reasonCrashed || reason == reasonOffline):
 	default:
 		return
 	}
-	d.rtMu.Lock()
-	down := d.shuttingDown
-	d.rtMu.Unlock()
+	run.rtMu.Lock()
+	down := run.shuttingDown
+	run.rtMu.Unlock()
 	if down {
 		return
 	}
 	if old.Parent != 0 {
-		p, err := d.store.AgentGetByID(ctx, old.Parent)
+		p, err := run.store.AgentGetByID(ctx, old.Parent)
 		if err != nil || p.Status != kin.StatusActive || p.State.Terminal() || p.State == kin.StateStopping {
 			return // a dead or stopping parent gets no replacement children
 		}
 	}
-	prof := d.governor()
-	restarts, err := d.recentRestarts(ctx, old, d.now().Add(-time.Duration(prof.Restart.Period)))
+	prof := run.reg.Profile()
+	restarts, err := run.recentRestarts(ctx, old, run.now().Add(-time.Duration(prof.Restart.Period)))
 	if err != nil {
-		d.log.Error("restart intensity", "agent", old.ID, "err", err)
+		run.log.Error("restart intensity", "agent", old.ID, "err", err)
 		return
 	}
 	if restarts >= prof.Restart.MaxRestarts {
-		d.markFailed(ctx, old, fmt.Sprintf("restart intensity exceeded: %d restarts within %s", restarts, time.Duration(prof.Restart.Period)))
+		run.markFailed(ctx, old, fmt.Sprintf("restart intensity exceeded: %d restarts within %s", restarts, time.Duration(prof.Restart.Period)))
 		return
 	}
-	spec, err := d.store.AgentProcessSpec(ctx, old.ID)
+	spec, err := run.store.AgentProcessSpec(ctx, old.ID)
 	if err != nil {
-		d.log.Error("restart spec", "agent", old.ID, "err", err)
+		run.log.Error("restart spec", "agent", old.ID, "err", err)
 		return
 	}
 	req := kin.RegisterRequest{
@@ -673,37 +673,37 @@ func (d *Daemon) maybeRestart(ctx context.Context, old *kin.Agent, reason string
 		Scope: old.Scope, SelfModifying: old.SelfModifying, Life: old.Life,
 	}
 	extra := &registry.SpawnExtra{Command: spec.Command, Env: spec.Env, Dir: spec.Dir, Restart: old.Restart, Grace: old.Grace, Replaces: old.ID, Handoff: spec.Handoff}
-	began := d.traceStart()
-	a, err := d.Registry.RegisterSpawn(ctx, req, *extra) // the operator's context: the supervisor acts
+	began := run.obs.TraceBegan()
+	a, err := run.reg.RegisterSpawn(ctx, req, *extra) // the operator's context: the supervisor acts
 	if err != nil {
-		d.traceSpawn(ctx, spawnKindRestart, req.Parent, req.Name, nil, began, err)
-		d.markFailed(ctx, old, "replacement refused: "+err.Error())
+		run.obs.Traced(ctx, SpawnKindRestart, req.Parent, req.Name, nil, began, err)
+		run.markFailed(ctx, old, "replacement refused: "+err.Error())
 		return
 	}
-	err = d.update(ctx, func(tx store.Tx, _ *store.AfterCommit) error {
-		return store.AppendEvent(ctx, tx, d.now(), kin.EventAgentReplaced, old.ID, old.Parent, kin.AgentReplacedData{
+	err = run.update(ctx, func(tx store.Tx, _ *store.AfterCommit) error {
+		return store.AppendEvent(ctx, tx, run.now(), kin.EventAgentReplaced, old.ID, old.Parent, kin.AgentReplacedData{
 			Agent: old.ID, Replacement: a.ID, Cursor: old.Cursor, Reason: reason, Restarts: restarts + 1,
 		})
 	})
 	if err != nil {
-		d.log.Error("record replacement", "agent", old.ID, "err", err)
+		run.log.Error("record replacement", "agent", old.ID, "err", err)
 	}
-	started, err := d.start(ctx, a, spec, old.Cursor)
+	started, err := run.start(ctx, a, spec, old.Cursor)
 	if err != nil {
-		d.log.Error("start replacement", "agent", a.ID, "err", err)
+		run.log.Error("start replacement", "agent", a.ID, "err", err)
 	} else {
 		a = started
 	}
-	d.traceSpawn(ctx, spawnKindRestart, req.Parent, req.Name, a, began, err)
+	run.obs.Traced(ctx, SpawnKindRestart, req.Parent, req.Name, a, began, err)
 }
 
 // recentRestarts counts the replacements in old's chain (old, the agent it
 // replaced, and so on) created since since.
-func (d *Daemon) recentRestarts(ctx context.Context, old *kin.Agent, since time.Time) (int, error) {
+func (run *Runner) recentRestarts(ctx context.Context, old *kin.Agent, since time.Time) (int, error) {
 	n := 0
 	for a := old; a.Replaces != 0 && !a.CreatedAt.Before(since); {
 		n++
-		prev, err := d.store.AgentGetByID(ctx, a.Replaces)
+		prev, err := run.store.AgentGetByID(ctx, a.Replaces)
 		if err != nil {
 			return n, err
 		}
@@ -713,39 +713,39 @@ func (d *Daemon) recentRestarts(ctx context.Context, old *kin.Agent, since time.
 }
 
 // markFailed records that an agent will not be replaced, and alerts its parent.
-func (d *Daemon) markFailed(ctx context.Context, a *kin.Agent, why string) {
-	now := d.now()
+func (run *Runner) markFailed(ctx context.Context, a *kin.Agent, why string) {
+	now := run.now()
 	state := kin.StateFailed
-	err := d.update(ctx, func(tx store.Tx, _ *store.AfterCommit) error {
+	err := run.update(ctx, func(tx store.Tx, _ *store.AfterCommit) error {
 		if err := tx.AgentUpdate(ctx, store.AgentUpdateParams{ID: a.ID, At: now, State: &state}); err != nil {
 			return err
 		}
 		return store.AppendEvent(ctx, tx, now, kin.EventAgentFailed, a.ID, a.Parent, kin.AgentFailedData{Agent: a.ID, Parent: a.Parent, Reason: "restart_intensity", Detail: why})
 	})
 	if err != nil {
-		d.log.Error("record failure", "agent", a.ID, "err", err)
+		run.log.Error("record failure", "agent", a.ID, "err", err)
 	}
-	d.log.Warn("agent failed", "agent", a.ID, "why", why)
+	run.log.Warn("agent failed", "agent", a.ID, "why", why)
 }
 
 // logPath is where an agent's stdout and stderr go.
-func (d *Daemon) logPath(id kin.AgentID) string {
-	return filepath.Join(d.cfg.Home, "logs", id.String()+".log")
+func (run *Runner) logPath(id kin.AgentID) string {
+	return filepath.Join(run.cfg.Home, "logs", id.String()+".log")
 }
 
 // runningCount is the number of agent processes the daemon supervises.
-func (d *Daemon) runningCount() int {
-	d.rtMu.Lock()
-	defer d.rtMu.Unlock()
-	return len(d.runtimes)
+func (run *Runner) runningCount() int {
+	run.rtMu.Lock()
+	defer run.rtMu.Unlock()
+	return len(run.runtimes)
 }
 
 // freeze freezes (or thaws) an agent's own processes, or its whole subtree.
-func (d *Daemon) freeze(ctx context.Context, id kin.AgentID, subtree, freeze bool) error {
+func (run *Runner) freeze(ctx context.Context, id kin.AgentID, subtree, freeze bool) error {
 	if freeze {
-		return d.sup.Freeze(ctx, id, subtree)
+		return run.sup.Freeze(ctx, id, subtree)
 	}
-	return d.sup.Thaw(ctx, id, subtree)
+	return run.sup.Thaw(ctx, id, subtree)
 }
 
 // withGroups is c with extra supplementary groups (nil c: the daemon's own
@@ -798,10 +798,10 @@ func resolveCommand(argv []string, dir string) ([]string, error) {
 // freezeChanged freezes (or thaws) the processes of the agents whose status
 // was just suspended (or resumed), then records their state: suspended only
 // once the kernel says frozen.
-func (d *Daemon) freezeChanged(ctx context.Context, req kin.StatusRequest, changed []*kin.Agent) error {
+func (run *Runner) freezeChanged(ctx context.Context, req kin.StatusRequest, changed []*kin.Agent) error {
 	var running []*kin.Agent
 	for _, a := range changed {
-		if a.Running() && d.runtimeOf(a.ID) != nil {
+		if a.Running() && run.runtimeOf(a.ID) != nil {
 			running = append(running, a)
 		}
 	}
@@ -810,8 +810,8 @@ func (d *Daemon) freezeChanged(ctx context.Context, req kin.StatusRequest, chang
 	}
 	freeze := req.Action == kin.ActionSuspend
 	done := map[kin.AgentID]bool{}
-	if req.Cascade && d.runtimeOf(req.ID) != nil {
-		if err := d.freeze(ctx, req.ID, true, freeze); err != nil {
+	if req.Cascade && run.runtimeOf(req.ID) != nil {
+		if err := run.freeze(ctx, req.ID, true, freeze); err != nil {
 			return kin.Errorf(kin.ECodeInternal, "%s agent %d's cgroup: %v", map[bool]string{true: "freeze", false: "thaw"}[freeze], req.ID, err)
 		}
 		for _, a := range running {
@@ -822,12 +822,12 @@ func (d *Daemon) freezeChanged(ctx context.Context, req kin.StatusRequest, chang
 		if done[a.ID] {
 			continue
 		}
-		if err := d.freeze(ctx, a.ID, false, freeze); err != nil {
+		if err := run.freeze(ctx, a.ID, false, freeze); err != nil {
 			return kin.Errorf(kin.ECodeInternal, "%s agent %d: %v", map[bool]string{true: "freeze", false: "thaw"}[freeze], a.ID, err)
 		}
 	}
-	now := d.now()
-	err := d.update(ctx, func(tx store.Tx, _ *store.AfterCommit) error {
+	now := run.now()
+	err := run.update(ctx, func(tx store.Tx, _ *store.AfterCommit) error {
 		for _, a := range running {
 			cur, err := tx.AgentGetByID(ctx, a.ID)
 			if err != nil {
@@ -860,7 +860,14 @@ func (d *Daemon) freezeChanged(ctx context.Context, req kin.StatusRequest, chang
 		return nil
 	})
 	if err != nil {
-		return d.storeError(err)
+		return run.storeError(err)
 	}
 	return nil
+}
+
+func nonNil(a []*kin.Agent) []*kin.Agent {
+	if a == nil {
+		return []*kin.Agent{}
+	}
+	return a
 }

@@ -1,4 +1,4 @@
-package daemon
+package runner
 
 import (
 	"context"
@@ -12,21 +12,21 @@ import (
 // Resources reads a running agent's cgroup accounting (the dashboard's
 // live CPU, memory and pids). An agent may read its own and its
 // descendants'.
-func (d *Daemon) Resources(ctx context.Context, id kin.AgentID) (*kin.AgentResources, error) {
-	if err := d.authorize(ctx, id, true); err != nil {
+func (run *Runner) Resources(ctx context.Context, id kin.AgentID) (*kin.AgentResources, error) {
+	if err := run.authorize(ctx, id, true); err != nil {
 		return nil, err
 	}
-	if _, err := d.store.AgentGetByID(ctx, id); err != nil {
-		return nil, d.agentError(err, id)
+	if _, err := run.store.AgentGetByID(ctx, id); err != nil {
+		return nil, run.agentError(err, id)
 	}
 	notRunning := kin.Errorf(kin.ECodeInvalid, "agent %d has no running process: resources are read from a running agent's cgroup", id)
-	if d.runtimeOf(id) == nil {
+	if run.runtimeOf(id) == nil {
 		return nil, notRunning
 	}
-	u, err := d.sup.Usage(id)
+	u, err := run.sup.Usage(id)
 	switch {
 	case errors.Is(err, supervisor.ErrNoUsage):
-		return nil, kin.Errorf(kin.ECodeInvalid, "containment is %s: resources are read from cgroups (%s)", d.sup.Containment(), d.sup.ContainmentReason())
+		return nil, kin.Errorf(kin.ECodeInvalid, "containment is %s: resources are read from cgroups (%s)", run.sup.Containment(), run.sup.ContainmentReason())
 	case errors.Is(err, supervisor.ErrUnknownAgent):
 		return nil, notRunning // it ended since the check
 	case err != nil:

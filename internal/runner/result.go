@@ -1,4 +1,4 @@
-package daemon
+package runner
 
 import (
 	"context"
@@ -37,24 +37,24 @@ func appendResult(ctx context.Context, tx store.Tx, at time.Time, a, parent kin.
 // computed, and write the status. A result that fails its contract is kept
 // and marked. An exit known to be a failure is failed whatever the result
 // says; an unknown exit (a re-adopted process) is judged by its result.
-func (d *Daemon) collectResult(a *kin.Agent, c *ctxAgent, exit kin.Exit) outcome {
+func (run *Runner) collectResult(a *kin.Agent, c *ctxAgent, exit kin.Exit) outcome {
 	failed := exit.Known && (exit.Code != 0 || exit.Signal != "")
 	if c.session.Agent == "" {
 		return outcome{status: kin.ResultFailed, violations: []string{"the agent has no session"}}
 	}
-	out, dir := d.ctx.OutputDir(c.session.UID, a.Name, c.session.ID), d.resultDir(a, c)
+	out, dir := run.ctx.OutputDir(c.session.UID, a.Name, c.session.ID), run.resultDir(a, c)
 	if dir != out {
-		if _, err := d.ctx.CopyResult(out, dir); err != nil {
-			d.log.Warn("copy result", "agent", a.ID, "err", err)
+		if _, err := run.ctx.CopyResult(out, dir); err != nil {
+			run.log.Warn("copy result", "agent", a.ID, "err", err)
 			o := outcome{status: kin.ResultContractViolated, violations: []string{"the result could not be copied: " + err.Error()}}
 			if failed {
 				o.status = kin.ResultFailed
 			}
-			d.setChildStatus(c, o.status)
+			run.setChildStatus(c, o.status)
 			return o
 		}
 	}
-	rep, err := d.checkResult(c, dir)
+	rep, err := run.checkResult(c, dir)
 	o := outcome{status: kin.ResultCompleted}
 	switch {
 	case err != nil:
@@ -68,8 +68,8 @@ func (d *Daemon) collectResult(a *kin.Agent, c *ctxAgent, exit kin.Exit) outcome
 		}
 		if dir != out { // the parent's copy carries only hashes kin vouches for
 			if refs, err := handoff.MarshalRefs(rep.VerifiedRefs()); err == nil {
-				if err := d.ctx.WriteFile(filepath.Join(dir, handoff.FileRefs), refs, c.parent.Owner, ctxfs.ModeAgentFile); err != nil {
-					d.log.Warn("write verified refs", "agent", a.ID, "err", err)
+				if err := run.ctx.WriteFile(filepath.Join(dir, handoff.FileRefs), refs, c.parent.Owner, ctxfs.ModeAgentFile); err != nil {
+					run.log.Warn("write verified refs", "agent", a.ID, "err", err)
 				}
 			}
 		}
@@ -78,7 +78,7 @@ func (d *Daemon) collectResult(a *kin.Agent, c *ctxAgent, exit kin.Exit) outcome
 		o.status = kin.ResultFailed
 		o.violations = append([]string{"the process ended with " + exit.String()}, o.violations...)
 	}
-	d.setChildStatus(c, o.status)
+	run.setChildStatus(c, o.status)
 	return o
 }
 
@@ -86,14 +86,14 @@ func (d *Daemon) collectResult(a *kin.Agent, c *ctxAgent, exit kin.Exit) outcome
 // link. Absolute refs are read only inside what the child was handed: its
 // input refs and the mounts of its mount subset (a daemon running as root
 // would otherwise tell a child the hash of any file it names).
-func (d *Daemon) checkResult(c *ctxAgent, dir string) (handoff.Report, error) {
-	root, err := d.openRoot(dir)
+func (run *Runner) checkResult(c *ctxAgent, dir string) (handoff.Report, error) {
+	root, err := run.openRoot(dir)
 	if err != nil {
 		return handoff.Report{}, err
 	}
 	defer root.Close()
 	opts := handoff.CheckOptions{}
-	if d.uids != nil {
+	if run.uids != nil {
 		opts.AbsRoots = c.absRoots()
 	}
 	return handoff.CheckRoot(c.contract, root, opts)
@@ -112,23 +112,23 @@ func (c *ctxAgent) absRoots() []string {
 }
 
 // setChildStatus writes the status file of c's folder in its parent's session.
-func (d *Daemon) setChildStatus(c *ctxAgent, st kin.ResultStatus) {
+func (run *Runner) setChildStatus(c *ctxAgent, st kin.ResultStatus) {
 	if c.parent.Agent == "" || c.childDir == "" {
 		return
 	}
-	if err := d.ctx.SetChildStatus(c.parent, c.childDir, ctxfs.ChildStatus(st)); err != nil {
-		d.log.Warn("child status", "child", c.childDir, "err", err)
+	if err := run.ctx.SetChildStatus(c.parent, c.childDir, ctxfs.ChildStatus(st)); err != nil {
+		run.log.Warn("child status", "child", c.childDir, "err", err)
 		return
 	}
-	d.ctxMu.Lock()
+	run.ctxMu.Lock()
 	c.childStatus = st
-	d.ctxMu.Unlock()
+	run.ctxMu.Unlock()
 }
 
 // Wait blocks until the agent has ended and kin has kept its result and
 // brought its files up to date, then returns its result.
-func (d *Daemon) Wait(ctx context.Context, req kin.WaitRequest) (*kin.AgentResult, error) {
-	if err := d.authorize(ctx, req.ID, false); err != nil {
+func (run *Runner) Wait(ctx context.Context, req kin.WaitRequest) (*kin.AgentResult, error) {
+	if err := run.authorize(ctx, req.ID, false); err != nil {
 		return nil, err
 	}
 	if req.Timeout < 0 || time.Duration(req.Timeout) > kin.MaxWait {
@@ -140,26 +140,26 @@ func (d *Daemon) Wait(ctx context.Context, req kin.WaitRequest) (*kin.AgentResul
 		defer cancel()
 	}
 	for {
-		changed := d.store.Wait()
-		a, err := d.store.AgentGetByID(ctx, req.ID)
+		changed := run.store.Wait()
+		a, err := run.store.AgentGetByID(ctx, req.ID)
 		if err != nil {
-			return nil, d.waitError(ctx, req, d.agentError(err, req.ID))
+			return nil, run.waitError(ctx, req, run.agentError(err, req.ID))
 		}
 		if ended(a) {
-			seq, err := d.store.EventLastSeq(ctx)
+			seq, err := run.store.EventLastSeq(ctx)
 			if err == nil {
-				err = d.ctxw.waitApplied(ctx, seq)
+				err = run.ctxw.waitApplied(ctx, seq)
 			}
 			if err != nil {
-				return nil, d.waitError(ctx, req, err)
+				return nil, run.waitError(ctx, req, err)
 			}
-			return d.result(ctx, a)
+			return run.result(ctx, a)
 		}
 		select {
 		case <-changed:
 		case <-ctx.Done():
-			return nil, d.waitError(ctx, req, ctx.Err())
-		case <-d.closing:
+			return nil, run.waitError(ctx, req, ctx.Err())
+		case <-run.closing:
 			return nil, kin.Errorf(kin.ECodeUnavailable, "the daemon is shutting down")
 		}
 	}
@@ -176,7 +176,7 @@ func ended(a *kin.Agent) bool {
 	return over && (a.Result == "" || a.Result.Ended())
 }
 
-func (d *Daemon) waitError(ctx context.Context, req kin.WaitRequest, err error) error {
+func (run *Runner) waitError(ctx context.Context, req kin.WaitRequest, err error) error {
 	if errors.Is(err, context.DeadlineExceeded) && ctx.Err() != nil {
 		return kin.Errorf(kin.ECodeTimeout, "agent %d has not ended within %s", req.ID, time.Duration(req.Timeout))
 	}
@@ -184,33 +184,33 @@ func (d *Daemon) waitError(ctx context.Context, req kin.WaitRequest, err error) 
 }
 
 // Result returns an agent's result as kin kept it, ended or not.
-func (d *Daemon) Result(ctx context.Context, id kin.AgentID) (*kin.AgentResult, error) {
-	if err := d.authorize(ctx, id, true); err != nil {
+func (run *Runner) Result(ctx context.Context, id kin.AgentID) (*kin.AgentResult, error) {
+	if err := run.authorize(ctx, id, true); err != nil {
 		return nil, err
 	}
-	a, err := d.store.AgentGetByID(ctx, id)
+	a, err := run.store.AgentGetByID(ctx, id)
 	if err != nil {
-		return nil, d.agentError(err, id)
+		return nil, run.agentError(err, id)
 	}
-	return d.result(ctx, a)
+	return run.result(ctx, a)
 }
 
-func (d *Daemon) result(ctx context.Context, a *kin.Agent) (*kin.AgentResult, error) {
+func (run *Runner) result(ctx context.Context, a *kin.Agent) (*kin.AgentResult, error) {
 	r := &kin.AgentResult{Agent: a, Status: a.Result, Refs: []kin.Ref{}, Violations: []string{}}
 	if a.Result == "" {
 		return r, nil
 	}
-	c := d.ctxAgentOf(ctx, a)
-	r.Dir = d.resultDir(a, c)
+	c := run.ctxAgentOf(ctx, a)
+	r.Dir = run.resultDir(a, c)
 	if r.Dir == "" {
 		return r, nil
 	}
-	if b, err := d.ctx.ReadFile(filepath.Join(r.Dir, handoff.FileResult), handoff.MaxResultBytes); err == nil {
+	if b, err := run.ctx.ReadFile(filepath.Join(r.Dir, handoff.FileResult), handoff.MaxResultBytes); err == nil {
 		r.Result = string(b)
 	} else if !errors.Is(err, fs.ErrNotExist) {
 		r.Violations = append(r.Violations, "result.md could not be read: "+err.Error())
 	}
-	if b, err := d.ctx.ReadFile(filepath.Join(r.Dir, handoff.FileRefs), handoff.MaxRefsFile); err == nil {
+	if b, err := run.ctx.ReadFile(filepath.Join(r.Dir, handoff.FileRefs), handoff.MaxRefsFile); err == nil {
 		refs, err := handoff.ParseRefs(b)
 		if err != nil {
 			r.Violations = append(r.Violations, err.Error())
@@ -220,9 +220,9 @@ func (d *Daemon) result(ctx context.Context, a *kin.Agent) (*kin.AgentResult, er
 		}
 	}
 	if a.Result.Ended() {
-		evs, err := d.store.EventList(ctx, kin.EventFilter{Agent: a.ID, Types: []string{kin.EventAgentResult}})
+		evs, err := run.store.EventList(ctx, kin.EventFilter{Agent: a.ID, Types: []string{kin.EventAgentResult}})
 		if err != nil {
-			return nil, d.storeError(err)
+			return nil, run.storeError(err)
 		}
 		for i := len(evs) - 1; i >= 0; i-- {
 			if evs[i].Agent != a.ID {
@@ -241,19 +241,19 @@ func (d *Daemon) result(ctx context.Context, a *kin.Agent) (*kin.AgentResult, er
 // ContextPack returns what the agent's context should include about its
 // children (seed 001): each child's status, task, result.md, refs and
 // needed artifacts; never a child's messages.jsonl. Id 0 is the caller.
-func (d *Daemon) ContextPack(ctx context.Context, id kin.AgentID) (*kin.ContextPack, error) {
+func (run *Runner) ContextPack(ctx context.Context, id kin.AgentID) (*kin.ContextPack, error) {
 	if id == 0 {
 		id = caller.Of(ctx).Agent
 		if id == 0 {
 			return nil, kin.Errorf(kin.ECodeInvalid, "name an agent: the operator has no context")
 		}
 	}
-	if err := d.authorize(ctx, id, true); err != nil {
+	if err := run.authorize(ctx, id, true); err != nil {
 		return nil, err
 	}
-	a, err := d.store.AgentGetByID(ctx, id)
+	a, err := run.store.AgentGetByID(ctx, id)
 	if err != nil {
-		return nil, d.agentError(err, id)
+		return nil, run.agentError(err, id)
 	}
 	out := &kin.ContextPack{Agent: id}
 	var dirs []handoff.PackDir
@@ -263,16 +263,16 @@ func (d *Daemon) ContextPack(ctx context.Context, id kin.AgentID) (*kin.ContextP
 		}
 	}()
 	if a.Session != "" {
-		s := ctxfs.Session{Owner: d.agentOwner(a.ID), Agent: a.Name, ID: a.Session}
-		children := filepath.Join(d.ctx.ContextDir(s.UID, a.Name, a.Session), "child")
-		if cf, err := d.ctx.OpenDir(children); err == nil {
+		s := ctxfs.Session{Owner: run.agentOwner(a.ID), Agent: a.Name, ID: a.Session}
+		children := filepath.Join(run.ctx.ContextDir(s.UID, a.Name, a.Session), "child")
+		if cf, err := run.ctx.OpenDir(children); err == nil {
 			entries, _ := cf.ReadDir(-1)
 			cf.Close()
 			for _, e := range entries {
 				if !e.IsDir() || strings.HasPrefix(e.Name(), ".") {
 					continue
 				}
-				if root, err := d.openRoot(filepath.Join(children, e.Name())); err == nil {
+				if root, err := run.openRoot(filepath.Join(children, e.Name())); err == nil {
 					dirs = append(dirs, handoff.PackDir{Name: e.Name(), Root: root})
 				}
 			}
@@ -291,16 +291,16 @@ func (d *Daemon) ContextPack(ctx context.Context, id kin.AgentID) (*kin.ContextP
 
 // keepPartial copies a stopped agent's output/ into its parent's
 // context/child/<child>/ as it is, unchecked (its status says cancelled).
-func (d *Daemon) keepPartial(ctx context.Context, a *kin.Agent) {
-	c := d.ctxAgentOf(ctx, a)
+func (run *Runner) keepPartial(ctx context.Context, a *kin.Agent) {
+	c := run.ctxAgentOf(ctx, a)
 	if c.session.Agent == "" || !c.resultChan {
 		return
 	}
-	out, dir := d.ctx.OutputDir(c.session.UID, a.Name, c.session.ID), d.resultDir(a, c)
+	out, dir := run.ctx.OutputDir(c.session.UID, a.Name, c.session.ID), run.resultDir(a, c)
 	if dir == "" || dir == out {
 		return // kept where it is
 	}
-	if _, err := d.ctx.CopyResult(out, dir); err != nil {
-		d.log.Warn("keep partial result", "agent", a.ID, "err", err)
+	if _, err := run.ctx.CopyResult(out, dir); err != nil {
+		run.log.Warn("keep partial result", "agent", a.ID, "err", err)
 	}
 }

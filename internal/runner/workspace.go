@@ -1,4 +1,4 @@
-package daemon
+package runner
 
 import (
 	"context"
@@ -20,8 +20,8 @@ import (
 // permission authority, before anything is written: the policy (its mounts
 // resolved to the files they name, and those files recorded: the agent
 // gets those or nothing), the stage and the template.
-func (d *Daemon) checkPermissionRequest(req *kin.RegisterRequest) (map[string]authority.FileID, error) {
-	ids, err := d.Authority.CheckRequest(req)
+func (run *Runner) checkPermissionRequest(req *kin.RegisterRequest) (map[string]authority.FileID, error) {
+	ids, err := run.auth.CheckRequest(req)
 	if err != nil {
 		return nil, err
 	}
@@ -35,8 +35,8 @@ func (d *Daemon) checkPermissionRequest(req *kin.RegisterRequest) (map[string]au
 
 // sandboxAvailable refuses an agent with restricted mounts where Landlock
 // is missing, unless the operator allowed best effort.
-func (d *Daemon) sandboxAvailable() error {
-	if sandbox.ABI() > 0 || d.cfg.SandboxBestEffort {
+func (run *Runner) sandboxAvailable() error {
+	if sandbox.ABI() > 0 || run.cfg.SandboxBestEffort {
 		return nil
 	}
 	return kin.Errorf(kin.ECodeSandbox, "the agent's policy restricts its mounts, and this kernel has no Landlock to enforce them; "+
@@ -70,19 +70,19 @@ func (d *Daemon) sandboxAvailable() error {
 // Landlock keeps it to the consented paths. Only a sandboxed agent joins.
 // And the policy's mounts, opened as checked (holdMounts): the process's
 // descriptors 3 and up, for the caller to close once it started.
-func (d *Daemon) sandboxArgv(a *kin.Agent, c *ctxAgent, argv []string) ([]string, []uint32, []*os.File, error) {
-	layers, err := d.Authority.Layers(a.ID)
+func (run *Runner) sandboxArgv(a *kin.Agent, c *ctxAgent, argv []string) ([]string, []uint32, []*os.File, error) {
+	layers, err := run.auth.Layers(a.ID)
 	if err != nil {
 		return nil, nil, nil, err
 	}
 	flat := policy.Flatten(layers)
 	abi := sandbox.ABI()
-	asInit := d.sup.Containment() == supervisor.ContainmentPIDNamespaces
+	asInit := run.sup.Containment() == supervisor.ContainmentPIDNamespaces
 	if abi == 0 && flat.Mounts == nil && !authority.HasLimits(flat.Budget) && !asInit {
 		return argv, nil, nil, nil
 	}
 	var groups []uint32
-	spec := sandbox.Spec{Argv: argv, BestEffort: d.cfg.SandboxBestEffort, ScopeSignals: true, Init: asInit}
+	spec := sandbox.Spec{Argv: argv, BestEffort: run.cfg.SandboxBestEffort, ScopeSignals: true, Init: asInit}
 	if b := flat.Budget; b != nil {
 		spec.CPUSeconds, spec.MemoryBytes, spec.OpenFiles = deref(b.CPUSeconds), deref(b.MemoryBytes), deref(b.OpenFiles)
 	}
@@ -90,25 +90,25 @@ func (d *Daemon) sandboxArgv(a *kin.Agent, c *ctxAgent, argv []string) ([]string
 		spec.Restrict = true
 		if flat.Mounts != nil {
 			// The policy's own mounts are held (holdMounts), not paths.
-			spec.RO = append(spec.RO, d.systemRO()...)
+			spec.RO = append(spec.RO, run.systemRO()...)
 			spec.RW = append(spec.RW, sandbox.DefaultSystemRW()...)
 		} else {
 			spec.All = true
-			spec.Hidden = d.hiddenFromAgents
-			spec.RO = append(spec.RO, d.readOnlyForAgents...)
+			spec.Hidden = run.hiddenFromAgents
+			spec.RO = append(spec.RO, run.readOnlyForAgents...)
 		}
-		o := d.agentOwner(a.ID)
-		spec.RW = append(spec.RW, d.ctx.AgentHome(o.UID, a.Name))
-		if d.agentPath != "" {
-			spec.RO = append(spec.RO, filepath.Join(d.ctxDir, "bin"))
+		o := run.agentOwner(a.ID)
+		spec.RW = append(spec.RW, run.ctx.AgentHome(o.UID, a.Name))
+		if run.agentPath != "" {
+			spec.RO = append(spec.RO, filepath.Join(run.ctxDir, "bin"))
 		}
-		spec.RW = append(spec.RW, d.socketPath(a.Name))
+		spec.RW = append(spec.RW, run.socketPath(a.Name))
 		var seen []string
-		seen, groups = d.visibleTo(a)
+		seen, groups = run.visibleTo(a)
 		spec.RO = append(spec.RO, seen...)
 	}
 	spec.RW, spec.RO = grants(spec.RW, spec.RO)
-	held, err := d.Authority.HoldMounts(layers, flat, &spec)
+	held, err := run.auth.HoldMounts(layers, flat, &spec)
 	if err != nil {
 		return nil, nil, nil, err
 	}
@@ -117,7 +117,7 @@ func (d *Daemon) sandboxArgv(a *kin.Agent, c *ctxAgent, argv []string) ([]string
 		authority.CloseFiles(held)
 		return nil, nil, nil, fmt.Errorf("sandbox: %w", err)
 	}
-	return append([]string{d.shimPath(), sandbox.Subcommand}, args...), groups, held, nil
+	return append([]string{run.shimPath(), sandbox.Subcommand}, args...), groups, held, nil
 }
 
 func deref(p *int64) int64 {
@@ -128,26 +128,26 @@ func deref(p *int64) int64 {
 }
 
 // systemRO is the read-only system paths every sandboxed agent gets.
-func (d *Daemon) systemRO() []string {
-	if d.cfg.SandboxRO != nil {
-		return d.cfg.SandboxRO
+func (run *Runner) systemRO() []string {
+	if run.cfg.SandboxRO != nil {
+		return run.cfg.SandboxRO
 	}
 	return sandbox.DefaultSystemRO()
 }
 
 // shimPath is the kin binary that applies the sandbox: the published one
 // agents may execute, else the daemon's own.
-func (d *Daemon) shimPath() string {
-	if d.agentPath != "" {
-		if p := filepath.Join(d.ctxDir, "bin", "kin"); fileExists(p) {
+func (run *Runner) shimPath() string {
+	if run.agentPath != "" {
+		if p := filepath.Join(run.ctxDir, "bin", "kin"); fileExists(p) {
 			return p
 		}
 	}
-	if d.cfg.ShimPath != "" {
-		return d.cfg.ShimPath
+	if run.cfg.ShimPath != "" {
+		return run.cfg.ShimPath
 	}
-	if d.shimCopy != "" {
-		return d.shimCopy
+	if run.shimCopy != "" {
+		return run.shimCopy
 	}
 	exe, _ := os.Executable()
 	return exe
@@ -158,20 +158,20 @@ func (d *Daemon) shimPath() string {
 // binary not named kin, such as a test's): every agent starts through it,
 // as its own uid, and a binary in a private directory (go test's, go
 // run's) would not start. A hard link where it can, a copy otherwise.
-func (d *Daemon) publishShim() {
-	if d.cfg.ShimPath != "" {
+func (run *Runner) publishShim() {
+	if run.cfg.ShimPath != "" {
 		return
 	}
 	exe, err := os.Executable()
 	if err != nil {
 		return
 	}
-	dst := filepath.Join(d.ctxDir, "bin", ".kin-shim")
+	dst := filepath.Join(run.ctxDir, "bin", ".kin-shim")
 	tmp := dst + ".new"
 	os.Remove(tmp)
 	if err := os.Link(exe, tmp); err != nil {
 		if err := copyExecutable(exe, tmp); err != nil {
-			d.log.Warn("publish the sandbox shim for agents", "err", err)
+			run.log.Warn("publish the sandbox shim for agents", "err", err)
 			return
 		}
 	}
@@ -179,7 +179,7 @@ func (d *Daemon) publishShim() {
 		os.Remove(tmp)
 		return
 	}
-	d.shimCopy = dst
+	run.shimCopy = dst
 }
 
 func fileExists(p string) bool {
@@ -188,18 +188,18 @@ func fileExists(p string) bool {
 }
 
 // workspaceOf is the workspace directory of a.
-func (d *Daemon) workspaceOf(a *kin.Agent) string {
-	return d.ctx.WorkspaceDir(d.agentOwner(a.ID).UID, a.Name)
+func (run *Runner) workspaceOf(a *kin.Agent) string {
+	return run.ctx.WorkspaceDir(run.agentOwner(a.ID).UID, a.Name)
 }
 
 // provisionWorkspace writes a template into a new agent's workspace (seed
 // 003 §3), its placeholders replaced.
-func (d *Daemon) provisionWorkspace(ctx context.Context, a *kin.Agent, t *kin.Template) error {
+func (run *Runner) provisionWorkspace(ctx context.Context, a *kin.Agent, t *kin.Template) error {
 	vals := map[string]string{"AGENT_NAME": a.Name, "ROLE": a.Role, "RESPONSIBLE": a.Responsible, "PARENT": "", "PARENT_A": ""}
 	if a.Parent != 0 {
-		p, err := d.store.AgentGetByID(ctx, a.Parent)
+		p, err := run.store.AgentGetByID(ctx, a.Parent)
 		if err != nil {
-			return d.storeError(err)
+			return run.storeError(err)
 		}
 		vals["PARENT"], vals["PARENT_A"] = p.Name, p.Name
 	}
@@ -207,8 +207,8 @@ func (d *Daemon) provisionWorkspace(ctx context.Context, a *kin.Agent, t *kin.Te
 	if err != nil {
 		return kin.Errorf(kin.ECodeInvalid, "agent %d was registered, but its template could not be rendered: %v", a.ID, err)
 	}
-	o := d.agentOwner(a.ID)
-	dir, err := d.ctx.MakeWorkspace(o, a.Name)
+	o := run.agentOwner(a.ID)
+	dir, err := run.ctx.MakeWorkspace(o, a.Name)
 	if err != nil {
 		return kin.Errorf(kin.ECodeInternal, "agent %d was registered, but its workspace could not be made: %v", a.ID, err)
 	}
@@ -219,8 +219,8 @@ func (d *Daemon) provisionWorkspace(ctx context.Context, a *kin.Agent, t *kin.Te
 }
 
 // visibility is an agent's own consent (visibility is not inherited).
-func (d *Daemon) visibility(id kin.AgentID) *kin.Visibility {
-	if p := d.Authority.OwnPolicy(id); p != nil {
+func (run *Runner) visibility(id kin.AgentID) *kin.Visibility {
+	if p := run.auth.OwnPolicy(id); p != nil {
 		return p.Visibility
 	}
 	return nil
@@ -230,20 +230,20 @@ func (d *Daemon) visibility(id kin.AgentID) *kin.Visibility {
 // workspaces, for Landlock: each consenting owner's files and folders
 // that both scopes match, as they exist when the reader starts; and the
 // groups of those owners.
-func (d *Daemon) visibleTo(a *kin.Agent) ([]string, []uint32) {
-	v := d.visibility(a.ID)
+func (run *Runner) visibleTo(a *kin.Agent) ([]string, []uint32) {
+	v := run.visibility(a.ID)
 	if v == nil || len(v.ReadFrom) == 0 {
 		return nil, nil
 	}
 	var out []string
 	var groups []uint32
 	for _, ref := range v.ReadFrom {
-		owner, err := d.Registry.AgentByRef(context.Background(), ref)
+		owner, err := run.reg.AgentByRef(context.Background(), ref)
 		if err != nil || owner.ID == a.ID {
 			continue
 		}
-		ov := d.visibility(owner.ID)
-		ws := d.workspaceOf(owner)
+		ov := run.visibility(owner.ID)
+		ws := run.workspaceOf(owner)
 		before := len(out)
 		_ = filepath.WalkDir(ws, func(p string, e os.DirEntry, err error) error {
 			if err != nil || p == ws {
@@ -268,7 +268,7 @@ func (d *Daemon) visibleTo(a *kin.Agent) ([]string, []uint32) {
 			return nil
 		})
 		if len(out) > before {
-			if c := d.agentCredential(owner.ID); c != nil && !slices.Contains(groups, c.Gid) {
+			if c := run.agentCredential(owner.ID); c != nil && !slices.Contains(groups, c.Gid) {
 				groups = append(groups, c.Gid)
 			}
 		}

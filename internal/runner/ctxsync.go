@@ -1,4 +1,4 @@
-package daemon
+package runner
 
 import (
 	"context"
@@ -33,7 +33,7 @@ import (
 const recordEvery = 1024
 
 type ctxWriter struct {
-	d *Daemon
+	d *Runner
 
 	mu      sync.Mutex
 	applied int64                // the last event applied
@@ -61,12 +61,12 @@ const syncedFile = ".kin-synced"
 // ctxBatch is how many events one pass reads.
 const ctxBatch = 1000
 
-func newCtxWriter(d *Daemon) *ctxWriter {
+func newCtxWriter(run *Runner) *ctxWriter {
 	w := &ctxWriter{
-		d: d, advance: make(chan struct{}), touched: map[kin.AgentID]bool{}, kick: make(chan struct{}, 1), names: map[string]kin.AgentID{},
+		d: run, advance: make(chan struct{}), touched: map[kin.AgentID]bool{}, kick: make(chan struct{}, 1), names: map[string]kin.AgentID{},
 		stopc: make(chan struct{}), done: make(chan struct{}),
 	}
-	if b, err := d.ctx.ReadFile(filepath.Join(d.ctx.Root, syncedFile), 64); err == nil {
+	if b, err := run.ctx.ReadFile(filepath.Join(run.ctx.Root, syncedFile), 64); err == nil {
 		w.applied, _ = strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
 	}
 	return w
@@ -202,15 +202,15 @@ func (w *ctxWriter) sync() {
 
 // apply brings one agent's files up to date.
 func (w *ctxWriter) apply(ctx context.Context, a *kin.Agent, evs []kin.Event) {
-	d := w.d
-	c := d.ctxAgentOf(ctx, a)
+	run := w.d
+	c := run.ctxAgentOf(ctx, a)
 	if w.holdsName(a) {
 		v, err := ctxfs.ControlFor(a, c.rt)
 		if err == nil {
-			err = d.ctx.WriteControl(a.Name, v)
+			err = run.ctx.WriteControl(a.Name, v)
 		}
 		if err != nil {
-			d.log.Warn("agent filesystem: control files", "agent", a.ID, "err", err)
+			run.log.Warn("agent filesystem: control files", "agent", a.ID, "err", err)
 		} else {
 			w.mu.Lock()
 			w.names[a.Name] = a.ID
@@ -219,8 +219,8 @@ func (w *ctxWriter) apply(ctx context.Context, a *kin.Agent, evs []kin.Event) {
 	}
 	if c.session.Agent != "" {
 		if a.State != c.state && a.State.Valid() {
-			if err := d.ctx.SetSessionState(c.session, a.State, d.now()); err != nil {
-				d.log.Warn("agent filesystem: session state", "agent", a.ID, "err", err)
+			if err := run.ctx.SetSessionState(c.session, a.State, run.now()); err != nil {
+				run.log.Warn("agent filesystem: session state", "agent", a.ID, "err", err)
 			} else {
 				c.state = a.State
 			}
@@ -230,33 +230,33 @@ func (w *ctxWriter) apply(ctx context.Context, a *kin.Agent, evs []kin.Event) {
 		}
 	}
 	w.appendMessages(a, c, evs)
-	d.ctxMu.Lock()
+	run.ctxMu.Lock()
 	stale := a.Result != "" && a.Result != c.childStatus
-	d.ctxMu.Unlock()
+	run.ctxMu.Unlock()
 	if stale {
-		d.setChildStatus(c, a.Result)
+		run.setChildStatus(c, a.Result)
 	}
 }
 
 // appendEvents appends to the agent's events.jsonl the events it does not
 // hold yet.
 func (w *ctxWriter) appendEvents(a *kin.Agent, c *ctxAgent, evs []kin.Event) {
-	d := w.d
+	run := w.d
 	if !c.seqKnown {
 		// The first append since this daemon started: the file says where
 		// it stopped, and the store gives what came before this batch (an
 		// agent is registered before its session exists; a crash may have
 		// come between an append and the progress record).
-		seq, err := d.ctx.LastEventSeq(c.session)
+		seq, err := run.ctx.LastEventSeq(c.session)
 		if err != nil {
-			d.log.Warn("agent filesystem: events.jsonl", "agent", a.ID, "err", err)
+			run.log.Warn("agent filesystem: events.jsonl", "agent", a.ID, "err", err)
 			return
 		}
 		c.lastSeq, c.seqKnown = seq, true
 		if seq < evs[0].Seq {
-			all, err := d.store.EventList(context.Background(), kin.EventFilter{Agent: a.ID, Since: seq})
+			all, err := run.store.EventList(context.Background(), kin.EventFilter{Agent: a.ID, Since: seq})
 			if err != nil {
-				d.log.Warn("agent filesystem: events", "agent", a.ID, "err", err)
+				run.log.Warn("agent filesystem: events", "agent", a.ID, "err", err)
 				return
 			}
 			upTo := evs[len(evs)-1].Seq
@@ -276,7 +276,7 @@ func (w *ctxWriter) appendEvents(a *kin.Agent, c *ctxAgent, evs []kin.Event) {
 		}
 		b, err := json.Marshal(ev)
 		if err != nil {
-			d.log.Warn("agent filesystem: event", "seq", ev.Seq, "err", err)
+			run.log.Warn("agent filesystem: event", "seq", ev.Seq, "err", err)
 			continue
 		}
 		lines, last = append(lines, b), ev.Seq
@@ -284,8 +284,8 @@ func (w *ctxWriter) appendEvents(a *kin.Agent, c *ctxAgent, evs []kin.Event) {
 	if len(lines) == 0 {
 		return
 	}
-	if err := d.ctx.AppendEvents(c.session, lines); err != nil {
-		d.log.Warn("agent filesystem: events.jsonl", "agent", a.ID, "err", err)
+	if err := run.ctx.AppendEvents(c.session, lines); err != nil {
+		run.log.Warn("agent filesystem: events.jsonl", "agent", a.ID, "err", err)
 		return
 	}
 	c.lastSeq = last
@@ -313,7 +313,7 @@ func (w *ctxWriter) holdsName(a *kin.Agent) bool {
 // (an agent that never ran, or a key nobody made) gets nothing: the message
 // stays in the event log, where kin inbox reads it.
 func (w *ctxWriter) appendMessages(a *kin.Agent, c *ctxAgent, evs []kin.Event) {
-	d := w.d
+	run := w.d
 	type line struct {
 		seq  int64
 		data []byte
@@ -334,15 +334,15 @@ func (w *ctxWriter) appendMessages(a *kin.Agent, c *ctxAgent, evs []kin.Event) {
 		bySession[sid] = append(bySession[sid], line{ev.Seq, data})
 	}
 	for _, sid := range order {
-		s := ctxfs.Session{Owner: d.agentOwner(a.ID), Agent: a.Name, ID: sid}
+		s := ctxfs.Session{Owner: run.agentOwner(a.ID), Agent: a.Name, ID: sid}
 		if c.msgSeq == nil {
 			c.msgSeq = map[string]int64{}
 		}
 		done, known := c.msgSeq[sid]
 		if !known {
 			var err error
-			if done, err = d.ctx.LastMessageSeq(s); err != nil {
-				d.log.Warn("agent filesystem: messages.jsonl", "agent", a.ID, "session", sid, "err", err)
+			if done, err = run.ctx.LastMessageSeq(s); err != nil {
+				run.log.Warn("agent filesystem: messages.jsonl", "agent", a.ID, "session", sid, "err", err)
 				continue
 			}
 		}
@@ -353,8 +353,8 @@ func (w *ctxWriter) appendMessages(a *kin.Agent, c *ctxAgent, evs []kin.Event) {
 				lines = append(lines, l.data)
 			}
 		}
-		if err := d.ctx.AppendMessages(s, lines); err != nil {
-			d.log.Warn("agent filesystem: messages.jsonl", "agent", a.ID, "session", sid, "err", err)
+		if err := run.ctx.AppendMessages(s, lines); err != nil {
+			run.log.Warn("agent filesystem: messages.jsonl", "agent", a.ID, "session", sid, "err", err)
 			continue
 		}
 		c.msgSeq[sid] = msgs[len(msgs)-1].seq

@@ -1,0 +1,359 @@
+package runner
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/kin-agents/kin/internal/authority"
+	"github.com/kin-agents/kin/internal/caller"
+	"github.com/kin-agents/kin/internal/ctxfs"
+	"github.com/kin-agents/kin/internal/lineage"
+	"github.com/kin-agents/kin/internal/personserver"
+	"github.com/kin-agents/kin/internal/registry"
+	"github.com/kin-agents/kin/internal/store"
+	"github.com/kin-agents/kin/internal/supervisor"
+	"github.com/kin-agents/kin/internal/uidrange"
+	"github.com/kin-agents/kin/kin"
+)
+
+// Runner runs agents: it answers kin.RunnerService (Spawn, Stop,
+// Heartbeat, Logs, Whoami, Resources, Wait, Result, ContextPack), keeps
+// every agent's process in the supervisor's containment with the sandbox
+// its policy gives, the agent filesystem each agent sees (ctxtree.go) and
+// the writer that keeps it following the event log (ctxsync.go), each
+// agent's socket (agentsock.go), and ends subtrees (cancelTree), restarts
+// what its policy restarts, re-adopts what an earlier daemon left running
+// (reconcile.go) and marks silent agents stale and offline (liveness.go).
+type Runner struct {
+	cfg     Config
+	log     *slog.Logger
+	now     func() time.Time
+	store   store.Store
+	lineage *lineage.Tree
+	reg     *registry.Registry
+	auth    *authority.Authority
+	ps      *personserver.Server
+	obs     Observer
+	uids    *uidrange.Range // the home's agent uid range; nil: agents run as the daemon's user
+
+	sup           *supervisor.Supervisor
+	ctxDir        string // the agent filesystem's root
+	ctx           *ctxfs.FS
+	ctxw          *ctxWriter
+	ctxMu         sync.Mutex
+	ctxAgents     map[kin.AgentID]*ctxAgent
+	agentPath     string   // PATH of agent processes
+	agentPathList []string // the same, split: every agent's path control file (read-only)
+	rtMu          sync.Mutex
+	runtimes      map[kin.AgentID]*runtime
+	adopted       map[kin.AgentID]*os.File // pidfds of re-adopted processes
+	shuttingDown  bool
+	exitWG        sync.WaitGroup // exit handlers and restarts
+	agentSrv      *http.Server   // serves every agent socket
+	sockMu        sync.Mutex
+	socks         map[string]*agentSocket // by socket path
+
+	// The sandbox's default view's exceptions (agentView), and the shim
+	// published for agents when the daemon is not a binary named kin.
+	hiddenFromAgents, readOnlyForAgents []string
+	shimCopy                            string
+
+	wg      sync.WaitGroup // the liveness watcher, agent socket servers
+	closing chan struct{}
+	once    sync.Once
+}
+
+// Config is what a Runner is built from: the daemon's settings it reads.
+type Config struct {
+	Home   string // the daemon's home: kin's own files, hidden from agents
+	CtxDir string // the agent filesystem's root
+	// HTTPAddr is the HTTP API's address as configured ("" or "off":
+	// none); ListenAddr the address it listens on, once it does.
+	HTTPAddr   string
+	ListenAddr func() string
+	// SocketPath is the operator socket: hidden from agents.
+	SocketPath string
+	// AgentUIDs, UIDRange and UIDRangeDir: each agent as its own uid, from
+	// the home's range (package uidrange).
+	AgentUIDs   bool
+	UIDRange    string
+	UIDRangeDir string
+	// SandboxRO, SandboxBestEffort and ShimPath: the sandbox's read-only
+	// system paths, whether to run agents unrestricted without Landlock,
+	// and the kin binary that applies it when the daemon is not one.
+	SandboxRO         []string
+	SandboxBestEffort bool
+	ShimPath          string
+	// Containment, CgroupName and LeaveRunning: the supervisor's.
+	Containment  string
+	CgroupName   string
+	LeaveRunning bool
+
+	Store     store.Store
+	Lineage   *lineage.Tree
+	Authority *authority.Authority
+	Identity  *personserver.Server
+	Observer  Observer
+	Clock     func() time.Time
+	Log       *slog.Logger
+}
+
+// What a spawn span is of (Observer.Traced's kind).
+const (
+	SpawnKindSpawn   = "spawn"   // kin spawn: registered with a process
+	SpawnKindRestart = "restart" // a replacement started by a restart policy
+)
+
+// Observer is told what the runner does: metrics and traces.
+type Observer interface {
+	// Cascade records one stop or cascade: how many agents it ended and
+	// since when.
+	Cascade(reason string, agents int, began time.Time)
+	// Heartbeat records the time since an agent's previous heartbeat.
+	Heartbeat(prev, now time.Time)
+	// TraceBegan is when a spawn began; Traced records its span (kind:
+	// "spawn" or "restart"; a is nil when nothing was recorded).
+	TraceBegan() time.Time
+	Traced(ctx context.Context, kind string, parent kin.AgentID, name string, a *kin.Agent, began time.Time, err error)
+}
+
+// New makes a Runner: the home's uid range allocated, nothing started.
+// SetRegistry must follow before Open: the registry needs the runner's
+// hooks (RegistryHooks) and the runner the registry.
+func New(c Config) (*Runner, error) {
+	run := &Runner{
+		cfg: c, log: c.Log, now: c.Clock, store: c.Store, lineage: c.Lineage, auth: c.Authority, ps: c.Identity, obs: c.Observer,
+		ctxDir:    c.CtxDir,
+		ctxAgents: map[kin.AgentID]*ctxAgent{},
+		runtimes:  map[kin.AgentID]*runtime{},
+		adopted:   map[kin.AgentID]*os.File{},
+		socks:     map[string]*agentSocket{},
+		closing:   make(chan struct{}),
+	}
+	if run.log == nil {
+		run.log = slog.New(slog.DiscardHandler)
+	}
+	if err := run.allocateUIDs(); err != nil {
+		return nil, err
+	}
+	return run, nil
+}
+
+// SetRegistry gives the runner the registry it registers spawns with.
+func (run *Runner) SetRegistry(reg *registry.Registry) { run.reg = reg }
+
+// HTTPAddr is the address the HTTP API listens on, "" when none.
+func (run *Runner) HTTPAddr() string {
+	if run.cfg.ListenAddr == nil {
+		return ""
+	}
+	return run.cfg.ListenAddr()
+}
+
+// authorize checks that the caller may act on target.
+func (run *Runner) authorize(ctx context.Context, target kin.AgentID, self bool) error {
+	return caller.MayActOn(ctx, target, self, run.lineage.IsDescendant)
+}
+
+// update runs fn in a store transaction (store.UpdateAfter).
+func (run *Runner) update(ctx context.Context, fn func(tx store.Tx, after *store.AfterCommit) error) error {
+	return store.UpdateAfter(ctx, run.store, fn)
+}
+
+func (run *Runner) agentError(err error, id kin.AgentID) error {
+	return run.storeError(store.AgentError(err, id))
+}
+
+// storeError translates store failures into kin errors (store.KinError),
+// logging the ones that are the store's own.
+func (run *Runner) storeError(err error) error {
+	err = store.KinError(err)
+	if kin.ErrorCodeOf(err) == kin.ECodeInternal && ctxErr(err) == nil {
+		run.log.Error("store", "err", err)
+	}
+	return err
+}
+
+func ctxErr(err error) error {
+	if err == context.Canceled || err == context.DeadlineExceeded {
+		return err
+	}
+	return nil
+}
+
+// Open makes the agent filesystem and starts the supervisor: what must be
+// there before any agent runs or an earlier daemon's is re-adopted.
+func (run *Runner) Open() error {
+	name := run.cfg.CgroupName
+	if name == "" {
+		name = defaultCgroupName(run.cfg.Home)
+	}
+	owner, err := filepath.Abs(run.cfg.Home)
+	if err != nil {
+		return err
+	}
+	if err := run.prepareDirs(); err != nil {
+		return err
+	}
+	if err := run.checkAgentsReachCtx(); err != nil {
+		return err
+	}
+	if run.ctx, err = ctxfs.Open(run.ctxDir, ctxfs.Options{}); err != nil {
+		return err
+	}
+	if n, err := run.ctx.RemoveTemps(); err != nil {
+		return fmt.Errorf("agent filesystem: %w", err)
+	} else if n > 0 {
+		run.log.Info("agent filesystem: removed what interrupted writes left", "entries", n)
+	}
+	run.sup, err = supervisor.New(supervisor.Config{
+		Name:        name,
+		Owner:       owner,
+		Containment: run.cfg.Containment,
+		KeepOnClose: run.cfg.LeaveRunning,
+		DeferRemove: true, // a cascade is done once its processes are reaped and recorded
+		OnExit:      run.onExit,
+		Logger:      run.log,
+	})
+	if err != nil {
+		return err
+	}
+	run.agentView()
+	return nil
+}
+
+// WorkspaceOf is the workspace directory of a in the agent filesystem.
+func (run *Runner) WorkspaceOf(a *kin.Agent) string { return run.workspaceOf(a) }
+
+// FS is the agent filesystem (after Open).
+func (run *Runner) FS() *ctxfs.FS { return run.ctx }
+
+// Start serves every agent's socket with agents (the API as agents reach
+// it), starts the agent filesystem's writer, re-adopts what an earlier
+// daemon left running and starts watching liveness.
+func (run *Runner) Start(ctx context.Context, agents http.Handler) error {
+	run.agentSrv = &http.Server{
+		Handler:           agents,
+		ReadHeaderTimeout: 10 * time.Second,
+		ConnContext:       run.agentConnContext,
+		ConnState:         run.agentConnState,
+	}
+	run.ctxw = newCtxWriter(run)
+	go run.ctxw.run()
+	if err := run.reconcile(ctx); err != nil {
+		return fmt.Errorf("reconcile running agents: %w", err)
+	}
+	run.wg.Add(1)
+	go run.watchLiveness()
+	return nil
+}
+
+// Shutdown starts the end: no agent is restarted or started any more, and
+// waiters (Wait, Logs, liveness) stop. Close does the rest.
+func (run *Runner) Shutdown() {
+	run.once.Do(func() { close(run.closing) })
+	run.rtMu.Lock()
+	run.shuttingDown = true
+	run.rtMu.Unlock()
+}
+
+// Close stops every agent (unless Config.LeaveRunning), the supervisor and
+// the agent sockets, and brings the agent filesystem up to date with the
+// store before closing it. Shutdown is called first if it was not.
+func (run *Runner) Close() error {
+	run.Shutdown()
+	var errs []error
+	if run.sup != nil {
+		if !run.cfg.LeaveRunning {
+			run.stopAgents(context.Background())
+		}
+		run.rtMu.Lock()
+		for id, f := range run.adopted {
+			f.Close() // ends the pidfd watchers
+			delete(run.adopted, id)
+		}
+		run.rtMu.Unlock()
+		run.exitWG.Wait()
+		errs = append(errs, run.sup.Close())
+		run.exitWG.Wait() // exits the supervisor reported while closing
+	}
+	if run.agentSrv != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := run.agentSrv.Shutdown(ctx); err != nil {
+			run.agentSrv.Close()
+		}
+		run.sockMu.Lock()
+		socks := make([]*agentSocket, 0, len(run.socks))
+		for _, s := range run.socks {
+			socks = append(socks, s)
+		}
+		run.sockMu.Unlock()
+		for _, s := range socks {
+			s.close()
+		}
+	}
+	run.wg.Wait()
+	if run.ctxw != nil {
+		run.ctxw.stop() // the tree reflects the store, shutdown included
+	}
+	if run.ctx != nil {
+		run.ctx.Close()
+	}
+	return errors.Join(errs...)
+}
+
+// StopSubtree stops id's owned subtree, id included, for reason: grace,
+// then kill, partial results kept (authority.Config.Stop).
+func (run *Runner) StopSubtree(ctx context.Context, id kin.AgentID, reason string) error {
+	_, err := run.cancelTree(ctx, cancelParams{Root: id, Reason: reason, IncludeRoot: true})
+	return err
+}
+
+// Supervisor is the supervisor agents run under (after Open).
+func (run *Runner) Supervisor() *supervisor.Supervisor { return run.sup }
+
+// RunningCount is how many agent processes the runner supervises now.
+func (run *Runner) RunningCount() int { return run.runningCount() }
+
+// MissingGuarantees lists, in words, what this kernel and containment
+// cannot give agents.
+func (run *Runner) MissingGuarantees() []string { return run.missingGuarantees() }
+
+// DescribeContainment says what confines every agent besides its
+// containment, e.g. "Landlock ABI 7".
+func (run *Runner) DescribeContainment() string { return run.describeContainment() }
+
+// UIDRangeString is the home's agent uid range as START:COUNT, "" when
+// agents run as the daemon's user.
+func (run *Runner) UIDRangeString() string { return run.uidRangeString() }
+
+// OperatorConnContext marks a connection on the operator socket: a peer
+// inside kin's containment is refused (it is an agent).
+func (run *Runner) OperatorConnContext(ctx context.Context, c net.Conn) context.Context {
+	return run.operatorConnContext(ctx, c)
+}
+
+// AgentKeyPath is where agent id finds its private key: its ctx session's
+// agent.key, "" when it has none here.
+func (run *Runner) AgentKeyPath(id kin.AgentID) string { return run.agentKeyPath(id) }
+
+// Whoami returns the calling agent, nil for the operator.
+func (run *Runner) Whoami(ctx context.Context) (*kin.Agent, error) {
+	c := caller.Of(ctx)
+	if c.Refused != "" {
+		return nil, kin.Errorf(kin.ECodeForbidden, "%s", c.Refused)
+	}
+	if c.Agent == 0 {
+		return nil, nil
+	}
+	return run.reg.Agent(ctx, c.Agent)
+}
