@@ -241,7 +241,11 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	ch <- prometheus.MustNewConstMetric(descOldestHeartbeat, prometheus.GaugeValue, age)
 	ch <- prometheus.MustNewConstMetric(descRunning, prometheus.GaugeValue, float64(d.runningCount()))
-	ch <- prometheus.MustNewConstMetric(descLogSize, prometheus.GaugeValue, float64(d.store.LogSize()))
+	if size, err := d.store.LogSize(ctx); err != nil {
+		fail("kin_event_log_size", err)
+	} else {
+		ch <- prometheus.MustNewConstMetric(descLogSize, prometheus.GaugeValue, float64(size))
+	}
 	ch <- prometheus.MustNewConstMetric(descScrapeError, prometheus.GaugeValue, failed)
 }
 

@@ -39,10 +39,11 @@ type Store interface {
 	// fn must not keep tx after it returns and must not call Update.
 	Update(ctx context.Context, fn func(tx Tx) error) error
 	// LogHead is the committed event log's tree: its size (the number of
-	// events) and RFC 6962 root hash.
-	LogHead() (int64, tlog.Hash)
+	// events) and RFC 6962 root hash. It reads the store, so it includes
+	// what other handles on the same store committed.
+	LogHead(ctx context.Context) (int64, tlog.Hash, error)
 	// LogSize is LogHead's size alone, without computing the root.
-	LogSize() int64
+	LogSize(ctx context.Context) (int64, error)
 	// Driver names the driver and its location, with no secrets.
 	Driver() string
 	Close() error

@@ -123,7 +123,10 @@ func build1M() error {
 			return err
 		}
 	}
-	size, root := s.LogHead()
+	size, root, err := s.LogHead(ctx)
+	if err != nil {
+		return err
+	}
 	msg, err := key.Sign(auditlog.Checkpoint{Origin: key.Name(), Size: size, Root: root})
 	if err != nil {
 		return err

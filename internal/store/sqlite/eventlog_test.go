@@ -126,7 +126,7 @@ func appendEvents(t testing.TB, s *Store, from, to int, fail error) ([]kin.Event
 func checkpoint(t testing.TB, s *Store, key *auditlog.Key) []byte {
 	t.Helper()
 	ctx := context.Background()
-	size, root := s.LogHead()
+	size, root := logHead(t, s)
 	msg, err := key.Sign(auditlog.Checkpoint{Origin: key.Name(), Size: size, Root: root})
 	if err != nil {
 		t.Fatal(err)
@@ -138,6 +138,16 @@ func checkpoint(t testing.TB, s *Store, key *auditlog.Key) []byte {
 		t.Fatal(err)
 	}
 	return msg
+}
+
+// logHead is s.LogHead, failing the test on an error.
+func logHead(t testing.TB, s *Store) (int64, tlog.Hash) {
+	t.Helper()
+	size, root, err := s.LogHead(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return size, root
 }
 
 // frontierOf is the tree of events, which must be seqs 1, 2, 3, ...
@@ -156,7 +166,7 @@ func frontierOf(t testing.TB, events []kin.Event) auditlog.Frontier {
 func checkHead(t testing.TB, s *Store, events []kin.Event) {
 	t.Helper()
 	f := frontierOf(t, events)
-	size, root := s.LogHead()
+	size, root := logHead(t, s)
 	if size != f.Size() || root != f.Root() {
 		t.Fatalf("LogHead = %d %s, recomputed from the events %d %s", size, root, f.Size(), f.Root())
 	}
@@ -224,12 +234,12 @@ func TestEventLogAppendsHashesInTheSameTransaction(t *testing.T) {
 	// One Update at a time: a failed one leaves no gap.
 	for u := range 40 {
 		n := 1 + u%6
-		before, _ := s.LogHead()
+		before, _ := logHead(t, s)
 		if u%5 == 4 {
 			if err := update(n, errBoom, false); !errors.Is(err, errBoom) {
 				t.Fatalf("update %d: %v, want %v", u, err, errBoom)
 			}
-			if after, _ := s.LogHead(); after != before {
+			if after, _ := logHead(t, s); after != before {
 				t.Fatalf("update %d failed but the tree grew from %d to %d", u, before, after)
 			}
 			continue
@@ -409,13 +419,13 @@ func TestEventLogSurvivesReopen(t *testing.T) {
 		t.Fatal(err)
 	}
 	first := checkpoint(t, s, key)
-	size, root := s.LogHead()
+	size, root := logHead(t, s)
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
 
 	s = openLog(t, path)
-	if size2, root2 := s.LogHead(); size2 != size || root2 != root {
+	if size2, root2 := logHead(t, s); size2 != size || root2 != root {
 		t.Fatalf("after reopen LogHead = %d %s, before %d %s", size2, root2, size, root)
 	}
 	wantOK(t, verify(t, s, v, nil), 100, 1)
@@ -457,7 +467,7 @@ func TestEventLogBackfillsOldDatabases(t *testing.T) {
 		}
 		all = append(all, got...)
 	}
-	size, root := s.LogHead()
+	size, root := logHead(t, s)
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -478,7 +488,7 @@ func TestEventLogBackfillsOldDatabases(t *testing.T) {
 	}
 
 	s = openLog(t, path)
-	if size2, root2 := s.LogHead(); size2 != size || root2 != root {
+	if size2, root2 := logHead(t, s); size2 != size || root2 != root {
 		t.Fatalf("after the backfill LogHead = %d %s, before %d %s", size2, root2, size, root)
 	}
 	wantOK(t, verify(t, s, v, nil), size, 0)
@@ -846,4 +856,54 @@ func TestOpenReadOnlyTakesAnyPath(t *testing.T) {
 			t.Errorf("%q: OpenReadOnly created a file next to the database's directory: %v", name, after)
 		}
 	}
+}
+
+// TestEventLogTwoHandles appends from two Stores opened on one file, as two
+// processes would: each batch must continue the log the other extended, so
+// the seqs stay gapless and the tree verifies; and each handle's LogHead
+// reports the other's appends.
+func TestEventLogTwoHandles(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "kin.db")
+	a, b := openLog(t, path), openLog(t, path)
+	_, v := testKey(t)
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var all []kin.Event
+	for w := range 8 {
+		s := a
+		if w%2 == 1 {
+			s = b
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range 10 {
+				n := 1 + w%3
+				from := int(next.Add(int64(n))) - n
+				got, err := appendEvents(t, s, from, from+n, nil)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				mu.Lock()
+				all = append(all, got...)
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	if t.Failed() {
+		t.FailNow()
+	}
+	sortBySeq(all)
+	checkHead(t, a, all)
+	checkHead(t, b, all)
+	wantOK(t, verify(t, a, v, nil), int64(len(all)), 0)
+	// One more from a: b's cached edge is behind, and LogHead reloads it.
+	more, err := appendEvents(t, a, int(next.Load()), int(next.Load())+3, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkHead(t, b, append(all, more...))
 }

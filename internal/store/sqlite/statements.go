@@ -53,7 +53,7 @@ func writerStatements() []string {
 	return []string{
 		sqlAgentByID, sqlAgentSubtree, sqlAgentLiveByName, sqlAgentWalletExists, sqlAgentInsert,
 		sqlAgentUpdateStatus, sqlAgentSpawnBlock, sqlEventAppend, sqlRejectionInsert, sqlRejectionCount,
-		sqlSettingSet, sqlSpendAdd, sqlAgentKeyInsert, sqlAuthTokenInsert, countLiveSQL(true, false, false), countLiveSQL(false, true, false), countLiveSQL(false, true, true),
+		sqlSettingSet, sqlSpendAdd, sqlLogSize, sqlAgentKeyInsert, sqlAuthTokenInsert, countLiveSQL(true, false, false), countLiveSQL(false, true, false), countLiveSQL(false, true, true),
 	}
 }
 
