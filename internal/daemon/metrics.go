@@ -2,9 +2,7 @@ package daemon
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"github.com/kin-agents/kin/internal/sandbox"
 	"net/http"
 	"slices"
 	"strconv"
@@ -16,7 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/kin-agents/kin/internal/httpapi"
-	"github.com/kin-agents/kin/internal/store/sqlite"
+	"github.com/kin-agents/kin/internal/sandbox"
 	"github.com/kin-agents/kin/kin"
 )
 
@@ -187,15 +185,6 @@ var (
 		"1 when this scrape could not read some of the store's metrics (the daemon's log says why), else 0.", nil, nil)
 )
 
-// agentCounter is what the SQLite store, the daemon's only one, offers
-// beyond store.Store for the metrics.
-type agentCounter interface {
-	AgentCountByStateRole(ctx context.Context, fn func(state, role string, n int)) error
-	OldestHeartbeat(ctx context.Context) (time.Time, bool, error)
-}
-
-var _ agentCounter = (*sqlite.Store)(nil)
-
 func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- descAgents
 	ch <- descRunning
@@ -216,21 +205,17 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	counts := map[[2]string]int{}
 	var oldest time.Time
 	var seen bool
-	if ac, ok := d.store.(agentCounter); !ok {
-		fail("kin_agents", errors.New("the store cannot count agents")) // the daemon opens SQLite: not reached
-	} else {
-		err := ac.AgentCountByStateRole(ctx, func(state, role string, n int) {
-			if role == "" {
-				role = "none"
-			}
-			counts[[2]string{state, role}] += n
-		})
-		if err != nil {
-			fail("kin_agents", err)
+	err := d.store.AgentCountByStateRole(ctx, func(state, role string, n int) {
+		if role == "" {
+			role = "none"
 		}
-		if oldest, seen, err = ac.OldestHeartbeat(ctx); err != nil {
-			fail("kin_heartbeat_oldest_age_seconds", err)
-		}
+		counts[[2]string{state, role}] += n
+	})
+	if err != nil {
+		fail("kin_agents", err)
+	}
+	if oldest, seen, err = d.store.OldestHeartbeat(ctx); err != nil {
+		fail("kin_heartbeat_oldest_age_seconds", err)
 	}
 	for k, n := range capRoles(counts, d.governor()) {
 		ch <- prometheus.MustNewConstMetric(descAgents, prometheus.GaugeValue, float64(n), k[0], k[1])

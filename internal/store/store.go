@@ -75,6 +75,14 @@ type Reader interface {
 	// before its children (by generation, then id).
 	AgentSubtree(ctx context.Context, id kin.AgentID) ([]*kin.Agent, error)
 	AgentCount(ctx context.Context) (int, error)
+	// AgentCountByStateRole calls fn once for each (state, role) pair that
+	// has agents, of any status, with their number: an aggregate, so a
+	// metrics scrape reads no agent's row.
+	AgentCountByStateRole(ctx context.Context, fn func(state, role string, n int)) error
+	// OldestHeartbeat returns the earliest last heartbeat among agents
+	// whose status is active and state active or stale (those the liveness
+	// watch follows), and false when none has one.
+	OldestHeartbeat(ctx context.Context) (time.Time, bool, error)
 	// AgentLiveByName returns the live agent (status not terminated) with
 	// the name, or ErrNotFound.
 	AgentLiveByName(ctx context.Context, name string) (*kin.Agent, error)

@@ -27,6 +27,7 @@ func Exercise(t *testing.T, open Opener) {
 	t.Run("NameUniqueAmongNonTerminated", func(t *testing.T) { testNameUnique(t, open(t)) })
 	t.Run("WalletUnique", func(t *testing.T) { testWalletUnique(t, open(t)) })
 	t.Run("CountLive", func(t *testing.T) { testCountLive(t, open(t)) })
+	t.Run("CountsForMetrics", func(t *testing.T) { testCountsForMetrics(t, open(t)) })
 	t.Run("Events", func(t *testing.T) { testEvents(t, open(t)) })
 	t.Run("SettingsAndRejections", func(t *testing.T) { testSettingsAndRejections(t, open(t)) })
 	t.Run("FailedUpdateUndoesOnlyItself", func(t *testing.T) { testFailedUpdate(t, open(t)) })
@@ -327,6 +328,70 @@ func testCountLive(t *testing.T, s store.Store) {
 		return tx.AgentUpdateStatus(ctx, store.AgentUpdateStatusParams{ID: 999, Status: kin.StatusRevoked, At: t0})
 	}); !errors.Is(err, store.ErrNotFound) {
 		t.Errorf("update missing: %v", err)
+	}
+}
+
+// testCountsForMetrics: the aggregates a metrics scrape reads.
+func testCountsForMetrics(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	counts := func() map[string]int {
+		t.Helper()
+		m := map[string]int{}
+		err := s.AgentCountByStateRole(ctx, func(state, role string, n int) {
+			k := state + "/" + role
+			if _, dup := m[k]; dup {
+				t.Errorf("AgentCountByStateRole called fn twice for %s", k)
+			}
+			m[k] = n
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return m
+	}
+	if m := counts(); len(m) != 0 {
+		t.Fatalf("counts of an empty store = %v", m)
+	}
+	if _, ok, err := s.OldestHeartbeat(ctx); ok || err != nil {
+		t.Fatalf("OldestHeartbeat of an empty store = %v, %v", ok, err)
+	}
+	type row struct {
+		role   string
+		state  kin.State
+		status kin.Status
+		beat   time.Time
+	}
+	h := func(m int) time.Time { return t0.Add(time.Duration(m) * time.Minute) }
+	rows := []row{
+		{"HO", kin.StateActive, kin.StatusActive, h(5)},
+		{"HO", kin.StateActive, kin.StatusActive, h(3)},
+		{"HO", kin.StateStale, kin.StatusActive, h(2)},   // stale: followed, the oldest
+		{"HO", kin.StateOffline, kin.StatusActive, h(1)}, // offline: no longer followed
+		{"PO", kin.StateActive, kin.StatusSuspended, h(0)},
+		{"", kin.StateRegistered, kin.StatusActive, time.Time{}},
+		{"", kin.StateTerminated, kin.StatusTerminated, time.Time{}},
+	}
+	for i, r := range rows {
+		a := NewAgent(fmt.Sprintf("m%d", i), 0, 0)
+		a.Role = r.role
+		update(t, s, func(tx store.Tx) error {
+			got, err := tx.AgentInsert(ctx, store.AgentInsertParams{Agent: a})
+			if err != nil {
+				return err
+			}
+			p := store.AgentUpdateParams{ID: got.ID, At: t0, State: &r.state, Status: &r.status}
+			if !r.beat.IsZero() {
+				p.LastHeartbeat = &r.beat
+			}
+			return tx.AgentUpdate(ctx, p)
+		})
+	}
+	want := map[string]int{"active/HO": 2, "stale/HO": 1, "offline/HO": 1, "active/PO": 1, "registered/": 1, "terminated/": 1}
+	if m := counts(); fmt.Sprint(m) != fmt.Sprint(want) {
+		t.Fatalf("AgentCountByStateRole = %v, want %v", m, want)
+	}
+	if oldest, ok, err := s.OldestHeartbeat(ctx); err != nil || !ok || !oldest.Equal(h(2)) {
+		t.Fatalf("OldestHeartbeat = %v, %v, %v; want %v (the stale agent's)", oldest, ok, err, h(2))
 	}
 }
 
