@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"path/filepath"
+	"sync"
 	"testing"
 
 	"github.com/kin-agents/kin/internal/store"
@@ -96,5 +97,38 @@ func TestAgentListByIDsLarge(t *testing.T) {
 		if a.ID != ids[i] || a.Name != fmt.Sprintf("a%d", a.ID-1) {
 			t.Fatalf("row %d is %d %s, want %d", i, a.ID, a.Name, ids[i])
 		}
+	}
+}
+
+// TestConcurrentOpensMigrateOnce opens one new file from several handles at
+// once, as processes started together would: each migration is applied
+// once, and every handle opens.
+func TestConcurrentOpensMigrateOnce(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "kin.db")
+	const n = 6
+	stores := make([]*sqlite.Store, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			stores[i], errs[i] = sqlite.Open(context.Background(), path, sqlite.Options{})
+		}()
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Errorf("handle %d: %v", i, err)
+			continue
+		}
+		defer stores[i].Close()
+	}
+	if t.Failed() {
+		t.FailNow()
+	}
+	storetest.Insert(t, stores[0], "a", 0)
+	if got, err := stores[n-1].AgentCount(context.Background()); err != nil || got != 1 {
+		t.Fatalf("the last handle counts %d agents, %v", got, err)
 	}
 }
