@@ -23,9 +23,13 @@ func open(t *testing.T, path string) *sqlite.Store {
 	return s
 }
 
+// TestSQLiteStore runs the suite; a second handle is a second Open of the
+// same file in this process (TestSecondProcessAppends has a real second
+// process).
 func TestSQLiteStore(t *testing.T) {
-	storetest.Exercise(t, func(t *testing.T) store.Store {
-		return open(t, filepath.Join(t.TempDir(), "kin.db"))
+	storetest.Exercise(t, func(t *testing.T) (store.Store, func() store.Store) {
+		path := filepath.Join(t.TempDir(), "kin.db")
+		return open(t, path), func() store.Store { return open(t, path) }
 	})
 }
 

@@ -14,28 +14,51 @@ import (
 	"github.com/kin-agents/kin/kin"
 )
 
-// Opener returns a new, empty store; the suite closes it.
-type Opener func(t *testing.T) store.Store
+// Opener opens a new, empty store for t and returns it with a function
+// that opens another handle on the same store, as another process would
+// (its own connections, writer and caches). The opener closes what it
+// opened when t ends; the suite may close a handle earlier (Close is safe
+// to call twice).
+type Opener func(t *testing.T) (s store.Store, second func() store.Store)
 
 var t0 = time.Date(2026, 3, 30, 12, 0, 0, 0, time.UTC)
 
 // Exercise runs the whole suite.
 func Exercise(t *testing.T, open Opener) {
-	t.Run("AgentInsertAndGet", func(t *testing.T) { testAgentInsertAndGet(t, open(t)) })
-	t.Run("AgentList", func(t *testing.T) { testAgentList(t, open(t)) })
-	t.Run("AncestorsAndSubtree", func(t *testing.T) { testAncestorsAndSubtree(t, open(t)) })
-	t.Run("NameUniqueAmongNonTerminated", func(t *testing.T) { testNameUnique(t, open(t)) })
-	t.Run("WalletUnique", func(t *testing.T) { testWalletUnique(t, open(t)) })
-	t.Run("CountLive", func(t *testing.T) { testCountLive(t, open(t)) })
-	t.Run("CountsForMetrics", func(t *testing.T) { testCountsForMetrics(t, open(t)) })
-	t.Run("Events", func(t *testing.T) { testEvents(t, open(t)) })
-	t.Run("SettingsAndRejections", func(t *testing.T) { testSettingsAndRejections(t, open(t)) })
-	t.Run("FailedUpdateUndoesOnlyItself", func(t *testing.T) { testFailedUpdate(t, open(t)) })
-	t.Run("UpdatesAreSerialised", func(t *testing.T) { testSerialised(t, open(t)) })
-	t.Run("RuntimeFieldsAndProcessSpec", func(t *testing.T) { testRuntime(t, open(t)) })
-	t.Run("PolicyAndSpend", func(t *testing.T) { testPolicyAndSpend(t, open(t)) })
-	t.Run("Identity", func(t *testing.T) { testIdentity(t, open(t)) })
-	t.Run("CloseTwiceAndUpdateAfterClose", func(t *testing.T) { testClose(t, open(t)) })
+	one := func(t *testing.T) store.Store {
+		s, _ := open(t)
+		return s
+	}
+	two := func(t *testing.T, test func(*testing.T, store.Store, func() store.Store)) {
+		s, second := open(t)
+		test(t, s, second)
+	}
+	t.Run("AgentInsertAndGet", func(t *testing.T) { testAgentInsertAndGet(t, one(t)) })
+	t.Run("AgentList", func(t *testing.T) { testAgentList(t, one(t)) })
+	t.Run("AncestorsAndSubtree", func(t *testing.T) { testAncestorsAndSubtree(t, one(t)) })
+	t.Run("NameUniqueAmongNonTerminated", func(t *testing.T) { testNameUnique(t, one(t)) })
+	t.Run("WalletUnique", func(t *testing.T) { testWalletUnique(t, one(t)) })
+	t.Run("CountLive", func(t *testing.T) { testCountLive(t, one(t)) })
+	t.Run("CountsForMetrics", func(t *testing.T) { testCountsForMetrics(t, one(t)) })
+	t.Run("Events", func(t *testing.T) { testEvents(t, one(t)) })
+	t.Run("SettingsAndRejections", func(t *testing.T) { testSettingsAndRejections(t, one(t)) })
+	t.Run("FailedUpdateUndoesOnlyItself", func(t *testing.T) { testFailedUpdate(t, one(t)) })
+	t.Run("UpdatesAreSerialised", func(t *testing.T) { testSerialised(t, one(t)) })
+	t.Run("RuntimeFieldsAndProcessSpec", func(t *testing.T) { testRuntime(t, one(t)) })
+	t.Run("PolicyAndSpend", func(t *testing.T) { testPolicyAndSpend(t, one(t)) })
+	t.Run("Identity", func(t *testing.T) { testIdentity(t, one(t)) })
+	t.Run("CloseTwiceAndUpdateAfterClose", func(t *testing.T) { testClose(t, one(t)) })
+
+	t.Run("LogAppend", func(t *testing.T) { testLogAppend(t, one(t)) })
+	t.Run("LogProofs", func(t *testing.T) { testLogProofs(t, one(t)) })
+	t.Run("LogRefusesDataWithNewlines", func(t *testing.T) { testLogRefusesDataWithNewlines(t, one(t)) })
+	t.Run("LogSurvivesReopen", func(t *testing.T) { two(t, testLogSurvivesReopen) })
+
+	t.Run("NotifyOwnCommits", func(t *testing.T) { testNotifyOwnCommits(t, one(t)) })
+	t.Run("NotifyOtherHandle", func(t *testing.T) { two(t, testNotifyOtherHandle) })
+	t.Run("FollowAcrossHandles", func(t *testing.T) { two(t, testFollowAcrossHandles) })
+	t.Run("TwoHandlesHoldALimit", func(t *testing.T) { two(t, testTwoHandlesHoldALimit) })
+	t.Run("TwoHandlesAppendOneLog", func(t *testing.T) { two(t, testTwoHandlesAppendOneLog) })
 }
 
 // Insert stores an agent called name under parent in its own Update.
