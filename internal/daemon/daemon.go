@@ -47,7 +47,6 @@ type Daemon struct {
 	log     *slog.Logger
 	now     func() time.Time
 	store   store.Store // its Wait wakes whatever follows the event log
-	counter any         // the driver itself, for the metrics' counts only it offers
 	lineage lineage.Tree
 
 	*registry.Registry             // the lineage registry and the governor: kin.RegistryService
@@ -125,7 +124,7 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 	if err != nil {
 		return nil, err
 	}
-	d.store, d.counter = st, st
+	d.store = st
 	if cfg.WrapStore != nil {
 		d.store = cfg.WrapStore(st)
 	}

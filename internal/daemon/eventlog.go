@@ -71,7 +71,10 @@ func (d *Daemon) openLog(ctx context.Context) error {
 	// A cheap look at the newest signed head; `kin log verify` does the
 	// whole tree. A mismatch is logged, not fatal: kin keeps recording, and
 	// verify keeps reporting the damage.
-	size := d.store.LogSize()
+	size, err := d.store.LogSize(ctx)
+	if err != nil {
+		return err
+	}
 	c, err := auditlog.OpenCheckpoint(last.Note, v)
 	switch {
 	case err != nil:
@@ -95,10 +98,13 @@ func (d *Daemon) checkpoint(ctx context.Context) (auditlog.StoredCheckpoint, err
 	s := d.logst
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if d.store.LogSize() == s.last.Size && s.last.Note != nil {
+	size, root, err := d.store.LogHead(ctx)
+	if err != nil {
+		return auditlog.StoredCheckpoint{}, d.storeError(err)
+	}
+	if size == s.last.Size && s.last.Note != nil {
 		return s.last, nil
 	}
-	size, root := d.store.LogHead()
 	msg, err := s.key.Sign(auditlog.Checkpoint{Origin: s.key.Name(), Size: size, Root: root})
 	if err != nil {
 		return auditlog.StoredCheckpoint{}, err
@@ -127,8 +133,8 @@ func (d *Daemon) signCheckpoints() {
 			d.logst.mu.Lock()
 			last := d.logst.last.Size
 			d.logst.mu.Unlock()
-			if d.store.LogSize()-last < d.logst.every {
-				continue
+			if size, err := d.store.LogSize(context.Background()); err != nil || size-last < d.logst.every {
+				continue // an error: the next tick signs, or logs it
 			}
 		}
 		if _, err := d.checkpoint(context.Background()); err != nil && kin.ErrorCodeOf(err) != kin.ECodeNotFound {
@@ -234,7 +240,11 @@ func (d *Daemon) LogConsistency(ctx context.Context, from, to int64) (*kin.LogCo
 		}
 		to = cp.Size
 	}
-	if size := d.store.LogSize(); from < 0 || from > to || to > size {
+	size, err := d.store.LogSize(ctx)
+	if err != nil {
+		return nil, d.storeError(err)
+	}
+	if from < 0 || from > to || to > size {
 		return nil, kin.Errorf(kin.ECodeInvalid, "no consistency proof from size %d to %d: sizes must satisfy 0 <= from <= to <= %d (the log's size)", from, to, size)
 	}
 	p, err := auditlog.ProveConsistency(ctx, d.store, from, to)

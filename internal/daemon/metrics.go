@@ -2,9 +2,7 @@ package daemon
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"github.com/kin-agents/kin/internal/sandbox"
 	"net/http"
 	"slices"
 	"strconv"
@@ -17,7 +15,7 @@ import (
 
 	"github.com/kin-agents/kin/internal/httpapi"
 	"github.com/kin-agents/kin/internal/registry"
-	"github.com/kin-agents/kin/internal/store/sqlite"
+	"github.com/kin-agents/kin/internal/sandbox"
 	"github.com/kin-agents/kin/kin"
 )
 
@@ -188,15 +186,6 @@ var (
 		"1 when this scrape could not read some of the store's metrics (the daemon's log says why), else 0.", nil, nil)
 )
 
-// agentCounter is what the SQLite store, the daemon's only one, offers
-// beyond store.Store for the metrics.
-type agentCounter interface {
-	AgentCountByStateRole(ctx context.Context, fn func(state, role string, n int)) error
-	OldestHeartbeat(ctx context.Context) (time.Time, bool, error)
-}
-
-var _ agentCounter = (*sqlite.Store)(nil)
-
 func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- descAgents
 	ch <- descRunning
@@ -217,21 +206,17 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	counts := map[[2]string]int{}
 	var oldest time.Time
 	var seen bool
-	if ac, ok := d.counter.(agentCounter); !ok {
-		fail("kin_agents", errors.New("the store cannot count agents")) // the daemon opens SQLite: not reached
-	} else {
-		err := ac.AgentCountByStateRole(ctx, func(state, role string, n int) {
-			if role == "" {
-				role = "none"
-			}
-			counts[[2]string{state, role}] += n
-		})
-		if err != nil {
-			fail("kin_agents", err)
+	err := d.store.AgentCountByStateRole(ctx, func(state, role string, n int) {
+		if role == "" {
+			role = "none"
 		}
-		if oldest, seen, err = ac.OldestHeartbeat(ctx); err != nil {
-			fail("kin_heartbeat_oldest_age_seconds", err)
-		}
+		counts[[2]string{state, role}] += n
+	})
+	if err != nil {
+		fail("kin_agents", err)
+	}
+	if oldest, seen, err = d.store.OldestHeartbeat(ctx); err != nil {
+		fail("kin_heartbeat_oldest_age_seconds", err)
 	}
 	for k, n := range capRoles(counts, d.Registry.Profile()) {
 		ch <- prometheus.MustNewConstMetric(descAgents, prometheus.GaugeValue, float64(n), k[0], k[1])
@@ -242,7 +227,11 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	ch <- prometheus.MustNewConstMetric(descOldestHeartbeat, prometheus.GaugeValue, age)
 	ch <- prometheus.MustNewConstMetric(descRunning, prometheus.GaugeValue, float64(d.Runner.RunningCount()))
-	ch <- prometheus.MustNewConstMetric(descLogSize, prometheus.GaugeValue, float64(d.store.LogSize()))
+	if size, err := d.store.LogSize(ctx); err != nil {
+		fail("kin_event_log_size", err)
+	} else {
+		ch <- prometheus.MustNewConstMetric(descLogSize, prometheus.GaugeValue, float64(size))
+	}
 	ch <- prometheus.MustNewConstMetric(descScrapeError, prometheus.GaugeValue, failed)
 }
 

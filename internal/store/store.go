@@ -39,10 +39,11 @@ type Store interface {
 	// fn must not keep tx after it returns and must not call Update.
 	Update(ctx context.Context, fn func(tx Tx) error) error
 	// LogHead is the committed event log's tree: its size (the number of
-	// events) and RFC 6962 root hash.
-	LogHead() (int64, tlog.Hash)
+	// events) and RFC 6962 root hash. It reads the store, so it includes
+	// what other handles on the same store committed.
+	LogHead(ctx context.Context) (int64, tlog.Hash, error)
 	// LogSize is LogHead's size alone, without computing the root.
-	LogSize() int64
+	LogSize(ctx context.Context) (int64, error)
 	// Driver names the driver and its location, with no secrets.
 	Driver() string
 	Close() error
@@ -74,6 +75,14 @@ type Reader interface {
 	// before its children (by generation, then id).
 	AgentSubtree(ctx context.Context, id kin.AgentID) ([]*kin.Agent, error)
 	AgentCount(ctx context.Context) (int, error)
+	// AgentCountByStateRole calls fn once for each (state, role) pair that
+	// has agents, of any status, with their number: an aggregate, so a
+	// metrics scrape reads no agent's row.
+	AgentCountByStateRole(ctx context.Context, fn func(state, role string, n int)) error
+	// OldestHeartbeat returns the earliest last heartbeat among agents
+	// whose status is active and state active or stale (those the liveness
+	// watch follows), and false when none has one.
+	OldestHeartbeat(ctx context.Context) (time.Time, bool, error)
 	// AgentLiveByName returns the live agent (status not terminated) with
 	// the name, or ErrNotFound.
 	AgentLiveByName(ctx context.Context, name string) (*kin.Agent, error)

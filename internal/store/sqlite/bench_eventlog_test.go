@@ -17,16 +17,6 @@ import (
 	"github.com/kin-agents/kin/kin"
 )
 
-// TestMain removes the database BenchmarkLogVerify1M builds once per
-// process.
-func TestMain(m *testing.M) {
-	code := m.Run()
-	if verify1M.dir != "" {
-		os.RemoveAll(verify1M.dir)
-	}
-	os.Exit(code)
-}
-
 // statusEvent is an agent.status event as the daemon writes it: about 180
 // bytes of JSON.
 func statusEvent(i int) kin.Event {
@@ -123,7 +113,10 @@ func build1M() error {
 			return err
 		}
 	}
-	size, root := s.LogHead()
+	size, root, err := s.LogHead(ctx)
+	if err != nil {
+		return err
+	}
 	msg, err := key.Sign(auditlog.Checkpoint{Origin: key.Name(), Size: size, Root: root})
 	if err != nil {
 		return err

@@ -7,14 +7,13 @@ import (
 )
 
 // These reads serve the daemon's metrics at each scrape (kin_agents, the
-// oldest heartbeat): aggregates, where store.Store's AgentCount has only
-// the total and AgentList would load every agent. They are not part of
-// store.Store: the daemon asks for them through an interface of its own.
-// Prepared once on the read pool, like the other frequent reads.
+// oldest heartbeat): aggregates, where AgentCount has only the total and
+// AgentList would load every agent. Prepared once on the read pool, like
+// the other frequent reads.
 
 // AgentCountByStateRole calls fn once for each (state, role) pair with the
 // number of agents, of any status, in it: one grouped scan of the agents
-// table, without reading their rows.
+// table.
 func (r reader) AgentCountByStateRole(ctx context.Context, fn func(state, role string, n int)) error {
 	rows, err := r.query(ctx, `SELECT state, role, COUNT(*) FROM agents GROUP BY state, role`)
 	if err != nil {

@@ -63,18 +63,49 @@ func (t *txn) LogCheckpointInsert(ctx context.Context, c auditlog.StoredCheckpoi
 	return interpretError(err)
 }
 
-// LogHead is the committed tree: its size and root hash.
-func (s *Store) LogHead() (int64, tlog.Hash) {
+// LogHead is the committed tree: its size and root hash. The size is read
+// from the database, so it counts what other handles on the file appended
+// too; the edge is the cached one when that is as large, else reloaded.
+func (s *Store) LogHead(ctx context.Context) (int64, tlog.Hash, error) {
+	n, err := s.LogSize(ctx)
+	if err != nil {
+		return 0, tlog.Hash{}, err
+	}
 	s.logMu.Lock()
 	f := s.log
 	s.logMu.Unlock()
-	return f.Size(), f.Root()
+	if f.Size() < n {
+		// Another handle appended: the cache is behind.
+		if f, err = loadFrontier(ctx, s.reader, n); err != nil {
+			return 0, tlog.Hash{}, err
+		}
+		s.setLog(f)
+	}
+	return f.Size(), f.Root(), nil
 }
 
-func (s *Store) LogSize() int64 {
+// LogSize is the committed tree's size: the largest seq stored, or what
+// this handle committed last if that is larger (it may have committed
+// since the read).
+func (s *Store) LogSize(ctx context.Context) (int64, error) {
+	n, err := logSize(ctx, s.reader)
+	if err != nil {
+		return 0, err
+	}
 	s.logMu.Lock()
 	defer s.logMu.Unlock()
-	return s.log.Size()
+	return max(n, s.log.Size()), nil
+}
+
+// setLog caches a committed edge unless a larger one is cached already:
+// the writer and LogHead both cache what they know is committed, in no
+// particular order, and the log only grows.
+func (s *Store) setLog(f auditlog.Frontier) {
+	s.logMu.Lock()
+	defer s.logMu.Unlock()
+	if f.Size() >= s.log.Size() {
+		s.log = f
+	}
 }
 
 // LogEntries streams every event with its stored hashes, by seq. A column
@@ -235,15 +266,33 @@ func (r reader) LogRegistration(ctx context.Context, id kin.AgentID) (kin.Event,
 	return e, nil
 }
 
-// loadLog rebuilds the committed tree's edge from the hashes stored with the
-// newest events. A store whose edge cannot be read does not open: appending
-// to a tree that cannot be continued would make every later proof wrong.
-func loadLog(ctx context.Context, db *sql.DB) (auditlog.Frontier, error) {
+// sqlLogSize is the log's size: seq is the rowid, so this reads one page
+// path, not the table.
+const sqlLogSize = `SELECT COALESCE(MAX(seq), 0) FROM events`
+
+func logSize(ctx context.Context, r reader) (int64, error) {
 	var n int64
-	if err := db.QueryRowContext(ctx, `SELECT COALESCE(MAX(seq), 0) FROM events`).Scan(&n); err != nil {
+	if err := r.queryRow(ctx, sqlLogSize).Scan(&n); err != nil {
+		return 0, interpretError(err)
+	}
+	return n, nil
+}
+
+// loadLog rebuilds the committed tree's edge from the hashes stored with
+// the newest events.
+func loadLog(ctx context.Context, r reader) (auditlog.Frontier, error) {
+	n, err := logSize(ctx, r)
+	if err != nil {
 		return auditlog.Frontier{}, err
 	}
-	r := reader{q: db}
+	return loadFrontier(ctx, r, n)
+}
+
+// loadFrontier rebuilds the edge of the tree of the first n events. An edge
+// that cannot be read is an error that points at `kin log verify`:
+// appending to a tree that cannot be continued would make every later proof
+// wrong.
+func loadFrontier(ctx context.Context, r reader, n int64) (auditlog.Frontier, error) {
 	f, err := auditlog.LoadFrontier(n, tlog.HashReaderFunc(func(x []int64) ([]tlog.Hash, error) { return r.LogHashes(ctx, x) }))
 	if err != nil {
 		return auditlog.Frontier{}, fmt.Errorf("%w; the log cannot be continued: run `kin log verify --db` on a copy to see where it was damaged", err)

@@ -1,7 +1,6 @@
 package sqlite
 
 import (
-	"bytes"
 	"context"
 	"database/sql"
 	"errors"
@@ -11,61 +10,32 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
-	"sort"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
-	"time"
 
-	"golang.org/x/mod/sumdb/note"
 	"golang.org/x/mod/sumdb/tlog"
 
 	"github.com/kin-agents/kin/internal/auditlog"
 	"github.com/kin-agents/kin/internal/store"
+	"github.com/kin-agents/kin/internal/store/storetest"
 	"github.com/kin-agents/kin/kin"
 )
 
-var errBoom = errors.New("boom: this update fails after appending")
+// The log's contract (appends, proofs, verification, reopening, several
+// handles) is storetest's; these are SQLite's own: group commit, the
+// migration that hashes older databases, damage found in the file, the
+// read-only open.
 
-// logTime is the time of the test events' first event.
-var logTime = time.Date(2026, 11, 21, 15, 2, 39, 123456789, time.UTC)
-
-// logWords are the strings the test events' data is made of.
-var logWords = []string{"active", "suspended", "terminated", "operator", "budget", "reviewed", "quota", "restart", "Ünïcode", "quote\"d", "tab\there", "line\nbreak", "<html>"}
-
-// logEvent is the i-th test event (i from 0): its type, agents and data
-// depend only on i, and no two events have the same data.
-func logEvent(t testing.TB, i int) kin.Event {
-	t.Helper()
-	rng := rand.New(rand.NewPCG(7, uint64(i)))
-	types := []string{kin.EventAgentRegistered, kin.EventChildSpawned, kin.EventAgentStatus, kin.EventAgentUsage, kin.EventAgentMessage, kin.EventToolDenied}
-	typ := types[rng.IntN(len(types))]
-	agent := kin.AgentID(1 + rng.IntN(200))
-	parent := kin.AgentID(rng.IntN(int(agent)))
-	word := func() string { return logWords[rng.IntN(len(logWords))] }
-	data := map[string]any{"n": i, "agent": agent, "reason": word() + " " + word()}
-	switch typ {
-	case kin.EventAgentStatus:
-		data["from"], data["to"], data["by"] = word(), word(), "operator@host"
-	case kin.EventAgentUsage:
-		data["tokens"], data["cost"] = rng.IntN(100000), float64(rng.IntN(10000))/100
-	case kin.EventAgentMessage:
-		data["text"] = strings.Repeat(word()+" ", 1+rng.IntN(20))
-		data["meta"] = map[string]any{"session": fmt.Sprintf("s%d", rng.IntN(9)), "tags": []string{word(), word()}}
-	default:
-		data["parent"], data["generation"] = parent, rng.IntN(5)
-	}
-	e, err := kin.NewEvent(typ, agent, parent, data)
-	if err != nil {
-		t.Fatal(err)
-	}
-	e.Time = logTime.Add(time.Duration(i)*time.Millisecond + time.Duration(rng.IntN(1000)))
-	if i%17 == 0 {
-		e.Time = logTime.Add(time.Duration(i) * time.Second) // a whole second: no fraction digits
-	}
-	return e
-}
+var (
+	appendEvents = storetest.AppendEvents
+	logHead      = storetest.LogHead
+	checkHead    = storetest.CheckHead
+	verify       = storetest.Verify
+	wantOK       = storetest.WantOK
+	testKey      = storetest.LogKey
+)
 
 func openLog(t testing.TB, path string) *Store {
 	t.Helper()
@@ -87,126 +57,44 @@ func openReadOnly(t testing.TB, path string) *ReadOnly {
 	return r
 }
 
-// testKey is a fresh log key and its verifier.
-func testKey(t testing.TB) (*auditlog.Key, note.Verifier) {
-	t.Helper()
-	key, err := auditlog.LoadKey(filepath.Join(t.TempDir(), "key")) // LoadKey wants a 0700 directory
-	if err != nil {
-		t.Fatal(err)
-	}
-	v, err := auditlog.NewVerifier(key.VerifierKey())
-	if err != nil {
-		t.Fatal(err)
-	}
-	return key, v
-}
-
-// appendEvents appends events from..to-1 (logEvent) in one Update, which
-// then returns fail; it returns the events as appended.
-func appendEvents(t testing.TB, s *Store, from, to int, fail error) ([]kin.Event, error) {
-	t.Helper()
-	ctx := context.Background()
-	var got []kin.Event
-	err := s.Update(ctx, func(tx store.Tx) error {
-		got = got[:0]
-		for i := from; i < to; i++ {
-			e, err := tx.EventAppend(ctx, logEvent(t, i))
-			if err != nil {
-				return err
-			}
-			got = append(got, e)
-		}
-		return fail
-	})
-	return got, err
-}
-
 // checkpoint signs the store's current head and keeps it; it returns the
 // signed note.
-func checkpoint(t testing.TB, s *Store, key *auditlog.Key) []byte {
+func checkpoint(t testing.TB, s store.Store, key *auditlog.Key) []byte {
 	t.Helper()
-	ctx := context.Background()
-	size, root := s.LogHead()
-	msg, err := key.Sign(auditlog.Checkpoint{Origin: key.Name(), Size: size, Root: root})
-	if err != nil {
-		t.Fatal(err)
-	}
-	err = s.Update(ctx, func(tx store.Tx) error {
-		return tx.LogCheckpointInsert(ctx, auditlog.StoredCheckpoint{Size: size, Time: logTime.Add(time.Duration(size) * time.Second), Note: msg})
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return msg
+	return storetest.Checkpoint(t, s, key).Note
 }
 
-// frontierOf is the tree of events, which must be seqs 1, 2, 3, ...
-func frontierOf(t testing.TB, events []kin.Event) auditlog.Frontier {
-	t.Helper()
-	var f auditlog.Frontier
-	for i, e := range events {
-		if e.Seq != int64(i+1) {
-			t.Fatalf("event %d has seq %d", i, e.Seq)
-		}
-		f.Append(auditlog.LeafHash(e))
-	}
-	return f
-}
-
-func checkHead(t testing.TB, s *Store, events []kin.Event) {
-	t.Helper()
-	f := frontierOf(t, events)
-	size, root := s.LogHead()
-	if size != f.Size() || root != f.Root() {
-		t.Fatalf("LogHead = %d %s, recomputed from the events %d %s", size, root, f.Size(), f.Root())
-	}
-}
-
-func verify(t testing.TB, src auditlog.Source, v note.Verifier, kept []byte) kin.LogReport {
-	t.Helper()
-	rep, err := auditlog.Verify(context.Background(), src, auditlog.VerifyOptions{Verifier: v, Kept: kept})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return rep
-}
-
-func wantOK(t testing.TB, rep kin.LogReport, events int64, checkpoints int) {
-	t.Helper()
-	if !rep.OK || rep.Events != events || rep.Checkpoints != checkpoints {
-		bad := "none"
-		if rep.BadIndex != nil {
-			bad = fmt.Sprint(*rep.BadIndex)
-		}
-		t.Fatalf("Verify: ok=%v events=%d checkpoints=%d bad index %s (%s); want ok with %d events, %d checkpoints",
-			rep.OK, rep.Events, rep.Checkpoints, bad, rep.Problem, events, checkpoints)
-	}
-}
-
-func sortBySeq(events []kin.Event) {
-	sort.Slice(events, func(i, j int) bool { return events[i].Seq < events[j].Seq })
-}
-
-func TestEventLogAppendsHashesInTheSameTransaction(t *testing.T) {
+// TestEventLogGroupCommit holds the writer inside an Update until 60 more
+// are queued, so that the writer commits them in one transaction, failing
+// and panicking ones among them: each undoes only its own events and its
+// part of the tree, and the batch's events are gapless and verify.
+func TestEventLogGroupCommit(t *testing.T) {
 	ctx := context.Background()
 	s := openLog(t, filepath.Join(t.TempDir(), "kin.db"))
-	key, v := testKey(t)
+	_, v := testKey(t)
+	if _, err := appendEvents(t, s, 0, 5, nil); err != nil {
+		t.Fatal(err)
+	}
 	var (
 		mu        sync.Mutex
 		committed []kin.Event
-		next      atomic.Int64 // the next logEvent index: failed Updates use theirs up
+		next      atomic.Int64 // the next LogEvent index: failed Updates use theirs up
 	)
-	// update appends n events in one Update that returns fail (or panics).
-	update := func(n int, fail error, panics bool) error {
+	next.Store(5)
+	update := func(n int, fail error, panics bool, hold func()) error {
 		from := int(next.Add(int64(n))) - n
 		var got []kin.Event
 		err := s.Update(ctx, func(tx store.Tx) error {
+			got = got[:0]
 			for i := from; i < from+n; i++ {
-				e, err := tx.EventAppend(ctx, logEvent(t, i))
+				e, err := tx.EventAppend(ctx, storetest.LogEvent(t, i))
 				if err != nil {
 					return err
 				}
 				got = append(got, e)
+			}
+			if hold != nil {
+				hold()
 			}
 			if panics {
 				panic("this update panics after appending")
@@ -220,56 +108,14 @@ func TestEventLogAppendsHashesInTheSameTransaction(t *testing.T) {
 		}
 		return err
 	}
-
-	// One Update at a time: a failed one leaves no gap.
-	for u := range 40 {
-		n := 1 + u%6
-		before, _ := s.LogHead()
-		if u%5 == 4 {
-			if err := update(n, errBoom, false); !errors.Is(err, errBoom) {
-				t.Fatalf("update %d: %v, want %v", u, err, errBoom)
-			}
-			if after, _ := s.LogHead(); after != before {
-				t.Fatalf("update %d failed but the tree grew from %d to %d", u, before, after)
-			}
-			continue
-		}
-		if err := update(n, nil, false); err != nil {
-			t.Fatal(err)
-		}
-		if first := committed[len(committed)-n].Seq; first != before+1 {
-			t.Fatalf("update %d: first event has seq %d after a tree of %d", u, first, before)
-		}
-		checkHead(t, s, committed)
-	}
-
-	// Many Updates in one batch: hold the writer in an Update until all are
-	// queued, so that the writer commits them together, failing ones among
-	// them.
 	release := make(chan struct{})
 	blocking := make(chan struct{})
 	held := make(chan error, 1)
 	go func() {
-		from := int(next.Add(2)) - 2
-		var got []kin.Event
-		err := s.Update(ctx, func(tx store.Tx) error {
-			for i := from; i < from+2; i++ {
-				e, err := tx.EventAppend(ctx, logEvent(t, i))
-				if err != nil {
-					return err
-				}
-				got = append(got, e)
-			}
+		held <- update(2, nil, false, func() {
 			close(blocking)
 			<-release
-			return nil
 		})
-		if err == nil {
-			mu.Lock()
-			committed = append(committed, got...)
-			mu.Unlock()
-		}
-		held <- err
 	}()
 	const queued = 60
 	var wg sync.WaitGroup
@@ -281,11 +127,11 @@ func TestEventLogAppendsHashesInTheSameTransaction(t *testing.T) {
 			defer wg.Done()
 			switch {
 			case g%7 == 3:
-				errs[g] = update(1+g%4, nil, true)
+				errs[g] = update(1+g%4, nil, true, nil)
 			case g%3 == 1:
-				errs[g] = update(1+g%5, errBoom, false)
+				errs[g] = update(1+g%5, storetest.ErrBoom, false, nil)
 			default:
-				errs[g] = update(1+g%5, nil, false)
+				errs[g] = update(1+g%5, nil, false, nil)
 			}
 		}()
 	}
@@ -304,8 +150,8 @@ func TestEventLogAppendsHashesInTheSameTransaction(t *testing.T) {
 				t.Errorf("queued update %d panicked but returned %v", g, err)
 			}
 		case g%3 == 1:
-			if !errors.Is(err, errBoom) {
-				t.Errorf("queued update %d: %v, want %v", g, err, errBoom)
+			if !errors.Is(err, storetest.ErrBoom) {
+				t.Errorf("queued update %d: %v, want %v", g, err, storetest.ErrBoom)
 			}
 		default:
 			if err != nil {
@@ -313,134 +159,26 @@ func TestEventLogAppendsHashesInTheSameTransaction(t *testing.T) {
 			}
 		}
 	}
-
-	// Free-running writers.
-	var failed atomic.Int64
-	for w := range 8 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			rng := rand.New(rand.NewPCG(11, uint64(w)))
-			for range 15 {
-				fail := error(nil)
-				if rng.IntN(4) == 0 {
-					fail = errBoom
-				}
-				err := update(1+rng.IntN(8), fail, false)
-				if !errors.Is(err, fail) {
-					t.Errorf("writer %d: %v, want %v", w, err, fail)
-				}
-				if err != nil {
-					failed.Add(1)
-				}
-			}
-		}()
-	}
-	wg.Wait()
 	if t.Failed() {
 		t.FailNow()
 	}
-	if failed.Load() == 0 {
-		t.Fatal("no free-running update failed: the test does not test what it says")
+	storetest.SortBySeq(committed)
+	if committed[0].Seq != 6 {
+		t.Fatalf("the batch's first event has seq %d, want 6", committed[0].Seq)
 	}
-
-	// The committed events are seqs 1, 2, 3, ... with no gap, and the store
-	// holds exactly them.
-	sortBySeq(committed)
-	n := int64(len(committed))
-	checkHead(t, s, committed)
-	var stored []kin.Event
+	var all []kin.Event
 	err := s.LogEntries(ctx, func(en auditlog.Entry) error {
-		if en.Damaged != "" {
-			t.Errorf("seq %d: damaged: %s", en.Event.Seq, en.Damaged)
-		}
-		stored = append(stored, en.Event)
+		all = append(all, en.Event)
 		return nil
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if int64(len(stored)) != n {
-		t.Fatalf("%d events stored, %d committed", len(stored), n)
-	}
-	for i, e := range stored {
-		c := committed[i]
-		if e.Seq != c.Seq || !e.Time.Equal(c.Time) || e.Type != c.Type || e.Agent != c.Agent || e.Parent != c.Parent || !bytes.Equal(e.Data, c.Data) {
-			t.Fatalf("stored event %d is %+v, committed %+v", i, e, c)
-		}
-	}
-
-	rep := verify(t, s, v, nil)
-	wantOK(t, rep, n, 0)
-
-	// A signed checkpoint of the head is checked.
-	kept := checkpoint(t, s, key)
-	wantOK(t, verify(t, s, v, nil), n, 1)
-
-	// More events after it; the kept checkpoint is proved consistent with
-	// a later one, through the store's stored hashes.
-	more, err := appendEvents(t, s, int(next.Add(9))-9, int(next.Load()), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	committed = append(committed, more...)
-	checkHead(t, s, committed)
-	checkpoint(t, s, key)
-	rep = verify(t, s, v, kept)
-	wantOK(t, rep, n+9, 3) // the two stored checkpoints and the kept one
-	if rep.Consistency == "" {
-		t.Error("no consistency proof from the kept checkpoint")
-	}
-}
-
-func TestEventLogSurvivesReopen(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "kin.db")
-	key, v := testKey(t)
-	s := openLog(t, path)
-	var all []kin.Event
-	for i := 0; i < 100; i += 10 {
-		got, err := appendEvents(t, s, i, i+10, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		all = append(all, got...)
-	}
-	if _, err := appendEvents(t, s, 100, 105, errBoom); !errors.Is(err, errBoom) {
-		t.Fatal(err)
-	}
-	first := checkpoint(t, s, key)
-	size, root := s.LogHead()
-	if err := s.Close(); err != nil {
-		t.Fatal(err)
-	}
-
-	s = openLog(t, path)
-	if size2, root2 := s.LogHead(); size2 != size || root2 != root {
-		t.Fatalf("after reopen LogHead = %d %s, before %d %s", size2, root2, size, root)
-	}
-	wantOK(t, verify(t, s, v, nil), 100, 1)
-	for i := 105; i < 230; i += 25 {
-		got, err := appendEvents(t, s, i, i+25, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if got[0].Seq != int64(len(all)+1) {
-			t.Fatalf("after reopen the next event has seq %d, want %d", got[0].Seq, len(all)+1)
-		}
-		all = append(all, got...)
+	if len(all) != 5+len(committed) {
+		t.Fatalf("%d events stored, want the 5 before and the %d committed", len(all), len(committed))
 	}
 	checkHead(t, s, all)
-	checkpoint(t, s, key)
-	rep := verify(t, s, v, first)
-	wantOK(t, rep, int64(len(all)), 3)
-	if rep.Consistency == "" {
-		t.Error("no consistency proof from the checkpoint kept before the reopen")
-	}
-	if err := s.Close(); err != nil {
-		t.Fatal(err)
-	}
-	// And once more, read-only.
-	wantOK(t, verify(t, openReadOnly(t, path), v, first), int64(len(all)), 3)
+	wantOK(t, verify(t, s, v, nil), int64(len(all)), 0)
 }
 
 func TestEventLogBackfillsOldDatabases(t *testing.T) {
@@ -457,7 +195,7 @@ func TestEventLogBackfillsOldDatabases(t *testing.T) {
 		}
 		all = append(all, got...)
 	}
-	size, root := s.LogHead()
+	size, root := logHead(t, s)
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -481,7 +219,7 @@ func TestEventLogBackfillsOldDatabases(t *testing.T) {
 	}
 
 	s = openLog(t, path)
-	if size2, root2 := s.LogHead(); size2 != size || root2 != root {
+	if size2, root2 := logHead(t, s); size2 != size || root2 != root {
 		t.Fatalf("after the backfill LogHead = %d %s, before %d %s", size2, root2, size, root)
 	}
 	wantOK(t, verify(t, s, v, nil), size, 0)
@@ -779,41 +517,6 @@ func TestOpenRefusesALogItCannotContinue(t *testing.T) {
 	}
 }
 
-func TestEventAppendRefusesDataWithNewlines(t *testing.T) {
-	ctx := context.Background()
-	s := openLog(t, filepath.Join(t.TempDir(), "kin.db"))
-	_, v := testKey(t)
-	var kept kin.Event
-	err := s.Update(ctx, func(tx store.Tx) error {
-		for _, data := range []string{"{\n}", "{\"a\":1,\n\"b\":2}", "{\"a\":1}\n"} {
-			e := kin.Event{Time: logTime, Type: kin.EventAgentStatus, Agent: 1, Data: []byte(data)}
-			if _, err := tx.EventAppend(ctx, e); err == nil || !strings.Contains(err.Error(), "newline") {
-				return fmt.Errorf("data %q: EventAppend returned %v, want an error about newlines", data, err)
-			}
-		}
-		// An escaped newline inside a string is compact JSON: it goes in,
-		// as seq 1 (the refused ones took no seq).
-		e, err := kin.NewEvent(kin.EventAgentStatus, 1, 0, map[string]string{"reason": "two\nlines"})
-		if err != nil {
-			return err
-		}
-		e.Time = logTime
-		kept, err = tx.EventAppend(ctx, e)
-		return err
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if kept.Seq != 1 {
-		t.Fatalf("the event after the refused ones has seq %d, want 1", kept.Seq)
-	}
-	checkHead(t, s, []kin.Event{kept})
-	wantOK(t, verify(t, s, v, nil), 1, 0)
-}
-
-// TestOpenReadOnlyTakesAnyPath opens databases whose paths hold characters
-// a SQLite URI gives meaning to, read-only: it must open the file named,
-// and never create another.
 func TestOpenReadOnlyTakesAnyPath(t *testing.T) {
 	ctx := context.Background()
 	_, v := testKey(t)

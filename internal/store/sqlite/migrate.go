@@ -55,6 +55,18 @@ func migrate(ctx context.Context, db *sql.DB) error {
 		if err != nil {
 			return err
 		}
+		// Another process opening the same file may have applied it since
+		// the read above: the transaction (BEGIN IMMEDIATE) holds the
+		// write lock, so this read decides.
+		var applied int
+		if err := tx.QueryRowContext(ctx, `SELECT COUNT(*) FROM schema_migrations WHERE version >= ?`, version).Scan(&applied); err != nil {
+			tx.Rollback()
+			return fmt.Errorf("migration %s: %w", base, err)
+		}
+		if applied > 0 {
+			tx.Rollback()
+			continue
+		}
 		if _, err := tx.ExecContext(ctx, string(body)); err != nil {
 			tx.Rollback()
 			return fmt.Errorf("migration %s: %w", base, err)

@@ -21,8 +21,6 @@ import (
 // while anyone waits.
 const pollInterval = 50 * time.Millisecond
 
-const sqlLogSize = `SELECT COALESCE(MAX(seq), 0) FROM events`
-
 // Wait returns a channel closed at the next commit that appended events,
 // by this handle or (within pollInterval) another on the same file.
 func (s *Store) Wait() <-chan struct{} { return s.hub.Wait() }

@@ -108,7 +108,7 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 		wdb.Close()
 		return nil, fmt.Errorf("sqlite: %s: %w", path, err)
 	}
-	tree, err := loadLog(ctx, wdb)
+	tree, err := loadLog(ctx, reader{q: wdb})
 	if err != nil {
 		wdb.Close()
 		return nil, fmt.Errorf("sqlite: %s: %w", path, err)
@@ -243,7 +243,18 @@ func (s *Store) commit(batch []*update) {
 	}
 	ok, appended := 0, 0
 	local := map[string]*sql.Stmt{} // closed with the transaction
-	tree := s.log                   // the batch's tree; s.log changes only once it commits
+	// The batch's tree: the cached edge, checked against the stored log
+	// under the write lock (another handle on the file may have appended).
+	// s.log changes only once the batch commits.
+	tree, err := s.edge(ctx, reader{q: tx, tx: tx, st: s.wstmts, local: local})
+	if err != nil {
+		tx.Rollback()
+		for i := range errs {
+			errs[i] = fmt.Errorf("sqlite: event log: %w", err)
+		}
+		answer()
+		return
+	}
 	for i, u := range batch {
 		if err := u.ctx.Err(); err != nil {
 			errs[i] = err
@@ -289,15 +300,35 @@ func (s *Store) commit(batch []*update) {
 			}
 		}
 	} else if ok > 0 {
-		s.logMu.Lock()
-		s.log = tree
-		s.logMu.Unlock()
+		s.setLog(tree)
 		if appended > 0 {
 			storeMax(&s.notified, tree.Size())
 			s.hub.Notify()
 		}
 	}
 	answer()
+}
+
+// edge returns the tree's committed edge as the transaction r sees it: the
+// cache when the stored log has its size (one indexed read), else reloaded
+// from the stored hashes, as Open does. Inside the write transaction no
+// other handle can append until the commit, so the seqs and hashes the
+// batch appends continue the stored log, whoever wrote it last.
+func (s *Store) edge(ctx context.Context, r reader) (auditlog.Frontier, error) {
+	s.logMu.Lock()
+	f := s.log
+	s.logMu.Unlock()
+	if s.unhashed {
+		return f, nil // benchmarks only: no hashes to continue, seqs from SQLite
+	}
+	n, err := logSize(ctx, r)
+	if err != nil || n == f.Size() {
+		return f, err
+	}
+	if f, err = loadFrontier(ctx, r, n); err == nil {
+		s.setLog(f) // others' commits, read before this batch wrote anything
+	}
+	return f, err
 }
 
 func runUpdate(u *update, tx *txn) (err error) {

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"fmt"
 	"path/filepath"
+	"sync"
 	"testing"
 
 	"github.com/kin-agents/kin/internal/store"
@@ -23,9 +24,13 @@ func open(t *testing.T, path string) *sqlite.Store {
 	return s
 }
 
+// TestSQLiteStore runs the suite; a second handle is a second Open of the
+// same file in this process (TestSecondProcessAppends has a real second
+// process).
 func TestSQLiteStore(t *testing.T) {
-	storetest.Exercise(t, func(t *testing.T) store.Store {
-		return open(t, filepath.Join(t.TempDir(), "kin.db"))
+	storetest.Exercise(t, func(t *testing.T) (store.Store, func() store.Store) {
+		path := filepath.Join(t.TempDir(), "kin.db")
+		return open(t, path), func() store.Store { return open(t, path) }
 	})
 }
 
@@ -153,5 +158,38 @@ func TestMigrationFillsBudgetCounters(t *testing.T) {
 	}
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Fatalf("after migration 8: %+v\nwant %+v (free has a policy but no max_descendants: no count)", got, want)
+	}
+}
+
+// TestConcurrentOpensMigrateOnce opens one new file from several handles at
+// once, as processes started together would: each migration is applied
+// once, and every handle opens.
+func TestConcurrentOpensMigrateOnce(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "kin.db")
+	const n = 6
+	stores := make([]*sqlite.Store, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			stores[i], errs[i] = sqlite.Open(context.Background(), path, sqlite.Options{})
+		}()
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Errorf("handle %d: %v", i, err)
+			continue
+		}
+		defer stores[i].Close()
+	}
+	if t.Failed() {
+		t.FailNow()
+	}
+	storetest.Insert(t, stores[0], "a", 0)
+	if got, err := stores[n-1].AgentCount(context.Background()); err != nil || got != 1 {
+		t.Fatalf("the last handle counts %d agents, %v", got, err)
 	}
 }

@@ -14,28 +14,52 @@ import (
 	"github.com/kin-agents/kin/kin"
 )
 
-// Opener returns a new, empty store; the suite closes it.
-type Opener func(t *testing.T) store.Store
+// Opener opens a new, empty store for t and returns it with a function
+// that opens another handle on the same store, as another process would
+// (its own connections, writer and caches). The opener closes what it
+// opened when t ends; the suite may close a handle earlier (Close is safe
+// to call twice).
+type Opener func(t *testing.T) (s store.Store, second func() store.Store)
 
 var t0 = time.Date(2026, 3, 30, 12, 0, 0, 0, time.UTC)
 
 // Exercise runs the whole suite.
 func Exercise(t *testing.T, open Opener) {
-	t.Run("AgentInsertAndGet", func(t *testing.T) { testAgentInsertAndGet(t, open(t)) })
-	t.Run("AgentList", func(t *testing.T) { testAgentList(t, open(t)) })
-	t.Run("AncestorsAndSubtree", func(t *testing.T) { testAncestorsAndSubtree(t, open(t)) })
-	t.Run("NameUniqueAmongNonTerminated", func(t *testing.T) { testNameUnique(t, open(t)) })
-	t.Run("WalletUnique", func(t *testing.T) { testWalletUnique(t, open(t)) })
-	t.Run("CountLive", func(t *testing.T) { testCountLive(t, open(t)) })
-	t.Run("Events", func(t *testing.T) { testEvents(t, open(t)) })
-	t.Run("SettingsAndRejections", func(t *testing.T) { testSettingsAndRejections(t, open(t)) })
-	t.Run("FailedUpdateUndoesOnlyItself", func(t *testing.T) { testFailedUpdate(t, open(t)) })
-	t.Run("UpdatesAreSerialised", func(t *testing.T) { testSerialised(t, open(t)) })
-	t.Run("RuntimeFieldsAndProcessSpec", func(t *testing.T) { testRuntime(t, open(t)) })
-	t.Run("PolicyAndSpend", func(t *testing.T) { testPolicyAndSpend(t, open(t)) })
-	t.Run("BudgetCounters", func(t *testing.T) { testBudgetCounters(t, open(t)) })
-	t.Run("Identity", func(t *testing.T) { testIdentity(t, open(t)) })
-	t.Run("CloseTwiceAndUpdateAfterClose", func(t *testing.T) { testClose(t, open(t)) })
+	one := func(t *testing.T) store.Store {
+		s, _ := open(t)
+		return s
+	}
+	two := func(t *testing.T, test func(*testing.T, store.Store, func() store.Store)) {
+		s, second := open(t)
+		test(t, s, second)
+	}
+	t.Run("AgentInsertAndGet", func(t *testing.T) { testAgentInsertAndGet(t, one(t)) })
+	t.Run("AgentList", func(t *testing.T) { testAgentList(t, one(t)) })
+	t.Run("AncestorsAndSubtree", func(t *testing.T) { testAncestorsAndSubtree(t, one(t)) })
+	t.Run("NameUniqueAmongNonTerminated", func(t *testing.T) { testNameUnique(t, one(t)) })
+	t.Run("WalletUnique", func(t *testing.T) { testWalletUnique(t, one(t)) })
+	t.Run("CountLive", func(t *testing.T) { testCountLive(t, one(t)) })
+	t.Run("CountsForMetrics", func(t *testing.T) { testCountsForMetrics(t, one(t)) })
+	t.Run("Events", func(t *testing.T) { testEvents(t, one(t)) })
+	t.Run("SettingsAndRejections", func(t *testing.T) { testSettingsAndRejections(t, one(t)) })
+	t.Run("FailedUpdateUndoesOnlyItself", func(t *testing.T) { testFailedUpdate(t, one(t)) })
+	t.Run("UpdatesAreSerialised", func(t *testing.T) { testSerialised(t, one(t)) })
+	t.Run("RuntimeFieldsAndProcessSpec", func(t *testing.T) { testRuntime(t, one(t)) })
+	t.Run("PolicyAndSpend", func(t *testing.T) { testPolicyAndSpend(t, one(t)) })
+	t.Run("BudgetCounters", func(t *testing.T) { testBudgetCounters(t, one(t)) })
+	t.Run("Identity", func(t *testing.T) { testIdentity(t, one(t)) })
+	t.Run("CloseTwiceAndUpdateAfterClose", func(t *testing.T) { testClose(t, one(t)) })
+
+	t.Run("LogAppend", func(t *testing.T) { testLogAppend(t, one(t)) })
+	t.Run("LogProofs", func(t *testing.T) { testLogProofs(t, one(t)) })
+	t.Run("LogRefusesDataWithNewlines", func(t *testing.T) { testLogRefusesDataWithNewlines(t, one(t)) })
+	t.Run("LogSurvivesReopen", func(t *testing.T) { two(t, testLogSurvivesReopen) })
+
+	t.Run("NotifyOwnCommits", func(t *testing.T) { testNotifyOwnCommits(t, one(t)) })
+	t.Run("NotifyOtherHandle", func(t *testing.T) { two(t, testNotifyOtherHandle) })
+	t.Run("FollowAcrossHandles", func(t *testing.T) { two(t, testFollowAcrossHandles) })
+	t.Run("TwoHandlesHoldALimit", func(t *testing.T) { two(t, testTwoHandlesHoldALimit) })
+	t.Run("TwoHandlesAppendOneLog", func(t *testing.T) { two(t, testTwoHandlesAppendOneLog) })
 }
 
 // Insert stores an agent called name under parent in its own Update.
@@ -328,6 +352,70 @@ func testCountLive(t *testing.T, s store.Store) {
 		return tx.AgentUpdateStatus(ctx, store.AgentUpdateStatusParams{ID: 999, Status: kin.StatusRevoked, At: t0})
 	}); !errors.Is(err, store.ErrNotFound) {
 		t.Errorf("update missing: %v", err)
+	}
+}
+
+// testCountsForMetrics: the aggregates a metrics scrape reads.
+func testCountsForMetrics(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	counts := func() map[string]int {
+		t.Helper()
+		m := map[string]int{}
+		err := s.AgentCountByStateRole(ctx, func(state, role string, n int) {
+			k := state + "/" + role
+			if _, dup := m[k]; dup {
+				t.Errorf("AgentCountByStateRole called fn twice for %s", k)
+			}
+			m[k] = n
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return m
+	}
+	if m := counts(); len(m) != 0 {
+		t.Fatalf("counts of an empty store = %v", m)
+	}
+	if _, ok, err := s.OldestHeartbeat(ctx); ok || err != nil {
+		t.Fatalf("OldestHeartbeat of an empty store = %v, %v", ok, err)
+	}
+	type row struct {
+		role   string
+		state  kin.State
+		status kin.Status
+		beat   time.Time
+	}
+	h := func(m int) time.Time { return t0.Add(time.Duration(m) * time.Minute) }
+	rows := []row{
+		{"HO", kin.StateActive, kin.StatusActive, h(5)},
+		{"HO", kin.StateActive, kin.StatusActive, h(3)},
+		{"HO", kin.StateStale, kin.StatusActive, h(2)},   // stale: followed, the oldest
+		{"HO", kin.StateOffline, kin.StatusActive, h(1)}, // offline: no longer followed
+		{"PO", kin.StateActive, kin.StatusSuspended, h(0)},
+		{"", kin.StateRegistered, kin.StatusActive, time.Time{}},
+		{"", kin.StateTerminated, kin.StatusTerminated, time.Time{}},
+	}
+	for i, r := range rows {
+		a := NewAgent(fmt.Sprintf("m%d", i), 0, 0)
+		a.Role = r.role
+		update(t, s, func(tx store.Tx) error {
+			got, err := tx.AgentInsert(ctx, store.AgentInsertParams{Agent: a})
+			if err != nil {
+				return err
+			}
+			p := store.AgentUpdateParams{ID: got.ID, At: t0, State: &r.state, Status: &r.status}
+			if !r.beat.IsZero() {
+				p.LastHeartbeat = &r.beat
+			}
+			return tx.AgentUpdate(ctx, p)
+		})
+	}
+	want := map[string]int{"active/HO": 2, "stale/HO": 1, "offline/HO": 1, "active/PO": 1, "registered/": 1, "terminated/": 1}
+	if m := counts(); fmt.Sprint(m) != fmt.Sprint(want) {
+		t.Fatalf("AgentCountByStateRole = %v, want %v", m, want)
+	}
+	if oldest, ok, err := s.OldestHeartbeat(ctx); err != nil || !ok || !oldest.Equal(h(2)) {
+		t.Fatalf("OldestHeartbeat = %v, %v, %v; want %v (the stale agent's)", oldest, ok, err, h(2))
 	}
 }
 

@@ -1,0 +1,295 @@
+package storetest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/kin-agents/kin/internal/store"
+	"github.com/kin-agents/kin/kin"
+)
+
+// Notifications and several handles on one store: what lets more than one
+// daemon (or a daemon and a tool) share a store. Each handle stands for a
+// process: its own connections, writer and caches.
+
+// wakeWithin bounds how long a waiter may take to wake after a commit:
+// generous, for loaded machines; drivers document their own latency.
+const wakeWithin = 10 * time.Second
+
+// woken reports whether ch closes within wakeWithin.
+func woken(ch <-chan struct{}) bool {
+	t := time.NewTimer(wakeWithin)
+	defer t.Stop()
+	select {
+	case <-ch:
+		return true
+	case <-t.C:
+		return false
+	}
+}
+
+// testNotifyOwnCommits: a commit that appends events wakes a waiter that
+// took its channel before the commit, and the events are readable then. (A
+// commit without events need not wake anyone; it may.)
+func testNotifyOwnCommits(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	for round := range 3 {
+		ch := s.Wait()
+		got, err := AppendEvents(t, s, round, round+1, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !woken(ch) {
+			t.Fatalf("round %d: a waiter taken before a commit with events was not woken within %s", round, wakeWithin)
+		}
+		evs, err := s.EventList(ctx, kin.EventFilter{Since: got[0].Seq - 1})
+		if err != nil || len(evs) != 1 || evs[0].Seq != got[0].Seq {
+			t.Fatalf("round %d: after the wake EventList = %v, %v; want seq %d", round, evs, err, got[0].Seq)
+		}
+	}
+	// Without events, then with: the second commit wakes whatever the
+	// first left waiting.
+	ch := s.Wait()
+	Insert(t, s, "no-events", 0)
+	if _, err := AppendEvents(t, s, 3, 4, nil); err != nil {
+		t.Fatal(err)
+	}
+	if !woken(ch) {
+		t.Fatal("a waiter taken before a commit without events and one with was not woken")
+	}
+}
+
+// testNotifyOtherHandle: a waiter of one handle wakes when another handle
+// on the same store commits events, and reads them.
+func testNotifyOtherHandle(t *testing.T, a store.Store, second func() store.Store) {
+	ctx := context.Background()
+	b := second()
+	for round := range 3 {
+		w, c := b, a // b waits, a commits; then the other way round
+		if round%2 == 1 {
+			w, c = a, b
+		}
+		ch := w.Wait()
+		got, err := AppendEvents(t, c, round, round+1, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !woken(ch) {
+			t.Fatalf("round %d: a waiter was not woken within %s of another handle's commit with events", round, wakeWithin)
+		}
+		evs, err := w.EventList(ctx, kin.EventFilter{Since: got[0].Seq - 1})
+		if err != nil || len(evs) != 1 || evs[0].Seq != got[0].Seq {
+			t.Fatalf("round %d: after the wake EventList = %v, %v; want seq %d", round, evs, err, got[0].Seq)
+		}
+	}
+}
+
+// testFollowAcrossHandles follows the log from one handle, as
+// `/v1/events?follow=true` does (take the channel, read, wait), while both
+// handles append: the follower sees every event, in order, once.
+func testFollowAcrossHandles(t *testing.T, a store.Store, second func() store.Store) {
+	ctx := context.Background()
+	b := second()
+	const writers, updates, perUpdate = 4, 10, 3
+	const total = writers * updates * perUpdate
+	var next atomic.Int64
+	followed := make(chan error, 1)
+	go func() {
+		var since int64
+		deadline := time.NewTimer(time.Minute)
+		defer deadline.Stop()
+		for since < total {
+			wake := b.Wait()
+			evs, err := b.EventList(ctx, kin.EventFilter{Since: since})
+			if err != nil {
+				followed <- err
+				return
+			}
+			for _, e := range evs {
+				if e.Seq != since+1 {
+					followed <- fmt.Errorf("the follower read seq %d after %d", e.Seq, since)
+					return
+				}
+				since = e.Seq
+			}
+			if len(evs) > 0 {
+				continue
+			}
+			select {
+			case <-wake:
+			case <-deadline.C:
+				followed <- fmt.Errorf("the follower saw %d of %d events and was not woken for the rest", since, total)
+				return
+			}
+		}
+		followed <- nil
+	}()
+	var wg sync.WaitGroup
+	for w := range writers {
+		s := a
+		if w%2 == 1 {
+			s = b
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range updates {
+				from := int(next.Add(perUpdate)) - perUpdate
+				if _, err := AppendEvents(t, s, from, from+perUpdate, nil); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if err := <-followed; err != nil {
+		t.Fatal(err)
+	}
+}
+
+// errFull is what testTwoHandlesHoldALimit's Updates return when the
+// parent has its children.
+var errFull = errors.New("the parent has its children")
+
+// testTwoHandlesHoldALimit races count-then-insert Updates from two
+// handles, as two daemons registering children of one parent would: the
+// count read in the transaction must hold for its insert, so the parent
+// never gets more children than the limit.
+func testTwoHandlesHoldALimit(t *testing.T, a store.Store, second func() store.Store) {
+	ctx := context.Background()
+	b := second()
+	const perHandle, limit, rounds = 32, 10, 3
+	for r := range rounds {
+		parent := Insert(t, a, fmt.Sprintf("parent-%d", r), 0)
+		start := make(chan struct{})
+		var admitted, refused atomic.Int64
+		var wg sync.WaitGroup
+		for h, s := range []store.Store{a, b} {
+			for g := range perHandle {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					<-start
+					err := s.Update(ctx, func(tx store.Tx) error {
+						n, err := tx.AgentCountLive(ctx, store.AgentCountLiveParams{Parent: parent.ID, HasParent: true})
+						if err != nil {
+							return err
+						}
+						if n >= limit {
+							return errFull
+						}
+						child, err := tx.AgentInsert(ctx, store.AgentInsertParams{Agent: NewAgent(fmt.Sprintf("c%d-%d-%d", r, h, g), parent.ID, 1)})
+						if err != nil {
+							return err
+						}
+						e, err := kin.NewEvent(kin.EventChildSpawned, child.ID, parent.ID, map[string]any{"child": child.ID, "n": n})
+						if err != nil {
+							return err
+						}
+						e.Time = t0
+						_, err = tx.EventAppend(ctx, e)
+						return err
+					})
+					switch {
+					case err == nil:
+						admitted.Add(1)
+					case errors.Is(err, errFull):
+						refused.Add(1)
+					default:
+						t.Errorf("handle %d, update %d: %v", h, g, err)
+					}
+				}()
+			}
+		}
+		close(start)
+		wg.Wait()
+		if t.Failed() {
+			t.FailNow()
+		}
+		if admitted.Load() != limit || refused.Load() != 2*perHandle-limit {
+			t.Fatalf("round %d: %d admitted and %d refused; want %d and %d", r, admitted.Load(), refused.Load(), limit, 2*perHandle-limit)
+		}
+		for i, s := range []store.Store{a, b} {
+			kids, err := s.AgentList(ctx, kin.AgentFilter{Parent: parent.ID, HasParent: true})
+			if err != nil || len(kids) != limit {
+				t.Fatalf("round %d: handle %d lists %d children, %v; want %d", r, i, len(kids), err, limit)
+			}
+		}
+	}
+	// The children's events, from both handles, make one gapless log.
+	stored := storedEvents(t, a)
+	if len(stored) != rounds*limit {
+		t.Fatalf("%d events stored, want %d", len(stored), rounds*limit)
+	}
+	_, v := LogKey(t)
+	CheckHead(t, a, stored)
+	CheckHead(t, b, stored)
+	WantOK(t, Verify(t, b, v, nil), rounds*limit, 0)
+}
+
+// testTwoHandlesAppendOneLog appends from two handles at once: each
+// handle's batches continue the log the other extended, so the seqs stay
+// gapless and the tree verifies; and each handle's LogHead reports the
+// other's appends.
+func testTwoHandlesAppendOneLog(t *testing.T, a store.Store, second func() store.Store) {
+	b := second()
+	key, v := LogKey(t)
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var all []kin.Event
+	for w := range 8 {
+		s := a
+		if w%2 == 1 {
+			s = b
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for u := range 12 {
+				n := 1 + (w+u)%4
+				from := int(next.Add(int64(n))) - n
+				fail := error(nil)
+				if u%5 == 4 {
+					fail = ErrBoom // takes no seq, on either handle
+				}
+				got, err := AppendEvents(t, s, from, from+n, fail)
+				if !errors.Is(err, fail) {
+					t.Errorf("writer %d: %v, want %v", w, err, fail)
+					return
+				}
+				if err == nil {
+					mu.Lock()
+					all = append(all, got...)
+					mu.Unlock()
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if t.Failed() {
+		t.FailNow()
+	}
+	SortBySeq(all)
+	CheckHead(t, a, all)
+	CheckHead(t, b, all)
+	sameEvents(t, storedEvents(t, b), all)
+	WantOK(t, Verify(t, a, v, nil), int64(len(all)), 0)
+	// A checkpoint signed from one handle's head verifies through the
+	// other; one more append from a is seen by b's LogHead.
+	Checkpoint(t, a, key)
+	more, err := AppendEvents(t, a, int(next.Load()), int(next.Load())+3, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	all = append(all, more...)
+	CheckHead(t, b, all)
+	Checkpoint(t, b, key)
+	WantOK(t, Verify(t, b, v, nil), int64(len(all)), 2)
+}
