@@ -293,3 +293,69 @@ func testTwoHandlesAppendOneLog(t *testing.T, a store.Store, second func() store
 	Checkpoint(t, b, key)
 	WantOK(t, Verify(t, b, v, nil), int64(len(all)), 2)
 }
+
+// testTwoHandlesHoldASpawnBudget races what a registration under a
+// max_descendants budget does, from two handles: read the grandparent's
+// spawn count in the transaction (PermChain), refuse at the budget, else
+// insert a grandchild and count it (SpendSpawnAdd). The counter the check
+// reads is the one the transaction writes, so the budget holds across
+// handles and within one handle's group commits.
+func testTwoHandlesHoldASpawnBudget(t *testing.T, a store.Store, second func() store.Store) {
+	ctx := context.Background()
+	b := second()
+	const perHandle, budget = 32, 5
+	top := Insert(t, a, "budgeted", 0)
+	mid := Insert(t, a, "mid", top.ID)
+	update(t, a, func(tx store.Tx) error { return tx.SpendSpawnAdd(ctx, []kin.AgentID{top.ID}) }) // mid counts
+	start := make(chan struct{})
+	var admitted, refused atomic.Int64
+	var wg sync.WaitGroup
+	for h, s := range []store.Store{a, b} {
+		for g := range perHandle {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				<-start
+				err := s.Update(ctx, func(tx store.Tx) error {
+					chain, err := tx.PermChain(ctx, mid.ID)
+					if err != nil {
+						return err
+					}
+					if len(chain) != 2 || chain[1].ID != top.ID {
+						return fmt.Errorf("chain of mid: %+v", chain)
+					}
+					if chain[1].Spend.Spawns >= budget {
+						return errFull
+					}
+					if _, err := tx.AgentInsert(ctx, store.AgentInsertParams{Agent: NewAgent(fmt.Sprintf("g%d-%d", h, g), mid.ID, 2)}); err != nil {
+						return err
+					}
+					return tx.SpendSpawnAdd(ctx, []kin.AgentID{top.ID})
+				})
+				switch {
+				case err == nil:
+					admitted.Add(1)
+				case errors.Is(err, errFull):
+					refused.Add(1)
+				default:
+					t.Errorf("handle %d, update %d: %v", h, g, err)
+				}
+			}()
+		}
+	}
+	close(start)
+	wg.Wait()
+	if t.Failed() {
+		t.FailNow()
+	}
+	if admitted.Load() != budget-1 || refused.Load() != 2*perHandle-(budget-1) {
+		t.Fatalf("%d admitted and %d refused under a budget of %d descendants (one spent); want %d and %d",
+			admitted.Load(), refused.Load(), budget, budget-1, 2*perHandle-(budget-1))
+	}
+	for i, s := range []store.Store{a, b} {
+		chain, err := s.PermChain(ctx, top.ID)
+		if err != nil || len(chain) != 1 || chain[0].Spend.Spawns != budget {
+			t.Fatalf("handle %d reads the budget's counter as %+v, %v; want %d spawns", i, chain, err, budget)
+		}
+	}
+}

@@ -59,6 +59,7 @@ func Exercise(t *testing.T, open Opener) {
 	t.Run("NotifyOtherHandle", func(t *testing.T) { two(t, testNotifyOtherHandle) })
 	t.Run("FollowAcrossHandles", func(t *testing.T) { two(t, testFollowAcrossHandles) })
 	t.Run("TwoHandlesHoldALimit", func(t *testing.T) { two(t, testTwoHandlesHoldALimit) })
+	t.Run("TwoHandlesHoldASpawnBudget", func(t *testing.T) { two(t, testTwoHandlesHoldASpawnBudget) })
 	t.Run("TwoHandlesAppendOneLog", func(t *testing.T) { two(t, testTwoHandlesAppendOneLog) })
 }
 
