@@ -24,7 +24,7 @@ import (
 	"github.com/kin-agents/kin/internal/governor"
 	"github.com/kin-agents/kin/internal/httpapi"
 	"github.com/kin-agents/kin/internal/store"
-	"github.com/kin-agents/kin/internal/store/sqlite"
+	"github.com/kin-agents/kin/internal/store/storeopen"
 	"github.com/kin-agents/kin/internal/supervisor"
 	"github.com/kin-agents/kin/internal/uidrange"
 	"github.com/kin-agents/kin/kin"
@@ -148,8 +148,7 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 	if err != nil {
 		return nil, err
 	}
-	path, _ := cfg.storePath()
-	st, err := sqlite.Open(ctx, path, sqlite.Options{Synchronous: cfg.Synchronous})
+	st, err := storeopen.Open(ctx, cfg.Store, storeopen.Options{Home: cfg.Home, Synchronous: cfg.Synchronous})
 	if err != nil {
 		return nil, err
 	}
