@@ -12,7 +12,7 @@ import (
 	"golang.org/x/mod/sumdb/note"
 
 	"github.com/kin-agents/kin/internal/auditlog"
-	"github.com/kin-agents/kin/internal/store/sqlite"
+	"github.com/kin-agents/kin/internal/store/storeopen"
 	"github.com/kin-agents/kin/kin"
 )
 
@@ -126,8 +126,9 @@ must show the latest checkpoint extends it. Any difference is reported with
 the first bad leaf index (leaf index = event seq - 1).
 
 The daemon does the work by default. With --db, kin reads a database file
-itself, read-only, with no daemon (a stopped daemon's kin.db or a copy);
-then --key (or --key-file) gives the log's public key.
+(or the store a DSN such as sqlite:PATH names) itself, read-only, with no
+daemon (a stopped daemon's kin.db or a copy); then --key (or --key-file)
+gives the log's public key.
 
 Exit status: 0 when it holds, 5 when it does not, 1 when it could not run.`,
 		Example: `  kin log verify
@@ -148,7 +149,11 @@ Exit status: 0 when it holds, 5 when it does not, 1 when it could not run.`,
 				if err != nil {
 					return err
 				}
-				ro, err := sqlite.OpenReadOnly(cmd.Context(), db)
+				dsn := db
+				if !storeopen.IsDSN(db) {
+					dsn = "sqlite:" + db // a file
+				}
+				ro, err := storeopen.OpenReadOnly(cmd.Context(), dsn, storeopen.Options{})
 				if err != nil {
 					return err
 				}
@@ -174,7 +179,7 @@ Exit status: 0 when it holds, 5 when it does not, 1 when it could not run.`,
 		}),
 	}
 	cmd.Flags().StringVar(&from, "from-checkpoint", "", "also check against this kept checkpoint `file` (a signed note, or kin log checkpoint --json)")
-	cmd.Flags().StringVar(&db, "db", "", "verify this database `file` directly, without a daemon")
+	cmd.Flags().StringVar(&db, "db", "", "verify this database `file` (or store DSN, sqlite:PATH) directly, without a daemon")
 	key.add(cmd)
 	return cmd
 }

@@ -20,6 +20,7 @@ import (
 	"github.com/kin-agents/kin/internal/daemon"
 	"github.com/kin-agents/kin/internal/governor"
 	"github.com/kin-agents/kin/internal/policy"
+	"github.com/kin-agents/kin/internal/store/storeopen"
 	"github.com/kin-agents/kin/internal/uidrange"
 	"github.com/kin-agents/kin/kin"
 )
@@ -319,7 +320,7 @@ func serveConfig(getenv func(string) string, fl serveFlags) (daemon.Config, erro
 		return cfg, bad(httpAddr, probe.Validate())
 	}
 	if probe := (daemon.Config{Home: cfg.Home, Store: cfg.Store}); probe.Validate() != nil {
-		return cfg, bad(store, probe.Validate())
+		return cfg, bad(setting{storeopen.Redact(store.value), store.source}, probe.Validate()) // a DSN may hold a password
 	}
 	cfg.Ctx = ctxRoot.value
 	if probe := (daemon.Config{Home: cfg.Home, Ctx: cfg.Ctx}); probe.Validate() != nil {
@@ -350,12 +351,14 @@ func serveConfig(getenv func(string) string, fl serveFlags) (daemon.Config, erro
 	return cfg, nil
 }
 
-// storeDescription says where the store is, as the daemon resolves the DSN.
+// storeDescription says where the store is, as the daemon resolves the DSN
+// (without secrets).
 func storeDescription(cfg daemon.Config) string {
-	if cfg.Store == "" || cfg.Store == "sqlite" {
-		return "sqlite:" + filepath.Join(cfg.Home, "kin.db")
+	d, err := storeopen.ParseDSN(cfg.Store, cfg.Home)
+	if err != nil {
+		return storeopen.Redact(cfg.Store) // not reached: the config was validated
 	}
-	return cfg.Store
+	return d.String()
 }
 
 // version is the module version kin was built as, or "dev".

@@ -244,6 +244,12 @@ func TestServeErrors(t *testing.T) {
 	wantUsage(t, serve(noEnv, "--profile", "no-such-profile"), "--profile", "no-such-profile", "aauth, default, hierarchy")
 	wantUsage(t, serve(noEnv, "--profile", "/no/such/file.json"), "--profile")
 	wantUsage(t, serve(noEnv, "--store", "mysql://x"), "--store")
+	pg := serve(noEnv, "--store", "postgres://kin:hunter2@db/kin")
+	wantUsage(t, pg, "--store", "the PostgreSQL driver is not built yet (issue 23); use sqlite:PATH", "postgres://***@db/kin")
+	if strings.Contains(pg.stderr, "hunter2") {
+		t.Errorf("the error shows the store's password:\n%s", pg.stderr)
+	}
+	wantUsage(t, serve(noEnv, "--store", "/data/kin.db"), "--store", "no scheme", "sqlite:/data/kin.db")
 	wantUsage(t, serve(noEnv, "--ctx", "relative/ctx"), "--ctx", "not an absolute path")
 	wantUsage(t, serve(noEnv, "--bogus"), "--bogus")
 	wantUsage(t, serve(noEnv, "--containment", "jail"), "--containment", "jail", "auto, cgroup2, pid-namespaces, process-groups")

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/kin-agents/kin/internal/store"
+	"github.com/kin-agents/kin/internal/store/storeopen"
 	"github.com/kin-agents/kin/internal/uidrange"
 	"github.com/kin-agents/kin/kin"
 )
@@ -26,8 +27,8 @@ type Config struct {
 	HTTPAddr string
 	// Profile is a shipped profile's name or a profile file's path.
 	Profile string
-	// Store is the store's DSN: "" or "sqlite" for <home>/kin.db,
-	// "sqlite:PATH" or "sqlite://PATH" for another file.
+	// Store is the store's DSN (storeopen.ParseDSN): "" or "sqlite" for
+	// <home>/kin.db, "sqlite:PATH" or "sqlite://PATH" for another file.
 	Store string
 	// WrapStore, when set, wraps the store the daemon opens: tests inject
 	// a failing commit with it. The daemon closes what it returns.
@@ -131,8 +132,8 @@ func (c *Config) Validate() error {
 	if len(c.DefaultResponsible) > kin.MaxResponsibleLen {
 		return fmt.Errorf("config: default responsible is longer than %d bytes", kin.MaxResponsibleLen)
 	}
-	if _, err := c.storePath(); err != nil {
-		return err
+	if _, err := storeopen.ParseDSN(c.Store, c.Home); err != nil {
+		return fmt.Errorf("config: %w", err)
 	}
 	if c.Ctx != "" && !filepath.IsAbs(c.Ctx) {
 		return fmt.Errorf("config: ctx %q is not an absolute path", c.Ctx)
@@ -213,34 +214,6 @@ func (c *Config) ctxDir() string {
 		return filepath.Clean(c.Ctx)
 	}
 	return filepath.Join(c.Home, "ctx")
-}
-
-// storePath resolves the store DSN to a SQLite path. It is the one switch
-// on the DSN's scheme.
-func (c *Config) storePath() (string, error) {
-	dsn := c.Store
-	switch {
-	case dsn == "" || dsn == "sqlite":
-		return filepath.Join(c.Home, "kin.db"), nil
-	case strings.HasPrefix(dsn, "sqlite://"):
-		return strings.TrimPrefix(dsn, "sqlite://"), nil
-	case strings.HasPrefix(dsn, "sqlite:"):
-		return strings.TrimPrefix(dsn, "sqlite:"), nil
-	case strings.HasPrefix(dsn, "postgres://"), strings.HasPrefix(dsn, "postgresql://"):
-		return "", fmt.Errorf("config: store %q: the PostgreSQL driver is not built yet; use sqlite", redact(dsn))
-	}
-	return "", fmt.Errorf("config: store %q: unknown scheme (use sqlite:PATH)", redact(dsn))
-}
-
-// redact hides a DSN's password.
-func redact(dsn string) string {
-	if i := strings.Index(dsn, "://"); i >= 0 {
-		rest := dsn[i+3:]
-		if at := strings.Index(rest, "@"); at >= 0 {
-			return dsn[:i+3] + "***@" + rest[at+1:]
-		}
-	}
-	return dsn
 }
 
 // loginName is the login name of the user the daemon runs as: the operator

@@ -27,7 +27,7 @@ import (
 	"github.com/kin-agents/kin/internal/registry"
 	"github.com/kin-agents/kin/internal/runner"
 	"github.com/kin-agents/kin/internal/store"
-	"github.com/kin-agents/kin/internal/store/sqlite"
+	"github.com/kin-agents/kin/internal/store/storeopen"
 	"github.com/kin-agents/kin/kin"
 )
 
@@ -119,8 +119,7 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 	if err != nil {
 		return nil, err
 	}
-	path, _ := cfg.storePath()
-	st, err := sqlite.Open(ctx, path, sqlite.Options{Synchronous: cfg.Synchronous})
+	st, err := storeopen.Open(ctx, cfg.Store, storeopen.Options{Home: cfg.Home, Synchronous: cfg.Synchronous})
 	if err != nil {
 		return nil, err
 	}

@@ -1,7 +1,8 @@
 // Package store defines what kin keeps durably: agents, events, governor
 // settings and spawn rejections, behind the Store interface that each driver
 // (store/sqlite today, PostgreSQL later) implements and store/storetest
-// exercises.
+// exercises; store/storeopen opens one by its DSN (this package cannot: its
+// drivers import it).
 //
 // A store never decides anything: the governor's rules are checked by the
 // daemon inside Update, so that the check and the write are one transaction.

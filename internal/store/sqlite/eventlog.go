@@ -24,7 +24,9 @@ import (
 // event and its hashes are one write. The writer keeps the tree's right
 // edge (a Frontier) in memory, per batch and per savepoint, so appending
 // reads nothing back; a rolled-back Update rolls its part of the tree back
-// too.
+// too. The edge is a cache: each batch's transaction first reads the log's
+// size (Store.edge) and reloads the edge if another handle on the file
+// appended since.
 
 const sqlEventHashes = `SELECT hashes FROM events WHERE seq = ?`
 

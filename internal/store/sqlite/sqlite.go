@@ -8,6 +8,12 @@
 // (synchronous=FULL). This keeps durable commits cheap under load while
 // Updates stay strictly serialised, which is what makes the governor's
 // checks atomic with the writes they guard.
+//
+// Several Stores may open one file (other processes, or this one): the
+// write transactions (BEGIN IMMEDIATE) serialise their writers, nothing
+// kept in memory decides a write without being checked inside the
+// transaction (the log's edge, see eventlog.go), and each Store's waiters
+// learn of the others' commits by polling (notify.go).
 package sqlite
 
 import (
@@ -48,7 +54,7 @@ type Store struct {
 
 	unhashed bool              // benchmarks only: events without tree hashes
 	logMu    sync.Mutex        // guards log
-	log      auditlog.Frontier // the committed tree's edge; the writer alone changes it
+	log      auditlog.Frontier // a cache of the committed tree's edge, checked in every write transaction; setLog only moves it forward
 
 	hub      *inmem.Hub   // wakes this handle's waiters (notify.go)
 	notified atomic.Int64 // the largest log size waiters were woken for
