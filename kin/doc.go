@@ -3,6 +3,6 @@
 // both the daemon and the client SDK implement.
 //
 // It imports only the standard library and must never gain another import
-// (TestPackageKinImportsOnlyStdlib enforces this): everything else depends on
-// it, so it cannot depend on anything.
+// (internal/deptest's TestPackageMap enforces this): everything else depends
+// on it, so it cannot depend on anything.
 package kin

@@ -2,10 +2,11 @@
 // the layout of the tree under the ctx root, the format, owner and mode of
 // every file in it, how each is written, and the copy of a child's result
 // into its parent's session. It must never import the daemon, the store or
-// the HTTP API (a test enforces it), decide policy (whether a result meets
-// its contract, whether a ref's hash is right: the caller's, with the
-// Manifest this package returns), follow a symbolic link, write a file in
-// place (only .jsonl files are appended to), or delete a session.
+// the HTTP API (internal/deptest's TestPackageMap enforces it), decide
+// policy (whether a result meets its contract, whether a ref's hash is
+// right: the caller's, with the Manifest this package returns), follow a
+// symbolic link, write a file in place (only .jsonl files are appended to),
+// or delete a session.
 //
 // # Layout
 //

@@ -8,9 +8,9 @@
 // It is pure: it parses bytes, and reads and hashes only the files and
 // folders it is given. It never writes a file, never starts a process, never
 // reads the clock, and must not import the daemon, the store or the HTTP API
-// (TestImports enforces this). Where the files live, who may write them,
-// writing them atomically and enforcing the policy and mount subsets are the
-// daemon's business.
+// (internal/deptest's TestPackageMap enforces the imports). Where the files
+// live, who may write them, writing them atomically and enforcing the policy
+// and mount subsets are the daemon's business.
 //
 // # Files the child receives
 //

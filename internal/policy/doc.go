@@ -8,9 +8,10 @@
 //
 // It is pure: it parses bytes it is given and computes. It must never do
 // I/O, read the clock (callers pass now), start goroutines, or import the
-// daemon, the store or the HTTP API (TestImports enforces the imports).
-// Where policies are stored, filling in Remaining from recorded spend, and
-// applying Landlock are the daemon's and the supervisor's business.
+// daemon, the store or the HTTP API (internal/deptest's TestPackageMap
+// enforces the imports). Where policies are stored, filling in Remaining
+// from recorded spend, and applying Landlock are the daemon's and the
+// supervisor's business.
 //
 // # Layers and nil
 //
