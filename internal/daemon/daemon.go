@@ -23,6 +23,7 @@ import (
 	"github.com/kin-agents/kin/internal/governor"
 	"github.com/kin-agents/kin/internal/httpapi"
 	"github.com/kin-agents/kin/internal/lineage"
+	"github.com/kin-agents/kin/internal/logsigner"
 	"github.com/kin-agents/kin/internal/personserver"
 	"github.com/kin-agents/kin/internal/registry"
 	"github.com/kin-agents/kin/internal/runner"
@@ -49,14 +50,14 @@ type Daemon struct {
 	store   store.Store // its Wait wakes whatever follows the event log
 	lineage lineage.Tree
 
-	*registry.Registry             // the lineage registry and the governor: kin.RegistryService
-	*runner.Runner                 // agents' processes, files and sockets: kin.RunnerService
-	*authority.Authority           // the permission authority: kin.AuthorityService
-	*exchange.Exchange             // what agents share with consent: kin.ExchangeService
-	*personserver.Server           // AAuth: agent provider and person server: kin.IdentityService
-	logst                *logState // the verifiable event log's key and checkpoints (eventlog.go): kin.LogService
-	metrics              *metrics  // Prometheus metrics (metrics.go)
-	tracer               *tracer   // OpenTelemetry spans of spawns, nil when off (tracing.go)
+	*registry.Registry            // the lineage registry and the governor: kin.RegistryService
+	*runner.Runner                // agents' processes, files and sockets: kin.RunnerService
+	*authority.Authority          // the permission authority: kin.AuthorityService
+	*exchange.Exchange            // what agents share with consent: kin.ExchangeService
+	*personserver.Server          // AAuth: agent provider and person server: kin.IdentityService
+	*logsigner.Signer             // the verifiable event log's key and checkpoints: kin.LogService
+	metrics              *metrics // Prometheus metrics (metrics.go)
+	tracer               *tracer  // OpenTelemetry spans of spawns, nil when off (tracing.go)
 
 	pid           int
 	started       time.Time
@@ -180,7 +181,11 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 		return nil, err
 	}
 	d.Runner.SetRegistry(d.Registry)
-	if err := d.openLog(ctx); err != nil {
+	d.Signer, err = logsigner.New(ctx, logsigner.Config{
+		KeyDir: filepath.Join(cfg.Home, keysDir, "log"), Every: cfg.LogCheckpointEvents, Interval: cfg.LogCheckpointInterval,
+		Store: d.store, Clock: d.now, Log: d.log, Ancestors: d.Registry.Ancestors,
+	})
+	if err != nil {
 		return nil, fmt.Errorf("event log: %w", err)
 	}
 	if err := d.openTracing(ctx); err != nil {
@@ -220,8 +225,7 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 	if d.tcpLn != nil {
 		d.serve(d.tcpLn, d.Server.Handler(d.webHandler(api)), nil)
 	}
-	d.wg.Add(1)
-	go d.signCheckpoints()
+	d.Signer.Start()
 	sup := d.Runner.Supervisor()
 	d.log.Info("kin serve started", "home", cfg.Home, "socket", d.SocketPath(), "http", d.HTTPAddr(),
 		"store", st.Driver(), "profile", d.profileSource, "containment", sup.Containment(),
@@ -418,8 +422,10 @@ func (d *Daemon) Close() error {
 		if d.unixLn != nil {
 			os.Remove(d.SocketPath())
 		}
-		d.finalCheckpoint() // after the last event: the shutdown's own
-		d.closeTracing()    // flushes the spans still buffered
+		if d.Signer != nil {
+			d.Signer.Close() // signs the head after the last event: the shutdown's own
+		}
+		d.closeTracing() // flushes the spans still buffered
 		if d.store != nil {
 			errs = append(errs, d.store.Close())
 		}

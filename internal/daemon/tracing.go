@@ -40,7 +40,7 @@ type tracer struct {
 }
 
 // openTracing starts the exporter Config.Traces names, if any. It runs
-// after openLog (the salt is the log's key).
+// after the log signer (the salt is the log's key).
 func (d *Daemon) openTracing(ctx context.Context) error {
 	mode, path, err := d.cfg.traces()
 	if err != nil {
@@ -50,7 +50,7 @@ func (d *Daemon) openTracing(ctx context.Context) error {
 		d.log.Info("traces off")
 		return nil
 	}
-	t := &tracer{salt: "kin/" + d.logst.key.VerifierKey()}
+	t := &tracer{salt: "kin/" + d.Signer.VerifierKey()}
 	var exp sdktrace.SpanExporter
 	switch mode {
 	case TracesOTLP:

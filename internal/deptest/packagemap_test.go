@@ -132,6 +132,13 @@ var packageMap = map[string]deptest.DepChecker{
 			mod + "internal/supervisor/...": "sharing starts and stops no process",
 		}),
 	},
+	"internal/logsigner": {
+		BadDeps: withBans(map[string]string{
+			mod + "internal/registry":       "who may ask for an ancestry proof is handed in (logsigner.Config.Ancestors); " + whyDown,
+			mod + "internal/runner":         whyDown,
+			mod + "internal/supervisor/...": "the log signer starts and stops no process",
+		}),
+	},
 	"internal/caller": {
 		OnlyDeps: map[string]string{
 			"std":       "who sent a request needs nothing else",
