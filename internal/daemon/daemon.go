@@ -29,6 +29,7 @@ import (
 	"github.com/kin-agents/kin/internal/runner"
 	"github.com/kin-agents/kin/internal/store"
 	"github.com/kin-agents/kin/internal/store/storeopen"
+	"github.com/kin-agents/kin/internal/telemetry"
 	"github.com/kin-agents/kin/kin"
 )
 
@@ -50,14 +51,14 @@ type Daemon struct {
 	store   store.Store // its Wait wakes whatever follows the event log
 	lineage lineage.Tree
 
-	*registry.Registry            // the lineage registry and the governor: kin.RegistryService
-	*runner.Runner                // agents' processes, files and sockets: kin.RunnerService
-	*authority.Authority          // the permission authority: kin.AuthorityService
-	*exchange.Exchange            // what agents share with consent: kin.ExchangeService
-	*personserver.Server          // AAuth: agent provider and person server: kin.IdentityService
-	*logsigner.Signer             // the verifiable event log's key and checkpoints: kin.LogService
-	metrics              *metrics // Prometheus metrics (metrics.go)
-	tracer               *tracer  // OpenTelemetry spans of spawns, nil when off (tracing.go)
+	*registry.Registry                      // the lineage registry and the governor: kin.RegistryService
+	*runner.Runner                          // agents' processes, files and sockets: kin.RunnerService
+	*authority.Authority                    // the permission authority: kin.AuthorityService
+	*exchange.Exchange                      // what agents share with consent: kin.ExchangeService
+	*personserver.Server                    // AAuth: agent provider and person server: kin.IdentityService
+	*logsigner.Signer                       // the verifiable event log's key and checkpoints: kin.LogService
+	metrics              *telemetry.Metrics // Prometheus metrics
+	tracer               *telemetry.Tracer  // OpenTelemetry spans of spawns, nil when off
 
 	pid           int
 	started       time.Time
@@ -95,7 +96,7 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 	if d.log == nil {
 		d.log = slog.New(slog.DiscardHandler)
 	}
-	d.metrics = newMetrics(d)
+	d.metrics = telemetry.NewMetrics(metricsSource{d}, func() time.Time { return d.now() }, d.log)
 	if d.now == nil {
 		d.now = func() time.Time { return time.Now().UTC() }
 	}
@@ -160,20 +161,39 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("identity: %w", err)
 	}
+	d.Signer, err = logsigner.New(ctx, logsigner.Config{
+		KeyDir: filepath.Join(cfg.Home, keysDir, "log"), Every: cfg.LogCheckpointEvents, Interval: cfg.LogCheckpointInterval,
+		Store: d.store, Clock: d.now, Log: d.log, Ancestors: func(ctx context.Context, id kin.AgentID) ([]*kin.Agent, error) { return d.Registry.Ancestors(ctx, id) },
+	})
+	if err != nil {
+		return nil, fmt.Errorf("event log: %w", err)
+	}
+	exporter, path, err := cfg.traces()
+	if err != nil {
+		return nil, fmt.Errorf("traces: %w", err)
+	}
+	if exporter == TracesOff {
+		exporter = ""
+	}
+	d.tracer, err = telemetry.OpenTracer(ctx, telemetry.TracerConfig{Exporter: exporter, Path: path, Salt: d.Signer.VerifierKey(),
+		Version: cfg.Version, Home: cfg.Home, Lineage: &d.lineage, Log: d.log})
+	if err != nil {
+		return nil, fmt.Errorf("traces: %w", err)
+	}
 	d.Runner, err = runner.New(runner.Config{
 		Home: cfg.Home, CtxDir: cfg.ctxDir(), HTTPAddr: cfg.HTTPAddr, ListenAddr: d.HTTPAddr, SocketPath: d.SocketPath(),
 		AgentUIDs: cfg.AgentUIDs, UIDRange: cfg.UIDRange, UIDRangeDir: cfg.UIDRangeDir,
 		SandboxRO: cfg.SandboxRO, SandboxBestEffort: cfg.SandboxBestEffort, ShimPath: cfg.ShimPath,
 		Containment: cfg.Containment, CgroupName: cfg.CgroupName, LeaveRunning: cfg.LeaveRunning,
 		Store: d.store, Lineage: &d.lineage, Authority: d.Authority, Identity: d.Server,
-		Observer: runnerObserver{d}, Clock: d.now, Log: d.log,
+		Observer: telemetry.RunnerObserver{M: d.metrics, T: d.tracer}, Clock: d.now, Log: d.log,
 	})
 	if err != nil {
 		return nil, err
 	}
 	d.Registry, err = registry.New(ctx, registry.Config{
 		Store: d.store, Lineage: &d.lineage, Authority: d.Authority, Identity: d.Server,
-		Runner: d.Runner.RegistryHooks(), Observer: registryObserver{d}, Clock: d.now,
+		Runner: d.Runner.RegistryHooks(), Observer: telemetry.RegistryObserver{M: d.metrics, T: d.tracer}, Clock: d.now,
 		Profile: baseProfile, ProfileSource: profileSource, DefaultResponsible: cfg.DefaultResponsible,
 		Closing: d.closing, Wait: d.store.Wait,
 	})
@@ -181,16 +201,6 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 		return nil, err
 	}
 	d.Runner.SetRegistry(d.Registry)
-	d.Signer, err = logsigner.New(ctx, logsigner.Config{
-		KeyDir: filepath.Join(cfg.Home, keysDir, "log"), Every: cfg.LogCheckpointEvents, Interval: cfg.LogCheckpointInterval,
-		Store: d.store, Clock: d.now, Log: d.log, Ancestors: d.Registry.Ancestors,
-	})
-	if err != nil {
-		return nil, fmt.Errorf("event log: %w", err)
-	}
-	if err := d.openTracing(ctx); err != nil {
-		return nil, fmt.Errorf("traces: %w", err)
-	}
 	if d.token, err = loadOrCreateToken(filepath.Join(cfg.Home, TokenName)); err != nil {
 		return nil, err
 	}
@@ -201,7 +211,7 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 		FS: d.Runner.FS(), Workspace: d.Runner.WorkspaceOf, Clock: d.now})
 
 	api := httpapi.New(d, d.token, d.log)
-	api.Observe = d.metrics.observeHTTP
+	api.Observe = d.metrics.ObserveHTTP
 	api.ActAs = d.actAs
 	if err := d.Runner.Start(ctx, api.Handler(false)); err != nil {
 		return nil, err
@@ -356,7 +366,7 @@ func (d *Daemon) serve(ln net.Listener, h http.Handler, connContext func(context
 // operatorHandler serves the operator socket: the API and /metrics.
 func (d *Daemon) operatorHandler(api *httpapi.Server) http.Handler {
 	mux := http.NewServeMux()
-	mux.Handle("GET /metrics", d.metricsHandler())
+	mux.Handle("GET /metrics", d.metrics.Handler())
 	mux.Handle("/", api.Handler(false))
 	return mux
 }
@@ -369,7 +379,7 @@ func (d *Daemon) webHandler(api *httpapi.Server) http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("/v1/", api.Handler(true))
 	mux.Handle(PathMCP, d.mcpHandler(api))
-	mux.Handle("GET /metrics", api.Protect(d.metricsHandler()))
+	mux.Handle("GET /metrics", api.Protect(d.metrics.Handler()))
 	mux.Handle("/metrics", api.Protect(http.HandlerFunc(api.NotFound))) // another method: the API's answers, not the login page
 	mux.Handle("/", dashboard.Handler(api, filepath.Join(d.cfg.Home, TokenName)))
 	return mux
@@ -385,6 +395,23 @@ func (d *Daemon) HTTPAddr() string {
 	}
 	return d.tcpLn.Addr().String()
 }
+
+// TracesEnabled reports whether spans are exported (Config.Traces is not off).
+func (d *Daemon) TracesEnabled() bool { return d.tracer != nil }
+
+// metricsSource is what the metrics read at scrape time.
+type metricsSource struct{ d *Daemon }
+
+func (s metricsSource) Store() store.Store   { return s.d.store }
+func (s metricsSource) Profile() kin.Profile { return s.d.Registry.Profile() }
+func (s metricsSource) Running() int         { return s.d.Runner.RunningCount() }
+func (s metricsSource) Containment() string {
+	if s.d.Runner == nil || s.d.Runner.Supervisor() == nil {
+		return ""
+	}
+	return s.d.Runner.Supervisor().Containment()
+}
+func (s metricsSource) MissingGuarantees() []string { return s.d.Runner.MissingGuarantees() }
 
 // OperatorToken is the operator token.
 func (d *Daemon) OperatorToken() string { return d.token }
@@ -425,7 +452,7 @@ func (d *Daemon) Close() error {
 		if d.Signer != nil {
 			d.Signer.Close() // signs the head after the last event: the shutdown's own
 		}
-		d.closeTracing() // flushes the spans still buffered
+		d.tracer.Close() // flushes the spans still buffered
 		if d.store != nil {
 			errs = append(errs, d.store.Close())
 		}

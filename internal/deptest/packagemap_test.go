@@ -139,6 +139,16 @@ var packageMap = map[string]deptest.DepChecker{
 			mod + "internal/supervisor/...": "the log signer starts and stops no process",
 		}),
 	},
+	"internal/telemetry": {
+		BadDeps: withBans(map[string]string{
+			mod + "internal/runner":         "what the metrics read of the runner comes through telemetry.Source; " + whyDown,
+			mod + "internal/supervisor/...": "telemetry reads the containment through telemetry.Source",
+		}),
+		BadImports: map[string]string{
+			mod + "internal/authority": "telemetry counts what the services did and decides nothing (it imports the registry only for the Observer's types)",
+			mod + "internal/policy":    "telemetry counts what the services did and decides nothing",
+		},
+	},
 	"internal/caller": {
 		OnlyDeps: map[string]string{
 			"std":       "who sent a request needs nothing else",

@@ -1,8 +1,9 @@
-package daemon
+package telemetry
 
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"slices"
 	"strconv"
@@ -16,6 +17,7 @@ import (
 	"github.com/kin-agents/kin/internal/httpapi"
 	"github.com/kin-agents/kin/internal/registry"
 	"github.com/kin-agents/kin/internal/sandbox"
+	"github.com/kin-agents/kin/internal/store"
 	"github.com/kin-agents/kin/kin"
 )
 
@@ -39,7 +41,22 @@ var (
 	heartbeatBuckets      = []float64{.1, .25, .5, 1, 2.5, 5, 10, 15, 30, 60, 120, 300, 600}
 )
 
-type metrics struct {
+// Source is what the metrics read at scrape time.
+type Source interface {
+	// Store is the store the counts come from.
+	Store() store.Store
+	// Profile is the governor's profile in force (its roles label agents).
+	Profile() kin.Profile
+	// Running is how many agent processes run now.
+	Running() int
+	// Containment is how agents are contained ("" before the supervisor
+	// started), and MissingGuarantees what this kernel cannot give them.
+	Containment() string
+	MissingGuarantees() []string
+}
+
+// Metrics are kin's Prometheus metrics, on a registry of their own.
+type Metrics struct {
 	handler    http.Handler
 	spawned    prometheus.Counter // kin_spawns_total's children, by kind
 	registered prometheus.Counter
@@ -58,12 +75,13 @@ type httpKey struct {
 	status  int
 }
 
-func newMetrics(d *Daemon) *metrics {
+// NewMetrics makes the metrics; src is read at scrape time.
+func NewMetrics(src Source, clock func() time.Time, log *slog.Logger) *Metrics {
 	spawns := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "kin_spawns_total",
 		Help: "Agents admitted by the governor and recorded, by kind: spawn (with a process), register (external) or restart (a replacement).",
 	}, []string{"kind"})
-	m := &metrics{
+	m := &Metrics{
 		spawned:    spawns.WithLabelValues(spawnKindSpawn),
 		registered: spawns.WithLabelValues(spawnKindRegister),
 		restarted:  spawns.WithLabelValues(spawnKindRestart),
@@ -97,24 +115,22 @@ func newMetrics(d *Daemon) *metrics {
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		spawns, m.rejections, m.cascadeN, m.cascadeDur, m.heartbeat, m.httpDur,
-		&stateCollector{d: d},
-		containmentCollector{d: d},
+		&stateCollector{src: src, clock: clock, log: log},
+		containmentCollector{src: src},
 	)
 	m.handler = promhttp.HandlerFor(reg, promhttp.HandlerOpts{
-		ErrorLog:      promLogger{d},
+		ErrorLog:      promLogger{log},
 		ErrorHandling: promhttp.ContinueOnError, // what could be read is served
 		Timeout:       30 * time.Second,
 	})
 	return m
 }
 
-// metricsHandler serves /metrics (Prometheus text format).
-func (d *Daemon) metricsHandler() http.Handler {
-	return d.metrics.handler
-}
+// Handler serves /metrics (Prometheus text format).
+func (m *Metrics) Handler() http.Handler { return m.handler }
 
 // countSpawn counts an admitted agent: register's extra says its kind.
-func (m *metrics) countSpawn(extra *registry.SpawnExtra) {
+func (m *Metrics) countSpawn(extra *registry.SpawnExtra) {
 	switch {
 	case extra == nil:
 		m.registered.Inc()
@@ -126,28 +142,28 @@ func (m *metrics) countSpawn(extra *registry.SpawnExtra) {
 }
 
 // countRejection counts a refused spawn or registration by its error code.
-func (m *metrics) countRejection(err error) {
+func (m *Metrics) countRejection(err error) {
 	m.rejections.WithLabelValues(string(kin.ErrorCodeOf(err))).Inc()
 }
 
 // observeCascade records one stop or cascade: how many agents it ended and
 // how long it took since began.
-func (m *metrics) observeCascade(reason string, agents int, began time.Time) {
+func (m *Metrics) observeCascade(reason string, agents int, began time.Time) {
 	m.cascadeN.WithLabelValues(reason).Observe(float64(agents))
 	m.cascadeDur.WithLabelValues(reason).Observe(time.Since(began).Seconds())
 }
 
 // observeHeartbeat records the time since an agent's previous heartbeat.
-func (m *metrics) observeHeartbeat(prev, now time.Time) {
+func (m *Metrics) observeHeartbeat(prev, now time.Time) {
 	if prev.IsZero() || now.Before(prev) {
 		return
 	}
 	m.heartbeat.Observe(now.Sub(prev).Seconds())
 }
 
-// observeHTTP is httpapi.Server.Observe. Each (pattern, status) is
+// ObserveHTTP is httpapi.Server.Observe. Each (pattern, status) is
 // labelled once, on its first request; later ones find the child cached.
-func (m *metrics) observeHTTP(pattern string, status int, d time.Duration) {
+func (m *Metrics) ObserveHTTP(pattern string, status int, d time.Duration) {
 	k := httpKey{pattern, status}
 	o, ok := m.httpObs.Load(k)
 	if !ok {
@@ -169,7 +185,11 @@ func routeLabel(pattern string) string {
 }
 
 // stateCollector reads what the store knows at scrape time.
-type stateCollector struct{ d *Daemon }
+type stateCollector struct {
+	src   Source
+	clock func() time.Time
+	log   *slog.Logger
+}
 
 var (
 	descAgents = prometheus.NewDesc("kin_agents",
@@ -195,18 +215,18 @@ func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
 }
 
 func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
-	d := c.d
+	st := c.src.Store()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	failed := 0.0
 	fail := func(what string, err error) {
-		d.log.Warn("metrics: read the store", "metric", what, "err", err)
+		c.log.Warn("metrics: read the store", "metric", what, "err", err)
 		failed = 1
 	}
 	counts := map[[2]string]int{}
 	var oldest time.Time
 	var seen bool
-	err := d.store.AgentCountByStateRole(ctx, func(state, role string, n int) {
+	err := st.AgentCountByStateRole(ctx, func(state, role string, n int) {
 		if role == "" {
 			role = "none"
 		}
@@ -215,19 +235,19 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	if err != nil {
 		fail("kin_agents", err)
 	}
-	if oldest, seen, err = d.store.OldestHeartbeat(ctx); err != nil {
+	if oldest, seen, err = st.OldestHeartbeat(ctx); err != nil {
 		fail("kin_heartbeat_oldest_age_seconds", err)
 	}
-	for k, n := range capRoles(counts, d.Registry.Profile()) {
+	for k, n := range capRoles(counts, c.src.Profile()) {
 		ch <- prometheus.MustNewConstMetric(descAgents, prometheus.GaugeValue, float64(n), k[0], k[1])
 	}
 	age := 0.0
 	if seen {
-		age = max(d.now().Sub(oldest).Seconds(), 0)
+		age = max(c.clock().Sub(oldest).Seconds(), 0)
 	}
 	ch <- prometheus.MustNewConstMetric(descOldestHeartbeat, prometheus.GaugeValue, age)
-	ch <- prometheus.MustNewConstMetric(descRunning, prometheus.GaugeValue, float64(d.Runner.RunningCount()))
-	if size, err := d.store.LogSize(ctx); err != nil {
+	ch <- prometheus.MustNewConstMetric(descRunning, prometheus.GaugeValue, float64(c.src.Running()))
+	if size, err := st.LogSize(ctx); err != nil {
 		fail("kin_event_log_size", err)
 	} else {
 		ch <- prometheus.MustNewConstMetric(descLogSize, prometheus.GaugeValue, float64(size))
@@ -272,10 +292,10 @@ func capRoles(counts map[[2]string]int, prof kin.Profile) map[[2]string]int {
 }
 
 // promLogger sends promhttp's errors to the daemon's log.
-type promLogger struct{ d *Daemon }
+type promLogger struct{ log *slog.Logger }
 
 func (l promLogger) Println(v ...any) {
-	l.d.log.Warn("metrics", "err", fmt.Sprint(v...))
+	l.log.Warn("metrics", "err", fmt.Sprint(v...))
 }
 
 var (
@@ -288,7 +308,7 @@ var (
 
 // containmentCollector reports the containment in force (issue 18: the
 // start-up line, kin status and /metrics say which).
-type containmentCollector struct{ d *Daemon }
+type containmentCollector struct{ src Source }
 
 func (c containmentCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- containmentDesc
@@ -296,9 +316,10 @@ func (c containmentCollector) Describe(ch chan<- *prometheus.Desc) {
 }
 
 func (c containmentCollector) Collect(ch chan<- prometheus.Metric) {
-	if c.d.Runner == nil || c.d.Runner.Supervisor() == nil {
+	mode := c.src.Containment()
+	if mode == "" {
 		return
 	}
-	ch <- prometheus.MustNewConstMetric(containmentDesc, prometheus.GaugeValue, 1, c.d.Runner.Supervisor().Containment(), strconv.Itoa(sandbox.ABI()))
-	ch <- prometheus.MustNewConstMetric(missingDesc, prometheus.GaugeValue, float64(len(c.d.Runner.MissingGuarantees())))
+	ch <- prometheus.MustNewConstMetric(containmentDesc, prometheus.GaugeValue, 1, mode, strconv.Itoa(sandbox.ABI()))
+	ch <- prometheus.MustNewConstMetric(missingDesc, prometheus.GaugeValue, float64(len(c.src.MissingGuarantees())))
 }

@@ -1,9 +1,10 @@
-package daemon
+package telemetry
 
 import (
 	"context"
 	"crypto/sha256"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"os"
 	"time"
@@ -17,6 +18,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/kin-agents/kin/internal/caller"
+	"github.com/kin-agents/kin/internal/lineage"
 	"github.com/kin-agents/kin/kin"
 )
 
@@ -31,33 +33,48 @@ import (
 // span context, made remote; an IDGenerator of our own hands the SDK the
 // derived ids the context carries.
 
-// tracer is the daemon's trace pipeline, nil when traces are off.
-type tracer struct {
+// Tracer is the daemon's trace pipeline, nil when traces are off.
+type Tracer struct {
 	tp   *sdktrace.TracerProvider
 	tr   trace.Tracer
 	salt string
 	file *os.File // file:PATH's file, closed after the provider
+	lin  *lineage.Tree
+	log  *slog.Logger
 }
 
-// openTracing starts the exporter Config.Traces names, if any. It runs
-// after the log signer (the salt is the log's key).
-func (d *Daemon) openTracing(ctx context.Context) error {
-	mode, path, err := d.cfg.traces()
-	if err != nil {
-		return err
+// TracerConfig says where spans go.
+type TracerConfig struct {
+	// Exporter is "" (no spans: OpenTracer returns nil), "otlp" (OTLP
+	// over HTTP, configured by the standard OTEL_EXPORTER_OTLP_*
+	// environment) or "file" (JSON lines of spans appended to Path).
+	Exporter string
+	Path     string
+	// Salt makes the derived trace and span ids this daemon's (the log's
+	// verifier key).
+	Salt          string
+	Version, Home string // resource attributes
+	Lineage       *lineage.Tree
+	Log           *slog.Logger
+}
+
+// OpenTracer starts the exporter c names, or returns nil when spans are
+// off (every method of a nil Tracer is a no-op).
+func OpenTracer(ctx context.Context, c TracerConfig) (*Tracer, error) {
+	if c.Exporter == "" {
+		c.Log.Info("traces off")
+		return nil, nil
 	}
-	if mode == TracesOff {
-		d.log.Info("traces off")
-		return nil
-	}
-	t := &tracer{salt: "kin/" + d.Signer.VerifierKey()}
+	mode, path := c.Exporter, c.Path
+	var err error
+	t := &Tracer{salt: "kin/" + c.Salt, lin: c.Lineage, log: c.Log}
 	var exp sdktrace.SpanExporter
 	switch mode {
-	case TracesOTLP:
+	case "otlp":
 		// OTEL_EXPORTER_OTLP_ENDPOINT, _HEADERS, _TIMEOUT, ... and their
 		// _TRACES_ variants configure it.
 		exp, err = otlptracehttp.New(ctx)
-	case TracesFile:
+	case "file":
 		t.file, err = os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
 		if err == nil {
 			exp, err = stdouttrace.New(stdouttrace.WithWriter(t.file))
@@ -67,12 +84,12 @@ func (d *Daemon) openTracing(ctx context.Context) error {
 		if t.file != nil {
 			t.file.Close()
 		}
-		return fmt.Errorf("%s exporter: %w", mode, err)
+		return nil, fmt.Errorf("%s exporter: %w", mode, err)
 	}
 	res, err := resource.Merge(resource.Default(), resource.NewSchemaless(
 		attribute.String("service.name", "kin"),
-		attribute.String("service.version", d.cfg.Version),
-		attribute.String("kin.home", d.cfg.Home),
+		attribute.String("service.version", c.Version),
+		attribute.String("kin.home", c.Home),
 	))
 	if err != nil {
 		res = resource.Default()
@@ -83,32 +100,30 @@ func (d *Daemon) openTracing(ctx context.Context) error {
 		sdktrace.WithSampler(sdktrace.AlwaysSample()),
 		sdktrace.WithIDGenerator(derivedIDs{}),
 	)
-	t.tr = t.tp.Tracer("github.com/kin-agents/kin/internal/daemon")
-	d.tracer = t
-	d.log.Info("traces on", "exporter", mode, "path", path, "spans", "kin.spawn, kin.register, kin.restart")
-	return nil
+	t.tr = t.tp.Tracer("github.com/kin-agents/kin/internal/daemon") // the scope name spans were always exported under
+	c.Log.Info("traces on", "exporter", mode, "path", path, "spans", "kin.spawn, kin.register, kin.restart")
+	return t, nil
 }
 
-// closeTracing flushes the spans still buffered and stops the exporter.
-func (d *Daemon) closeTracing() {
-	t := d.tracer
+// Close flushes the spans still buffered and stops the exporter.
+func (t *Tracer) Close() {
 	if t == nil {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if err := t.tp.Shutdown(ctx); err != nil {
-		d.log.Warn("traces: flush on shutdown", "err", err)
+		t.log.Warn("traces: flush on shutdown", "err", err)
 	}
 	if t.file != nil {
 		if err := t.file.Close(); err != nil {
-			d.log.Warn("traces: close file", "err", err)
+			t.log.Warn("traces: close file", "err", err)
 		}
 	}
 }
 
 // traceID is the trace of the tree whose root agent is root.
-func (t *tracer) traceID(root kin.AgentID) (id trace.TraceID) {
+func (t *Tracer) traceID(root kin.AgentID) (id trace.TraceID) {
 	h := t.derive("trace", root)
 	copy(id[:], h[:])
 	if !id.IsValid() {
@@ -118,7 +133,7 @@ func (t *tracer) traceID(root kin.AgentID) (id trace.TraceID) {
 }
 
 // spanID is the span of agent id's spawn.
-func (t *tracer) spanID(id kin.AgentID) (sid trace.SpanID) {
+func (t *Tracer) spanID(id kin.AgentID) (sid trace.SpanID) {
 	h := t.derive("span", id)
 	copy(sid[:], h[:])
 	if !sid.IsValid() {
@@ -128,31 +143,28 @@ func (t *tracer) spanID(id kin.AgentID) (sid trace.SpanID) {
 }
 
 // derive hashes <salt>/<what>/<id>.
-func (t *tracer) derive(what string, id kin.AgentID) [sha256.Size]byte {
+func (t *Tracer) derive(what string, id kin.AgentID) [sha256.Size]byte {
 	return sha256.Sum256(fmt.Appendf(nil, "%s/%s/%d", t.salt, what, id))
 }
 
-// traceStart is the start of a span traceSpawn will record: now, or the
-// zero time when traces are off (traceSpawn then ignores it).
-func (d *Daemon) traceStart() time.Time {
-	if d.tracer == nil {
+// Began is the start of a span Spawn will record: now, or the zero time
+// when traces are off (Spawn then ignores it).
+func (t *Tracer) Began() time.Time {
+	if t == nil {
 		return time.Time{}
 	}
 	return time.Now()
 }
 
-// traceSpawn records the span of one spawn, registration or restart
+// Spawn records the span of one spawn, registration or restart
 // (kind: spawnKind*) that began at began and ends now: of agent a when it
 // was recorded (err may still say its process did not start), else of the
 // refusal of the request for name under parent. With traces off it is a
 // nil check.
-func (d *Daemon) traceSpawn(ctx context.Context, kind string, parent kin.AgentID, name string, a *kin.Agent, began time.Time, err error) {
-	if d.tracer != nil {
-		d.tracer.spawn(ctx, d, kind, parent, name, a, began, err)
+func (t *Tracer) Spawn(ctx context.Context, kind string, parent kin.AgentID, name string, a *kin.Agent, began time.Time, err error) {
+	if t == nil {
+		return
 	}
-}
-
-func (t *tracer) spawn(ctx context.Context, d *Daemon, kind string, parent kin.AgentID, name string, a *kin.Agent, began time.Time, err error) {
 	if a != nil {
 		parent = a.Parent
 	} else if parent == 0 {
@@ -163,7 +175,7 @@ func (t *tracer) spawn(ctx context.Context, d *Daemon, kind string, parent kin.A
 	// chain, the agent itself for a root.
 	sctx := context.Background()
 	root := kin.AgentID(0)
-	if chain := d.lineage.Chain(parent); len(chain) > 0 {
+	if chain := t.lin.Chain(parent); len(chain) > 0 {
 		root = chain[len(chain)-1]
 	}
 	var tid trace.TraceID
@@ -254,6 +266,3 @@ func randomBytes(b []byte) {
 		b[i] = byte(rand.Uint32())
 	}
 }
-
-// TracesEnabled reports whether spans are exported (Config.Traces is not off).
-func (d *Daemon) TracesEnabled() bool { return d.tracer != nil }
