@@ -149,6 +149,14 @@ var packageMap = map[string]deptest.DepChecker{
 			mod + "internal/policy":    "telemetry counts what the services did and decides nothing",
 		},
 	},
+	"internal/agentsock": {
+		BadDeps: withBans(map[string]string{
+			mod + "internal/runner":         whyDown,
+			mod + "internal/registry":       "the socket server decides nothing: the handler it is given does",
+			mod + "internal/authority":      "the socket server decides nothing: the handler it is given does",
+			mod + "internal/supervisor/...": "which agent a process is comes through agentsock.Peers",
+		}),
+	},
 	"internal/caller": {
 		OnlyDeps: map[string]string{
 			"std":       "who sent a request needs nothing else",

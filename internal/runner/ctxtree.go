@@ -277,7 +277,7 @@ func (run *Runner) ctxAgentOf(ctx context.Context, a *kin.Agent) *ctxAgent {
 		if hk, err := handoffOf(spec.Handoff); err == nil {
 			c.setHandoff(hk)
 		}
-		run.setRuntime(c, a, spec, run.socketPath(a.Name))
+		run.setRuntime(c, a, spec, run.socks.Path(a.Name))
 	}
 	if a.Parent != 0 {
 		if p, err := run.store.AgentGetByID(ctx, a.Parent); err == nil {

@@ -163,7 +163,7 @@ func (run *Runner) adopt(ctx context.Context, a *kin.Agent) error {
 	run.adopted[a.ID] = pidfd
 	run.rtMu.Unlock()
 	defer close(rt.ready)
-	sock, err := run.listenAgent(a)
+	sock, err := run.socks.Listen(a, run.agentCredential(a.ID))
 	if err != nil {
 		run.log.Error("reopen agent socket", "agent", a.ID, "err", err)
 	} else {

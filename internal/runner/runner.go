@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/kin-agents/kin/internal/agentsock"
 	"github.com/kin-agents/kin/internal/authority"
 	"github.com/kin-agents/kin/internal/caller"
 	"github.com/kin-agents/kin/internal/ctxfs"
@@ -56,10 +57,9 @@ type Runner struct {
 	runtimes      map[kin.AgentID]*runtime
 	adopted       map[kin.AgentID]*os.File // pidfds of re-adopted processes
 	shuttingDown  bool
-	exitWG        sync.WaitGroup // exit handlers and restarts
-	agentSrv      *http.Server   // serves every agent socket
-	sockMu        sync.Mutex
-	socks         map[string]*agentSocket // by socket path
+	exitWG        sync.WaitGroup     // exit handlers and restarts
+	socks         *agentsock.Sockets // every agent's own socket
+	agents        http.Handler       // what the sockets serve: the API as agents reach it (Start)
 
 	// The sandbox's default view's exceptions (agentView), and the shim
 	// published for agents when the daemon is not a binary named kin.
@@ -135,7 +135,6 @@ func New(c Config) (*Runner, error) {
 		ctxAgents: map[kin.AgentID]*ctxAgent{},
 		runtimes:  map[kin.AgentID]*runtime{},
 		adopted:   map[kin.AgentID]*os.File{},
-		socks:     map[string]*agentSocket{},
 		closing:   make(chan struct{}),
 	}
 	if run.log == nil {
@@ -227,6 +226,12 @@ func (run *Runner) Open() error {
 		return err
 	}
 	run.agentView()
+	run.socks = agentsock.New(agentsock.Config{
+		Dir:     filepath.Join(run.ctxDir, "agent"),
+		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { run.agents.ServeHTTP(w, r) }),
+		Peers:   run.sup,
+		Log:     run.log,
+	})
 	return nil
 }
 
@@ -240,12 +245,7 @@ func (run *Runner) FS() *ctxfs.FS { return run.ctx }
 // it), starts the agent filesystem's writer, re-adopts what an earlier
 // daemon left running and starts watching liveness.
 func (run *Runner) Start(ctx context.Context, agents http.Handler) error {
-	run.agentSrv = &http.Server{
-		Handler:           agents,
-		ReadHeaderTimeout: 10 * time.Second,
-		ConnContext:       run.agentConnContext,
-		ConnState:         run.agentConnState,
-	}
+	run.agents = agents
 	run.ctxw = newCtxWriter(run)
 	go run.ctxw.run()
 	if err := run.reconcile(ctx); err != nil {
@@ -285,21 +285,10 @@ func (run *Runner) Close() error {
 		errs = append(errs, run.sup.Close())
 		run.exitWG.Wait() // exits the supervisor reported while closing
 	}
-	if run.agentSrv != nil {
+	if run.socks != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		if err := run.agentSrv.Shutdown(ctx); err != nil {
-			run.agentSrv.Close()
-		}
-		run.sockMu.Lock()
-		socks := make([]*agentSocket, 0, len(run.socks))
-		for _, s := range run.socks {
-			socks = append(socks, s)
-		}
-		run.sockMu.Unlock()
-		for _, s := range socks {
-			s.close()
-		}
+		run.socks.Close(ctx)
 	}
 	run.wg.Wait()
 	if run.ctxw != nil {
@@ -339,7 +328,7 @@ func (run *Runner) UIDRangeString() string { return run.uidRangeString() }
 // OperatorConnContext marks a connection on the operator socket: a peer
 // inside kin's containment is refused (it is an agent).
 func (run *Runner) OperatorConnContext(ctx context.Context, c net.Conn) context.Context {
-	return run.operatorConnContext(ctx, c)
+	return run.socks.OperatorConnContext(ctx, c)
 }
 
 // AgentKeyPath is where agent id finds its private key: its ctx session's

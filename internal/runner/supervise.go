@@ -15,6 +15,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/kin-agents/kin/internal/agentsock"
 	"github.com/kin-agents/kin/internal/authority"
 	"github.com/kin-agents/kin/internal/registry"
 	"github.com/kin-agents/kin/internal/store"
@@ -38,7 +39,7 @@ const (
 // runtime is the daemon's record of a running agent process.
 type runtime struct {
 	id      kin.AgentID
-	sock    *agentSocket
+	sock    *agentsock.Socket
 	proc    *supervisor.Process // nil for an adopted process
 	adopted bool
 	ctx     *ctxAgent     // its place in the agent filesystem
@@ -58,7 +59,7 @@ func (run *Runner) removeRuntime(id kin.AgentID) {
 	delete(run.runtimes, id)
 	run.rtMu.Unlock()
 	if rt != nil && rt.sock != nil {
-		rt.sock.close()
+		rt.sock.Close()
 	}
 }
 
@@ -83,7 +84,7 @@ func (run *Runner) spawn(ctx context.Context, req *kin.SpawnRequest) (recorded, 
 	if req.Name == "" {
 		req.Name = defaultName(req.Command[0])
 	}
-	if err := run.checkSocketPath(req.Name); err != nil {
+	if err := run.socks.CheckPath(req.Name); err != nil {
 		return nil, nil, err
 	}
 	grace := kin.Duration(kin.DefaultGrace)
@@ -152,7 +153,7 @@ func (run *Runner) start(ctx context.Context, a *kin.Agent, spec store.ProcessSp
 		run.removeRuntime(a.ID)
 		return nil, run.failStart(ctx, a, err)
 	}
-	sock, err := run.listenAgent(a)
+	sock, err := run.socks.Listen(a, run.agentCredential(a.ID))
 	if err != nil {
 		run.removeRuntime(a.ID)
 		return nil, run.failStart(ctx, a, err)
@@ -163,7 +164,7 @@ func (run *Runner) start(ctx context.Context, a *kin.Agent, spec store.ProcessSp
 		run.removeRuntime(a.ID)
 		return nil, run.failStart(ctx, a, fmt.Errorf("agent key: %w", err))
 	}
-	cx, ctxEnv, dir, err := run.prepareCtx(ctx, a, spec, sock.path, keyPEM)
+	cx, ctxEnv, dir, err := run.prepareCtx(ctx, a, spec, sock.Path(), keyPEM)
 	clear(keyPEM) // the daemon keeps only the public key
 	if err != nil {
 		run.removeRuntime(a.ID)
@@ -203,7 +204,7 @@ func (run *Runner) start(ctx context.Context, a *kin.Agent, spec store.ProcessSp
 		ParentID:   a.Parent,
 		Detached:   a.Life == kin.LifeDetached,
 		Argv:       argv,
-		Env:        append(run.agentEnv(a, sock.path, cursor, spec.Env), ctxEnv...),
+		Env:        append(run.agentEnv(a, sock.Path(), cursor, spec.Env), ctxEnv...),
 		Dir:        dir,
 		LogPath:    run.logPath(a.ID),
 		Credential: withGroups(run.agentCredential(a.ID), readGroups),
@@ -365,7 +366,7 @@ func (run *Runner) handleExit(id kin.AgentID, exit kin.Exit) {
 		state, reason = kin.StateExited, reasonCrashed
 	}
 	if rt.sock != nil {
-		rt.sock.close() // step 3 of the cancellation: nobody acts as a dead agent
+		rt.sock.Close() // step 3 of the cancellation: nobody acts as a dead agent
 	}
 	var res *outcome
 	if rt.ctx != nil && rt.ctx.resultChan {
@@ -524,14 +525,14 @@ func (run *Runner) cancelTree(ctx context.Context, p cancelParams) ([]*kin.Agent
 	}
 	// 3: close their sockets.
 	maxGrace := time.Duration(0)
-	var socks []*agentSocket
+	var socks []*agentsock.Socket
 	for _, a := range mine {
 		if rt := run.runtimeOf(a.ID); rt != nil && rt.sock != nil {
 			socks = append(socks, rt.sock)
 		}
 		maxGrace = max(maxGrace, time.Duration(a.Grace))
 	}
-	closeSockets(socks)
+	agentsock.CloseAll(socks)
 	if grace != nil {
 		maxGrace = time.Duration(*grace)
 	}

@@ -102,7 +102,7 @@ func (run *Runner) sandboxArgv(a *kin.Agent, c *ctxAgent, argv []string) ([]stri
 		if run.agentPath != "" {
 			spec.RO = append(spec.RO, filepath.Join(run.ctxDir, "bin"))
 		}
-		spec.RW = append(spec.RW, run.socketPath(a.Name))
+		spec.RW = append(spec.RW, run.socks.Path(a.Name))
 		var seen []string
 		seen, groups = run.visibleTo(a)
 		spec.RO = append(spec.RO, seen...)

@@ -1,9 +1,10 @@
-package runner
+package agentsock
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/http"
 	"os"
@@ -12,6 +13,8 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"syscall"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -29,8 +32,53 @@ import (
 // maxSocketPath is the longest path a Unix socket may have (sun_path).
 const maxSocketPath = 107
 
-// agentSocket is one agent's listener and its open connections.
-type agentSocket struct {
+// Peers says which agent a process belongs to: the supervisor's
+// containment.
+type Peers interface {
+	// PeerInCgroup reports whether process pid is one of agent id's.
+	PeerInCgroup(pid int, id kin.AgentID) bool
+	// Contained reports whether process pid is inside kin's containment at
+	// all, and whose (0: an agent kin cannot name).
+	Contained(pid int) (kin.AgentID, bool)
+}
+
+// Sockets serves every agent's own socket with one HTTP server.
+type Sockets struct {
+	dir   string // <ctx>/agent
+	srv   *http.Server
+	peers Peers
+	log   *slog.Logger
+
+	mu    sync.Mutex
+	socks map[string]*Socket // by socket path
+	wg    sync.WaitGroup     // the Serve loops
+}
+
+// Config is what Sockets are built from.
+type Config struct {
+	Dir     string       // where the sockets are: <ctx>/agent
+	Handler http.Handler // the API as agents reach it
+	Peers   Peers
+	Log     *slog.Logger
+}
+
+// New makes the agents' socket server; nothing listens until Listen.
+func New(c Config) *Sockets {
+	s := &Sockets{dir: c.Dir, peers: c.Peers, log: c.Log, socks: map[string]*Socket{}}
+	if s.log == nil {
+		s.log = slog.New(slog.DiscardHandler)
+	}
+	s.srv = &http.Server{
+		Handler:           c.Handler,
+		ReadHeaderTimeout: 10 * time.Second,
+		ConnContext:       s.connContext,
+		ConnState:         s.connState,
+	}
+	return s
+}
+
+// Socket is one agent's listener and its open connections.
+type Socket struct {
 	id     kin.AgentID
 	path   string
 	ln     net.Listener
@@ -41,20 +89,23 @@ type agentSocket struct {
 	closed bool
 }
 
-func (run *Runner) socketPath(name string) string {
-	return filepath.Join(run.ctxDir, "agent", name+".sock")
+// Path is where agent name's socket is.
+func (s *Sockets) Path(name string) string {
+	return filepath.Join(s.dir, name+".sock")
 }
 
-func (run *Runner) checkSocketPath(name string) error {
-	if p := run.socketPath(name); len(p) > maxSocketPath {
+// CheckPath refuses a name whose socket path the kernel could not bind.
+func (s *Sockets) CheckPath(name string) error {
+	if p := s.Path(name); len(p) > maxSocketPath {
 		return kin.Errorf(kin.ECodeInvalid, "the agent's socket path %s is %d bytes long; Unix sockets allow %d: use a shorter name or a shorter home", p, len(p), maxSocketPath)
 	}
 	return nil
 }
 
-// listenAgent opens an agent's socket and serves it.
-func (run *Runner) listenAgent(a *kin.Agent) (*agentSocket, error) {
-	path := run.socketPath(a.Name)
+// Listen opens agent a's socket and serves it; with cred, only that uid
+// may connect (and the peer check still applies).
+func (ss *Sockets) Listen(a *kin.Agent, cred *syscall.Credential) (*Socket, error) {
+	path := ss.Path(a.Name)
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return nil, err
 	}
@@ -72,7 +123,7 @@ func (run *Runner) listenAgent(a *kin.Agent) (*agentSocket, error) {
 	if err != nil {
 		return nil, fmt.Errorf("agent socket: %w", err)
 	}
-	if cred := run.agentCredential(a.ID); cred != nil {
+	if cred != nil {
 		// Only the agent's uid may connect (and the peer check still applies).
 		if err := os.Chown(path, int(cred.Uid), int(cred.Gid)); err != nil {
 			ln.Close()
@@ -83,32 +134,35 @@ func (run *Runner) listenAgent(a *kin.Agent) (*agentSocket, error) {
 		ln.Close()
 		return nil, fmt.Errorf("agent socket: %w", err)
 	}
-	s := &agentSocket{id: a.ID, path: path, ln: ln, conns: map[net.Conn]struct{}{}}
+	s := &Socket{id: a.ID, path: path, ln: ln, conns: map[net.Conn]struct{}{}}
 	s.forget = func() {
-		run.sockMu.Lock()
-		if run.socks[path] == s {
-			delete(run.socks, path)
+		ss.mu.Lock()
+		if ss.socks[path] == s {
+			delete(ss.socks, path)
 		}
-		run.sockMu.Unlock()
+		ss.mu.Unlock()
 	}
-	run.sockMu.Lock()
-	run.socks[path] = s
-	run.sockMu.Unlock()
-	run.wg.Add(1)
+	ss.mu.Lock()
+	ss.socks[path] = s
+	ss.mu.Unlock()
+	ss.wg.Add(1)
 	go func() {
-		defer run.wg.Done()
-		if err := run.agentSrv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) && !errors.Is(err, net.ErrClosed) {
-			run.log.Debug("agent socket", "agent", a.ID, "err", err)
+		defer ss.wg.Done()
+		if err := ss.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) && !errors.Is(err, net.ErrClosed) {
+			ss.log.Debug("agent socket", "agent", a.ID, "err", err)
 		}
 	}()
 	return s, nil
 }
 
-// close stops accepting, closes the open connections and removes the file.
+// Path is the socket's file.
+func (s *Socket) Path() string { return s.path }
+
+// Close stops accepting, closes the open connections and removes the file.
 // Closing the listener unlinks the file (net.UnixListener removes the socket
 // file it created); removing the path again would cost two failing system
 // calls per agent, and could remove the socket of a later agent of that name.
-func (s *agentSocket) close() {
+func (s *Socket) Close() {
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
@@ -125,15 +179,15 @@ func (s *agentSocket) close() {
 	s.forget()
 }
 
-// closeSockets closes socks, several at a time when there are many: each
+// CloseAll closes socks, several at a time when there are many: each
 // close unlinks a file, and a cancellation closes the sockets of its whole
 // subtree before it may kill anything (about 30 ms one by one for 1,110
 // agents here, 10 ms on two cores).
-func closeSockets(socks []*agentSocket) {
+func CloseAll(socks []*Socket) {
 	workers := min(goruntime.GOMAXPROCS(0), len(socks)/64)
 	if workers <= 1 {
 		for _, s := range socks {
-			s.close()
+			s.Close()
 		}
 		return
 	}
@@ -142,19 +196,19 @@ func closeSockets(socks []*agentSocket) {
 	for range workers {
 		wg.Go(func() {
 			for i := int(next.Add(1) - 1); i < len(socks); i = int(next.Add(1) - 1) {
-				socks[i].close()
+				socks[i].Close()
 			}
 		})
 	}
 	wg.Wait()
 }
 
-// agentConnContext identifies the agent a connection on an agent socket
-// acts for, and checks the peer.
-func (run *Runner) agentConnContext(ctx context.Context, c net.Conn) context.Context {
-	run.sockMu.Lock()
-	s := run.socks[c.LocalAddr().String()]
-	run.sockMu.Unlock()
+// connContext identifies the agent a connection on an agent socket acts
+// for, and checks the peer.
+func (ss *Sockets) connContext(ctx context.Context, c net.Conn) context.Context {
+	ss.mu.Lock()
+	s := ss.socks[c.LocalAddr().String()]
+	ss.mu.Unlock()
 	if s == nil {
 		return caller.With(ctx, caller.Caller{Refused: "this agent socket is closed"})
 	}
@@ -167,21 +221,21 @@ func (run *Runner) agentConnContext(ctx context.Context, c net.Conn) context.Con
 	s.conns[c] = struct{}{}
 	s.mu.Unlock()
 	pid, err := peerPID(c)
-	if err != nil || !run.sup.PeerInCgroup(pid, s.id) {
-		run.log.Warn("agent socket used from outside the agent", "agent", s.id, "peer_pid", pid, "err", err)
+	if err != nil || !ss.peers.PeerInCgroup(pid, s.id) {
+		ss.log.Warn("agent socket used from outside the agent", "agent", s.id, "peer_pid", pid, "err", err)
 		return caller.With(ctx, caller.Caller{Refused: fmt.Sprintf("this socket belongs to agent %d, and the connecting process (pid %d) is not one of its processes", s.id, pid)})
 	}
 	return caller.With(ctx, caller.Caller{Agent: s.id})
 }
 
-// agentConnState forgets closed connections.
-func (run *Runner) agentConnState(c net.Conn, state http.ConnState) {
+// connState forgets closed connections.
+func (ss *Sockets) connState(c net.Conn, state http.ConnState) {
 	if state != http.StateClosed && state != http.StateHijacked {
 		return
 	}
-	run.sockMu.Lock()
-	s := run.socks[c.LocalAddr().String()]
-	run.sockMu.Unlock()
+	ss.mu.Lock()
+	s := ss.socks[c.LocalAddr().String()]
+	ss.mu.Unlock()
 	if s != nil {
 		s.mu.Lock()
 		delete(s.conns, c)
@@ -189,18 +243,18 @@ func (run *Runner) agentConnState(c net.Conn, state http.ConnState) {
 	}
 }
 
-// operatorConnContext marks connections on the operator socket. Whoever
+// OperatorConnContext marks connections on the operator socket. Whoever
 // can open it is the operator, except a process inside kin's containment:
 // an agent's (in any agent's cgroup or PID namespace, known or not) is
 // refused, in every mode. Agents that share the daemon's uid could
 // otherwise open the 0600 socket and act as the operator; they talk to kin
 // through their own socket ($KIN_SOCKET) instead.
-func (run *Runner) operatorConnContext(ctx context.Context, c net.Conn) context.Context {
+func (ss *Sockets) OperatorConnContext(ctx context.Context, c net.Conn) context.Context {
 	pid, alive, err := peerProcess(c)
 	if err != nil {
 		return caller.With(ctx, caller.Caller{Refused: "cannot identify the connecting process: " + err.Error()})
 	}
-	id, contained := run.sup.Contained(pid)
+	id, contained := ss.peers.Contained(pid)
 	// The peer must still be the process that connected when it was
 	// judged: a pid recycled after it exited could be anyone's.
 	if !alive() {
@@ -211,7 +265,7 @@ func (run *Runner) operatorConnContext(ctx context.Context, c net.Conn) context.
 		if id != 0 {
 			who = fmt.Sprintf("a process of agent %d", id)
 		}
-		run.log.Warn("operator socket used by an agent", "agent", id, "peer_pid", pid)
+		ss.log.Warn("operator socket used by an agent", "agent", id, "peer_pid", pid)
 		return caller.With(ctx, caller.Caller{Refused: who + " (pid " + strconv.Itoa(pid) + ") may not use the operator socket: agents reach kin through their own socket, $KIN_SOCKET"})
 	}
 	return caller.With(ctx, caller.Caller{})
@@ -275,4 +329,22 @@ func peerPID(c net.Conn) (int, error) {
 		return 0, serr
 	}
 	return int(cred.Pid), nil
+}
+
+// Close stops serving: the server shut down (within ctx, then closed),
+// every socket closed, the Serve loops waited for.
+func (ss *Sockets) Close(ctx context.Context) {
+	if err := ss.srv.Shutdown(ctx); err != nil {
+		ss.srv.Close()
+	}
+	ss.mu.Lock()
+	socks := make([]*Socket, 0, len(ss.socks))
+	for _, s := range ss.socks {
+		socks = append(socks, s)
+	}
+	ss.mu.Unlock()
+	for _, s := range socks {
+		s.Close()
+	}
+	ss.wg.Wait()
 }
