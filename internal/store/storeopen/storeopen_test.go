@@ -2,7 +2,9 @@ package storeopen
 
 import (
 	"context"
+	"errors"
 	"go/build"
+	"io/fs"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -62,18 +64,44 @@ func TestOpenEveryForm(t *testing.T) {
 	}
 }
 
-// TestOnlyStoreopenPicksDrivers: the daemon and the CLI reach drivers only
-// through this package (their tests may open one directly).
+// TestOnlyStoreopenPicksDrivers: no package of the module but this one
+// imports a driver (their tests may open one directly), so the daemon, the
+// CLI and the services split out of the daemon reach stores through
+// storeopen and the store interfaces.
 func TestOnlyStoreopenPicksDrivers(t *testing.T) {
-	for _, dir := range []string{"../../daemon", "../../cli"} {
+	drivers := []string{"github.com/kin-agents/kin/internal/store/sqlite"}
+	root := "../../.."
+	checked := 0
+	err := filepath.WalkDir(root, func(dir string, e fs.DirEntry, err error) error {
+		if err != nil || !e.IsDir() {
+			return err
+		}
+		if name := e.Name(); dir != root && (strings.HasPrefix(name, ".") || name == "testdata") {
+			return filepath.SkipDir
+		}
 		pkg, err := build.Default.ImportDir(dir, 0)
 		if err != nil {
-			t.Fatal(err)
+			var none *build.NoGoError
+			if errors.As(err, &none) {
+				return nil
+			}
+			return err
 		}
-		for _, driver := range []string{"github.com/kin-agents/kin/internal/store/sqlite"} {
-			if slices.Contains(pkg.Imports, driver) {
-				t.Errorf("package %s imports %s: open stores through storeopen", pkg.ImportPath, driver)
+		checked++
+		if dir == filepath.Join(root, "internal", "store", "storeopen") {
+			return nil
+		}
+		for _, d := range drivers {
+			if slices.Contains(pkg.Imports, d) {
+				t.Errorf("%s imports %s: open stores through storeopen", dir, d)
 			}
 		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if checked < 20 {
+		t.Fatalf("only %d packages found under %s: the walk is not looking at the module", checked, root)
 	}
 }
