@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"runtime"
 	"slices"
 	"strconv"
@@ -45,6 +46,21 @@ type txn struct {
 	leaf     []byte             // EventAppend's buffers, reused across its calls
 	hashes   []tlog.Hash
 	blob     []byte
+	batch    *batchCache // what the batch's Updates read often, valid while nobody writes it
+}
+
+// batchCache keeps, for one batch's transaction, what every registration
+// reads and almost none writes: the settings (the governor's overrides).
+// The batch holds the write lock, so no other handle changes them; a write
+// of this batch, or an Update that fails (its writes undone), forgets them.
+type batchCache struct {
+	settings map[string]string // nil: not read since the last change
+}
+
+func (c *batchCache) forget() {
+	if c != nil {
+		c.settings = nil
+	}
 }
 
 func (r reader) stmt(ctx context.Context, q string) *sql.Stmt {
@@ -506,8 +522,24 @@ func (t *txn) SpawnRejectionCount(ctx context.Context, parent kin.AgentID, since
 }
 
 func (t *txn) SettingSet(ctx context.Context, key, value string) error {
+	t.batch.forget()
 	_, err := t.exec(ctx, sqlSettingSet, key, value)
 	return interpretError(err)
+}
+
+// SettingList reads the settings once per batch (batchCache).
+func (t *txn) SettingList(ctx context.Context) (map[string]string, error) {
+	if t.batch == nil {
+		return t.reader.SettingList(ctx)
+	}
+	if t.batch.settings == nil {
+		m, err := t.reader.SettingList(ctx)
+		if err != nil {
+			return nil, err
+		}
+		t.batch.settings = m
+	}
+	return maps.Clone(t.batch.settings), nil
 }
 
 // interpretError maps SQLite errors to store sentinels, once.

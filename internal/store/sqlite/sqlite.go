@@ -249,6 +249,7 @@ func (s *Store) commit(batch []*update) {
 	}
 	ok, appended := 0, 0
 	local := map[string]*sql.Stmt{} // closed with the transaction
+	cache := &batchCache{}
 	// The batch's tree: the cached edge, checked against the stored log
 	// under the write lock (another handle on the file may have appended).
 	// s.log changes only once the batch commits.
@@ -271,10 +272,11 @@ func (s *Store) commit(batch []*update) {
 			continue
 		}
 		saved := tree
-		t := &txn{reader: reader{q: tx, tx: tx, st: s.wstmts, local: local}, log: &tree, unhashed: s.unhashed}
+		t := &txn{reader: reader{q: tx, tx: tx, st: s.wstmts, local: local}, log: &tree, unhashed: s.unhashed, batch: cache}
 		errs[i] = runUpdate(u, t)
 		if errs[i] != nil {
 			tree = saved
+			cache.forget() // what it read may include its undone writes
 			if _, err := tx.ExecContext(ctx, "ROLLBACK TO u"); err != nil {
 				// The transaction is in an unknown state: fail the batch.
 				tx.Rollback()

@@ -507,6 +507,31 @@ func testSettingsAndRejections(t *testing.T, s store.Store) {
 	if m, err := s.SettingList(ctx); err != nil || m["governor.max_children"] != "4" || len(m) != 1 {
 		t.Fatalf("settings = %v, %v", m, err)
 	}
+	// Inside a transaction the settings read are those it and every earlier
+	// Update wrote (a driver may keep them for a batch, never past a write),
+	// and a failed Update's are undone for the next.
+	failed := errors.New("undone")
+	err := s.Update(ctx, func(tx store.Tx) error {
+		if m, err := tx.SettingList(ctx); err != nil || m["governor.max_children"] != "4" {
+			t.Errorf("settings in a transaction = %v, %v", m, err)
+		}
+		if err := tx.SettingSet(ctx, "governor.max_children", "9"); err != nil {
+			return err
+		}
+		if m, err := tx.SettingList(ctx); err != nil || m["governor.max_children"] != "9" {
+			t.Errorf("settings after a set in the same transaction = %v, %v", m, err)
+		}
+		return failed
+	})
+	if !errors.Is(err, failed) {
+		t.Fatalf("failing update: %v", err)
+	}
+	update(t, s, func(tx store.Tx) error {
+		if m, err := tx.SettingList(ctx); err != nil || m["governor.max_children"] != "4" {
+			t.Errorf("settings after a failed update = %v, %v; its set must be undone", m, err)
+		}
+		return nil
+	})
 	update(t, s, func(tx store.Tx) error {
 		for i, counted := range []bool{true, true, false, true} {
 			if err := tx.SpawnRejectionInsert(ctx, store.SpawnRejectionInsertParams{Parent: r.ID, At: t0.Add(time.Duration(i) * time.Minute), Counted: counted}); err != nil {
