@@ -249,6 +249,11 @@ func (au *Authority) chainInTx(ctx context.Context, tx store.Tx, id kin.AgentID)
 	if err != nil {
 		return nil, err
 	}
+	return au.chainOf(rows)
+}
+
+// chainOf is the chain of rows store.PermChain read (in a transaction).
+func (au *Authority) chainOf(rows []store.PermRow) ([]permLink, error) {
 	chain := make([]permLink, len(rows))
 	au.mu.Lock()
 	defer au.mu.Unlock()
@@ -499,9 +504,11 @@ func (au *Authority) CheckRequest(req *kin.RegisterRequest) (map[string]FileID, 
 // the caller writes with the agent). Its result reaches the cache only
 // after the commit (admitted).
 //
-// mountIDs are what checkPermissionRequest found at the policy's mounts.
-func (au *Authority) Admit(ctx context.Context, tx store.Tx, req *kin.RegisterRequest, mountIDs map[string]FileID, role string, env []string, now time.Time) (*Admission, error) {
-	parentChain, err := au.chainInTx(ctx, tx, req.Parent)
+// parentRows are the parent's chain as store.PermChain read it in tx (the
+// registry reads it once, for the governor's facts too); mountIDs are what
+// CheckRequest found at the policy's mounts.
+func (au *Authority) Admit(ctx context.Context, tx store.Tx, req *kin.RegisterRequest, parentRows []store.PermRow, mountIDs map[string]FileID, role string, env []string, now time.Time) (*Admission, error) {
+	parentChain, err := au.chainOf(parentRows)
 	if err != nil {
 		return nil, err
 	}

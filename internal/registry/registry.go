@@ -191,12 +191,16 @@ func (r *Registry) register(ctx context.Context, req kin.RegisterRequest, extra 
 			return err
 		}
 		facts := governor.SpawnFacts{ParentID: req.Parent, Name: name, Life: req.Life, Now: now}
+		// The parent and its chain with the budget counters, in one read:
+		// the governor's facts and the authority's.
+		var parentChain []store.PermRow
 		if req.Parent != 0 {
-			p, err := tx.AgentGetByID(ctx, req.Parent)
-			if err != nil && !errors.Is(err, store.ErrNotFound) {
+			if parentChain, err = tx.PermChain(ctx, req.Parent); err != nil {
 				return err
 			}
-			facts.Parent = p
+			if len(parentChain) > 0 {
+				facts.Parent = parentChain[0].Agent
+			}
 		}
 		facts.Role = governor.Role(prof, req.Role, name)
 		needs := governor.NeedsFor(prof, facts.Role, facts.Parent != nil)
@@ -235,7 +239,7 @@ func (r *Registry) register(ctx context.Context, req kin.RegisterRequest, extra 
 		if extra != nil {
 			env = extra.Env
 		}
-		if ad, denied = r.auth.Admit(ctx, tx, &req, mountIDs, facts.Role, env, now); denied != nil {
+		if ad, denied = r.auth.Admit(ctx, tx, &req, parentChain, mountIDs, facts.Role, env, now); denied != nil {
 			if kin.ErrorCodeOf(denied) == kin.ECodeInternal {
 				err, denied = denied, nil
 				return err // the store failed: nothing is decided

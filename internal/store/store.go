@@ -249,6 +249,10 @@ type SpendRow struct {
 // PermRow is what a permission check reads of one agent: what it asked for
 // itself, and its spend and counters.
 type PermRow struct {
+	// Agent is the whole row of the agent the chain was asked for (the
+	// first PermRow only; nil in the others): a registration reads its
+	// parent and the parent's chain in one query.
+	Agent      *kin.Agent
 	ID, Parent kin.AgentID
 	Stage      string
 	Policy     []byte // JSON of the kin.Policy it asked for, or nil

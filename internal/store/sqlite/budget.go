@@ -26,18 +26,21 @@ const (
 		ON CONFLICT (agent_id) DO UPDATE SET sub_tokens = sub_tokens + excluded.sub_tokens, sub_cost = sub_cost + excluded.sub_cost`
 	sqlSpawnAdd = `INSERT INTO agent_spend (agent_id, spawns) SELECT value, 1 FROM json_each(?) WHERE true
 		ON CONFLICT (agent_id) DO UPDATE SET spawns = spawns + 1`
-	sqlPermChain = `
+)
+
+// sqlPermChain is the chain, the asked-for agent first with its whole row.
+var sqlPermChain = `
 		WITH RECURSIVE up(id, depth) AS (
 			SELECT id, 0 FROM agents WHERE id = ?
 			UNION ALL
 			SELECT a.parent_id, up.depth + 1 FROM up JOIN agents a ON a.id = up.id WHERE a.parent_id <> 0
 		)
-		SELECT a.id, a.parent_id, a.stage, a.policy, a.deadline_at,
+		SELECT CASE WHEN up.depth = 0 THEN ` + agentColumns + ` ELSE '' END,
+			a.id, a.parent_id, a.stage, a.policy, a.deadline_at,
 			COALESCE(s.tokens, 0), COALESCE(s.cost, 0), COALESCE(s.sub_tokens, 0), COALESCE(s.sub_cost, 0),
 			COALESCE(s.spawns, 0), COALESCE(s.exhausted, '')
 		FROM up JOIN agents a ON a.id = up.id LEFT JOIN agent_spend s ON s.agent_id = a.id
 		ORDER BY up.depth`
-)
 
 func (r reader) SpendList(ctx context.Context) ([]store.SpendRow, error) {
 	rows, err := r.query(ctx, `SELECT agent_id, tokens, cost, sub_tokens, sub_cost, spawns, exhausted FROM agent_spend ORDER BY agent_id`)
@@ -65,12 +68,19 @@ func (r reader) PermChain(ctx context.Context, id kin.AgentID) ([]store.PermRow,
 	var out []store.PermRow
 	for rows.Next() {
 		var p store.PermRow
-		var pol string
+		var packed, pol string
 		var deadline int64
 		s := &p.Spend
-		if err := rows.Scan(&p.ID, &p.Parent, &p.Stage, &pol, &deadline,
+		if err := rows.Scan(&packed, &p.ID, &p.Parent, &p.Stage, &pol, &deadline,
 			&s.Tokens, &s.Cost, &s.SubTokens, &s.SubCost, &s.Spawns, &s.Exhausted); err != nil {
 			return nil, interpretError(err)
+		}
+		if packed != "" {
+			a, err := unpackAgent(packed)
+			if err != nil {
+				return nil, err
+			}
+			p.Agent = a
 		}
 		s.ID = p.ID
 		if pol != "" {

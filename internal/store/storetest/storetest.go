@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
 	"sync"
 	"testing"
 	"time"
@@ -820,6 +821,11 @@ func testBudgetCounters(t *testing.T, s store.Store) {
 	}
 	if chain[1].Parent != a.ID || chain[2].Parent != 0 {
 		t.Errorf("parents in the chain: %+v", chain)
+	}
+	// The first row carries the whole agent (a registration's parent), the
+	// others none.
+	if got, err := s.AgentGetByID(ctx, c.ID); err != nil || chain[0].Agent == nil || !reflect.DeepEqual(chain[0].Agent, got) || chain[1].Agent != nil || chain[2].Agent != nil {
+		t.Errorf("PermChain's agents: %+v, %+v, %+v; want %+v first, then none (%v)", chain[0].Agent, chain[1].Agent, chain[2].Agent, got, err)
 	}
 	if got, err := s.PermChain(ctx, other.ID); err != nil || len(got) != 1 || got[0].Spend != (store.SpendRow{ID: other.ID}) {
 		t.Errorf("an agent without spend: %+v, %v", got, err)
