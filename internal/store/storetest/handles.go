@@ -359,3 +359,67 @@ func testTwoHandlesHoldASpawnBudget(t *testing.T, a store.Store, second func() s
 		}
 	}
 }
+
+// testTwoHandlesHoldASpendCap races what usage under a max_tokens budget
+// does, from two handles: add the spend (to the agent and every subtree it
+// lies in), read the budgeted ancestor's subtree sum back in the same
+// transaction, and refuse (undoing the add) past the cap. The sum read is
+// the one the transaction wrote, so the cap holds across handles.
+func testTwoHandlesHoldASpendCap(t *testing.T, a store.Store, second func() store.Store) {
+	ctx := context.Background()
+	b := second()
+	const perHandle, each, limit = 32, 10, 95
+	top := Insert(t, a, "capped", 0)
+	leaf := Insert(t, a, "spender", top.ID)
+	start := make(chan struct{})
+	var admitted, refused atomic.Int64
+	var wg sync.WaitGroup
+	for h, s := range []store.Store{a, b} {
+		for g := range perHandle {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				<-start
+				err := s.Update(ctx, func(tx store.Tx) error {
+					if err := tx.SpendAdd(ctx, leaf.ID, each, 0); err != nil {
+						return err
+					}
+					chain, err := tx.PermChain(ctx, leaf.ID)
+					if err != nil {
+						return err
+					}
+					if len(chain) != 2 {
+						return fmt.Errorf("chain of the spender: %+v", chain)
+					}
+					if chain[1].Spend.SubTokens > limit {
+						return errFull
+					}
+					return nil
+				})
+				switch {
+				case err == nil:
+					admitted.Add(1)
+				case errors.Is(err, errFull):
+					refused.Add(1)
+				default:
+					t.Errorf("handle %d, update %d: %v", h, g, err)
+				}
+			}()
+		}
+	}
+	close(start)
+	wg.Wait()
+	if t.Failed() {
+		t.FailNow()
+	}
+	if admitted.Load() != limit/each || refused.Load() != 2*perHandle-limit/each {
+		t.Fatalf("%d admitted and %d refused under a cap of %d tokens, %d each; want %d and %d",
+			admitted.Load(), refused.Load(), limit, each, limit/each, 2*perHandle-limit/each)
+	}
+	for i, s := range []store.Store{a, b} {
+		chain, err := s.PermChain(ctx, leaf.ID)
+		if err != nil || len(chain) != 2 || chain[1].Spend.SubTokens != limit/each*each || chain[0].Spend.Tokens != limit/each*each {
+			t.Fatalf("handle %d reads the sums as %+v, %v; want %d tokens in both", i, chain, err, limit/each*each)
+		}
+	}
+}
