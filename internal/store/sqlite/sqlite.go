@@ -26,6 +26,7 @@ import (
 	"path/filepath"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	_ "modernc.org/sqlite" // registers the "sqlite" database/sql driver
 
@@ -102,7 +103,7 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 	wdb.SetMaxOpenConns(1)
 	wdb.SetMaxIdleConns(1)
 	wdb.SetConnMaxLifetime(0)
-	if err := wdb.PingContext(ctx); err != nil {
+	if err := ping(ctx, wdb); err != nil {
 		wdb.Close()
 		return nil, fmt.Errorf("sqlite: open %s: %w", path, err)
 	}
@@ -346,4 +347,32 @@ func runUpdate(u *update, tx *txn) (err error) {
 		}
 	}()
 	return u.fn(tx)
+}
+
+// ping opens db's first connection. Its pragmas switch a new file to WAL,
+// which answers SQLITE_BUSY at once, without the busy timeout, while
+// another process opening the same new file holds its lock: that is
+// retried, for as long as the busy timeout would have waited.
+func ping(ctx context.Context, db *sql.DB) error {
+	deadline := time.Now().Add(10 * time.Second)
+	wait := time.Millisecond
+	for {
+		err := db.PingContext(ctx)
+		if err == nil || !isBusy(err) || time.Now().After(deadline) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, 50*time.Millisecond)
+	}
+}
+
+// isBusy reports whether err is SQLite's SQLITE_BUSY (or an extended code
+// of it).
+func isBusy(err error) bool {
+	var coded interface{ Code() int }
+	return errors.As(err, &coded) && coded.Code()&0xff == 5
 }
