@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"reflect"
 	"regexp"
+	"strings"
 	"testing"
 	"time"
 
@@ -24,7 +25,7 @@ func TestEventDataRoundTrips(t *testing.T) {
 		fill(t, rv)
 		for i := range rv.NumField() {
 			tag := rv.Type().Field(i).Tag.Get("json")
-			name, _, _ := cutComma(tag)
+			name, _, _ := strings.Cut(tag, ",")
 			if !snake.MatchString(name) {
 				t.Errorf("%s: field %s has JSON name %q, not snake_case", typ, rv.Type().Field(i).Name, name)
 			}
@@ -54,15 +55,6 @@ func TestEventDataRoundTrips(t *testing.T) {
 	if kin.EventData("no.such.event") != nil {
 		t.Error("an unknown event type has a data type")
 	}
-}
-
-func cutComma(s string) (string, string, bool) {
-	for i := range s {
-		if s[i] == ',' {
-			return s[:i], s[i+1:], true
-		}
-	}
-	return s, "", false
 }
 
 // fill sets every field of a struct to a value that is not its zero, so

@@ -671,6 +671,15 @@ func (au *Authority) OwnPolicy(id kin.AgentID) *kin.Policy {
 	return nil
 }
 
+// Visibility is an agent's own consent to show or read workspaces (seed
+// 003 §4; not inherited), or nil.
+func (au *Authority) Visibility(id kin.AgentID) *kin.Visibility {
+	if p := au.OwnPolicy(id); p != nil {
+		return p.Visibility
+	}
+	return nil
+}
+
 // Policy returns an agent's requested and effective policy and spend.
 func (au *Authority) Policy(ctx context.Context, id kin.AgentID) (*kin.AgentPolicy, error) {
 	if _, err := au.agent(ctx, id); err != nil {
@@ -1100,16 +1109,6 @@ func LoadPolicyConfig(path string) (policy.Config, error) {
 		return policy.Config{}, fmt.Errorf("policy config %s: %w", path, err)
 	}
 	return c, nil
-}
-
-// stopTimers stops every deadline timer (at Close).
-func (au *Authority) stopTimers() {
-	au.mu.Lock()
-	defer au.mu.Unlock()
-	for id, t := range au.timers {
-		t.Stop()
-		delete(au.timers, id)
-	}
 }
 
 // withoutGlobal drops the global deny list from a parent's layers for the

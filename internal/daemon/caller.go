@@ -7,17 +7,6 @@ import (
 	"github.com/kin-agents/kin/kin"
 )
 
-// authorize checks that the caller may act on target (caller.MayActOn,
-// with the lineage saying who descends from whom).
-func (d *Daemon) authorize(ctx context.Context, target kin.AgentID, self bool) error {
-	return caller.MayActOn(ctx, target, self, d.lineage.IsDescendant)
-}
-
-// operatorOnly refuses agents.
-func (d *Daemon) operatorOnly(ctx context.Context, what string) error {
-	return caller.OperatorOnly(ctx, what)
-}
-
 // actAs is httpapi.Server.ActAs: the operator acting for one of its agents
 // (kin.HeaderActAs: an id, or a live agent's name, as agentByRef reads it),
 // answered from then on as that agent would be. The agent must exist and

@@ -60,10 +60,9 @@ type Daemon struct {
 	metrics              *telemetry.Metrics // Prometheus metrics
 	tracer               *telemetry.Tracer  // OpenTelemetry spans of spawns, nil when off
 
-	pid           int
-	started       time.Time
-	token         string
-	profileSource string // where the governor's profile came from
+	pid     int
+	started time.Time
+	token   string
 
 	lock     *os.File
 	unixLn   net.Listener
@@ -117,7 +116,6 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 		return nil, err
 	}
 	baseProfile, profileSource, err := governor.Load(cfg.Profile)
-	d.profileSource = profileSource
 	if err != nil {
 		return nil, err
 	}
@@ -238,7 +236,7 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 	d.Signer.Start()
 	sup := d.Runner.Supervisor()
 	d.log.Info("kin serve started", "home", cfg.Home, "socket", d.SocketPath(), "http", d.HTTPAddr(),
-		"store", st.Driver(), "profile", d.profileSource, "containment", sup.Containment(),
+		"store", st.Driver(), "profile", d.Registry.ProfileSource(), "containment", sup.Containment(),
 		"containment_reason", sup.ContainmentReason(), "cgroup", sup.Root(), "sandbox", d.Runner.DescribeContainment(),
 		"agent_uids", d.Runner.UIDRangeString(), "running", d.Runner.RunningCount())
 	for _, m := range d.Runner.MissingGuarantees() {

@@ -32,15 +32,11 @@ func (d *Daemon) Status(ctx context.Context) (*kin.DaemonStatus, error) {
 		Socket:            d.SocketPath(),
 		HTTP:              d.HTTPAddr(),
 		Store:             d.store.Driver(),
-		Profile:           d.profileSource,
+		Profile:           d.Registry.ProfileSource(),
 		StartedAt:         d.started,
 		Agents:            n,
 		LastEvent:         last,
 	}, nil
-}
-
-func (d *Daemon) agentError(err error, id kin.AgentID) error {
-	return d.storeError(store.AgentError(err, id))
 }
 
 // storeError translates store failures into kin errors (store.KinError),
@@ -51,11 +47,4 @@ func (d *Daemon) storeError(err error) error {
 		d.log.Error("store", "err", err)
 	}
 	return err
-}
-
-func nonNil(a []*kin.Agent) []*kin.Agent {
-	if a == nil {
-		return []*kin.Agent{}
-	}
-	return a
 }

@@ -53,14 +53,6 @@ func New(c Config) *Exchange {
 
 func (x *Exchange) now() time.Time { return x.clock() }
 
-// visibility is an agent's own consent (visibility is not inherited).
-func (x *Exchange) visibility(id kin.AgentID) *kin.Visibility {
-	if p := x.auth.OwnPolicy(id); p != nil {
-		return p.Visibility
-	}
-	return nil
-}
-
 // Messaging between agents (seed 003 §5; seed 002: "all inter-agent
 // communication passes through the Bus"). A message is an agent.message
 // event addressed to its recipient (Agent) from its sender (Parent: 0 for
@@ -144,7 +136,7 @@ func (x *Exchange) mayMessage(from kin.AgentID, to *kin.Agent) bool {
 	}
 	readFrom := func(v *kin.Visibility) []string { return v.ReadFrom }
 	readableTo := func(v *kin.Visibility) []string { return v.ReadableTo }
-	fv, tv := x.visibility(from), x.visibility(to.ID)
+	fv, tv := x.auth.Visibility(from), x.auth.Visibility(to.ID)
 	return consents(fv, readFrom, to) && consents(tv, readableTo, fa) ||
 		consents(tv, readFrom, fa) && consents(fv, readableTo, to)
 }
@@ -208,7 +200,7 @@ func (x *Exchange) ReadFile(ctx context.Context, req kin.ReadRequest) ([]byte, e
 	if err != nil {
 		return nil, err
 	}
-	dec := policy.CanRead(reader.Name, reader.ID, x.visibility(reader.ID), owner.Name, owner.ID, x.visibility(owner.ID), req.Path)
+	dec := policy.CanRead(reader.Name, reader.ID, x.auth.Visibility(reader.ID), owner.Name, owner.ID, x.auth.Visibility(owner.ID), req.Path)
 	if !dec.Allowed {
 		return nil, kin.Errorf(kin.ECodeDenied, "%s", dec.Reason)
 	}

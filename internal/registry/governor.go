@@ -70,6 +70,10 @@ func (r *Registry) governorInTx(ctx context.Context, tx store.Tx) (kin.Profile, 
 	return prof, err
 }
 
+// ProfileSource says where the governor's base profile came from (a
+// shipped profile's name or a file).
+func (r *Registry) ProfileSource() string { return r.profileSource }
+
 // Profile returns a snapshot of the cached profile in force, for what
 // only reads it.
 func (r *Registry) Profile() kin.Profile {

@@ -175,17 +175,10 @@ func (run *Runner) agentError(err error, id kin.AgentID) error {
 // logging the ones that are the store's own.
 func (run *Runner) storeError(err error) error {
 	err = store.KinError(err)
-	if kin.ErrorCodeOf(err) == kin.ECodeInternal && ctxErr(err) == nil {
+	if kin.ErrorCodeOf(err) == kin.ECodeInternal && !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) {
 		run.log.Error("store", "err", err)
 	}
 	return err
-}
-
-func ctxErr(err error) error {
-	if err == context.Canceled || err == context.DeadlineExceeded {
-		return err
-	}
-	return nil
 }
 
 // Open makes the agent filesystem and starts the supervisor: what must be

@@ -218,20 +218,12 @@ func (run *Runner) provisionWorkspace(ctx context.Context, a *kin.Agent, t *kin.
 	return nil
 }
 
-// visibility is an agent's own consent (visibility is not inherited).
-func (run *Runner) visibility(id kin.AgentID) *kin.Visibility {
-	if p := run.auth.OwnPolicy(id); p != nil {
-		return p.Visibility
-	}
-	return nil
-}
-
 // visibleTo is what a sandboxed reader may read of other agents'
 // workspaces, for Landlock: each consenting owner's files and folders
 // that both scopes match, as they exist when the reader starts; and the
 // groups of those owners.
 func (run *Runner) visibleTo(a *kin.Agent) ([]string, []uint32) {
-	v := run.visibility(a.ID)
+	v := run.auth.Visibility(a.ID)
 	if v == nil || len(v.ReadFrom) == 0 {
 		return nil, nil
 	}
@@ -242,7 +234,7 @@ func (run *Runner) visibleTo(a *kin.Agent) ([]string, []uint32) {
 		if err != nil || owner.ID == a.ID {
 			continue
 		}
-		ov := run.visibility(owner.ID)
+		ov := run.auth.Visibility(owner.ID)
 		ws := run.workspaceOf(owner)
 		before := len(out)
 		_ = filepath.WalkDir(ws, func(p string, e os.DirEntry, err error) error {

@@ -167,53 +167,30 @@ func testTwoHandlesHoldALimit(t *testing.T, a store.Store, second func() store.S
 	const perHandle, limit, rounds = 32, 10, 3
 	for r := range rounds {
 		parent := Insert(t, a, fmt.Sprintf("parent-%d", r), 0)
-		start := make(chan struct{})
-		var admitted, refused atomic.Int64
-		var wg sync.WaitGroup
-		for h, s := range []store.Store{a, b} {
-			for g := range perHandle {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					<-start
-					err := s.Update(ctx, func(tx store.Tx) error {
-						n, err := tx.AgentCountLive(ctx, store.AgentCountLiveParams{Parent: parent.ID, HasParent: true})
-						if err != nil {
-							return err
-						}
-						if n >= limit {
-							return errFull
-						}
-						child, err := tx.AgentInsert(ctx, store.AgentInsertParams{Agent: NewAgent(fmt.Sprintf("c%d-%d-%d", r, h, g), parent.ID, 1)})
-						if err != nil {
-							return err
-						}
-						e, err := kin.NewEvent(kin.EventChildSpawned, child.ID, parent.ID, map[string]any{"child": child.ID, "n": n})
-						if err != nil {
-							return err
-						}
-						e.Time = t0
-						_, err = tx.EventAppend(ctx, e)
-						return err
-					})
-					switch {
-					case err == nil:
-						admitted.Add(1)
-					case errors.Is(err, errFull):
-						refused.Add(1)
-					default:
-						t.Errorf("handle %d, update %d: %v", h, g, err)
-					}
-				}()
-			}
-		}
-		close(start)
-		wg.Wait()
-		if t.Failed() {
-			t.FailNow()
-		}
-		if admitted.Load() != limit || refused.Load() != 2*perHandle-limit {
-			t.Fatalf("round %d: %d admitted and %d refused; want %d and %d", r, admitted.Load(), refused.Load(), limit, 2*perHandle-limit)
+		admitted, refused := raceHandles(t, a, b, perHandle, func(s store.Store, h, g int) error {
+			return s.Update(ctx, func(tx store.Tx) error {
+				n, err := tx.AgentCountLive(ctx, store.AgentCountLiveParams{Parent: parent.ID, HasParent: true})
+				if err != nil {
+					return err
+				}
+				if n >= limit {
+					return errFull
+				}
+				child, err := tx.AgentInsert(ctx, store.AgentInsertParams{Agent: NewAgent(fmt.Sprintf("c%d-%d-%d", r, h, g), parent.ID, 1)})
+				if err != nil {
+					return err
+				}
+				e, err := kin.NewEvent(kin.EventChildSpawned, child.ID, parent.ID, map[string]any{"child": child.ID, "n": n})
+				if err != nil {
+					return err
+				}
+				e.Time = t0
+				_, err = tx.EventAppend(ctx, e)
+				return err
+			})
+		})
+		if admitted != limit || refused != 2*perHandle-limit {
+			t.Fatalf("round %d: %d admitted and %d refused; want %d and %d", r, admitted, refused, limit, 2*perHandle-limit)
 		}
 		for i, s := range []store.Store{a, b} {
 			kids, err := s.AgentList(ctx, kin.AgentFilter{Parent: parent.ID, HasParent: true})
@@ -307,50 +284,27 @@ func testTwoHandlesHoldASpawnBudget(t *testing.T, a store.Store, second func() s
 	top := Insert(t, a, "budgeted", 0)
 	mid := Insert(t, a, "mid", top.ID)
 	update(t, a, func(tx store.Tx) error { return tx.SpendSpawnAdd(ctx, []kin.AgentID{top.ID}) }) // mid counts
-	start := make(chan struct{})
-	var admitted, refused atomic.Int64
-	var wg sync.WaitGroup
-	for h, s := range []store.Store{a, b} {
-		for g := range perHandle {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				<-start
-				err := s.Update(ctx, func(tx store.Tx) error {
-					chain, err := tx.PermChain(ctx, mid.ID)
-					if err != nil {
-						return err
-					}
-					if len(chain) != 2 || chain[1].ID != top.ID {
-						return fmt.Errorf("chain of mid: %+v", chain)
-					}
-					if chain[1].Spend.Spawns >= budget {
-						return errFull
-					}
-					if _, err := tx.AgentInsert(ctx, store.AgentInsertParams{Agent: NewAgent(fmt.Sprintf("g%d-%d", h, g), mid.ID, 2)}); err != nil {
-						return err
-					}
-					return tx.SpendSpawnAdd(ctx, []kin.AgentID{top.ID})
-				})
-				switch {
-				case err == nil:
-					admitted.Add(1)
-				case errors.Is(err, errFull):
-					refused.Add(1)
-				default:
-					t.Errorf("handle %d, update %d: %v", h, g, err)
-				}
-			}()
-		}
-	}
-	close(start)
-	wg.Wait()
-	if t.Failed() {
-		t.FailNow()
-	}
-	if admitted.Load() != budget-1 || refused.Load() != 2*perHandle-(budget-1) {
+	admitted, refused := raceHandles(t, a, b, perHandle, func(s store.Store, h, g int) error {
+		return s.Update(ctx, func(tx store.Tx) error {
+			chain, err := tx.PermChain(ctx, mid.ID)
+			if err != nil {
+				return err
+			}
+			if len(chain) != 2 || chain[1].ID != top.ID {
+				return fmt.Errorf("chain of mid: %+v", chain)
+			}
+			if chain[1].Spend.Spawns >= budget {
+				return errFull
+			}
+			if _, err := tx.AgentInsert(ctx, store.AgentInsertParams{Agent: NewAgent(fmt.Sprintf("g%d-%d", h, g), mid.ID, 2)}); err != nil {
+				return err
+			}
+			return tx.SpendSpawnAdd(ctx, []kin.AgentID{top.ID})
+		})
+	})
+	if admitted != budget-1 || refused != 2*perHandle-(budget-1) {
 		t.Fatalf("%d admitted and %d refused under a budget of %d descendants (one spent); want %d and %d",
-			admitted.Load(), refused.Load(), budget, budget-1, 2*perHandle-(budget-1))
+			admitted, refused, budget, budget-1, 2*perHandle-(budget-1))
 	}
 	for i, s := range []store.Store{a, b} {
 		chain, err := s.PermChain(ctx, top.ID)
@@ -371,8 +325,43 @@ func testTwoHandlesHoldASpendCap(t *testing.T, a store.Store, second func() stor
 	const perHandle, each, limit = 32, 10, 95
 	top := Insert(t, a, "capped", 0)
 	leaf := Insert(t, a, "spender", top.ID)
+	admitted, refused := raceHandles(t, a, b, perHandle, func(s store.Store, h, g int) error {
+		return s.Update(ctx, func(tx store.Tx) error {
+			if err := tx.SpendAdd(ctx, leaf.ID, each, 0); err != nil {
+				return err
+			}
+			chain, err := tx.PermChain(ctx, leaf.ID)
+			if err != nil {
+				return err
+			}
+			if len(chain) != 2 {
+				return fmt.Errorf("chain of the spender: %+v", chain)
+			}
+			if chain[1].Spend.SubTokens > limit {
+				return errFull
+			}
+			return nil
+		})
+	})
+	if admitted != limit/each || refused != 2*perHandle-limit/each {
+		t.Fatalf("%d admitted and %d refused under a cap of %d tokens, %d each; want %d and %d",
+			admitted, refused, limit, each, limit/each, 2*perHandle-limit/each)
+	}
+	for i, s := range []store.Store{a, b} {
+		chain, err := s.PermChain(ctx, leaf.ID)
+		if err != nil || len(chain) != 2 || chain[1].Spend.SubTokens != limit/each*each || chain[0].Spend.Tokens != limit/each*each {
+			t.Fatalf("handle %d reads the sums as %+v, %v; want %d tokens in both", i, chain, err, limit/each*each)
+		}
+	}
+}
+
+// raceHandles runs fn perHandle times on each of two handles, all at once,
+// and counts the Updates it let through and those it refused with errFull;
+// any other error fails t.
+func raceHandles(t *testing.T, a, b store.Store, perHandle int, fn func(s store.Store, h, g int) error) (admitted, refused int64) {
+	t.Helper()
 	start := make(chan struct{})
-	var admitted, refused atomic.Int64
+	var ok, full atomic.Int64
 	var wg sync.WaitGroup
 	for h, s := range []store.Store{a, b} {
 		for g := range perHandle {
@@ -380,27 +369,11 @@ func testTwoHandlesHoldASpendCap(t *testing.T, a store.Store, second func() stor
 			go func() {
 				defer wg.Done()
 				<-start
-				err := s.Update(ctx, func(tx store.Tx) error {
-					if err := tx.SpendAdd(ctx, leaf.ID, each, 0); err != nil {
-						return err
-					}
-					chain, err := tx.PermChain(ctx, leaf.ID)
-					if err != nil {
-						return err
-					}
-					if len(chain) != 2 {
-						return fmt.Errorf("chain of the spender: %+v", chain)
-					}
-					if chain[1].Spend.SubTokens > limit {
-						return errFull
-					}
-					return nil
-				})
-				switch {
+				switch err := fn(s, h, g); {
 				case err == nil:
-					admitted.Add(1)
+					ok.Add(1)
 				case errors.Is(err, errFull):
-					refused.Add(1)
+					full.Add(1)
 				default:
 					t.Errorf("handle %d, update %d: %v", h, g, err)
 				}
@@ -412,14 +385,5 @@ func testTwoHandlesHoldASpendCap(t *testing.T, a store.Store, second func() stor
 	if t.Failed() {
 		t.FailNow()
 	}
-	if admitted.Load() != limit/each || refused.Load() != 2*perHandle-limit/each {
-		t.Fatalf("%d admitted and %d refused under a cap of %d tokens, %d each; want %d and %d",
-			admitted.Load(), refused.Load(), limit, each, limit/each, 2*perHandle-limit/each)
-	}
-	for i, s := range []store.Store{a, b} {
-		chain, err := s.PermChain(ctx, leaf.ID)
-		if err != nil || len(chain) != 2 || chain[1].Spend.SubTokens != limit/each*each || chain[0].Spend.Tokens != limit/each*each {
-			t.Fatalf("handle %d reads the sums as %+v, %v; want %d tokens in both", i, chain, err, limit/each*each)
-		}
-	}
+	return ok.Load(), full.Load()
 }
