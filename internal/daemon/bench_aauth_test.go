@@ -27,8 +27,10 @@ func BenchmarkAuthTokenIssuance(b *testing.B) {
 		b.RunParallel(func(pb *testing.PB) {
 			for pb.Next() {
 				ed25519.Sign(priv, msg)
-				if !ed25519.Verify(pub, msg, sig) || !ed25519.Verify(pub, msg, sig) {
-					b.Fatal("verify")
+				for range 2 { // the floor is one sign and two verifies
+					if !ed25519.Verify(pub, msg, sig) {
+						b.Fatal("verify")
+					}
 				}
 			}
 		})

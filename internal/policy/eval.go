@@ -146,15 +146,6 @@ func lookup(mounts map[string]kin.Mode, path string) (string, kin.Mode, bool) {
 	return best, mounts[best], true
 }
 
-// modeMin is the less visible of two modes; an unknown mode counts as
-// hidden, so a corrupt layer never grants.
-func modeMin(a, b kin.Mode) kin.Mode {
-	if rank(a) <= rank(b) {
-		return norm(a)
-	}
-	return norm(b)
-}
-
 func rank(m kin.Mode) int { return max(m.Rank(), 0) }
 
 func norm(m kin.Mode) kin.Mode {
