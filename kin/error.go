@@ -28,6 +28,10 @@ const (
 	ECodeCardinality       ErrorCode = "cardinality_exceeded"
 	ECodeCircuitOpen       ErrorCode = "spawn_circuit_open" // seed 002's circuit breaker has tripped for this parent
 	ECodeTimeout           ErrorCode = "timeout"            // a wait ran out of time; nothing changed
+	// ECodeRateLimited refuses an agent's request past its quota (the
+	// profile's quotas): nothing was written; Error.RetryAfter says when
+	// the next one of its kind is allowed.
+	ECodeRateLimited ErrorCode = "rate_limited"
 )
 
 // Error is the error every kin boundary speaks: the API sends it as
@@ -35,6 +39,9 @@ const (
 type Error struct {
 	Code    ErrorCode `json:"code"`
 	Message string    `json:"message"`
+	// RetryAfter, in seconds, is when a rate_limited request of the same
+	// kind would be allowed (HTTP also sends it as Retry-After, rounded up).
+	RetryAfter float64 `json:"retry_after,omitempty"`
 }
 
 func (e *Error) Error() string { return fmt.Sprintf("%s: %s", e.Code, e.Message) }

@@ -32,6 +32,43 @@ type Profile struct {
 	// Restart limits crash replacements: at most MaxRestarts in Period
 	// for one agent and its replacements, like an OTP supervisor.
 	Restart RestartIntensity `json:"restart"`
+	// Limits are the kernel limits every agent gets when its policy says
+	// nothing smaller (docs/POLICY.md, "Limits").
+	Limits AgentLimits `json:"limits"`
+	// Quotas bound what one agent makes kin write: its log, its messages,
+	// its reports (docs/POLICY.md, "Quotas").
+	Quotas Quotas `json:"quotas"`
+}
+
+// AgentLimits are the limits every agent gets by default.
+type AgentLimits struct {
+	// Pids bounds the processes of one agent: of its whole subtree where
+	// the cgroup pids controller is on (pids.max on its group), of its own
+	// uid otherwise (RLIMIT_NPROC). A policy's budget.pids may only lower
+	// it. Default 4096, so that no agent can exhaust the host's pids.
+	Pids int `json:"pids"`
+}
+
+// Quotas bound what one agent makes kin write on its behalf.
+type Quotas struct {
+	// LogBytes is the size at which logs/<id>.log is rotated to .1 (the
+	// older ones to .2 ...); LogKeep is how many rotated files are kept.
+	// At most LogBytes × (1 + LogKeep) of one agent's output is on disk.
+	LogBytes int64 `json:"log_bytes"`
+	LogKeep  int   `json:"log_keep"`
+	// MessageBytes is the largest message body one agent may send.
+	MessageBytes int `json:"message_bytes"`
+	// Messages is the rate of messages one agent may send.
+	Messages Rate `json:"messages"`
+	// Reports is the rate of everything else an agent makes kin record
+	// (usage reports, heartbeats, status and progress changes, events).
+	Reports Rate `json:"reports"`
+}
+
+// Rate is a token bucket: Burst requests at once, then PerSecond.
+type Rate struct {
+	PerSecond float64 `json:"per_second"`
+	Burst     int     `json:"burst"`
 }
 
 // Heartbeat configures liveness: an agent that has heartbeated is stale

@@ -89,6 +89,20 @@ const (
 	DefaultOfflineAfter    = 3
 	DefaultMaxRestarts     = 3
 	DefaultRestartPeriod   = time.Minute
+	// No agent can exhaust the host's pids (pid_max is 32,768 on many
+	// hosts, 4,194,304 at most).
+	DefaultPids = 4096
+	// At most 16 MiB × 3 of one agent's output on disk.
+	DefaultLogBytes = 16 << 20
+	DefaultLogKeep  = 2
+	// A message is a note between agents, not a file transfer (handoff
+	// carries files): 64 KiB, 10 a second after a burst of 100, so one
+	// agent writes at most 640 KiB/s of messages.
+	DefaultMessageBytes = 64 << 10
+	DefaultMessageRate  = 10
+	DefaultMessageBurst = 100
+	DefaultReportRate   = 20
+	DefaultReportBurst  = 200
 )
 
 // WithDefaults fills the fields a profile file may leave out.
@@ -104,6 +118,25 @@ func WithDefaults(p kin.Profile) kin.Profile {
 	}
 	if p.Restart.MaxRestarts == 0 {
 		p.Restart.MaxRestarts = DefaultMaxRestarts
+	}
+	if p.Limits.Pids == 0 {
+		p.Limits.Pids = DefaultPids
+	}
+	q := &p.Quotas
+	if q.LogBytes == 0 {
+		q.LogBytes = DefaultLogBytes
+	}
+	if q.LogKeep == 0 {
+		q.LogKeep = DefaultLogKeep
+	}
+	if q.MessageBytes == 0 {
+		q.MessageBytes = DefaultMessageBytes
+	}
+	if q.Messages == (kin.Rate{}) {
+		q.Messages = kin.Rate{PerSecond: DefaultMessageRate, Burst: DefaultMessageBurst}
+	}
+	if q.Reports == (kin.Rate{}) {
+		q.Reports = kin.Rate{PerSecond: DefaultReportRate, Burst: DefaultReportBurst}
 	}
 	return p
 }
@@ -134,6 +167,24 @@ func Validate(p kin.Profile) error {
 	}
 	if p.Restart.MaxRestarts < 0 || p.Restart.Period <= 0 {
 		return fmt.Errorf("profile %s: restart needs max_restarts >= 0 and a positive period", p.Name)
+	}
+	if p.Limits.Pids < 1 {
+		return fmt.Errorf("profile %s: limits.pids %d must be at least 1", p.Name, p.Limits.Pids)
+	}
+	q := p.Quotas
+	if q.LogBytes < 4096 {
+		return fmt.Errorf("profile %s: quotas.log_bytes %d is below 4096", p.Name, q.LogBytes)
+	}
+	if q.LogKeep < 0 || q.LogKeep > 100 {
+		return fmt.Errorf("profile %s: quotas.log_keep %d is not between 0 and 100", p.Name, q.LogKeep)
+	}
+	if q.MessageBytes < 1 || q.MessageBytes > 16<<20 {
+		return fmt.Errorf("profile %s: quotas.message_bytes %d is not between 1 and 16 MiB", p.Name, q.MessageBytes)
+	}
+	for key, r := range map[string]kin.Rate{"messages": q.Messages, "reports": q.Reports} {
+		if !(r.PerSecond > 0) || r.PerSecond > 1e6 || r.Burst < 1 {
+			return fmt.Errorf("profile %s: quotas.%s needs per_second above 0 (at most 1e6) and burst of at least 1, got %v and %d", p.Name, key, r.PerSecond, r.Burst)
+		}
 	}
 	roots := 0
 	for role, rule := range p.Roles {

@@ -48,10 +48,20 @@ func TestProfileDefaults(t *testing.T) {
 	if time.Duration(p.Heartbeat.Window) != time.Minute || p.Heartbeat.OfflineAfter != 3 || p.Restart.MaxRestarts != 3 || time.Duration(p.Restart.Period) != time.Minute || p.AllowDetach {
 		t.Fatalf("defaults = %+v", p)
 	}
+	if p.Limits.Pids != 4096 || p.Quotas.LogBytes != 16<<20 || p.Quotas.LogKeep != 2 || p.Quotas.MessageBytes != 64<<10 ||
+		p.Quotas.Messages != (kin.Rate{PerSecond: 10, Burst: 100}) || p.Quotas.Reports != (kin.Rate{PerSecond: 20, Burst: 200}) {
+		t.Fatalf("limit and quota defaults = %+v %+v", p.Limits, p.Quotas)
+	}
 	for _, bad := range []struct{ json, want string }{
 		{`{"name":"x","heartbeat":{"window":"1ms"}}`, "shorter than 10ms"},
 		{`{"name":"x","heartbeat":{"window":"1s","offline_after":-1}}`, "offline_after"},
 		{`{"name":"x","restart":{"max_restarts":-1,"period":"1m"}}`, "max_restarts"},
+		{`{"name":"x","limits":{"pids":-5}}`, "limits.pids -5"},
+		{`{"name":"x","quotas":{"log_bytes":100}}`, "quotas.log_bytes 100 is below 4096"},
+		{`{"name":"x","quotas":{"log_keep":-1}}`, "quotas.log_keep -1"},
+		{`{"name":"x","quotas":{"message_bytes":-1}}`, "quotas.message_bytes -1"},
+		{`{"name":"x","quotas":{"messages":{"per_second":-1,"burst":5}}}`, "quotas.messages needs per_second above 0"},
+		{`{"name":"x","quotas":{"reports":{"per_second":5,"burst":0}}}`, "quotas.reports needs"},
 	} {
 		if _, err := governor.Parse([]byte(bad.json)); err == nil || !strings.Contains(err.Error(), bad.want) {
 			t.Errorf("Parse(%s) = %v, want %q", bad.json, err, bad.want)

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"math"
 	"net/http"
 	"slices"
 	"strconv"
@@ -216,23 +217,32 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	if code == kin.ECodeInternal {
 		s.log.Error("request failed", "method", r.Method, "path", r.URL.Path, "err", err)
 	}
-	if code == kin.ECodeCircuitOpen {
+	body := errorBody(err)
+	switch {
+	case code == kin.ECodeCircuitOpen:
 		w.Header().Set("Retry-After", "60")
+	case body.RetryAfter > 0:
+		w.Header().Set("Retry-After", strconv.FormatInt(int64(math.Ceil(body.RetryAfter)), 10))
 	}
-	writeJSON(w, StatusOf(code), errorBody(err))
+	writeJSON(w, StatusOf(code), body)
 }
 
 // ErrorBody is every error answer: the code and message of a kin.Error,
 // and for permission_escalation every item that exceeds the parent (the
 // client SDK turns it back into a *kin.EscalationError).
 type ErrorBody struct {
-	Code    kin.ErrorCode `json:"code"`
-	Message string        `json:"message"`
-	Excess  []kin.Excess  `json:"excess,omitempty"`
+	Code       kin.ErrorCode `json:"code"`
+	Message    string        `json:"message"`
+	RetryAfter float64       `json:"retry_after,omitempty"`
+	Excess     []kin.Excess  `json:"excess,omitempty"`
 }
 
 func errorBody(err error) *ErrorBody {
 	b := &ErrorBody{Code: kin.ErrorCodeOf(err), Message: kin.ErrorMessageOf(err)}
+	var ke *kin.Error
+	if errors.As(err, &ke) {
+		b.RetryAfter = ke.RetryAfter
+	}
 	var esc *kin.EscalationError
 	if errors.As(err, &esc) {
 		b.Excess = esc.Excess

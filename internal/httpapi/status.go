@@ -25,6 +25,7 @@ var statusOf = map[kin.ErrorCode]int{
 	kin.ECodeSpawnNotAllowed:   http.StatusForbidden,
 	kin.ECodeCardinality:       http.StatusConflict,
 	kin.ECodeCircuitOpen:       http.StatusTooManyRequests,
+	kin.ECodeRateLimited:       http.StatusTooManyRequests,
 	// Not 408: that says the request itself came too slowly, and clients
 	// may repeat it unasked. 504 says the answer waited for did not come in
 	// time, which is what a wait's timeout is.
