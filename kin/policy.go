@@ -97,6 +97,15 @@ type Budget struct {
 	CPUSeconds  *int64 `json:"cpu_seconds,omitempty"`
 	MemoryBytes *int64 `json:"memory_bytes,omitempty"`
 	OpenFiles   *int64 `json:"open_files,omitempty"`
+	// Kernel limits of the agent's whole subtree (its processes and its
+	// owned descendants'), from the cgroup controllers where the host's
+	// cgroup v2 hierarchy has them: Pids tasks (pids.max), Memory bytes
+	// (memory.max, with no swap beyond it), CPU cores (cpu.max, 0.5 is
+	// half a core). Where a controller is missing kin falls back to what
+	// the kernel offers and says so (docs/POLICY.md, "Limits").
+	Pids   *int64   `json:"pids,omitempty"`
+	Memory *int64   `json:"memory,omitempty"`
+	CPU    *float64 `json:"cpu,omitempty"`
 }
 
 // Visibility is one side of seed 003's mutual consent: ReadFrom names the

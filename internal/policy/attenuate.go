@@ -52,8 +52,10 @@ type Remaining struct {
 //     roles must be within the parent's roles, when it lists roles.
 //   - budget: the child's deadline (now + deadline) must not pass
 //     rem.DeadlineAt; max_tokens, max_cost and max_descendants must fit in
-//     rem; cpu_seconds, memory_bytes and open_files must not exceed the
-//     parent's flattened limits.
+//     rem; cpu_seconds, memory_bytes, open_files, pids, memory and cpu
+//     must not exceed the parent's flattened limits (the kernel nests the
+//     subtree limits: a child's cgroup lies in its parent's, so it gets at
+//     most what its parent's subtree has left).
 //   - visibility is consent between workspaces, not the parent's to give:
 //     it is not checked.
 //
@@ -327,6 +329,9 @@ func limitExcess(has, asked *kin.Budget) []kin.Excess {
 	over("budget.cpu_seconds", asked.CPUSeconds, has.CPUSeconds, "the parent's limit", &out)
 	over("budget.memory_bytes", asked.MemoryBytes, has.MemoryBytes, "the parent's limit", &out)
 	over("budget.open_files", asked.OpenFiles, has.OpenFiles, "the parent's limit", &out)
+	over("budget.pids", asked.Pids, has.Pids, "the parent's subtree limit", &out)
+	over("budget.memory", asked.Memory, has.Memory, "the parent's subtree limit", &out)
+	over("budget.cpu", asked.CPU, has.CPU, "the parent's subtree limit", &out)
 	return out
 }
 
@@ -415,6 +420,9 @@ func Merge(base, over kin.Policy) kin.Policy {
 		d.CPUSeconds = pick(d.CPUSeconds, b.CPUSeconds)
 		d.MemoryBytes = pick(d.MemoryBytes, b.MemoryBytes)
 		d.OpenFiles = pick(d.OpenFiles, b.OpenFiles)
+		d.Pids = pick(d.Pids, b.Pids)
+		d.Memory = pick(d.Memory, b.Memory)
+		d.CPU = pick(d.CPU, b.CPU)
 	}
 	if v := o.Visibility; v != nil {
 		if out.Visibility == nil {

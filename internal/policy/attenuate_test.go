@@ -105,7 +105,7 @@ func TestExceedsOtherFields(t *testing.T) {
 		UID:    ptr(uint32(1000)),
 		Detach: ptr(false),
 		Spawn:  &kin.SpawnRules{Allow: ptr(false), Roles: []string{"coder", "reviewer"}},
-		Budget: &kin.Budget{CPUSeconds: ptr(int64(60)), MemoryBytes: ptr(int64(1 << 30))},
+		Budget: &kin.Budget{CPUSeconds: ptr(int64(60)), MemoryBytes: ptr(int64(1 << 30)), Pids: ptr(int64(50)), Memory: ptr(int64(1 << 30)), CPU: ptr(0.5)},
 	})}
 	tests := []struct {
 		name  string
@@ -125,6 +125,8 @@ func TestExceedsOtherFields(t *testing.T) {
 		{"a role beyond", kin.Policy{Spawn: &kin.SpawnRules{Roles: []string{"coder", "admin"}}}, []string{"spawn.roles"}},
 		{"process limits within", kin.Policy{Budget: &kin.Budget{CPUSeconds: ptr(int64(60)), MemoryBytes: ptr(int64(1 << 20))}}, nil},
 		{"process limits beyond", kin.Policy{Budget: &kin.Budget{CPUSeconds: ptr(int64(61)), OpenFiles: ptr(int64(1 << 20))}}, []string{"budget.cpu_seconds"}},
+		{"subtree limits within", kin.Policy{Budget: &kin.Budget{Pids: ptr(int64(50)), Memory: ptr(int64(1 << 29)), CPU: ptr(0.25)}}, nil},
+		{"subtree limits beyond", kin.Policy{Budget: &kin.Budget{Pids: ptr(int64(51)), Memory: ptr(int64(1<<30 + 1)), CPU: ptr(0.75)}}, []string{"budget.pids", "budget.memory", "budget.cpu"}},
 		{"no limit asked is the parent's limit", kin.Policy{Budget: &kin.Budget{}}, nil},
 		{"visibility is not the parent's to give", kin.Policy{Visibility: &kin.Visibility{ReadFrom: []string{"anyone"}, Scope: []string{"**"}}}, nil},
 	}

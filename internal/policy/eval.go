@@ -334,6 +334,9 @@ func minBudget(dst, b *kin.Budget) {
 	dst.CPUSeconds = minPtr(dst.CPUSeconds, b.CPUSeconds)
 	dst.MemoryBytes = minPtr(dst.MemoryBytes, b.MemoryBytes)
 	dst.OpenFiles = minPtr(dst.OpenFiles, b.OpenFiles)
+	dst.Pids = minPtr(dst.Pids, b.Pids)
+	dst.Memory = minPtr(dst.Memory, b.Memory)
+	dst.CPU = minPtr(dst.CPU, b.CPU)
 }
 
 // minPtr is the lesser of two optional limits, nil meaning unlimited. It

@@ -629,6 +629,14 @@ func validMountPath(p string) error {
 	return checkPath(p)
 }
 
+// Bounds of the subtree limits: cpu.max takes a quota of at least 1 ms
+// per 100 ms period (0.01 cores), and no host has more than 4,096 cores.
+const (
+	MinMemory = 1 << 20
+	MinCPU    = 0.01
+	MaxCPU    = 4096
+)
+
 func validateBudget(b *kin.Budget) error {
 	ints := []struct {
 		name string
@@ -644,6 +652,15 @@ func validateBudget(b *kin.Budget) error {
 		if f.v != nil && *f.v < 0 {
 			return fmt.Errorf("%s: %d is negative", f.name, *f.v)
 		}
+	}
+	if b.Pids != nil && *b.Pids < 1 {
+		return fmt.Errorf("budget.pids: %d is below 1 (the agent's own process counts)", *b.Pids)
+	}
+	if b.Memory != nil && *b.Memory < MinMemory {
+		return fmt.Errorf("budget.memory: %d bytes is below %d (1 MiB): no process starts in less", *b.Memory, MinMemory)
+	}
+	if b.CPU != nil && !(*b.CPU >= MinCPU && *b.CPU <= MaxCPU) {
+		return fmt.Errorf("budget.cpu: %v cores is not between %v and %v", *b.CPU, MinCPU, MaxCPU)
 	}
 	if b.MaxCost != nil && (*b.MaxCost < 0 || math.IsNaN(*b.MaxCost) || math.IsInf(*b.MaxCost, 0)) {
 		return fmt.Errorf("budget.max_cost: %v is not a finite number >= 0", *b.MaxCost)

@@ -102,6 +102,15 @@ func (g gen) policy() kin.Policy {
 			MaxTokens: g.maybeInt(3), MaxDescendants: g.maybeInt(3),
 			CPUSeconds: g.maybeInt(3), MemoryBytes: g.maybeInt(3), OpenFiles: g.maybeInt(3),
 		}
+		if n := g.maybeInt(3); n != nil {
+			p.Budget.Pids = ptr(*n + 1)
+		}
+		if n := g.maybeInt(3); n != nil {
+			p.Budget.Memory = ptr((*n + 1) << 20)
+		}
+		if n := g.maybeInt(3); n != nil {
+			p.Budget.CPU = ptr(float64(*n+1) / 4)
+		}
 		if c := g.maybeInt(3); c != nil {
 			p.Budget.MaxCost = ptr(float64(*c) / 2)
 		}
@@ -242,6 +251,11 @@ func violations(c attenuationCase) map[string]string {
 			limit("budget.cpu_seconds", b.CPUSeconds, has.CPUSeconds)
 			limit("budget.memory_bytes", b.MemoryBytes, has.MemoryBytes)
 			limit("budget.open_files", b.OpenFiles, has.OpenFiles)
+			limit("budget.pids", b.Pids, has.Pids)
+			limit("budget.memory", b.Memory, has.Memory)
+			if b.CPU != nil && has.CPU != nil && *b.CPU > *has.CPU {
+				flag("budget.cpu", "")
+			}
 		}
 	}
 	if b := c.child.Budget; b != nil {
