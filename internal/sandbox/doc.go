@@ -99,9 +99,14 @@
 //
 // # Limits
 //
-// CPUSeconds, MemoryBytes and OpenFiles set RLIMIT_CPU, RLIMIT_AS and
-// RLIMIT_NOFILE with soft = hard, so the agent cannot raise them (SIGKILL
-// at the CPU limit). RLIMIT_AS bounds virtual address space, not memory
+// CPUSeconds, MemoryBytes, OpenFiles and Processes set RLIMIT_CPU,
+// RLIMIT_AS, RLIMIT_NOFILE and RLIMIT_NPROC with soft = hard, so the agent
+// cannot raise them (SIGKILL at the CPU limit). RLIMIT_NPROC counts the
+// tasks (threads too) of the real uid in the caller's user namespace
+// (ucounts, Linux 5.14): it bounds one agent only where that uid, or that
+// namespace, is the agent's alone, and the daemon sets it only there. An
+// init (Spec.Init) passes RLIMIT_AS and RLIMIT_NPROC to the child shim
+// that execs the command, keeping neither itself. RLIMIT_AS bounds virtual address space, not memory
 // used: a Go program needs well over 300 MiB of it just to start ("failed
 // to reserve page summary memory"), and JVMs and V8 reserve more; prefer
 // a cgroup's memory.max where one is available. RLIMIT_AS is set last,

@@ -98,13 +98,22 @@ func prepare(spec *Spec, abi int, stderr io.Writer) (*plan, int, error) {
 	for _, l := range []limit{
 		{"RLIMIT_CPU", syscall.RLIMIT_CPU, uint64(spec.CPUSeconds)},
 		{"RLIMIT_NOFILE", syscall.RLIMIT_NOFILE, uint64(spec.OpenFiles)},
+		{"RLIMIT_NPROC", unix.RLIMIT_NPROC, uint64(spec.Processes)},
 		{"RLIMIT_AS", syscall.RLIMIT_AS, uint64(spec.MemoryBytes)}, // last: see run
 	} {
 		if l.value == 0 {
 			continue
 		}
-		if l.resource == syscall.RLIMIT_AS && spec.Init {
-			p.childSpec = &Spec{Argv: spec.Argv, MemoryBytes: spec.MemoryBytes}
+		// An init keeps neither limit itself: RLIMIT_AS would starve the
+		// Go runtime, and under RLIMIT_NPROC the init could not make the
+		// thread it needs once its command's subtree took every task (the
+		// command's tasks are still counted with the init's, so the
+		// command gets the limit less the init's few threads).
+		if spec.Init && (l.resource == syscall.RLIMIT_AS || l.resource == unix.RLIMIT_NPROC) {
+			if p.childSpec == nil {
+				p.childSpec = &Spec{Argv: spec.Argv}
+			}
+			p.childSpec.MemoryBytes, p.childSpec.Processes = spec.MemoryBytes, spec.Processes
 			continue
 		}
 		p.limits = append(p.limits, l)

@@ -36,6 +36,11 @@ type Spec struct {
 	CPUSeconds  int64 `json:",omitempty"`
 	MemoryBytes int64 `json:",omitempty"`
 	OpenFiles   int64 `json:",omitempty"`
+	// Processes sets RLIMIT_NPROC (soft = hard): the tasks the agent's
+	// uid may have, counted in the agent's user namespace where it has
+	// one. The daemon sets it only where that uid (or namespace) is the
+	// agent's own, so that it bounds this agent and nothing else.
+	Processes int64 `json:",omitempty"`
 	// All is the default view every agent gets when its policy names no
 	// mounts: read, write and execute everywhere, except beneath Hidden
 	// (nothing there unless RW or RO names a path inside) and beneath the
@@ -145,7 +150,7 @@ func (s *Spec) validate() error {
 	for _, l := range []struct {
 		name string
 		v    int64
-	}{{"CPUSeconds", s.CPUSeconds}, {"MemoryBytes", s.MemoryBytes}, {"OpenFiles", s.OpenFiles}} {
+	}{{"CPUSeconds", s.CPUSeconds}, {"MemoryBytes", s.MemoryBytes}, {"OpenFiles", s.OpenFiles}, {"Processes", s.Processes}} {
 		if l.v < 0 {
 			return fmt.Errorf("bad spec: %s is negative (%d)", l.name, l.v)
 		}

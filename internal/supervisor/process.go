@@ -53,6 +53,10 @@ type Spec struct {
 	// Credential, when set, runs the process as that uid and gid (with no
 	// supplementary groups unless given): agents must not run as root.
 	Credential *syscall.Credential
+	// Limits bound the agent's group, its whole subtree, with the
+	// controllers enabled down kin's tree (Controllers); the ones that are
+	// not are left unset (cgroup containment only).
+	Limits cgroup.Limits
 }
 
 // EnvMarker is the variable the process-groups fallback adds to every
@@ -263,7 +267,7 @@ func (s *Supervisor) beginStart(spec Spec) (a *agent, created bool, err error) {
 func (s *Supervisor) placeholderLocked(id kin.AgentID) (*agent, error) {
 	a := &agent{id: id, path: filepath.Join(s.root, groupName(id))}
 	if s.cg {
-		if err := makeGroup(a.path); err != nil {
+		if err := s.makeGroup(a.path); err != nil {
 			return nil, fmt.Errorf("supervisor: group for parent %d: %w", id, err)
 		}
 	}
@@ -271,10 +275,18 @@ func (s *Supervisor) placeholderLocked(id kin.AgentID) (*agent, error) {
 	return a, nil
 }
 
-// makeGroup creates the agent group dir and its self leaf; either may exist.
-func makeGroup(dir string) error {
-	if err := os.Mkdir(dir, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
+// makeGroup creates the agent group dir and its self leaf; either may
+// exist. The controllers enabled down kin's tree are enabled in dir too,
+// so that its children's groups can be limited in turn.
+func (s *Supervisor) makeGroup(dir string) error {
+	err := os.Mkdir(dir, 0o755)
+	if err != nil && !errors.Is(err, os.ErrExist) {
 		return err
+	}
+	if err == nil {
+		if err := cgroup.EnableControllers(dir, s.controllers); err != nil {
+			return err
+		}
 	}
 	if err := os.Mkdir(selfDir(dir), 0o755); err != nil && !errors.Is(err, os.ErrExist) {
 		return err
@@ -296,7 +308,10 @@ func (s *Supervisor) spawn(a *agent, spec Spec, argv0 string) (*Process, error) 
 	sys := &syscall.SysProcAttr{Setpgid: true, Credential: spec.Credential}
 	env := spec.Env
 	if s.cg {
-		if err := makeGroup(a.path); err != nil {
+		if err := s.makeGroup(a.path); err != nil {
+			return nil, err
+		}
+		if _, err := cgroup.SetLimits(a.path, spec.Limits, s.controllers); err != nil {
 			return nil, err
 		}
 		// A Freeze that began before a.starting was set has been seen by

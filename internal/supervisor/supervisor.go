@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -109,6 +110,9 @@ type Supervisor struct {
 	mount       cgroup.Mount
 	root        string // kin root cgroup dir; "/<name>", a virtual path, with process groups
 	createdRoot bool
+	// controllers are the ones enabled down kin's tree (EnableControllers):
+	// each agent group limits its subtree with them.
+	controllers []string
 	killTimeout time.Duration
 	devnull     *os.File
 
@@ -311,9 +315,62 @@ func (s *Supervisor) setupCgroup() error {
 			}
 		}
 		s.mount, s.root, s.createdRoot, s.cg = m, dir, created, true
+		s.enableControllers()
 		return nil
 	}
 	return errors.Join(errs...)
+}
+
+// SubtreeControllers are the controllers kin enables down its tree where
+// the hierarchy grants them: each agent group then limits its subtree.
+var SubtreeControllers = []string{"cpu", "memory", "pids"}
+
+// enableControllers enables, below kin's root, the SubtreeControllers its
+// parent grants it (cgroup.controllers). It never changes the parent: a
+// controller the parent does not grant is missing, and Controllers and
+// MissingControllers say so.
+func (s *Supervisor) enableControllers() {
+	granted, err := cgroup.Controllers(s.root)
+	if err != nil {
+		s.log.Warn("cgroup controllers", keyCgroup, s.root, keyErr, err)
+		return
+	}
+	var want []string
+	for _, c := range SubtreeControllers {
+		if slices.Contains(granted, c) {
+			want = append(want, c)
+		}
+	}
+	if err := cgroup.EnableControllers(s.root, want); err != nil {
+		// One at a time: one the kernel refuses must not cost the others.
+		s.log.Warn("cgroup controllers", keyCgroup, s.root, keyErr, err)
+		var ok []string
+		for _, c := range want {
+			if cgroup.EnableControllers(s.root, []string{c}) == nil {
+				ok = append(ok, c)
+			}
+		}
+		want = ok
+	}
+	s.controllers = want
+}
+
+// Controllers lists the cgroup controllers enabled down kin's tree (nil
+// without cgroup containment): the subtree limits it can set.
+func (s *Supervisor) Controllers() []string { return slices.Clone(s.controllers) }
+
+// MissingControllers lists the SubtreeControllers kin's tree lacks, and
+// where they would have to be granted ("" without cgroup containment).
+func (s *Supervisor) MissingControllers() (missing []string, parent string) {
+	for _, c := range SubtreeControllers {
+		if !slices.Contains(s.controllers, c) {
+			missing = append(missing, c)
+		}
+	}
+	if !s.cg {
+		return missing, ""
+	}
+	return missing, filepath.Dir(s.root)
 }
 
 // kinRootAbove is the nearest kin root cgroup at or above dir (below the

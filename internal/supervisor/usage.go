@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/kin-agents/kin/internal/supervisor/cgroup"
 	"github.com/kin-agents/kin/kin"
 )
 
@@ -20,8 +21,9 @@ type Usage struct {
 	// CPUUsec is the CPU time of the agent's own processes (its self
 	// leaf's cpu.stat usage_usec); SubtreeCPUUsec adds its descendants'.
 	CPUUsec, SubtreeCPUUsec int64
-	// MemoryBytes and Pids are the subtree's memory.current and
-	// pids.current, nil where those controllers are not enabled.
+	// MemoryBytes is the subtree's memory.current, nil where the memory
+	// controller is not enabled. Pids is its pids.current, or where the
+	// pids controller is not enabled the tasks its groups list.
 	MemoryBytes, Pids *int64
 }
 
@@ -44,8 +46,15 @@ func (s *Supervisor) Usage(id kin.AgentID) (Usage, error) {
 	if u.MemoryBytes, err = optionalCount(a.path, "memory.current"); err != nil {
 		return u, err
 	}
-	u.Pids, err = optionalCount(a.path, "pids.current")
-	return u, err
+	if u.Pids, err = optionalCount(a.path, "pids.current"); err != nil || u.Pids != nil {
+		return u, err
+	}
+	n, err := cgroup.Tasks(a.path)
+	if err != nil {
+		return u, err
+	}
+	u.Pids = &n
+	return u, nil
 }
 
 // cpuUsage reads usage_usec from dir's cpu.stat, which every cgroup v2
