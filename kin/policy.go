@@ -153,7 +153,41 @@ type EffectivePolicy struct {
 	// enforces, the groups, the limits. Tools stay in the layers (glob
 	// intersections are not one list).
 	Flat Policy `json:"flat"`
+	// Limits are the kernel limits that bind the agent on this host, the
+	// profile's default pids limit included, each with how it is
+	// enforced here.
+	Limits []ResourceLimit `json:"limits,omitempty"`
 }
+
+// ResourceLimit is one kernel limit and how this host enforces it: the
+// same policy field binds a whole subtree on one host and one process on
+// another, and kin says which.
+type ResourceLimit struct {
+	// Name is the budget field: "pids", "memory", "cpu", "cpu_seconds",
+	// "memory_bytes", "open_files".
+	Name string `json:"name"`
+	// Value is in tasks, bytes, cores, seconds or files; absent in a
+	// daemon's status, which describes the host, not an agent.
+	Value float64 `json:"value,omitempty"`
+	// Scope is what the value bounds: "subtree" (the agent and its owned
+	// descendants together), "agent" (the agent's own processes, not its
+	// children's: each has its own), "process" (each process alone), or
+	// "none" where it is not enforced.
+	Scope string `json:"scope"`
+	// By is the kernel's mechanism ("pids.max", "RLIMIT_NPROC", ...); ""
+	// where it is not enforced.
+	By string `json:"by,omitempty"`
+	// Note says why, where the scope is not "subtree" or "process".
+	Note string `json:"note,omitempty"`
+}
+
+// The scopes of a ResourceLimit.
+const (
+	LimitSubtree = "subtree"
+	LimitAgent   = "agent"
+	LimitProcess = "process"
+	LimitNone    = "none"
+)
 
 // Excess is one item of a child's request that its parent lacks.
 type Excess struct {

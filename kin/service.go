@@ -189,6 +189,9 @@ type DaemonStatus struct {
 	// Missing lists the guarantees this kernel and containment cannot give,
 	// in words: kin never claims them.
 	Missing []string `json:"missing,omitempty"`
+	// Limits says how this host enforces each kernel limit of a policy's
+	// budget (no values: those are each agent's).
+	Limits []ResourceLimit `json:"limits,omitempty"`
 	// AgentUIDRange is the uids agents run as, START:COUNT (agent id N
 	// runs as START+N); "" when they run as the daemon's user.
 	AgentUIDRange string `json:"agent_uid_range,omitempty"`

@@ -128,10 +128,15 @@ type AgentResources struct {
 	// usage_usec); SubtreeCPUUsec adds that of its descendants.
 	CPUUsec        int64 `json:"cpu_usage_usec"`
 	SubtreeCPUUsec int64 `json:"subtree_cpu_usage_usec"`
-	// MemoryBytes and Pids are its subtree's memory.current and
-	// pids.current, absent where those controllers are not enabled.
+	// MemoryBytes is its subtree's memory.current, absent where the
+	// memory controller is not enabled; Pids its subtree's tasks
+	// (pids.current, or cgroup.threads counted where that controller is
+	// not enabled).
 	MemoryBytes *int64 `json:"memory_bytes,omitempty"`
 	Pids        *int64 `json:"pids,omitempty"`
+	// Limits are the kernel limits that bind it (as in its effective
+	// policy), for usage against limits.
+	Limits []ResourceLimit `json:"limits,omitempty"`
 }
 
 // Exit describes how an agent's process ended.

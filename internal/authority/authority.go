@@ -34,12 +34,13 @@ import (
 // change only after a commit (store.AfterCommit), never inside a
 // transaction, and Load rebuilds them from the store.
 type Authority struct {
-	st    store.Store
-	lin   *lineage.Tree
-	cfg   policy.Config
-	clock func() time.Time
-	log   *slog.Logger
-	stop  func(ctx context.Context, id kin.AgentID, reason string) error
+	st     store.Store
+	lin    *lineage.Tree
+	cfg    policy.Config
+	clock  func() time.Time
+	log    *slog.Logger
+	stop   func(ctx context.Context, id kin.AgentID, reason string) error
+	limits func(flat kin.Policy) []kin.ResourceLimit
 
 	mu     sync.Mutex // guards own, spend, timers and closed
 	own    map[kin.AgentID]*permOwn
@@ -59,11 +60,15 @@ type Config struct {
 	// Stop stops id's subtree, id included, for reason (ReasonBudget,
 	// ReasonDeadline): grace, then kill, partial results kept.
 	Stop func(ctx context.Context, id kin.AgentID, reason string) error
+	// Limits lists the kernel limits that bind an agent of flattened
+	// policy flat on this host, and how (the runner's LimitsOf); nil
+	// leaves EffectivePolicy.Limits empty.
+	Limits func(flat kin.Policy) []kin.ResourceLimit
 }
 
 // New makes an Authority and loads its cache from the store.
 func New(ctx context.Context, c Config) (*Authority, error) {
-	au := &Authority{st: c.Store, lin: c.Lineage, cfg: c.Policy, clock: c.Clock, log: c.Log, stop: c.Stop,
+	au := &Authority{st: c.Store, lin: c.Lineage, cfg: c.Policy, clock: c.Clock, log: c.Log, stop: c.Stop, limits: c.Limits,
 		timers: map[kin.AgentID]*time.Timer{}}
 	if au.log == nil {
 		au.log = slog.New(slog.DiscardHandler)
@@ -703,6 +708,9 @@ func (au *Authority) Policy(ctx context.Context, id kin.AgentID) (*kin.AgentPoli
 // effective is the effective policy of id from its layers.
 func (au *Authority) effective(id kin.AgentID, layers []kin.PolicyLayer) kin.EffectivePolicy {
 	e := kin.EffectivePolicy{Layers: layers, Flat: policy.Flatten(layers)}
+	if au.limits != nil {
+		e.Limits = au.limits(e.Flat)
+	}
 	au.mu.Lock()
 	defer au.mu.Unlock()
 	for _, l := range au.chainLocked(id) {

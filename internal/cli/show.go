@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -17,6 +18,9 @@ type agentWithPolicy struct {
 	*kin.Agent
 	Policy      *kin.AgentPolicy `json:"policy,omitempty"`
 	PolicyError *kin.Error       `json:"policy_error,omitempty"`
+	// Resources is a running agent's live usage, where the host accounts
+	// it (cgroups).
+	Resources *kin.AgentResources `json:"resources,omitempty"`
 }
 
 func (a *app) showCommand() *cobra.Command {
@@ -53,6 +57,9 @@ shown: the text says why on a Policy line, and --json has "policy_error"
 					out.PolicyError.Message = err.Error()
 				}
 			}
+			if ag.PID > 0 {
+				out.Resources, _ = svc.Resources(cmd.Context(), id) // not accounted here, or it just ended: limits only
+			}
 			if a.jsonOut {
 				return a.printJSON(out)
 			}
@@ -66,6 +73,13 @@ shown: the text says why on a Policy line, and --json has "policy_error"
 					row("Stage", oneLine(p.Stage)+" (its parent's)")
 				}
 				row("Policy", policySummary(p))
+				for i, l := range p.Effective.Limits {
+					key := ""
+					if i == 0 {
+						key = "Limits"
+					}
+					row(key, limitString(l, out.Resources))
+				}
 				if s := spendString(&p.Spend); s != "" {
 					row("Spend", s)
 				} else {
@@ -74,6 +88,61 @@ shown: the text says why on a Policy line, and --json has "policy_error"
 			})
 		}),
 	}
+}
+
+// limitString says one kernel limit: its value, the live usage where
+// there is one, what it binds and how, and why where it is not the
+// subtree: "pids 50 tasks, 3 in use, for its whole subtree (pids.max)".
+func limitString(l kin.ResourceLimit, r *kin.AgentResources) string {
+	s := l.Name + " "
+	switch l.Name {
+	case "pids":
+		s += fmt.Sprintf("%.0f tasks", l.Value)
+		if r != nil && r.Pids != nil {
+			s += fmt.Sprintf(", %d in use", *r.Pids)
+		}
+	case "memory", "memory_bytes":
+		s += formatBytes(int64(l.Value))
+		if r != nil && r.MemoryBytes != nil && l.Name == "memory" {
+			s += ", " + formatBytes(*r.MemoryBytes) + " in use"
+		}
+	case "cpu":
+		s += strconv.FormatFloat(l.Value, 'f', -1, 64) + " cores"
+	case "cpu_seconds":
+		s += fmt.Sprintf("%.0f CPU seconds", l.Value)
+	case "open_files":
+		s += fmt.Sprintf("%.0f open files", l.Value)
+	default:
+		s += strconv.FormatFloat(l.Value, 'f', -1, 64)
+	}
+	switch l.Scope {
+	case kin.LimitSubtree:
+		s += ", for its whole subtree (" + l.By + ")"
+	case kin.LimitAgent:
+		s += ", for its own processes (" + l.By + ")"
+	case kin.LimitProcess:
+		s += ", for each process (" + l.By + ")"
+	default:
+		s += ", not enforced"
+	}
+	if l.Note != "" {
+		s += ": " + l.Note
+	}
+	return s
+}
+
+// formatBytes is n in the largest binary unit that keeps it at 1 or
+// more: "512 B", "1.5 KiB", "256 MiB".
+func formatBytes(n int64) string {
+	if n < 1024 {
+		return fmt.Sprintf("%d B", n)
+	}
+	v, exp := float64(n)/1024, 0
+	for v >= 1024 && exp < 4 {
+		v /= 1024
+		exp++
+	}
+	return strings.TrimSuffix(fmt.Sprintf("%.1f", v), ".0") + " " + "KMGTP"[exp:exp+1] + "iB"
 }
 
 // policySummary says in one paragraph what an agent holds: the tool rules
@@ -144,21 +213,6 @@ func policySummary(p *kin.AgentPolicy) string {
 			s += fmt.Sprintf(" gid %d", *flat.GID)
 		}
 		parts = append(parts, s+".")
-	}
-	if b := flat.Budget; b != nil {
-		var lim []string
-		if b.CPUSeconds != nil {
-			lim = append(lim, fmt.Sprintf("%d CPU seconds", *b.CPUSeconds))
-		}
-		if b.MemoryBytes != nil {
-			lim = append(lim, fmt.Sprintf("%d bytes of memory", *b.MemoryBytes))
-		}
-		if b.OpenFiles != nil {
-			lim = append(lim, fmt.Sprintf("%d open files", *b.OpenFiles))
-		}
-		if len(lim) > 0 {
-			parts = append(parts, "Each process: at most "+strings.Join(lim, ", ")+".")
-		}
 	}
 	if !p.Effective.DeadlineAt.IsZero() {
 		parts = append(parts, "Deadline: "+formatTime(p.Effective.DeadlineAt)+".")

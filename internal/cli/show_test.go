@@ -118,8 +118,9 @@ func TestShowErrors(t *testing.T) {
 // shownAgent is kin show --json: the agent with its policy, or why not.
 type shownAgent struct {
 	kin.Agent
-	Policy      *kin.AgentPolicy `json:"policy"`
-	PolicyError *kin.Error       `json:"policy_error"`
+	Policy      *kin.AgentPolicy    `json:"policy"`
+	PolicyError *kin.Error          `json:"policy_error"`
+	Resources   *kin.AgentResources `json:"resources"`
 }
 
 func ptr[T any](v T) *T { return &v }
@@ -145,6 +146,12 @@ func samplePolicy() *kin.AgentPolicy {
 			DeadlineAt: time.Date(2026, 3, 30, 14, 0, 0, 0, time.UTC),
 			Flat: kin.Policy{Mounts: own.Mounts, Spawn: own.Spawn,
 				Budget: &kin.Budget{MaxTokens: ptr(int64(5000)), MaxCost: ptr(1.0), MemoryBytes: ptr(int64(1 << 30))}},
+			Limits: []kin.ResourceLimit{
+				{Name: "pids", Value: 50, Scope: kin.LimitAgent, By: "RLIMIT_NPROC", Note: "counted on its own uid"},
+				{Name: "memory", Value: 256 << 20, Scope: kin.LimitSubtree, By: "memory.max"},
+				{Name: "cpu", Value: 0.5, Scope: kin.LimitNone, Note: "no cpu controller"},
+				{Name: "memory_bytes", Value: 1 << 30, Scope: kin.LimitProcess, By: "RLIMIT_AS"},
+			},
 		},
 		Spend: kin.Spend{Tokens: 1000, Cost: 0.3, SubtreeTokens: 1200, SubtreeCost: 0.4, SubtreeSpawns: 3,
 			MaxTokens: ptr(int64(5000)), MaxCost: ptr(1.0), MaxDescendants: ptr(int64(10))},
@@ -165,7 +172,11 @@ func TestShowPolicy(t *testing.T) {
 		"Stage           dev (its parent's)\n",
 		"Policy          Tools: not sudo (global); not exec (preset dev of agent 3); only read web_* (its own policy). " +
 			"Paths: /usr ro, /work rw, every other path hidden. Spawning: not allowed. " +
-			"Each process: at most 1073741824 bytes of memory. Deadline: 2026-03-30T14:00:00.000Z.\n",
+			"Deadline: 2026-03-30T14:00:00.000Z.\n",
+		"Limits          pids 50 tasks, for its own processes (RLIMIT_NPROC): counted on its own uid\n",
+		"                memory 256 MiB, for its whole subtree (memory.max)\n",
+		"                cpu 0.5 cores, not enforced: no cpu controller\n",
+		"                memory_bytes 1 GiB, for each process (RLIMIT_AS)\n",
 		"Spend           tokens 1200/5000 cost 0.40/1.00 spawns 3/10\n",
 	} {
 		if !strings.Contains(r.stdout, want) {

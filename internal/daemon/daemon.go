@@ -146,6 +146,7 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 		Stop: func(ctx context.Context, id kin.AgentID, reason string) error {
 			return d.Runner.StopSubtree(ctx, id, reason)
 		},
+		Limits: func(flat kin.Policy) []kin.ResourceLimit { return d.Runner.LimitsOf(flat) },
 	})
 	if err != nil {
 		return nil, fmt.Errorf("load permissions: %w", err)
@@ -239,6 +240,9 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 		"store", st.Driver(), "profile", d.Registry.ProfileSource(), "containment", sup.Containment(),
 		"containment_reason", sup.ContainmentReason(), "cgroup", sup.Root(), "sandbox", d.Runner.DescribeContainment(),
 		"agent_uids", d.Runner.UIDRangeString(), "running", d.Runner.RunningCount())
+	for _, l := range d.Runner.HostLimits() {
+		d.log.Info("limit", "budget", l.Name, "binds", l.Scope, "by", l.By, "note", l.Note)
+	}
 	for _, m := range d.Runner.MissingGuarantees() {
 		d.log.Warn("guarantee missing", "what", m)
 	}

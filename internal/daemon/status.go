@@ -24,6 +24,7 @@ func (d *Daemon) Status(ctx context.Context) (*kin.DaemonStatus, error) {
 		CgroupRoot:        d.Runner.Supervisor().Root(),
 		Sandbox:           d.Runner.DescribeContainment(),
 		Missing:           d.Runner.MissingGuarantees(),
+		Limits:            d.Runner.HostLimits(),
 		AgentUIDRange:     d.Runner.UIDRangeString(),
 		Running:           d.Runner.RunningCount(),
 		Version:           d.cfg.Version,

@@ -100,6 +100,9 @@ func (run *Runner) missingGuarantees() []string {
 	if run.cfg.HTTPAddr != "" && run.cfg.HTTPAddr != "off" {
 		out = append(out, "agents may connect to the HTTP address "+run.HTTPAddr()+" (Landlock's TCP rules are port allow-lists): without the operator token, which the sandbox hides, it answers them only what it answers anyone")
 	}
+	if l := run.limitsGuarantee(); l != "" {
+		out = append(out, l)
+	}
 	switch run.sup.Containment() {
 	case supervisor.ContainmentProcessGroups:
 		out = append(out, "process-groups containment: a process that calls setsid and clears its environment escapes its agent's cascade, and the operator socket cannot tell it is an agent's ("+run.sup.ContainmentReason()+"); run kin in a delegated cgroup (systemd-run --user --scope -p Delegate=yes kin serve) or allow unprivileged user namespaces")

@@ -32,5 +32,7 @@ func (run *Runner) Resources(ctx context.Context, id kin.AgentID) (*kin.AgentRes
 	case err != nil:
 		return nil, err
 	}
-	return &kin.AgentResources{Agent: id, At: time.Now().UTC(), CPUUsec: u.CPUUsec, SubtreeCPUUsec: u.SubtreeCPUUsec, MemoryBytes: u.MemoryBytes, Pids: u.Pids}, nil
+	flat, _ := run.auth.Flat(id)
+	return &kin.AgentResources{Agent: id, At: time.Now().UTC(), CPUUsec: u.CPUUsec, SubtreeCPUUsec: u.SubtreeCPUUsec, MemoryBytes: u.MemoryBytes, Pids: u.Pids,
+		Limits: run.LimitsOf(flat)}, nil
 }

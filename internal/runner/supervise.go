@@ -183,7 +183,8 @@ func (run *Runner) start(ctx context.Context, a *kin.Agent, spec store.ProcessSp
 		return nil, run.failStart(ctx, a, err)
 	}
 	defer authority.CloseFiles(held) // the process has its own copies once started
-	if flat, ok := run.auth.Flat(a.ID); ok && run.uids == nil && (flat.UID != nil || flat.GID != nil || flat.Groups != nil) {
+	flat, ok := run.auth.Flat(a.ID)
+	if ok && run.uids == nil && (flat.UID != nil || flat.GID != nil || flat.Groups != nil) {
 		run.removeRuntime(a.ID)
 		return nil, run.failStart(ctx, a, errors.New("its policy sets uid, gid or groups, which needs a daemon running as root"))
 	}
@@ -209,6 +210,7 @@ func (run *Runner) start(ctx context.Context, a *kin.Agent, spec store.ProcessSp
 		LogPath:    run.logPath(a.ID),
 		Credential: withGroups(run.agentCredential(a.ID), readGroups),
 		ExtraFiles: held, // descriptors 3, ...: Spec.Held's numbers
+		Limits:     run.limitsFor(flat).group,
 	})
 	if err != nil {
 		run.removeRuntime(a.ID)

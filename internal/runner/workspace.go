@@ -78,13 +78,15 @@ func (run *Runner) sandboxArgv(a *kin.Agent, c *ctxAgent, argv []string) ([]stri
 	flat := policy.Flatten(layers)
 	abi := sandbox.ABI()
 	asInit := run.sup.Containment() == supervisor.ContainmentPIDNamespaces
-	if abi == 0 && flat.Mounts == nil && !authority.HasLimits(flat.Budget) && !asInit {
+	lim := run.limitsFor(flat)
+	if abi == 0 && flat.Mounts == nil && !authority.HasLimits(flat.Budget) && !asInit && lim.nproc == 0 && lim.addrSpace == 0 {
 		return argv, nil, nil, nil
 	}
 	var groups []uint32
-	spec := sandbox.Spec{Argv: argv, BestEffort: run.cfg.SandboxBestEffort, ScopeSignals: true, Init: asInit}
+	spec := sandbox.Spec{Argv: argv, BestEffort: run.cfg.SandboxBestEffort, ScopeSignals: true, Init: asInit,
+		MemoryBytes: lim.addrSpace, Processes: lim.nproc}
 	if b := flat.Budget; b != nil {
-		spec.CPUSeconds, spec.MemoryBytes, spec.OpenFiles = deref(b.CPUSeconds), deref(b.MemoryBytes), deref(b.OpenFiles)
+		spec.CPUSeconds, spec.OpenFiles = deref(b.CPUSeconds), deref(b.OpenFiles)
 	}
 	if flat.Mounts != nil || abi > 0 {
 		spec.Restrict = true
