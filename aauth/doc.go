@@ -9,10 +9,11 @@
 //     timeouts, a 10-minute cache and at most one unknown-kid refetch per
 //     issuer a minute (Discovery);
 //   - the resource side: an http.Handler middleware that verifies signed
-//     requests, answers an agent token with a resource token challenge
-//     (AAuth-Requirement: requirement=auth-token), accepts auth tokens from the
-//     one trusted person server, and optionally asks that person server whether
-//     each auth token is still active (Resource);
+//     requests and accepts each signature once, answers an agent token with
+//     a resource token challenge (AAuth-Requirement: requirement=auth-token),
+//     accepts auth tokens from the one trusted person server, and optionally
+//     asks that person server whether each auth token is still active
+//     (Resource);
 //   - the agent side: signing requests with an agent or auth token and asking a
 //     person server for an auth token (Agent);
 //   - the AAuth-Requirement header, problem+json error bodies, and Ed25519 keys

@@ -3,7 +3,10 @@ package aauth
 import (
 	"encoding/json"
 	"fmt"
+	"math"
 	"net/http"
+	"strconv"
+	"time"
 
 	"github.com/kin-agents/kin/internal/httpsig"
 	"github.com/kin-agents/kin/internal/identity"
@@ -115,6 +118,15 @@ func WriteProblem(w http.ResponseWriter, p *Problem) {
 	_, _ = w.Write(append(b, '\n'))
 }
 
+// WriteUnavailable answers 503 temporarily_unavailable with detail and
+// Retry-After (retryAfter in whole seconds, rounded up): how a request is
+// refused that the server had no room to take, such as a signed request
+// when its replay cache is full.
+func WriteUnavailable(w http.ResponseWriter, detail string, retryAfter time.Duration) {
+	w.Header().Set("Retry-After", strconv.FormatInt(int64(math.Ceil(retryAfter.Seconds())), 10))
+	WriteProblem(w, &Problem{Status: http.StatusServiceUnavailable, Code: CodeUnavailable, Detail: detail})
+}
+
 // WriteSignatureError answers 401 with Signature-Error and a problem body
 // naming the same code, with a fixed sentence for the detail (e's own
 // detail may quote what the peer sent: it is for the caller's logs).
@@ -144,6 +156,8 @@ func signatureDetail(c httpsig.Code) string {
 		return "the token issuer's metadata does not name that issuer"
 	case httpsig.CodeInvalidInput:
 		return "the signature does not cover the required components"
+	case httpsig.CodeReplayedRequest:
+		return "this signature was already accepted, or made before this server started: sign the request again"
 	}
 	return "the HTTP message signature was refused"
 }

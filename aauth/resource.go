@@ -25,9 +25,10 @@ const DefaultResourceTokenLifetime = 5 * time.Minute
 
 // Log attribute keys.
 const (
-	logKeyCode   = "code"
-	logKeyDetail = "detail"
-	logKeyError  = "error"
+	logKeyCode       = "code"
+	logKeyDetail     = "detail"
+	logKeyError      = "error"
+	logKeyRetryAfter = "retry_after"
 )
 
 // ResourceConfig configures a Resource.
@@ -62,6 +63,11 @@ type ResourceConfig struct {
 	// Logger gets the details of refused requests (never sent to the peer);
 	// nil discards them.
 	Logger *slog.Logger
+	// ReplayCapacity bounds the signatures the Resource remembers so as to
+	// accept each once (in memory, for the 60 s window); 0 is 1,000,000.
+	// Past it, new signed requests are answered 503 until the oldest leave
+	// the window.
+	ReplayCapacity int
 }
 
 // Resource is the resource side of AAuth: Middleware guards handlers,
@@ -75,6 +81,7 @@ type Resource struct {
 	disc       *Discovery
 	client     *http.Client
 	log        *slog.Logger
+	replays    *httpsig.Replays
 }
 
 // NewResource checks cfg and returns a Resource.
@@ -88,6 +95,9 @@ func NewResource(cfg ResourceConfig) (*Resource, error) {
 	}
 	if len(cfg.Key) != ed25519.PrivateKeySize {
 		return nil, errors.New("aauth: ResourceConfig.Key: not an Ed25519 private key")
+	}
+	if cfg.ReplayCapacity < 0 {
+		return nil, fmt.Errorf("aauth: ResourceConfig.ReplayCapacity: %d is negative", cfg.ReplayCapacity)
 	}
 	if cfg.ResourceTokenLifetime < 0 || cfg.ResourceTokenLifetime > identity.MaxResourceLifetime {
 		return nil, fmt.Errorf("aauth: ResourceConfig.ResourceTokenLifetime: %v is not within (0, %v]", cfg.ResourceTokenLifetime, identity.MaxResourceLifetime)
@@ -133,6 +143,7 @@ func NewResource(cfg ResourceConfig) (*Resource, error) {
 		disc:       disc,
 		client:     client,
 		log:        log,
+		replays:    httpsig.NewReplays(cfg.Now(), cfg.ReplayCapacity),
 	}, nil
 }
 
@@ -160,7 +171,9 @@ type verification struct {
 // one: an unsigned request with 401 requirement=agent-token, a request signed
 // with a valid agent token with 401 requirement=auth-token and a resource
 // token bound to the agent's key, a refused signature or token with 401 and
-// Signature-Error, missing scope with 403.
+// Signature-Error (replayed_request for a signature it already accepted:
+// each is accepted once), missing scope with 403, and with 503 when it has
+// no room left to remember another signature.
 func (r *Resource) Middleware(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		if !signed(req) {
@@ -169,10 +182,16 @@ func (r *Resource) Middleware(next http.Handler) http.Handler {
 		}
 		now := r.cfg.Now()
 		var v verification
-		verified, err := httpsig.Verify(req, now, r.resolve(req.Context(), now, &v))
+		verified, err := r.replays.Verify(req, now, r.resolve(req.Context(), now, &v))
 		if v.unavailable != nil {
 			r.log.Warn("aauth: token issuer unavailable", logKeyError, v.unavailable.Error())
 			WriteProblem(w, &Problem{Status: http.StatusServiceUnavailable, Code: CodeUnavailable, Detail: "a token issuer's keys could not be fetched"})
+			return
+		}
+		var full *httpsig.FullError
+		if errors.As(err, &full) {
+			r.log.Warn("aauth: request refused: the replay cache is full", logKeyRetryAfter, full.RetryAfter.String())
+			WriteUnavailable(w, "too many signed requests in the last minute to remember another; retry later", full.RetryAfter)
 			return
 		}
 		if err != nil {

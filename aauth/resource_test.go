@@ -379,6 +379,9 @@ func TestMiddleware_FakePersonServer_CreatedWindow(t *testing.T) {
 	clock := newTestClock()
 	ps := newFakePersonServer(t, clock)
 	rs := newTestResource(t, ps, nil)
+	// The resource has been up a window: a signature 60 s old is not from
+	// before its start (those it refuses as possible replays).
+	clock.Advance(httpsig.Window)
 	ag := newTestAgent(t, ps, clock.Now)
 	tok, _ := ps.authToken(t, ag.pub, rs.URL, "data.read", nil)
 	for _, tt := range []struct {
@@ -396,6 +399,43 @@ func TestMiddleware_FakePersonServer_CreatedWindow(t *testing.T) {
 		if got := answerOf(t, a, get(t, rs.URL+"/api/documents"), tok); got.status != http.StatusOK {
 			t.Fatalf("created %v away: %d %s", off, got.status, got.body)
 		}
+	}
+}
+
+// TestMiddleware_FakePersonServer_Replay: a signed call accepted once is
+// refused when sent again 55 s later (replayed_request), the same call
+// signed afresh is accepted, and with no room left to remember another
+// signature a new one is answered 503 with Retry-After until the oldest
+// leaves the window.
+func TestMiddleware_FakePersonServer_Replay(t *testing.T) {
+	clock := newTestClock()
+	ps := newFakePersonServer(t, clock)
+	rs := newTestResource(t, ps, func(c *ResourceConfig) { c.ReplayCapacity = 2 })
+	ag := newTestAgent(t, ps, clock.Now)
+	tok, _ := ps.authToken(t, ag.pub, rs.URL, "data.read", nil)
+
+	captured := get(t, rs.URL+"/api/documents")
+	if err := httpsig.Sign(captured, ag.Key, httpsig.Params{Created: clock.Now(), JWT: tok}); err != nil {
+		t.Fatal(err)
+	}
+	if a := answerOf(t, ag.Client, captured.Clone(t.Context())); a.status != http.StatusOK {
+		t.Fatalf("the signed call: %d %s", a.status, a.body)
+	}
+	clock.Advance(55 * time.Second)
+	wantSignatureError(t, answerOf(t, ag.Client, captured.Clone(t.Context())), httpsig.CodeReplayedRequest)
+	if a := answerOf(t, ag, get(t, rs.URL+"/api/documents"), tok); a.status != http.StatusOK {
+		t.Fatalf("the same call signed afresh: %d %s", a.status, a.body)
+	}
+
+	a := answerOf(t, ag, get(t, rs.URL+"/api/documents"), tok)
+	if a.status != http.StatusServiceUnavailable || a.problem.Code != CodeUnavailable || a.header.Get("Retry-After") != "6" ||
+		a.header.Get(httpsig.HeaderSignatureError) != "" {
+		t.Fatalf("a third signature with room for two: %d, Retry-After %q, %s; want 503 %s, Retry-After 6 (the first leaves the window at +61 s)",
+			a.status, a.header.Get("Retry-After"), a.body, CodeUnavailable)
+	}
+	clock.Advance(6 * time.Second)
+	if a := answerOf(t, ag, get(t, rs.URL+"/api/documents"), tok); a.status != http.StatusOK {
+		t.Fatalf("once the first signature left the window: %d %s", a.status, a.body)
 	}
 }
 
@@ -431,6 +471,7 @@ func TestNewResource_Validation(t *testing.T) {
 		{"key missing", func(c *ResourceConfig) { c.Key = nil }, "Key"},
 		{"lifetime too long", func(c *ResourceConfig) { c.ResourceTokenLifetime = 2 * time.Hour }, "ResourceTokenLifetime"},
 		{"bad provider", func(c *ResourceConfig) { c.AgentProviders = []string{"kin"} }, "AgentProviders"},
+		{"negative replay capacity", func(c *ResourceConfig) { c.ReplayCapacity = -1 }, "ReplayCapacity"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			c := good

@@ -82,6 +82,10 @@ type Config struct {
 	// PersonServer is the ps claim of agent tokens: "" names kin itself,
 	// "off" leaves it out.
 	PersonServer string
+	// ReplayCapacity bounds the signatures kin remembers so that it
+	// accepts each signed request once (docs/IDENTITY.md, "Replay"): 0 is
+	// 1,000,000.
+	ReplayCapacity int
 	// AgentTokenLifetime is how long agent tokens live: 0 is an hour, at
 	// most 24 hours.
 	AgentTokenLifetime time.Duration
@@ -171,6 +175,9 @@ func (c *Config) Validate() error {
 	}
 	if c.LogCheckpointInterval < 0 {
 		return fmt.Errorf("config: log checkpoint interval %v is negative", c.LogCheckpointInterval)
+	}
+	if c.ReplayCapacity < 0 {
+		return fmt.Errorf("config: replay capacity %d is negative", c.ReplayCapacity)
 	}
 	return nil
 }

@@ -153,7 +153,7 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 	}
 	d.Server, err = personserver.New(personserver.Config{
 		Home: cfg.Home, TokenLifetime: cfg.AgentTokenLifetime, Issuer: cfg.Issuer, PersonServer: cfg.PersonServer,
-		Store: d.store, Lineage: &d.lineage, Clock: d.now, Log: d.log,
+		Store: d.store, Lineage: &d.lineage, Clock: d.now, Log: d.log, ReplayCapacity: cfg.ReplayCapacity,
 		SingleLevel: func() bool { return d.Registry.Profile().Name == "aauth" },
 		KeyPath:     func(id kin.AgentID) string { return d.Runner.AgentKeyPath(id) },
 	})

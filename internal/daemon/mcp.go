@@ -1,16 +1,15 @@
 package daemon
 
 import (
-	"errors"
 	"net/http"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"github.com/kin-agents/kin/aauth"
 	"github.com/kin-agents/kin/internal/caller"
 	"github.com/kin-agents/kin/internal/httpapi"
 	"github.com/kin-agents/kin/internal/httpsig"
 	"github.com/kin-agents/kin/internal/mcpserver"
+	"github.com/kin-agents/kin/internal/personserver"
 )
 
 // PathMCP is where the HTTP address serves kin's MCP tools, over the
@@ -27,12 +26,14 @@ const PathMCP = "/mcp"
 //     the daemon reads.
 //   - an agent: a request signed with the agent's key, presenting its
 //     agent token in Signature-Key (HTTP message signatures, as AAuth's
-//     auth-token endpoint takes them). Its calls act as that agent, on
-//     itself and its descendants only, exactly as "kin mcp" inside it
-//     would; the daemon reads no file for it.
+//     auth-token endpoint takes them), each signature accepted once. Its
+//     calls act as that agent, on itself and its descendants only,
+//     exactly as "kin mcp" inside it would; the daemon reads no file for
+//     it.
 //
 // Anyone else gets 401: the API's JSON error, or Signature-Error when a
-// signature was offered and does not hold.
+// signature was offered and does not hold (or was already accepted); 503
+// when kin has no room to remember another signature.
 func (d *Daemon) mcpHandler(api *httpapi.Server) http.Handler {
 	tools := mcpserver.NewHTTPHandler(mcpserver.Options{Version: d.cfg.Version})
 	// The operator's caller is the zero one, unless the request acts for
@@ -50,12 +51,8 @@ func (d *Daemon) mcpHandler(api *httpapi.Server) http.Handler {
 		}
 		agent, err := d.Server.SignedAgent(r)
 		if err != nil {
-			var se *httpsig.Error
-			if !errors.As(err, &se) {
-				se = &httpsig.Error{Code: httpsig.CodeInvalidSignature, Detail: err.Error()}
-			}
-			d.log.Info("mcp request refused", "code", se.Code, "detail", se.Detail)
-			aauth.WriteSignatureError(w, se)
+			d.log.Info("mcp request refused", "error", err.Error())
+			personserver.WriteSignatureRefusal(w, err)
 			return
 		}
 		ctx := caller.With(r.Context(), caller.Caller{Agent: agent.ID})

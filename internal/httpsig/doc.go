@@ -8,12 +8,15 @@
 //     @target-uri, @request-target and plain header fields;
 //   - Sign: Ed25519 over @method, @authority, @path, signature-key and, when the
 //     request has a body, content-digest (RFC 9530, sha-256, computed here) and
-//     content-type; label "sig", created set from the caller's clock, alg and
-//     keyid never sent; Signature-Key in the jwt scheme;
+//     content-type; label "sig", created set from the caller's clock, a
+//     random nonce, alg and keyid never sent; Signature-Key in the jwt
+//     scheme;
 //   - Verify: parsing Signature-Input, Signature and Signature-Key (RFC 8941
 //     structured fields, through github.com/dunglas/httpsfv), the required
 //     components, a 60 s window around the caller's clock, the body's
 //     Content-Digest, and the Ed25519 check;
+//   - Replays: accepting each verified signature once while the window
+//     lasts, in a bounded memory;
 //   - the Signature-Error codes and the header that reports them (Error).
 //
 // It must never:
@@ -21,6 +24,8 @@
 //     resolve function turns a SignatureKey into a public key (JWT and JWK
 //     validation belong to another package);
 //   - read the wall clock: every time comes from the caller;
+//   - remember a signature that did not verify, or forget one the window
+//     still accepts;
 //   - accept an algorithm other than Ed25519, or trust an alg parameter over
 //     the key;
 //   - consume a request body it does not give back: Verify and Sign restore it

@@ -26,6 +26,9 @@ const (
 	CodeRevokedJWT           Code = "revoked_jwt"
 	CodeClockSkew            Code = "clock_skew"
 	CodeCacheMiss            Code = "cache_miss"
+	// CodeReplayedRequest is kin's: the signature was already accepted
+	// (Replays). It is not in the draft's registry.
+	CodeReplayedRequest Code = "replayed_request"
 )
 
 // Error is a rejected signature: Code is what the peer is told, Detail is for

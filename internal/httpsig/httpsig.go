@@ -3,6 +3,7 @@ package httpsig
 import (
 	"bytes"
 	"crypto/ed25519"
+	"crypto/rand"
 	"crypto/sha256"
 	"crypto/subtle"
 	"errors"
@@ -54,6 +55,11 @@ type Params struct {
 	Created time.Time
 	// JWT is presented as Signature-Key: sig=jwt;jwt="...".
 	JWT string
+	// Nonce is the signature's nonce parameter (RFC 9421 §2.3); "" is 128
+	// random bits. It makes two signatures of the same request in the same
+	// second differ, so a verifier that refuses a signature it already
+	// accepted (Replays) does not refuse the second.
+	Nonce string
 }
 
 // SignatureKey is the Signature-Key member for the verified label. The JWT is
@@ -66,11 +72,16 @@ type SignatureKey struct {
 
 // Verified describes a signature that verified.
 type Verified struct {
-	Label        string
-	Covered      []string
-	Created      time.Time
+	Label   string
+	Covered []string
+	Created time.Time
+	// Nonce is the nonce parameter, "" when the signer sent none.
+	Nonce        string
 	SignatureKey SignatureKey
 	PublicKey    ed25519.PublicKey
+	// statement names what was signed and by whom: SHA-256 over the
+	// public key and the signature base (Replays' key).
+	statement [sha256.Size]byte
 }
 
 // Sign signs req with key: it sets Content-Digest (when there is a body),
@@ -112,6 +123,11 @@ func Sign(req *http.Request, key ed25519.PrivateKey, p Params) error {
 		il.Items = append(il.Items, httpsfv.NewItem(c))
 	}
 	il.Params.Add("created", p.Created.Unix())
+	nonce := p.Nonce
+	if nonce == "" {
+		nonce = rand.Text()
+	}
+	il.Params.Add("nonce", nonce)
 	base, err := signatureBase(req, components, il)
 	if err != nil {
 		return err
@@ -218,8 +234,10 @@ func Verify(req *http.Request, now time.Time, resolve func(sigKey SignatureKey) 
 		return nil, kerr
 	}
 
-	// Parameters: created required, alg (if sent) ed25519, expires honoured.
+	// Parameters: created required, alg (if sent) ed25519, expires
+	// honoured, nonce (if sent) a String.
 	var created int64
+	var nonce string
 	haveCreated := false
 	for _, name := range il.Params.Names() {
 		v, _ := il.Params.Get(name)
@@ -242,6 +260,12 @@ func Verify(req *http.Request, now time.Time, resolve func(sigKey SignatureKey) 
 			if now.Unix() > n {
 				return nil, errorf(CodeInvalidSignature, "signature expired")
 			}
+		case "nonce":
+			s, ok := v.(string)
+			if !ok {
+				return nil, errorf(CodeInvalidSignature, "nonce is not a string")
+			}
+			nonce = s
 		}
 	}
 	if !haveCreated {
@@ -294,13 +318,19 @@ func Verify(req *http.Request, now time.Time, resolve func(sigKey SignatureKey) 
 	if !ed25519.Verify(pub, []byte(base), sig) {
 		return nil, errorf(CodeInvalidSignature, "signature does not verify")
 	}
-	return &Verified{
+	v := &Verified{
 		Label:        label,
 		Covered:      components,
 		Created:      time.Unix(created, 0),
+		Nonce:        nonce,
 		SignatureKey: sigKey,
 		PublicKey:    pub,
-	}, nil
+	}
+	h := sha256.New()
+	h.Write(pub) // 32 bytes: the concatenation is unambiguous
+	h.Write([]byte(base))
+	copy(v.statement[:], h.Sum(nil))
+	return v, nil
 }
 
 // ParseSignatureKey parses a Signature-Key header value and returns the member

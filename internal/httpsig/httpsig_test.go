@@ -282,13 +282,13 @@ func TestSignVerifyRoundTrip(t *testing.T) {
 		if body != "" {
 			req.Header.Set("Content-Type", "application/json")
 		}
-		if err := Sign(req, key, Params{Created: now, JWT: jwt}); err != nil {
+		if err := Sign(req, key, Params{Created: now, JWT: jwt, Nonce: "n-1"}); err != nil {
 			t.Fatal(err)
 		}
 		in := req.Header.Get(HeaderSignatureInput)
-		wantIn := `sig=("@method" "@authority" "@path" "signature-key");created=1800000000`
+		wantIn := `sig=("@method" "@authority" "@path" "signature-key");created=1800000000;nonce="n-1"`
 		if body != "" {
-			wantIn = `sig=("@method" "@authority" "@path" "signature-key" "content-digest" "content-type");created=1800000000`
+			wantIn = `sig=("@method" "@authority" "@path" "signature-key" "content-digest" "content-type");created=1800000000;nonce="n-1"`
 			if got, want := req.Header.Get(HeaderContentDigest), ContentDigest([]byte(body)); got != want {
 				t.Fatalf("Content-Digest %s, want %s", got, want)
 			}
@@ -311,7 +311,7 @@ func TestSignVerifyRoundTrip(t *testing.T) {
 		if err != nil {
 			t.Fatalf("body %q: %v", body, err)
 		}
-		if got.SignatureKey.JWT != jwt || len(got.Covered) != strings.Count(in, `"`)/2 {
+		if got.SignatureKey.JWT != jwt || len(got.Covered) != strings.Count(in, `"`)/2-1 || got.Nonce != "n-1" {
 			t.Fatalf("verified = %+v", got)
 		}
 	}
@@ -415,6 +415,8 @@ func TestVerifyRejectsMalformed(t *testing.T) {
 		{HeaderSignatureInput, `sig=("@method" "@authority" "@path" "signature-key")`, CodeInvalidSignature},
 		{HeaderSignatureInput, `sig=("@method" "@authority" "@path" "signature-key");created=1800000000;alg="rsa-v1_5-sha256"`, CodeUnsupportedAlgorithm},
 		{HeaderSignatureInput, `sig=("@method" "@authority" "@path" "signature-key");created=1800000000;expires=1799999999`, CodeInvalidSignature},
+		{HeaderSignatureInput, `sig=("@method" "@authority" "@path" "signature-key");created=1800000000;nonce=1`, CodeInvalidSignature},
+		{HeaderSignatureInput, `sig=("@method" "@authority" "@path" "signature-key");created=1800000000;nonce=abc`, CodeInvalidSignature},
 		{HeaderSignatureInput, `sig="x"`, CodeInvalidSignature},
 		{HeaderSignature, `sig=:AAAA:`, CodeInvalidSignature},
 		{HeaderSignature, `other=:AAAA:`, CodeInvalidSignature},
@@ -455,6 +457,8 @@ func FuzzVerifyHeaders(f *testing.F) {
 	}
 	f.Add(`sig=("@method");created=1;alg="ed25519";expires=2`, `sig=:AAAA:`, `sig=jwt;jwt="a.b.c"`, `sha-256=:AAAA:`)
 	f.Add(`sig=("date";sf);created=1.5`, `sig=?1`, `sig=hwk`, `sha-512=:AA==:`)
+	f.Add(`sig=("@method");created=1;nonce="n"`, `sig=:AAAA:`, `sig=jwt;jwt="a.b.c"`, `sha-256=:AAAA:`)
+	f.Add(`sig=("@method");created=1;nonce=:AAAA:;nonce=2`, `sig=:AAAA:`, `sig=jwt;jwt="a.b.c"`, ``)
 	f.Add(`a=(`, `"`, `sig=jwt;jwt`, `,`)
 	f.Fuzz(func(t *testing.T, in, sig, key, digest string) {
 		req, _ := http.NewRequest("POST", "https://ps.example/token", strings.NewReader("{}"))

@@ -261,7 +261,11 @@ type Clock struct {
 }
 
 // NewClock returns a clock at a fixed instant.
-func NewClock() *Clock { return &Clock{now: time.Date(2026, 3, 30, 12, 0, 0, 0, time.UTC)} }
+func NewClock() *Clock { return NewClockAt(time.Date(2026, 3, 30, 12, 0, 0, 0, time.UTC)) }
+
+// NewClockAt returns a clock at t: time.Now() for a test whose daemon
+// issues tokens that something else checks against the wall clock.
+func NewClockAt(t time.Time) *Clock { return &Clock{now: t} }
 
 // Now returns the clock's time.
 func (c *Clock) Now() time.Time {

@@ -115,19 +115,42 @@ func (srv *Server) verifyAgentToken(ctx context.Context, token string, now time.
 
 // refusal is an auth-token request kin turned down.
 type refusal struct {
-	status int
-	code   string
-	detail string
-	sig    *httpsig.Error // answered as 401 with Signature-Error
+	status     int
+	code       string
+	detail     string
+	sig        *httpsig.Error // answered as 401 with Signature-Error
+	retryAfter time.Duration  // answered as 503 with Retry-After
 }
 
 func (r *refusal) write(w http.ResponseWriter) {
-	if r.sig != nil {
+	switch {
+	case r.sig != nil:
 		aauth.WriteSignatureError(w, r.sig)
-		return
+	case r.retryAfter > 0:
+		aauth.WriteUnavailable(w, r.detail, r.retryAfter)
+	default:
+		aauth.WriteProblem(w, &aauth.Problem{Status: r.status, Code: r.code, Detail: r.detail})
 	}
-	aauth.WriteProblem(w, &aauth.Problem{Status: r.status, Code: r.code, Detail: r.detail})
 }
+
+// signatureRefusal is the refusal of a request whose signature was not
+// accepted: 401 with Signature-Error, or 503 when the replay cache is full.
+func signatureRefusal(err error) *refusal {
+	var full *httpsig.FullError
+	if errors.As(err, &full) {
+		return &refusal{code: aauth.CodeUnavailable, retryAfter: full.RetryAfter,
+			detail: "kin accepted too many signed requests in the last minute to remember another; retry later"}
+	}
+	var se *httpsig.Error
+	if !errors.As(err, &se) {
+		se = &httpsig.Error{Code: httpsig.CodeInvalidSignature, Detail: err.Error()}
+	}
+	return &refusal{sig: se}
+}
+
+// WriteSignatureRefusal answers a request whose signature SignedAgent
+// did not accept.
+func WriteSignatureRefusal(w http.ResponseWriter, err error) { signatureRefusal(err).write(w) }
 
 func refuse(status int, code, detail string) *refusal {
 	return &refusal{status: status, code: code, detail: detail}
@@ -211,8 +234,9 @@ func (srv *Server) recordRefusal(parent, agent kin.AgentID, code, detail string)
 }
 
 func (srv *Server) authToken(ctx context.Context, r *http.Request, now time.Time, parentOut, boundOut **verifiedAgent) (*aauth.AuthTokenResponse, *refusal) {
-	// 1. The HTTP signature, against the key of the agent token it presents.
-	_, err := httpsig.Verify(r, now, func(sk httpsig.SignatureKey) (ed25519.PublicKey, error) {
+	// 1. The HTTP signature, against the key of the agent token it
+	// presents, accepted once.
+	_, err := srv.replays.Verify(r, now, func(sk httpsig.SignatureKey) (ed25519.PublicKey, error) {
 		v, err := srv.verifyAgentToken(ctx, sk.JWT, now)
 		if err != nil {
 			return nil, err
@@ -221,11 +245,14 @@ func (srv *Server) authToken(ctx context.Context, r *http.Request, now time.Time
 		return v.claims.Cnf.JWK.PublicKey()
 	})
 	if err != nil {
-		var se *httpsig.Error
-		if !errors.As(err, &se) {
-			se = &httpsig.Error{Code: httpsig.CodeInvalidSignature, Detail: err.Error()}
+		var full *httpsig.FullError
+		if errors.As(err, &full) || errors.Is(err, &httpsig.Error{Code: httpsig.CodeReplayedRequest}) {
+			// Whoever sent a replay, or a request kin had no room to
+			// remember, need not be its signer: it names nobody, and
+			// must not make kin write.
+			*parentOut = nil
 		}
-		return nil, &refusal{sig: se}
+		return nil, signatureRefusal(err)
 	}
 	parent := *parentOut
 	if parent.claims.ParentAgent != "" {
@@ -491,11 +518,14 @@ func (srv *Server) tokenStatus(ctx context.Context, jti string) aauth.TokenStatu
 
 // SignedAgent is the agent that signed r: the signature checked against
 // the key its agent token names, the token against kin's keys and
-// registry (the agent live and active).
+// registry (the agent live and active), and accepted once (a signature
+// already accepted is refused with httpsig.CodeReplayedRequest). Errors
+// are *httpsig.Error, or *httpsig.FullError when kin has no room to
+// remember another signature.
 func (srv *Server) SignedAgent(r *http.Request) (*kin.Agent, error) {
 	now := srv.now()
 	var agent *kin.Agent
-	_, err := httpsig.Verify(r, now, func(sk httpsig.SignatureKey) (ed25519.PublicKey, error) {
+	_, err := srv.replays.Verify(r, now, func(sk httpsig.SignatureKey) (ed25519.PublicKey, error) {
 		v, err := srv.verifyAgentToken(r.Context(), sk.JWT, now)
 		if err != nil {
 			return nil, err

@@ -16,6 +16,7 @@ import (
 
 	"github.com/kin-agents/kin/aauth"
 	"github.com/kin-agents/kin/internal/caller"
+	"github.com/kin-agents/kin/internal/httpsig"
 	"github.com/kin-agents/kin/internal/identity"
 	"github.com/kin-agents/kin/internal/keyring"
 	"github.com/kin-agents/kin/internal/lineage"
@@ -30,6 +31,7 @@ type Server struct {
 	st      store.Store
 	lin     *lineage.Tree
 	disc    *aauth.Discovery // resources' keys, for their resource tokens
+	replays *httpsig.Replays // signatures accepted in the last window
 	log     *slog.Logger
 	id      *identityState
 	closing chan struct{}
@@ -53,13 +55,16 @@ type Config struct {
 	// KeyPath is where an agent finds its private key (its ctx session),
 	// "" where it has none.
 	KeyPath func(id kin.AgentID) string
+	// ReplayCapacity bounds the signatures remembered against replay;
+	// 0: httpsig.DefaultReplayCapacity.
+	ReplayCapacity int
 }
 
 // New opens the signing keys under the home (making them the first time)
 // and starts pruning expired auth tokens until Close.
 func New(c Config) (*Server, error) {
 	srv := &Server{cfg: c, st: c.Store, lin: c.Lineage, log: c.Log, closing: make(chan struct{}),
-		disc: &aauth.Discovery{Now: c.Clock}}
+		disc: &aauth.Discovery{Now: c.Clock}, replays: httpsig.NewReplays(c.Clock(), c.ReplayCapacity)}
 	if srv.log == nil {
 		srv.log = slog.New(slog.DiscardHandler)
 	}
