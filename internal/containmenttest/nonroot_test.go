@@ -100,9 +100,50 @@ func TestNonRootDaemonContainsItsAgents(t *testing.T) {
 			defer cancel()
 			t.Run("attacks", func(t *testing.T) { attacks(t, ctx, s, kinBin, home, work) })
 			t.Run("three-generations", func(t *testing.T) { threeGenerations(t, ctx, s, work) })
+			t.Run("pids-limit", func(t *testing.T) { pidsLimit(t, ctx, s, work) })
 			t.Run("restart-readopts", func(t *testing.T) { restartReadopts(t, ctx, s, kinBin, u, home, cg) })
 		})
 	}
+}
+
+// pidsLimit: an agent of an ordinary user's daemon that tries to fork 500
+// processes under budget.pids 50 gets fewer than 50. Its uid is the
+// daemon's, but its user namespace is its own, where the kernel counts its
+// tasks (RLIMIT_NPROC).
+func pidsLimit(t *testing.T, ctx context.Context, s *served, work string) {
+	mark := fmt.Sprintf("0.000%09d", time.Now().UnixNano()%1e9)
+	out := filepath.Join(work, "forked")
+	t.Cleanup(func() {
+		for _, pid := range proctest.WithArg(mark) {
+			syscall.Kill(pid, syscall.SIGKILL)
+		}
+	})
+	script := fmt.Sprintf(`( i=0; while [ $i -lt 500 ]; do sleep 1000 %s & i=$((i+1)); done ) ; echo forked > %s; exec sleep 1000`, mark, out)
+	limit := int64(50)
+	a, err := s.client.Spawn(ctx, kin.SpawnRequest{
+		RegisterRequest: kin.RegisterRequest{Name: "forker", Responsible: "containment test", Policy: &kin.Policy{Budget: &kin.Budget{Pids: &limit}}},
+		Command:         []string{"/bin/sh", "-c", script}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	kintest.WaitFor(t, 30*time.Second, "the fork loop to end", func() bool {
+		_, err := os.Stat(out)
+		return err == nil
+	})
+	if n := len(proctest.WithArg(mark)); n >= int(limit) || n < int(limit)/2 {
+		t.Errorf("the agent started %d of 500 processes under budget.pids %d", n, limit)
+	}
+	pol, err := s.client.Policy(ctx, a.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l := pol.Effective.Limits; len(l) == 0 || l[0].Name != "pids" || l[0].Scope == kin.LimitNone {
+		t.Errorf("the pids limit is not said to be enforced: %+v", l)
+	}
+	if _, err := s.client.Stop(ctx, kin.StopRequest{ID: a.ID}); err != nil {
+		t.Fatal(err)
+	}
+	kintest.WaitFor(t, 20*time.Second, "the agent's processes to end with it", func() bool { return len(proctest.WithArg(mark)) == 0 })
 }
 
 func spawn(t *testing.T, ctx context.Context, c *client.Client, name string, env []string, argv ...string) *kin.Agent {

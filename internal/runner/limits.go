@@ -86,7 +86,7 @@ func (run *Runner) hasController(c string) bool {
 // the agent's own (not a policy's uid, not the daemon's), or the
 // namespace.
 func (run *Runner) ownTaskCount(flat kin.Policy) bool {
-	if run.sup.Containment() == supervisor.ContainmentPIDNamespaces {
+	if run.sup.UserNamespaces() {
 		return true
 	}
 	return run.uids != nil && flat.UID == nil
@@ -128,7 +128,7 @@ func (run *Runner) pidsLimit(flat kin.Policy, v float64) kin.ResourceLimit {
 	case run.ownTaskCount(flat):
 		l.Scope, l.By = kin.LimitAgent, "RLIMIT_NPROC"
 		own := "its own uid"
-		if run.sup.Containment() == supervisor.ContainmentPIDNamespaces {
+		if run.sup.UserNamespaces() {
 			own = "its own user namespace"
 		}
 		l.Note = "counted on " + own + "; each child agent has its own limit, no larger; " + run.controllerNote("pids")
@@ -138,7 +138,7 @@ func (run *Runner) pidsLimit(flat kin.Policy, v float64) kin.ResourceLimit {
 		case flat.UID != nil:
 			l.Note = "it runs as a uid its policy names, which other processes may share, so RLIMIT_NPROC would not count its tasks alone; " + run.controllerNote("pids")
 		default:
-			l.Note = "agents share the daemon's uid and no user namespace of their own, so RLIMIT_NPROC would count the daemon's user's processes; " + run.controllerNote("pids")
+			l.Note = "agents share the daemon's uid and have no user namespace of their own (see kin status: they are refused here), so RLIMIT_NPROC would count the daemon's user's processes; " + run.controllerNote("pids")
 		}
 	}
 	return l

@@ -212,8 +212,11 @@ func (run *Runner) Open() error {
 		Containment: run.cfg.Containment,
 		KeepOnClose: run.cfg.LeaveRunning,
 		DeferRemove: true, // a cascade is done once its processes are reaped and recorded
-		OnExit:      run.onExit,
-		Logger:      run.log,
+		// Agents sharing the daemon's uid get a user namespace each, in
+		// which the kernel counts their tasks apart (the pids limit).
+		UserNamespaces: run.uids == nil,
+		OnExit:         run.onExit,
+		Logger:         run.log,
 	})
 	if err != nil {
 		return err

@@ -72,15 +72,41 @@ func probePIDNamespaces() error {
 	return fmt.Errorf("cannot create a user and PID namespace (%v): unprivileged user namespaces may be disabled (sysctl kernel.unprivileged_userns_clone, user.max_user_namespaces, or an AppArmor/SELinux policy)", err)
 }
 
+// probeUserNamespaces is probePIDNamespaces for a user namespace alone.
+func probeUserNamespaces() error {
+	uid, gid := os.Geteuid(), os.Getegid()
+	_, err := syscall.ForkExec("/nonexistent/kin-probe-user-namespaces", []string{"kin-probe"}, &syscall.ProcAttr{
+		Sys: &syscall.SysProcAttr{
+			Cloneflags:  syscall.CLONE_NEWUSER,
+			UidMappings: []syscall.SysProcIDMap{{ContainerID: uid, HostID: uid, Size: 1}},
+			GidMappings: []syscall.SysProcIDMap{{ContainerID: gid, HostID: gid, Size: 1}},
+		},
+	})
+	if errors.Is(err, syscall.ENOENT) {
+		return nil
+	}
+	if err == nil {
+		return errors.New("probe unexpectedly ran")
+	}
+	return fmt.Errorf("cannot create a user namespace (%v): unprivileged user namespaces may be disabled (sysctl kernel.unprivileged_userns_clone, user.max_user_namespaces, or an AppArmor/SELinux policy)", err)
+}
+
 // namespaceAttr sets up the clone of an agent's init: a new user namespace
 // mapping the credential's uid and gid (the daemon's own without one) to
 // themselves, and a new PID namespace.
 func namespaceAttr(sys *syscall.SysProcAttr, cred *syscall.Credential) {
+	sys.Cloneflags |= syscall.CLONE_NEWPID
+	userNamespaceAttr(sys, cred)
+}
+
+// userNamespaceAttr sets up a clone into a new user namespace mapping the
+// credential's uid and gid (the daemon's own without one) to themselves.
+func userNamespaceAttr(sys *syscall.SysProcAttr, cred *syscall.Credential) {
 	uid, gid := os.Geteuid(), os.Getegid()
 	if cred != nil {
 		uid, gid = int(cred.Uid), int(cred.Gid)
 	}
-	sys.Cloneflags |= syscall.CLONE_NEWUSER | syscall.CLONE_NEWPID
+	sys.Cloneflags |= syscall.CLONE_NEWUSER
 	sys.UidMappings = []syscall.SysProcIDMap{{ContainerID: uid, HostID: uid, Size: 1}}
 	sys.GidMappings = []syscall.SysProcIDMap{{ContainerID: gid, HostID: gid, Size: 1}}
 	if cred != nil && os.Geteuid() == 0 {

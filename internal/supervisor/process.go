@@ -326,6 +326,9 @@ func (s *Supervisor) spawn(a *agent, spec Spec, argv0 string) (*Process, error) 
 		defer unix.Close(cfd)
 		sys.UseCgroupFD = true
 		sys.CgroupFD = cfd
+		if s.userns {
+			userNamespaceAttr(sys, spec.Credential)
+		}
 	} else {
 		env = append(env[:len(env):len(env)], EnvMarker+"="+s.marker(a.id))
 	}

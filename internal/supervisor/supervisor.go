@@ -89,6 +89,13 @@ type Config struct {
 	// that). Removing a cgroup directory costs tens of microseconds, two
 	// per agent, which doubles the time of a large cascade.
 	DeferRemove bool
+	// UserNamespaces puts each agent of cgroup containment in a user
+	// namespace of its own, mapping its uid and gid to themselves: the
+	// kernel then counts its tasks (RLIMIT_NPROC) apart from the daemon's
+	// user's and other agents' where they share a uid. Ignored where
+	// unprivileged user namespaces are refused (UserNamespaces says).
+	// PID namespaces containment always has them.
+	UserNamespaces bool
 	// KillTimeout bounds how long Stop waits for killed processes to be
 	// gone when its ctx has no deadline; default 10s.
 	KillTimeout time.Duration
@@ -105,6 +112,7 @@ type Supervisor struct {
 	log         *slog.Logger
 	cg          bool // cgroup2 containment
 	pidns       bool // PID namespaces containment (pidns.go)
+	userns      bool // each agent in a user namespace of its own (Config.UserNamespaces)
 	ownNS       uint64
 	reason      string
 	mount       cgroup.Mount
@@ -241,6 +249,13 @@ func New(cfg Config) (*Supervisor, error) {
 			}
 		}
 	}
+	if s.cg && cfg.UserNamespaces {
+		if err := probeUserNamespaces(); err != nil {
+			s.log.Warn("agents share the daemon's user namespace", keyReason, err.Error())
+		} else {
+			s.userns = true
+		}
+	}
 	if s.pidns {
 		if s.ownNS = pidNS(selfPid); s.ownNS == 0 {
 			devnull.Close()
@@ -354,6 +369,11 @@ func (s *Supervisor) enableControllers() {
 	}
 	s.controllers = want
 }
+
+// UserNamespaces reports whether every agent has a user namespace of its
+// own: Config.UserNamespaces where the kernel allows it, and always with
+// PID namespaces containment.
+func (s *Supervisor) UserNamespaces() bool { return s.userns || s.pidns }
 
 // Controllers lists the cgroup controllers enabled down kin's tree (nil
 // without cgroup containment): the subtree limits it can set.
