@@ -253,6 +253,14 @@ func TestDashboardCPUAndAgentURL(t *testing.T) {
 	if hasPids := eval[bool](t, ctx, `!!document.querySelector('#pids')`); hasPids != (res.Pids != nil) {
 		t.Errorf("pids shown %v, the controller present %v", hasPids, res.Pids != nil)
 	}
+	// Its pids limit, the profile's default, with its use and how it binds.
+	if len(res.Limits) == 0 || res.Limits[0].Name != "pids" {
+		t.Fatalf("resources carry no pids limit: %+v", res.Limits)
+	}
+	pids := eval[string](t, ctx, `(document.querySelector('#res .limit[data-name="pids"]') || {}).textContent || ""`)
+	if want := fmt.Sprintf("of %.0f tasks", res.Limits[0].Value); !strings.Contains(pids, want) || !strings.Contains(pids, res.Limits[0].By) {
+		t.Errorf("the pids limit reads %q: want %q and %q", pids, want, res.Limits[0].By)
+	}
 	if up := eval[string](t, ctx, `document.querySelector('#facts').textContent`); !strings.Contains(up, "uptime") || !strings.Contains(up, "pid") {
 		t.Errorf("a running agent's facts read %q: want its uptime and pid", up)
 	}

@@ -650,7 +650,24 @@ async function resources(id) {
   // Only where the controllers exist; absent is not zero.
   if (r.memory_bytes != null) h += `<dt>memory</dt><dd id="mem">${fmtBytes(r.memory_bytes)}</dd>`;
   if (r.pids != null) h += `<dt>pids</dt><dd id="pids">${r.pids}</dd>`;
+  for (const l of r.limits || []) h += `<dt>limit ${esc(l.name)}</dt><dd class="limit" data-name="${esc(l.name)}" data-scope="${esc(l.scope)}" title="${esc(l.note || '')}">${limitText(l, r)}</dd>`;
   $('#res').innerHTML = h;
+}
+
+// limitText is one kernel limit against its live use, with what it binds
+// and how on this host: "3 of 50 tasks, whole subtree (pids.max)".
+function limitText(l, r) {
+  let v;
+  switch (l.name) {
+    case 'pids': v = (r.pids != null ? `${r.pids} of ` : '') + `${l.value} tasks`; break;
+    case 'memory': v = (r.memory_bytes != null ? `${fmtBytes(r.memory_bytes)} of ` : '') + fmtBytes(l.value); break;
+    case 'memory_bytes': v = fmtBytes(l.value); break;
+    case 'cpu': v = `${l.value} cores`; break;
+    case 'cpu_seconds': v = `${l.value} CPU seconds`; break;
+    default: v = `${l.value}`;
+  }
+  const scope = { subtree: 'whole subtree', agent: 'its own processes', process: 'each process' }[l.scope];
+  return esc(v) + (scope ? ` <span class="muted">${esc(scope)} (${esc(l.by)})</span>` : ' <span class="muted">not enforced here</span>');
 }
 
 // readLog reads the agent's log: its last 64 KiB, and with follow every
