@@ -18,6 +18,7 @@ import (
 	"github.com/kin-agents/kin/internal/ctxfs"
 	"github.com/kin-agents/kin/internal/lineage"
 	"github.com/kin-agents/kin/internal/personserver"
+	"github.com/kin-agents/kin/internal/quota"
 	"github.com/kin-agents/kin/internal/registry"
 	"github.com/kin-agents/kin/internal/store"
 	"github.com/kin-agents/kin/internal/supervisor"
@@ -44,6 +45,7 @@ type Runner struct {
 	ps      *personserver.Server
 	obs     Observer
 	uids    *uidrange.Range // the home's agent uid range; nil: agents run as the daemon's user
+	quota   *quota.Limiter  // agents' heartbeats; log sizes (nil: no limit, default log quota)
 
 	sup           *supervisor.Supervisor
 	ctxDir        string // the agent filesystem's root
@@ -104,6 +106,9 @@ type Config struct {
 	Observer  Observer
 	Clock     func() time.Time
 	Log       *slog.Logger
+	// Quota limits agents' heartbeats and bounds their logs (nil: no
+	// rate limit, the default log quota).
+	Quota *quota.Limiter
 }
 
 // What a spawn span is of (Observer.Traced's kind).
@@ -130,7 +135,7 @@ type Observer interface {
 // hooks (RegistryHooks) and the runner the registry.
 func New(c Config) (*Runner, error) {
 	run := &Runner{
-		cfg: c, log: c.Log, now: c.Clock, store: c.Store, lineage: c.Lineage, auth: c.Authority, ps: c.Identity, obs: c.Observer,
+		cfg: c, log: c.Log, now: c.Clock, store: c.Store, lineage: c.Lineage, auth: c.Authority, ps: c.Identity, obs: c.Observer, quota: c.Quota,
 		ctxDir:    c.CtxDir,
 		ctxAgents: map[kin.AgentID]*ctxAgent{},
 		runtimes:  map[kin.AgentID]*runtime{},

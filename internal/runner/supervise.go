@@ -61,6 +61,7 @@ func (run *Runner) removeRuntime(id kin.AgentID) {
 	if rt != nil && rt.sock != nil {
 		rt.sock.Close()
 	}
+	run.quota.Forget(id) // an ended agent sends nothing more
 }
 
 // Spawn registers an agent under the governor's rules and starts its
