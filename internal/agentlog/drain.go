@@ -3,7 +3,6 @@ package agentlog
 import (
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"os"
 	"sync"
@@ -44,7 +43,8 @@ type Drain struct {
 	c        Config
 	r        *os.File // the pipe's read end, in the netpoller
 	f        *os.File // the log being written, nil before the first write
-	size     int64
+	fd       int      // f's descriptor
+	size     int64    // f's size: where the next byte goes
 	swept    bool
 	detached atomic.Bool
 	failed   bool // a write failed: logged once, output dropped since
@@ -145,47 +145,65 @@ func (d *Drain) run() {
 		}
 	}()
 	defer close(d.done)
-	buf := make([]byte, 64<<10)
+	defer func() {
+		d.r.Close()
+		if d.f != nil {
+			d.f.Close()
+		}
+	}()
+	rc, err := d.r.SyscallConn()
+	if err != nil {
+		d.c.Log.Error("agent log: pipe", "path", d.c.Path, "err", err)
+		return
+	}
+	var discard []byte
 	for {
-		n, err := d.r.Read(buf)
-		if n > 0 {
-			d.write(buf[:n])
-		}
-		if err == nil {
-			continue
-		}
-		if errors.Is(err, io.EOF) {
-			// No writer is left, and never will be: nobody else opens it.
-			os.Remove(PipePath(d.c.Path))
-		} else if !d.detached.Load() {
-			d.c.Log.Error("agent log: read", "path", d.c.Path, "err", err)
-		}
-		break
-	}
-	d.r.Close()
-	if d.f != nil {
-		d.f.Close()
-	}
-}
-
-// write appends p to the log, rotating whenever it is full, so that no
-// file ever holds more than Bytes.
-func (d *Drain) write(p []byte) {
-	for len(p) > 0 {
 		if d.f == nil || d.size >= d.c.Bytes {
 			if err := d.open(); err != nil {
 				d.fail(err)
-				return
 			}
 		}
-		n := int(min(int64(len(p)), d.c.Bytes-d.size))
-		w, err := d.f.Write(p[:n])
-		d.size += int64(w)
-		if err != nil {
+		// splice moves the bytes from the pipe into the file in the
+		// kernel: a byte is in one or the other, so even a kill -9 of the
+		// daemon loses none of the agent's output.
+		var n int
+		var serr error
+		err := rc.Read(func(fd uintptr) bool {
+			if d.f == nil { // the log cannot be written: drain, drop
+				if discard == nil {
+					discard = make([]byte, 64<<10)
+				}
+				n, serr = unix.Read(int(fd), discard)
+			} else {
+				var moved int64
+				moved, serr = unix.Splice(int(fd), nil, d.fd, &d.size, int(d.c.Bytes-d.size), unix.SPLICE_F_NONBLOCK)
+				n = int(moved)
+			}
+			return serr != unix.EAGAIN
+		})
+		if err == nil {
+			err = serr
+		}
+		switch {
+		case err == nil && n == 0:
+			// No writer is left, and never will be: nobody else opens it.
+			os.Remove(PipePath(d.c.Path))
+			return
+		case err == nil:
+			continue
+		case d.detached.Load():
+			return
+		case err == unix.EINTR:
+		case d.f != nil:
+			// The file refused (a full disk): drop output until it takes
+			// some again, rather than block the agent.
 			d.fail(err)
+			d.f.Close()
+			d.f = nil
+		default:
+			d.c.Log.Error("agent log: read", "path", d.c.Path, "err", err)
 			return
 		}
-		p = p[n:]
 	}
 }
 
@@ -201,7 +219,9 @@ func (d *Drain) fail(err error) {
 // open opens the log to append to, rotating it first when it is full.
 func (d *Drain) open() error {
 	if d.f == nil {
-		f, err := os.OpenFile(d.c.Path, os.O_WRONLY|os.O_APPEND|os.O_CREATE|unix.O_NOFOLLOW, 0o600)
+		// Not O_APPEND, which splice refuses: the drain is the only
+		// writer, at its own offset.
+		f, err := os.OpenFile(d.c.Path, os.O_WRONLY|os.O_CREATE|unix.O_NOFOLLOW, 0o600)
 		if err != nil {
 			return err
 		}
@@ -210,7 +230,7 @@ func (d *Drain) open() error {
 			f.Close()
 			return err
 		}
-		d.f, d.size = f, fi.Size()
+		d.f, d.fd, d.size = f, int(f.Fd()), fi.Size()
 		if d.size < d.c.Bytes {
 			d.failed = false
 			return nil
@@ -222,11 +242,11 @@ func (d *Drain) open() error {
 		return err
 	}
 	d.swept = true
-	f, err := os.OpenFile(d.c.Path, os.O_WRONLY|os.O_APPEND|os.O_CREATE|os.O_TRUNC|unix.O_NOFOLLOW, 0o600)
+	f, err := os.OpenFile(d.c.Path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC|unix.O_NOFOLLOW, 0o600)
 	if err != nil {
 		return err
 	}
-	d.f, d.size, d.failed = f, 0, false
+	d.f, d.fd, d.size, d.failed = f, int(f.Fd()), 0, false
 	return nil
 }
 

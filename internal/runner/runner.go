@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/kin-agents/kin/internal/agentlog"
 	"github.com/kin-agents/kin/internal/agentsock"
 	"github.com/kin-agents/kin/internal/authority"
 	"github.com/kin-agents/kin/internal/caller"
@@ -58,6 +59,8 @@ type Runner struct {
 	rtMu          sync.Mutex
 	runtimes      map[kin.AgentID]*runtime
 	adopted       map[kin.AgentID]*os.File // pidfds of re-adopted processes
+	logMu         sync.Mutex
+	drains        map[kin.AgentID]*agentlog.Drain // agents' output being copied into their logs (logs.go)
 	shuttingDown  bool
 	exitWG        sync.WaitGroup     // exit handlers and restarts
 	socks         *agentsock.Sockets // every agent's own socket
@@ -140,6 +143,7 @@ func New(c Config) (*Runner, error) {
 		ctxAgents: map[kin.AgentID]*ctxAgent{},
 		runtimes:  map[kin.AgentID]*runtime{},
 		adopted:   map[kin.AgentID]*os.File{},
+		drains:    map[kin.AgentID]*agentlog.Drain{},
 		closing:   make(chan struct{}),
 	}
 	if run.log == nil {
@@ -249,6 +253,7 @@ func (run *Runner) Start(ctx context.Context, agents http.Handler) error {
 	if err := run.reconcile(ctx); err != nil {
 		return fmt.Errorf("reconcile running agents: %w", err)
 	}
+	run.removeStalePipes()
 	run.wg.Add(1)
 	go run.watchLiveness()
 	return nil
@@ -283,6 +288,7 @@ func (run *Runner) Close() error {
 		errs = append(errs, run.sup.Close())
 		run.exitWG.Wait() // exits the supervisor reported while closing
 	}
+	run.closeLogs(!run.cfg.LeaveRunning)
 	if run.socks != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
