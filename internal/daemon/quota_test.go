@@ -111,7 +111,7 @@ func TestLogSurvivesDaemonRestart(t *testing.T) {
 	// Numbered lines, 200 every 50 ms, then DONE, then it waits.
 	a, err := c.Spawn(ctx, kin.SpawnRequest{
 		RegisterRequest: kin.RegisterRequest{Name: "writer", Responsible: "Dr. Schmidt"},
-		Command: []string{"/bin/sh", "-c", fmt.Sprintf(`i=0; while [ $i -lt %d ]; do i=$((i+1)); echo "line $i"; [ $((i %% 200)) = 0 ] && sleep 0.05; done; echo DONE; exec sleep 1000000`, lines)},
+		Command:         []string{"/bin/sh", "-c", fmt.Sprintf(`i=0; while [ $i -lt %d ]; do i=$((i+1)); echo "line $i"; [ $((i %% 200)) = 0 ] && sleep 0.05; done; echo DONE; exec sleep 1000000`, lines)},
 	})
 	if err != nil {
 		t.Fatal(err)
