@@ -117,8 +117,8 @@ func (l *Limiter) AllowAgent(id kin.AgentID, kind Kind) error {
 	}
 	res.CancelAt(now) // refused: the token is not spent
 	err := kin.Errorf(kin.ECodeRateLimited,
-		"agent %d sent %s faster than its quota allows (%g a second after a burst of %d, the profile's quotas.%s): retry in %.3gs",
-		id, what(kind), r.PerSecond, r.Burst, kind, delay.Seconds())
+		"agent %d sent %s faster than its quota allows (%g a second after a burst of %d, the profile's quotas.%s)",
+		id, what(kind), r.PerSecond, r.Burst, kind)
 	err.RetryAfter = math.Max(delay.Seconds(), 0.001)
 	return err
 }
