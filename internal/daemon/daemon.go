@@ -159,6 +159,7 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 		Store: d.store, Lineage: &d.lineage, Clock: d.now, Log: d.log,
 		SingleLevel: func() bool { return d.Registry.Profile().Name == "aauth" },
 		KeyPath:     func(id kin.AgentID) string { return d.Runner.AgentKeyPath(id) },
+		Quota:       d.quota,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("identity: %w", err)

@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kin-agents/kin/aauth"
 	"github.com/kin-agents/kin/client"
 	"github.com/kin-agents/kin/internal/daemon"
 	"github.com/kin-agents/kin/internal/kintest"
@@ -380,5 +381,32 @@ func TestUsageFloodIsRateLimited(t *testing.T) {
 	var ke *kin.Error
 	if !errors.As(err, &ke) || ke.Code != kin.ECodeRateLimited || ke.RetryAfter <= 0 || !strings.Contains(ke.Message, "quotas.reports") {
 		t.Fatalf("a heartbeat flood: %v", err)
+	}
+}
+
+// TestAuthTokenFloodIsRateLimited: every answer of the person server's
+// /auth-token to a signed request is an event (issued or refused); past
+// its reports quota an agent gets 429 rate_limited, and nothing is
+// recorded.
+func TestAuthTokenFloodIsRateLimited(t *testing.T) {
+	const rate, burst = 1.0, 5
+	d := kintest.StartDaemon(t, kintest.WithHTTP(), kintest.WithProfile(quotaProfile(t, fmt.Sprintf(`{"reports": {"per_second": %g, "burst": %d}}`, rate, burst))))
+	ps := "http://" + d.HTTPAddr()
+	top := spawnWithToken(t, d, "planner", 0, kinJWKS(t, ps, "/.well-known/jwks.json"))
+	codes := map[string]int{}
+	began := time.Now()
+	for range 50 {
+		_, err := top.signer.RequestAuthToken(ctx, ps, aauth.AuthTokenRequest{ResourceToken: "not.a.token"}) // refused, recorded
+		if code := problemCode(err); code == "rate_limited" {
+			codes[code]++
+		} else {
+			codes["other"]++
+		}
+	}
+	elapsed := time.Since(began).Seconds()
+	refused := events(t, d.Client, kin.EventFilter{Types: []string{kin.EventTokenRefused}})
+	if allowed := burst + int(rate*elapsed) + 1; codes["other"] < burst || codes["other"] > allowed ||
+		codes["rate_limited"] != 50-codes["other"] || len(refused) != codes["other"] {
+		t.Fatalf("answers %v, %d token.refused events; want at most %d recorded, the rest rate_limited", codes, len(refused), allowed)
 	}
 }

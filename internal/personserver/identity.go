@@ -19,6 +19,7 @@ import (
 	"github.com/kin-agents/kin/internal/identity"
 	"github.com/kin-agents/kin/internal/keyring"
 	"github.com/kin-agents/kin/internal/lineage"
+	"github.com/kin-agents/kin/internal/quota"
 	"github.com/kin-agents/kin/internal/store"
 	"github.com/kin-agents/kin/kin"
 )
@@ -53,6 +54,9 @@ type Config struct {
 	// KeyPath is where an agent finds its private key (its ctx session),
 	// "" where it has none.
 	KeyPath func(id kin.AgentID) string
+	// Quota limits how often an agent asks for auth tokens (each answer,
+	// issued or refused, is an event); nil: no limit.
+	Quota *quota.Limiter
 }
 
 // New opens the signing keys under the home (making them the first time)

@@ -46,7 +46,7 @@ type Runner struct {
 	ps      *personserver.Server
 	obs     Observer
 	uids    *uidrange.Range // the home's agent uid range; nil: agents run as the daemon's user
-	quota   *quota.Limiter  // agents' heartbeats; log sizes (nil: no limit, default log quota)
+	quota   *quota.Limiter  // agents' heartbeats (nil: no limit); logs read the profile's quotas
 
 	sup           *supervisor.Supervisor
 	ctxDir        string // the agent filesystem's root
@@ -109,8 +109,8 @@ type Config struct {
 	Observer  Observer
 	Clock     func() time.Time
 	Log       *slog.Logger
-	// Quota limits agents' heartbeats and bounds their logs (nil: no
-	// rate limit, the default log quota).
+	// Quota limits agents' heartbeats (nil: no limit). Their logs are
+	// bounded by the registry's profile (quotas.log_bytes, log_keep).
 	Quota *quota.Limiter
 }
 
