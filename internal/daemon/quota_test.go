@@ -267,7 +267,7 @@ func dbBytes(t testing.TB, home string) int64 {
 // by 180 MB. A message over quotas.message_bytes is refused as invalid.
 func TestMessageFloodIsRefused(t *testing.T) {
 	const rate, burst = 2.0, 20
-	d := kintest.StartDaemon(t, kintest.WithProfile(quotaProfile(t, fmt.Sprintf(`{"messages": {"per_second": %g, "burst": %d}}`, rate, burst))))
+	d := kintest.StartDaemon(t, kintest.WithProfile(quotaProfile(t, fmt.Sprintf(`{"message_bytes": 65536, "messages": {"per_second": %g, "burst": %d}}`, rate, burst))))
 	out := outPath(t)
 	parent := spawnAgent(t, d.Client, "parent", 0, "sleep")
 	dbBefore := dbBytes(t, d.Home)
