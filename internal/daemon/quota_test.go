@@ -122,6 +122,10 @@ func TestLogSurvivesDaemonRestart(t *testing.T) {
 		n, _ := strconv.Atoi(strings.TrimPrefix(ls[len(ls)-1], "line "))
 		return n
 	}
+	// Another agent, which dies while no daemon runs: its pipe is left
+	// behind until the next daemon finds it lost.
+	gone := spawnAgent(t, c, "gone", 0, "sleep")
+	gonePipe := filepath.Join(home, "logs", gone.ID.String()+".log.pipe")
 	kintest.WaitFor(t, 20*time.Second, "2,000 lines before the kill", func() bool { return lastLine(c) >= 2000 })
 	c.Close()
 	cmd.Process.Signal(syscall.SIGKILL)
@@ -129,10 +133,18 @@ func TestLogSurvivesDaemonRestart(t *testing.T) {
 	if !alive(a.PID) {
 		t.Fatal("the agent died with its daemon")
 	}
+	syscall.Kill(gone.PID, syscall.SIGKILL)
+	kintest.WaitFor(t, 5*time.Second, "gone to die", func() bool { return !alive(gone.PID) })
+	if _, err := os.Lstat(gonePipe); err != nil {
+		t.Fatalf("the pipe of an agent that died while no daemon ran: %v", err)
+	}
 
 	d := kintest.StartDaemon(t, kintest.WithHome(home), kintest.WithProfile(prof))
 	if got, _ := d.Client.Agent(ctx, a.ID); !got.Running() {
 		t.Fatalf("not re-adopted: %+v", got)
+	}
+	if _, err := os.Lstat(gonePipe); !os.IsNotExist(err) {
+		t.Fatalf("the pipe of an agent lost while no daemon ran is left: %v", err)
 	}
 	// Follow from the end as it is now, to DONE: consecutive lines.
 	fctx, cancel := context.WithTimeout(ctx, 30*time.Second)
