@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"sync"
 	"sync/atomic"
 
 	"golang.org/x/sys/unix"
@@ -49,7 +48,6 @@ type Drain struct {
 	detached atomic.Bool
 	failed   bool // a write failed: logged once, output dropped since
 	done     chan struct{}
-	once     sync.Once
 }
 
 // Open makes the named pipe of a new agent's log and starts draining it.
