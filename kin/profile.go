@@ -52,8 +52,9 @@ type AgentLimits struct {
 // Quotas bound what one agent makes kin write on its behalf.
 type Quotas struct {
 	// LogBytes is the size at which logs/<id>.log is rotated to .1 (the
-	// older ones to .2 ...); LogKeep is how many rotated files are kept.
-	// At most LogBytes × (1 + LogKeep) of one agent's output is on disk.
+	// older ones to .2 ...); LogKeep is how many rotated files are kept
+	// (0: none; left out of a profile file: 2). At most
+	// LogBytes × (1 + LogKeep) of one agent's output is on disk.
 	LogBytes int64 `json:"log_bytes"`
 	LogKeep  int   `json:"log_keep"`
 	// MessageBytes is the largest message body one agent may send.

@@ -18,6 +18,7 @@ import (
 	"github.com/kin-agents/kin/internal/caller"
 	"github.com/kin-agents/kin/internal/lineage"
 	"github.com/kin-agents/kin/internal/policy"
+	"github.com/kin-agents/kin/internal/quota"
 	"github.com/kin-agents/kin/internal/store"
 	"github.com/kin-agents/kin/kin"
 )
@@ -41,6 +42,7 @@ type Authority struct {
 	log    *slog.Logger
 	stop   func(ctx context.Context, id kin.AgentID, reason string) error
 	limits func(flat kin.Policy) []kin.ResourceLimit
+	quota  *quota.Limiter
 
 	mu     sync.Mutex // guards own, spend, timers and closed
 	own    map[kin.AgentID]*permOwn
@@ -57,6 +59,9 @@ type Config struct {
 	Policy  policy.Config // presets and the global deny list
 	Clock   func() time.Time
 	Log     *slog.Logger
+	// Quota limits the rate of what agents report (usage, promotions,
+	// denied authorizations); nil: none.
+	Quota *quota.Limiter
 	// Stop stops id's subtree, id included, for reason (ReasonBudget,
 	// ReasonDeadline): grace, then kill, partial results kept.
 	Stop func(ctx context.Context, id kin.AgentID, reason string) error
@@ -68,7 +73,7 @@ type Config struct {
 
 // New makes an Authority and loads its cache from the store.
 func New(ctx context.Context, c Config) (*Authority, error) {
-	au := &Authority{st: c.Store, lin: c.Lineage, cfg: c.Policy, clock: c.Clock, log: c.Log, stop: c.Stop, limits: c.Limits,
+	au := &Authority{st: c.Store, lin: c.Lineage, cfg: c.Policy, clock: c.Clock, log: c.Log, stop: c.Stop, limits: c.Limits, quota: c.Quota,
 		timers: map[kin.AgentID]*time.Timer{}}
 	if au.log == nil {
 		au.log = slog.New(slog.DiscardHandler)
@@ -821,6 +826,11 @@ func (au *Authority) Authorize(ctx context.Context, req kin.AuthorizeRequest) (*
 		dec, _ = policy.AllowTool(layers, req.Tool)
 	}
 	if !dec.Allowed {
+		// A denial is recorded (tool_denied): that write is the agent's
+		// report, limited like the others; an allowed call writes nothing.
+		if err := au.quota.Allow(ctx, quota.Reports); err != nil {
+			return nil, err
+		}
 		a, _ := au.st.AgentGetByID(ctx, id)
 		parent := kin.AgentID(0)
 		if a != nil {
@@ -894,6 +904,9 @@ func (au *Authority) Usage(ctx context.Context, req kin.UsageRequest) (*kin.Spen
 	}
 	a, err := au.agent(ctx, id)
 	if err != nil {
+		return nil, err
+	}
+	if err := au.quota.Allow(ctx, quota.Reports); err != nil {
 		return nil, err
 	}
 	var over []kin.AgentID
@@ -974,6 +987,9 @@ func (au *Authority) Promote(ctx context.Context, req kin.PromoteRequest) (*kin.
 	pr, err := au.cfg.Preset(req.Stage)
 	if err != nil {
 		return nil, kin.Errorf(kin.ECodeInvalid, "stage: %v", err)
+	}
+	if err := au.quota.Allow(ctx, quota.Reports); err != nil {
+		return nil, err
 	}
 	err = store.UpdateAfter(ctx, au.st, func(tx store.Tx, after *store.AfterCommit) error {
 		now := au.now()

@@ -339,7 +339,7 @@ func (a *app) fail(ctx context.Context, cmd *cobra.Command, args []string, err e
 	if !errors.As(err, &re) {
 		msg := err.Error()
 		if jsonOut {
-			writeJSONError(a.env.Stderr, kin.ECodeInvalid, msg)
+			writeJSONError(a.env.Stderr, &kin.Error{Code: kin.ECodeInvalid, Message: msg})
 		} else {
 			path := "kin"
 			if cmd != nil {
@@ -358,27 +358,31 @@ func (a *app) fail(ctx context.Context, cmd *cobra.Command, args []string, err e
 		}
 		status, err = es.code, es.err
 	}
-	var code kin.ErrorCode
-	var msg string
+	var out kin.Error
 	var ke *kin.Error
 	switch {
 	case errors.As(err, &ke):
-		code, msg = ke.Code, ke.Message
+		out = *ke
 	case errors.Is(err, context.Canceled) && ctx.Err() != nil:
-		code, msg = kin.ECodeUnavailable, "interrupted"
+		out = kin.Error{Code: kin.ECodeUnavailable, Message: "interrupted"}
 	default:
-		code, msg = kin.ECodeInternal, err.Error()
+		out = kin.Error{Code: kin.ECodeInternal, Message: err.Error()}
 	}
-	if jsonOut {
-		writeJSONError(a.env.Stderr, code, msg)
-	} else {
-		fmt.Fprintf(a.env.Stderr, "kin: %s (%s)\n", msg, code)
+	switch {
+	case jsonOut:
+		writeJSONError(a.env.Stderr, &out)
+	case out.RetryAfter > 0:
+		// rate_limited: when the next one would be allowed.
+		fmt.Fprintf(a.env.Stderr, "kin: %s (%s; retry after %.3gs)\n", out.Message, out.Code, out.RetryAfter)
+	default:
+		fmt.Fprintf(a.env.Stderr, "kin: %s (%s)\n", out.Message, out.Code)
 	}
 	return status
 }
 
-func writeJSONError(w io.Writer, code kin.ErrorCode, msg string) {
-	b, _ := json.Marshal(&kin.Error{Code: code, Message: msg})
+// writeJSONError writes e as the API sends it (retry_after included).
+func writeJSONError(w io.Writer, e *kin.Error) {
+	b, _ := json.Marshal(e)
 	fmt.Fprintf(w, "%s\n", b)
 }
 

@@ -16,12 +16,16 @@ func (a *app) logsCommand() *cobra.Command {
 		Short: "Print what an agent's process wrote",
 		Long: `Print the output of agent ID's process: its stdout and stderr, interleaved
 as it wrote them, byte for byte (--json changes nothing). kin keeps the
-output in its home (logs/ID.log), also after the agent has ended.
+output in its home, also after the agent has ended: logs/ID.log, rotated
+at the profile's quotas.log_bytes to logs/ID.log.1 (and .1 to .2 ...),
+the oldest dropped past quotas.log_keep; this prints what is kept, the
+oldest first.
 
-With --follow keep printing new output as it comes, until the agent has
-ended and everything was printed (then exit 0), or until interrupted
-(Ctrl-C, also exit 0). --offset skips that many bytes, e.g. what an earlier
-run already printed.`,
+With --follow keep printing new output as it comes, across rotations,
+until the agent has ended and everything was printed (then exit 0), or
+until interrupted (Ctrl-C, also exit 0). --offset skips that many bytes of
+what is kept, e.g. what an earlier run already printed (once a rotation
+dropped old output, offsets count from the oldest byte still kept).`,
 		Example: `  kin logs 7
   kin logs 7 --follow
   kin logs 7 --offset 1048576 | less`,

@@ -58,3 +58,21 @@ func TestUsageErrors(t *testing.T) {
 		t.Errorf("message %q", msg)
 	}
 }
+
+// TestRateLimitedSaysWhenToRetry: a rate_limited refusal prints its
+// retry_after, and --json carries it.
+func TestRateLimitedSaysWhenToRetry(t *testing.T) {
+	refusal := kin.Errorf(kin.ECodeRateLimited, "agent 4 sent reports faster than its quota allows")
+	refusal.RetryAfter = 0.25
+	svc := &fakeService{err: refusal}
+	r := runFake(t, svc, "", "usage", "--tokens", "5")
+	if r.code != ExitError || r.stderr != "kin: agent 4 sent reports faster than its quota allows (rate_limited; retry after 0.25s)\n" {
+		t.Fatalf("exit %d, stderr %q", r.code, r.stderr)
+	}
+	r = runFake(t, svc, "", "usage", "--json", "--tokens", "5")
+	var e kin.Error
+	decodeOne(t, r.stderr, &e)
+	if e.Code != kin.ECodeRateLimited || e.RetryAfter != 0.25 {
+		t.Fatalf("--json: %+v", e)
+	}
+}

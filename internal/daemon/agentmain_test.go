@@ -91,6 +91,10 @@ func runDaemonProcess(home string) {
 //	                 write "VERB TARGET: ok" or the error, then "trespass done"
 //	swap-spawn ...   swap a granted folder for a link while spawning
 //	                 children (grants_race_test.go)
+//	flood KIND N SIZE send N messages of SIZE bytes to its parent (KIND
+//	                 messages) or N usage reports (KIND usage) as fast as
+//	                 it can; write what was accepted and refused, then
+//	                 wait (quota_test.go)
 //	coder, reviewer, ... seed 001's example (handoff_test.go)
 func runAgent(mode string) int {
 	args := strings.Fields(mode)
@@ -251,6 +255,8 @@ func runAgent(mode string) int {
 		return runSeed001Agent(args[0], out)
 	case "swap-spawn":
 		return runSwapSpawn(args[1:], self(), out)
+	case "flood":
+		runFlood(args[1:], self(), out)
 	default:
 		out("unknown mode %q", mode)
 		return 2

@@ -25,6 +25,7 @@ import (
 	"github.com/kin-agents/kin/internal/lineage"
 	"github.com/kin-agents/kin/internal/logsigner"
 	"github.com/kin-agents/kin/internal/personserver"
+	"github.com/kin-agents/kin/internal/quota"
 	"github.com/kin-agents/kin/internal/registry"
 	"github.com/kin-agents/kin/internal/runner"
 	"github.com/kin-agents/kin/internal/store"
@@ -59,6 +60,7 @@ type Daemon struct {
 	*logsigner.Signer                       // the verifiable event log's key and checkpoints: kin.LogService
 	metrics              *telemetry.Metrics // Prometheus metrics
 	tracer               *telemetry.Tracer  // OpenTelemetry spans of spawns, nil when off
+	quota                *quota.Limiter     // the profile's rate limits on agents (issue 21)
 
 	pid     int
 	started time.Time
@@ -141,8 +143,10 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 	if err != nil {
 		return nil, err
 	}
+	// Quotas are the profile's, read at each request (issue 21).
+	d.quota = quota.New(quota.Config{Quotas: func() kin.Quotas { return d.Registry.Profile().Quotas }, Clock: d.now})
 	d.Authority, err = authority.New(ctx, authority.Config{
-		Store: d.store, Lineage: &d.lineage, Policy: pcfg, Clock: d.now, Log: d.log,
+		Store: d.store, Lineage: &d.lineage, Policy: pcfg, Clock: d.now, Log: d.log, Quota: d.quota,
 		Stop: func(ctx context.Context, id kin.AgentID, reason string) error {
 			return d.Runner.StopSubtree(ctx, id, reason)
 		},
@@ -156,6 +160,7 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 		Store: d.store, Lineage: &d.lineage, Clock: d.now, Log: d.log, ReplayCapacity: cfg.ReplayCapacity,
 		SingleLevel: func() bool { return d.Registry.Profile().Name == "aauth" },
 		KeyPath:     func(id kin.AgentID) string { return d.Runner.AgentKeyPath(id) },
+		Quota:       d.quota,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("identity: %w", err)
@@ -185,7 +190,7 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 		SandboxRO: cfg.SandboxRO, SandboxBestEffort: cfg.SandboxBestEffort, ShimPath: cfg.ShimPath,
 		Containment: cfg.Containment, CgroupName: cfg.CgroupName, LeaveRunning: cfg.LeaveRunning,
 		Store: d.store, Lineage: &d.lineage, Authority: d.Authority, Identity: d.Server,
-		Observer: telemetry.RunnerObserver{M: d.metrics, T: d.tracer}, Clock: d.now, Log: d.log,
+		Observer: telemetry.RunnerObserver{M: d.metrics, T: d.tracer}, Clock: d.now, Log: d.log, Quota: d.quota,
 	})
 	if err != nil {
 		return nil, err
@@ -194,7 +199,7 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 		Store: d.store, Lineage: &d.lineage, Authority: d.Authority, Identity: d.Server,
 		Runner: d.Runner.RegistryHooks(), Observer: telemetry.RegistryObserver{M: d.metrics, T: d.tracer}, Clock: d.now,
 		Profile: baseProfile, ProfileSource: profileSource, DefaultResponsible: cfg.DefaultResponsible,
-		Closing: d.closing, Wait: d.store.Wait,
+		Closing: d.closing, Wait: d.store.Wait, Quota: d.quota,
 	})
 	if err != nil {
 		return nil, err
@@ -207,7 +212,7 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 		return nil, err
 	}
 	d.Exchange = exchange.New(exchange.Config{Store: d.store, Lineage: &d.lineage, Registry: d.Registry, Authority: d.Authority,
-		FS: d.Runner.FS(), Workspace: d.Runner.WorkspaceOf, Clock: d.now})
+		FS: d.Runner.FS(), Workspace: d.Runner.WorkspaceOf, Clock: d.now, Quota: d.quota})
 
 	api := httpapi.New(d, d.token, d.log)
 	api.Observe = d.metrics.ObserveHTTP

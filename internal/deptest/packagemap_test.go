@@ -263,6 +263,20 @@ var packageMap = map[string]deptest.DepChecker{
 			mod + "internal/store/...": "the supervisor runs processes; the daemon records them",
 		},
 	},
+	"internal/quota": {
+		OnlyDeps: map[string]string{
+			"std":                    "counting tokens needs nothing else",
+			mod + "kin":              "the quotas and the rate_limited error",
+			mod + "internal/caller":  "who sent a request: only agents are limited",
+			"golang.org/x/time/rate": "the token bucket (docs/DEPENDENCIES.md)",
+		},
+	},
+	"internal/agentlog": {
+		OnlyDeps: map[string]string{
+			"std":                   "a pipe, files and renames",
+			"golang.org/x/sys/unix": "mkfifo, F_SETPIPE_SZ and splice, which the standard library lacks",
+		},
+	},
 	"internal/ctxfs": {
 		OnlyDeps: map[string]string{
 			"std":                   "the on-disk ABI is files and system calls",

@@ -17,6 +17,7 @@ import (
 	"github.com/kin-agents/kin/internal/ctxfs"
 	"github.com/kin-agents/kin/internal/lineage"
 	"github.com/kin-agents/kin/internal/policy"
+	"github.com/kin-agents/kin/internal/quota"
 	"github.com/kin-agents/kin/internal/registry"
 	"github.com/kin-agents/kin/internal/store"
 	"github.com/kin-agents/kin/kin"
@@ -31,6 +32,7 @@ type Exchange struct {
 	fs        *ctxfs.FS
 	workspace func(a *kin.Agent) string
 	clock     func() time.Time
+	quota     *quota.Limiter
 }
 
 // Config is what an Exchange is built from.
@@ -44,11 +46,13 @@ type Config struct {
 	FS        *ctxfs.FS
 	Workspace func(a *kin.Agent) string
 	Clock     func() time.Time
+	// Quota limits the size and rate of agents' messages (nil: none).
+	Quota *quota.Limiter
 }
 
 // New makes an Exchange.
 func New(c Config) *Exchange {
-	return &Exchange{st: c.Store, lin: c.Lineage, reg: c.Registry, auth: c.Authority, fs: c.FS, workspace: c.Workspace, clock: c.Clock}
+	return &Exchange{st: c.Store, lin: c.Lineage, reg: c.Registry, auth: c.Authority, fs: c.FS, workspace: c.Workspace, clock: c.Clock, quota: c.Quota}
 }
 
 func (x *Exchange) now() time.Time { return x.clock() }
@@ -73,6 +77,9 @@ func (x *Exchange) Send(ctx context.Context, req kin.SendRequest) (*kin.Message,
 	if len(req.Text) > kin.MaxMessageLen {
 		return nil, kin.Errorf(kin.ECodeInvalid, "the message is %d bytes long; at most %d are allowed", len(req.Text), kin.MaxMessageLen)
 	}
+	if err := x.quota.CheckMessage(ctx, len(req.Text)); err != nil {
+		return nil, err
+	}
 	if !utf8.ValidString(req.Text) {
 		return nil, kin.Errorf(kin.ECodeInvalid, "the message is not valid UTF-8")
 	}
@@ -95,6 +102,11 @@ func (x *Exchange) Send(ctx context.Context, req kin.SendRequest) (*kin.Message,
 	}
 	if _, err := kin.ParseName(session); err != nil {
 		return nil, kin.Errorf(kin.ECodeInvalid, "session %q is not a session id (letters, digits and - _ . :)", session)
+	}
+	// Last before the write: a request refused for anything else spends
+	// no token.
+	if err := x.quota.Allow(ctx, quota.Messages); err != nil {
+		return nil, err
 	}
 	m := &kin.Message{From: c.Agent, To: to.ID, Session: session, Text: req.Text, At: x.now()}
 	err = store.UpdateAfter(ctx, x.st, func(tx store.Tx, _ *store.AfterCommit) error {

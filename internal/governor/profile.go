@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"sort"
 	"strings"
@@ -67,6 +68,9 @@ func Load(nameOrPath string) (p kin.Profile, source string, err error) {
 // Parse decodes a profile strictly (unknown keys are errors) and validates it.
 func Parse(data []byte) (kin.Profile, error) {
 	var p kin.Profile
+	// log_keep 0 (no rotated file) is a choice, so "absent" needs a mark
+	// of its own (WithDefaults reads it).
+	p.Quotas.LogKeep = absentLogKeep
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&p); err != nil {
@@ -96,14 +100,22 @@ const (
 	DefaultLogBytes = 16 << 20
 	DefaultLogKeep  = 2
 	// A message is a note between agents, not a file transfer (handoff
-	// carries files): 64 KiB, 10 a second after a burst of 100, so one
-	// agent writes at most 640 KiB/s of messages.
-	DefaultMessageBytes = 64 << 10
-	DefaultMessageRate  = 10
+	// carries files): 16 KiB, 2 a second after a burst of 100 (a parent
+	// addressing 100 children at once). Each accepted byte costs about 2
+	// on disk (measured: 1.02 in kin.db once checkpointed, 1 in the
+	// recipient's messages.jsonl), so one agent adds at most ~64 KB/s,
+	// 235 MB an hour; 10 a second of 64 KiB (the first defaults) was
+	// 1.3 MB/s, 4.7 GB an hour (docs/POLICY.md, "Quotas").
+	DefaultMessageBytes = 16 << 10
+	DefaultMessageRate  = 2
 	DefaultMessageBurst = 100
 	DefaultReportRate   = 20
 	DefaultReportBurst  = 200
 )
+
+// absentLogKeep marks quotas.log_keep absent while a profile is parsed: no
+// file says it (math.MinInt), and every negative value is refused.
+const absentLogKeep = math.MinInt
 
 // WithDefaults fills the fields a profile file may leave out.
 func WithDefaults(p kin.Profile) kin.Profile {
@@ -126,7 +138,7 @@ func WithDefaults(p kin.Profile) kin.Profile {
 	if q.LogBytes == 0 {
 		q.LogBytes = DefaultLogBytes
 	}
-	if q.LogKeep == 0 {
+	if q.LogKeep == absentLogKeep { // absent from the file (Parse); 0 keeps no rotated file
 		q.LogKeep = DefaultLogKeep
 	}
 	if q.MessageBytes == 0 {

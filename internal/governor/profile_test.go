@@ -48,9 +48,13 @@ func TestProfileDefaults(t *testing.T) {
 	if time.Duration(p.Heartbeat.Window) != time.Minute || p.Heartbeat.OfflineAfter != 3 || p.Restart.MaxRestarts != 3 || time.Duration(p.Restart.Period) != time.Minute || p.AllowDetach {
 		t.Fatalf("defaults = %+v", p)
 	}
-	if p.Limits.Pids != 4096 || p.Quotas.LogBytes != 16<<20 || p.Quotas.LogKeep != 2 || p.Quotas.MessageBytes != 64<<10 ||
-		p.Quotas.Messages != (kin.Rate{PerSecond: 10, Burst: 100}) || p.Quotas.Reports != (kin.Rate{PerSecond: 20, Burst: 200}) {
+	if p.Limits.Pids != 4096 || p.Quotas.LogBytes != 16<<20 || p.Quotas.LogKeep != 2 || p.Quotas.MessageBytes != 16<<10 ||
+		p.Quotas.Messages != (kin.Rate{PerSecond: 2, Burst: 100}) || p.Quotas.Reports != (kin.Rate{PerSecond: 20, Burst: 200}) {
 		t.Fatalf("limit and quota defaults = %+v %+v", p.Limits, p.Quotas)
+	}
+	// log_keep 0 is kept: only the current log, no rotated file.
+	if p, err := governor.Parse([]byte(`{"name":"x","quotas":{"log_keep":0}}`)); err != nil || p.Quotas.LogKeep != 0 || p.Quotas.LogBytes != 16<<20 {
+		t.Fatalf("log_keep 0: %+v, %v", p.Quotas, err)
 	}
 	for _, bad := range []struct{ json, want string }{
 		{`{"name":"x","heartbeat":{"window":"1ms"}}`, "shorter than 10ms"},

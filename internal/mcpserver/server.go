@@ -153,14 +153,19 @@ func addTool[In any](s *mcp.Server, t *tools, tool *mcp.Tool, h handler[In]) {
 	})
 }
 
-// toolError is the tool error for err: "code: message".
+// toolError is the tool error for err: "code: message", and for
+// rate_limited "retry after Ns" too (a tool error is text only).
 func toolError(err error) error {
 	if err == nil {
 		return nil
 	}
 	var ke *kin.Error
 	if errors.As(err, &ke) {
-		return &kin.Error{Code: ke.Code, Message: ke.Message}
+		out := &kin.Error{Code: ke.Code, Message: ke.Message, RetryAfter: ke.RetryAfter}
+		if out.RetryAfter > 0 && !strings.Contains(out.Message, "retry after") {
+			out.Message += fmt.Sprintf(" (retry after %.3gs)", out.RetryAfter)
+		}
+		return out
 	}
 	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		return kin.Errorf(kin.ECodeUnavailable, "interrupted: %v", err)

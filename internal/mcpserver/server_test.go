@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -281,5 +282,29 @@ func TestMCPWaitOnAnAgentWithoutHandoffSaysHowItEnded(t *testing.T) {
 	}
 	if !strings.Contains(said, "no result to hand back (it had no handoff); it is exited, exit 3") {
 		t.Errorf("wait_agent said %q", said)
+	}
+}
+
+// TestMCPRateLimitedCarriesRetryAfter: an agent past its report quota gets
+// a tool error with the rate_limited code and when to retry.
+func TestMCPRateLimitedCarriesRetryAfter(t *testing.T) {
+	prof := filepath.Join(t.TempDir(), "quotas.json")
+	if err := os.WriteFile(prof, []byte(`{"name": "quotas", "quotas": {"reports": {"per_second": 0.5, "burst": 1}}}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	d := kintest.StartDaemon(t, kintest.WithProfile(prof))
+	a, err := d.Client.Spawn(context.Background(), kin.SpawnRequest{
+		RegisterRequest: kin.RegisterRequest{Name: "reporter", Responsible: "ops"},
+		Command:         []string{"/bin/sh", "-c", "exec sleep 600"},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.Client.Stop(context.Background(), kin.StopRequest{ID: a.ID}) })
+	cs := connect(t, d.Client.ActingAs(a.ID.String())) // as the agent's own kin mcp would
+	ok(t, cs, "report_usage", map[string]any{"tokens": 1}, nil)
+	res := call(t, cs, "report_usage", map[string]any{"tokens": 1})
+	if !res.IsError || !strings.HasPrefix(text(res), string(kin.ECodeRateLimited)+": ") || !strings.Contains(text(res), "quotas.reports") || !strings.Contains(text(res), "(retry after ") {
+		t.Fatalf("past the quota: IsError %v, %q", res.IsError, text(res))
 	}
 }

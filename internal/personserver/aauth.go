@@ -6,13 +6,16 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"math"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/kin-agents/kin/aauth"
 	"github.com/kin-agents/kin/internal/httpsig"
 	"github.com/kin-agents/kin/internal/identity"
+	"github.com/kin-agents/kin/internal/quota"
 	"github.com/kin-agents/kin/internal/store"
 	"github.com/kin-agents/kin/kin"
 )
@@ -120,6 +123,7 @@ type refusal struct {
 	detail     string
 	sig        *httpsig.Error // answered as 401 with Signature-Error
 	retryAfter time.Duration  // answered as 503 with Retry-After
+	retry      float64        // rate_limited: seconds until the next is allowed
 }
 
 func (r *refusal) write(w http.ResponseWriter) {
@@ -129,6 +133,9 @@ func (r *refusal) write(w http.ResponseWriter) {
 	case r.retryAfter > 0:
 		aauth.WriteUnavailable(w, r.detail, r.retryAfter)
 	default:
+		if r.retry > 0 {
+			w.Header().Set("Retry-After", strconv.FormatInt(int64(math.Ceil(r.retry)), 10))
+		}
 		aauth.WriteProblem(w, &aauth.Problem{Status: r.status, Code: r.code, Detail: r.detail})
 	}
 }
@@ -210,8 +217,9 @@ func (srv *Server) serveAuthToken(w http.ResponseWriter, r *http.Request) {
 			code, detail = string(ref.sig.Code), ref.sig.Detail
 		}
 		// A refusal is an event once it names an agent: a request whose
-		// signer is unknown names nobody, and must not make kin write.
-		if pid != 0 {
+		// signer is unknown names nobody, and must not make kin write;
+		// nor one past its signer's quota.
+		if pid != 0 && ref.code != string(kin.ECodeRateLimited) {
 			srv.recordRefusal(pid, aid, code, detail)
 		} else {
 			srv.log.Info("auth-token refused", "code", code, "detail", detail)
@@ -255,6 +263,13 @@ func (srv *Server) authToken(ctx context.Context, r *http.Request, now time.Time
 		return nil, signatureRefusal(err)
 	}
 	parent := *parentOut
+	// Every answer from here on is written (issued or refused): the
+	// signer's reports quota first.
+	if err := srv.cfg.Quota.AllowAgent(parent.agent.ID, quota.Reports); err != nil {
+		var ke *kin.Error
+		errors.As(err, &ke)
+		return nil, &refusal{status: http.StatusTooManyRequests, code: string(kin.ECodeRateLimited), detail: ke.Message, retry: ke.RetryAfter}
+	}
 	if parent.claims.ParentAgent != "" {
 		return nil, refuse(http.StatusForbidden, "access_denied", "the request is signed by a sub-agent ("+parent.claims.Sub+"): a sub-agent never calls the person server; its parent obtains its auth tokens (seed 004)")
 	}

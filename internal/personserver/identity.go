@@ -20,6 +20,7 @@ import (
 	"github.com/kin-agents/kin/internal/identity"
 	"github.com/kin-agents/kin/internal/keyring"
 	"github.com/kin-agents/kin/internal/lineage"
+	"github.com/kin-agents/kin/internal/quota"
 	"github.com/kin-agents/kin/internal/store"
 	"github.com/kin-agents/kin/kin"
 )
@@ -58,6 +59,9 @@ type Config struct {
 	// ReplayCapacity bounds the signatures remembered against replay;
 	// 0: httpsig.DefaultReplayCapacity.
 	ReplayCapacity int
+	// Quota limits how often an agent asks for auth tokens (each answer,
+	// issued or refused, is an event); nil: no limit.
+	Quota *quota.Limiter
 }
 
 // New opens the signing keys under the home (making them the first time)

@@ -14,6 +14,7 @@ import (
 	"github.com/kin-agents/kin/internal/governor"
 	"github.com/kin-agents/kin/internal/lineage"
 	"github.com/kin-agents/kin/internal/personserver"
+	"github.com/kin-agents/kin/internal/quota"
 	"github.com/kin-agents/kin/internal/store"
 	"github.com/kin-agents/kin/kin"
 )
@@ -33,6 +34,7 @@ type Registry struct {
 	clock   func() time.Time
 	closing <-chan struct{}
 	wait    func() <-chan struct{}
+	quota   *quota.Limiter
 
 	defaultResponsible string
 
@@ -100,12 +102,15 @@ type Config struct {
 	// next commit with events.
 	Closing <-chan struct{}
 	Wait    func() <-chan struct{}
+	// Quota limits how often an agent changes its descendants' status
+	// (nil: no limit).
+	Quota *quota.Limiter
 }
 
 // New makes a Registry and reads the governor's stored settings.
 func New(ctx context.Context, c Config) (*Registry, error) {
 	r := &Registry{st: c.Store, lin: c.Lineage, auth: c.Authority, ps: c.Identity, run: c.Runner, obs: c.Observer,
-		clock: c.Clock, closing: c.Closing, wait: c.Wait, defaultResponsible: c.DefaultResponsible,
+		clock: c.Clock, closing: c.Closing, wait: c.Wait, quota: c.Quota, defaultResponsible: c.DefaultResponsible,
 		baseProfile: c.Profile, profileSource: c.ProfileSource}
 	if err := r.loadGovernor(ctx); err != nil {
 		return nil, err
@@ -493,6 +498,9 @@ func (r *Registry) SetStatus(ctx context.Context, req kin.StatusRequest) ([]*kin
 		return nil, kin.Errorf(kin.ECodeInvalid, "reason is longer than %d bytes", kin.MaxScopeLen)
 	}
 	if err := r.authorize(ctx, req.ID, false); err != nil {
+		return nil, err
+	}
+	if err := r.quota.Allow(ctx, quota.Reports); err != nil {
 		return nil, err
 	}
 	by := caller.Of(ctx).CreatedBy()

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/kin-agents/kin/internal/caller"
+	"github.com/kin-agents/kin/internal/quota"
 	"github.com/kin-agents/kin/internal/store"
 	"github.com/kin-agents/kin/kin"
 )
@@ -40,6 +41,9 @@ func (run *Runner) Heartbeat(ctx context.Context, req kin.HeartbeatRequest) (*ki
 		if req.Cursor[i] < 0x20 || req.Cursor[i] == 0x7f {
 			return nil, kin.Errorf(kin.ECodeInvalid, "cursor has a control character at byte %d", i)
 		}
+	}
+	if err := run.quota.Allow(ctx, quota.Reports); err != nil {
+		return nil, err
 	}
 	var out *kin.Agent
 	var refused error

@@ -3,10 +3,13 @@ package runner
 import (
 	"context"
 	"errors"
-	"io"
 	"os"
+	"path/filepath"
+	"strings"
 	"time"
 
+	"github.com/kin-agents/kin/internal/agentlog"
+	"github.com/kin-agents/kin/internal/governor"
 	"github.com/kin-agents/kin/kin"
 )
 
@@ -14,8 +17,126 @@ import (
 // woke the follower.
 const logPoll = 100 * time.Millisecond
 
-// Logs streams an agent's captured stdout and stderr from req.Offset. With
-// Follow it goes on until the agent has ended and everything was sent.
+// logFlushWait bounds how long an agent's end waits for its output to be
+// in its log: the drain ends as soon as the last writer of its pipe is
+// gone, at once when the agent forked nothing that kept its stdout; a
+// process it left behind holding it is killed after the end is recorded.
+const logFlushWait = time.Second
+
+// An agent's stdout and stderr go into a named pipe kin drains into
+// logs/<id>.log, rotated at the profile's quotas.log_bytes (package
+// agentlog): the drains, one per agent whose pipe is read, are the
+// runner's.
+
+// logConfig is the log of agent id under the profile's quotas.
+func (run *Runner) logConfig(id kin.AgentID) agentlog.Config {
+	q := run.reg.Profile().Quotas
+	if q.LogBytes == 0 {
+		q.LogBytes, q.LogKeep = governor.DefaultLogBytes, governor.DefaultLogKeep
+	}
+	return agentlog.Config{Path: run.logPath(id), Bytes: q.LogBytes, Keep: q.LogKeep, Log: run.log,
+		OnEnd: func() { run.forgetDrain(id) }}
+}
+
+// openLog makes a new agent's pipe and drains it; out is for the process.
+func (run *Runner) openLog(id kin.AgentID) (out *os.File, err error) {
+	run.logMu.Lock()
+	defer run.logMu.Unlock()
+	d, out, err := agentlog.Open(run.logConfig(id))
+	if err != nil {
+		return nil, err
+	}
+	run.drains[id] = d
+	return out, nil
+}
+
+// reattachLog drains the pipe of an agent an earlier daemon started.
+func (run *Runner) reattachLog(id kin.AgentID) {
+	run.logMu.Lock()
+	defer run.logMu.Unlock()
+	d, err := agentlog.Reattach(run.logConfig(id))
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		run.log.Warn("agent log not bounded: the agent writes logs/<id>.log itself (started by an older kin)", "agent", id)
+	case err != nil:
+		run.log.Error("agent log: reattach", "agent", id, "err", err)
+	default:
+		run.drains[id] = d
+	}
+}
+
+// forgetDrain drops an ended drain.
+func (run *Runner) forgetDrain(id kin.AgentID) {
+	run.logMu.Lock()
+	defer run.logMu.Unlock()
+	if d := run.drains[id]; d != nil {
+		select {
+		case <-d.Done():
+			delete(run.drains, id)
+		default:
+		}
+	}
+}
+
+// draining reports whether agent id's output is still being copied.
+func (run *Runner) draining(id kin.AgentID) bool {
+	run.logMu.Lock()
+	defer run.logMu.Unlock()
+	return run.drains[id] != nil
+}
+
+// awaitLog waits until agent id's output is all in its log, at most until
+// deadline.
+func (run *Runner) awaitLog(id kin.AgentID, deadline time.Time) {
+	run.logMu.Lock()
+	d := run.drains[id]
+	run.logMu.Unlock()
+	if d == nil {
+		return
+	}
+	t := time.NewTimer(time.Until(deadline))
+	defer t.Stop()
+	select {
+	case <-d.Done():
+	case <-t.C:
+	}
+}
+
+// closeLogs ends the drains at shutdown. Agents stopped, each drain ends
+// once it copied what they wrote last (waited for up to a few seconds);
+// agents left running keep their pipes for the next daemon (Detach).
+func (run *Runner) closeLogs(wait bool) {
+	run.logMu.Lock()
+	ds := make(map[kin.AgentID]*agentlog.Drain, len(run.drains))
+	for id, d := range run.drains {
+		ds[id] = d
+	}
+	run.logMu.Unlock()
+	deadline := time.Now().Add(5 * time.Second)
+	for id, d := range ds {
+		if wait {
+			run.awaitLog(id, deadline)
+		}
+		d.Detach()
+	}
+}
+
+// removeStalePipes removes the pipes of agents no drain reads after
+// re-adoption: their agents ended while no daemon ran.
+func (run *Runner) removeStalePipes() {
+	pipes, _ := filepath.Glob(filepath.Join(run.cfg.Home, "logs", "*.log.pipe"))
+	for _, p := range pipes {
+		id, err := kin.ParseAgentID(strings.TrimSuffix(filepath.Base(p), ".log.pipe"))
+		if err != nil || !run.draining(id) {
+			os.Remove(p)
+		}
+	}
+}
+
+// Logs streams an agent's captured stdout and stderr from req.Offset: a
+// byte offset into what is kept now (the rotated files oldest first, then
+// the current one). With Follow it goes on, across rotations, until the
+// agent has ended and everything was sent.
 func (run *Runner) Logs(ctx context.Context, req kin.LogsRequest, fn func([]byte) error) error {
 	if err := run.authorize(ctx, req.ID, true); err != nil {
 		return err
@@ -34,44 +155,14 @@ func (run *Runner) Logs(ctx context.Context, req kin.LogsRequest, fn func([]byte
 		return kin.Errorf(kin.ECodeInvalid, "agent %d was registered without a process: it has no log", req.ID)
 	}
 	buf := make([]byte, 32<<10)
-	offset := req.Offset
-	if req.Tail > 0 {
-		// The last Tail bytes of what is there now (the dashboard's log tail).
-		if fi, err := os.Stat(run.logPath(req.ID)); err == nil {
-			offset = max(offset, fi.Size()-req.Tail)
-		}
-	}
-	var f *os.File
-	defer func() {
-		if f != nil {
-			f.Close()
-		}
-	}()
+	r := agentlog.NewReader(run.logPath(req.ID), req.Offset, req.Tail)
+	defer r.Close()
 	for {
 		wake := run.store.Wait()
-		ended := run.runtimeOf(req.ID) == nil // no process: nothing more will be written
-		if f == nil {
-			f, err = os.Open(run.logPath(req.ID))
-			if err != nil && !errors.Is(err, os.ErrNotExist) {
-				return err
-			}
-		}
-		if f != nil {
-			for {
-				n, err := f.ReadAt(buf, offset)
-				if n > 0 {
-					offset += int64(n)
-					if ferr := fn(buf[:n]); ferr != nil {
-						return ferr
-					}
-				}
-				if errors.Is(err, io.EOF) {
-					break
-				}
-				if err != nil {
-					return err
-				}
-			}
+		// No process and no drain: nothing more will be written.
+		ended := run.runtimeOf(req.ID) == nil && !run.draining(req.ID)
+		if err := r.ReadAvailable(buf, fn); err != nil {
+			return err
 		}
 		if !req.Follow || ended {
 			return nil

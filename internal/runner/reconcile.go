@@ -169,6 +169,7 @@ func (run *Runner) adopt(ctx context.Context, a *kin.Agent) error {
 	} else {
 		rt.sock = sock
 	}
+	run.reattachLog(a.ID) // its output, waiting in its pipe, goes on into its log
 	run.appendSimple(ctx, kin.EventAgentAdopted, a, kin.AgentAdoptedData{Agent: a.ID, PID: a.PID})
 	run.log.Info("agent re-adopted", "agent", a.ID, "pid", a.PID)
 	run.exitWG.Add(1)

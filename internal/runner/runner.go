@@ -12,12 +12,14 @@ import (
 	"sync"
 	"time"
 
+	"github.com/kin-agents/kin/internal/agentlog"
 	"github.com/kin-agents/kin/internal/agentsock"
 	"github.com/kin-agents/kin/internal/authority"
 	"github.com/kin-agents/kin/internal/caller"
 	"github.com/kin-agents/kin/internal/ctxfs"
 	"github.com/kin-agents/kin/internal/lineage"
 	"github.com/kin-agents/kin/internal/personserver"
+	"github.com/kin-agents/kin/internal/quota"
 	"github.com/kin-agents/kin/internal/registry"
 	"github.com/kin-agents/kin/internal/store"
 	"github.com/kin-agents/kin/internal/supervisor"
@@ -44,6 +46,7 @@ type Runner struct {
 	ps      *personserver.Server
 	obs     Observer
 	uids    *uidrange.Range // the home's agent uid range; nil: agents run as the daemon's user
+	quota   *quota.Limiter  // agents' heartbeats (nil: no limit); logs read the profile's quotas
 
 	sup           *supervisor.Supervisor
 	ctxDir        string // the agent filesystem's root
@@ -56,6 +59,8 @@ type Runner struct {
 	rtMu          sync.Mutex
 	runtimes      map[kin.AgentID]*runtime
 	adopted       map[kin.AgentID]*os.File // pidfds of re-adopted processes
+	logMu         sync.Mutex
+	drains        map[kin.AgentID]*agentlog.Drain // agents' output being copied into their logs (logs.go)
 	shuttingDown  bool
 	exitWG        sync.WaitGroup     // exit handlers and restarts
 	socks         *agentsock.Sockets // every agent's own socket
@@ -104,6 +109,9 @@ type Config struct {
 	Observer  Observer
 	Clock     func() time.Time
 	Log       *slog.Logger
+	// Quota limits agents' heartbeats (nil: no limit). Their logs are
+	// bounded by the registry's profile (quotas.log_bytes, log_keep).
+	Quota *quota.Limiter
 }
 
 // What a spawn span is of (Observer.Traced's kind).
@@ -130,11 +138,12 @@ type Observer interface {
 // hooks (RegistryHooks) and the runner the registry.
 func New(c Config) (*Runner, error) {
 	run := &Runner{
-		cfg: c, log: c.Log, now: c.Clock, store: c.Store, lineage: c.Lineage, auth: c.Authority, ps: c.Identity, obs: c.Observer,
+		cfg: c, log: c.Log, now: c.Clock, store: c.Store, lineage: c.Lineage, auth: c.Authority, ps: c.Identity, obs: c.Observer, quota: c.Quota,
 		ctxDir:    c.CtxDir,
 		ctxAgents: map[kin.AgentID]*ctxAgent{},
 		runtimes:  map[kin.AgentID]*runtime{},
 		adopted:   map[kin.AgentID]*os.File{},
+		drains:    map[kin.AgentID]*agentlog.Drain{},
 		closing:   make(chan struct{}),
 	}
 	if run.log == nil {
@@ -247,6 +256,7 @@ func (run *Runner) Start(ctx context.Context, agents http.Handler) error {
 	if err := run.reconcile(ctx); err != nil {
 		return fmt.Errorf("reconcile running agents: %w", err)
 	}
+	run.removeStalePipes()
 	run.wg.Add(1)
 	go run.watchLiveness()
 	return nil
@@ -281,6 +291,7 @@ func (run *Runner) Close() error {
 		errs = append(errs, run.sup.Close())
 		run.exitWG.Wait() // exits the supervisor reported while closing
 	}
+	run.closeLogs(!run.cfg.LeaveRunning)
 	if run.socks != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()

@@ -61,6 +61,7 @@ func (run *Runner) removeRuntime(id kin.AgentID) {
 	if rt != nil && rt.sock != nil {
 		rt.sock.Close()
 	}
+	run.quota.Forget(id) // an ended agent sends nothing more
 }
 
 // Spawn registers an agent under the governor's rules and starts its
@@ -200,6 +201,12 @@ func (run *Runner) start(ctx context.Context, a *kin.Agent, spec store.ProcessSp
 		run.removeRuntime(a.ID)
 		return nil, run.failStart(ctx, a, fmt.Errorf("record its key: %w", run.storeError(err)))
 	}
+	// Its output goes through a pipe kin drains into its log, bounded.
+	logOut, err := run.openLog(a.ID)
+	if err != nil {
+		run.removeRuntime(a.ID)
+		return nil, run.failStart(ctx, a, fmt.Errorf("its log: %w", err))
+	}
 	proc, err := run.sup.Start(ctx, supervisor.Spec{
 		ID:         a.ID,
 		ParentID:   a.Parent,
@@ -207,11 +214,13 @@ func (run *Runner) start(ctx context.Context, a *kin.Agent, spec store.ProcessSp
 		Argv:       argv,
 		Env:        append(run.agentEnv(a, sock.Path(), cursor, spec.Env), ctxEnv...),
 		Dir:        dir,
-		LogPath:    run.logPath(a.ID),
+		Stdout:     logOut,
+		Stderr:     logOut,
 		Credential: withGroups(run.agentCredential(a.ID), readGroups),
 		ExtraFiles: held, // descriptors 3, ...: Spec.Held's numbers
 		Limits:     run.limitsFor(flat).group,
 	})
+	logOut.Close() // the process has its own copy; without one, the drain ends
 	if err != nil {
 		run.removeRuntime(a.ID)
 		return nil, run.failStart(ctx, a, err)
@@ -370,6 +379,8 @@ func (run *Runner) handleExit(id kin.AgentID, exit kin.Exit) {
 	if rt.sock != nil {
 		rt.sock.Close() // step 3 of the cancellation: nobody acts as a dead agent
 	}
+	// What it wrote last is in its log before its end is recorded.
+	run.awaitLog(id, time.Now().Add(logFlushWait))
 	var res *outcome
 	if rt.ctx != nil && rt.ctx.resultChan {
 		if cur, err := run.store.AgentGetByID(ctx, id); err == nil {
@@ -550,6 +561,11 @@ func (run *Runner) cancelTree(ctx context.Context, p cancelParams) ([]*kin.Agent
 				run.log.Error("stop cgroup", "agent", a.ID, "err", err)
 			}
 		}
+	}
+	// Their output is in their logs before their ends are recorded.
+	flushBy := time.Now().Add(logFlushWait)
+	for _, a := range mine {
+		run.awaitLog(a.ID, flushBy)
 	}
 	// A subtree stopped for its budget or deadline hands back what it had
 	// made so far: partial, marked cancelled, but kept.

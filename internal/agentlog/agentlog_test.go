@@ -1,0 +1,196 @@
+package agentlog_test
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/kin-agents/kin/internal/agentlog"
+)
+
+// waitFor polls cond until it holds or the deadline passes (no sleeps
+// that guess a duration).
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+func lines(from, to int) []byte {
+	var b bytes.Buffer
+	for i := from; i < to; i++ {
+		fmt.Fprintf(&b, "line %06d\n", i)
+	}
+	return b.Bytes()
+}
+
+// onDisk is the total size of the log's files, and the files themselves.
+func onDisk(t *testing.T, path string) (int64, []string) {
+	t.Helper()
+	m, _ := filepath.Glob(path + "*")
+	var n int64
+	for _, p := range m {
+		fi, err := os.Lstat(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if fi.Mode().IsRegular() {
+			n += fi.Size()
+			if fi.Mode().Perm() != 0o600 {
+				t.Errorf("%s has mode %v, want 0600", p, fi.Mode().Perm())
+			}
+		}
+	}
+	return n, m
+}
+
+func readAll(t *testing.T, path string, offset, tail int64) []byte {
+	t.Helper()
+	r := agentlog.NewReader(path, offset, tail)
+	defer r.Close()
+	var got bytes.Buffer
+	if err := r.ReadAvailable(make([]byte, 777), func(b []byte) error { got.Write(b); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	return got.Bytes()
+}
+
+// TestDrainRotates: 1 MiB written through the pipe leaves at most
+// Bytes × (1 + Keep) on disk, exactly the newest bytes, readable as one
+// stream; the pipe is removed once the writer is gone.
+func TestDrainRotates(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "7.log")
+	d, out, err := agentlog.Open(agentlog.Config{Path: path, Bytes: 4096, Keep: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	all := lines(0, 1<<20/12)
+	if _, err := out.Write(all); err != nil {
+		t.Fatal(err)
+	}
+	out.Close()
+	<-d.Done()
+	if _, err := os.Lstat(agentlog.PipePath(path)); !os.IsNotExist(err) {
+		t.Fatalf("the pipe is left behind: %v", err)
+	}
+	n, files := onDisk(t, path)
+	if n > 3*4096 || n <= 2*4096 || len(files) != 3 {
+		t.Fatalf("on disk: %d bytes in %v, want 3 files, at most 4096 each", n, files)
+	}
+	got := readAll(t, path, 0, 0)
+	if int64(len(got)) != n || !bytes.Equal(got, all[len(all)-len(got):]) {
+		t.Fatalf("the log is not the newest %d bytes written", n)
+	}
+	// Tail and offset count across the files.
+	if got := readAll(t, path, 0, 5000); !bytes.Equal(got, all[len(all)-5000:]) {
+		t.Fatalf("tail 5000 = %d bytes", len(got))
+	}
+	if got := readAll(t, path, 4096+10, 0); !bytes.Equal(got, all[len(all)-int(n)+4096+10:]) {
+		t.Fatalf("offset 4106 = %d bytes", len(got))
+	}
+	if got := readAll(t, path, 1<<30, 0); len(got) != 0 {
+		t.Fatalf("offset past the end = %d bytes", len(got))
+	}
+}
+
+// TestKeepZero: without rotated files only the current one is kept.
+func TestKeepZero(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "1.log")
+	d, out, err := agentlog.Open(agentlog.Config{Path: path, Bytes: 4096, Keep: 0})
+	if err != nil {
+		t.Fatal(err)
+	}
+	all := lines(0, 5000)
+	out.Write(all)
+	out.Close()
+	<-d.Done()
+	if n, files := onDisk(t, path); n > 4096 || len(files) != 1 {
+		t.Fatalf("on disk: %d bytes in %v", n, files)
+	}
+	if got := readAll(t, path, 0, 0); !bytes.HasSuffix(all, got) || len(got) == 0 {
+		t.Fatalf("the log is not the end of what was written (%d bytes)", len(got))
+	}
+}
+
+// TestFollowAcrossRotations: a reader that keeps up with the writer sees
+// every byte once, in order, although the log was rotated many times.
+func TestFollowAcrossRotations(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "3.log")
+	d, out, err := agentlog.Open(agentlog.Config{Path: path, Bytes: 4096, Keep: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := agentlog.NewReader(path, 0, 0)
+	defer r.Close()
+	var want, got bytes.Buffer
+	buf := make([]byte, 1000)
+	for i := 0; i < 60; i++ {
+		chunk := lines(i*100, i*100+100) // 1,200 bytes: a rotation every 3-4 chunks
+		out.Write(chunk)
+		want.Write(chunk)
+		waitFor(t, "the reader to catch up", func() bool {
+			if err := r.ReadAvailable(buf, func(b []byte) error { got.Write(b); return nil }); err != nil {
+				t.Fatal(err)
+			}
+			return got.Len() >= want.Len()
+		})
+	}
+	out.Close()
+	<-d.Done()
+	if !bytes.Equal(got.Bytes(), want.Bytes()) {
+		t.Fatalf("followed %d bytes, wrote %d; they differ", got.Len(), want.Len())
+	}
+}
+
+// TestReattach: while no daemon drains the pipe, the writer's output waits
+// in it (more than the pipe holds: the writes block, they do not fail); a
+// new drain on the same path copies all of it.
+func TestReattach(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "9.log")
+	c := agentlog.Config{Path: path, Bytes: 1 << 30, Keep: 1}
+	d, out, err := agentlog.Open(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := lines(0, 100)
+	out.Write(first)
+	waitFor(t, "the first lines in the log", func() bool {
+		b, _ := os.ReadFile(path)
+		return len(b) == len(first)
+	})
+	d.Detach()
+	if _, err := os.Lstat(agentlog.PipePath(path)); err != nil {
+		t.Fatalf("Detach removed the pipe: %v", err)
+	}
+	// 3 MiB: more than the pipe holds, so the writer blocks until drained.
+	second := lines(100, 100+3<<20/12)
+	wrote := make(chan error, 1)
+	go func() {
+		_, err := out.Write(second)
+		out.Close()
+		wrote <- err
+	}()
+	d2, err := agentlog.Reattach(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := <-wrote; err != nil {
+		t.Fatalf("a write while nobody drained failed: %v", err)
+	}
+	<-d2.Done()
+	b, _ := os.ReadFile(path)
+	if !bytes.Equal(b, append(first, second...)) {
+		t.Fatalf("after reattaching: %d bytes, want %d", len(b), len(first)+len(second))
+	}
+	if _, err := agentlog.Reattach(c); !os.IsNotExist(err) {
+		t.Fatalf("reattach without a pipe: %v", err)
+	}
+}

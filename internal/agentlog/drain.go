@@ -1,0 +1,277 @@
+package agentlog
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"sync/atomic"
+
+	"golang.org/x/sys/unix"
+)
+
+// PipeSize is the capacity asked for an agent's pipe: what it can write
+// while no daemon drains it before its writes block. Where the kernel
+// refuses (an ordinary user past fs.pipe-user-pages-soft), the pipe keeps
+// the default 64 KiB.
+const PipeSize = 1 << 20
+
+// maxKeep bounds the rotated files looked for (the profile's log_keep is
+// at most 100).
+const maxKeep = 100
+
+// Config says where a log is and how large it may grow.
+type Config struct {
+	// Path is the log file; the pipe is Path+".pipe" (PipePath), rotated
+	// files Path+".1" ...
+	Path string
+	// Bytes is the size at which the log is rotated; Keep how many rotated
+	// files are kept. At most Bytes × (1 + Keep) is on disk.
+	Bytes int64
+	Keep  int
+	Log   *slog.Logger
+	// OnEnd, when set, is called once the drain has ended.
+	OnEnd func()
+}
+
+// PipePath is the named pipe of the log at path.
+func PipePath(path string) string { return path + ".pipe" }
+
+// Drain copies an agent's pipe into its log, rotating it.
+type Drain struct {
+	c        Config
+	r        *os.File // the pipe's read end, in the netpoller
+	f        *os.File // the log being written, nil before the first write
+	fd       int      // f's descriptor
+	size     int64    // f's size: where the next byte goes
+	swept    bool
+	detached atomic.Bool
+	failed   bool // a write failed: logged once, output dropped since
+	done     chan struct{}
+}
+
+// Open makes the named pipe of a new agent's log and starts draining it.
+// out is the agent's end (for its stdout and stderr): the caller closes it
+// once the process has its copy.
+func Open(c Config) (d *Drain, out *os.File, err error) {
+	if err := c.check(); err != nil {
+		return nil, nil, err
+	}
+	pipe := PipePath(c.Path)
+	if err := os.Remove(pipe); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return nil, nil, err
+	}
+	if err := unix.Mkfifo(pipe, 0o600); err != nil {
+		return nil, nil, &os.PathError{Op: "mkfifo", Path: pipe, Err: err}
+	}
+	// The reader first: opening it non-blocking never waits for a writer.
+	r, err := os.OpenFile(pipe, os.O_RDONLY|unix.O_NONBLOCK|unix.O_NOFOLLOW, 0)
+	if err != nil {
+		os.Remove(pipe)
+		return nil, nil, err
+	}
+	// The agent's end, read-write and blocking: a raw descriptor, so that
+	// Go never makes it non-blocking (the flag is shared with the agent's
+	// copy, and a full pipe would fail its writes with EAGAIN).
+	fd, err := unix.Open(pipe, unix.O_RDWR|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0)
+	if err != nil {
+		r.Close()
+		os.Remove(pipe)
+		return nil, nil, &os.PathError{Op: "open", Path: pipe, Err: err}
+	}
+	unix.FcntlInt(uintptr(fd), unix.F_SETPIPE_SZ, PipeSize) // best effort (see PipeSize)
+	out = os.NewFile(uintptr(fd), pipe)
+	return start(c, r), out, nil
+}
+
+// Reattach drains the named pipe of an agent an earlier daemon started.
+// An error wrapping os.ErrNotExist means there is none: the agent writes
+// its log file itself (started by a kin before issue 21).
+func Reattach(c Config) (*Drain, error) {
+	if err := c.check(); err != nil {
+		return nil, err
+	}
+	pipe := PipePath(c.Path)
+	fi, err := os.Lstat(pipe)
+	if err != nil {
+		return nil, err
+	}
+	if fi.Mode()&os.ModeNamedPipe == 0 {
+		return nil, fmt.Errorf("%s is not a named pipe", pipe)
+	}
+	r, err := os.OpenFile(pipe, os.O_RDONLY|unix.O_NONBLOCK|unix.O_NOFOLLOW, 0)
+	if err != nil {
+		return nil, err
+	}
+	return start(c, r), nil
+}
+
+func (c *Config) check() error {
+	if c.Path == "" || c.Bytes < 1 || c.Keep < 0 || c.Keep > maxKeep {
+		return fmt.Errorf("agentlog: bad config: path %q, bytes %d, keep %d", c.Path, c.Bytes, c.Keep)
+	}
+	if c.Log == nil {
+		c.Log = slog.New(slog.DiscardHandler)
+	}
+	return nil
+}
+
+func start(c Config, r *os.File) *Drain {
+	d := &Drain{c: c, r: r, done: make(chan struct{})}
+	go d.run()
+	return d
+}
+
+// Done is closed once the drain has ended: every writer of the pipe (the
+// agent and whatever it forked) is gone and everything was copied, or
+// Detach was called.
+func (d *Drain) Done() <-chan struct{} { return d.done }
+
+// Detach stops draining and leaves the pipe for the next daemon (kin serve
+// --leave-running, or a shutdown): what is in the pipe stays there while
+// the agent runs. It waits for the drain to end.
+func (d *Drain) Detach() {
+	d.detached.Store(true)
+	d.r.Close() // wakes the pending read
+	<-d.done
+}
+
+func (d *Drain) run() {
+	defer func() {
+		if d.c.OnEnd != nil {
+			d.c.OnEnd()
+		}
+	}()
+	defer close(d.done)
+	defer func() {
+		d.r.Close()
+		if d.f != nil {
+			d.f.Close()
+		}
+	}()
+	rc, err := d.r.SyscallConn()
+	if err != nil {
+		d.c.Log.Error("agent log: pipe", "path", d.c.Path, "err", err)
+		return
+	}
+	var discard []byte
+	for {
+		if d.f == nil || d.size >= d.c.Bytes {
+			if err := d.open(); err != nil {
+				d.fail(err)
+			}
+		}
+		// splice moves the bytes from the pipe into the file in the
+		// kernel: a byte is in one or the other, so even a kill -9 of the
+		// daemon loses none of the agent's output.
+		var n int
+		var serr error
+		err := rc.Read(func(fd uintptr) bool {
+			if d.f == nil { // the log cannot be written: drain, drop
+				if discard == nil {
+					discard = make([]byte, 64<<10)
+				}
+				n, serr = unix.Read(int(fd), discard)
+			} else {
+				var moved int64
+				moved, serr = unix.Splice(int(fd), nil, d.fd, &d.size, int(d.c.Bytes-d.size), unix.SPLICE_F_NONBLOCK)
+				n = int(moved)
+			}
+			return serr != unix.EAGAIN
+		})
+		if err == nil {
+			err = serr
+		}
+		switch {
+		case err == nil && n == 0:
+			// No writer is left, and never will be: nobody else opens it.
+			os.Remove(PipePath(d.c.Path))
+			return
+		case err == nil:
+			continue
+		case d.detached.Load():
+			return
+		case err == unix.EINTR:
+		case d.f != nil:
+			// The file refused (a full disk): drop output until it takes
+			// some again, rather than block the agent.
+			d.fail(err)
+			d.f.Close()
+			d.f = nil
+		default:
+			d.c.Log.Error("agent log: read", "path", d.c.Path, "err", err)
+			return
+		}
+	}
+}
+
+// fail logs the first failure to write; the output is dropped (the pipe
+// is still drained: an agent must not block because its log cannot grow).
+func (d *Drain) fail(err error) {
+	if !d.failed {
+		d.c.Log.Error("agent log: write failed; its output is dropped until a write succeeds", "path", d.c.Path, "err", err)
+	}
+	d.failed = true
+}
+
+// open opens the log to append to, rotating it first when it is full.
+func (d *Drain) open() error {
+	if d.f == nil {
+		// Not O_APPEND, which splice refuses: the drain is the only
+		// writer, at its own offset.
+		f, err := os.OpenFile(d.c.Path, os.O_WRONLY|os.O_CREATE|unix.O_NOFOLLOW, 0o600)
+		if err != nil {
+			return err
+		}
+		fi, err := f.Stat()
+		if err != nil {
+			f.Close()
+			return err
+		}
+		d.f, d.fd, d.size = f, int(f.Fd()), fi.Size()
+		if d.size < d.c.Bytes {
+			d.failed = false
+			return nil
+		}
+	}
+	d.f.Close()
+	d.f = nil
+	if err := rotate(d.c.Path, d.c.Keep, !d.swept); err != nil {
+		return err
+	}
+	d.swept = true
+	f, err := os.OpenFile(d.c.Path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC|unix.O_NOFOLLOW, 0o600)
+	if err != nil {
+		return err
+	}
+	d.f, d.fd, d.size, d.failed = f, int(f.Fd()), 0, false
+	return nil
+}
+
+// rotate shifts path.K-1 to path.K ... path to path.1, dropping the oldest
+// (with keep 0, path itself). sweep also removes files past keep (a profile
+// that kept more before).
+func rotate(path string, keep int, sweep bool) error {
+	if sweep {
+		for i := keep + 1; i <= maxKeep+1; i++ {
+			os.Remove(rotated(path, i))
+		}
+	}
+	if keep == 0 {
+		if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return err
+		}
+		return nil
+	}
+	if err := os.Remove(rotated(path, keep)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	for i := keep - 1; i >= 1; i-- {
+		if err := os.Rename(rotated(path, i), rotated(path, i+1)); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return err
+		}
+	}
+	return os.Rename(path, rotated(path, 1))
+}
+
+func rotated(path string, i int) string { return fmt.Sprintf("%s.%d", path, i) }

@@ -1,0 +1,216 @@
+package agentlog
+
+import (
+	"errors"
+	"io"
+	"os"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
+
+// Reader reads a log across its rotations: the kept files oldest first
+// (path.N ... path.1, then path), as one stream. Positions are bytes into
+// that stream as it is when the Reader starts: rotation drops the oldest
+// bytes, so an offset is not stable across rotations (docs: the logs
+// endpoint). Following works like tail -F: a file renamed away is read to
+// its end through the descriptor already open, then the next one.
+type Reader struct {
+	path   string
+	offset int64 // where to start, once a file exists
+	tail   int64
+	cur    *os.File
+	curID  fileID
+	pos    int64
+}
+
+type fileID struct{ dev, ino uint64 }
+
+// NewReader reads the log at path from offset or, with tail > 0, from at
+// most tail bytes before its end (whichever is later).
+func NewReader(path string, offset, tail int64) *Reader {
+	return &Reader{path: path, offset: offset, tail: tail}
+}
+
+// Close closes the file being read.
+func (r *Reader) Close() {
+	if r.cur != nil {
+		r.cur.Close()
+		r.cur = nil
+	}
+}
+
+// ReadAvailable calls fn with everything written so far from where the
+// reader is, following rotations, and returns at the end of the newest
+// file (or when fn fails). buf is the chunk buffer.
+func (r *Reader) ReadAvailable(buf []byte, fn func([]byte) error) error {
+	if r.cur == nil {
+		ok, err := r.position()
+		if err != nil || !ok {
+			return err
+		}
+	}
+	for {
+		if err := r.readToEnd(buf, fn); err != nil {
+			return err
+		}
+		next, err := r.next()
+		if err != nil || next == nil {
+			return err
+		}
+		// r.cur was rotated: its writer wrote its last bytes before the
+		// rename, so reading it once more gets all of them.
+		if err := r.readToEnd(buf, fn); err != nil {
+			next.f.Close()
+			return err
+		}
+		r.cur.Close()
+		r.cur, r.curID, r.pos = next.f, next.id, 0
+	}
+}
+
+func (r *Reader) readToEnd(buf []byte, fn func([]byte) error) error {
+	for {
+		n, err := r.cur.ReadAt(buf, r.pos)
+		if n > 0 {
+			r.pos += int64(n)
+			if ferr := fn(buf[:n]); ferr != nil {
+				return ferr
+			}
+		}
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+	}
+}
+
+// position opens the file the reader starts in; false when there is no
+// log yet.
+func (r *Reader) position() (bool, error) {
+	files, err := chain(r.path)
+	if err != nil || len(files) == 0 {
+		return false, err
+	}
+	var total int64
+	for _, f := range files {
+		total += f.size
+	}
+	off := r.offset
+	if r.tail > 0 {
+		off = max(off, total-r.tail)
+	}
+	i := 0
+	for ; i < len(files)-1 && off >= files[i].size; i++ {
+		off -= files[i].size
+	}
+	for j, f := range files {
+		if j != i {
+			f.f.Close()
+		}
+	}
+	r.cur, r.curID, r.pos = files[i].f, files[i].id, off
+	return true, nil
+}
+
+// next is the file after the current one in the chain as it is now: nil
+// when the current one is still the newest. When the current one is gone
+// (more rotations than kept files happened while it was read), the oldest
+// kept file follows.
+func (r *Reader) next() (*openFile, error) {
+	files, err := chain(r.path)
+	if err != nil {
+		return nil, err
+	}
+	at := -1
+	for i, f := range files {
+		if f.id == r.curID {
+			at = i
+			break
+		}
+	}
+	var out *openFile
+	switch {
+	case at >= 0 && at+1 < len(files):
+		out = &files[at+1]
+	case at < 0 && len(files) > 0:
+		out = &files[0]
+	}
+	for i := range files {
+		if out == nil || &files[i] != out {
+			files[i].f.Close()
+		}
+	}
+	return out, nil
+}
+
+type openFile struct {
+	f    *os.File
+	id   fileID
+	size int64
+}
+
+// chain opens the log's files that exist, oldest first. The scan goes
+// from the newest up the numbers, the way rotation moves files, so a
+// rotation during the scan shows a file twice (kept once), never hides
+// one; a rotation in progress leaves at most one gap in the numbers, so the
+// scan goes on past one missing file and stops at two.
+func chain(path string) ([]openFile, error) {
+	var rev []openFile
+	open := func(p string) (bool, error) {
+		f, err := os.OpenFile(p, os.O_RDONLY|unix.O_NOFOLLOW, 0)
+		if errors.Is(err, os.ErrNotExist) {
+			return false, nil
+		}
+		if err != nil {
+			return false, err
+		}
+		fi, err := f.Stat()
+		if err != nil {
+			f.Close()
+			return false, err
+		}
+		st, _ := fi.Sys().(*syscall.Stat_t)
+		if !fi.Mode().IsRegular() || st == nil {
+			f.Close()
+			return false, nil
+		}
+		id := fileID{uint64(st.Dev), st.Ino}
+		for _, o := range rev {
+			if o.id == id { // renamed to the next number while the scan ran
+				f.Close()
+				return true, nil
+			}
+		}
+		rev = append(rev, openFile{f: f, id: id, size: fi.Size()})
+		return true, nil
+	}
+	fail := func(err error) ([]openFile, error) {
+		for _, f := range rev {
+			f.f.Close()
+		}
+		return nil, err
+	}
+	if _, err := open(path); err != nil {
+		return fail(err)
+	}
+	missing := 0
+	for i := 1; i <= maxKeep+1 && missing < 2; i++ {
+		ok, err := open(rotated(path, i))
+		if err != nil {
+			return fail(err)
+		}
+		if ok {
+			missing = 0
+		} else {
+			missing++
+		}
+	}
+	out := make([]openFile, len(rev))
+	for i, f := range rev {
+		out[len(rev)-1-i] = f
+	}
+	return out, nil
+}

@@ -1,0 +1,162 @@
+package quota_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/kin-agents/kin/internal/caller"
+	"github.com/kin-agents/kin/internal/quota"
+	"github.com/kin-agents/kin/kin"
+)
+
+// clock is a settable time (quota is below kintest, which starts daemons).
+type clock struct{ t time.Time }
+
+func newClock() *clock                   { return &clock{t: time.Date(2026, 3, 30, 12, 0, 0, 0, time.UTC)} }
+func (c *clock) Now() time.Time          { return c.t }
+func (c *clock) Advance(d time.Duration) { c.t = c.t.Add(d) }
+
+func newLimiter(q *kin.Quotas, clock *clock) *quota.Limiter {
+	return quota.New(quota.Config{Quotas: func() kin.Quotas { return *q }, Clock: clock.Now})
+}
+
+func asAgent(id kin.AgentID) context.Context {
+	return caller.With(context.Background(), caller.Caller{Agent: id})
+}
+
+// TestBucket: a burst at once, then the rate; a refusal says when to retry
+// and spends nothing; each agent and kind has its own bucket.
+func TestBucket(t *testing.T) {
+	clock := newClock()
+	q := kin.Quotas{Messages: kin.Rate{PerSecond: 10, Burst: 5}, Reports: kin.Rate{PerSecond: 1, Burst: 2}}
+	l := newLimiter(&q, clock)
+	ctx := asAgent(7)
+	for i := range 5 {
+		if err := l.Allow(ctx, quota.Messages); err != nil {
+			t.Fatalf("message %d of the burst: %v", i, err)
+		}
+	}
+	err := l.Allow(ctx, quota.Messages)
+	var ke *kin.Error
+	if !errors.As(err, &ke) || ke.Code != kin.ECodeRateLimited || ke.RetryAfter < 0.099 || ke.RetryAfter > 0.101 {
+		t.Fatalf("past the burst: %#v", err)
+	}
+	if !strings.Contains(ke.Message, "quotas.messages") || !strings.Contains(ke.Message, "agent 7") {
+		t.Fatalf("the refusal must name the agent and the profile key: %s", ke.Message)
+	}
+	// Refusals spend nothing: after the retry-after, exactly one more.
+	for range 3 {
+		l.Allow(ctx, quota.Messages)
+	}
+	clock.Advance(100 * time.Millisecond)
+	if err := l.Allow(ctx, quota.Messages); err != nil {
+		t.Fatalf("after retry_after: %v", err)
+	}
+	if err := l.Allow(ctx, quota.Messages); kin.ErrorCodeOf(err) != kin.ECodeRateLimited {
+		t.Fatalf("one token a tenth of a second: %v", err)
+	}
+	// Another agent, another kind: buckets of their own.
+	if err := l.Allow(asAgent(8), quota.Messages); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 2 {
+		if err := l.Allow(ctx, quota.Reports); err != nil {
+			t.Fatalf("report %d: %v", i, err)
+		}
+	}
+	if err := l.Allow(ctx, quota.Reports); err == nil || !strings.Contains(err.Error(), "quotas.reports") {
+		t.Fatalf("third report: %v", err)
+	}
+	// Over a long run the rate holds: 10 s at 10/s is 100 more.
+	clock.Advance(time.Minute) // refill the burst
+	n := 0
+	for range 1000 {
+		for l.Allow(ctx, quota.Messages) == nil {
+			n++
+		}
+		clock.Advance(10 * time.Millisecond)
+	}
+	if want := 5 + 100; n < want-1 || n > want+1 {
+		t.Fatalf("allowed %d in 10 s, want burst+rate×10 s = %d", n, want)
+	}
+}
+
+// TestOperatorIsNotLimited: the operator (no agent in the context) and a
+// nil limiter allow everything.
+func TestOperatorIsNotLimited(t *testing.T) {
+	clock := newClock()
+	q := kin.Quotas{Messages: kin.Rate{PerSecond: 1, Burst: 1}, MessageBytes: 10}
+	l := newLimiter(&q, clock)
+	for range 100 {
+		if err := l.Allow(context.Background(), quota.Messages); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := l.CheckMessage(context.Background(), 1000); err != nil {
+		t.Fatal(err)
+	}
+	var none *quota.Limiter
+	if err := none.Allow(asAgent(1), quota.Reports); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestProfileChangeApplies: the rates are read at each call.
+func TestProfileChangeApplies(t *testing.T) {
+	clock := newClock()
+	q := kin.Quotas{Reports: kin.Rate{PerSecond: 1, Burst: 1}}
+	l := newLimiter(&q, clock)
+	ctx := asAgent(3)
+	l.Allow(ctx, quota.Reports)
+	if err := l.Allow(ctx, quota.Reports); err == nil {
+		t.Fatal("burst 1 allowed two")
+	}
+	// The new rate applies from the first call that reads it.
+	q.Reports = kin.Rate{PerSecond: 1000, Burst: 1000}
+	l.Allow(ctx, quota.Reports)
+	clock.Advance(10 * time.Millisecond)
+	for i := range 5 {
+		if err := l.Allow(ctx, quota.Reports); err != nil {
+			t.Fatalf("after raising the rate, report %d: %v", i, err)
+		}
+	}
+}
+
+// TestMessageSize: a body over quotas.message_bytes is invalid, naming it.
+func TestMessageSize(t *testing.T) {
+	q := kin.Quotas{MessageBytes: 100}
+	l := newLimiter(&q, newClock())
+	if err := l.CheckMessage(asAgent(1), 100); err != nil {
+		t.Fatal(err)
+	}
+	err := l.CheckMessage(asAgent(1), 101)
+	if kin.ErrorCodeOf(err) != kin.ECodeInvalid || !strings.Contains(err.Error(), "quotas.message_bytes") || !strings.Contains(err.Error(), "101") {
+		t.Fatalf("101 bytes: %v", err)
+	}
+}
+
+// TestMemoryIsBounded: buckets that refilled are dropped, so 100,000
+// agents that each sent once leave nothing behind a minute later.
+func TestMemoryIsBounded(t *testing.T) {
+	clock := newClock()
+	q := kin.Quotas{Messages: kin.Rate{PerSecond: 10, Burst: 100}, Reports: kin.Rate{PerSecond: 20, Burst: 200}}
+	l := newLimiter(&q, clock)
+	for id := range kin.AgentID(100_000) {
+		l.AllowAgent(id+1, quota.Messages)
+	}
+	if l.Len() != 100_000 {
+		t.Fatalf("buckets = %d", l.Len())
+	}
+	clock.Advance(2 * time.Minute)
+	l.AllowAgent(1, quota.Reports)
+	if l.Len() != 1 {
+		t.Fatalf("after every bucket refilled: %d buckets, want 1", l.Len())
+	}
+	l.Forget(1)
+	if l.Len() != 0 {
+		t.Fatalf("after Forget: %d", l.Len())
+	}
+}
