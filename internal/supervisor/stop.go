@@ -39,6 +39,46 @@ func (s *Supervisor) Stop(ctx context.Context, id kin.AgentID, grace time.Durati
 // Kill is Stop with no grace.
 func (s *Supervisor) Kill(ctx context.Context, id kin.AgentID) error { return s.Stop(ctx, id, 0) }
 
+// KillAll kills every process of every agent at once and returns without
+// waiting: one cgroup.kill at the kin root (and at each adopted group that
+// lies outside it), or SIGKILL to every agent's processes (their namespaces'
+// inits with PID namespaces) in the fallbacks. Stops in progress see their
+// groups empty before their grace ends, then reap, report and return as
+// usual: this is what a daemon's shutdown deadline does to what is left.
+func (s *Supervisor) KillAll() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return ErrClosed
+	}
+	ids := map[kin.AgentID]bool{}
+	var procs []*Process
+	var outside []string
+	for _, a := range s.agents {
+		ids[a.id] = true
+		if a.proc != nil && !isDone(a.proc) {
+			procs = append(procs, a.proc)
+		}
+		if s.cg && !within(a.path, s.root) && !s.nestedLocked(a) {
+			outside = append(outside, a.path)
+		}
+	}
+	s.mu.Unlock()
+	if !s.cg {
+		for _, pid := range s.stopTargets(ids, procs) {
+			signalPid(pid, unix.SIGKILL)
+		}
+		return nil
+	}
+	var errs []error
+	for _, dir := range append(outside, s.root) {
+		if err := cgroup.Kill(dir); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
 func (s *Supervisor) stop(ctx context.Context, id kin.AgentID, grace time.Duration) error {
 	s.mu.Lock()
 	a := s.agents[id]
