@@ -26,6 +26,7 @@ func (d *Daemon) Status(ctx context.Context) (*kin.DaemonStatus, error) {
 		Missing:           d.Runner.MissingGuarantees(),
 		AgentUIDRange:     d.Runner.UIDRangeString(),
 		Running:           d.Runner.RunningCount(),
+		Reconciling:       d.Runner.ReconcilingCount(),
 		Version:           d.cfg.Version,
 		PID:               d.pid,
 		Home:              d.cfg.Home,

@@ -57,18 +57,28 @@ type Runner struct {
 	runtimes      map[kin.AgentID]*runtime
 	adopted       map[kin.AgentID]*os.File // pidfds of re-adopted processes
 	shuttingDown  bool
-	exitWG        sync.WaitGroup     // exit handlers and restarts
-	socks         *agentsock.Sockets // every agent's own socket
-	agents        http.Handler       // what the sockets serve: the API as agents reach it (Start)
+	// pending holds, while a restarted daemon reconciles (reconcile.go),
+	// the agents the store says run whose processes it has not yet
+	// checked; each channel is closed once its agent is re-adopted or
+	// recorded lost.
+	pending map[kin.AgentID]chan struct{}
+	// deadline is when a shutdown kills whatever is left (Shutdown sets
+	// it: Config.ShutdownTimeout from then); killTimer does it.
+	deadline  time.Time
+	killTimer *time.Timer
+	exitWG    sync.WaitGroup     // exit handlers and restarts
+	socks     *agentsock.Sockets // every agent's own socket
+	agents    http.Handler       // what the sockets serve: the API as agents reach it (Start)
 
 	// The sandbox's default view's exceptions (agentView), and the shim
 	// published for agents when the daemon is not a binary named kin.
 	hiddenFromAgents, readOnlyForAgents []string
 	shimCopy                            string
 
-	wg      sync.WaitGroup // the liveness watcher, agent socket servers
-	closing chan struct{}
-	once    sync.Once
+	wg          sync.WaitGroup // the liveness watcher, agent socket servers
+	reconcileWG sync.WaitGroup // the background reconciliation's checks (not its cancellations: exitWG)
+	closing     chan struct{}
+	once        sync.Once
 }
 
 // Config is what a Runner is built from: the daemon's settings it reads.
@@ -96,6 +106,10 @@ type Config struct {
 	Containment  string
 	CgroupName   string
 	LeaveRunning bool
+	// ShutdownTimeout bounds a shutdown: from Shutdown on, every grace
+	// ends by then, and at that moment whatever still runs is killed at
+	// once and recorded. 0 is DefaultShutdownTimeout.
+	ShutdownTimeout time.Duration
 
 	Store     store.Store
 	Lineage   *lineage.Tree
@@ -105,6 +119,10 @@ type Config struct {
 	Clock     func() time.Time
 	Log       *slog.Logger
 }
+
+// DefaultShutdownTimeout is Config.ShutdownTimeout's default: below the 90 s
+// systemd gives a service to stop before it kills it.
+const DefaultShutdownTimeout = 60 * time.Second
 
 // What a spawn span is of (Observer.Traced's kind).
 const (
@@ -135,7 +153,11 @@ func New(c Config) (*Runner, error) {
 		ctxAgents: map[kin.AgentID]*ctxAgent{},
 		runtimes:  map[kin.AgentID]*runtime{},
 		adopted:   map[kin.AgentID]*os.File{},
+		pending:   map[kin.AgentID]chan struct{}{},
 		closing:   make(chan struct{}),
+	}
+	if run.cfg.ShutdownTimeout <= 0 {
+		run.cfg.ShutdownTimeout = DefaultShutdownTimeout
 	}
 	if run.log == nil {
 		run.log = slog.New(slog.DiscardHandler)
@@ -235,35 +257,70 @@ func (run *Runner) WorkspaceOf(a *kin.Agent) string { return run.workspaceOf(a) 
 func (run *Runner) FS() *ctxfs.FS { return run.ctx }
 
 // Start serves every agent's socket with agents (the API as agents reach
-// it), starts the agent filesystem's writer, re-adopts what an earlier
-// daemon left running and starts watching liveness.
+// it), starts the agent filesystem's writer, and starts re-adopting what
+// an earlier daemon left running: Start reads which agents the store says
+// run and marks them not yet checked (Reconciling), and checks them in the
+// background, so the daemon answers at once (reconcile.go). Liveness is
+// watched once they are checked.
 func (run *Runner) Start(ctx context.Context, agents http.Handler) error {
 	run.agents = agents
 	run.ctxw = newCtxWriter(run)
 	go run.ctxw.run()
-	if err := run.reconcile(ctx); err != nil {
+	plan, err := run.planReconcile(ctx)
+	if err != nil {
 		return fmt.Errorf("reconcile running agents: %w", err)
 	}
+	reconciled := make(chan struct{})
+	run.reconcileWG.Add(1)
+	go func() {
+		defer run.reconcileWG.Done()
+		defer close(reconciled)
+		run.reconcile(plan)
+	}()
 	run.wg.Add(1)
-	go run.watchLiveness()
+	go run.watchLiveness(reconciled)
 	return nil
 }
 
-// Shutdown starts the end: no agent is restarted or started any more, and
-// waiters (Wait, Logs, liveness) stop. Close does the rest.
+// Shutdown starts the end: no agent is restarted or started any more,
+// waiters (Wait, Logs, liveness) stop, and the shutdown's deadline
+// (Config.ShutdownTimeout) starts: every grace ends by then, and then
+// whatever still runs is killed at once. Close does the rest.
 func (run *Runner) Shutdown() {
-	run.once.Do(func() { close(run.closing) })
-	run.rtMu.Lock()
-	run.shuttingDown = true
-	run.rtMu.Unlock()
+	run.once.Do(func() {
+		close(run.closing)
+		timeout := run.cfg.ShutdownTimeout
+		run.rtMu.Lock()
+		run.shuttingDown = true
+		run.deadline = time.Now().Add(timeout)
+		if run.sup != nil && !run.cfg.LeaveRunning {
+			run.killTimer = time.AfterFunc(timeout, run.killAtDeadline)
+		}
+		run.rtMu.Unlock()
+	})
+}
+
+// killAtDeadline kills every agent process left when the shutdown's
+// deadline passes; the cancellations waiting in their grace then record
+// them (SIGKILL, reason shutdown).
+func (run *Runner) killAtDeadline() {
+	run.log.Warn("shutdown timeout reached: killing every agent process left at once",
+		"timeout", run.cfg.ShutdownTimeout.String(), "running", run.runningCount())
+	if err := run.sup.KillAll(); err != nil && !errors.Is(err, supervisor.ErrClosed) {
+		run.log.Error("kill at the shutdown timeout", "err", err)
+	}
 }
 
 // Close stops every agent (unless Config.LeaveRunning), the supervisor and
 // the agent sockets, and brings the agent filesystem up to date with the
 // store before closing it. Shutdown is called first if it was not.
+// Stopping the agents is bounded by Config.ShutdownTimeout.
 func (run *Runner) Close() error {
 	run.Shutdown()
 	var errs []error
+	// What a restart's reconciliation checks is re-adopted or recorded
+	// lost before anything is stopped (its cancellations are exitWG's).
+	run.reconcileWG.Wait()
 	if run.sup != nil {
 		if !run.cfg.LeaveRunning {
 			run.stopAgents(context.Background())
@@ -275,6 +332,11 @@ func (run *Runner) Close() error {
 		}
 		run.rtMu.Unlock()
 		run.exitWG.Wait()
+		run.rtMu.Lock()
+		if run.killTimer != nil {
+			run.killTimer.Stop() // every agent is stopped and recorded
+		}
+		run.rtMu.Unlock()
 		errs = append(errs, run.sup.Close())
 		run.exitWG.Wait() // exits the supervisor reported while closing
 	}
@@ -298,6 +360,18 @@ func (run *Runner) Close() error {
 func (run *Runner) StopSubtree(ctx context.Context, id kin.AgentID, reason string) error {
 	_, err := run.cancelTree(ctx, cancelParams{Root: id, Reason: reason, IncludeRoot: true})
 	return err
+}
+
+// graceWithin is grace, cut to what is left until the shutdown's deadline
+// once the daemon shuts down.
+func (run *Runner) graceWithin(grace time.Duration) time.Duration {
+	run.rtMu.Lock()
+	deadline := run.deadline
+	run.rtMu.Unlock()
+	if deadline.IsZero() {
+		return grace
+	}
+	return max(0, min(grace, time.Until(deadline)))
 }
 
 // Supervisor is the supervisor agents run under (after Open).
