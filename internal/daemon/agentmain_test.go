@@ -53,6 +53,12 @@ func runDaemonProcess(home string) {
 	cfg.UIDRangeDir = filepath.Join(home, "host-uid-ranges") // never the host's /var/lib/kin
 	cfg.Profile = os.Getenv("KIN_TEST_DAEMON_PROFILE")
 	cfg.ShimPath = os.Getenv("KIN_TEST_DAEMON_SHIM") // every agent starts through the shim
+	if hold := os.Getenv("KIN_TEST_DAEMON_HOLD"); hold != "" {
+		// WHAT:FILE: the first write of WHAT blocks the store's writer
+		// for good, once FILE is written (reconcile_test.go).
+		what, file, _ := strings.Cut(hold, ":")
+		cfg.WrapStore = holdStore(what, func() { os.WriteFile(file, nil, 0o600) }, make(chan struct{}))
+	}
 	d, err := daemon.Start(ctx, cfg)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -67,6 +73,8 @@ func runDaemonProcess(home string) {
 //
 //	sleep            wait forever
 //	ignore-term      ignore SIGTERM, wait forever
+//	note-term        write "ready NAME", then "term NAME" at each SIGTERM,
+//	                 which it otherwise ignores; wait forever
 //	double-fork      start a grandchild in a new session (setsid) that
 //	                 waits forever, write its pid, wait forever
 //	ask-kin          authorize read and exec, promote itself to full, report
@@ -117,6 +125,16 @@ func runAgent(mode string) int {
 	case "ignore-term":
 		signal.Ignore(syscall.SIGTERM)
 		out("ignoring")
+	case "note-term":
+		term := make(chan os.Signal, 1)
+		signal.Notify(term, syscall.SIGTERM)
+		name := os.Getenv("KIN_AGENT_NAME")
+		out("ready %s", name)
+		go func() {
+			for range term {
+				out("term %s", name)
+			}
+		}()
 	case "double-fork":
 		cmd := exec.Command(os.Args[0])
 		cmd.Env = append(os.Environ(), "KINTEST_MODE=sleep", "KINTEST_OUT=")

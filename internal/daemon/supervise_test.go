@@ -614,8 +614,14 @@ func TestDaemonKill9MidTree(t *testing.T) {
 // startDaemonProcess runs a daemon in a child process (the test binary).
 func startDaemonProcess(t *testing.T, home string) *exec.Cmd {
 	t.Helper()
+	return startDaemonProcessEnv(t, home)
+}
+
+// startDaemonProcessEnv is startDaemonProcess with more environment.
+func startDaemonProcessEnv(t *testing.T, home string, extra ...string) *exec.Cmd {
+	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = daemonProcessEnv(t, home)
+	cmd.Env = daemonProcessEnv(t, home, extra...)
 	cmd.Stderr = os.Stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
