@@ -73,7 +73,9 @@ func WithLeaveRunning() Option { return func(c *daemon.Config) { c.LeaveRunning 
 
 // WithShutdownTimeout bounds the daemon's shutdown (kin serve
 // --shutdown-timeout).
-func WithShutdownTimeout(d time.Duration) Option { return func(c *daemon.Config) { c.ShutdownTimeout = d } }
+func WithShutdownTimeout(d time.Duration) Option {
+	return func(c *daemon.Config) { c.ShutdownTimeout = d }
+}
 
 // WithHome uses the given home instead of a fresh temporary one (to restart
 // a daemon on the same store).
