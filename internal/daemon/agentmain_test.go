@@ -3,10 +3,12 @@ package daemon_test
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"os"
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"syscall"
@@ -53,6 +55,12 @@ func runDaemonProcess(home string) {
 	cfg.UIDRangeDir = filepath.Join(home, "host-uid-ranges") // never the host's /var/lib/kin
 	cfg.Profile = os.Getenv("KIN_TEST_DAEMON_PROFILE")
 	cfg.ShimPath = os.Getenv("KIN_TEST_DAEMON_SHIM") // every agent starts through the shim
+	if path := os.Getenv("KIN_TEST_DAEMON_LOG"); path != "" { // where the time goes
+		if f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600); err == nil {
+			defer f.Close()
+			cfg.Logger = slog.New(slog.NewJSONHandler(f, nil))
+		}
+	}
 	if hold := os.Getenv("KIN_TEST_DAEMON_HOLD"); hold != "" {
 		// WHAT:FILE: the first write of WHAT blocks the store's writer
 		// for good, once FILE is written (reconcile_test.go).
@@ -65,6 +73,13 @@ func runDaemonProcess(home string) {
 		os.Exit(1)
 	}
 	<-ctx.Done()
+	if path := os.Getenv("KIN_TEST_DAEMON_SHUTDOWN_CPUPROFILE"); path != "" { // where a shutdown's time goes
+		if f, err := os.Create(path + "." + strconv.Itoa(os.Getpid())); err == nil {
+			defer f.Close()
+			pprof.StartCPUProfile(f)
+			defer pprof.StopCPUProfile()
+		}
+	}
 	d.Close()
 }
 

@@ -438,9 +438,11 @@ func (run *Runner) appendSimple(ctx context.Context, typ string, a *kin.Agent, d
 // subtree at once, each with its grace, all within the shutdown's deadline
 // (Shutdown; graceWithin and killAtDeadline). The subtrees are planned
 // first, parents before children (ids grow down the tree), so that a
-// parent's cancellation claims its owned descendants; then they are
-// stopped together, and their records, written as each finishes, share
-// the store's group commits.
+// parent's cancellation claims its owned descendants; then every agent is
+// marked stopping in one transaction and every socket closed (so the last
+// subtree's grace does not begin after the others' bookkeeping), then the
+// subtrees are signalled and waited for together, and their records,
+// written as each finishes, share the store's group commits.
 func (run *Runner) stopAgents(ctx context.Context) {
 	run.rtMu.Lock()
 	ids := make([]kin.AgentID, 0, len(run.runtimes))
@@ -472,10 +474,13 @@ func (run *Runner) stopAgents(ctx context.Context) {
 		return
 	}
 	run.log.Info("stopping every agent", "subtrees", len(plans), "agents", len(ids), "deadline", run.cfg.ShutdownTimeout.String())
+	if err := run.silence(ctx, plans...); err != nil {
+		run.log.Error("stop at shutdown: mark the agents stopping", "err", err)
+	}
 	var wg sync.WaitGroup
 	for _, c := range plans {
 		wg.Go(func() {
-			if _, err := run.finishCancel(ctx, c); err != nil {
+			if _, err := run.stopAndRecord(ctx, c); err != nil {
 				run.log.Error("stop at shutdown", "agent", c.Root, "err", err)
 			}
 		})

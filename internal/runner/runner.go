@@ -297,6 +297,9 @@ func (run *Runner) Shutdown() {
 			run.killTimer = time.AfterFunc(timeout, run.killAtDeadline)
 		}
 		run.rtMu.Unlock()
+		if run.ctxw != nil {
+			run.ctxw.pause() // until Close has stopped the agents
+		}
 	})
 }
 

@@ -543,33 +543,59 @@ func (run *Runner) planCancel(ctx context.Context, p cancelParams) (*cancellatio
 // finishCancel is the rest of cancelTree: steps 1-8 of the sequence for
 // the agents c claimed.
 func (run *Runner) finishCancel(ctx context.Context, c *cancellation) ([]*kin.Agent, error) {
-	root, reason, grace, rootState, mine, began := c.Root, c.Reason, c.Grace, c.RootState, c.mine, c.began
+	if err := run.silence(ctx, c); err != nil {
+		return nil, err
+	}
+	return run.stopAndRecord(ctx, c)
+}
+
+// silence is steps 1-3 of the cancellation for the agents of cs: mark them
+// stopping (one transaction) and close their sockets. A shutdown silences
+// every subtree at once before it signals any.
+func (run *Runner) silence(ctx context.Context, cs ...*cancellation) error {
 	// 1-2: mark them stopping.
 	now := run.now()
 	stopping := kin.StateStopping
-	if len(mine) > 0 {
+	n := 0
+	for _, c := range cs {
+		n += len(c.mine)
+	}
+	if n > 0 {
 		err := run.update(ctx, func(tx store.Tx, _ *store.AfterCommit) error {
-			for _, a := range mine {
-				if err := tx.AgentUpdate(ctx, store.AgentUpdateParams{ID: a.ID, At: now, State: &stopping}); err != nil {
-					return err
+			for _, c := range cs {
+				for _, a := range c.mine {
+					if err := tx.AgentUpdate(ctx, store.AgentUpdateParams{ID: a.ID, At: now, State: &stopping}); err != nil {
+						return err
+					}
 				}
 			}
 			return nil
 		})
 		if err != nil {
-			return nil, run.storeError(err)
+			return run.storeError(err)
 		}
 	}
 	// 3: close their sockets.
-	maxGrace := time.Duration(0)
 	var socks []*agentsock.Socket
-	for _, a := range mine {
-		if rt := run.runtimeOf(a.ID); rt != nil && rt.sock != nil {
-			socks = append(socks, rt.sock)
+	for _, c := range cs {
+		for _, a := range c.mine {
+			if rt := run.runtimeOf(a.ID); rt != nil && rt.sock != nil {
+				socks = append(socks, rt.sock)
+			}
 		}
-		maxGrace = max(maxGrace, time.Duration(a.Grace))
 	}
 	agentsock.CloseAll(socks)
+	return nil
+}
+
+// stopAndRecord is steps 4-8 of the cancellation, once silenced: signal,
+// grace, kill, wait, record.
+func (run *Runner) stopAndRecord(ctx context.Context, c *cancellation) ([]*kin.Agent, error) {
+	root, reason, grace, rootState, mine, began := c.Root, c.Reason, c.Grace, c.RootState, c.mine, c.began
+	maxGrace := time.Duration(0)
+	for _, a := range mine {
+		maxGrace = max(maxGrace, time.Duration(a.Grace))
+	}
 	if grace != nil {
 		maxGrace = time.Duration(*grace)
 	}
@@ -595,7 +621,7 @@ func (run *Runner) finishCancel(ctx context.Context, c *cancellation) ([]*kin.Ag
 		}
 	}
 	// 7-8: record.
-	now = run.now()
+	now := run.now()
 	var done []*kin.Agent
 	err := run.update(ctx, func(tx store.Tx, _ *store.AfterCommit) error {
 		done = done[:0]

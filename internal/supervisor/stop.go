@@ -279,8 +279,7 @@ func (s *Supervisor) killCgroup(ctx context.Context, dir string, grace time.Dura
 		return err
 	}
 	if ev.Populated && grace > 0 {
-		thawTree(dir) // a frozen process cannot act on SIGTERM
-		s.signalTree(dir, unix.SIGTERM, unix.SIGCONT)
+		s.signalTree(dir, true, unix.SIGTERM, unix.SIGCONT)
 		gctx, cancel := context.WithTimeout(ctx, grace)
 		ev, err = cgroup.WaitEvents(gctx, dir, func(e cgroup.Events) bool { return !e.Populated })
 		cancel()
@@ -300,32 +299,41 @@ func (s *Supervisor) killCgroup(ctx context.Context, dir string, grace time.Dura
 	return nil
 }
 
-// thawTree clears cgroup.freeze throughout dir's subtree.
-func thawTree(dir string) {
-	cgroup.Walk(dir, func(d string) error {
-		if on, err := cgroup.FreezeSet(d); err == nil && on {
-			cgroup.SetFreeze(d, false)
-		}
-		return nil
-	})
-}
-
 // signalTree sends sigs to every process in dir's subtree, each through a
 // pidfd opened before checking that the pid is still in the subtree, so a
-// recycled pid is never signalled.
-func (s *Supervisor) signalTree(dir string, sigs ...unix.Signal) {
+// recycled pid is never signalled: a group's cgroup.procs is read, a pidfd
+// opened for each pid, and the list read again; a pid in both lists names,
+// through its pidfd, a process that was in the group after the pidfd was
+// opened. (Two reads of the group instead of one of /proc/<pid>/cgroup per
+// process: a shutdown signals thousands at once.) With thaw, each group's
+// cgroup.freeze is cleared first, in the same walk: a frozen process
+// cannot act on SIGTERM.
+func (s *Supervisor) signalTree(dir string, thaw bool, sigs ...unix.Signal) {
 	cgroup.Walk(dir, func(d string) error {
-		pids, _ := cgroup.Procs(d)
-		for _, pid := range pids {
-			fd, err := unix.PidfdOpen(pid, 0)
-			if err != nil {
-				continue
+		if thaw {
+			if on, err := cgroup.FreezeSet(d); err == nil && on {
+				cgroup.SetFreeze(d, false)
 			}
-			if got, err := s.mount.DirOfPID(pid); err == nil && within(got, dir) {
+		}
+		pids, _ := cgroup.Procs(d)
+		if len(pids) == 0 {
+			return nil
+		}
+		fds := make(map[int]int, len(pids))
+		for _, pid := range pids {
+			if fd, err := unix.PidfdOpen(pid, 0); err == nil {
+				fds[pid] = fd
+			}
+		}
+		still, _ := cgroup.Procs(d)
+		for _, pid := range still {
+			if fd, ok := fds[pid]; ok {
 				for _, sig := range sigs {
 					unix.PidfdSendSignal(fd, sig, nil, 0)
 				}
 			}
+		}
+		for _, fd := range fds {
 			unix.Close(fd)
 		}
 		return nil
