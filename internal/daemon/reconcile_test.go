@@ -251,3 +251,37 @@ func kill9MidReconcile(t *testing.T, at string) {
 		t.Fatalf("lost events = %v, want one for mid", lost)
 	}
 }
+
+// TestRestartKeepsTheChildOfAParentWithoutProcess: a child spawned under a
+// registered agent that has no process nests in a group made for that
+// parent, which no running agent owns. A restart re-adopts the child and
+// leaves that group alone, rather than killing it, and the child with it,
+// as a stray.
+func TestRestartKeepsTheChildOfAParentWithoutProcess(t *testing.T) {
+	home := kintest.TempHome(t)
+	removeHomeCgroup(t, home)
+	d1 := kintest.StartDaemon(t, kintest.WithHome(home), kintest.WithLeaveRunning())
+	parent := register(t, d1.Client, kin.RegisterRequest{Name: "planner", Responsible: "x"})
+	child := spawnAgent(t, d1.Client, "worker", parent.ID, "sleep")
+	if err := d1.Close(); err != nil {
+		t.Fatal(err)
+	}
+	d2 := kintest.StartDaemon(t, kintest.WithHome(home))
+	kintest.WaitFor(t, 10*time.Second, "the restart to check every agent", func() bool {
+		st, err := d2.Client.Status(ctx)
+		return err == nil && st.Reconciling == 0
+	})
+	// The stray groups are killed after the check: the child's end, if
+	// it came, is recorded by then or soon after.
+	if err := d2.Close(); err != nil {
+		t.Fatal(err)
+	}
+	d3 := kintest.StartDaemon(t, kintest.WithHome(home))
+	got, err := d3.Client.Agent(ctx, child.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.EndReason != "shutdown" {
+		t.Fatalf("the child of a parent without a process ended %q (%s) after a restart; want it re-adopted, then stopped by the shutdown", got.EndReason, got.State)
+	}
+}

