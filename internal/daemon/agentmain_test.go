@@ -54,7 +54,7 @@ func runDaemonProcess(home string) {
 	cfg.Home, cfg.HTTPAddr = home, "off"
 	cfg.UIDRangeDir = filepath.Join(home, "host-uid-ranges") // never the host's /var/lib/kin
 	cfg.Profile = os.Getenv("KIN_TEST_DAEMON_PROFILE")
-	cfg.ShimPath = os.Getenv("KIN_TEST_DAEMON_SHIM") // every agent starts through the shim
+	cfg.ShimPath = os.Getenv("KIN_TEST_DAEMON_SHIM")          // every agent starts through the shim
 	if path := os.Getenv("KIN_TEST_DAEMON_LOG"); path != "" { // where the time goes
 		if f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600); err == nil {
 			defer f.Close()
