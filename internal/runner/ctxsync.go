@@ -142,6 +142,8 @@ func (w *ctxWriter) waitApplied(ctx context.Context, seq int64) error {
 		case <-ch:
 		case <-ctx.Done():
 			return ctx.Err()
+		case <-w.pausec: // the daemon's shutdown: it does not catch up before stop
+			return kin.Errorf(kin.ECodeUnavailable, "the daemon is shutting down")
 		case <-w.done:
 			return kin.Errorf(kin.ECodeUnavailable, "the daemon is shutting down")
 		}

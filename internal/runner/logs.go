@@ -41,6 +41,13 @@ func (run *Runner) Logs(ctx context.Context, req kin.LogsRequest, fn func([]byte
 			offset = max(offset, fi.Size()-req.Tail)
 		}
 	}
+	if req.Follow {
+		// Whether a restarted daemon's agent still runs, and so writes
+		// more, is known once it is checked.
+		if err := run.awaitReconciled(ctx, req.ID); err != nil {
+			return err
+		}
+	}
 	var f *os.File
 	defer func() {
 		if f != nil {

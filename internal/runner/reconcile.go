@@ -51,9 +51,9 @@ import (
 // KIN_AGENT_ID and killed, and recorded lost.
 //
 // Only reading what to check happens before the daemon serves
-// (planReconcile: the store's running agents and the groups on disk); the
-// checks run in the background (reconcile), so a daemon restarted with
-// thousands of live agents answers at once. Until an agent is checked it is
+// (planReconcile: the agents the store says run); the checks, from finding
+// the groups on disk on, run in the background (reconcile), so a daemon
+// restarted with thousands of live agents answers at once. Until an agent is checked it is
 // pending: shown as such (kin.Agent.Reconciling, kin.DaemonStatus.Reconciling),
 // and whatever needs its process (a stop, a freeze, a spawn under it, its
 // resources) waits for its check (awaitReconciled). The cancellations that
@@ -132,8 +132,13 @@ func (run *Runner) reconcile(p *reconcilePlan) {
 	groups := map[kin.AgentID]supervisor.Group{}
 	if run.sup.Containment() == supervisor.ContainmentCgroup2 {
 		found, err := run.sup.Discover()
+		for try := 1; err != nil && try < 3; try++ {
+			run.log.Warn("discover agent cgroups: trying again", "err", err)
+			found, err = run.sup.Discover()
+		}
 		if err != nil {
-			run.log.Error("discover agent cgroups", "err", err) // then every agent is lost
+			// An agent whose group was not found is recorded lost.
+			run.log.Error("discover agent cgroups", "err", err)
 		}
 		for _, g := range found {
 			groups[g.ID] = g
@@ -183,8 +188,10 @@ func (run *Runner) reconcile(p *reconcilePlan) {
 		dead[a.ID] = true
 	}
 	var parents []kin.AgentID
+	seen := map[kin.AgentID]bool{}
 	for _, a := range adopted {
-		if a.Parent != 0 && !known[a.Parent] && !slices.Contains(parents, a.Parent) {
+		if a.Parent != 0 && !known[a.Parent] && !seen[a.Parent] {
+			seen[a.Parent] = true
 			parents = append(parents, a.Parent)
 		}
 	}
