@@ -418,8 +418,10 @@ func (d *Daemon) OperatorToken() string { return d.token }
 func (d *Daemon) CtxRoot() string { return d.cfg.ctxDir() }
 
 // Close stops serving, stops every agent (unless the daemon was told to
-// leave them running for the next one), ends event streams, and closes the
-// store. It waits for everything it started and is safe to call twice.
+// leave them running for the next one: every independent subtree at once,
+// within Config.ShutdownTimeout, counted from here), ends event streams,
+// and closes the store. It waits for everything it started and is safe to
+// call twice.
 func (d *Daemon) Close() error {
 	d.once.Do(func() {
 		close(d.closing)
