@@ -161,6 +161,14 @@ type Agent struct {
 
 	// Stage is the agent's own stage ("" when it follows its parent's).
 	Stage string `json:"stage,omitempty"`
+
+	// Reconciling is true while a restarted daemon has not yet checked
+	// whether this agent's process, which the store says runs, still does:
+	// its State is the store's last word, not yet confirmed. It is never
+	// stored; the daemon checks every such agent in the background after
+	// a restart (re-adopting it, or recording it lost), and a stop or
+	// freeze of it waits for that check.
+	Reconciling bool `json:"reconciling,omitempty"`
 }
 
 // Running reports whether the agent has a process that has not ended.

@@ -196,4 +196,8 @@ type DaemonStatus struct {
 	// runs as START+N); "" when they run as the daemon's user.
 	AgentUIDRange string `json:"agent_uid_range,omitempty"`
 	Running       int    `json:"running"`
+	// Reconciling is, after a restart, how many agents the store says run
+	// whose processes the daemon has not yet checked (re-adopted or
+	// recorded lost): it serves while it checks them in the background.
+	Reconciling int `json:"reconciling,omitempty"`
 }

@@ -107,6 +107,9 @@ func writeRuntime(row func(k, v string), a *kin.Agent) {
 	if a.Running() {
 		row("PID", strconv.Itoa(a.PID))
 	}
+	if a.Reconciling {
+		row("Process", "unchecked: the daemon restarted and has not yet checked whether it still runs")
+	}
 	if !a.StartedAt.IsZero() {
 		row("Started", formatTime(a.StartedAt))
 	}
@@ -187,10 +190,19 @@ func writeAgentTable(w io.Writer, agents []*kin.Agent) error {
 	fmt.Fprintln(tw, "ID\tNAME\tROLE\tPARENT\tGEN\tSTATUS\tSTATE\tPID\tEND\tRESPONSIBLE")
 	for _, a := range agents {
 		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\n",
-			a.ID, a.Name, orDash(a.Role), parentString(a.Parent), a.Generation, a.Status, a.State,
+			a.ID, a.Name, orDash(a.Role), parentString(a.Parent), a.Generation, a.Status, stateString(a),
 			pidString(a), endString(a), orDash(a.Responsible))
 	}
 	return tw.Flush()
+}
+
+// stateString is an agent's state, marked "unchecked" while a restarted
+// daemon has not yet checked its process.
+func stateString(a *kin.Agent) string {
+	if a.Reconciling {
+		return string(a.State) + " (unchecked)"
+	}
+	return string(a.State)
 }
 
 // plural returns "1 child", "2 children".

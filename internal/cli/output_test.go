@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -42,5 +43,30 @@ func TestEndString(t *testing.T) {
 		if got := endString(&c.a); got != c.want {
 			t.Errorf("endString(%+v) = %q, want %q", c.a, got, c.want)
 		}
+	}
+}
+
+// TestUncheckedAgentIsMarked: an agent a restarted daemon has not yet
+// checked shows its state as the store's, marked unchecked, in kin ps and
+// kin tree, and says so in kin show.
+func TestUncheckedAgentIsMarked(t *testing.T) {
+	a := kin.Agent{ID: 3, Name: "w", Status: kin.StatusActive, State: kin.StateActive, PID: 42, Command: []string{"sleep", "9"}, Reconciling: true}
+	if got := stateString(&a); got != "active (unchecked)" {
+		t.Errorf("stateString = %q", got)
+	}
+	var b strings.Builder
+	if err := writeAgentTable(&b, []*kin.Agent{&a}); err != nil || !strings.Contains(b.String(), "active (unchecked)") {
+		t.Errorf("kin ps row: %q, %v", b.String(), err)
+	}
+	rows := map[string]string{}
+	writeRuntime(func(k, v string) { rows[k] = v }, &a)
+	if !strings.Contains(rows["Process"], "not yet checked") {
+		t.Errorf("kin show rows: %v", rows)
+	}
+	a.Reconciling = false
+	rows = map[string]string{}
+	writeRuntime(func(k, v string) { rows[k] = v }, &a)
+	if _, ok := rows["Process"]; ok || stateString(&a) != "active" {
+		t.Errorf("a checked agent is marked: %v, %q", rows, stateString(&a))
 	}
 }

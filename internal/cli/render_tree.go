@@ -69,7 +69,7 @@ func renderTreeText(w io.Writer, forest []*kin.TreeNode) {
 	}
 	treetext.Walk(byID(forest), func(n *kin.TreeNode, prefix string) []*kin.TreeNode {
 		line := fmt.Sprintf("#%d %s  role=%s gen=%d status=%s state=%s",
-			n.ID, n.Name, orDash(n.Role), n.Generation, n.Status, n.State)
+			n.ID, n.Name, orDash(n.Role), n.Generation, n.Status, stateString(&n.Agent))
 		line += runtimeText(&n.Agent)
 		if prefix == "" { // a top
 			line += " responsible=" + kvString(n.Responsible)

@@ -32,7 +32,7 @@ type serveFlags struct {
 	issuer, personServer, tokenLifetime                        string
 	checkpointEvery, checkpointInterval                        string
 	traces, defaultResponsible, logFile                        string
-	uidRange                                                   string
+	uidRange, shutdownTimeout                                  string
 }
 
 // Containment choices of --containment; "auto" is the daemon's "".
@@ -79,6 +79,17 @@ prints once it listens says which is in force. When kin serve stops cleanly
 it stops every agent, unless --leave-running: then they go on, and the next
 kin serve on the same home takes them back.
 
+Stopping: on SIGTERM or SIGINT every independent subtree is stopped at once
+(SIGTERM, each agent's grace, then SIGKILL), and the whole shutdown is
+bounded by --shutdown-timeout (default ` + daemon.DefaultShutdownTimeout.String() + `, below the 90 s systemd
+waits before it kills a service): when it passes, every agent process still
+running is killed at once and recorded (cancelled, reason shutdown). A grace
+longer than the timeout is cut to it. Restarting: kin serve answers at once
+and checks the agents an earlier kin serve left running in the background
+(re-adopting the live ones, recording the dead ones lost); until each is
+checked, kin show and kin ps mark it "unchecked", kin status counts them, and
+a stop or freeze of one waits for its check.
+
 Agent uids: a root kin serve runs agent N as uid and gid START+N of its
 home's uid range, START:COUNT, so that agents cannot read one another's
 files or signal one another. Every home has a range of its own, so that
@@ -113,8 +124,8 @@ key; see "kin mcp --help".
 
 Configuration: built-in defaults, overridden by KIN_HOME, KIN_HTTP,
 KIN_PROFILE, KIN_STORE, KIN_CTX, KIN_CONTAINMENT, KIN_LEAVE_RUNNING,
-KIN_POLICY_CONFIG, KIN_SANDBOX_BEST_EFFORT, KIN_TRACES, KIN_UID_RANGE and
-KIN_UID_RANGE_DIR, overridden by
+KIN_POLICY_CONFIG, KIN_SANDBOX_BEST_EFFORT, KIN_TRACES, KIN_UID_RANGE,
+KIN_UID_RANGE_DIR and KIN_SHUTDOWN_TIMEOUT, overridden by
 the flags. The HTTP API listens on
 ` + daemon.DefaultHTTPAddr + ` unless --http says otherwise ("--http off" serves
 the socket only). Shipped profiles: ` + strings.Join(governor.ShippedProfiles(), ", ") + `; see
@@ -124,6 +135,7 @@ the socket only). Shipped profiles: ` + strings.Join(governor.ShippedProfiles(),
   kin serve --profile hierarchy --http 127.0.0.1:8080
   KIN_PROFILE=./my-profile.json kin serve --store sqlite:/data/kin.db
   kin serve --containment process-groups --leave-running
+  kin serve --shutdown-timeout 20s
   kin serve --ctx /ctx
   kin serve --policy-config /etc/kin/policy.yaml
   OTEL_EXPORTER_OTLP_ENDPOINT=http://localhost:4318 kin serve --traces otlp
@@ -186,7 +198,7 @@ the socket only). Shipped profiles: ` + strings.Join(governor.ShippedProfiles(),
 				// Said in the log (JSON on stderr, where every line but the
 				// start-up line is a log record), and plainly on stderr
 				// when the log goes to a file.
-				stopping := stoppingLine(d, cfg.LeaveRunning)
+				stopping := stoppingLine(d, cfg.LeaveRunning, cfg.ShutdownTimeout)
 				cfg.Logger.Info(stopping)
 				if logOut != a.env.Stderr {
 					fmt.Fprintln(a.env.Stderr, stopping)
@@ -204,6 +216,7 @@ the socket only). Shipped profiles: ` + strings.Join(governor.ShippedProfiles(),
 	f.StringVar(&fl.ctx, "ctx", "", "root `directory` of the agent filesystem, an absolute path (default $KIN_CTX, else <home>/ctx)")
 	f.StringVar(&fl.store, "store", "", "store `DSN`: sqlite (<home>/kin.db) or sqlite:PATH (default $KIN_STORE, else sqlite)")
 	f.StringVar(&fl.containment, "containment", "", "`how` to hold agents' processes: "+strings.Join(containments, ", ")+" (auto: cgroup2 when a writable cgroup v2 exists, else pid-namespaces where user and PID namespaces work, else process-groups) (default $KIN_CONTAINMENT, else auto)")
+	f.StringVar(&fl.shutdownTimeout, "shutdown-timeout", "", "how long stopping every agent at shutdown may take, 1s to 1h: every grace ends by then, and then whatever still runs is killed at once (default $KIN_SHUTDOWN_TIMEOUT, else "+daemon.DefaultShutdownTimeout.String()+")")
 	f.BoolVar(&leaveRunning, "leave-running", false, "leave agents running when kin serve stops, for the next kin serve to take back (default $KIN_LEAVE_RUNNING, else false)")
 	f.StringVar(&fl.policyConfig, "policy-config", "", "the permission authority's `file` (JSON or YAML): global_deny (tools no preset can grant) and presets (stages beyond restricted, supervised, full) (default $KIN_POLICY_CONFIG, else the shipped presets)")
 	f.BoolVar(&bestEffort, "sandbox-best-effort", false, "where the kernel has no Landlock, run agents whose policy restricts mounts UNRESTRICTED instead of refusing them (default $KIN_SANDBOX_BEST_EFFORT, else false)")
@@ -260,6 +273,13 @@ func serveConfig(getenv func(string) string, fl serveFlags) (daemon.Config, erro
 		return cfg, bad(leaveRunning, fmt.Errorf("not true or false"))
 	}
 	cfg.LeaveRunning = lr
+	if st := pick("", "KIN_SHUTDOWN_TIMEOUT", "shutdown-timeout", fl.shutdownTimeout); st.value != "" {
+		d, err := time.ParseDuration(st.value)
+		if err != nil || d < time.Second || d > daemon.MaxShutdownTimeout {
+			return cfg, bad(st, fmt.Errorf("not a duration from 1s to %s", daemon.MaxShutdownTimeout))
+		}
+		cfg.ShutdownTimeout = d
+	}
 	bestEffort := pick("false", "KIN_SANDBOX_BEST_EFFORT", "sandbox-best-effort", fl.bestEffort)
 	if cfg.SandboxBestEffort, err = strconv.ParseBool(bestEffort.value); err != nil {
 		return cfg, bad(bestEffort, fmt.Errorf("not true or false"))
@@ -392,8 +412,9 @@ func (a *app) openServeLog(flag string) (io.Writer, func(), error) {
 
 // stoppingLine is what kin serve says when asked to stop (Ctrl-C,
 // SIGTERM): what it stops and how long that may take, since a clean stop
-// gives every running agent its grace before killing it.
-func stoppingLine(d *daemon.Daemon, leaveRunning bool) string {
+// gives every running agent its grace before killing it, within the
+// shutdown timeout.
+func stoppingLine(d *daemon.Daemon, leaveRunning bool, timeout time.Duration) string {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	agents, err := d.Agents(ctx, kin.AgentFilter{})
@@ -418,7 +439,10 @@ func stoppingLine(d *daemon.Daemon, leaveRunning bool) string {
 	case leaveRunning:
 		return fmt.Sprintf("kin serve: stopping, leaving %d running agent(s) for the next kin serve on this home (--leave-running)", n)
 	}
-	return fmt.Sprintf("kin serve: stopping %d running agent(s): SIGTERM, then SIGKILL after each one's grace (up to %s here), then the store is closed", n, grace)
+	if timeout == 0 {
+		timeout = daemon.DefaultShutdownTimeout
+	}
+	return fmt.Sprintf("kin serve: stopping %d running agent(s), every subtree at once: SIGTERM, then SIGKILL after each one's grace (up to %s here), all within %s (--shutdown-timeout), then the store is closed", n, min(grace, timeout), timeout)
 }
 
 // serveInfo is what `kin serve --json` prints once it listens.

@@ -228,6 +228,23 @@ func TestServeConfig(t *testing.T) {
 			t.Errorf("env %v, flags %+v: containment %q, leave running %v", c.env, c.fl, cfg.Containment, cfg.LeaveRunning)
 		}
 	}
+
+	// Shutdown timeout: the daemon's default unless set; the flag wins.
+	for _, c := range []struct {
+		env  map[string]string
+		fl   serveFlags
+		want time.Duration
+	}{
+		{nil, serveFlags{}, 0},
+		{map[string]string{"KIN_SHUTDOWN_TIMEOUT": "20s"}, serveFlags{}, 20 * time.Second},
+		{map[string]string{"KIN_SHUTDOWN_TIMEOUT": "20s"}, serveFlags{shutdownTimeout: "85s"}, 85 * time.Second},
+		{nil, serveFlags{shutdownTimeout: "1h"}, time.Hour},
+	} {
+		cfg, err := serveConfig(func(k string) string { return c.env[k] }, c.fl)
+		if err != nil || cfg.ShutdownTimeout != c.want {
+			t.Errorf("env %v, flags %+v: shutdown timeout %v, %v; want %v", c.env, c.fl, cfg.ShutdownTimeout, err, c.want)
+		}
+	}
 }
 
 func TestServeErrors(t *testing.T) {
@@ -254,11 +271,14 @@ func TestServeErrors(t *testing.T) {
 	wantUsage(t, serve(noEnv, "--bogus"), "--bogus")
 	wantUsage(t, serve(noEnv, "--containment", "jail"), "--containment", "jail", "auto, cgroup2, pid-namespaces, process-groups")
 	wantUsage(t, serve(noEnv, "--leave-running=maybe"), "--leave-running")
+	for _, bad := range []string{"soon", "0s", "500ms", "-5s", "2h"} {
+		wantUsage(t, serve(noEnv, "--shutdown-timeout", bad), "--shutdown-timeout", bad, "not a duration from 1s to 1h0m0s")
+	}
 	wantUsage(t, serve(noEnv, "--uid-range", "300000"), "--uid-range", "300000")
 	if os.Geteuid() == 0 {
 		wantUsage(t, serve(noEnv, "--uid-range", "5:10"), "--uid-range", "start must be at least 1000")
 	}
-	for _, bad := range []map[string]string{{"KIN_CONTAINMENT": "jail"}, {"KIN_LEAVE_RUNNING": "maybe"}, {"KIN_UID_RANGE": "x:y"}, {"KIN_UID_RANGE_DIR": "relative"}} {
+	for _, bad := range []map[string]string{{"KIN_CONTAINMENT": "jail"}, {"KIN_LEAVE_RUNNING": "maybe"}, {"KIN_SHUTDOWN_TIMEOUT": "forever"}, {"KIN_UID_RANGE": "x:y"}, {"KIN_UID_RANGE_DIR": "relative"}} {
 		var name string
 		for name = range bad {
 		}
@@ -383,7 +403,7 @@ func TestServeLogFileAndStoppingLine(t *testing.T) {
 	}
 	lines := strings.Split(strings.TrimSpace(stderr.String()), "\n")
 	if len(lines) != 2 || !strings.HasPrefix(lines[0], "kin serve: listening") ||
-		lines[1] != "kin serve: stopping 1 running agent(s): SIGTERM, then SIGKILL after each one's grace (up to 2s here), then the store is closed" {
+		lines[1] != "kin serve: stopping 1 running agent(s), every subtree at once: SIGTERM, then SIGKILL after each one's grace (up to 2s here), all within 1m0s (--shutdown-timeout), then the store is closed" {
 		t.Errorf("stderr is %q; want the start-up line and the stopping line only", lines)
 	}
 	b, err := os.ReadFile(logFile)

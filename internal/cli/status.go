@@ -14,7 +14,9 @@ func (a *app) statusCommand() *cobra.Command {
 		Short: "Show the daemon's status",
 		Long: `Show the running daemon: version, pid, home, where it listens, its store and
 governor profile, how many agents it holds and how many of them run, how it
-contains their processes, and the last event's sequence number.
+contains their processes, and the last event's sequence number. Just after
+a restart, Reconciling counts the agents an earlier daemon left running
+that this one has not yet checked (it serves while it checks them).
 
 Containment is "cgroup2" (every agent in its own cgroup under the cgroup
 root, nested like the lineage: a stop reaches every process an agent
@@ -54,6 +56,9 @@ gid START+N (a root daemon); or "the daemon's user".`,
 			row("Profile", st.Profile)
 			row("Agents", strconv.Itoa(st.Agents))
 			row("Running", strconv.Itoa(st.Running))
+			if st.Reconciling > 0 {
+				row("Reconciling", plural(st.Reconciling, "agent", "agents")+" not yet checked since the restart (re-adopted or recorded lost in the background)")
+			}
 			row("Containment", containmentString(st.Containment, st.ContainmentReason))
 			if st.CgroupRoot != "" {
 				row("Cgroup root", st.CgroupRoot)

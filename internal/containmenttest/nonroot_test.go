@@ -257,10 +257,13 @@ func restartReadopts(t *testing.T, ctx context.Context, s *served, kinBin string
 		t.Fatalf("kill -9 of the daemon took its agent along: %v", err)
 	}
 	s2 := serveAs(t, kinBin, u, home, cg)
-	got, err := s2.client.Agent(ctx, a.ID)
-	if err != nil {
-		t.Fatal(err)
-	}
+	// The restarted daemon serves at once and checks its agents in the background.
+	var got *kin.Agent
+	kintest.WaitFor(t, 10*time.Second, "the survivor to be checked", func() bool {
+		var err error
+		got, err = s2.client.Agent(ctx, a.ID)
+		return err == nil && !got.Reconciling
+	})
 	if !got.Running() || got.PID != a.PID || syscall.Kill(a.PID, 0) != nil {
 		t.Fatalf("after the restart the survivor is %s/%s pid %d (was %d): not re-adopted", got.Status, got.State, got.PID, a.PID)
 	}

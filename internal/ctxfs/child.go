@@ -86,7 +86,7 @@ func (f *FS) CreateChildDir(p ChildParams) error {
 	}
 	defer unix.Close(children)
 
-	stage := transient(p.Child, stageTag)
+	stage := f.transient(p.Child, stageTag)
 	build := func() error {
 		fd, _, err := f.mkdirAt(children, stage, o, ModeAgentDir)
 		if err != nil {
@@ -236,7 +236,7 @@ func (f *FS) CopyResult(fromDir, toChildDir string) (Manifest, error) {
 		maxN:    f.maxFiles,
 		hashBuf: make([]byte, 64<<10),
 	}
-	stage := transient("result", stageTag)
+	stage := f.transient("result", stageTag)
 	m, err := c.stage(src, dst, stage)
 	if err == nil {
 		err = c.install(dst, stage, m)

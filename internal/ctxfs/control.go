@@ -368,7 +368,7 @@ func (f *FS) WriteControl(name string, v ControlValues) error {
 }
 
 func (f *FS) createControl(agentfd int, ctl string, files []File, o Owner) error {
-	stage := transient(ctl, stageTag)
+	stage := f.transient(ctl, stageTag)
 	fd, _, err := f.mkdirAt(agentfd, stage, o, ModeControlDir)
 	if err != nil {
 		return err
@@ -453,7 +453,7 @@ func (f *FS) RemoveControl(name string) error {
 	if err := unix.Unlinkat(agentfd, name, 0); err != nil && !errors.Is(err, unix.ENOENT) {
 		return fmt.Errorf("ctxfs: %s: %w", f.AgentFile(name), err)
 	}
-	gone := transient(name+".d", rmTag)
+	gone := f.transient(name+".d", rmTag)
 	err = unix.Renameat2(agentfd, name+".d", agentfd, gone, unix.RENAME_NOREPLACE)
 	if err == nil {
 		err = removeAllAt(agentfd, gone, 0)

@@ -99,6 +99,9 @@ type FS struct {
 	// appendMu serialises appends to one file (striped by path), so the
 	// repair of a torn last line never races another append.
 	appendMu [32]sync.Mutex
+	// run tags this FS's transient entries, so that RemoveTemps, which
+	// may run beside its writes, removes only those of earlier runs.
+	run string
 
 	closeOnce sync.Once
 	closeErr  error
@@ -130,6 +133,7 @@ func Open(root string, o Options) (*FS, error) {
 		noSync:   o.NoSync,
 		maxBytes: o.MaxResultBytes,
 		maxFiles: o.MaxResultFiles,
+		run:      fmt.Sprintf("%08x-", rand.Uint32()),
 	}
 	if f.maxBytes <= 0 {
 		f.maxBytes = DefaultMaxResultBytes
@@ -330,8 +334,16 @@ const (
 	rmTag    = ".kin-rm-"
 )
 
-func transient(base, tag string) string {
-	return "." + base + tag + fmt.Sprintf("%016x", rand.Uint64())
+// transient names a transient entry of this FS: its run's tag, then a
+// random part.
+func (f *FS) transient(base, tag string) string {
+	return "." + base + tag + f.run + fmt.Sprintf("%016x", rand.Uint64())
+}
+
+// ownTransient reports whether name is a transient entry of this FS,
+// which a write in flight may use.
+func (f *FS) ownTransient(name string) bool {
+	return strings.Contains(name, tmpTag+f.run) || strings.Contains(name, stageTag+f.run) || strings.Contains(name, rmTag+f.run)
 }
 
 func isTransient(name string) bool {
@@ -372,7 +384,7 @@ func (f *FS) writeAt(dirfd int, name string, data []byte, o Owner, mode fs.FileM
 	var tmp string
 	var err error
 	for range 3 {
-		tmp = transient(name, tmpTag)
+		tmp = f.transient(name, tmpTag)
 		if err = f.createAt(dirfd, tmp, data, o, mode); !errors.Is(err, unix.EEXIST) {
 			break
 		}
@@ -658,10 +670,11 @@ func (f *FS) splitFile(path string) (dir []string, base string, err error) {
 }
 
 // RemoveTemps removes the temporary files and directories that writes
-// interrupted by a crash left in the tree and returns how many. Run it at
-// start, before any write: it would also remove the temporaries of writes
-// in flight. It does not descend more than 32 levels. Entries an agent
-// named like kin's temporaries (".<name>.kin-tmp-...") go too.
+// interrupted by a crash left in the tree and returns how many: those of
+// earlier runs (another FS), never this FS's own, so it may run beside
+// this FS's writes (a daemon runs it in the background: a large tree takes
+// a while to walk). It does not descend more than 32 levels. Entries an
+// agent named like kin's temporaries (".<name>.kin-tmp-...") go too.
 func (f *FS) RemoveTemps() (int, error) {
 	return f.removeTemps(f.rootFD, 0)
 }
@@ -674,6 +687,9 @@ func (f *FS) removeTemps(dirfd int, depth int) (int, error) {
 	removed := 0
 	for _, n := range names {
 		if isTransient(n) {
+			if f.ownTransient(n) {
+				continue // a write of this run may be using it
+			}
 			if err := removeAllAt(dirfd, n, 0); err != nil {
 				return removed, err
 			}

@@ -84,7 +84,7 @@ func (f *FS) CreateSession(p SessionParams) error {
 	}
 	defer unix.Close(sessions)
 
-	stage := transient(p.ID, stageTag)
+	stage := f.transient(p.ID, stageTag)
 	o := p.Owner
 	build := func() error {
 		fd, _, err := f.mkdirAt(sessions, stage, o, ModeAgentDir)

@@ -573,6 +573,11 @@ func newRawGroup(b *testing.B, g *groupCheck, tag string) *rawGroup {
 // starts sleepArgv into it with os/exec (clone3 CLONE_INTO_CGROUP). full is
 // the whole, start the Start call alone.
 func (rg *rawGroup) start(sub string) (full, start time.Duration, err error) {
+	return rg.startArgv(sub, sleepArgv)
+}
+
+// startArgv is start with another program.
+func (rg *rawGroup) startArgv(sub string, argv []string) (full, start time.Duration, err error) {
 	t0 := time.Now()
 	dir := filepath.Join(rg.dir, sub)
 	if err := os.Mkdir(dir, 0o755); err != nil {
@@ -582,7 +587,7 @@ func (rg *rawGroup) start(sub string) (full, start time.Duration, err error) {
 	if err != nil {
 		return 0, 0, err
 	}
-	cmd := exec.Command(sleepArgv[0], sleepArgv[1:]...)
+	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{UseCgroupFD: true, CgroupFD: fd}
 	t1 := time.Now()
 	err = cmd.Start()
@@ -664,6 +669,7 @@ type daemonProc struct {
 	home       string
 	client     *client.Client
 	cgroupRoot string
+	started    time.Time     // just before the exec
 	exited     chan struct{} // closed once cmd.Wait returned
 	waitErr    error
 }
@@ -672,14 +678,26 @@ type daemonProc struct {
 // fresh home with the given profile, and waits until it answers.
 func startDaemonProc(b *testing.B, g *groupCheck, pids *pidCheck, profile string) *daemonProc {
 	b.Helper()
-	home := kintest.TempHome(b)
+	p, _ := execDaemonProc(b, g, pids, profile, kintest.TempHome(b))
+	return p
+}
+
+// execDaemonProc runs the test binary as a daemon on home with the given
+// profile, waits until it answers, and says how long that took from just
+// before the exec.
+func execDaemonProc(b *testing.B, g *groupCheck, pids *pidCheck, profile, home string) (*daemonProc, time.Duration) {
+	b.Helper()
+	if home == "" {
+		home = kintest.TempHome(b)
+	}
+	t0 := time.Now()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = daemonProcessEnv(b, home, "KIN_TEST_DAEMON_PROFILE="+profile)
 	cmd.Stderr = os.Stderr
 	if err := cmd.Start(); err != nil {
 		b.Fatal(err)
 	}
-	p := &daemonProc{cmd: cmd, pid: cmd.Process.Pid, home: home, exited: make(chan struct{})}
+	p := &daemonProc{cmd: cmd, pid: cmd.Process.Pid, home: home, exited: make(chan struct{}), started: t0}
 	go func() {
 		p.waitErr = cmd.Wait()
 		close(p.exited)
@@ -708,6 +726,7 @@ func startDaemonProc(b *testing.B, g *groupCheck, pids *pidCheck, profile string
 		st, serr = c.Status(ctx)
 		return serr == nil, nil
 	})
+	answered := time.Since(t0)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -716,7 +735,7 @@ func startDaemonProc(b *testing.B, g *groupCheck, pids *pidCheck, profile string
 	}
 	p.cgroupRoot = st.CgroupRoot
 	g.own(st.CgroupRoot)
-	return p
+	return p, answered
 }
 
 // stop sends SIGTERM and waits for the daemon to exit, and returns how long

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/kin-agents/kin/internal/runner"
 	"github.com/kin-agents/kin/internal/store"
 	"github.com/kin-agents/kin/internal/store/storeopen"
 	"github.com/kin-agents/kin/internal/uidrange"
@@ -53,6 +54,12 @@ type Config struct {
 	// LeaveRunning makes a clean shutdown leave agents running for the next
 	// daemon to re-adopt; by default a shutdown stops every agent.
 	LeaveRunning bool
+	// ShutdownTimeout bounds a clean shutdown's stopping of agents: every
+	// independent subtree is stopped at once, each with its grace, and once
+	// this much time has passed since the shutdown began whatever still
+	// runs is killed at once (SIGKILL, cgroup.kill) and recorded. 0 is
+	// DefaultShutdownTimeout; at most MaxShutdownTimeout.
+	ShutdownTimeout time.Duration
 	// Containment forces "cgroup2" or "process-groups"; "" picks cgroup2
 	// when a writable cgroup v2 exists.
 	Containment string
@@ -105,6 +112,14 @@ type Config struct {
 	// Clock returns the current time; tests inject their own.
 	Clock func() time.Time
 }
+
+// DefaultShutdownTimeout is Config.ShutdownTimeout's default: below the
+// 90 s systemd gives a service to stop before it kills it.
+const DefaultShutdownTimeout = runner.DefaultShutdownTimeout
+
+// MaxShutdownTimeout is the longest Config.ShutdownTimeout: no grace is
+// longer (kin.MaxGrace).
+const MaxShutdownTimeout = kin.MaxGrace
 
 // DefaultHTTPAddr is where the HTTP API listens unless told otherwise.
 const DefaultHTTPAddr = "127.0.0.1:7777"
@@ -172,6 +187,9 @@ func (c *Config) Validate() error {
 	}
 	if c.LogCheckpointEvents < 0 {
 		return fmt.Errorf("config: log checkpoint events %d is negative", c.LogCheckpointEvents)
+	}
+	if c.ShutdownTimeout < 0 || c.ShutdownTimeout > MaxShutdownTimeout {
+		return fmt.Errorf("config: shutdown timeout %v is outside 0..%v (0: %v)", c.ShutdownTimeout, MaxShutdownTimeout, DefaultShutdownTimeout)
 	}
 	if c.LogCheckpointInterval < 0 {
 		return fmt.Errorf("config: log checkpoint interval %v is negative", c.LogCheckpointInterval)

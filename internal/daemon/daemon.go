@@ -188,7 +188,7 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 		Home: cfg.Home, CtxDir: cfg.ctxDir(), HTTPAddr: cfg.HTTPAddr, ListenAddr: d.HTTPAddr, SocketPath: d.SocketPath(),
 		AgentUIDs: cfg.AgentUIDs, UIDRange: cfg.UIDRange, UIDRangeDir: cfg.UIDRangeDir,
 		SandboxRO: cfg.SandboxRO, SandboxBestEffort: cfg.SandboxBestEffort, ShimPath: cfg.ShimPath,
-		Containment: cfg.Containment, CgroupName: cfg.CgroupName, LeaveRunning: cfg.LeaveRunning,
+		Containment: cfg.Containment, CgroupName: cfg.CgroupName, LeaveRunning: cfg.LeaveRunning, ShutdownTimeout: cfg.ShutdownTimeout,
 		Store: d.store, Lineage: &d.lineage, Authority: d.Authority, Identity: d.Server,
 		Observer: telemetry.RunnerObserver{M: d.metrics, T: d.tracer}, Clock: d.now, Log: d.log, Quota: d.quota,
 	})
@@ -427,8 +427,10 @@ func (d *Daemon) OperatorToken() string { return d.token }
 func (d *Daemon) CtxRoot() string { return d.cfg.ctxDir() }
 
 // Close stops serving, stops every agent (unless the daemon was told to
-// leave them running for the next one), ends event streams, and closes the
-// store. It waits for everything it started and is safe to call twice.
+// leave them running for the next one: every independent subtree at once,
+// within Config.ShutdownTimeout, counted from here), ends event streams,
+// and closes the store. It waits for everything it started and is safe to
+// call twice.
 func (d *Daemon) Close() error {
 	d.once.Do(func() {
 		close(d.closing)

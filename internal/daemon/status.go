@@ -27,6 +27,7 @@ func (d *Daemon) Status(ctx context.Context) (*kin.DaemonStatus, error) {
 		Limits:            d.Runner.HostLimits(),
 		AgentUIDRange:     d.Runner.UIDRangeString(),
 		Running:           d.Runner.RunningCount(),
+		Reconciling:       d.Runner.ReconcilingCount(),
 		Version:           d.cfg.Version,
 		PID:               d.pid,
 		Home:              d.cfg.Home,

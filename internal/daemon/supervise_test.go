@@ -572,12 +572,13 @@ func TestDaemonKill9MidTree(t *testing.T) {
 	kintest.WaitFor(t, 5*time.Second, "mid to die", func() bool { return !alive(mid.PID) })
 
 	d := kintest.StartDaemon(t, kintest.WithHome(home))
-	m, _ := d.Client.Agent(ctx, mid.ID)
+	// It serves at once and checks the agents in the background.
+	m := waitAgent(t, d.Client, mid.ID, "checked", func(a *kin.Agent) bool { return !a.Reconciling })
 	if m.State != kin.StateExited || m.EndReason != "lost" || m.Exit == nil || m.Exit.Known {
 		t.Fatalf("mid = %+v", m)
 	}
-	l, _ := d.Client.Agent(ctx, leaf.ID)
-	if l.State != kin.StateCancelled || l.EndReason != "parent_dead" || alive(leaf.PID) {
+	l := waitAgent(t, d.Client, leaf.ID, "cancelled", stateIs(kin.StateCancelled))
+	if l.EndReason != "parent_dead" || alive(leaf.PID) {
 		t.Fatalf("leaf = %+v (alive %v)", l, alive(leaf.PID))
 	}
 	for _, a := range []*kin.Agent{root, other} {
@@ -613,8 +614,14 @@ func TestDaemonKill9MidTree(t *testing.T) {
 // startDaemonProcess runs a daemon in a child process (the test binary).
 func startDaemonProcess(t *testing.T, home string) *exec.Cmd {
 	t.Helper()
+	return startDaemonProcessEnv(t, home)
+}
+
+// startDaemonProcessEnv is startDaemonProcess with more environment.
+func startDaemonProcessEnv(t *testing.T, home string, extra ...string) *exec.Cmd {
+	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = daemonProcessEnv(t, home)
+	cmd.Env = daemonProcessEnv(t, home, extra...)
 	cmd.Stderr = os.Stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

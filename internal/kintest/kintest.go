@@ -71,6 +71,12 @@ func WithUIDRangeDir(dir string) Option { return func(c *daemon.Config) { c.UIDR
 // WithLeaveRunning makes the daemon's Close leave agents running.
 func WithLeaveRunning() Option { return func(c *daemon.Config) { c.LeaveRunning = true } }
 
+// WithShutdownTimeout bounds the daemon's shutdown (kin serve
+// --shutdown-timeout).
+func WithShutdownTimeout(d time.Duration) Option {
+	return func(c *daemon.Config) { c.ShutdownTimeout = d }
+}
+
 // WithHome uses the given home instead of a fresh temporary one (to restart
 // a daemon on the same store).
 func WithHome(home string) Option { return func(c *daemon.Config) { c.Home = home } }

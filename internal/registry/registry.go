@@ -48,8 +48,12 @@ type Registry struct {
 
 // Runner is what the registry needs of the part of kin that runs agents.
 type Runner interface {
-	// Running reports whether this daemon runs agent id's process now.
-	Running(id kin.AgentID) bool
+	// Running reports whether this daemon runs agent id's process now;
+	// after a restart, once it has checked (waiting for that).
+	Running(ctx context.Context, id kin.AgentID) (bool, error)
+	// Reconciling reports whether a restarted daemon has not yet checked
+	// agent id's process (kin.Agent.Reconciling).
+	Reconciling(id kin.AgentID) bool
 	// Terminate stops a running agent and its owned subtree; the agent's
 	// final state is terminated.
 	Terminate(ctx context.Context, id kin.AgentID) error
@@ -376,7 +380,16 @@ func (r *Registry) Agent(ctx context.Context, id kin.AgentID) (*kin.Agent, error
 	if err != nil {
 		return nil, store.AgentError(err, id)
 	}
+	r.markReconciling(a)
 	return a, nil
+}
+
+// markReconciling sets Reconciling on the agents whose processes a
+// restarted daemon has not yet checked.
+func (r *Registry) markReconciling(as ...*kin.Agent) {
+	for _, a := range as {
+		a.Reconciling = a.Running() && r.run.Reconciling(a.ID)
+	}
 }
 
 // Agents lists agents.
@@ -407,6 +420,7 @@ func (r *Registry) Agents(ctx context.Context, f kin.AgentFilter) ([]*kin.Agent,
 		}
 		out = mine
 	}
+	r.markReconciling(out...)
 	return nonNil(out), nil
 }
 
@@ -427,6 +441,7 @@ func (r *Registry) Ancestors(ctx context.Context, id kin.AgentID) ([]*kin.Agent,
 	if err != nil {
 		return nil, store.AgentError(err, id)
 	}
+	r.markReconciling(out...)
 	return out, nil
 }
 
@@ -456,6 +471,7 @@ func (r *Registry) Tree(ctx context.Context, id kin.AgentID) ([]*kin.TreeNode, e
 	if err != nil {
 		return nil, store.AgentError(err, id)
 	}
+	r.markReconciling(agents...)
 	trees := BuildTree(agents, id)
 	var mark func(ns []*kin.TreeNode)
 	mark = func(ns []*kin.TreeNode) {
@@ -516,7 +532,12 @@ func (r *Registry) SetStatus(ctx context.Context, req kin.StatusRequest) ([]*kin
 		}
 		for _, a := range as {
 			before[a.ID] = a.Status
-			if !a.Running() || !r.run.Running(a.ID) {
+			if !a.Running() {
+				continue
+			}
+			if running, err := r.run.Running(ctx, a.ID); err != nil {
+				return nil, err
+			} else if !running {
 				continue
 			}
 			if err := r.run.Terminate(context.WithoutCancel(ctx), a.ID); err != nil {

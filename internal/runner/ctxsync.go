@@ -45,15 +45,19 @@ type ctxWriter struct {
 	// the writer's goroutine uses it).
 	recorded int64
 
+	pausec   chan struct{} // closed at the daemon's shutdown: stop applying until stop
+	paused   bool
 	stopc    chan struct{}
 	done     chan struct{}
-	deadline time.Time // at shutdown: stop applying then; the next daemon resumes
+	deadline time.Time // at stop: stop applying then; the next daemon resumes
 }
 
 // shutdownDrain bounds what a clean shutdown spends bringing the tree up
-// to date (stopping 2,000 agents rewrites some 10,000 files); what is left
-// is applied by the next daemon, from .kin-synced.
-const shutdownDrain = 2 * time.Second
+// to date once its agents are stopped (stopping 2,000 agents rewrites some
+// 10,000 files, and the writer may still be behind on their spawns); what
+// is left is applied by the next daemon, from .kin-synced. A few agents'
+// changes take milliseconds.
+const shutdownDrain = 500 * time.Millisecond
 
 // syncedFile holds the last event the tree reflects.
 const syncedFile = ".kin-synced"
@@ -64,7 +68,7 @@ const ctxBatch = 1000
 func newCtxWriter(run *Runner) *ctxWriter {
 	w := &ctxWriter{
 		d: run, advance: make(chan struct{}), touched: map[kin.AgentID]bool{}, kick: make(chan struct{}, 1), names: map[string]kin.AgentID{},
-		stopc: make(chan struct{}), done: make(chan struct{}),
+		pausec: make(chan struct{}), stopc: make(chan struct{}), done: make(chan struct{}),
 	}
 	if b, err := run.ctx.ReadFile(filepath.Join(run.ctx.Root, syncedFile), 64); err == nil {
 		w.applied, _ = strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
@@ -80,18 +84,34 @@ func (w *ctxWriter) run() {
 		select {
 		case <-changed:
 		case <-w.kick:
+		case <-w.pausec:
+			<-w.stopc
+			w.sync()
+			return
 		case <-w.stopc:
-			w.mu.Lock()
-			w.deadline = time.Now().Add(shutdownDrain)
-			w.mu.Unlock()
 			w.sync()
 			return
 		}
 	}
 }
 
-// stop applies what is left and ends the writer.
+// pause stops the writer between two agents' files until stop: while a
+// shutdown stops the agents, the cancellation has the CPU (the writer may
+// be seconds behind on a burst of spawns).
+func (w *ctxWriter) pause() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if !w.paused {
+		w.paused = true
+		close(w.pausec)
+	}
+}
+
+// stop applies what is left within shutdownDrain and ends the writer.
 func (w *ctxWriter) stop() {
+	w.mu.Lock()
+	w.deadline = time.Now().Add(shutdownDrain)
+	w.mu.Unlock()
 	close(w.stopc)
 	<-w.done
 }
@@ -122,6 +142,8 @@ func (w *ctxWriter) waitApplied(ctx context.Context, seq int64) error {
 		case <-ch:
 		case <-ctx.Done():
 			return ctx.Err()
+		case <-w.pausec: // the daemon's shutdown: it does not catch up before stop
+			return kin.Errorf(kin.ECodeUnavailable, "the daemon is shutting down")
 		case <-w.done:
 			return kin.Errorf(kin.ECodeUnavailable, "the daemon is shutting down")
 		}
@@ -170,10 +192,13 @@ func (w *ctxWriter) sync() {
 			w.d.log.Error("agent filesystem: read agents", "err", err)
 			return
 		}
-		w.mu.Lock()
-		deadline := w.deadline
-		w.mu.Unlock()
 		for _, a := range agents {
+			w.mu.Lock()
+			deadline, paused := w.deadline, w.paused
+			w.mu.Unlock()
+			if paused && deadline.IsZero() {
+				return // until stop
+			}
 			if !deadline.IsZero() && time.Now().After(deadline) {
 				w.d.log.Info("agent filesystem: left for the next start", "from_event", since)
 				return

@@ -94,9 +94,16 @@ func (run *Runner) Heartbeat(ctx context.Context, req kin.HeartbeatRequest) (*ki
 
 // watchLiveness moves agents that stopped heartbeating to stale and offline,
 // and replaces offline ones whose restart policy says so. It ticks at a
-// quarter of the profile's window.
-func (run *Runner) watchLiveness() {
+// quarter of the profile's window, once a restart's reconciliation has
+// checked every agent (reconciled closed): until then the store's states
+// of agents not yet checked are not this daemon's to judge.
+func (run *Runner) watchLiveness(reconciled <-chan struct{}) {
 	defer run.wg.Done()
+	select {
+	case <-run.closing:
+		return
+	case <-reconciled:
+	}
 	for {
 		window := time.Duration(run.reg.Profile().Heartbeat.Window)
 		t := time.NewTimer(max(window/4, 5*time.Millisecond))

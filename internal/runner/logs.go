@@ -123,10 +123,13 @@ func (run *Runner) closeLogs(wait bool) {
 
 // removeStalePipes removes the pipes of agents no drain reads after
 // re-adoption: their agents ended while no daemon ran.
-func (run *Runner) removeStalePipes() {
+func (run *Runner) removeStalePipes(last kin.AgentID) {
 	pipes, _ := filepath.Glob(filepath.Join(run.cfg.Home, "logs", "*.log.pipe"))
 	for _, p := range pipes {
 		id, err := kin.ParseAgentID(strings.TrimSuffix(filepath.Base(p), ".log.pipe"))
+		if err == nil && id > last {
+			continue // an agent this daemon started: its pipe may be made and not yet drained
+		}
 		if err != nil || !run.draining(id) {
 			os.Remove(p)
 		}
@@ -155,6 +158,13 @@ func (run *Runner) Logs(ctx context.Context, req kin.LogsRequest, fn func([]byte
 		return kin.Errorf(kin.ECodeInvalid, "agent %d was registered without a process: it has no log", req.ID)
 	}
 	buf := make([]byte, 32<<10)
+	if req.Follow {
+		// Whether a restarted daemon's agent still runs, and so writes
+		// more, is known once it is checked.
+		if err := run.awaitReconciled(ctx, req.ID); err != nil {
+			return err
+		}
+	}
 	r := agentlog.NewReader(run.logPath(req.ID), req.Offset, req.Tail)
 	defer r.Close()
 	for {

@@ -15,7 +15,14 @@ func (run *Runner) RegistryHooks() registry.Runner { return registryHooks{run} }
 
 type registryHooks struct{ run *Runner }
 
-func (h registryHooks) Running(id kin.AgentID) bool { return h.run.runtimeOf(id) != nil }
+func (h registryHooks) Running(ctx context.Context, id kin.AgentID) (bool, error) {
+	if err := h.run.awaitReconciled(ctx, id); err != nil {
+		return false, err
+	}
+	return h.run.runtimeOf(id) != nil, nil
+}
+
+func (h registryHooks) Reconciling(id kin.AgentID) bool { return h.run.Reconciling(id) }
 
 func (h registryHooks) Terminate(ctx context.Context, id kin.AgentID) error {
 	_, err := h.run.cancelTree(ctx, cancelParams{Root: id, Reason: reasonTerminated, IncludeRoot: true, RootState: kin.StateTerminated})

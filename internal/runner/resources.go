@@ -19,6 +19,9 @@ func (run *Runner) Resources(ctx context.Context, id kin.AgentID) (*kin.AgentRes
 	if _, err := run.store.AgentGetByID(ctx, id); err != nil {
 		return nil, run.agentError(err, id)
 	}
+	if err := run.awaitReconciled(ctx, id); err != nil {
+		return nil, err
+	}
 	notRunning := kin.Errorf(kin.ECodeInvalid, "agent %d has no running process: resources are read from a running agent's cgroup", id)
 	if run.runtimeOf(id) == nil {
 		return nil, notRunning

@@ -62,18 +62,28 @@ type Runner struct {
 	logMu         sync.Mutex
 	drains        map[kin.AgentID]*agentlog.Drain // agents' output being copied into their logs (logs.go)
 	shuttingDown  bool
-	exitWG        sync.WaitGroup     // exit handlers and restarts
-	socks         *agentsock.Sockets // every agent's own socket
-	agents        http.Handler       // what the sockets serve: the API as agents reach it (Start)
+	// pending holds, while a restarted daemon reconciles (reconcile.go),
+	// the agents the store says run whose processes it has not yet
+	// checked; each channel is closed once its agent is re-adopted or
+	// recorded lost.
+	pending map[kin.AgentID]chan struct{}
+	// deadline is when a shutdown kills whatever is left (Shutdown sets
+	// it: Config.ShutdownTimeout from then); killTimer does it.
+	deadline  time.Time
+	killTimer *time.Timer
+	exitWG    sync.WaitGroup     // exit handlers and restarts
+	socks     *agentsock.Sockets // every agent's own socket
+	agents    http.Handler       // what the sockets serve: the API as agents reach it (Start)
 
 	// The sandbox's default view's exceptions (agentView), and the shim
 	// published for agents when the daemon is not a binary named kin.
 	hiddenFromAgents, readOnlyForAgents []string
 	shimCopy                            string
 
-	wg      sync.WaitGroup // the liveness watcher, agent socket servers
-	closing chan struct{}
-	once    sync.Once
+	wg          sync.WaitGroup // the liveness watcher, agent socket servers
+	reconcileWG sync.WaitGroup // the background reconciliation's checks (not its cancellations: exitWG)
+	closing     chan struct{}
+	once        sync.Once
 }
 
 // Config is what a Runner is built from: the daemon's settings it reads.
@@ -101,6 +111,10 @@ type Config struct {
 	Containment  string
 	CgroupName   string
 	LeaveRunning bool
+	// ShutdownTimeout bounds a shutdown: from Shutdown on, every grace
+	// ends by then, and at that moment whatever still runs is killed at
+	// once and recorded. 0 is DefaultShutdownTimeout.
+	ShutdownTimeout time.Duration
 
 	Store     store.Store
 	Lineage   *lineage.Tree
@@ -113,6 +127,10 @@ type Config struct {
 	// bounded by the registry's profile (quotas.log_bytes, log_keep).
 	Quota *quota.Limiter
 }
+
+// DefaultShutdownTimeout is Config.ShutdownTimeout's default: below the 90 s
+// systemd gives a service to stop before it kills it.
+const DefaultShutdownTimeout = 60 * time.Second
 
 // What a spawn span is of (Observer.Traced's kind).
 const (
@@ -144,7 +162,11 @@ func New(c Config) (*Runner, error) {
 		runtimes:  map[kin.AgentID]*runtime{},
 		adopted:   map[kin.AgentID]*os.File{},
 		drains:    map[kin.AgentID]*agentlog.Drain{},
+		pending:   map[kin.AgentID]chan struct{}{},
 		closing:   make(chan struct{}),
+	}
+	if run.cfg.ShutdownTimeout <= 0 {
+		run.cfg.ShutdownTimeout = DefaultShutdownTimeout
 	}
 	if run.log == nil {
 		run.log = slog.New(slog.DiscardHandler)
@@ -210,11 +232,18 @@ func (run *Runner) Open() error {
 	if run.ctx, err = ctxfs.Open(run.ctxDir, ctxfs.Options{}); err != nil {
 		return err
 	}
-	if n, err := run.ctx.RemoveTemps(); err != nil {
-		return fmt.Errorf("agent filesystem: %w", err)
-	} else if n > 0 {
-		run.log.Info("agent filesystem: removed what interrupted writes left", "entries", n)
-	}
+	// What interrupted writes of an earlier run left is removed in the
+	// background: walking a large tree takes a while (0.5 s for 2,000
+	// agents), and the daemon's own writes are spared.
+	run.wg.Add(1)
+	go func() {
+		defer run.wg.Done()
+		if n, err := run.ctx.RemoveTemps(); err != nil {
+			run.log.Error("agent filesystem: remove what interrupted writes left", "err", err)
+		} else if n > 0 {
+			run.log.Info("agent filesystem: removed what interrupted writes left", "entries", n)
+		}
+	}()
 	run.sup, err = supervisor.New(supervisor.Config{
 		Name:        name,
 		Owner:       owner,
@@ -247,36 +276,77 @@ func (run *Runner) WorkspaceOf(a *kin.Agent) string { return run.workspaceOf(a) 
 func (run *Runner) FS() *ctxfs.FS { return run.ctx }
 
 // Start serves every agent's socket with agents (the API as agents reach
-// it), starts the agent filesystem's writer, re-adopts what an earlier
-// daemon left running and starts watching liveness.
+// it), starts the agent filesystem's writer, and starts re-adopting what
+// an earlier daemon left running: Start reads which agents the store says
+// run and marks them not yet checked (Reconciling), and checks them in the
+// background, so the daemon answers at once (reconcile.go). Liveness is
+// watched once they are checked.
 func (run *Runner) Start(ctx context.Context, agents http.Handler) error {
 	run.agents = agents
 	run.ctxw = newCtxWriter(run)
 	go run.ctxw.run()
-	if err := run.reconcile(ctx); err != nil {
+	plan, err := run.planReconcile(ctx)
+	if err != nil {
 		return fmt.Errorf("reconcile running agents: %w", err)
 	}
-	run.removeStalePipes()
+	reconciled := make(chan struct{})
+	run.reconcileWG.Add(1)
+	go func() {
+		defer run.reconcileWG.Done()
+		defer close(reconciled)
+		run.reconcile(plan)
+		// Every agent of the plan is re-adopted (its pipe reattached) or
+		// recorded lost: the pipes of the lost and of earlier runs' ended
+		// agents go. Later agents are this daemon's own: never touched.
+		run.removeStalePipes(plan.last)
+	}()
 	run.wg.Add(1)
-	go run.watchLiveness()
+	go run.watchLiveness(reconciled)
 	return nil
 }
 
-// Shutdown starts the end: no agent is restarted or started any more, and
-// waiters (Wait, Logs, liveness) stop. Close does the rest.
+// Shutdown starts the end: no agent is restarted or started any more,
+// waiters (Wait, Logs, liveness) stop, and the shutdown's deadline
+// (Config.ShutdownTimeout) starts: every grace ends by then, and then
+// whatever still runs is killed at once. Close does the rest.
 func (run *Runner) Shutdown() {
-	run.once.Do(func() { close(run.closing) })
-	run.rtMu.Lock()
-	run.shuttingDown = true
-	run.rtMu.Unlock()
+	run.once.Do(func() {
+		close(run.closing)
+		timeout := run.cfg.ShutdownTimeout
+		run.rtMu.Lock()
+		run.shuttingDown = true
+		run.deadline = time.Now().Add(timeout)
+		if run.sup != nil && !run.cfg.LeaveRunning {
+			run.killTimer = time.AfterFunc(timeout, run.killAtDeadline)
+		}
+		run.rtMu.Unlock()
+		if run.ctxw != nil {
+			run.ctxw.pause() // until Close has stopped the agents
+		}
+	})
+}
+
+// killAtDeadline kills every agent process left when the shutdown's
+// deadline passes; the cancellations waiting in their grace then record
+// them (SIGKILL, reason shutdown).
+func (run *Runner) killAtDeadline() {
+	run.log.Warn("shutdown timeout reached: killing every agent process left at once",
+		"timeout", run.cfg.ShutdownTimeout.String(), "running", run.runningCount())
+	if err := run.sup.KillAll(); err != nil && !errors.Is(err, supervisor.ErrClosed) {
+		run.log.Error("kill at the shutdown timeout", "err", err)
+	}
 }
 
 // Close stops every agent (unless Config.LeaveRunning), the supervisor and
 // the agent sockets, and brings the agent filesystem up to date with the
 // store before closing it. Shutdown is called first if it was not.
+// Stopping the agents is bounded by Config.ShutdownTimeout.
 func (run *Runner) Close() error {
 	run.Shutdown()
 	var errs []error
+	// What a restart's reconciliation checks is re-adopted or recorded
+	// lost before anything is stopped (its cancellations are exitWG's).
+	run.reconcileWG.Wait()
 	if run.sup != nil {
 		if !run.cfg.LeaveRunning {
 			run.stopAgents(context.Background())
@@ -288,6 +358,11 @@ func (run *Runner) Close() error {
 		}
 		run.rtMu.Unlock()
 		run.exitWG.Wait()
+		run.rtMu.Lock()
+		if run.killTimer != nil {
+			run.killTimer.Stop() // every agent is stopped and recorded
+		}
+		run.rtMu.Unlock()
 		errs = append(errs, run.sup.Close())
 		run.exitWG.Wait() // exits the supervisor reported while closing
 	}
@@ -312,6 +387,18 @@ func (run *Runner) Close() error {
 func (run *Runner) StopSubtree(ctx context.Context, id kin.AgentID, reason string) error {
 	_, err := run.cancelTree(ctx, cancelParams{Root: id, Reason: reason, IncludeRoot: true})
 	return err
+}
+
+// graceWithin is grace, cut to what is left until the shutdown's deadline
+// once the daemon shuts down.
+func (run *Runner) graceWithin(grace time.Duration) time.Duration {
+	run.rtMu.Lock()
+	deadline := run.deadline
+	run.rtMu.Unlock()
+	if deadline.IsZero() {
+		return grace
+	}
+	return max(0, min(grace, time.Until(deadline)))
 }
 
 // Supervisor is the supervisor agents run under (after Open).

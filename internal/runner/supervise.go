@@ -140,6 +140,11 @@ func defaultName(command string) string {
 // start runs a registered agent's process and records it. A process that
 // cannot start leaves the agent recorded as failed.
 func (run *Runner) start(ctx context.Context, a *kin.Agent, spec store.ProcessSpec, cursor string) (*kin.Agent, error) {
+	// A child's group nests in its parent's, which a restarted daemon
+	// may not have taken back yet.
+	if err := run.awaitReconciled(ctx, a.Parent); err != nil {
+		return nil, run.failStart(ctx, a, err)
+	}
 	rt := &runtime{id: a.ID, ready: make(chan struct{})}
 	run.rtMu.Lock()
 	if run.shuttingDown {
@@ -457,6 +462,9 @@ func (run *Runner) Stop(ctx context.Context, req kin.StopRequest) ([]*kin.Agent,
 	if req.Grace != nil && (*req.Grace < 0 || time.Duration(*req.Grace) > kin.MaxGrace) {
 		return nil, kin.Errorf(kin.ECodeInvalid, "grace %s is outside 0..%s", time.Duration(*req.Grace), kin.MaxGrace)
 	}
+	if err := run.awaitReconciled(ctx, req.ID); err != nil {
+		return nil, err // whether it still runs is known once it is checked
+	}
 	a, err := run.store.AgentGetByID(ctx, req.ID)
 	if err != nil {
 		return nil, run.agentError(err, req.ID)
@@ -483,8 +491,31 @@ type cancelParams struct {
 // mark each cancelled, and append agent.child.cancel and agent.stop for
 // each. Detached children and their subtrees are left alone.
 func (run *Runner) cancelTree(ctx context.Context, p cancelParams) ([]*kin.Agent, error) {
-	root, reason, grace, includeRoot, rootState := p.Root, p.Reason, p.Grace, p.IncludeRoot, p.RootState
+	c, err := run.planCancel(ctx, p)
+	if err != nil {
+		return nil, err
+	}
+	return run.finishCancel(ctx, c)
+}
+
+// cancellation is a cancelTree whose agents are claimed (planCancel) and
+// not yet stopped (finishCancel).
+type cancellation struct {
+	cancelParams
+	began time.Time
+	mine  []*kin.Agent // the agents it records, parents first
+}
+
+// planCancel is the first step of cancelTree: it finds the owned subtree
+// and claims its running agents, without writing or waiting. A shutdown
+// plans every independent subtree first, parents before children, then
+// finishes them all at once.
+func (run *Runner) planCancel(ctx context.Context, p cancelParams) (*cancellation, error) {
+	root, includeRoot := p.Root, p.IncludeRoot
 	began := time.Now()
+	if err := run.awaitReconciled(ctx, run.lineage.Subtree(root)...); err != nil {
+		return nil, err
+	}
 	ids := run.lineage.Subtree(root)
 	if ids == nil {
 		return nil, kin.Errorf(kin.ECodeNotFound, "agent %d not found", root)
@@ -519,36 +550,69 @@ func (run *Runner) cancelTree(ctx context.Context, p cancelParams) ([]*kin.Agent
 		mine = append(mine, a)
 	}
 	run.rtMu.Unlock()
+	return &cancellation{cancelParams: p, began: began, mine: mine}, nil
+}
 
+// finishCancel is the rest of cancelTree: steps 1-8 of the sequence for
+// the agents c claimed.
+func (run *Runner) finishCancel(ctx context.Context, c *cancellation) ([]*kin.Agent, error) {
+	if err := run.silence(ctx, c); err != nil {
+		return nil, err
+	}
+	return run.stopAndRecord(ctx, c)
+}
+
+// silence is steps 1-3 of the cancellation for the agents of cs: mark them
+// stopping (one transaction) and close their sockets. A shutdown silences
+// every subtree at once before it signals any.
+func (run *Runner) silence(ctx context.Context, cs ...*cancellation) error {
 	// 1-2: mark them stopping.
 	now := run.now()
 	stopping := kin.StateStopping
-	if len(mine) > 0 {
+	n := 0
+	for _, c := range cs {
+		n += len(c.mine)
+	}
+	if n > 0 {
 		err := run.update(ctx, func(tx store.Tx, _ *store.AfterCommit) error {
-			for _, a := range mine {
-				if err := tx.AgentUpdate(ctx, store.AgentUpdateParams{ID: a.ID, At: now, State: &stopping}); err != nil {
-					return err
+			for _, c := range cs {
+				for _, a := range c.mine {
+					if err := tx.AgentUpdate(ctx, store.AgentUpdateParams{ID: a.ID, At: now, State: &stopping}); err != nil {
+						return err
+					}
 				}
 			}
 			return nil
 		})
 		if err != nil {
-			return nil, run.storeError(err)
+			return run.storeError(err)
 		}
 	}
 	// 3: close their sockets.
-	maxGrace := time.Duration(0)
 	var socks []*agentsock.Socket
-	for _, a := range mine {
-		if rt := run.runtimeOf(a.ID); rt != nil && rt.sock != nil {
-			socks = append(socks, rt.sock)
+	for _, c := range cs {
+		for _, a := range c.mine {
+			if rt := run.runtimeOf(a.ID); rt != nil && rt.sock != nil {
+				socks = append(socks, rt.sock)
+			}
 		}
-		maxGrace = max(maxGrace, time.Duration(a.Grace))
 	}
 	agentsock.CloseAll(socks)
+	return nil
+}
+
+// stopAndRecord is steps 4-8 of the cancellation, once silenced: signal,
+// grace, kill, wait, record.
+func (run *Runner) stopAndRecord(ctx context.Context, c *cancellation) ([]*kin.Agent, error) {
+	root, reason, grace, rootState, mine, began := c.Root, c.Reason, c.Grace, c.RootState, c.mine, c.began
+	maxGrace := time.Duration(0)
+	for _, a := range mine {
+		maxGrace = max(maxGrace, time.Duration(a.Grace))
+	}
 	if grace != nil {
 		maxGrace = time.Duration(*grace)
 	}
+	maxGrace = run.graceWithin(maxGrace)
 	// 4-6: SIGTERM, grace, SIGKILL, wait until empty. The root's group
 	// holds every owned descendant's group, and what the root's own process
 	// left behind.
@@ -575,17 +639,17 @@ func (run *Runner) cancelTree(ctx context.Context, p cancelParams) ([]*kin.Agent
 		}
 	}
 	// 7-8: record.
-	now = run.now()
+	now := run.now()
 	var done []*kin.Agent
-	err = run.update(ctx, func(tx store.Tx, _ *store.AfterCommit) error {
+	err := run.update(ctx, func(tx store.Tx, _ *store.AfterCommit) error {
 		done = done[:0]
 		for _, a := range mine {
 			cur, err := tx.AgentGetByID(ctx, a.ID)
 			if err != nil {
 				return err
 			}
-			if !cur.EndedAt.IsZero() && cur.State.Terminal() {
-				continue // recorded by someone else
+			if cur.State.Terminal() && (cur.PID == 0 || !cur.EndedAt.IsZero()) {
+				continue // recorded by someone else (a concurrent cancellation of an overlapping subtree)
 			}
 			status, state, why := kin.StatusTerminated, kin.StateCancelled, reason
 			if a.ID == root && rootState != "" {
@@ -818,6 +882,13 @@ func resolveCommand(argv []string, dir string) ([]string, error) {
 // was just suspended (or resumed), then records their state: suspended only
 // once the kernel says frozen.
 func (run *Runner) freezeChanged(ctx context.Context, req kin.StatusRequest, changed []*kin.Agent) error {
+	ids := []kin.AgentID{req.ID}
+	for _, a := range changed {
+		ids = append(ids, a.ID)
+	}
+	if err := run.awaitReconciled(ctx, ids...); err != nil {
+		return err
+	}
 	var running []*kin.Agent
 	for _, a := range changed {
 		if a.Running() && run.runtimeOf(a.ID) != nil {

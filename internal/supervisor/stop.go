@@ -39,6 +39,46 @@ func (s *Supervisor) Stop(ctx context.Context, id kin.AgentID, grace time.Durati
 // Kill is Stop with no grace.
 func (s *Supervisor) Kill(ctx context.Context, id kin.AgentID) error { return s.Stop(ctx, id, 0) }
 
+// KillAll kills every process of every agent at once and returns without
+// waiting: one cgroup.kill at the kin root (and at each adopted group that
+// lies outside it), or SIGKILL to every agent's processes (their namespaces'
+// inits with PID namespaces) in the fallbacks. Stops in progress see their
+// groups empty before their grace ends, then reap, report and return as
+// usual: this is what a daemon's shutdown deadline does to what is left.
+func (s *Supervisor) KillAll() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return ErrClosed
+	}
+	ids := map[kin.AgentID]bool{}
+	var procs []*Process
+	var outside []string
+	for _, a := range s.agents {
+		ids[a.id] = true
+		if a.proc != nil && !isDone(a.proc) {
+			procs = append(procs, a.proc)
+		}
+		if s.cg && !within(a.path, s.root) && !s.nestedLocked(a) {
+			outside = append(outside, a.path)
+		}
+	}
+	s.mu.Unlock()
+	if !s.cg {
+		for _, pid := range s.stopTargets(ids, procs) {
+			signalPid(pid, unix.SIGKILL)
+		}
+		return nil
+	}
+	var errs []error
+	for _, dir := range append(outside, s.root) {
+		if err := cgroup.Kill(dir); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
 func (s *Supervisor) stop(ctx context.Context, id kin.AgentID, grace time.Duration) error {
 	s.mu.Lock()
 	a := s.agents[id]
@@ -239,8 +279,7 @@ func (s *Supervisor) killCgroup(ctx context.Context, dir string, grace time.Dura
 		return err
 	}
 	if ev.Populated && grace > 0 {
-		thawTree(dir) // a frozen process cannot act on SIGTERM
-		s.signalTree(dir, unix.SIGTERM, unix.SIGCONT)
+		s.signalTree(dir, true, unix.SIGTERM, unix.SIGCONT)
 		gctx, cancel := context.WithTimeout(ctx, grace)
 		ev, err = cgroup.WaitEvents(gctx, dir, func(e cgroup.Events) bool { return !e.Populated })
 		cancel()
@@ -260,32 +299,41 @@ func (s *Supervisor) killCgroup(ctx context.Context, dir string, grace time.Dura
 	return nil
 }
 
-// thawTree clears cgroup.freeze throughout dir's subtree.
-func thawTree(dir string) {
-	cgroup.Walk(dir, func(d string) error {
-		if on, err := cgroup.FreezeSet(d); err == nil && on {
-			cgroup.SetFreeze(d, false)
-		}
-		return nil
-	})
-}
-
 // signalTree sends sigs to every process in dir's subtree, each through a
 // pidfd opened before checking that the pid is still in the subtree, so a
-// recycled pid is never signalled.
-func (s *Supervisor) signalTree(dir string, sigs ...unix.Signal) {
+// recycled pid is never signalled: a group's cgroup.procs is read, a pidfd
+// opened for each pid, and the list read again; a pid in both lists names,
+// through its pidfd, a process that was in the group after the pidfd was
+// opened. (Two reads of the group instead of one of /proc/<pid>/cgroup per
+// process: a shutdown signals thousands at once.) With thaw, each group's
+// cgroup.freeze is cleared first, in the same walk: a frozen process
+// cannot act on SIGTERM.
+func (s *Supervisor) signalTree(dir string, thaw bool, sigs ...unix.Signal) {
 	cgroup.Walk(dir, func(d string) error {
-		pids, _ := cgroup.Procs(d)
-		for _, pid := range pids {
-			fd, err := unix.PidfdOpen(pid, 0)
-			if err != nil {
-				continue
+		if thaw {
+			if on, err := cgroup.FreezeSet(d); err == nil && on {
+				cgroup.SetFreeze(d, false)
 			}
-			if got, err := s.mount.DirOfPID(pid); err == nil && within(got, dir) {
+		}
+		pids, _ := cgroup.Procs(d)
+		if len(pids) == 0 {
+			return nil
+		}
+		fds := make(map[int]int, len(pids))
+		for _, pid := range pids {
+			if fd, err := unix.PidfdOpen(pid, 0); err == nil {
+				fds[pid] = fd
+			}
+		}
+		still, _ := cgroup.Procs(d)
+		for _, pid := range still {
+			if fd, ok := fds[pid]; ok {
 				for _, sig := range sigs {
 					unix.PidfdSendSignal(fd, sig, nil, 0)
 				}
 			}
+		}
+		for _, fd := range fds {
 			unix.Close(fd)
 		}
 		return nil

@@ -670,3 +670,49 @@ func TestDeferRemove(t *testing.T) {
 	// A new agent with a fresh group works while removals may run.
 	start(t, s, sleeper(3, 0))
 }
+
+// TestKillAllEndsStopsInTheirGrace: two stops of TERM-ignoring agents with an
+// hour's grace are in progress; KillAll kills every process at once, and both
+// stops return (their processes reaped with SIGKILL) long before their grace.
+func TestKillAllEndsStopsInTheirGrace(t *testing.T) {
+	both(t, func(t *testing.T, s *Supervisor) {
+		dir := t.TempDir()
+		pids := filepath.Join(dir, "pids")
+		env := []string{"PATH=/usr/bin:/bin", "PIDS=" + pids}
+		deaf := writeScript(t, dir, "deaf.sh", `trap '' TERM
+echo "$1 $$" >> "$PIDS"
+exec sleep 1000
+`)
+		p1 := start(t, s, Spec{ID: 1, Argv: []string{"/bin/sh", deaf, "one"}, Env: env})
+		p2 := start(t, s, Spec{ID: 2, Argv: []string{"/bin/sh", deaf, "two"}, Env: env})
+		waitFor(t, 10*time.Second, "both agents to ignore SIGTERM", func() bool { return len(readLabels(pids)) == 2 })
+		stopped := make(chan error, 2)
+		for _, id := range []kin.AgentID{1, 2} {
+			go func() { stopped <- s.Stop(testCtx(t), id, time.Hour) }()
+		}
+		// Both stops have sent SIGTERM (the agents are stopping) before the kill.
+		waitFor(t, 10*time.Second, "both stops to begin", func() bool {
+			s.mu.Lock()
+			defer s.mu.Unlock()
+			return s.agents[1] != nil && s.agents[1].stopping != nil && s.agents[2] != nil && s.agents[2].stopping != nil
+		})
+		if err := s.KillAll(); err != nil {
+			t.Fatal(err)
+		}
+		for range 2 {
+			select {
+			case err := <-stopped:
+				if err != nil {
+					t.Fatalf("stop: %v", err)
+				}
+			case <-time.After(30 * time.Second):
+				t.Fatal("a stop did not return after KillAll")
+			}
+		}
+		for _, p := range []*Process{p1, p2} {
+			if e, ok := p.Exit(); !ok || e.Signal != syscall.SIGKILL {
+				t.Errorf("agent %d after KillAll: %v, %v", p.ID, e, ok)
+			}
+		}
+	})
+}

@@ -329,9 +329,9 @@ function render() {
     }
     const glyph = oc ? OUTCOMES.find(([o]) => o === oc)[1] : '';
     nodes.push(`<g class="${cls.join(' ')}" data-id="${id}" data-state="${esc(a.state)}" data-outcome="${oc}" data-status="${esc(a.status)}" data-gen="${a.generation}" data-responsible="${esc(a.responsible)}" transform="translate(${p.x},${y})">` +
-      `<title>#${id} ${esc(a.name)}: ${esc(a.state)}${oc ? ' (' + oc + ')' : ''}</title><rect width="${NODE_W}" height="${NODE_H}" rx="6"/>` +
+      `<title>#${id} ${esc(a.name)}: ${esc(a.state)}${oc ? ' (' + oc + ')' : ''}${a.reconciling ? ', not yet checked since the daemon restarted' : ''}</title><rect width="${NODE_W}" height="${NODE_H}" rx="6"/>` +
       `<text class="name" x="10" y="18">${esc(trim(a.name, 20))}</text>${glyph ? `<text class="glyph" x="${NODE_W - 10}" y="18" text-anchor="end">${glyph}</text>` : ''}` +
-      `<text class="meta" x="10" y="34">#${id} ${esc(trim(a.role || '-', 11))} · ${a.status === 'revoked' ? 'revoked' : esc(a.state)}</text>` +
+      `<text class="meta" x="10" y="34">#${id} ${esc(trim(a.role || '-', 11))} · ${a.status === 'revoked' ? 'revoked' : esc(a.state)}${a.reconciling ? ' ?' : ''}</text>` +
       `<text class="meta time" x="10" y="50" data-time="${id}"></text>${badge}</g>`);
   }
   const svg = $('#graph');
@@ -535,7 +535,7 @@ function panelHTML(a, x) {
   const ch = chain(a.id);
   const owned = descendants(a.id, true).filter((d) => !TERMINAL.has(d.state));
   let h = `<header><h2>#${a.id} ${esc(a.name)}</h2><button type="button" class="close" data-act="close" title="Close">×</button></header>
-<p><span class="state st-${esc(a.state)}${oc ? ' oc-' + oc : ''}">${esc(a.state)}</span>${oc ? ` <span class="outcome oc-${oc}">${OUTCOMES.find(([o]) => o === oc)[1]} ${oc}</span>` : ''} <span class="muted">${owned.length} live descendant${owned.length === 1 ? '' : 's'}</span></p>
+<p><span class="state st-${esc(a.state)}${oc ? ' oc-' + oc : ''}">${esc(a.state)}</span>${oc ? ` <span class="outcome oc-${oc}">${OUTCOMES.find(([o]) => o === oc)[1]} ${oc}</span>` : ''}${a.reconciling ? ' <span class="muted">unchecked: the daemon restarted and has not yet checked its process</span>' : ''} <span class="muted">${owned.length} live descendant${owned.length === 1 ? '' : 's'}</span></p>
 <dl id="facts">${rows.map(([k, v]) => `<dt>${k}</dt><dd>${String(v).startsWith('<span data-time') ? v : esc(v)}</dd>`).join('')}</dl>
 <h3>Responsible</h3><ol class="chain">${ch.map((c) => `<li><a href="#" data-goto="${c.id}">#${c.id} ${esc(c.name)}</a> <span class="muted">gen ${c.generation}</span></li>`).join('')}<li class="human-li">${esc(ch[ch.length - 1].responsible)}</li></ol>
 <h3>Actions</h3><div class="actions">

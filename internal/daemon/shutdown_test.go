@@ -1,0 +1,161 @@
+package daemon_test
+
+import (
+	"fmt"
+	"os"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/kin-agents/kin/internal/kintest"
+	"github.com/kin-agents/kin/kin"
+)
+
+// closeInBackground closes the daemon in the background and returns a channel
+// that yields Close's error and how long it took.
+func closeInBackground(d *kintest.Daemon) <-chan closed {
+	ch := make(chan closed, 1)
+	began := time.Now()
+	go func() {
+		err := d.Close()
+		ch <- closed{err, time.Since(began)}
+	}()
+	return ch
+}
+
+type closed struct {
+	err  error
+	took time.Duration
+}
+
+// waitClosed waits for the shutdown; one that does not end within the
+// given time fails the test, after its agents are killed so that it ends
+// and leaves nothing behind.
+func waitClosed(t *testing.T, ch <-chan closed, within time.Duration, agents ...*kin.Agent) closed {
+	t.Helper()
+	select {
+	case c := <-ch:
+		if c.err != nil {
+			t.Fatalf("close: %v", c.err)
+		}
+		return c
+	case <-time.After(within):
+		for _, a := range agents {
+			syscall.Kill(a.PID, syscall.SIGKILL)
+		}
+		select {
+		case <-ch:
+		case <-time.After(30 * time.Second):
+		}
+		t.Fatalf("the daemon's shutdown did not end within %s", within)
+	}
+	return closed{}
+}
+
+// noted reports whether each agent has written "term NAME" (note-term).
+func noted(path string, names ...string) bool {
+	b, _ := os.ReadFile(path)
+	for _, n := range names {
+		if !strings.Contains(string(b), "term "+n+"\n") {
+			return false
+		}
+	}
+	return true
+}
+
+// TestShutdownStopsIndependentSubtreesAtOnce: two roots, each ignoring
+// SIGTERM with a grace of G and with a child. At shutdown both get SIGTERM
+// while both still run (their cancellations overlap instead of running one
+// after the other, which would kill the first before the second heard of
+// it), both are killed when their grace ends, and the shutdown is over
+// before 2G. Every agent is recorded cancelled for the shutdown.
+func TestShutdownStopsIndependentSubtreesAtOnce(t *testing.T) {
+	const grace = 3 * time.Second
+	home := kintest.TempHome(t)
+	d := kintest.StartDaemon(t, kintest.WithHome(home))
+	out := outPath(t)
+	var roots, kids []*kin.Agent
+	for i := range 2 {
+		r := spawnAgent(t, d.Client, fmt.Sprintf("deaf%d", i), 0, "note-term", withGrace(grace), withEnv("KINTEST_OUT="+out))
+		roots = append(roots, r)
+		kids = append(kids, spawnAgent(t, d.Client, fmt.Sprintf("kid%d", i), r.ID, "sleep", withGrace(grace)))
+		waitOut(t, out, "ready "+r.Name)
+	}
+	done := closeInBackground(d)
+	kintest.WaitFor(t, 2*grace, "both roots to get SIGTERM", func() bool { return noted(out, "deaf0", "deaf1") })
+	for _, r := range roots {
+		if !alive(r.PID) {
+			t.Fatalf("%s was killed before the other root got SIGTERM: the roots were stopped one after the other", r.Name)
+		}
+	}
+	c := waitClosed(t, done, 30*time.Second, append(roots, kids...)...)
+	if c.took >= 2*grace {
+		t.Fatalf("the shutdown took %s: not under 2 × the grace (%s), as stopping the roots one after the other would", c.took, grace)
+	}
+	for _, a := range append(roots, kids...) {
+		if alive(a.PID) {
+			t.Fatalf("%s (pid %d) outlived the shutdown", a.Name, a.PID)
+		}
+	}
+
+	d2 := kintest.StartDaemon(t, kintest.WithHome(home))
+	for _, a := range roots {
+		got, _ := d2.Client.Agent(ctx, a.ID)
+		if got.State != kin.StateCancelled || got.EndReason != "shutdown" || got.Exit == nil || got.Exit.Signal != "killed" {
+			t.Fatalf("%s after the shutdown: %s, %s, exit %v; want cancelled for the shutdown, killed", a.Name, got.State, got.EndReason, got.Exit)
+		}
+	}
+	for _, a := range kids {
+		got, _ := d2.Client.Agent(ctx, a.ID)
+		if got.State != kin.StateCancelled || got.EndReason != "shutdown" || got.EndedAt.IsZero() {
+			t.Fatalf("%s after the shutdown: %s, %s", a.Name, got.State, got.EndReason)
+		}
+	}
+}
+
+// TestShutdownTimeoutKillsWhatIsLeft: agents ignoring SIGTERM with an
+// hour's grace, and a shutdown timeout of one second. The shutdown sends
+// every one SIGTERM, then at the timeout kills them all at once and records
+// each (cancelled for the shutdown, killed): it does not wait for the grace.
+func TestShutdownTimeoutKillsWhatIsLeft(t *testing.T) {
+	home := kintest.TempHome(t)
+	d := kintest.StartDaemon(t, kintest.WithHome(home), kintest.WithShutdownTimeout(time.Second))
+	out := outPath(t)
+	var all []*kin.Agent
+	var names []string
+	for i := range 2 {
+		r := spawnAgent(t, d.Client, fmt.Sprintf("root%d", i), 0, "note-term", withGrace(kin.MaxGrace), withEnv("KINTEST_OUT="+out))
+		k := spawnAgent(t, d.Client, fmt.Sprintf("child%d", i), r.ID, "note-term", withGrace(kin.MaxGrace), withEnv("KINTEST_OUT="+out))
+		all = append(all, r, k)
+		names = append(names, r.Name, k.Name)
+	}
+	for _, n := range names {
+		waitOut(t, out, "ready "+n)
+	}
+	done := closeInBackground(d)
+	kintest.WaitFor(t, 10*time.Second, "every agent to get SIGTERM", func() bool { return noted(out, names...) })
+	waitClosed(t, done, 30*time.Second, all...) // not the hour of grace
+	for _, a := range all {
+		if alive(a.PID) {
+			t.Fatalf("%s (pid %d) outlived the shutdown timeout", a.Name, a.PID)
+		}
+	}
+
+	d2 := kintest.StartDaemon(t, kintest.WithHome(home))
+	for _, a := range all {
+		got, _ := d2.Client.Agent(ctx, a.ID)
+		if got.State != kin.StateCancelled || got.EndReason != "shutdown" || got.EndedAt.IsZero() || got.Exit == nil || got.Exit.Signal != "killed" {
+			t.Fatalf("%s after the shutdown timeout: %s, %s, exit %v; want cancelled for the shutdown, killed", a.Name, got.State, got.EndReason, got.Exit)
+		}
+		stops := 0
+		for _, e := range events(t, d2.Client, kin.EventFilter{Agent: a.ID, Types: []string{kin.EventAgentStop}}) {
+			if e.Agent == a.ID { // the filter also gives its children's
+				stops++
+			}
+		}
+		if stops != 1 {
+			t.Fatalf("%s: %d agent.stop events, want 1", a.Name, stops)
+		}
+	}
+}
