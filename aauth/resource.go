@@ -334,7 +334,9 @@ func tokenError(err error) *SignatureError {
 // refuse answers a refused signature or token.
 func (r *Resource) refuse(w http.ResponseWriter, err error) {
 	se := tokenError(err)
-	r.log.Info("aauth: request refused", logKeyCode, string(se.Code), logKeyDetail, se.Detail)
+	// The detail may quote the request: the sender must not choose the
+	// size of the line.
+	r.log.Info("aauth: request refused", logKeyCode, string(se.Code), logKeyDetail, httpsig.BoundDetail(se.Detail))
 	WriteSignatureError(w, se)
 }
 

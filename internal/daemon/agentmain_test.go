@@ -290,6 +290,8 @@ func runAgent(mode string) int {
 		return runSwapSpawn(args[1:], self(), out)
 	case "flood":
 		runFlood(args[1:], self(), out)
+	case "follow-streams": // attack21_test.go
+		runFollowStreams(args[1:], out)
 	default:
 		out("unknown mode %q", mode)
 		return 2

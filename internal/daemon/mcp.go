@@ -51,7 +51,7 @@ func (d *Daemon) mcpHandler(api *httpapi.Server) http.Handler {
 		}
 		agent, err := d.Server.SignedAgent(r)
 		if err != nil {
-			d.log.Info("mcp request refused", "error", err.Error())
+			d.Server.LogSignatureRefusal("mcp request refused", err)
 			personserver.WriteSignatureRefusal(w, err)
 			return
 		}

@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"context"
 	"crypto/ed25519"
+	"encoding/base64"
 	"encoding/json"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"strings"
@@ -300,5 +302,87 @@ func TestFullReplayCacheRefusesNewSignaturesWith503(t *testing.T) {
 	clock.Advance(51 * time.Second)
 	if status, sigErr, err := signPost(t, mcpURL, body, lead.signer.Key, lead.token, clock.Now()).send(); err != nil || status != http.StatusOK {
 		t.Errorf("a signed request once the first left the window: %d %q %v; want 200", status, sigErr, err)
+	}
+}
+
+// lineLog keeps the daemon's JSON log lines.
+type lineLog struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (l *lineLog) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.Write(p)
+}
+
+// lines are the logged lines whose msg is one of msgs.
+func (l *lineLog) lines(t testing.TB, msgs ...string) []map[string]any {
+	t.Helper()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []map[string]any
+	for _, line := range strings.Split(strings.TrimSpace(l.buf.String()), "\n") {
+		var m map[string]any
+		if err := json.Unmarshal([]byte(line), &m); err != nil {
+			t.Fatalf("a log line: %v: %q", err, line)
+		}
+		for _, msg := range msgs {
+			if m["msg"] == msg {
+				out = append(out, m)
+			}
+		}
+	}
+	return out
+}
+
+// TestAuthTokenAndMCPRefusalLogIsBounded: requests whose signature names
+// nobody, sent to /auth-token and /mcp faster than a second apart, are
+// logged ten at once at most, then one a second, and the line after some
+// were left out says how many; each line's detail is bounded.
+func TestAuthTokenAndMCPRefusalLogIsBounded(t *testing.T) {
+	var logged lineLog
+	clock := kintest.NewClockAt(time.Now())
+	d := kintest.StartDaemon(t, kintest.WithHTTP(), kintest.WithClock(clock.Now), func(c *daemon.Config) {
+		c.Logger = slog.New(slog.NewJSONHandler(&logged, nil))
+	})
+	send := func(path string) {
+		t.Helper()
+		req, err := http.NewRequest(http.MethodPost, "http://"+d.HTTPAddr()+path, strings.NewReader("{}"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Signature-Input", `sig=("@method");created=1`)
+		req.Header.Set("Signature", "sig=:"+base64.StdEncoding.EncodeToString(make([]byte, 64))+":")
+		req.Header.Set("Signature-Key", "sig="+strings.Repeat("a", 4096))
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusUnauthorized {
+			t.Fatalf("%s: %s; want 401", path, resp.Status)
+		}
+	}
+	msgs := []string{"auth-token refused", "mcp request refused"}
+	for i := range 30 {
+		send([]string{personserver.PathAuthToken, daemon.PathMCP}[i%2])
+	}
+	lines := logged.lines(t, msgs...)
+	if len(lines) != 10 {
+		t.Fatalf("30 refusals at once logged %d lines; want 10", len(lines))
+	}
+	for _, l := range lines {
+		if detail, _ := l["detail"].(string); len(detail) > httpsig.MaxDetail+32 || !strings.HasSuffix(detail, "(4103 bytes)") {
+			t.Errorf("a refusal's detail of %d bytes: …%q; want it bounded, saying the length", len(detail), detail[max(0, len(detail)-30):])
+		}
+	}
+	clock.Advance(time.Second)
+	send(daemon.PathMCP)
+	lines = logged.lines(t, msgs...)
+	if len(lines) != 11 || lines[10]["left_out"] != float64(20) {
+		t.Fatalf("a refusal a second later: %d lines, the last %v; want 11, the last saying left_out 20", len(lines), lines[len(lines)-1])
 	}
 }

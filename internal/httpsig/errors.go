@@ -1,7 +1,9 @@
 package httpsig
 
 import (
+	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/dunglas/httpsfv"
 )
@@ -85,3 +87,23 @@ func validToken(s string) bool {
 }
 
 func errorf(code Code, detail string) *Error { return &Error{Code: code, Detail: detail} }
+
+// MaxDetail is how much of a detail a refusal writes to a log, an event or
+// an answer.
+const MaxDetail = 200
+
+// BoundDetail is detail cut to MaxDetail bytes (at a character's start),
+// then an ellipsis and its whole length. A detail may quote what the
+// request sent (a Signature-Key scheme of a megabyte, a token's claim):
+// whoever reads it needs the start, and the sender must not choose the
+// size of what kin writes.
+func BoundDetail(detail string) string {
+	if len(detail) <= MaxDetail {
+		return detail
+	}
+	cut := MaxDetail
+	for cut > 0 && !utf8.RuneStart(detail[cut]) {
+		cut--
+	}
+	return detail[:cut] + "… (" + strconv.Itoa(len(detail)) + " bytes)"
+}

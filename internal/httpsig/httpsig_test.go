@@ -497,3 +497,18 @@ func FuzzParseSignatureKey(f *testing.F) {
 		}
 	})
 }
+
+// TestBoundDetail: a detail longer than MaxDetail keeps its first bytes,
+// never half a character, and says how long it was.
+func TestBoundDetail(t *testing.T) {
+	for _, tc := range []struct{ in, want string }{
+		{"", ""},
+		{strings.Repeat("a", MaxDetail), strings.Repeat("a", MaxDetail)},
+		{strings.Repeat("a", MaxDetail+1), strings.Repeat("a", MaxDetail) + "… (201 bytes)"},
+		{strings.Repeat("a", MaxDetail-1) + "é" + strings.Repeat("a", 1<<20), strings.Repeat("a", MaxDetail-1) + "… (1048777 bytes)"},
+	} {
+		if got := BoundDetail(tc.in); got != tc.want {
+			t.Errorf("BoundDetail(%d bytes) = %q; want %q", len(tc.in), got, tc.want)
+		}
+	}
+}

@@ -10,8 +10,10 @@ import (
 )
 
 // DefaultReplayCapacity is how many accepted signatures a Replays holds
-// unless told otherwise: more than 16,000 a second over the window, in
-// about 75 MB when full (78 bytes an entry, measured).
+// unless told otherwise, in about 75 MB when full (78 bytes an entry,
+// measured). An entry is kept until created + Window and created may be
+// up to Window ahead, so one lives up to two windows: the cache holds
+// about 8,300 signatures a second from signers that date them ahead.
 const DefaultReplayCapacity = 1_000_000
 
 // Replays accepts each signature once. RFC 9421 (§7.2.2) leaves replay to
@@ -35,14 +37,20 @@ const DefaultReplayCapacity = 1_000_000
 // instead would let its signature be replayed.
 //
 // A Replays is safe for concurrent use: of two requests carrying the same
-// signature at once, exactly one is accepted.
+// signature at once, exactly one is accepted. Callers read now before
+// verifying, so requests reach the lock out of their clocks' order: one
+// whose now is a second later may already have forgotten the second a
+// slower one's signature was created in. The cache's window therefore
+// ends at the latest now it has seen, not the caller's: a signature
+// created before it is refused as a replay (it may have been accepted,
+// and its record is gone), as if it had arrived that second later.
 type Replays struct {
 	start    int64 // unix second
 	capacity int
 
 	mu        sync.Mutex
 	n         int   // entries in byCreated
-	pruned    int64 // the second of the last prune
+	pruned    int64 // the latest now seen, the second of the last prune
 	byCreated map[int64]map[[sha256.Size]byte]struct{}
 }
 
@@ -53,7 +61,7 @@ func NewReplays(start time.Time, capacity int) *Replays {
 	if capacity <= 0 {
 		capacity = DefaultReplayCapacity
 	}
-	return &Replays{start: start.Unix(), capacity: capacity, byCreated: make(map[int64]map[[sha256.Size]byte]struct{})}
+	return &Replays{start: start.Unix(), capacity: capacity, pruned: start.Unix(), byCreated: make(map[int64]map[[sha256.Size]byte]struct{})}
 }
 
 // FullError refuses a request because the Replays holds its capacity of
@@ -70,8 +78,9 @@ func (e *FullError) Error() string {
 
 // Verify is Verify, then the replay check: a signature that verified is
 // accepted once. Its errors are Verify's, an *Error with
-// CodeReplayedRequest for a signature already accepted or created before
-// start, and a *FullError.
+// CodeReplayedRequest for a signature already accepted, created before
+// start, or created before the window of the latest now seen (another
+// caller's), and a *FullError.
 func (r *Replays) Verify(req *http.Request, now time.Time, resolve func(sigKey SignatureKey) (ed25519.PublicKey, error)) (*Verified, error) {
 	v, err := Verify(req, now, resolve)
 	if err != nil {
@@ -92,6 +101,9 @@ func (r *Replays) accept(v *Verified, now time.Time) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.prune(now.Unix())
+	if oldest := r.oldest(); created < oldest {
+		return errorf(CodeReplayedRequest, fmt.Sprintf("created %d s before the window of the latest request: its second is forgotten, it may have been accepted", oldest-created))
+	}
 	second := r.byCreated[created]
 	if _, seen := second[v.statement]; seen {
 		return errorf(CodeReplayedRequest, "this signature was already accepted")
@@ -109,13 +121,14 @@ func (r *Replays) accept(v *Verified, now time.Time) error {
 }
 
 // prune forgets the seconds the window no longer accepts (Verify refuses
-// a created more than Window before now), at most once a second.
+// a created more than Window before now), at most once a second. A now
+// behind the latest one seen forgets nothing and moves nothing back.
 func (r *Replays) prune(now int64) {
-	if now == r.pruned {
+	if now <= r.pruned {
 		return
 	}
 	r.pruned = now
-	oldest := now - int64(Window/time.Second)
+	oldest := r.oldest()
 	for created, second := range r.byCreated {
 		if created < oldest {
 			r.n -= len(second)
@@ -123,6 +136,10 @@ func (r *Replays) prune(now int64) {
 		}
 	}
 }
+
+// oldest is the first created second still remembered: the window's
+// start at the latest now seen.
+func (r *Replays) oldest() int64 { return r.pruned - int64(Window/time.Second) }
 
 // retryAfter is how long until the oldest remembered second is forgotten.
 func (r *Replays) retryAfter(now time.Time) time.Duration {

@@ -215,6 +215,35 @@ func TestReplaysBound(t *testing.T) {
 	}
 }
 
+// TestReplaysWindowFollowsTheLatestClock: a caller whose now lags another's
+// (read before a slow verification) is judged by the window at the latest
+// now: a signature created inside both windows is accepted, one whose
+// second the later caller forgot is refused, and the lagging now forgets
+// nothing more nor brings anything back.
+func TestReplaysWindowFollowsTheLatestClock(t *testing.T) {
+	key := testKey("lag")
+	t0 := time.Unix(1800000000, 0)
+	r := NewReplays(t0, 0)
+	late := t0.Add(Window + 2*time.Second)
+	if _, err := r.Verify(signedPost(t, key, late, "", `{}`), late, insecureKeyFromUnverifiedJWT); err != nil {
+		t.Fatalf("the later caller: %v", err)
+	}
+	lag := late.Add(-time.Second)
+	inside := late.Add(-Window)
+	if _, err := r.Verify(signedPost(t, key, inside, "", `{}`), lag, insecureKeyFromUnverifiedJWT); err != nil {
+		t.Errorf("created at the latest window's start, verified by a lagging now: %v", err)
+	}
+	if _, err := r.Verify(signedPost(t, key, lag, "", `{}`), lag, insecureKeyFromUnverifiedJWT); err != nil {
+		t.Errorf("a fresh signature verified by a lagging now: %v", err)
+	}
+	if _, err := r.Verify(signedPost(t, key, inside.Add(-time.Second), "", `{}`), lag, insecureKeyFromUnverifiedJWT); codeOf(err) != CodeReplayedRequest {
+		t.Errorf("created a second before the latest window, inside the lagging one: %v; want %s", err, CodeReplayedRequest)
+	}
+	if r.pruned != late.Unix() {
+		t.Errorf("the window ends at %d after a lagging now; want %d", r.pruned, late.Unix())
+	}
+}
+
 // TestReplaysRace: copies of one signed request verified at once, exactly
 // one is accepted.
 func TestReplaysRace(t *testing.T) {

@@ -159,8 +159,18 @@ func signatureRefusal(err error) *refusal {
 // did not accept.
 func WriteSignatureRefusal(w http.ResponseWriter, err error) { signatureRefusal(err).write(w) }
 
+// refuse is a refusal whose detail, which may quote the request, is
+// bounded: it is answered, and logged or recorded.
 func refuse(status int, code, detail string) *refusal {
-	return &refusal{status: status, code: code, detail: detail}
+	return &refusal{status: status, code: code, detail: httpsig.BoundDetail(detail)}
+}
+
+// what is the refusal's code and detail, as logged or recorded.
+func (r *refusal) what() (code, detail string) {
+	if r.sig != nil {
+		return string(r.sig.Code), httpsig.BoundDetail(r.sig.Detail)
+	}
+	return r.code, httpsig.BoundDetail(r.detail)
 }
 
 // tokenError names a failed token parameter's problem by the draft's
@@ -212,17 +222,15 @@ func (srv *Server) serveAuthToken(w http.ResponseWriter, r *http.Request) {
 		if bound != nil && bound != parent {
 			aid = bound.agent.ID
 		}
-		code, detail := ref.code, ref.detail
-		if ref.sig != nil {
-			code, detail = string(ref.sig.Code), ref.sig.Detail
-		}
+		code, detail := ref.what()
 		// A refusal is an event once it names an agent: a request whose
-		// signer is unknown names nobody, and must not make kin write;
-		// nor one past its signer's quota.
+		// signer is unknown names nobody, and must not make kin write to
+		// its store; nor one past its signer's quota. Those are logged,
+		// bounded (refusalLog).
 		if pid != 0 && ref.code != string(kin.ECodeRateLimited) {
 			srv.recordRefusal(pid, aid, code, detail)
 		} else {
-			srv.log.Info("auth-token refused", "code", code, "detail", detail)
+			srv.refusals.write("auth-token refused", code, detail)
 		}
 		ref.write(w)
 		return

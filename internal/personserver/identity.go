@@ -28,16 +28,17 @@ import (
 // Server is kin's identity provider and person server: it answers
 // kin.IdentityService and serves the public AAuth endpoints (Handler).
 type Server struct {
-	cfg     Config
-	st      store.Store
-	lin     *lineage.Tree
-	disc    *aauth.Discovery // resources' keys, for their resource tokens
-	replays *httpsig.Replays // signatures accepted in the last window
-	log     *slog.Logger
-	id      *identityState
-	closing chan struct{}
-	wg      sync.WaitGroup
-	once    sync.Once
+	cfg      Config
+	st       store.Store
+	lin      *lineage.Tree
+	disc     *aauth.Discovery // resources' keys, for their resource tokens
+	replays  *httpsig.Replays // signatures accepted in the last window
+	log      *slog.Logger
+	refusals *refusalLog // refusals not recorded
+	id       *identityState
+	closing  chan struct{}
+	wg       sync.WaitGroup
+	once     sync.Once
 }
 
 // Config is what a Server is built from.
@@ -72,6 +73,7 @@ func New(c Config) (*Server, error) {
 	if srv.log == nil {
 		srv.log = slog.New(slog.DiscardHandler)
 	}
+	srv.refusals = newRefusalLog(srv.log, c.Clock)
 	if err := srv.openIdentity(); err != nil {
 		return nil, err
 	}
