@@ -3,10 +3,12 @@ package daemon_test
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"os"
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"syscall"
@@ -52,13 +54,32 @@ func runDaemonProcess(home string) {
 	cfg.Home, cfg.HTTPAddr = home, "off"
 	cfg.UIDRangeDir = filepath.Join(home, "host-uid-ranges") // never the host's /var/lib/kin
 	cfg.Profile = os.Getenv("KIN_TEST_DAEMON_PROFILE")
-	cfg.ShimPath = os.Getenv("KIN_TEST_DAEMON_SHIM") // every agent starts through the shim
+	cfg.ShimPath = os.Getenv("KIN_TEST_DAEMON_SHIM")          // every agent starts through the shim
+	if path := os.Getenv("KIN_TEST_DAEMON_LOG"); path != "" { // where the time goes
+		if f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600); err == nil {
+			defer f.Close()
+			cfg.Logger = slog.New(slog.NewJSONHandler(f, nil))
+		}
+	}
+	if hold := os.Getenv("KIN_TEST_DAEMON_HOLD"); hold != "" {
+		// WHAT:FILE: the first write of WHAT blocks the store's writer
+		// for good, once FILE is written (reconcile_test.go).
+		what, file, _ := strings.Cut(hold, ":")
+		cfg.WrapStore = holdStore(what, func() { os.WriteFile(file, nil, 0o600) }, make(chan struct{}))
+	}
 	d, err := daemon.Start(ctx, cfg)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
 	<-ctx.Done()
+	if path := os.Getenv("KIN_TEST_DAEMON_SHUTDOWN_CPUPROFILE"); path != "" { // where a shutdown's time goes
+		if f, err := os.Create(path + "." + strconv.Itoa(os.Getpid())); err == nil {
+			defer f.Close()
+			pprof.StartCPUProfile(f)
+			defer pprof.StopCPUProfile()
+		}
+	}
 	d.Close()
 }
 
@@ -67,6 +88,8 @@ func runDaemonProcess(home string) {
 //
 //	sleep            wait forever
 //	ignore-term      ignore SIGTERM, wait forever
+//	note-term        write "ready NAME", then "term NAME" at each SIGTERM,
+//	                 which it otherwise ignores; wait forever
 //	double-fork      start a grandchild in a new session (setsid) that
 //	                 waits forever, write its pid, wait forever
 //	ask-kin          authorize read and exec, promote itself to full, report
@@ -121,6 +144,16 @@ func runAgent(mode string) int {
 	case "ignore-term":
 		signal.Ignore(syscall.SIGTERM)
 		out("ignoring")
+	case "note-term":
+		term := make(chan os.Signal, 1)
+		signal.Notify(term, syscall.SIGTERM)
+		name := os.Getenv("KIN_AGENT_NAME")
+		out("ready %s", name)
+		go func() {
+			for range term {
+				out("term %s", name)
+			}
+		}()
 	case "double-fork":
 		cmd := exec.Command(os.Args[0])
 		cmd.Env = append(os.Environ(), "KINTEST_MODE=sleep", "KINTEST_OUT=")
