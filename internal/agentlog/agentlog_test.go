@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/kin-agents/kin/internal/agentlog"
 )
 
@@ -117,6 +119,47 @@ func TestKeepZero(t *testing.T) {
 	}
 	if got := readAll(t, path, 0, 0); !bytes.HasSuffix(all, got) || len(got) == 0 {
 		t.Fatalf("the log is not the end of what was written (%d bytes)", len(got))
+	}
+}
+
+// TestFullLogRotatedOnlyWhenMoreComes: output that ends exactly at the
+// size stays in the log, even with no rotated file kept; the next byte
+// rotates it, and a drain started on a full log (a restart) rotates it only
+// then too.
+func TestFullLogRotatedOnlyWhenMoreComes(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "5.log")
+	c := agentlog.Config{Path: path, Bytes: 64 << 10, Keep: 0}
+	d, out, err := agentlog.Open(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	all := bytes.Repeat([]byte("0123456789abcdef"), 64<<10/16)
+	if _, err := out.Write(all); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the drain to empty the pipe", func() bool { n, err := unix.IoctlGetInt(int(out.Fd()), unix.TIOCINQ); return err == nil && n == 0 })
+	d.Detach()
+	// A new drain on the full log (as after a restart), then the end of
+	// the output: nothing more came, so nothing is rotated.
+	d, err = agentlog.Reattach(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out.Close()
+	<-d.Done()
+	if b, _ := os.ReadFile(path); !bytes.Equal(b, all) {
+		t.Fatalf("%d bytes written, ending at the size of the log: the log keeps %d of them", len(all), len(b))
+	}
+	// One more byte rotates it.
+	d, out, err = agentlog.Open(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out.Write([]byte("!"))
+	out.Close()
+	<-d.Done()
+	if b, _ := os.ReadFile(path); string(b) != "!" {
+		t.Fatalf("after one more byte the log is %d bytes, want that byte", len(b))
 	}
 }
 
