@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/kin-agents/kin/internal/agentlog"
 )
 
@@ -117,6 +119,97 @@ func TestKeepZero(t *testing.T) {
 	}
 	if got := readAll(t, path, 0, 0); !bytes.HasSuffix(all, got) || len(got) == 0 {
 		t.Fatalf("the log is not the end of what was written (%d bytes)", len(got))
+	}
+}
+
+// TestFullLogRotatedOnlyWhenMoreComes: output that ends exactly at the
+// size stays in the log, even with no rotated file kept; the next byte
+// rotates it, and a drain started on a full log (a restart) rotates it only
+// then too.
+func TestFullLogRotatedOnlyWhenMoreComes(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "5.log")
+	c := agentlog.Config{Path: path, Bytes: 64 << 10, Keep: 0}
+	d, out, err := agentlog.Open(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	all := bytes.Repeat([]byte("0123456789abcdef"), 64<<10/16)
+	if _, err := out.Write(all); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the drain to empty the pipe", func() bool { n, err := unix.IoctlGetInt(int(out.Fd()), unix.TIOCINQ); return err == nil && n == 0 })
+	d.Detach()
+	// A new drain on the full log (as after a restart), then the end of
+	// the output: nothing more came, so nothing is rotated.
+	d, err = agentlog.Reattach(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out.Close()
+	<-d.Done()
+	if b, _ := os.ReadFile(path); !bytes.Equal(b, all) {
+		t.Fatalf("%d bytes written, ending at the size of the log: the log keeps %d of them", len(all), len(b))
+	}
+	// One more byte rotates it.
+	d, out, err = agentlog.Open(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out.Write([]byte("!"))
+	out.Close()
+	<-d.Done()
+	if b, _ := os.ReadFile(path); string(b) != "!" {
+		t.Fatalf("after one more byte the log is %d bytes, want that byte", len(b))
+	}
+}
+
+// TestReadKeptEnds: a read that is not a follow ends with what the log
+// held when it began, although the writer rotates the log many times
+// while it reads: it never reads more than is kept, nor anything written
+// after it began.
+func TestReadKeptEnds(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "4.log")
+	d, out, err := agentlog.Open(agentlog.Config{Path: path, Bytes: 4096, Keep: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { out.Close(); <-d.Done() }()
+	first := lines(0, 1000) // 12,000 bytes: two rotations, 8,192 kept
+	out.Write(first)
+	drained := func() bool { n, err := unix.IoctlGetInt(int(out.Fd()), unix.TIOCINQ); return err == nil && n == 0 }
+	waitFor(t, "the drain to take the first lines", drained)
+	kept, _ := onDisk(t, path)
+	r := agentlog.NewReader(path, 0, 0)
+	defer r.Close()
+	var got bytes.Buffer
+	late := bytes.Repeat([]byte("LATE\n"), 20000) // 100,000 bytes: 24 rotations
+	err = r.ReadKept(make([]byte, 1000), func(b []byte) error {
+		if got.Len() == 0 { // the writer goes on while the reader is slow
+			out.Write(late)
+			waitFor(t, "the drain to take the late lines", drained)
+		}
+		got.Write(b)
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if int64(got.Len()) > kept || !bytes.Contains(first, got.Bytes()) || got.Len() == 0 {
+		t.Fatalf("read %d bytes of a log of %d when the read began: not a piece of what it held then (late lines: %v)",
+			got.Len(), kept, bytes.Contains(got.Bytes(), []byte("LATE")))
+	}
+	// Undisturbed, it reads all that is kept, from an offset or a tail.
+	all, _ := onDisk(t, path)
+	for _, c := range []struct{ offset, tail, want int64 }{{0, 0, all}, {100, 0, all - 100}, {0, 5000, 5000}, {all + 1, 0, 0}} {
+		r := agentlog.NewReader(path, c.offset, c.tail)
+		var n int64
+		if err := r.ReadKept(make([]byte, 777), func(b []byte) error { n += int64(len(b)); return nil }); err != nil {
+			t.Fatal(err)
+		}
+		r.Close()
+		if n != c.want {
+			t.Errorf("offset %d, tail %d: read %d bytes, want %d", c.offset, c.tail, n, c.want)
+		}
 	}
 }
 

@@ -155,11 +155,13 @@ func (d *Drain) run() {
 		return
 	}
 	var discard []byte
+	full := false
 	for {
-		if d.f == nil || d.size >= d.c.Bytes {
-			if err := d.open(); err != nil {
+		if d.f == nil || full {
+			if err := d.open(full); err != nil {
 				d.fail(err)
 			}
+			full = false
 		}
 		// splice moves the bytes from the pipe into the file in the
 		// kernel: a byte is in one or the other, so even a kill -9 of the
@@ -167,6 +169,13 @@ func (d *Drain) run() {
 		var n int
 		var serr error
 		err := rc.Read(func(fd uintptr) bool {
+			if d.f != nil && d.size >= d.c.Bytes {
+				// A full log is rotated only once a byte waits to go into
+				// it: output that ends at the size stays in the log
+				// (with log_keep 0 an eager rotation left it empty).
+				full, serr = waiting(int(fd))
+				return serr != unix.EAGAIN
+			}
 			if d.f == nil { // the log cannot be written: drain, drop
 				if discard == nil {
 					discard = make([]byte, 64<<10)
@@ -183,6 +192,8 @@ func (d *Drain) run() {
 			err = serr
 		}
 		switch {
+		case err == nil && full:
+			continue
 		case err == nil && n == 0:
 			// No writer is left, and never will be: nobody else opens it.
 			os.Remove(PipePath(d.c.Path))
@@ -214,8 +225,26 @@ func (d *Drain) fail(err error) {
 	d.failed = true
 }
 
-// open opens the log to append to, rotating it first when it is full.
-func (d *Drain) open() error {
+// waiting reports, without reading the pipe, whether a byte waits in it.
+// Neither a byte nor an error: no writer is left and it is empty (the end
+// of the output); EAGAIN: nothing waits yet.
+func waiting(fd int) (bool, error) {
+	p := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+	if _, err := unix.Poll(p, 0); err != nil {
+		return false, err
+	}
+	switch {
+	case p[0].Revents&unix.POLLIN != 0:
+		return true, nil
+	case p[0].Revents&(unix.POLLHUP|unix.POLLERR) != 0:
+		return false, nil
+	}
+	return false, unix.EAGAIN
+}
+
+// open opens the log to append to; with full, it rotates it first when
+// it is full.
+func (d *Drain) open(full bool) error {
 	if d.f == nil {
 		// Not O_APPEND, which splice refuses: the drain is the only
 		// writer, at its own offset.
@@ -229,7 +258,7 @@ func (d *Drain) open() error {
 			return err
 		}
 		d.f, d.fd, d.size = f, int(f.Fd()), fi.Size()
-		if d.size < d.c.Bytes {
+		if !full || d.size < d.c.Bytes {
 			d.failed = false
 			return nil
 		}

@@ -69,6 +69,63 @@ func (r *Reader) ReadAvailable(buf []byte, fn func([]byte) error) error {
 	}
 }
 
+// ReadKept calls fn with what the log holds when it is called, from where
+// the reader starts, and returns at the end of that: bytes written later
+// are not read, whatever the rotations meanwhile, so it reads at most what
+// is kept (Bytes × (1 + Keep)). It holds the files it will read open until
+// it has read them (at most 1 + Keep): a file's identity is no name once
+// it is removed, as its inode number goes to the next file made. It is for
+// a reader used once.
+func (r *Reader) ReadKept(buf []byte, fn func([]byte) error) error {
+	files, err := chain(r.path)
+	if err != nil || len(files) == 0 {
+		return err
+	}
+	i, off := r.start(files)
+	for _, f := range files[:i] {
+		f.f.Close()
+	}
+	files = files[i:]
+	defer func() {
+		for _, f := range files {
+			f.f.Close()
+		}
+	}()
+	r.Close()
+	for k, f := range files {
+		r.cur, r.curID, r.pos = f.f, f.id, 0
+		if k == 0 {
+			r.pos = off
+		}
+		err := r.readTo(buf, fn, f.size)
+		r.cur = nil // closed with files
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// readTo reads the current file from where the reader is up to end.
+func (r *Reader) readTo(buf []byte, fn func([]byte) error, end int64) error {
+	for r.pos < end {
+		n, err := r.cur.ReadAt(buf[:min(int64(len(buf)), end-r.pos)], r.pos)
+		if n > 0 {
+			r.pos += int64(n)
+			if ferr := fn(buf[:n]); ferr != nil {
+				return ferr
+			}
+		}
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 func (r *Reader) readToEnd(buf []byte, fn func([]byte) error) error {
 	for {
 		n, err := r.cur.ReadAt(buf, r.pos)
@@ -94,18 +151,7 @@ func (r *Reader) position() (bool, error) {
 	if err != nil || len(files) == 0 {
 		return false, err
 	}
-	var total int64
-	for _, f := range files {
-		total += f.size
-	}
-	off := r.offset
-	if r.tail > 0 {
-		off = max(off, total-r.tail)
-	}
-	i := 0
-	for ; i < len(files)-1 && off >= files[i].size; i++ {
-		off -= files[i].size
-	}
+	i, off := r.start(files)
 	for j, f := range files {
 		if j != i {
 			f.f.Close()
@@ -113,6 +159,22 @@ func (r *Reader) position() (bool, error) {
 	}
 	r.cur, r.curID, r.pos = files[i].f, files[i].id, off
 	return true, nil
+}
+
+// start is where the reader starts in files: which one, and where in it.
+func (r *Reader) start(files []openFile) (i int, off int64) {
+	var total int64
+	for _, f := range files {
+		total += f.size
+	}
+	off = r.offset
+	if r.tail > 0 {
+		off = max(off, total-r.tail)
+	}
+	for ; i < len(files)-1 && off >= files[i].size; i++ {
+		off -= files[i].size
+	}
+	return i, off
 }
 
 // next is the file after the current one in the chain as it is now: nil

@@ -18,8 +18,11 @@ func (a *app) logsCommand() *cobra.Command {
 as it wrote them, byte for byte (--json changes nothing). kin keeps the
 output in its home, also after the agent has ended: logs/ID.log, rotated
 at the profile's quotas.log_bytes to logs/ID.log.1 (and .1 to .2 ...),
-the oldest dropped past quotas.log_keep; this prints what is kept, the
-oldest first.
+the oldest dropped past quotas.log_keep; this prints what is kept when it
+starts, the oldest first, and ends there (what the agent writes meanwhile
+is not printed: at most log_bytes × (1 + log_keep) is). An agent may have
+at most 16 reads of logs (and followed events or inbox) open at once; past
+that kin refuses with rate_limited.
 
 With --follow keep printing new output as it comes, across rotations,
 until the agent has ended and everything was printed (then exit 0), or

@@ -5,6 +5,7 @@ package daemon_test
 // closed.
 
 import (
+	"bufio"
 	"context"
 	"encoding/base64"
 	"fmt"
@@ -287,7 +288,8 @@ func TestAttackUnsignedRequestsFillTheDaemonLog(t *testing.T) {
 
 // runFollowStreams (agent mode "follow-streams N") opens N connections to
 // the agent's own socket, each asking GET /v1/agents/<self>/logs?follow=true,
-// keeps them open, reports how many it opened, and waits.
+// keeps them open, reads each answer's status, reports how many it opened,
+// how many the daemon holds and how many it refused, and waits.
 func runFollowStreams(args []string, out func(string, ...any)) {
 	n, _ := strconv.Atoi(args[0])
 	var lim syscall.Rlimit
@@ -309,7 +311,21 @@ func runFollowStreams(args []string, out func(string, ...any)) {
 		}
 		conns = append(conns, c)
 	}
-	out("streams opened=%d", len(conns))
+	// Each answer's status: a stream the daemon holds starts with its
+	// headers at once, a refused one is answered and closed.
+	held, refused := 0, 0
+	for _, c := range conns {
+		c.SetReadDeadline(time.Now().Add(30 * time.Second))
+		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+		switch {
+		case err != nil:
+		case resp.StatusCode == http.StatusOK:
+			held++
+		case resp.StatusCode == http.StatusTooManyRequests:
+			refused++
+		}
+	}
+	out("streams opened=%d held=%d refused=%d", len(conns), held, refused)
 	select {}
 }
 
@@ -341,14 +357,15 @@ func TestAttackFollowStreamsExhaustTheDaemon(t *testing.T) {
 	runtime.ReadMemStats(&ms)
 	fds, heap := openFDs(t), ms.HeapInuse
 	spawnAgent(t, d.Client, "reader", 0, fmt.Sprintf("follow-streams %d", streams), withEnv("KINTEST_OUT="+out))
-	var opened int
+	var opened, held, refused int
 	kintest.WaitFor(t, time.Minute, "the streams", func() bool {
 		b, _ := os.ReadFile(out)
-		_, err := fmt.Sscanf(string(b), "streams opened=%d", &opened)
+		_, err := fmt.Sscanf(string(b), "streams opened=%d held=%d refused=%d", &opened, &held, &refused)
 		return err == nil
 	})
-	// Let the daemon take them all.
-	kintest.WaitFor(t, 30*time.Second, "the daemon to hold the streams", func() bool { return openFDs(t)-fds >= opened })
+	t.Logf("%d streams asked for: %d held, %d refused (429)", opened, held, refused)
+	// Let the daemon take all it answered with a stream.
+	kintest.WaitFor(t, 30*time.Second, "the daemon to hold the streams", func() bool { return openFDs(t)-fds >= held })
 	runtime.GC()
 	runtime.ReadMemStats(&ms)
 	grewFDs, grewHeap := openFDs(t)-fds, int64(ms.HeapInuse)-int64(heap)

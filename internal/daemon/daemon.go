@@ -61,6 +61,7 @@ type Daemon struct {
 	metrics              *telemetry.Metrics // Prometheus metrics
 	tracer               *telemetry.Tracer  // OpenTelemetry spans of spawns, nil when off
 	quota                *quota.Limiter     // the profile's rate limits on agents (issue 21)
+	streams              quota.Streams      // the long-lived answers each agent holds open
 
 	pid     int
 	started time.Time
@@ -217,6 +218,7 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 	api := httpapi.New(d, d.token, d.log)
 	api.Observe = d.metrics.ObserveHTTP
 	api.ActAs = d.actAs
+	api.OpenStream = d.streams.Open
 	if err := d.Runner.Start(ctx, api.Handler(false)); err != nil {
 		return nil, err
 	}

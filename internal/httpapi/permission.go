@@ -169,6 +169,13 @@ func (s *Server) inbox(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	if req.Follow {
+		release, err := s.openStream(w, r)
+		if err != nil {
+			return err
+		}
+		defer release()
+	}
 	// A follower waits for as long as it likes.
 	_ = http.NewResponseController(w).SetWriteDeadline(time.Time{})
 	rc := http.NewResponseController(w)

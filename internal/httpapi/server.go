@@ -41,6 +41,25 @@ type Server struct {
 	// an agent's id): the context the request is then served with, as
 	// that agent, or why not. It runs after the token check.
 	ActAs func(ctx context.Context, agent string) (context.Context, error)
+	// OpenStream, when set, is asked before a long-lived answer starts
+	// (logs, followed events, followed inbox): it counts the stream for the
+	// caller and returns its release, or refuses (quota.Streams).
+	OpenStream func(ctx context.Context) (release func(), err error)
+}
+
+// openStream counts a long-lived answer for the caller. A refused one
+// closes its connection once answered: a client that keeps it idle would
+// otherwise hold the descriptor the limit is there to bound.
+func (s *Server) openStream(w http.ResponseWriter, r *http.Request) (release func(), err error) {
+	if s.OpenStream == nil {
+		return func() {}, nil
+	}
+	release, err = s.OpenStream(r.Context())
+	if err != nil {
+		w.Header().Set("Connection", "close")
+		return nil, err
+	}
+	return release, nil
 }
 
 // New returns a server for svc. token is the operator token that TCP
@@ -490,6 +509,11 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) error {
 	if err := f.Validate(); err != nil {
 		return err
 	}
+	release, err := s.openStream(w, r)
+	if err != nil {
+		return err
+	}
+	defer release()
 	sse := strings.Contains(r.Header.Get("Accept"), "text/event-stream")
 	if id := r.Header.Get("Last-Event-ID"); sse && id != "" && f.Since == 0 {
 		// An EventSource reconnecting resumes after the last event it saw.

@@ -120,6 +120,11 @@ func (s *Server) logs(w http.ResponseWriter, r *http.Request) error {
 	if _, err := s.svc.Agent(r.Context(), id); err != nil {
 		return err
 	}
+	release, err := s.openStream(w, r)
+	if err != nil {
+		return err
+	}
+	defer release()
 	h := w.Header()
 	h.Set("Content-Type", "text/plain; charset=utf-8")
 	h.Set("X-Content-Type-Options", "nosniff")

@@ -160,3 +160,45 @@ func TestMemoryIsBounded(t *testing.T) {
 		t.Fatalf("after Forget: %d", l.Len())
 	}
 }
+
+// TestStreams: an agent holds at most MaxStreams open; a released one
+// makes room, twice released counts once; the operator is never limited.
+func TestStreams(t *testing.T) {
+	var s quota.Streams
+	agent := caller.With(context.Background(), caller.Caller{Agent: 7})
+	var rel []func()
+	for range quota.MaxStreams {
+		r, err := s.Open(agent)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rel = append(rel, r)
+	}
+	_, err := s.Open(agent)
+	var ke *kin.Error
+	if !errors.As(err, &ke) || ke.Code != kin.ECodeRateLimited || ke.RetryAfter <= 0 {
+		t.Fatalf("stream %d: %v, want rate_limited with retry_after", quota.MaxStreams+1, err)
+	}
+	if _, err := s.Open(caller.With(context.Background(), caller.Caller{Agent: 8})); err != nil {
+		t.Fatalf("another agent: %v", err)
+	}
+	for range quota.MaxStreams + 1 {
+		if _, err := s.Open(context.Background()); err != nil {
+			t.Fatalf("the operator: %v", err)
+		}
+	}
+	rel[0]()
+	rel[0]()
+	if n := s.Held(7); n != quota.MaxStreams-1 {
+		t.Fatalf("after one release (twice): %d held", n)
+	}
+	if _, err := s.Open(agent); err != nil {
+		t.Fatalf("after a release: %v", err)
+	}
+	for _, r := range rel[1:] {
+		r()
+	}
+	if n := s.Held(7); n != 1 {
+		t.Fatalf("after releasing all but one: %d held", n)
+	}
+}

@@ -138,8 +138,9 @@ func (run *Runner) removeStalePipes(last kin.AgentID) {
 
 // Logs streams an agent's captured stdout and stderr from req.Offset: a
 // byte offset into what is kept now (the rotated files oldest first, then
-// the current one). With Follow it goes on, across rotations, until the
-// agent has ended and everything was sent.
+// the current one). Without Follow it ends with what was kept when it
+// began; with Follow it goes on, across rotations, until the agent has
+// ended and everything was sent.
 func (run *Runner) Logs(ctx context.Context, req kin.LogsRequest, fn func([]byte) error) error {
 	if err := run.authorize(ctx, req.ID, true); err != nil {
 		return err
@@ -167,6 +168,11 @@ func (run *Runner) Logs(ctx context.Context, req kin.LogsRequest, fn func([]byte
 	}
 	r := agentlog.NewReader(run.logPath(req.ID), req.Offset, req.Tail)
 	defer r.Close()
+	if !req.Follow {
+		// What is kept when the read begins, and no more: an agent writing
+		// faster than its reader reads must not make the read endless.
+		return r.ReadKept(buf, fn)
+	}
 	for {
 		wake := run.store.Wait()
 		// No process and no drain: nothing more will be written.
@@ -174,7 +180,7 @@ func (run *Runner) Logs(ctx context.Context, req kin.LogsRequest, fn func([]byte
 		if err := r.ReadAvailable(buf, fn); err != nil {
 			return err
 		}
-		if !req.Follow || ended {
+		if ended {
 			return nil
 		}
 		t := time.NewTimer(logPoll)
