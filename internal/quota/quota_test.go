@@ -3,6 +3,7 @@ package quota_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -95,7 +96,7 @@ func TestOperatorIsNotLimited(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if err := l.CheckMessage(context.Background(), 1000); err != nil {
+	if err := l.CheckMessage(context.Background(), strings.Repeat("\x01", 1000)); err != nil {
 		t.Fatal(err)
 	}
 	var none *quota.Limiter
@@ -125,16 +126,93 @@ func TestProfileChangeApplies(t *testing.T) {
 	}
 }
 
-// TestMessageSize: a body over quotas.message_bytes is invalid, naming it.
+// TestMessageSize: a text over quotas.message_bytes as stored (JSON-encoded)
+// is invalid, naming it; '<', '>' and '&' cost one byte, control
+// characters six, quotes and backslashes two.
 func TestMessageSize(t *testing.T) {
 	q := kin.Quotas{MessageBytes: 100}
 	l := newLimiter(&q, newClock())
-	if err := l.CheckMessage(asAgent(1), 100); err != nil {
+	for _, ok := range []string{strings.Repeat("a", 100), strings.Repeat("<", 100), strings.Repeat("&>", 50), strings.Repeat("é", 50), strings.Repeat("\x01", 16) + "aaaa", strings.Repeat(`"`, 50)} {
+		if err := l.CheckMessage(asAgent(1), ok); err != nil {
+			t.Fatalf("%q (%d bytes as stored): %v", ok, quota.StoredLen(ok), err)
+		}
+	}
+	for _, c := range []struct {
+		text   string
+		stored int
+	}{
+		{strings.Repeat("a", 101), 101},
+		{strings.Repeat("\x01", 17), 102},
+		{strings.Repeat("\\", 51), 102},
+		{strings.Repeat("\n", 51), 102},
+		{strings.Repeat("\u2028", 17), 102},
+	} {
+		if n := quota.StoredLen(c.text); n != c.stored {
+			t.Errorf("StoredLen(%q) = %d, want %d", c.text, n, c.stored)
+		}
+		err := l.CheckMessage(asAgent(1), c.text)
+		if kin.ErrorCodeOf(err) != kin.ECodeInvalid || !strings.Contains(err.Error(), "quotas.message_bytes") || !strings.Contains(err.Error(), fmt.Sprint(c.stored)) {
+			t.Errorf("%q: %v", c.text, err)
+		}
+	}
+}
+
+// TestSubtreeSharesQuota: a message of an agent is charged to its own
+// bucket and to each ancestor's, so children spawned one after the other
+// (each with a fresh bucket of its own) share their parent's burst and
+// rate; a refusal spends no token anywhere and waits for the emptiest
+// bucket; the operator's roots do not share.
+func TestSubtreeSharesQuota(t *testing.T) {
+	clock := newClock()
+	q := kin.Quotas{Messages: kin.Rate{PerSecond: 1, Burst: 4}}
+	parents := map[kin.AgentID]kin.AgentID{2: 1, 3: 2, 4: 2, 5: 1}
+	chain := func(id kin.AgentID) []kin.AgentID {
+		var out []kin.AgentID
+		for ; id != 0; id = parents[id] {
+			out = append(out, id)
+		}
+		return out
+	}
+	l := quota.New(quota.Config{Quotas: func() kin.Quotas { return q }, Clock: clock.Now, Chain: chain})
+	// Grandchild 3 takes 2, its sibling 4 one: agent 2's bucket (and 1's)
+	// holds one more.
+	for _, id := range []kin.AgentID{3, 3, 4} {
+		if err := l.AllowAgent(id, quota.Messages); err != nil {
+			t.Fatalf("agent %d: %v", id, err)
+		}
+	}
+	// A fresh child (5, its own bucket full) still shares root 1's: one left.
+	if err := l.AllowAgent(5, quota.Messages); err != nil {
 		t.Fatal(err)
 	}
-	err := l.CheckMessage(asAgent(1), 101)
-	if kin.ErrorCodeOf(err) != kin.ECodeInvalid || !strings.Contains(err.Error(), "quotas.message_bytes") || !strings.Contains(err.Error(), "101") {
-		t.Fatalf("101 bytes: %v", err)
+	var ke *kin.Error
+	err := l.AllowAgent(5, quota.Messages)
+	if !errors.As(err, &ke) || ke.Code != kin.ECodeRateLimited || !strings.Contains(ke.Message, "ancestor agent 1") || ke.RetryAfter < 0.999 || ke.RetryAfter > 1.001 {
+		t.Fatalf("past the root's burst: %#v", err)
+	}
+	// The refusal spent nothing: 5's own bucket still holds 3, so once the
+	// root has one token again (1 s), exactly one message goes.
+	for range 5 {
+		l.AllowAgent(4, quota.Messages)
+	}
+	clock.Advance(time.Second)
+	if err := l.AllowAgent(5, quota.Messages); err != nil {
+		t.Fatalf("after a second: %v", err)
+	}
+	if err := l.AllowAgent(3, quota.Messages); kin.ErrorCodeOf(err) != kin.ECodeRateLimited {
+		t.Fatalf("the root's bucket is empty again: %v", err)
+	}
+	// The agent's own bucket is the emptiest: it is the one named.
+	clock.Advance(time.Minute)
+	q.Messages.Burst = 2
+	l.AllowAgent(3, quota.Messages)
+	l.AllowAgent(3, quota.Messages)
+	if err := l.AllowAgent(3, quota.Messages); err == nil || !strings.Contains(err.Error(), "agent 3 sent messages faster than its quota") {
+		t.Fatalf("own bucket: %v", err)
+	}
+	// Another root is not charged for root 1's subtree.
+	if err := l.AllowAgent(9, quota.Messages); err != nil {
+		t.Fatal(err)
 	}
 }
 

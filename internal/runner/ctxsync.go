@@ -392,7 +392,7 @@ func messageLine(e kin.Event) ([]byte, kin.AgentID, string, bool) {
 	if json.Unmarshal(e.Data, &m) != nil || m.To == 0 {
 		return nil, 0, "", false
 	}
-	line, err := json.Marshal(struct {
+	line, err := kin.Marshal(struct {
 		Seq  int64  `json:"seq"`
 		Time string `json:"time"`
 		Role string `json:"role"`
