@@ -35,9 +35,10 @@ type Config struct {
 	// Clock is the time; nil is time.Now.
 	Clock func() time.Time
 	// Chain returns an agent and its ancestors, the agent first (the
-	// lineage's Chain). What an agent sends is charged to each bucket on
-	// its chain, so that a subtree shares its ancestors' quotas; nil
-	// charges the agent's own bucket only.
+	// lineage's Chain). What an agent sends is charged to its own bucket
+	// and to each ancestor's bucket for its descendants, so that the
+	// descendants of an agent share one quota however many there are;
+	// nil charges the agent's own bucket only.
 	Chain func(kin.AgentID) []kin.AgentID
 }
 
@@ -56,6 +57,10 @@ type Limiter struct {
 type key struct {
 	agent kin.AgentID
 	kind  Kind
+	// below is the bucket an agent's descendants share, beside its own:
+	// a flood from below empties it and never the agent's own, so the
+	// agent can still heartbeat, message, and stop the flooding one.
+	below bool
 }
 
 // New makes a Limiter.
@@ -89,11 +94,31 @@ func (l *Limiter) Allow(ctx context.Context, kind Kind) error {
 }
 
 // AllowAgent is Allow for a known agent. The token is taken from the
-// agent's bucket and from each of its ancestors', or from none: an agent
-// whose own bucket or any ancestor's is empty is refused, retry_after the
-// longest wait among them. So an agent's whole subtree, however many
-// children it spawns over time, sends at most what the agent itself may.
+// agent's own bucket and from each ancestor's bucket for its descendants,
+// or from none: the agent is refused if any of them is empty, retry_after
+// the longest wait among them. So the descendants of an agent, however
+// many it spawns over time, send together at most what one agent may
+// (and the agent itself as much again, from its own bucket).
 func (l *Limiter) AllowAgent(id kin.AgentID, kind Kind) error {
+	var chain []kin.AgentID
+	if l != nil && l.chain != nil {
+		chain = l.chain(id)
+	}
+	return l.allow(id, kind, chain)
+}
+
+// AllowOwn is Allow charging the agent's own bucket only: for what adds
+// nothing to the store (a heartbeat updates the agent's row), so that a
+// large tree's heartbeats do not empty its ancestors' buckets.
+func (l *Limiter) AllowOwn(ctx context.Context, kind Kind) error {
+	c := caller.Of(ctx)
+	if l == nil || c.Agent == 0 {
+		return nil
+	}
+	return l.allow(c.Agent, kind, nil)
+}
+
+func (l *Limiter) allow(id kin.AgentID, kind Kind, chain []kin.AgentID) error {
 	if l == nil || id == 0 {
 		return nil
 	}
@@ -101,12 +126,11 @@ func (l *Limiter) AllowAgent(id kin.AgentID, kind Kind) error {
 	if r.Burst < 1 || !(r.PerSecond > 0) {
 		return nil // no quota of this kind: unlimited
 	}
-	var chain []kin.AgentID
-	if l.chain != nil {
-		chain = l.chain(id)
-	}
-	if len(chain) == 0 || chain[0] != id {
-		chain = append([]kin.AgentID{id}, chain...)
+	keys := []key{{id, kind, false}}
+	for _, a := range chain {
+		if a != id {
+			keys = append(keys, key{a, kind, true})
+		}
 	}
 	now := l.now()
 	l.mu.Lock()
@@ -115,14 +139,14 @@ func (l *Limiter) AllowAgent(id kin.AgentID, kind Kind) error {
 	// Reserve on every bucket, then cancel them all if any must wait:
 	// under the lock nothing else reserves between, so a cancel restores
 	// exactly the token its reservation took.
-	res := make([]*rate.Reservation, 0, len(chain))
+	res := make([]*rate.Reservation, 0, len(keys))
 	var delay time.Duration
-	var empty kin.AgentID // the bucket that must wait longest
-	for _, a := range chain {
-		rv := l.bucketLocked(key{a, kind}, r, now).ReserveN(now, 1)
+	var empty key // the bucket that must wait longest
+	for _, k := range keys {
+		rv := l.bucketLocked(k, r, now).ReserveN(now, 1)
 		res = append(res, rv)
 		if d := rv.DelayFrom(now); d > delay {
-			delay, empty = d, a
+			delay, empty = d, k
 		}
 	}
 	if delay == 0 {
@@ -132,14 +156,14 @@ func (l *Limiter) AllowAgent(id kin.AgentID, kind Kind) error {
 		rv.CancelAt(now) // refused: no token is spent
 	}
 	var err *kin.Error
-	if empty == id {
+	if !empty.below {
 		err = kin.Errorf(kin.ECodeRateLimited,
 			"agent %d sent %s faster than its quota allows (%g a second after a burst of %d, the profile's quotas.%s)",
 			id, what(kind), r.PerSecond, r.Burst, kind)
 	} else {
 		err = kin.Errorf(kin.ECodeRateLimited,
-			"agent %d sent %s faster than its ancestor agent %d's quota allows: a subtree shares its ancestors' quotas (%g a second after a burst of %d, the profile's quotas.%s)",
-			id, what(kind), empty, r.PerSecond, r.Burst, kind)
+			"agent %d sent %s faster than its ancestor agent %d's quota allows: an agent's descendants share one quota (%g a second after a burst of %d, the profile's quotas.%s)",
+			id, what(kind), empty.agent, r.PerSecond, r.Burst, kind)
 	}
 	err.RetryAfter = math.Max(delay.Seconds(), 0.001)
 	return err
@@ -172,8 +196,10 @@ func (l *Limiter) Forget(id kin.AgentID) {
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	delete(l.buckets, key{id, Messages})
-	delete(l.buckets, key{id, Reports})
+	for _, kind := range []Kind{Messages, Reports} {
+		delete(l.buckets, key{id, kind, false})
+		delete(l.buckets, key{id, kind, true})
+	}
 }
 
 // Len is the number of buckets held (for tests of the memory bound).

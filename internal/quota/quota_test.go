@@ -158,10 +158,12 @@ func TestMessageSize(t *testing.T) {
 }
 
 // TestSubtreeSharesQuota: a message of an agent is charged to its own
-// bucket and to each ancestor's, so children spawned one after the other
-// (each with a fresh bucket of its own) share their parent's burst and
-// rate; a refusal spends no token anywhere and waits for the emptiest
-// bucket; the operator's roots do not share.
+// bucket and to each ancestor's bucket for its descendants, so children
+// spawned one after the other (each with a fresh bucket of its own) share
+// one quota below their parent, while the parent's own bucket stays its
+// own; a refusal spends no token anywhere and waits for the emptiest
+// bucket; AllowOwn charges the agent's bucket only; other roots do not
+// share.
 func TestSubtreeSharesQuota(t *testing.T) {
 	clock := newClock()
 	q := kin.Quotas{Messages: kin.Rate{PerSecond: 1, Burst: 4}}
@@ -174,67 +176,60 @@ func TestSubtreeSharesQuota(t *testing.T) {
 		return out
 	}
 	l := quota.New(quota.Config{Quotas: func() kin.Quotas { return q }, Clock: clock.Now, Chain: chain})
-	// Grandchild 3 takes 2, its sibling 4 one: agent 2's bucket (and 1's)
-	// holds one more.
+	// Grandchildren 3 (twice) and 4 (once): 2's and 1's buckets for their
+	// descendants hold one more.
 	for _, id := range []kin.AgentID{3, 3, 4} {
 		if err := l.AllowAgent(id, quota.Messages); err != nil {
 			t.Fatalf("agent %d: %v", id, err)
 		}
 	}
-	// A fresh child (5, its own bucket full) still shares root 1's: one left.
+	// A fresh child (5, its own bucket full) still shares what is below
+	// root 1: one left.
 	if err := l.AllowAgent(5, quota.Messages); err != nil {
 		t.Fatal(err)
 	}
 	var ke *kin.Error
 	err := l.AllowAgent(5, quota.Messages)
 	if !errors.As(err, &ke) || ke.Code != kin.ECodeRateLimited || !strings.Contains(ke.Message, "ancestor agent 1") || ke.RetryAfter < 0.999 || ke.RetryAfter > 1.001 {
-		t.Fatalf("past the root's burst: %#v", err)
+		t.Fatalf("past the burst below the root: %#v", err)
 	}
-	// The refusal spent nothing: 5's own bucket still holds 3, so once the
-	// root has one token again (1 s), exactly one message goes.
-	for range 5 {
-		l.AllowAgent(4, quota.Messages)
+	if err := l.AllowAgent(2, quota.Messages); kin.ErrorCodeOf(err) != kin.ECodeRateLimited {
+		t.Fatalf("agent 2 is below root 1 too: %v", err)
 	}
+	// The root's own bucket is untouched by its descendants' flood.
+	for i := range 4 {
+		if err := l.AllowAgent(1, quota.Messages); err != nil {
+			t.Fatalf("the root's own message %d: %v", i, err)
+		}
+	}
+	// The refusals spent nothing: once a token is back below the root
+	// (1 s), exactly one message goes.
 	clock.Advance(time.Second)
 	if err := l.AllowAgent(5, quota.Messages); err != nil {
 		t.Fatalf("after a second: %v", err)
 	}
 	if err := l.AllowAgent(3, quota.Messages); kin.ErrorCodeOf(err) != kin.ECodeRateLimited {
-		t.Fatalf("the root's bucket is empty again: %v", err)
+		t.Fatalf("empty again below the root: %v", err)
 	}
-	// The agent's own bucket is the emptiest: it is the one named.
+	// AllowOwn empties agent 3's own bucket and no other: 3 is refused,
+	// naming itself; its sibling 4 is not.
 	clock.Advance(time.Minute)
-	q.Messages.Burst = 2
-	l.AllowAgent(3, quota.Messages)
-	l.AllowAgent(3, quota.Messages)
+	for i := range 4 {
+		if err := l.AllowOwn(asAgent(3), quota.Messages); err != nil {
+			t.Fatalf("own %d: %v", i, err)
+		}
+	}
+	if err := l.AllowOwn(asAgent(3), quota.Messages); kin.ErrorCodeOf(err) != kin.ECodeRateLimited {
+		t.Fatalf("own bucket past its burst: %v", err)
+	}
 	if err := l.AllowAgent(3, quota.Messages); err == nil || !strings.Contains(err.Error(), "agent 3 sent messages faster than its quota") {
 		t.Fatalf("own bucket: %v", err)
 	}
-	// Another root is not charged for root 1's subtree.
+	if err := l.AllowAgent(4, quota.Messages); err != nil {
+		t.Fatalf("a sibling: %v", err)
+	}
+	// Another root is not charged for root 1's tree.
 	if err := l.AllowAgent(9, quota.Messages); err != nil {
 		t.Fatal(err)
-	}
-}
-
-// TestMemoryIsBounded: buckets that refilled are dropped, so 100,000
-// agents that each sent once leave nothing behind a minute later.
-func TestMemoryIsBounded(t *testing.T) {
-	clock := newClock()
-	q := kin.Quotas{Messages: kin.Rate{PerSecond: 10, Burst: 100}, Reports: kin.Rate{PerSecond: 20, Burst: 200}}
-	l := newLimiter(&q, clock)
-	for id := range kin.AgentID(100_000) {
-		l.AllowAgent(id+1, quota.Messages)
-	}
-	if l.Len() != 100_000 {
-		t.Fatalf("buckets = %d", l.Len())
-	}
-	clock.Advance(2 * time.Minute)
-	l.AllowAgent(1, quota.Reports)
-	if l.Len() != 1 {
-		t.Fatalf("after every bucket refilled: %d buckets, want 1", l.Len())
-	}
-	l.Forget(1)
-	if l.Len() != 0 {
-		t.Fatalf("after Forget: %d", l.Len())
 	}
 }
