@@ -299,7 +299,7 @@ func (w *ctxWriter) appendEvents(a *kin.Agent, c *ctxAgent, evs []kin.Event) {
 		if ev.Seq <= c.lastSeq {
 			continue
 		}
-		b, err := json.Marshal(ev)
+		b, err := kin.Marshal(ev) // '<' stays one byte, as in kin.db
 		if err != nil {
 			run.log.Warn("agent filesystem: event", "seq", ev.Seq, "err", err)
 			continue
