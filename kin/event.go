@@ -65,10 +65,25 @@ type Event struct {
 	Data   json.RawMessage // a JSON object
 }
 
+// Marshal is json.Marshal without HTML escaping: what kin stores (events in
+// its store, lines of messages.jsonl). json.Marshal writes '<', '>' and '&'
+// as 6-byte escapes, so a message of them would cost 6 bytes on disk for
+// each byte quotas.message_bytes counts; control characters, quotes and
+// backslashes stay escaped, as JSON requires.
+func Marshal(v any) ([]byte, error) {
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		return nil, err
+	}
+	return bytes.TrimSuffix(b.Bytes(), []byte("\n")), nil
+}
+
 // NewEvent builds an event of type typ about agent (and its parent, or 0)
 // with fields marshalled from data, which must encode to a JSON object.
 func NewEvent(typ string, agent, parent AgentID, data any) (Event, error) {
-	b, err := json.Marshal(data)
+	b, err := Marshal(data)
 	if err != nil {
 		return Event{}, fmt.Errorf("event %s: %w", typ, err)
 	}

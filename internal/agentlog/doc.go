@@ -2,7 +2,8 @@
 // the agent writes its stdout and stderr into (<log>.pipe, in kin's home,
 // which agents cannot reach), the drain that copies it into <log> and
 // rotates it at a size to <log>.1, <log>.2 ... keeping a number of them,
-// and reading a log across its rotations.
+// reading a log across its rotations, and trimming several ended logs to
+// one budget (Trim).
 //
 // Why a named pipe: a file handed to the agent cannot be bounded by kin,
 // and a plain pipe breaks when the daemon goes away while agents keep

@@ -145,7 +145,7 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 		return nil, err
 	}
 	// Quotas are the profile's, read at each request (issue 21).
-	d.quota = quota.New(quota.Config{Quotas: func() kin.Quotas { return d.Registry.Profile().Quotas }, Clock: d.now})
+	d.quota = quota.New(quota.Config{Quotas: func() kin.Quotas { return d.Registry.Profile().Quotas }, Clock: d.now, Chain: d.lineage.Chain})
 	d.Authority, err = authority.New(ctx, authority.Config{
 		Store: d.store, Lineage: &d.lineage, Policy: pcfg, Clock: d.now, Log: d.log, Quota: d.quota,
 		Stop: func(ctx context.Context, id kin.AgentID, reason string) error {

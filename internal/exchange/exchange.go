@@ -77,7 +77,7 @@ func (x *Exchange) Send(ctx context.Context, req kin.SendRequest) (*kin.Message,
 	if len(req.Text) > kin.MaxMessageLen {
 		return nil, kin.Errorf(kin.ECodeInvalid, "the message is %d bytes long; at most %d are allowed", len(req.Text), kin.MaxMessageLen)
 	}
-	if err := x.quota.CheckMessage(ctx, len(req.Text)); err != nil {
+	if err := x.quota.CheckMessage(ctx, req.Text); err != nil {
 		return nil, err
 	}
 	if !utf8.ValidString(req.Text) {

@@ -3,6 +3,7 @@ package quota_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -95,7 +96,7 @@ func TestOperatorIsNotLimited(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if err := l.CheckMessage(context.Background(), 1000); err != nil {
+	if err := l.CheckMessage(context.Background(), strings.Repeat("\x01", 1000)); err != nil {
 		t.Fatal(err)
 	}
 	var none *quota.Limiter
@@ -125,39 +126,111 @@ func TestProfileChangeApplies(t *testing.T) {
 	}
 }
 
-// TestMessageSize: a body over quotas.message_bytes is invalid, naming it.
+// TestMessageSize: a text over quotas.message_bytes as stored (JSON-encoded)
+// is invalid, naming it; '<', '>' and '&' cost one byte, control
+// characters six, quotes and backslashes two.
 func TestMessageSize(t *testing.T) {
 	q := kin.Quotas{MessageBytes: 100}
 	l := newLimiter(&q, newClock())
-	if err := l.CheckMessage(asAgent(1), 100); err != nil {
-		t.Fatal(err)
+	for _, ok := range []string{strings.Repeat("a", 100), strings.Repeat("<", 100), strings.Repeat("&>", 50), strings.Repeat("é", 50), strings.Repeat("\x01", 16) + "aaaa", strings.Repeat(`"`, 50)} {
+		if err := l.CheckMessage(asAgent(1), ok); err != nil {
+			t.Fatalf("%q (%d bytes as stored): %v", ok, quota.StoredLen(ok), err)
+		}
 	}
-	err := l.CheckMessage(asAgent(1), 101)
-	if kin.ErrorCodeOf(err) != kin.ECodeInvalid || !strings.Contains(err.Error(), "quotas.message_bytes") || !strings.Contains(err.Error(), "101") {
-		t.Fatalf("101 bytes: %v", err)
+	for _, c := range []struct {
+		text   string
+		stored int
+	}{
+		{strings.Repeat("a", 101), 101},
+		{strings.Repeat("\x01", 17), 102},
+		{strings.Repeat("\\", 51), 102},
+		{strings.Repeat("\n", 51), 102},
+		{strings.Repeat("\u2028", 17), 102},
+	} {
+		if n := quota.StoredLen(c.text); n != c.stored {
+			t.Errorf("StoredLen(%q) = %d, want %d", c.text, n, c.stored)
+		}
+		err := l.CheckMessage(asAgent(1), c.text)
+		if kin.ErrorCodeOf(err) != kin.ECodeInvalid || !strings.Contains(err.Error(), "quotas.message_bytes") || !strings.Contains(err.Error(), fmt.Sprint(c.stored)) {
+			t.Errorf("%q: %v", c.text, err)
+		}
 	}
 }
 
-// TestMemoryIsBounded: buckets that refilled are dropped, so 100,000
-// agents that each sent once leave nothing behind a minute later.
-func TestMemoryIsBounded(t *testing.T) {
+// TestSubtreeSharesQuota: a message of an agent is charged to its own
+// bucket and to each ancestor's bucket for its descendants, so children
+// spawned one after the other (each with a fresh bucket of its own) share
+// one quota below their parent, while the parent's own bucket stays its
+// own; a refusal spends no token anywhere and waits for the emptiest
+// bucket; AllowOwn charges the agent's bucket only; other roots do not
+// share.
+func TestSubtreeSharesQuota(t *testing.T) {
 	clock := newClock()
-	q := kin.Quotas{Messages: kin.Rate{PerSecond: 10, Burst: 100}, Reports: kin.Rate{PerSecond: 20, Burst: 200}}
-	l := newLimiter(&q, clock)
-	for id := range kin.AgentID(100_000) {
-		l.AllowAgent(id+1, quota.Messages)
+	q := kin.Quotas{Messages: kin.Rate{PerSecond: 1, Burst: 4}}
+	parents := map[kin.AgentID]kin.AgentID{2: 1, 3: 2, 4: 2, 5: 1}
+	chain := func(id kin.AgentID) []kin.AgentID {
+		var out []kin.AgentID
+		for ; id != 0; id = parents[id] {
+			out = append(out, id)
+		}
+		return out
 	}
-	if l.Len() != 100_000 {
-		t.Fatalf("buckets = %d", l.Len())
+	l := quota.New(quota.Config{Quotas: func() kin.Quotas { return q }, Clock: clock.Now, Chain: chain})
+	// Grandchildren 3 (twice) and 4 (once): 2's and 1's buckets for their
+	// descendants hold one more.
+	for _, id := range []kin.AgentID{3, 3, 4} {
+		if err := l.AllowAgent(id, quota.Messages); err != nil {
+			t.Fatalf("agent %d: %v", id, err)
+		}
 	}
-	clock.Advance(2 * time.Minute)
-	l.AllowAgent(1, quota.Reports)
-	if l.Len() != 1 {
-		t.Fatalf("after every bucket refilled: %d buckets, want 1", l.Len())
+	// A fresh child (5, its own bucket full) still shares what is below
+	// root 1: one left.
+	if err := l.AllowAgent(5, quota.Messages); err != nil {
+		t.Fatal(err)
 	}
-	l.Forget(1)
-	if l.Len() != 0 {
-		t.Fatalf("after Forget: %d", l.Len())
+	var ke *kin.Error
+	err := l.AllowAgent(5, quota.Messages)
+	if !errors.As(err, &ke) || ke.Code != kin.ECodeRateLimited || !strings.Contains(ke.Message, "ancestor agent 1") || ke.RetryAfter < 0.999 || ke.RetryAfter > 1.001 {
+		t.Fatalf("past the burst below the root: %#v", err)
+	}
+	if err := l.AllowAgent(2, quota.Messages); kin.ErrorCodeOf(err) != kin.ECodeRateLimited {
+		t.Fatalf("agent 2 is below root 1 too: %v", err)
+	}
+	// The root's own bucket is untouched by its descendants' flood.
+	for i := range 4 {
+		if err := l.AllowAgent(1, quota.Messages); err != nil {
+			t.Fatalf("the root's own message %d: %v", i, err)
+		}
+	}
+	// The refusals spent nothing: once a token is back below the root
+	// (1 s), exactly one message goes.
+	clock.Advance(time.Second)
+	if err := l.AllowAgent(5, quota.Messages); err != nil {
+		t.Fatalf("after a second: %v", err)
+	}
+	if err := l.AllowAgent(3, quota.Messages); kin.ErrorCodeOf(err) != kin.ECodeRateLimited {
+		t.Fatalf("empty again below the root: %v", err)
+	}
+	// AllowOwn empties agent 3's own bucket and no other: 3 is refused,
+	// naming itself; its sibling 4 is not.
+	clock.Advance(time.Minute)
+	for i := range 4 {
+		if err := l.AllowOwn(asAgent(3), quota.Messages); err != nil {
+			t.Fatalf("own %d: %v", i, err)
+		}
+	}
+	if err := l.AllowOwn(asAgent(3), quota.Messages); kin.ErrorCodeOf(err) != kin.ECodeRateLimited {
+		t.Fatalf("own bucket past its burst: %v", err)
+	}
+	if err := l.AllowAgent(3, quota.Messages); err == nil || !strings.Contains(err.Error(), "agent 3 sent messages faster than its quota") {
+		t.Fatalf("own bucket: %v", err)
+	}
+	if err := l.AllowAgent(4, quota.Messages); err != nil {
+		t.Fatalf("a sibling: %v", err)
+	}
+	// Another root is not charged for root 1's tree.
+	if err := l.AllowAgent(9, quota.Messages); err != nil {
+		t.Fatal(err)
 	}
 }
 

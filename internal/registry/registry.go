@@ -192,6 +192,7 @@ func (r *Registry) register(ctx context.Context, req kin.RegisterRequest, extra 
 	var refused *kin.Error
 	var denied error
 	var ad *authority.Admission
+	charged := false // the caller's reports quota, for a recorded refusal
 	err = store.UpdateAfter(ctx, r.st, func(tx store.Tx, after *store.AfterCommit) error {
 		out, refused, denied, ad = nil, nil, nil, nil
 		now := r.now()
@@ -233,10 +234,23 @@ func (r *Registry) register(ctx context.Context, req kin.RegisterRequest, extra 
 			}
 		}
 		if refused = governor.CheckSpawn(prof, facts); refused != nil {
-			if governor.IsRuleCode(refused.Code) {
-				return r.recordRejection(ctx, tx, prof, req, facts, refused, by)
+			if !governor.IsRuleCode(refused.Code) {
+				return nil
 			}
-			return nil
+			// A refusal is recorded (an event, a row): it is one of the
+			// caller's reports, and past its quota it is refused with
+			// nothing written. Charged once, however often the
+			// transaction runs.
+			if !charged {
+				if err := r.quota.Allow(ctx, quota.Reports); err != nil {
+					if !errors.As(err, &refused) {
+						return err
+					}
+					return nil
+				}
+				charged = true
+			}
+			return r.recordRejection(ctx, tx, prof, req, facts, refused, by)
 		}
 		if _, err := tx.AgentLiveByName(ctx, req.Name); err == nil {
 			refused = kin.Errorf(kin.ECodeConflict, "name %q is taken by a live agent (names are unique among agents that are not terminated)", req.Name)

@@ -299,7 +299,7 @@ func (w *ctxWriter) appendEvents(a *kin.Agent, c *ctxAgent, evs []kin.Event) {
 		if ev.Seq <= c.lastSeq {
 			continue
 		}
-		b, err := json.Marshal(ev)
+		b, err := kin.Marshal(ev) // '<' stays one byte, as in kin.db
 		if err != nil {
 			run.log.Warn("agent filesystem: event", "seq", ev.Seq, "err", err)
 			continue
@@ -392,7 +392,7 @@ func messageLine(e kin.Event) ([]byte, kin.AgentID, string, bool) {
 	if json.Unmarshal(e.Data, &m) != nil || m.To == 0 {
 		return nil, 0, "", false
 	}
-	line, err := json.Marshal(struct {
+	line, err := kin.Marshal(struct {
 		Seq  int64  `json:"seq"`
 		Time string `json:"time"`
 		Role string `json:"role"`

@@ -42,7 +42,9 @@ func (run *Runner) Heartbeat(ctx context.Context, req kin.HeartbeatRequest) (*ki
 			return nil, kin.Errorf(kin.ECodeInvalid, "cursor has a control character at byte %d", i)
 		}
 	}
-	if err := run.quota.Allow(ctx, quota.Reports); err != nil {
+	// A heartbeat adds nothing to the store: its own bucket only, so that
+	// a large tree's heartbeats never empty its ancestors'.
+	if err := run.quota.AllowOwn(ctx, quota.Reports); err != nil {
 		return nil, err
 	}
 	var out *kin.Agent

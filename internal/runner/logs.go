@@ -1,10 +1,12 @@
 package runner
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -195,5 +197,57 @@ func (run *Runner) Logs(ctx context.Context, req kin.LogsRequest, fn func([]byte
 		case <-t.C:
 		}
 		t.Stop()
+	}
+}
+
+// trimEndedLogs bounds the logs of the ended agents of id's tree (issue
+// 21). An ended agent's log is not removed on its own, and max_children
+// counts live children only, so without this a parent would keep n ×
+// log_bytes × (1 + log_keep) on disk through n children spawned one after
+// the other. The ended agents below a root share one log quota, the
+// root's log_bytes × (1 + log_keep): past it, the logs of those that ended
+// first lose their oldest files first. The root's own log is its own
+// quota, live agents' logs theirs.
+func (run *Runner) trimEndedLogs(ctx context.Context, id kin.AgentID) {
+	chain := run.lineage.Chain(id)
+	if len(chain) == 0 {
+		return
+	}
+	root := chain[len(chain)-1]
+	below := run.lineage.Subtree(root)
+	if len(below) < 2 {
+		return
+	}
+	run.trimMu.Lock() // two ends in one tree must not both decide on the same files
+	defer run.trimMu.Unlock()
+	as, err := run.store.AgentListByIDs(ctx, below[1:])
+	if err != nil {
+		run.log.Warn("agent logs: trim the ended agents'", "root", root, "err", err)
+		return
+	}
+	ended := as[:0]
+	for _, a := range as {
+		if !a.EndedAt.IsZero() && len(a.Command) > 0 && run.runtimeOf(a.ID) == nil && !run.draining(a.ID) {
+			ended = append(ended, a)
+		}
+	}
+	// The last to end keeps its log first.
+	slices.SortFunc(ended, func(a, b *kin.Agent) int {
+		if c := b.EndedAt.Compare(a.EndedAt); c != 0 {
+			return c
+		}
+		return cmp.Compare(b.ID, a.ID)
+	})
+	paths := make([]string, len(ended))
+	for i, a := range ended {
+		paths[i] = run.logPath(a.ID)
+	}
+	c := run.logConfig(root)
+	kept, removed, err := agentlog.Trim(paths, c.Bytes*int64(1+c.Keep))
+	if err != nil {
+		run.log.Warn("agent logs: trim the ended agents'", "root", root, "err", err)
+	}
+	if removed > 0 {
+		run.log.Info("agent logs: removed the oldest of ended agents' logs past their root's quota", "root", root, "removed", removed, "kept", kept)
 	}
 }

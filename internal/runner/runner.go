@@ -61,6 +61,7 @@ type Runner struct {
 	adopted       map[kin.AgentID]*os.File // pidfds of re-adopted processes
 	logMu         sync.Mutex
 	drains        map[kin.AgentID]*agentlog.Drain // agents' output being copied into their logs (logs.go)
+	trimMu        sync.Mutex                      // one trim of ended agents' logs at a time (trimEndedLogs)
 	shuttingDown  bool
 	// pending holds, while a restarted daemon reconciles (reconcile.go),
 	// the agents the store says run whose processes it has not yet

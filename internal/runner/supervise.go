@@ -403,6 +403,7 @@ func (run *Runner) handleExit(id kin.AgentID, exit kin.Exit) {
 		run.log.Error("cancel children", "agent", id, "err", err)
 	}
 	run.removeRuntime(id)
+	run.trimEndedLogs(ctx, id)
 	if a != nil {
 		run.maybeRestart(ctx, a, reason)
 	}
@@ -706,6 +707,7 @@ func (run *Runner) stopAndRecord(ctx context.Context, c *cancellation) ([]*kin.A
 	if err != nil {
 		return nil, run.storeError(err)
 	}
+	run.trimEndedLogs(context.WithoutCancel(ctx), root)
 	if len(done) > 0 {
 		run.obs.Cascade(reason, len(done), began)
 		run.log.Info("cancelled", "root", root, "agents", len(done), "reason", reason)
