@@ -3,6 +3,7 @@ package agentlog
 import (
 	"errors"
 	"io"
+	"math"
 	"os"
 	"syscall"
 
@@ -126,22 +127,9 @@ func (r *Reader) readTo(buf []byte, fn func([]byte) error, end int64) error {
 	return nil
 }
 
+// readToEnd reads the current file from where the reader is to its end.
 func (r *Reader) readToEnd(buf []byte, fn func([]byte) error) error {
-	for {
-		n, err := r.cur.ReadAt(buf, r.pos)
-		if n > 0 {
-			r.pos += int64(n)
-			if ferr := fn(buf[:n]); ferr != nil {
-				return ferr
-			}
-		}
-		if errors.Is(err, io.EOF) {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-	}
+	return r.readTo(buf, fn, math.MaxInt64)
 }
 
 // position opens the file the reader starts in; false when there is no

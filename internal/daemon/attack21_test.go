@@ -179,11 +179,7 @@ func TestAttackChildrenMultiplyLogQuota(t *testing.T) {
 // "subtree"), and each child must still be held to its own limit.
 func TestPidsLimitThroughChildAgents(t *testing.T) {
 	const limit, children = 20, 4
-	prof := filepath.Join(t.TempDir(), "small.json")
-	if err := os.WriteFile(prof, []byte(fmt.Sprintf(`{"name":"small","max_generation_depth":3,"max_children":%d,"limits":{"pids":%d}}`, children, limit)), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	d := kintest.StartDaemon(t, kintest.WithProfile(prof))
+	d := kintest.StartDaemon(t, kintest.WithProfile(profileFile(t, fmt.Sprintf(`{"name":"small","max_generation_depth":3,"max_children":%d,"limits":{"pids":%d}}`, children, limit))))
 	st, err := d.Client.Status(ctx)
 	if err != nil {
 		t.Fatal(err)

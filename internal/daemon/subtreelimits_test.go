@@ -35,11 +35,7 @@ func sleepMark() string { return fmt.Sprintf("0.000%09d", rand.IntN(1e9)) }
 // v1 on this host), by pids.max where the v2 hierarchy has it; kin show
 // says which.
 func TestPidsLimitHoldsAForkBomb(t *testing.T) {
-	prof := filepath.Join(t.TempDir(), "small.json")
-	if err := os.WriteFile(prof, []byte(`{"name":"small","max_generation_depth":3,"limits":{"pids":80}}`), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	d := kintest.StartDaemon(t, kintest.WithProfile(prof))
+	d := kintest.StartDaemon(t, kintest.WithProfile(profileFile(t, `{"name":"small","max_generation_depth":3,"limits":{"pids":80}}`)))
 	st, err := d.Client.Status(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -167,3 +163,14 @@ func TestMemoryAndCPULimitsNeedTheirControllers(t *testing.T) {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// profileFile writes a governor profile (JSON) for a test's daemon and
+// returns its path.
+func profileFile(t *testing.T, profile string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "profile.json")
+	if err := os.WriteFile(path, []byte(profile), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}

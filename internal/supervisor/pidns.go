@@ -52,32 +52,25 @@ const ContainmentPIDNamespaces = "pid-namespaces"
 const StatusFDEnv = "KIN_INIT_STATUS_FD"
 
 // probePIDNamespaces reports whether this process may clone a child into a
-// new user and PID namespace: it clones one that execs a path that does not
-// exist, so the clone succeeds and the exec fails (ENOENT), and Go reaps it.
+// new user and PID namespace.
 func probePIDNamespaces() error {
-	uid, gid := os.Geteuid(), os.Getegid()
-	_, err := syscall.ForkExec("/nonexistent/kin-probe-pid-namespaces", []string{"kin-probe"}, &syscall.ProcAttr{
-		Sys: &syscall.SysProcAttr{
-			Cloneflags:  syscall.CLONE_NEWUSER | syscall.CLONE_NEWPID,
-			UidMappings: []syscall.SysProcIDMap{{ContainerID: uid, HostID: uid, Size: 1}},
-			GidMappings: []syscall.SysProcIDMap{{ContainerID: gid, HostID: gid, Size: 1}},
-		},
-	})
-	if errors.Is(err, syscall.ENOENT) {
-		return nil
-	}
-	if err == nil {
-		return errors.New("probe unexpectedly ran")
-	}
-	return fmt.Errorf("cannot create a user and PID namespace (%v): unprivileged user namespaces may be disabled (sysctl kernel.unprivileged_userns_clone, user.max_user_namespaces, or an AppArmor/SELinux policy)", err)
+	return probeNamespaces(syscall.CLONE_NEWUSER|syscall.CLONE_NEWPID, "a user and PID namespace")
 }
 
-// probeUserNamespaces is probePIDNamespaces for a user namespace alone.
+// probeUserNamespaces reports whether this process may clone a child into
+// a new user namespace.
 func probeUserNamespaces() error {
+	return probeNamespaces(syscall.CLONE_NEWUSER, "a user namespace")
+}
+
+// probeNamespaces clones a child into new namespaces (flags, its uid and
+// gid mapped to themselves) that execs a path that does not exist, so the
+// clone succeeds and the exec fails (ENOENT), and Go reaps it.
+func probeNamespaces(flags uintptr, what string) error {
 	uid, gid := os.Geteuid(), os.Getegid()
-	_, err := syscall.ForkExec("/nonexistent/kin-probe-user-namespaces", []string{"kin-probe"}, &syscall.ProcAttr{
+	_, err := syscall.ForkExec("/nonexistent/kin-probe-namespaces", []string{"kin-probe"}, &syscall.ProcAttr{
 		Sys: &syscall.SysProcAttr{
-			Cloneflags:  syscall.CLONE_NEWUSER,
+			Cloneflags:  flags,
 			UidMappings: []syscall.SysProcIDMap{{ContainerID: uid, HostID: uid, Size: 1}},
 			GidMappings: []syscall.SysProcIDMap{{ContainerID: gid, HostID: gid, Size: 1}},
 		},
@@ -88,7 +81,7 @@ func probeUserNamespaces() error {
 	if err == nil {
 		return errors.New("probe unexpectedly ran")
 	}
-	return fmt.Errorf("cannot create a user namespace (%v): unprivileged user namespaces may be disabled (sysctl kernel.unprivileged_userns_clone, user.max_user_namespaces, or an AppArmor/SELinux policy)", err)
+	return fmt.Errorf("cannot create %s (%v): unprivileged user namespaces may be disabled (sysctl kernel.unprivileged_userns_clone, user.max_user_namespaces, or an AppArmor/SELinux policy)", what, err)
 }
 
 // namespaceAttr sets up the clone of an agent's init: a new user namespace
