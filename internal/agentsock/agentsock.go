@@ -32,6 +32,16 @@ import (
 // maxSocketPath is the longest path a Unix socket may have (sun_path).
 const maxSocketPath = 107
 
+// MaxConns is how many connections one agent's socket holds open at once:
+// past it a new one is closed as soon as it is accepted, so that an agent
+// cannot take the daemon's descriptors by opening connections it never
+// uses (its streams are capped apart: quota.MaxStreams). IdleTimeout
+// closes a kept-alive connection left unused that long.
+const (
+	MaxConns    = 64
+	IdleTimeout = time.Minute
+)
+
 // Peers says which agent a process belongs to: the supervisor's
 // containment.
 type Peers interface {
@@ -71,6 +81,7 @@ func New(c Config) *Sockets {
 	s.srv = &http.Server{
 		Handler:           c.Handler,
 		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       IdleTimeout,
 		ConnContext:       s.connContext,
 		ConnState:         s.connState,
 	}
@@ -84,9 +95,10 @@ type Socket struct {
 	ln     net.Listener
 	forget func() // drops it from the daemon's map
 
-	mu     sync.Mutex
-	conns  map[net.Conn]struct{}
-	closed bool
+	mu        sync.Mutex
+	conns     map[net.Conn]struct{}
+	closed    bool
+	capWarned bool // MaxConns was reached and logged
 }
 
 // Path is where agent name's socket is.
@@ -217,6 +229,16 @@ func (ss *Sockets) connContext(ctx context.Context, c net.Conn) context.Context 
 		s.mu.Unlock()
 		c.Close()
 		return caller.With(ctx, caller.Caller{Refused: "this agent has ended"})
+	}
+	if len(s.conns) >= MaxConns {
+		warn := !s.capWarned // once a socket: the log is not the agent's to fill
+		s.capWarned = true
+		s.mu.Unlock()
+		c.Close()
+		if warn {
+			ss.log.Warn("agent socket: connections refused past the cap", "agent", s.id, "open", MaxConns)
+		}
+		return caller.With(ctx, caller.Caller{Refused: fmt.Sprintf("agent %d holds %d connections open at once", s.id, MaxConns)})
 	}
 	s.conns[c] = struct{}{}
 	s.mu.Unlock()

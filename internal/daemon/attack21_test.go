@@ -295,6 +295,7 @@ func runFollowStreams(args []string, out func(string, ...any)) {
 	}
 	req := "GET /v1/agents/" + os.Getenv("KIN_AGENT_ID") + "/logs?follow=true HTTP/1.1\r\nHost: kin\r\n\r\n"
 	var conns []net.Conn
+	held, refused := 0, 0
 	for range n {
 		c, err := net.Dial("unix", os.Getenv("KIN_SOCKET"))
 		if err != nil {
@@ -302,26 +303,28 @@ func runFollowStreams(args []string, out func(string, ...any)) {
 			break
 		}
 		if _, err := c.Write([]byte(req)); err != nil {
-			out("write: %v", err)
-			break
+			c.Close() // closed by the daemon at once: past its connection cap
+			refused++
+			continue
 		}
 		conns = append(conns, c)
 	}
 	// Each answer's status: a stream the daemon holds starts with its
-	// headers at once, a refused one is answered and closed.
-	held, refused := 0, 0
+	// headers at once, a refused one is answered and closed (or closed
+	// unanswered, past the socket's connection cap).
 	for _, c := range conns {
 		c.SetReadDeadline(time.Now().Add(30 * time.Second))
 		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
 		switch {
 		case err != nil:
+			refused++
 		case resp.StatusCode == http.StatusOK:
 			held++
 		case resp.StatusCode == http.StatusTooManyRequests:
 			refused++
 		}
 	}
-	out("streams opened=%d held=%d refused=%d", len(conns), held, refused)
+	out("streams opened=%d held=%d refused=%d", held+refused, held, refused)
 	select {}
 }
 

@@ -1,12 +1,19 @@
 package daemon_test
 
 import (
+	"bufio"
 	"context"
 	"errors"
+	"io"
+	"net"
+	"net/http"
+	"path/filepath"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
+	"github.com/kin-agents/kin/internal/agentsock"
 	"github.com/kin-agents/kin/internal/kintest"
 	"github.com/kin-agents/kin/internal/quota"
 	"github.com/kin-agents/kin/kin"
@@ -48,4 +55,51 @@ func TestLogStreamsPerAgent(t *testing.T) {
 	}
 	cancelFirst()
 	kintest.WaitFor(t, 20*time.Second, "an ended stream to make room", func() bool { return read() == nil })
+}
+
+// TestAgentSocketConnectionCap: an agent's socket holds at most
+// agentsock.MaxConns connections open at once; past that a new one is
+// closed as soon as it is accepted (found by attacking issue 21's work:
+// idle keep-alive connections, one descriptor each, were not bounded).
+// Every connection is asked one request: a held one answers it, a refused
+// one is closed.
+func TestAgentSocketConnectionCap(t *testing.T) {
+	d := kintest.StartDaemon(t)
+	a := spawnAgent(t, d.Client, "holder", 0, "sleep")
+	sock := filepath.Join(d.Home, "ctx", "agent", a.Name+".sock")
+	const tries = agentsock.MaxConns + 36
+	conns := make([]net.Conn, 0, tries)
+	defer func() {
+		for _, c := range conns {
+			c.Close()
+		}
+	}()
+	for range tries {
+		c, err := net.Dial("unix", sock)
+		if err != nil {
+			t.Fatal(err)
+		}
+		conns = append(conns, c)
+	}
+	var answered, closed int
+	for _, c := range conns {
+		c.SetDeadline(time.Now().Add(20 * time.Second))
+		if _, err := c.Write([]byte("GET /v1/whoami HTTP/1.1\r\nHost: kin\r\n\r\n")); err != nil {
+			closed++
+			continue
+		}
+		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+		switch {
+		case err == nil:
+			resp.Body.Close()
+			answered++
+		case errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE):
+			closed++
+		default:
+			t.Fatalf("connection neither answered nor closed: %v", err)
+		}
+	}
+	if answered != agentsock.MaxConns || closed != tries-agentsock.MaxConns {
+		t.Errorf("%d connections held open at once: %d answered, %d closed; want %d answered", tries, answered, closed, agentsock.MaxConns)
+	}
 }
