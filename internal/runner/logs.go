@@ -200,30 +200,68 @@ func (run *Runner) Logs(ctx context.Context, req kin.LogsRequest, fn func([]byte
 	}
 }
 
-// trimEndedLogs bounds the logs of the ended agents of id's tree (issue
-// 21). An ended agent's log is not removed on its own, and max_children
-// counts live children only, so without this a parent would keep n ×
-// log_bytes × (1 + log_keep) on disk through n children spawned one after
-// the other. The ended agents below a root share one log quota, the
-// root's log_bytes × (1 + log_keep): past it, the logs of those that ended
-// first lose their oldest files first. The root's own log is its own
-// quota, live agents' logs theirs.
-func (run *Runner) trimEndedLogs(ctx context.Context, id kin.AgentID) {
-	chain := run.lineage.Chain(id)
-	if len(chain) == 0 {
-		return
-	}
-	root := chain[len(chain)-1]
-	below := run.lineage.Subtree(root)
-	if len(below) < 2 {
-		return
-	}
+// trimEndedLogs bounds the logs of the ended agents of a tree (issue 21),
+// given agents that just ended. An ended agent's log is not removed on its
+// own, and max_children counts live children only, so without this a
+// parent would keep n × log_bytes × (1 + log_keep) on disk through n
+// children spawned one after the other. The ended agents below a root
+// share one log quota, the root's log_bytes × (1 + log_keep): past it,
+// the logs of those that ended first lose their oldest files first. The
+// root's own log is its own quota, live agents' logs theirs.
+//
+// It runs on every agent's end, so it is incremental: each tree's ended
+// logs are kept in memory in the order they ended (agentlog.Ended), read
+// from the store and the disk once per tree per daemon run; an end adds
+// its agent's files (a few lstats) and removes the oldest past the quota.
+// (It read the whole tree from the store and the disk on every end.)
+func (run *Runner) trimEndedLogs(ctx context.Context, ended ...kin.AgentID) {
 	run.trimMu.Lock() // two ends in one tree must not both decide on the same files
 	defer run.trimMu.Unlock()
+	roots := map[kin.AgentID]bool{}
+	var rootsEnded []kin.AgentID
+	for _, id := range ended {
+		chain := run.lineage.Chain(id)
+		if len(chain) == 0 {
+			continue
+		}
+		root := chain[len(chain)-1]
+		if id == root {
+			rootsEnded = append(rootsEnded, root)
+			continue
+		}
+		t, loaded := run.endedLogs[root]
+		if !loaded {
+			t = run.loadEndedLogs(ctx, root) // finds id too
+			run.endedLogs[root] = t
+		} else {
+			t.Add(run.logPath(id))
+		}
+		roots[root] = true
+	}
+	for root := range roots {
+		c := run.logConfig(root)
+		t := run.endedLogs[root]
+		if removed, err := t.Trim(c.Bytes * int64(1+c.Keep)); removed > 0 || err != nil {
+			run.log.Info("agent logs: removed the oldest of ended agents' logs past their root's quota", "root", root, "removed", removed, "kept", t.Bytes(), "err", err)
+		}
+	}
+	for _, root := range rootsEnded {
+		delete(run.endedLogs, root) // nothing more ends below it: its tree was cancelled
+	}
+}
+
+// loadEndedLogs reads the ended agents below root whose output is all in
+// their logs, in the order they ended.
+func (run *Runner) loadEndedLogs(ctx context.Context, root kin.AgentID) *agentlog.Ended {
+	t := &agentlog.Ended{}
+	below := run.lineage.Subtree(root)
+	if len(below) < 2 {
+		return t
+	}
 	as, err := run.store.AgentListByIDs(ctx, below[1:])
 	if err != nil {
-		run.log.Warn("agent logs: trim the ended agents'", "root", root, "err", err)
-		return
+		run.log.Warn("agent logs: read the ended agents'", "root", root, "err", err)
+		return t
 	}
 	ended := as[:0]
 	for _, a := range as {
@@ -231,23 +269,14 @@ func (run *Runner) trimEndedLogs(ctx context.Context, id kin.AgentID) {
 			ended = append(ended, a)
 		}
 	}
-	// The last to end keeps its log first.
 	slices.SortFunc(ended, func(a, b *kin.Agent) int {
-		if c := b.EndedAt.Compare(a.EndedAt); c != 0 {
+		if c := a.EndedAt.Compare(b.EndedAt); c != 0 {
 			return c
 		}
-		return cmp.Compare(b.ID, a.ID)
+		return cmp.Compare(a.ID, b.ID)
 	})
-	paths := make([]string, len(ended))
-	for i, a := range ended {
-		paths[i] = run.logPath(a.ID)
+	for _, a := range ended {
+		t.Add(run.logPath(a.ID))
 	}
-	c := run.logConfig(root)
-	kept, removed, err := agentlog.Trim(paths, c.Bytes*int64(1+c.Keep))
-	if err != nil {
-		run.log.Warn("agent logs: trim the ended agents'", "root", root, "err", err)
-	}
-	if removed > 0 {
-		run.log.Info("agent logs: removed the oldest of ended agents' logs past their root's quota", "root", root, "removed", removed, "kept", kept)
-	}
+	return t
 }

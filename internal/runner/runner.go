@@ -62,6 +62,7 @@ type Runner struct {
 	logMu         sync.Mutex
 	drains        map[kin.AgentID]*agentlog.Drain // agents' output being copied into their logs (logs.go)
 	trimMu        sync.Mutex                      // one trim of ended agents' logs at a time (trimEndedLogs)
+	endedLogs     map[kin.AgentID]*agentlog.Ended // by tree root: its ended agents' logs (trimEndedLogs), under trimMu
 	shuttingDown  bool
 	// pending holds, while a restarted daemon reconciles (reconcile.go),
 	// the agents the store says run whose processes it has not yet
@@ -164,6 +165,7 @@ func New(c Config) (*Runner, error) {
 		adopted:   map[kin.AgentID]*os.File{},
 		drains:    map[kin.AgentID]*agentlog.Drain{},
 		pending:   map[kin.AgentID]chan struct{}{},
+		endedLogs: map[kin.AgentID]*agentlog.Ended{},
 		closing:   make(chan struct{}),
 	}
 	if run.cfg.ShutdownTimeout <= 0 {

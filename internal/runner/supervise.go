@@ -707,7 +707,11 @@ func (run *Runner) stopAndRecord(ctx context.Context, c *cancellation) ([]*kin.A
 	if err != nil {
 		return nil, run.storeError(err)
 	}
-	run.trimEndedLogs(context.WithoutCancel(ctx), root)
+	ended := make([]kin.AgentID, len(done))
+	for i, a := range done {
+		ended[i] = a.ID
+	}
+	run.trimEndedLogs(context.WithoutCancel(ctx), ended...)
 	if len(done) > 0 {
 		run.obs.Cascade(reason, len(done), began)
 		run.log.Info("cancelled", "root", root, "agents", len(done), "reason", reason)
