@@ -1,7 +1,6 @@
 package runner
 
 import (
-	"slices"
 	"strings"
 
 	"github.com/kin-agents/kin/internal/supervisor"
@@ -41,20 +40,20 @@ func (run *Runner) limitsFor(flat kin.Policy) kernelLimits {
 	b := budgetOf(flat)
 	pids := run.pidsOf(b)
 	switch {
-	case run.hasController("pids"):
+	case run.sup.HasController("pids"):
 		k.group.Pids = pids
 	case run.ownTaskCount(flat):
 		k.nproc = pids
 	}
 	k.addrSpace = deref(b.MemoryBytes)
 	if b.Memory != nil {
-		if run.hasController("memory") {
+		if run.sup.HasController("memory") {
 			k.group.MemoryBytes = *b.Memory
 		} else if k.addrSpace == 0 || *b.Memory < k.addrSpace {
 			k.addrSpace = *b.Memory
 		}
 	}
-	if b.CPU != nil && run.hasController("cpu") {
+	if b.CPU != nil && run.sup.HasController("cpu") {
 		k.group.CPUCores = *b.CPU
 	}
 	return k
@@ -75,10 +74,6 @@ func budgetOf(flat kin.Policy) *kin.Budget {
 		return &kin.Budget{}
 	}
 	return flat.Budget
-}
-
-func (run *Runner) hasController(c string) bool {
-	return slices.Contains(run.sup.Controllers(), c)
 }
 
 // ownTaskCount reports whether RLIMIT_NPROC counts an agent's tasks alone:
@@ -123,7 +118,7 @@ func (run *Runner) HostLimits() []kin.ResourceLimit {
 func (run *Runner) pidsLimit(flat kin.Policy, v float64) kin.ResourceLimit {
 	l := kin.ResourceLimit{Name: "pids", Value: v}
 	switch {
-	case run.hasController("pids"):
+	case run.sup.HasController("pids"):
 		l.Scope, l.By = kin.LimitSubtree, "pids.max"
 	case run.ownTaskCount(flat):
 		l.Scope, l.By = kin.LimitAgent, "RLIMIT_NPROC"
@@ -146,7 +141,7 @@ func (run *Runner) pidsLimit(flat kin.Policy, v float64) kin.ResourceLimit {
 
 func (run *Runner) memoryLimit(v float64) kin.ResourceLimit {
 	l := kin.ResourceLimit{Name: "memory", Value: v}
-	if run.hasController("memory") {
+	if run.sup.HasController("memory") {
 		l.Scope, l.By = kin.LimitSubtree, "memory.max"
 		return l
 	}
@@ -157,7 +152,7 @@ func (run *Runner) memoryLimit(v float64) kin.ResourceLimit {
 
 func (run *Runner) cpuLimit(v float64) kin.ResourceLimit {
 	l := kin.ResourceLimit{Name: "cpu", Value: v}
-	if run.hasController("cpu") {
+	if run.sup.HasController("cpu") {
 		l.Scope, l.By = kin.LimitSubtree, "cpu.max"
 		return l
 	}

@@ -379,6 +379,9 @@ func (s *Supervisor) UserNamespaces() bool { return s.userns || s.pidns }
 // without cgroup containment): the subtree limits it can set.
 func (s *Supervisor) Controllers() []string { return slices.Clone(s.controllers) }
 
+// HasController reports whether controller c is enabled down kin's tree.
+func (s *Supervisor) HasController(c string) bool { return slices.Contains(s.controllers, c) }
+
 // MissingControllers lists the SubtreeControllers kin's tree lacks, and
 // where they would have to be granted ("" without cgroup containment).
 func (s *Supervisor) MissingControllers() (missing []string, parent string) {
