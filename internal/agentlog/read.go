@@ -202,11 +202,8 @@ type openFile struct {
 	size int64
 }
 
-// chain opens the log's files that exist, oldest first. The scan goes
-// from the newest up the numbers, the way rotation moves files, so a
-// rotation during the scan shows a file twice (kept once), never hides
-// one; a rotation in progress leaves at most one gap in the numbers, so the
-// scan goes on past one missing file and stops at two.
+// chain opens the log's files that exist, oldest first (a file seen twice
+// by the scan is kept once).
 func chain(path string) ([]openFile, error) {
 	var rev []openFile
 	open := func(p string) (bool, error) {
@@ -243,14 +240,32 @@ func chain(path string) ([]openFile, error) {
 		}
 		return nil, err
 	}
-	if _, err := open(path); err != nil {
+	if err := scan(path, open); err != nil {
 		return fail(err)
 	}
+	out := make([]openFile, len(rev))
+	for i, f := range rev {
+		out[len(rev)-1-i] = f
+	}
+	return out, nil
+}
+
+// scan calls visit with the log's file names newest first (path, path.1,
+// path.2 ...), visit saying whether the file is there. It goes up the
+// numbers, the way rotation moves files, so a rotation during the scan
+// shows a file twice, never hides one; a rotation in progress leaves at
+// most one gap in the numbers, so the scan goes on past one missing file
+// and stops at two.
+func scan(path string, visit func(p string) (bool, error)) error {
 	missing := 0
-	for i := 1; i <= maxKeep+1 && missing < 2; i++ {
-		ok, err := open(rotated(path, i))
+	for i := 0; i <= maxKeep+1 && missing < 2; i++ {
+		p := path
+		if i > 0 {
+			p = rotated(path, i)
+		}
+		ok, err := visit(p)
 		if err != nil {
-			return fail(err)
+			return err
 		}
 		if ok {
 			missing = 0
@@ -258,9 +273,5 @@ func chain(path string) ([]openFile, error) {
 			missing++
 		}
 	}
-	out := make([]openFile, len(rev))
-	for i, f := range rev {
-		out[len(rev)-1-i] = f
-	}
-	return out, nil
+	return nil
 }

@@ -15,20 +15,14 @@ type File struct {
 // path.1, path.2 ...), each a regular file (never followed if a link).
 func Files(path string) []File {
 	var out []File
-	missing := 0
-	for i := 0; i <= maxKeep+1 && missing < 2; i++ {
-		p := path
-		if i > 0 {
-			p = rotated(path, i)
-		}
+	scan(path, func(p string) (bool, error) {
 		fi, err := os.Lstat(p)
 		if err != nil || !fi.Mode().IsRegular() {
-			missing++ // a gap of one is a rotation in progress (chain)
-			continue
+			return false, nil
 		}
-		missing = 0
 		out = append(out, File{Path: p, Size: fi.Size()})
-	}
+		return true, nil
+	})
 	return out
 }
 
