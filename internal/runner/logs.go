@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/kin-agents/kin/internal/agentlog"
-	"github.com/kin-agents/kin/internal/governor"
 	"github.com/kin-agents/kin/kin"
 )
 
@@ -32,10 +31,7 @@ const logFlushWait = time.Second
 
 // logConfig is the log of agent id under the profile's quotas.
 func (run *Runner) logConfig(id kin.AgentID) agentlog.Config {
-	q := run.reg.Profile().Quotas
-	if q.LogBytes == 0 {
-		q.LogBytes, q.LogKeep = governor.DefaultLogBytes, governor.DefaultLogKeep
-	}
+	q := run.reg.Profile().Quotas // governor.Load filled the defaults
 	return agentlog.Config{Path: run.logPath(id), Bytes: q.LogBytes, Keep: q.LogKeep, Log: run.log,
 		OnEnd: func() { run.forgetDrain(id) }}
 }
