@@ -10,7 +10,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -104,7 +103,7 @@ func TestLogSurvivesDaemonRestart(t *testing.T) {
 	const logBytes, keep, lines = 64 << 10, 1, 10_000 // 98,899 bytes: one rotation
 	prof := quotaProfile(t, fmt.Sprintf(`{"log_bytes": %d, "log_keep": %d}`, logBytes, keep))
 	home := kintest.TempHome(t)
-	cmd := execDaemon(t, home, "KIN_TEST_DAEMON_PROFILE="+prof)
+	cmd := startDaemonProcessEnv(t, home, "KIN_TEST_DAEMON_PROFILE="+prof)
 	c, err := client.New(client.Config{Socket: filepath.Join(home, daemon.SocketName)})
 	if err != nil {
 		t.Fatal(err)
@@ -191,25 +190,6 @@ func TestLogSurvivesDaemonRestart(t *testing.T) {
 		_, err := os.Lstat(filepath.Join(home, "logs", a.ID.String()+".log.pipe"))
 		return os.IsNotExist(err)
 	})
-}
-
-// execDaemon runs a daemon process on home with extra environment.
-func execDaemon(t *testing.T, home string, env ...string) *exec.Cmd {
-	t.Helper()
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = daemonProcessEnv(t, home, env...)
-	cmd.Stderr = os.Stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-	c, _ := client.New(client.Config{Socket: filepath.Join(home, daemon.SocketName)})
-	defer c.Close()
-	kintest.WaitFor(t, 20*time.Second, "the daemon process to answer", func() bool {
-		_, err := c.Status(ctx)
-		return err == nil
-	})
-	return cmd
 }
 
 // floodResult is what a flood agent wrote: accepted, refused (rate
