@@ -68,13 +68,7 @@ func TestAttackRejectedSpawnsBypassReportsQuota(t *testing.T) {
 
 // childrenProfile is quotaProfile with max_children.
 func childrenProfile(t testing.TB, maxChildren int, quotas string) string {
-	t.Helper()
-	path := filepath.Join(t.TempDir(), "quotas.json")
-	prof := fmt.Sprintf(`{"name": "quotas", "max_generation_depth": 10, "max_children": %d, "quotas": %s}`, maxChildren, quotas)
-	if err := os.WriteFile(path, []byte(prof), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return path
+	return profileFile(t, fmt.Sprintf(`{"name": "quotas", "max_generation_depth": 10, "max_children": %d, "quotas": %s}`, maxChildren, quotas))
 }
 
 // sequentialChildren has parent (through its own view, ActingAs) spawn n

@@ -29,10 +29,15 @@ import (
 // quotaProfile writes a profile with the given quotas (JSON) and returns
 // its path.
 func quotaProfile(t testing.TB, quotas string) string {
+	return profileFile(t, `{"name": "quotas", "max_generation_depth": 10, "quotas": `+quotas+`}`)
+}
+
+// profileFile writes a governor profile (JSON) for a test's daemon and
+// returns its path.
+func profileFile(t testing.TB, profile string) string {
 	t.Helper()
-	path := filepath.Join(t.TempDir(), "quotas.json")
-	prof := `{"name": "quotas", "max_generation_depth": 10, "quotas": ` + quotas + `}`
-	if err := os.WriteFile(path, []byte(prof), 0o600); err != nil {
+	path := filepath.Join(t.TempDir(), "profile.json")
+	if err := os.WriteFile(path, []byte(profile), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	return path

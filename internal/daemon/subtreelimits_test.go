@@ -163,14 +163,3 @@ func TestMemoryAndCPULimitsNeedTheirControllers(t *testing.T) {
 }
 
 func ptr[T any](v T) *T { return &v }
-
-// profileFile writes a governor profile (JSON) for a test's daemon and
-// returns its path.
-func profileFile(t *testing.T, profile string) string {
-	t.Helper()
-	path := filepath.Join(t.TempDir(), "profile.json")
-	if err := os.WriteFile(path, []byte(profile), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	return path
-}
