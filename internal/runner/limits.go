@@ -34,27 +34,28 @@ type kernelLimits struct {
 	addrSpace int64 // RLIMIT_AS
 }
 
-// limitsFor computes agent limits from its flattened policy.
+// limitsFor is what binds an agent of flattened policy flat: what
+// LimitsOf says, each limit given to the mechanism it names, so that what
+// kin shows and what it sets are one decision. RLIMIT_AS gets the least
+// of memory (without its controller) and memory_bytes.
 func (run *Runner) limitsFor(flat kin.Policy) kernelLimits {
 	var k kernelLimits
-	b := budgetOf(flat)
-	pids := run.pidsOf(b)
-	switch {
-	case run.sup.HasController("pids"):
-		k.group.Pids = pids
-	case run.ownTaskCount(flat):
-		k.nproc = pids
-	}
-	k.addrSpace = deref(b.MemoryBytes)
-	if b.Memory != nil {
-		if run.sup.HasController("memory") {
-			k.group.MemoryBytes = *b.Memory
-		} else if k.addrSpace == 0 || *b.Memory < k.addrSpace {
-			k.addrSpace = *b.Memory
+	for _, l := range run.LimitsOf(flat) {
+		v := int64(l.Value)
+		switch l.By {
+		case "pids.max":
+			k.group.Pids = v
+		case "memory.max":
+			k.group.MemoryBytes = v
+		case "cpu.max":
+			k.group.CPUCores = l.Value
+		case "RLIMIT_NPROC":
+			k.nproc = v
+		case "RLIMIT_AS":
+			if k.addrSpace == 0 || v < k.addrSpace {
+				k.addrSpace = v
+			}
 		}
-	}
-	if b.CPU != nil && run.sup.HasController("cpu") {
-		k.group.CPUCores = *b.CPU
 	}
 	return k
 }
