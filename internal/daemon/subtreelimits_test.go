@@ -163,3 +163,50 @@ func TestMemoryAndCPULimitsNeedTheirControllers(t *testing.T) {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// The rlimits an agent's process gets are the ones kin shows: budget.pids
+// as RLIMIT_NPROC where it binds the agent's own tasks, and RLIMIT_AS the
+// least of memory_bytes and, without the memory controller, memory.
+func TestRlimitsAreTheLimitsShown(t *testing.T) {
+	d := kintest.StartDaemon(t)
+	req := kin.SpawnRequest{Command: []string{"sleep", "1000"}}
+	req.Name, req.Responsible = "limited", "ops"
+	req.Policy = &kin.Policy{Budget: &kin.Budget{Pids: ptr(int64(77)), Memory: ptr(int64(512 << 20)), MemoryBytes: ptr(int64(1 << 30)), OpenFiles: ptr(int64(99))}}
+	a, err := d.Client.Spawn(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pol, err := d.Client.Policy(ctx, a.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{"Max open files": "99"}
+	for _, l := range pol.Effective.Limits {
+		switch {
+		case l.By == "RLIMIT_NPROC":
+			want["Max processes"] = fmt.Sprint(int64(l.Value))
+		case l.Name == "memory" && l.By == "RLIMIT_AS":
+			want["Max address space"] = fmt.Sprint(int64(l.Value)) // the lesser
+		}
+	}
+	if _, ok := want["Max address space"]; !ok {
+		want["Max address space"] = fmt.Sprint(1 << 30)
+	}
+	var limits string
+	kintest.WaitFor(t, 20*time.Second, "the agent's command to run with its limits", func() bool {
+		b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/limits", a.PID))
+		limits = string(b)
+		return strings.Contains(limits, "Max open files            99 ")
+	})
+	for name, v := range want {
+		found := false
+		for line := range strings.Lines(limits) {
+			if f := strings.Fields(strings.TrimPrefix(line, name)); strings.HasPrefix(line, name) && len(f) >= 2 && f[0] == v && f[1] == v {
+				found = true
+			}
+		}
+		if !found {
+			t.Errorf("%s is not %s (soft and hard) for agent %d, as its limits %+v say:\n%s", name, v, a.ID, pol.Effective.Limits, limits)
+		}
+	}
+}
