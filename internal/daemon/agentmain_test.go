@@ -41,10 +41,10 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// daemonProcessEnv is the environment of a daemon process on home: the
-// shim is the copy of the test binary that agents' uids may execute.
+// daemonProcessEnv is the environment of a daemon process on home (its
+// agents start through the embedded lean shim, as a kin binary's do).
 func daemonProcessEnv(t testing.TB, home string, extra ...string) []string {
-	return append(append(os.Environ(), "KIN_TEST_DAEMON_HOME="+home, "KIN_TEST_DAEMON_SHIM="+kintest.AgentBinary(t)), extra...)
+	return append(append(os.Environ(), "KIN_TEST_DAEMON_HOME="+home), extra...)
 }
 
 func runDaemonProcess(home string) {
@@ -54,7 +54,6 @@ func runDaemonProcess(home string) {
 	cfg.Home, cfg.HTTPAddr = home, "off"
 	cfg.UIDRangeDir = filepath.Join(home, "host-uid-ranges") // never the host's /var/lib/kin
 	cfg.Profile = os.Getenv("KIN_TEST_DAEMON_PROFILE")
-	cfg.ShimPath = os.Getenv("KIN_TEST_DAEMON_SHIM")          // every agent starts through the shim
 	if path := os.Getenv("KIN_TEST_DAEMON_LOG"); path != "" { // where the time goes
 		if f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600); err == nil {
 			defer f.Close()

@@ -324,6 +324,24 @@ var packageMap = map[string]deptest.DepChecker{
 		},
 	},
 	"internal/sandbox": {}, // what it must never do (run in the daemon, follow a link) is not an import
+	"internal/leanshim": {
+		BadDeps: map[string]string{
+			mod + "internal/sandbox": "it holds the shim's bytes; linking the shim's code would put it in the daemon twice",
+		},
+	},
+	"internal/leanshim/kin-shim": {
+		// What makes it lean: the sandbox and the system calls, nothing else.
+		OnlyDeps: map[string]string{
+			"std":                    "the standard library",
+			mod + "internal/sandbox": "the shim itself",
+			"golang.org/x/sys/...":   "the system calls the sandbox makes",
+		},
+	},
+	"internal/leanshim/shimsrc": {
+		BadDeps: map[string]string{
+			mod + "internal/sandbox": "it hashes the shim's source; it runs none of it",
+		},
+	},
 	"internal/template": {
 		BadDeps: map[string]string{
 			mod + "internal/policy":   "it decides no policy: the config fragment is merged by the CLI and checked by the daemon",

@@ -19,8 +19,8 @@ import (
 	"github.com/kin-agents/kin/internal/sandbox"
 )
 
-// The test binary is kin's sandbox shim. StartDaemon points the daemon's
-// ShimPath at AgentBinary, a copy of the running test binary, and the
+// The test binary can be kin's sandbox shim. Where a test points the
+// daemon's ShimPath at AgentBinary, a copy of the running test binary, the
 // daemon starts every agent as [that binary, "sandbox-exec", ...]. Given
 // those arguments a test binary would run its whole suite as the agent
 // (testing ignores a positional argument), recursively. Every test binary
@@ -68,6 +68,13 @@ func WithUIDRange(r string) Option { return func(c *daemon.Config) { c.UIDRange 
 // of its own (so tests never write the host's /var/lib/kin).
 func WithUIDRangeDir(dir string) Option { return func(c *daemon.Config) { c.UIDRangeDir = dir } }
 
+// WithTestBinaryShim starts every agent through the test binary as the
+// sandbox shim (see init) rather than the embedded lean shim: for a test of
+// a change to package sandbox before `go generate ./internal/leanshim`.
+func WithTestBinaryShim() Option {
+	return func(c *daemon.Config) { c.ShimPath, _ = AgentBinaryPath() }
+}
+
 // WithLeaveRunning makes the daemon's Close leave agents running.
 func WithLeaveRunning() Option { return func(c *daemon.Config) { c.LeaveRunning = true } }
 
@@ -89,9 +96,9 @@ func StartDaemon(t testing.TB, opts ...Option) *Daemon {
 	cfg.Home = shortTempDir(t)
 	cfg.HTTPAddr = "off"
 	cfg.Version = "test"
-	// Every agent starts through the test binary as the sandbox shim
-	// (see init).
-	cfg.ShimPath, _ = AgentBinaryPath()
+	// Every agent starts through the embedded lean shim, as in a kin
+	// binary (package leanshim); WithTestBinaryShim makes the test binary
+	// the shim instead (see init).
 	for _, o := range opts {
 		o(&cfg)
 	}

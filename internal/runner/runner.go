@@ -81,6 +81,7 @@ type Runner struct {
 	// published for agents when the daemon is not a binary named kin.
 	hiddenFromAgents, readOnlyForAgents []string
 	shimCopy                            string
+	leanShim                            string // leanshim.Install's path, "" without one
 
 	wg          sync.WaitGroup // the liveness watcher, agent socket servers
 	reconcileWG sync.WaitGroup // the background reconciliation's checks (not its cancellations: exitWG)

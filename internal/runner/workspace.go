@@ -137,16 +137,20 @@ func (run *Runner) systemRO() []string {
 	return sandbox.DefaultSystemRO()
 }
 
-// shimPath is the kin binary that applies the sandbox: the published one
+// shimPath is the binary that applies the sandbox: the one configured,
+// else the lean shim (package leanshim), else the published kin binary
 // agents may execute, else the daemon's own.
 func (run *Runner) shimPath() string {
+	if run.cfg.ShimPath != "" {
+		return run.cfg.ShimPath
+	}
+	if run.leanShim != "" {
+		return run.leanShim
+	}
 	if run.agentPath != "" {
 		if p := filepath.Join(run.ctxDir, "bin", "kin"); fileExists(p) {
 			return p
 		}
-	}
-	if run.cfg.ShimPath != "" {
-		return run.cfg.ShimPath
 	}
 	if run.shimCopy != "" {
 		return run.shimCopy
