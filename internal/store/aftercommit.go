@@ -27,3 +27,25 @@ func UpdateAfter(ctx context.Context, st Store, fn func(tx Tx, after *AfterCommi
 	}
 	return nil
 }
+
+// UpdateAfterLazy is UpdateAfter through st's UpdateLazy where st has one
+// (LazyUpdater), else through Update. after runs once the commit is
+// visible; it may not be on the disk yet.
+func UpdateAfterLazy(ctx context.Context, st Store, fn func(tx Tx, after *AfterCommit) error) error {
+	l, ok := st.(LazyUpdater)
+	if !ok {
+		return UpdateAfter(ctx, st, fn)
+	}
+	var after AfterCommit
+	err := l.UpdateLazy(ctx, func(tx Tx) error {
+		after = AfterCommit{}
+		return fn(tx, &after)
+	})
+	if err != nil {
+		return err
+	}
+	for _, f := range after.fns {
+		f()
+	}
+	return nil
+}

@@ -50,6 +50,17 @@ type Store interface {
 	Close() error
 }
 
+// LazyUpdater is a Store that can commit an Update without waiting for the
+// disk: UpdateLazy returns once fn's writes are committed and visible to
+// every reader and safe from a crash of the process, and they reach the
+// disk with the next Update's durable commit (or sooner). A crash of the
+// machine may lose them, and nothing after them. Use it only for a record
+// whose loss a crash of the machine makes moot: a process's pid, which no
+// process outlives.
+type LazyUpdater interface {
+	UpdateLazy(ctx context.Context, fn func(tx Tx) error) error
+}
+
 // Notifier tells waiters that events were committed. Waiters read what is
 // new from the store (by sequence number), so a notification carries
 // nothing and none can be lost: take the channel first, then read, then

@@ -43,15 +43,18 @@ type Store struct {
 	reader
 	wstmts *stmts
 	path   string
-	wdb    *sql.DB // one connection: the writer
-	rdb    *sql.DB // a pool of read-only connections
-	pdb    *sql.DB // one read-only connection: the poller's (data_version is per connection)
-	queue  chan *update
-	stop   chan struct{}
-	wg     sync.WaitGroup
-	closed sync.Once
-	mu     sync.RWMutex // guards done against Update racing Close
-	done   bool
+	// sync is the synchronous level the store was opened with; syncNow the
+	// writer connection's (NORMAL for a batch of lazy Updates alone).
+	sync, syncNow string
+	wdb           *sql.DB // one connection: the writer
+	rdb           *sql.DB // a pool of read-only connections
+	pdb           *sql.DB // one read-only connection: the poller's (data_version is per connection)
+	queue         chan *update
+	stop          chan struct{}
+	wg            sync.WaitGroup
+	closed        sync.Once
+	mu            sync.RWMutex // guards done against Update racing Close
+	done          bool
 
 	unhashed bool              // benchmarks only: events without tree hashes
 	logMu    sync.Mutex        // guards log
@@ -62,9 +65,10 @@ type Store struct {
 }
 
 type update struct {
-	ctx context.Context
-	fn  func(store.Tx) error
-	err chan error
+	ctx  context.Context
+	fn   func(store.Tx) error
+	err  chan error
+	lazy bool // UpdateLazy's: its batch need not reach the disk before it returns
 }
 
 var _ store.Store = (*Store)(nil)
@@ -142,14 +146,16 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 		return nil, fmt.Errorf("sqlite: prepare: %w", err)
 	}
 	s := &Store{
-		reader: reader{q: rdb, st: newStmts(rdb, true)},
-		wstmts: wstmts,
-		path:   path,
-		wdb:    wdb,
-		rdb:    rdb,
-		pdb:    pdb,
-		queue:  make(chan *update, maxBatch),
-		stop:   make(chan struct{}),
+		reader:  reader{q: rdb, st: newStmts(rdb, true)},
+		wstmts:  wstmts,
+		path:    path,
+		sync:    sync,
+		syncNow: sync,
+		wdb:     wdb,
+		rdb:     rdb,
+		pdb:     pdb,
+		queue:   make(chan *update, maxBatch),
+		stop:    make(chan struct{}),
 
 		unhashed: opts.unhashed,
 		log:      tree,
@@ -182,7 +188,20 @@ func (s *Store) Close() error {
 
 // Update queues fn for the writer and waits for its durable result.
 func (s *Store) Update(ctx context.Context, fn func(store.Tx) error) error {
-	u := &update{ctx: ctx, fn: fn, err: make(chan error, 1)}
+	return s.update(ctx, fn, false)
+}
+
+// UpdateLazy is Update, except that a batch of lazy Updates alone commits
+// with synchronous=NORMAL: committed, visible and safe from a crash of the
+// process when it returns, on the disk with the next durable commit (the
+// WAL is one file, appended in order, so that commit's sync covers it). A
+// batch that also holds an Update is durable as a whole.
+func (s *Store) UpdateLazy(ctx context.Context, fn func(store.Tx) error) error {
+	return s.update(ctx, fn, true)
+}
+
+func (s *Store) update(ctx context.Context, fn func(store.Tx) error, lazy bool) error {
+	u := &update{ctx: ctx, fn: fn, err: make(chan error, 1), lazy: lazy}
 	s.mu.RLock()
 	if s.done {
 		s.mu.RUnlock()
@@ -240,6 +259,13 @@ func (s *Store) commit(batch []*update) {
 		}
 	}
 	ctx := context.Background()
+	if err := s.syncFor(ctx, batch); err != nil {
+		for i := range errs {
+			errs[i] = err
+		}
+		answer()
+		return
+	}
 	tx, err := s.wdb.BeginTx(ctx, nil)
 	if err != nil {
 		for i := range errs {
@@ -316,6 +342,31 @@ func (s *Store) commit(batch []*update) {
 		}
 	}
 	answer()
+}
+
+// syncFor sets the writer's synchronous level for batch: NORMAL when every
+// Update in it is lazy and the store is FULL, else the store's own. SQLite
+// refuses the change inside a transaction, so it is made before BEGIN, and
+// only when the level differs from the last batch's.
+func (s *Store) syncFor(ctx context.Context, batch []*update) error {
+	want := s.sync
+	if want == "FULL" {
+		lazy := true
+		for _, u := range batch {
+			lazy = lazy && u.lazy
+		}
+		if lazy {
+			want = "NORMAL"
+		}
+	}
+	if want == s.syncNow {
+		return nil
+	}
+	if _, err := s.wdb.ExecContext(ctx, "PRAGMA synchronous="+want); err != nil {
+		return fmt.Errorf("sqlite: synchronous=%s: %w", want, err)
+	}
+	s.syncNow = want
+	return nil
 }
 
 // edge returns the tree's committed edge as the transaction r sees it: the
