@@ -224,36 +224,72 @@ func localPart(name string) string {
 // part is its parent's local part, '+' and its own, when the parent has an
 // AAuth identity; its own otherwise (a top-level agent).
 func (srv *Server) NewAgentKey(ctx context.Context, a *kin.Agent) ([]byte, store.AgentKeyRow, error) {
-	pub, priv, err := ed25519.GenerateKey(rand.Reader)
+	k, err := NewKeyPair()
 	if err != nil {
 		return nil, store.AgentKeyRow{}, err
+	}
+	row, err := srv.AgentKeyRow(ctx, srv.st, a, k)
+	if err != nil {
+		clear(k.PEM)
+		return nil, store.AgentKeyRow{}, err
+	}
+	return k.PEM, row, nil
+}
+
+// KeyPair is a new agent key before its agent exists: the private key as
+// the PEM its session gets, and the public half.
+type KeyPair struct {
+	PEM    []byte
+	Public ed25519.PublicKey
+}
+
+// NewKeyPair makes an agent's key pair (a spawn makes it before it
+// registers the agent, so that the key's row joins the registration's
+// transaction).
+func NewKeyPair() (KeyPair, error) {
+	pub, priv, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		return KeyPair{}, err
 	}
 	pemKey, err := aauth.MarshalKey(priv)
 	clear(priv) // the daemon keeps only the public half
 	if err != nil {
-		return nil, store.AgentKeyRow{}, err
+		return KeyPair{}, err
 	}
+	return KeyPair{PEM: pemKey, Public: pub}, nil
+}
+
+// AgentKeyRow is the row the store keeps of a's key k: the public half and
+// the local part, its parent's local part, '+' and its own when the parent
+// has an AAuth identity, its own otherwise (a top-level agent). r reads the
+// parent's key where it is not cached: the store, or the transaction that
+// registers a.
+func (srv *Server) AgentKeyRow(ctx context.Context, r store.Reader, a *kin.Agent, k KeyPair) (store.AgentKeyRow, error) {
 	local := localPart(a.Name)
 	if a.Parent != 0 {
-		if pl, ok, err := srv.localOf(ctx, a.Parent); err != nil {
-			return nil, store.AgentKeyRow{}, err
+		if pl, ok, err := srv.localIn(ctx, r, a.Parent); err != nil {
+			return store.AgentKeyRow{}, err
 		} else if ok {
 			local = pl + "+" + local
 		}
 	}
-	row := store.AgentKeyRow{Agent: a.ID, JKT: identity.Thumbprint(identity.PublicJWK(pub, "")), PublicKey: pub, Local: local, CreatedAt: srv.now()}
-	return pemKey, row, nil
+	return store.AgentKeyRow{Agent: a.ID, JKT: identity.Thumbprint(identity.PublicJWK(k.Public, "")), PublicKey: k.Public, Local: local, CreatedAt: srv.now()}, nil
 }
 
 // localOf returns an agent's local part, and false when it has no key.
 func (srv *Server) localOf(ctx context.Context, id kin.AgentID) (string, bool, error) {
+	return srv.localIn(ctx, srv.st, id)
+}
+
+// localIn is localOf reading r where the local part is not cached.
+func (srv *Server) localIn(ctx context.Context, r store.Reader, id kin.AgentID) (string, bool, error) {
 	srv.id.mu.Lock()
 	l, ok := srv.id.locals[id]
 	srv.id.mu.Unlock()
 	if ok {
 		return l, true, nil
 	}
-	row, err := srv.st.AgentKeyGet(ctx, id)
+	row, err := r.AgentKeyGet(ctx, id)
 	if errors.Is(err, store.ErrNotFound) {
 		return "", false, nil
 	}

@@ -153,6 +153,10 @@ type SpawnExtra struct {
 	Grace    kin.Duration
 	Replaces kin.AgentID // the agent it restarts, or 0
 	Handoff  []byte      // JSON of a validated kin.Handoff, or nil
+	// InTx, when not nil, writes what the spawn keeps beside the agent in
+	// the registration's own transaction (its key's row): one durable
+	// commit for both. An error from it undoes the registration.
+	InTx func(ctx context.Context, tx store.Tx, a *kin.Agent) error
 }
 
 // register validates, authorizes and inserts an agent (and its process spec
@@ -310,6 +314,11 @@ func (r *Registry) register(ctx context.Context, req kin.RegisterRequest, extra 
 		}
 		if err := tx.SpendSpawnAdd(ctx, ad.Counted); err != nil {
 			return err
+		}
+		if extra != nil && extra.InTx != nil {
+			if err := extra.InTx(ctx, tx, out); err != nil {
+				return err
+			}
 		}
 		after.Do(func() {
 			r.lin.Add(out.ID, out.Parent)

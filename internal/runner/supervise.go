@@ -17,6 +17,7 @@ import (
 
 	"github.com/kin-agents/kin/internal/agentsock"
 	"github.com/kin-agents/kin/internal/authority"
+	"github.com/kin-agents/kin/internal/personserver"
 	"github.com/kin-agents/kin/internal/registry"
 	"github.com/kin-agents/kin/internal/store"
 	"github.com/kin-agents/kin/internal/supervisor"
@@ -106,13 +107,35 @@ func (run *Runner) spawn(ctx context.Context, req *kin.SpawnRequest) (recorded, 
 			return nil, nil, kin.Errorf(kin.ECodeInvalid, "handoff: %v", err)
 		}
 	}
-	extra := &registry.SpawnExtra{Command: req.Command, Env: req.Env, Dir: req.Dir, Restart: restart, Grace: grace, Handoff: handoffJSON}
+	// The agent's key is made first and its row written in the
+	// registration's transaction: one durable commit for both.
+	pair, err := personserver.NewKeyPair()
+	if err != nil {
+		return nil, nil, fmt.Errorf("agent key: %w", err)
+	}
+	key := &agentKey{pem: pair.PEM}
+	defer clear(pair.PEM) // the daemon keeps only the public key
+	extra := &registry.SpawnExtra{Command: req.Command, Env: req.Env, Dir: req.Dir, Restart: restart, Grace: grace, Handoff: handoffJSON,
+		InTx: func(ctx context.Context, tx store.Tx, a *kin.Agent) error {
+			row, err := run.ps.AgentKeyRow(ctx, tx, a, pair)
+			if err == nil {
+				err = tx.AgentKeyInsert(ctx, row)
+			}
+			key.row = row
+			return err
+		}}
 	a, err := run.reg.RegisterSpawn(ctx, req.RegisterRequest, *extra)
 	if err != nil {
 		return nil, nil, err
 	}
-	out, err := run.start(context.WithoutCancel(ctx), a, store.ProcessSpec{Command: req.Command, Env: req.Env, Dir: req.Dir, Handoff: handoffJSON}, "")
+	out, err := run.startWithKey(context.WithoutCancel(ctx), a, store.ProcessSpec{Command: req.Command, Env: req.Env, Dir: req.Dir, Handoff: handoffJSON}, "", key)
 	return a, out, err
+}
+
+// agentKey is a key made and recorded with its agent's registration.
+type agentKey struct {
+	pem []byte
+	row store.AgentKeyRow
 }
 
 // defaultName makes a name from the command: its base name and a random
@@ -140,6 +163,12 @@ func defaultName(command string) string {
 // start runs a registered agent's process and records it. A process that
 // cannot start leaves the agent recorded as failed.
 func (run *Runner) start(ctx context.Context, a *kin.Agent, spec store.ProcessSpec, cursor string) (*kin.Agent, error) {
+	return run.startWithKey(ctx, a, spec, cursor, nil)
+}
+
+// startWithKey is start for an agent whose key was recorded with it (key
+// not nil), or start (nil: the key is made and recorded here).
+func (run *Runner) startWithKey(ctx context.Context, a *kin.Agent, spec store.ProcessSpec, cursor string, key *agentKey) (*kin.Agent, error) {
 	// A child's group nests in its parent's, which a restarted daemon
 	// may not have taken back yet.
 	if err := run.awaitReconciled(ctx, a.Parent); err != nil {
@@ -165,13 +194,18 @@ func (run *Runner) start(ctx context.Context, a *kin.Agent, spec store.ProcessSp
 		return nil, run.failStart(ctx, a, err)
 	}
 	rt.sock = sock
-	keyPEM, keyRow, err := run.ps.NewAgentKey(ctx, a)
-	if err != nil {
-		run.removeRuntime(a.ID)
-		return nil, run.failStart(ctx, a, fmt.Errorf("agent key: %w", err))
+	recorded := key != nil
+	if !recorded {
+		keyPEM, keyRow, err := run.ps.NewAgentKey(ctx, a)
+		if err != nil {
+			run.removeRuntime(a.ID)
+			return nil, run.failStart(ctx, a, fmt.Errorf("agent key: %w", err))
+		}
+		defer clear(keyPEM) // the daemon keeps only the public key
+		key = &agentKey{pem: keyPEM, row: keyRow}
 	}
-	cx, ctxEnv, dir, err := run.prepareCtx(ctx, a, spec, sock.Path(), keyPEM)
-	clear(keyPEM) // the daemon keeps only the public key
+	keyRow := key.row
+	cx, ctxEnv, dir, err := run.prepareCtx(ctx, a, spec, sock.Path(), key.pem)
 	if err != nil {
 		run.removeRuntime(a.ID)
 		return nil, run.failStart(ctx, a, fmt.Errorf("agent filesystem: %w", err))
@@ -202,9 +236,11 @@ func (run *Runner) start(ctx context.Context, a *kin.Agent, spec store.ProcessSp
 	}
 	// The key is recorded before the process runs: an agent that asks for
 	// its token at once must find it (it raced the start's record before).
-	if err := run.update(ctx, func(tx store.Tx, _ *store.AfterCommit) error { return tx.AgentKeyInsert(ctx, keyRow) }); err != nil {
-		run.removeRuntime(a.ID)
-		return nil, run.failStart(ctx, a, fmt.Errorf("record its key: %w", run.storeError(err)))
+	if !recorded {
+		if err := run.update(ctx, func(tx store.Tx, _ *store.AfterCommit) error { return tx.AgentKeyInsert(ctx, keyRow) }); err != nil {
+			run.removeRuntime(a.ID)
+			return nil, run.failStart(ctx, a, fmt.Errorf("record its key: %w", run.storeError(err)))
+		}
 	}
 	// Its output goes through a pipe kin drains into its log, bounded.
 	logOut, err := run.openLog(a.ID)
@@ -233,7 +269,11 @@ func (run *Runner) start(ctx context.Context, a *kin.Agent, spec store.ProcessSp
 	rt.proc = proc
 	pid, started := proc.Pid, proc.Started.UTC()
 	now := run.now()
-	err = run.update(ctx, func(tx store.Tx, _ *store.AfterCommit) error {
+	// Lazily durable (store.LazyUpdater): committed and visible when it
+	// returns, and safe from a crash of the daemon; only a crash of the
+	// machine may lose it, which also ends the process it records. The
+	// registration before it is durable.
+	err = store.UpdateAfterLazy(ctx, run.store, func(tx store.Tx, _ *store.AfterCommit) error {
 		if err := tx.AgentUpdate(ctx, store.AgentUpdateParams{ID: a.ID, At: now, PID: &pid, StartedAt: &started, Session: &session, Result: result}); err != nil {
 			return err
 		}
