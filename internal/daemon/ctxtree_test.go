@@ -215,9 +215,102 @@ func TestTreeFollowsTheStoreAcrossKill9(t *testing.T) {
 	// has stopped).
 	d.Close()
 	filepath.WalkDir(root, func(p string, e fs.DirEntry, err error) error {
-		if err == nil && strings.Contains(e.Name(), ".kin-") && e.Name() != ".kin-synced" {
+		if err == nil && strings.Contains(e.Name(), ".kin-") && e.Name() != ".kin-synced" && e.Name() != ".kin-boot" {
 			t.Errorf("left behind: %s", p)
 		}
 		return nil
 	})
+}
+
+// TestTreeIsRebuiltAfterTheMachineRestarts: kin does not sync the tree's
+// files one by one, so a crash of the machine may leave some empty. A
+// daemon that starts on another boot than the one the tree was written on
+// rewrites every file from the store; on the same boot it trusts its
+// progress file.
+func TestTreeIsRebuiltAfterTheMachineRestarts(t *testing.T) {
+	home := kintest.TempHome(t)
+	d := kintest.StartDaemon(t, kintest.WithHome(home))
+	a := spawnAgent(t, d.Client, "rebuilt", 0, "sleep")
+	reg, err := d.Client.Register(ctx, kin.RegisterRequest{Name: "registered-only", Responsible: "ops@example.org"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := d.Client.Status(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	root := filepath.Join(home, "ctx")
+	kintest.WaitFor(t, 30*time.Second, "the tree to catch up with the store", func() bool {
+		b, _ := os.ReadFile(filepath.Join(root, ".kin-synced"))
+		n, _ := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+		return n >= st.LastEvent
+	})
+	uid := uidOf(d, a.ID)
+	d.Close()
+
+	// What a power loss may leave: files that are there but empty.
+	damaged := []string{
+		filepath.Join(root, "agent", "rebuilt.d", "status"),
+		filepath.Join(root, "agent", "rebuilt.d", "meta.json"),
+		filepath.Join(root, "agent", "registered-only.d", "meta.json"),
+		filepath.Join(root, "home", uid, "agent", "rebuilt", "session", "default", "state"),
+		filepath.Join(root, "home", uid, "agent", "rebuilt", "session", "default", "events.jsonl"),
+	}
+	truncate := func() {
+		for _, p := range damaged {
+			if err := os.Truncate(p, 0); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	check := func(d *kintest.Daemon, wantRebuilt bool) {
+		t.Helper()
+		st, err := d.Client.Status(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		kintest.WaitFor(t, 30*time.Second, "the tree to catch up with the store", func() bool {
+			b, _ := os.ReadFile(filepath.Join(root, ".kin-synced"))
+			n, _ := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+			return n >= st.LastEvent
+		})
+		for _, p := range damaged {
+			b, err := os.ReadFile(p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if rebuilt := len(b) > 0; rebuilt != wantRebuilt {
+				t.Errorf("%s: %d bytes; want it rebuilt: %v", p, len(b), wantRebuilt)
+			}
+		}
+		for _, ag := range []*kin.Agent{a, reg} {
+			got, err := d.Client.Agent(ctx, ag.ID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var meta kin.Agent
+			if b, err := os.ReadFile(filepath.Join(root, "agent", ag.Name+".d", "meta.json")); err == nil && len(b) > 0 {
+				if err := json.Unmarshal(b, &meta); err != nil || meta.ID != got.ID || meta.Status != got.Status {
+					t.Errorf("%s: meta.json %+v, %v; the store says %+v", ag.Name, meta, err, got)
+				}
+			}
+		}
+	}
+
+	// The same boot: the progress file is trusted (a crash of the daemon
+	// loses nothing the page cache holds).
+	truncate()
+	d = kintest.StartDaemon(t, kintest.WithHome(home))
+	check(d, false)
+	d.Close()
+
+	// Another boot: everything is rewritten from the store.
+	if err := os.WriteFile(filepath.Join(root, ".kin-boot"), []byte("00000000-0000-0000-0000-000000000000\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	d = kintest.StartDaemon(t, kintest.WithHome(home))
+	check(d, true)
+	if got := readFile(t, filepath.Join(root, "home", uid, "agent", "rebuilt", "session", "default", "state")); got == "" {
+		t.Errorf("the session's state was not rewritten")
+	}
 }

@@ -73,7 +73,43 @@ func newCtxWriter(run *Runner) *ctxWriter {
 	if b, err := run.ctx.ReadFile(filepath.Join(run.ctx.Root, syncedFile), 64); err == nil {
 		w.applied, _ = strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
 	}
+	w.checkBoot()
 	return w
+}
+
+// bootFile holds the boot id of the machine the tree was last written on.
+const bootFile = ".kin-boot"
+
+// bootIDPath is where Linux gives the boot id: a variable for tests.
+var bootIDPath = "/proc/sys/kernel/random/boot_id"
+
+// checkBoot rebuilds the whole tree from the store (from event 0) when it
+// was last written during another boot of the machine: kin does not sync
+// the tree's files one by one, so a crash of the machine may have left
+// some empty or old. Where the boot id cannot be read, it rebuilds every
+// time. Rewriting what is already right costs a read of each file.
+func (w *ctxWriter) checkBoot() {
+	run := w.d
+	id, err := os.ReadFile(bootIDPath)
+	boot := strings.TrimSpace(string(id))
+	if err != nil || boot == "" {
+		boot = "unknown"
+	}
+	path := filepath.Join(run.ctx.Root, bootFile)
+	if b, err := run.ctx.ReadFile(path, 128); err == nil && strings.TrimSpace(string(b)) == boot && boot != "unknown" {
+		return
+	}
+	own := ctxfs.Owner{UID: os.Geteuid(), GID: os.Getegid()}
+	if w.applied > 0 {
+		run.log.Info("agent filesystem: the machine restarted since it was last written: rebuilding it from the store", "was_at_event", w.applied)
+		w.applied = 0
+		if err := run.ctx.WriteFile(filepath.Join(run.ctx.Root, syncedFile), []byte("0\n"), own, 0o600); err != nil {
+			run.log.Error("agent filesystem: record progress", "err", err)
+		}
+	}
+	if err := run.ctx.WriteFile(path, []byte(boot+"\n"), own, 0o600); err != nil {
+		run.log.Error("agent filesystem: record the boot", "err", err)
+	}
 }
 
 func (w *ctxWriter) run() {

@@ -233,7 +233,13 @@ func (run *Runner) Open() error {
 	if err := run.checkAgentsReachCtx(); err != nil {
 		return err
 	}
-	if run.ctx, err = ctxfs.Open(run.ctxDir, ctxfs.Options{}); err != nil {
+	// Everything kin writes in the agent filesystem follows the store,
+	// which is the record: it is not synced file by file (a spawn's session
+	// took some fifteen fsyncs). A crash of the daemon loses none of it
+	// (the page cache outlives it); after a crash of the machine, which no
+	// agent outlives, the writer rebuilds the tree from the store
+	// (ctxWriter's boot check).
+	if run.ctx, err = ctxfs.Open(run.ctxDir, ctxfs.Options{NoSync: true}); err != nil {
 		return err
 	}
 	// What interrupted writes of an earlier run left is removed in the
