@@ -1,0 +1,195 @@
+package daemon_test
+
+import (
+	"fmt"
+	"path/filepath"
+	"strconv"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/kin-agents/kin/kin"
+)
+
+// Issue 22's scale rows: the spawn, cascade and tree benchmarks on a daemon
+// that already holds N live agents, N = 100, 1,000 and 10,000, so that a
+// cost per agent that grows with N shows side by side; and once more after
+// the daemon has run a churn of 20,000 spawned-and-ended agents (the steady
+// state of a long-running daemon: a store and a home full of ended agents,
+// and file system churn in the home).
+//
+//	go test -run='^$' -bench='^BenchmarkScale$' -benchtime=1x -timeout=60m ./internal/daemon/
+//	go test -run='^$' -bench='^BenchmarkScaleAfterChurn$' -benchtime=1x -timeout=60m ./internal/daemon/
+//
+// Per iteration: scaleLatency spawns one at a time (p50, beside the raw
+// Start into a fresh cgroup and issue 22's composite floor), a 10 x 10 x 10
+// owned tree built and its root SIGKILLed (until every process is reaped
+// and every descendant recorded cancelled; the raw cgroup.kill of the same
+// shape after it, with the daemon still running, which the daemon's own
+// SIGCHLD handling weighs on a little), and the whole forest through the
+// API (GET /v1/tree: what `kin tree` fetches), whose cost per agent is
+// reported.
+func BenchmarkScale(b *testing.B) {
+	for _, n := range []int{100, 1000, 10000} {
+		b.Run("live="+strconv.Itoa(n), func(b *testing.B) { benchAtScale(b, n, 0) })
+	}
+}
+
+// BenchmarkScaleAfterChurn is BenchmarkScale's 1,000-agent row after a
+// churn of 20,000 agents.
+func BenchmarkScaleAfterChurn(b *testing.B) {
+	b.Run("live=1000/churn=20000", func(b *testing.B) { benchAtScale(b, 1000, scaleChurn) })
+}
+
+const (
+	scaleLatency = 100    // sequential spawns timed per iteration
+	scaleRoots   = 10     // the live agents are children of a few roots
+	scaleChurn   = 20_000 // agents spawned and ended before BenchmarkScaleAfterChurn measures
+)
+
+func benchAtScale(b *testing.B, live, churn int) {
+	raiseOpenFiles(b, 8*(live+churn/10)+4096)
+	g := newGroupCheck(b)
+	pids := newPidCheck(b)
+	d := startBenchDaemon(b, g)
+	fill := func(prefix string, n int) []*kin.Agent {
+		roots := make([]*kin.Agent, 0, scaleRoots)
+		for k := range scaleRoots {
+			a, err := d.Client.Spawn(ctx, sleepRequest(fmt.Sprintf("%s-root-%d", prefix, k), 0))
+			if err != nil {
+				b.Fatal(err)
+			}
+			pids.add(a)
+			roots = append(roots, a)
+		}
+		reqs := make([]kin.SpawnRequest, max(n-scaleRoots, 0))
+		for i := range reqs {
+			reqs[i] = sleepRequest(fmt.Sprintf("%s-%d", prefix, i), roots[i%len(roots)].ID)
+		}
+		agents, err := spawnAll(d.Client, reqs, throughputClients)
+		pids.add(agents...)
+		if err != nil {
+			b.Fatal(err)
+		}
+		return roots
+	}
+	t0 := time.Now()
+	for c := 0; c < churn; c += 1000 {
+		stopRoots(b, d.Client, fill(fmt.Sprintf("churn%d", c), min(1000, churn-c)))
+	}
+	churned := time.Since(t0)
+	t0 = time.Now()
+	fill("live", live)
+	filled := time.Since(t0)
+	b.Logf("%d agents churned in %v, %d live agents spawned in %v (%.0f/s)", churn, churned.Round(time.Millisecond),
+		live, filled.Round(time.Millisecond), float64(live)/filled.Seconds())
+
+	cf, rt := newCommitFloor(b), newRoundTripFloor(b)
+	var lat, raw, composite []time.Duration
+	var cascade, rawCascadeTook, tree time.Duration
+	treeAgents := 0
+	for iter := 0; b.Loop(); iter++ {
+		parent := fill(fmt.Sprintf("lat%d", iter), scaleRoots)[0]
+		rg := newRawGroup(b, g, "scale")
+		for i := range scaleLatency {
+			req := sleepRequest(fmt.Sprintf("s%d-%d", iter, i), parent.ID)
+			t0 := time.Now()
+			a, err := d.Client.Spawn(ctx, req)
+			lat = append(lat, time.Since(t0))
+			if err != nil {
+				b.Fatal(err)
+			}
+			pids.add(a)
+			full, start, err := rg.start("r" + strconv.Itoa(i))
+			if err != nil {
+				b.Fatal(err)
+			}
+			commit, err := cf.commit()
+			if err != nil {
+				b.Fatal(err)
+			}
+			trip, err := rt.roundTrip()
+			if err != nil {
+				b.Fatal(err)
+			}
+			raw, composite = append(raw, start), append(composite, full+commit+trip)
+		}
+		if err := rg.close(); err != nil {
+			b.Fatal(err)
+		}
+
+		t0 := time.Now()
+		forest, err := d.Client.Tree(ctx, 0)
+		tree += time.Since(t0)
+		if err != nil {
+			b.Fatal(err)
+		}
+		treeAgents = countTree(forest)
+
+		root, desc := spawnTree(b, d.Client, pids, fmt.Sprintf("casc%d", iter))
+		rootGroup := filepath.Join(d.cgroupRoot, "a"+root.ID.String())
+		last := desc[len(desc)-1]
+		t0 = time.Now()
+		if err := syscall.Kill(root.PID, syscall.SIGKILL); err != nil {
+			b.Fatal(err)
+		}
+		err = poll(120*time.Second, 50*time.Microsecond, time.Millisecond, func() (bool, error) {
+			a, err := d.Daemon.Agent(ctx, last.ID)
+			if err != nil || a.EndedAt.IsZero() {
+				return false, err
+			}
+			return cascadeDone(d, root, desc, rootGroup)
+		})
+		cascade += time.Since(t0)
+		if err != nil {
+			b.Fatalf("cascade: %v", err)
+		}
+		kill, _, err := rawCascade(b, g)
+		if err != nil {
+			b.Fatal(err)
+		}
+		rawCascadeTook += kill
+	}
+	n := float64(b.N)
+	p50, floor := percentile(lat, 0.5), percentile(composite, 0.5)
+	b.ReportMetric(0, "ns/op")
+	b.ReportMetric(ms(p50), "spawn-p50-ms")
+	b.ReportMetric(float64(p50)/float64(percentile(raw, 0.5)), "spawn-x-raw")
+	b.ReportMetric(float64(p50)/float64(floor), "spawn-x-floor")
+	b.ReportMetric(ms(cascade)/n, "cascade-ms")
+	b.ReportMetric(float64(cascade)/float64(rawCascadeTook), "cascade-x-raw")
+	b.ReportMetric(ms(tree)/n, "tree-ms")
+	b.ReportMetric(float64(tree.Microseconds())/n/float64(max(treeAgents, 1)), "tree-us/agent")
+	b.ReportMetric(float64(treeAgents), "tree-agents")
+}
+
+// countTree counts the nodes of a forest.
+func countTree(nodes []*kin.TreeNode) int {
+	n := 0
+	for _, t := range nodes {
+		n += 1 + countTree(t.Children)
+	}
+	return n
+}
+
+// raiseOpenFiles raises this process's RLIMIT_NOFILE to at least n (an
+// in-process daemon holds a few descriptors per live agent).
+func raiseOpenFiles(b *testing.B, n int) {
+	b.Helper()
+	var lim syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
+		b.Fatal(err)
+	}
+	if lim.Cur >= uint64(n) {
+		return
+	}
+	want := lim
+	want.Cur = uint64(n)
+	if want.Max < want.Cur {
+		want.Max = want.Cur
+	}
+	if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &want); err != nil {
+		b.Skipf("RLIMIT_NOFILE is %d and cannot be raised to %d (%v): run as root or raise it", lim.Cur, n, err)
+	}
+	b.Cleanup(func() { syscall.Setrlimit(syscall.RLIMIT_NOFILE, &lim) })
+}
