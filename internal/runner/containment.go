@@ -48,6 +48,17 @@ func (run *Runner) agentView() {
 	if m, err := cgroup.FindMount(); err == nil {
 		run.readOnlyForAgents = []string{canon(m.Dir)}
 	}
+	// A root daemon keeps the default view open for its agents' shims
+	// (sandbox.View): each agent runs as a user of its own, which the
+	// view treats as it treats others.
+	if run.uids != nil && os.Geteuid() == 0 && sandbox.ABI() > 0 {
+		run.view = sandbox.NewView(run.hiddenFromAgents, run.readOnlyForAgents)
+		if err := run.view.Warm(); err != nil {
+			run.log.Warn("the default view: each shim walks it", "err", err)
+			run.view.Close()
+			run.view = nil
+		}
+	}
 }
 
 // checkAgentsReachCtx refuses a home no agent could use: where agents run

@@ -21,6 +21,7 @@ import (
 	"github.com/kin-agents/kin/internal/personserver"
 	"github.com/kin-agents/kin/internal/quota"
 	"github.com/kin-agents/kin/internal/registry"
+	"github.com/kin-agents/kin/internal/sandbox"
 	"github.com/kin-agents/kin/internal/store"
 	"github.com/kin-agents/kin/internal/supervisor"
 	"github.com/kin-agents/kin/internal/uidrange"
@@ -80,6 +81,7 @@ type Runner struct {
 	// The sandbox's default view's exceptions (agentView), and the shim
 	// published for agents when the daemon is not a binary named kin.
 	hiddenFromAgents, readOnlyForAgents []string
+	view                                *sandbox.View // the default view, kept open (root daemons); nil: each shim walks it
 	shimCopy                            string
 	leanShim                            string // leanshim.Install's path, "" without one
 
@@ -388,6 +390,9 @@ func (run *Runner) Close() error {
 	}
 	if run.ctx != nil {
 		run.ctx.Close()
+	}
+	if run.view != nil {
+		run.view.Close()
 	}
 	return errors.Join(errs...)
 }

@@ -2,6 +2,7 @@ package runner
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -114,12 +115,41 @@ func (run *Runner) sandboxArgv(a *kin.Agent, c *ctxAgent, argv []string) ([]stri
 	if err != nil {
 		return nil, nil, nil, err
 	}
+	if f := run.viewRuleset(a, &spec, abi, groups); f != nil {
+		spec.ViewFD = 3 + len(held) // after the held grants' descriptors
+		held = append(held, f)
+	}
 	args, err := sandbox.Args(spec)
 	if err != nil {
 		authority.CloseFiles(held)
 		return nil, nil, nil, fmt.Errorf("sandbox: %w", err)
 	}
 	return append([]string{run.shimPath(), sandbox.Subcommand}, args...), groups, held, nil
+}
+
+// viewRuleset is the daemon's ruleset holding the default view for a's
+// shim (sandbox.View), or nil where its shim walks the view itself: no
+// View, another view, or one the View cannot speak for.
+func (run *Runner) viewRuleset(a *kin.Agent, spec *sandbox.Spec, abi int, readGroups []uint32) *os.File {
+	if run.view == nil || !spec.All || !run.view.Matches(spec) {
+		return nil
+	}
+	cred := run.agentCredential(a.ID)
+	if cred == nil {
+		return nil
+	}
+	gids := []int{int(cred.Gid)}
+	for _, g := range append(slices.Clone(cred.Groups), readGroups...) {
+		gids = append(gids, int(g))
+	}
+	fd, err := run.view.Ruleset(abi, spec.ScopeSignals, int(cred.Uid), gids)
+	if err != nil {
+		if !errors.Is(err, sandbox.ErrViewNotShared) {
+			run.log.Warn("the default view: its shim walks it", "agent", a.ID, "err", err)
+		}
+		return nil
+	}
+	return os.NewFile(uintptr(fd), "landlock-view")
 }
 
 func deref(p *int64) int64 {

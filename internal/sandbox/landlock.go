@@ -130,7 +130,7 @@ func openRules(spec *Spec, handled uint64) ([]rule, error) {
 		}
 		rules = append(rules, rule{path: h.Path, fd: h.FD, access: a})
 	}
-	if spec.All {
+	if spec.All && spec.ViewFD == 0 {
 		rules = append(rules, viewRules(spec, handled)...)
 	}
 	return rules, nil
@@ -261,20 +261,20 @@ func (e *landlockError) Error() string { return "landlock: " + e.op + ": " + e.e
 // thread; execve keeps only the calling thread, so the program it starts
 // runs wholly in the domain. The shim's other threads run only the Go
 // runtime, never the agent's code, and end at execve.
-func restrictThread(abi int, rules []rule, scopeSignals bool) error {
-	handled := handledAccess(abi)
-	attr := unix.LandlockRulesetAttr{Access_fs: handled}
-	// Network rights are left unhandled: the agent keeps TCP (see doc.go).
-	// Size the attribute to its first field, which every ABI accepts,
-	// unless a scope is asked for (ABI 6 reads all three fields).
-	size := unsafe.Sizeof(attr.Access_fs)
-	if scopeSignals && abi >= 6 {
-		attr.Scoped = unix.LANDLOCK_SCOPE_SIGNAL
-		size = unsafe.Sizeof(attr)
-	}
-	fd, _, errno := unix.Syscall(unix.SYS_LANDLOCK_CREATE_RULESET, uintptr(unsafe.Pointer(&attr)), size, 0)
-	if errno != 0 {
-		return &landlockError{"create ruleset", errno}
+//
+// base, when not -1, is the ruleset to add the rules to and restrict with
+// (Spec.ViewFD: the daemon's, holding the view's rules already); else a
+// new one is made.
+func restrictThread(abi int, rules []rule, scopeSignals bool, base int) error {
+	var fd uintptr
+	if base >= 0 {
+		fd = uintptr(base)
+	} else {
+		nfd, err := newRuleset(abi, scopeSignals)
+		if err != nil {
+			return err
+		}
+		fd = uintptr(nfd)
 	}
 	defer unix.Close(int(fd))
 	for _, r := range rules {

@@ -55,6 +55,8 @@ type plan struct {
 	// scopeSignals and init: Spec.ScopeSignals and Spec.Init.
 	scopeSignals bool
 	init         bool
+	// view is Spec.ViewFD, checked; -1 without one.
+	view int
 	// childSpec is what init's child shim applies when the spec has an
 	// address-space limit (set in the child only: the init's own Go
 	// runtime must be free to map memory).
@@ -118,6 +120,18 @@ func prepare(spec *Spec, abi int, stderr io.Writer) (*plan, int, error) {
 		}
 		p.limits = append(p.limits, l)
 	}
+	p.view = -1
+	if spec.ViewFD != 0 {
+		if err := checkView(spec.ViewFD); err != nil {
+			closeHeld(spec)
+			return nil, ExitCannotRun, err
+		}
+		if p.abi > 0 {
+			p.view = spec.ViewFD
+		} else {
+			unix.Close(spec.ViewFD)
+		}
+	}
 	if p.abi > 0 {
 		p.rules, err = openRules(spec, handledAccess(p.abi))
 		if err != nil {
@@ -129,6 +143,22 @@ func prepare(spec *Spec, abi int, stderr io.Writer) (*plan, int, error) {
 	return p, 0, nil
 }
 
+// checkView checks that the descriptor Spec.ViewFD names is a Landlock
+// ruleset, and keeps it from the agent (close-on-exec; restrict closes it).
+func checkView(fd int) error {
+	target, err := os.Readlink("/proc/self/fd/" + strconv.Itoa(fd))
+	if err != nil {
+		return fmt.Errorf("view: descriptor %d that kin passed: %v", fd, err)
+	}
+	if target != "anon_inode:[landlock-ruleset]" {
+		return fmt.Errorf("view: descriptor %d is %s, not a Landlock ruleset", fd, quote(target))
+	}
+	if _, err := unix.FcntlInt(uintptr(fd), unix.F_SETFD, unix.FD_CLOEXEC); err != nil {
+		return fmt.Errorf("view: descriptor %d: close-on-exec: %v", fd, err)
+	}
+	return nil
+}
+
 // run restricts the calling thread, sets the limits and execs the command
 // from that thread. It returns only on failure, with the exit status.
 func (p *plan) run() (int, error) {
@@ -137,7 +167,7 @@ func (p *plan) run() (int, error) {
 	// unlocked: on failure the process exits.
 	runtime.LockOSThread()
 	if p.abi > 0 {
-		err := restrictThread(p.abi, p.rules, p.scopeSignals)
+		err := restrictThread(p.abi, p.rules, p.scopeSignals, p.view)
 		closeRules(p.rules)
 		if err != nil {
 			return ExitCannotRun, err

@@ -51,6 +51,11 @@ type Spec struct {
 	// Hidden are absolute, clean, canonical paths the All view leaves
 	// out: kin's home and its agent filesystem.
 	Hidden []string `json:"hidden,omitempty"`
+	// ViewFD, when not 0, is an inherited descriptor of a Landlock ruleset
+	// the daemon made (View.Ruleset) holding the All view's rules: the
+	// shim adds its other rules to it and restricts itself with it rather
+	// than walking the view (and making a ruleset) itself. Needs All.
+	ViewFD int `json:"view_fd,omitempty"`
 	// ScopeSignals keeps the agent from signalling any process outside
 	// its own Landlock domain (LANDLOCK_SCOPE_SIGNAL, ABI 6): not the
 	// daemon, not another agent. Older kernels ignore it; the daemon says
@@ -189,6 +194,14 @@ func (s *Spec) validate() error {
 	}
 	if len(s.Hidden) > 0 && !s.All {
 		return errors.New("bad spec: hidden paths need all")
+	}
+	if s.ViewFD != 0 {
+		if !s.All {
+			return errors.New("bad spec: view_fd needs all")
+		}
+		if s.ViewFD < 3 || fds[s.ViewFD] {
+			return fmt.Errorf("bad spec: view_fd is descriptor %d: want a descriptor of 3 or more that no held grant uses", s.ViewFD)
+		}
 	}
 	for _, h := range s.Hidden {
 		if h == "/" {
