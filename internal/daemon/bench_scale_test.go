@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"path/filepath"
 	"strconv"
+	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -22,7 +24,9 @@ import (
 //	go test -run='^$' -bench='^BenchmarkScaleAfterChurn$' -benchtime=1x -timeout=60m ./internal/daemon/
 //
 // Per iteration: scaleLatency spawns one at a time (p50, beside the raw
-// Start into a fresh cgroup and issue 22's composite floor), a 10 x 10 x 10
+// Start into a fresh cgroup and issue 22's composite floor), a burst of
+// 1,000 spawns from 16 clients (agents/s, beside as many raw starts into
+// fresh cgroups from 16 goroutines), a 10 x 10 x 10
 // owned tree built and its root SIGKILLed (until every process is reaped
 // and every descendant recorded cancelled; the raw cgroup.kill of the same
 // shape after it, with the daemon still running, which the daemon's own
@@ -52,6 +56,7 @@ func benchAtScale(b *testing.B, live, churn int) {
 	g := newGroupCheck(b)
 	pids := newPidCheck(b)
 	d := startBenchDaemon(b, g)
+	var lastFill time.Duration // the last fill's spawns, roots aside
 	fill := func(prefix string, n int) []*kin.Agent {
 		roots := make([]*kin.Agent, 0, scaleRoots)
 		for k := range scaleRoots {
@@ -66,7 +71,9 @@ func benchAtScale(b *testing.B, live, churn int) {
 		for i := range reqs {
 			reqs[i] = sleepRequest(fmt.Sprintf("%s-%d", prefix, i), roots[i%len(roots)].ID)
 		}
+		t0 := time.Now()
 		agents, err := spawnAll(d.Client, reqs, throughputClients)
+		lastFill = time.Since(t0)
 		pids.add(agents...)
 		if err != nil {
 			b.Fatal(err)
@@ -86,8 +93,8 @@ func benchAtScale(b *testing.B, live, churn int) {
 
 	cf, rt := newCommitFloor(b), newRoundTripFloor(b)
 	var lat, raw, composite []time.Duration
-	var cascade, rawCascadeTook, tree time.Duration
-	treeAgents := 0
+	var cascade, rawCascadeTook, tree, spentBurst, rawBurst time.Duration
+	treeAgents, bursts := 0, 0
 	for iter := 0; b.Loop(); iter++ {
 		parent := fill(fmt.Sprintf("lat%d", iter), scaleRoots)[0]
 		rg := newRawGroup(b, g, "scale")
@@ -117,6 +124,14 @@ func benchAtScale(b *testing.B, live, churn int) {
 		if err := rg.close(); err != nil {
 			b.Fatal(err)
 		}
+
+		// Throughput: a burst of throughputBatch spawns from
+		// throughputClients clients, then as many raw starts.
+		burst := fill(fmt.Sprintf("burst%d", iter), throughputBatch)
+		spentBurst += lastFill
+		rawBurst += rawStarts(b, g, throughputBatch)
+		stopRoots(b, d.Client, burst)
+		bursts++
 
 		t0 := time.Now()
 		forest, err := d.Client.Tree(ctx, 0)
@@ -156,11 +171,44 @@ func benchAtScale(b *testing.B, live, churn int) {
 	b.ReportMetric(ms(p50), "spawn-p50-ms")
 	b.ReportMetric(float64(p50)/float64(percentile(raw, 0.5)), "spawn-x-raw")
 	b.ReportMetric(float64(p50)/float64(floor), "spawn-x-floor")
+	burstN := float64(bursts * (throughputBatch - scaleRoots))
+	b.ReportMetric(burstN/spentBurst.Seconds(), "agents/s")
+	b.ReportMetric((burstN/spentBurst.Seconds())/(float64(bursts*throughputBatch)/rawBurst.Seconds()), "agents/s-x-raw")
 	b.ReportMetric(ms(cascade)/n, "cascade-ms")
 	b.ReportMetric(float64(cascade)/float64(rawCascadeTook), "cascade-x-raw")
 	b.ReportMetric(ms(tree)/n, "tree-ms")
 	b.ReportMetric(float64(tree.Microseconds())/n/float64(max(treeAgents, 1)), "tree-us/agent")
 	b.ReportMetric(float64(treeAgents), "tree-agents")
+}
+
+// rawStarts starts n processes into fresh cgroups from throughputClients
+// goroutines (BenchmarkSpawnThroughput's floor) and returns the time taken.
+func rawStarts(b *testing.B, g *groupCheck, n int) time.Duration {
+	b.Helper()
+	rg := newRawGroup(b, g, "burst")
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	var rawErr atomic.Pointer[error]
+	t0 := time.Now()
+	for range throughputClients {
+		wg.Go(func() {
+			for i := int(next.Add(1) - 1); i < n; i = int(next.Add(1) - 1) {
+				if _, _, err := rg.start("r" + strconv.Itoa(i)); err != nil {
+					rawErr.CompareAndSwap(nil, &err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	took := time.Since(t0)
+	if err := rawErr.Load(); err != nil {
+		b.Fatal(*err)
+	}
+	if err := rg.close(); err != nil {
+		b.Fatal(err)
+	}
+	return took
 }
 
 // countTree counts the nodes of a forest.

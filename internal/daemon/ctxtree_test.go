@@ -215,7 +215,7 @@ func TestTreeFollowsTheStoreAcrossKill9(t *testing.T) {
 	// has stopped).
 	d.Close()
 	filepath.WalkDir(root, func(p string, e fs.DirEntry, err error) error {
-		if err == nil && strings.Contains(e.Name(), ".kin-") && e.Name() != ".kin-synced" && e.Name() != ".kin-boot" {
+		if err == nil && strings.Contains(e.Name(), ".kin-") && e.Name() != ".kin-synced" {
 			t.Errorf("left behind: %s", p)
 		}
 		return nil
@@ -305,7 +305,7 @@ func TestTreeIsRebuiltAfterTheMachineRestarts(t *testing.T) {
 	d.Close()
 
 	// Another boot: everything is rewritten from the store.
-	if err := os.WriteFile(filepath.Join(root, ".kin-boot"), []byte("00000000-0000-0000-0000-000000000000\n"), 0o600); err != nil {
+	if err := os.WriteFile(filepath.Join(home, "ctx-boot"), []byte("00000000-0000-0000-0000-000000000000\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	d = kintest.StartDaemon(t, kintest.WithHome(home))

@@ -77,8 +77,10 @@ func newCtxWriter(run *Runner) *ctxWriter {
 	return w
 }
 
-// bootFile holds the boot id of the machine the tree was last written on.
-const bootFile = ".kin-boot"
+// bootFile, in the daemon's home (outside the tree, whose every entry
+// agents and tools know), holds the boot id of the machine the tree was
+// last written on.
+const bootFile = "ctx-boot"
 
 // bootIDPath is where Linux gives the boot id: a variable for tests.
 var bootIDPath = "/proc/sys/kernel/random/boot_id"
@@ -95,8 +97,8 @@ func (w *ctxWriter) checkBoot() {
 	if err != nil || boot == "" {
 		boot = "unknown"
 	}
-	path := filepath.Join(run.ctx.Root, bootFile)
-	if b, err := run.ctx.ReadFile(path, 128); err == nil && strings.TrimSpace(string(b)) == boot && boot != "unknown" {
+	path := filepath.Join(run.cfg.Home, bootFile)
+	if b, err := os.ReadFile(path); err == nil && strings.TrimSpace(string(b)) == boot && boot != "unknown" {
 		return
 	}
 	own := ctxfs.Owner{UID: os.Geteuid(), GID: os.Getegid()}
@@ -107,7 +109,7 @@ func (w *ctxWriter) checkBoot() {
 			run.log.Error("agent filesystem: record progress", "err", err)
 		}
 	}
-	if err := run.ctx.WriteFile(path, []byte(boot+"\n"), own, 0o600); err != nil {
+	if err := writeFileAtomic(path, []byte(boot+"\n")); err != nil {
 		run.log.Error("agent filesystem: record the boot", "err", err)
 	}
 }
@@ -446,4 +448,18 @@ func sender(id kin.AgentID) string {
 		return kin.Operator
 	}
 	return "agent:" + strconv.FormatInt(int64(id), 10)
+}
+
+// writeFileAtomic replaces path (0600) with data: a temporary file renamed
+// over it.
+func writeFileAtomic(path string, data []byte) error {
+	tmp := path + ".new"
+	if err := os.WriteFile(tmp, data, 0o600); err != nil {
+		return err
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		os.Remove(tmp)
+		return err
+	}
+	return nil
 }
