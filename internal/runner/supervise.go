@@ -188,6 +188,9 @@ func (run *Runner) startWithKey(ctx context.Context, a *kin.Agent, spec store.Pr
 		run.removeRuntime(a.ID)
 		return nil, run.failStart(ctx, a, err)
 	}
+	// The default view's ruleset is made beside the work below.
+	view := run.startView(a)
+	defer func() { view.discard() }() // a start that fails before sandboxArgv
 	sock, err := run.socks.Listen(a, run.agentCredential(a.ID))
 	if err != nil {
 		run.removeRuntime(a.ID)
@@ -217,7 +220,8 @@ func (run *Runner) startWithKey(ctx context.Context, a *kin.Agent, spec store.Pr
 		run.removeRuntime(a.ID)
 		return nil, run.failStart(ctx, a, err)
 	}
-	argv, readGroups, held, err := run.sandboxArgv(a, cx, command)
+	argv, readGroups, held, err := run.sandboxArgv(a, cx, command, view)
+	view = nil // sandboxArgv took it or discarded it
 	if err != nil {
 		run.removeRuntime(a.ID)
 		return nil, run.failStart(ctx, a, err)

@@ -71,7 +71,13 @@ func (run *Runner) sandboxAvailable() error {
 // Landlock keeps it to the consented paths. Only a sandboxed agent joins.
 // And the policy's mounts, opened as checked (holdMounts): the process's
 // descriptors 3 and up, for the caller to close once it started.
-func (run *Runner) sandboxArgv(a *kin.Agent, c *ctxAgent, argv []string) ([]string, []uint32, []*os.File, error) {
+func (run *Runner) sandboxArgv(a *kin.Agent, c *ctxAgent, argv []string, view *viewFuture) ([]string, []uint32, []*os.File, error) {
+	used := false
+	defer func() {
+		if !used {
+			view.discard()
+		}
+	}()
 	layers, err := run.auth.Layers(a.ID)
 	if err != nil {
 		return nil, nil, nil, err
@@ -115,7 +121,8 @@ func (run *Runner) sandboxArgv(a *kin.Agent, c *ctxAgent, argv []string) ([]stri
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	if f := run.viewRuleset(a, &spec, abi, groups); f != nil {
+	if f := view.take(run, a, &spec, groups); f != nil {
+		used = true
 		spec.ViewFD = 3 + len(held) // after the held grants' descriptors
 		held = append(held, f)
 	}
@@ -127,29 +134,79 @@ func (run *Runner) sandboxArgv(a *kin.Agent, c *ctxAgent, argv []string) ([]stri
 	return append([]string{run.shimPath(), sandbox.Subcommand}, args...), groups, held, nil
 }
 
-// viewRuleset is the daemon's ruleset holding the default view for a's
-// shim (sandbox.View), or nil where its shim walks the view itself: no
-// View, another view, or one the View cannot speak for.
-func (run *Runner) viewRuleset(a *kin.Agent, spec *sandbox.Spec, abi int, readGroups []uint32) *os.File {
-	if run.view == nil || !spec.All || !run.view.Matches(spec) {
+// viewFuture is the daemon's ruleset holding the default view for one
+// agent's shim (sandbox.View), made beside the rest of the spawn's work
+// (a few hundred Landlock rules where kin's home is under a busy /tmp) once
+// the spawn began, so that it holds every entry made before.
+type viewFuture struct {
+	done chan struct{}
+	uid  int
+	gids []int
+	f    *os.File
+	err  error
+}
+
+// startView begins a's view ruleset, or returns nil where the daemon keeps
+// no View or a runs as no user of its own.
+func (run *Runner) startView(a *kin.Agent) *viewFuture {
+	if run.view == nil {
 		return nil
 	}
 	cred := run.agentCredential(a.ID)
 	if cred == nil {
 		return nil
 	}
-	gids := []int{int(cred.Gid)}
-	for _, g := range append(slices.Clone(cred.Groups), readGroups...) {
-		gids = append(gids, int(g))
+	vf := &viewFuture{done: make(chan struct{}), uid: int(cred.Uid), gids: []int{int(cred.Gid)}}
+	for _, g := range cred.Groups {
+		vf.gids = append(vf.gids, int(g))
 	}
-	fd, err := run.view.Ruleset(abi, spec.ScopeSignals, int(cred.Uid), gids)
-	if err != nil {
-		if !errors.Is(err, sandbox.ErrViewNotShared) {
-			run.log.Warn("the default view: its shim walks it", "agent", a.ID, "err", err)
+	go func() {
+		defer close(vf.done)
+		fd, err := run.view.Ruleset(sandbox.ABI(), true, vf.uid, vf.gids)
+		if err != nil {
+			vf.err = err
+			return
 		}
+		vf.f = os.NewFile(uintptr(fd), "landlock-view")
+	}()
+	return vf
+}
+
+// take returns the ruleset for spec, or nil where the shim walks the view
+// itself: no View, another view than the View's, a View that cannot speak
+// for the agent (readGroups included), or one that failed.
+func (vf *viewFuture) take(run *Runner, a *kin.Agent, spec *sandbox.Spec, readGroups []uint32) *os.File {
+	if vf == nil || !spec.All || !spec.ScopeSignals || !run.view.Matches(spec) {
 		return nil
 	}
-	return os.NewFile(uintptr(fd), "landlock-view")
+	<-vf.done
+	gids := slices.Clone(vf.gids)
+	for _, g := range readGroups {
+		gids = append(gids, int(g))
+	}
+	switch {
+	case vf.err != nil:
+		if !errors.Is(vf.err, sandbox.ErrViewNotShared) {
+			run.log.Warn("the default view: its shim walks it", "agent", a.ID, "err", vf.err)
+		}
+		return nil
+	case len(readGroups) > 0 && !run.view.SharedWith(vf.uid, gids):
+		return nil
+	}
+	return vf.f
+}
+
+// discard closes a ruleset nobody took, once it is made.
+func (vf *viewFuture) discard() {
+	if vf == nil {
+		return
+	}
+	go func() {
+		<-vf.done
+		if vf.f != nil {
+			vf.f.Close()
+		}
+	}()
 }
 
 func deref(p *int64) int64 {

@@ -121,15 +121,8 @@ func (v *View) Ruleset(abi int, scopeSignals bool, uid int, gids []int) (int, er
 	if v.tooMany {
 		return -1, ErrViewNotShared
 	}
-	for _, d := range v.dirs {
-		if int(d.st.Uid) == uid || slices.Contains(gids, int(d.st.Gid)) {
-			return -1, ErrViewNotShared
-		}
-	}
-	for p := range v.dirs {
-		if hasACL(p) {
-			return -1, ErrViewNotShared
-		}
+	if !v.sharedWithLocked(uid, gids) {
+		return -1, ErrViewNotShared
 	}
 	fd, err := newRuleset(abi, scopeSignals)
 	if err != nil {
@@ -158,6 +151,24 @@ func (v *View) Warm() error {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	return v.refreshAll()
+}
+
+// SharedWith reports whether the view, as last refreshed, is what an
+// agent running as uid with gids would see: no directory on the chains is
+// its user's or one of its groups', and none has an ACL.
+func (v *View) SharedWith(uid int, gids []int) bool {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	return !v.tooMany && v.sharedWithLocked(uid, gids)
+}
+
+func (v *View) sharedWithLocked(uid int, gids []int) bool {
+	for p, d := range v.dirs {
+		if int(d.st.Uid) == uid || slices.Contains(gids, int(d.st.Gid)) || hasACL(p) {
+			return false
+		}
+	}
+	return true
 }
 
 // refreshAll refreshes the chains from /, and gives up keeping them open

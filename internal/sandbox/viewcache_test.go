@@ -131,6 +131,9 @@ func TestViewIsNotSharedWithADirectorysOwner(t *testing.T) {
 		if (err == nil) != c.ok || (err != nil && !errors.Is(err, ErrViewNotShared)) {
 			t.Errorf("uid %d gids %v: %v; want shared: %v", c.uid, c.gids, err, c.ok)
 		}
+		if got := v.SharedWith(c.uid, c.gids); got != c.ok {
+			t.Errorf("SharedWith(%d, %v) = %v, want %v", c.uid, c.gids, got, c.ok)
+		}
 	}
 	if !slices.Equal(v.special, []string{home}) {
 		t.Errorf("special = %v", v.special)
