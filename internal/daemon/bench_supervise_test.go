@@ -844,7 +844,16 @@ func readProcStatus(pid int) (procStatus, error) {
 // if any of them still runs or is an unreaped child of this process.
 type pidCheck struct {
 	mu   sync.Mutex
-	pids []int
+	pids []startedPID
+}
+
+// startedPID is a process as it was when added: its pid and its start time
+// (field 22 of /proc/<pid>/stat). On a shared host the pids of the agents
+// are soon recycled, by other test runs' own sleeping processes too: only
+// the same pid with the same start time is the agent's process.
+type startedPID struct {
+	pid   int
+	start string
 }
 
 func newPidCheck(b *testing.B) *pidCheck {
@@ -863,7 +872,8 @@ func (pc *pidCheck) add(agents ...*kin.Agent) {
 	defer pc.mu.Unlock()
 	for _, a := range agents {
 		if a != nil && a.PID > 0 {
-			pc.pids = append(pc.pids, a.PID)
+			st, _ := readStat(a.PID)
+			pc.pids = append(pc.pids, startedPID{a.PID, st.start})
 		}
 	}
 }
@@ -874,9 +884,12 @@ func (pc *pidCheck) leftover() []string {
 	pc.mu.Lock()
 	defer pc.mu.Unlock()
 	var out []string
-	for _, pid := range pc.pids {
-		if why := procLeft(pid); why != "" {
-			out = append(out, fmt.Sprintf("%d (%s)", pid, why))
+	for _, p := range pc.pids {
+		if st, ok := readStat(p.pid); !ok || st.start != p.start {
+			continue // gone, or the pid is another process's now
+		}
+		if why := procLeft(p.pid); why != "" {
+			out = append(out, fmt.Sprintf("%d (%s)", p.pid, why))
 		}
 	}
 	return out
@@ -887,37 +900,49 @@ func (pc *pidCheck) leftover() []string {
 func (pc *pidCheck) reapOrphans() {
 	pc.mu.Lock()
 	defer pc.mu.Unlock()
-	for _, pid := range pc.pids {
+	for _, p := range pc.pids {
 		var ws syscall.WaitStatus
-		syscall.Wait4(pid, &ws, syscall.WNOHANG, nil)
+		syscall.Wait4(p.pid, &ws, syscall.WNOHANG, nil)
 	}
 }
 
 // procLeft says why pid counts as left behind: it runs sleep (a recycled
 // pid runs something else), or it is a zombie child of this process.
 func procLeft(pid int) string {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return ""
-	}
-	// pid (comm) state ppid ...
-	open, end := strings.IndexByte(string(b), '('), strings.LastIndexByte(string(b), ')')
-	if open < 0 || end < open {
-		return ""
-	}
-	comm := string(b[open+1 : end])
-	rest := strings.Fields(string(b[end+1:]))
-	if len(rest) < 2 {
-		return ""
-	}
-	state, ppid := rest[0], rest[1]
+	st, ok := readStat(pid)
 	switch {
-	case state == "Z" && ppid == strconv.Itoa(os.Getpid()):
+	case !ok:
+		return ""
+	case st.state == "Z" && st.ppid == strconv.Itoa(os.Getpid()):
 		return "not reaped"
-	case state != "Z" && state != "X" && comm == "sleep":
+	case st.state != "Z" && st.state != "X" && st.comm == "sleep":
 		return "running"
 	}
 	return ""
+}
+
+// procStat is what procLeft and pidCheck read of /proc/<pid>/stat.
+type procStat struct {
+	comm, state, ppid, start string
+}
+
+func readStat(pid int) (procStat, bool) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return procStat{}, false
+	}
+	// pid (comm) state ppid pgrp session tty tpgid flags minflt cminflt
+	// majflt cmajflt utime stime cutime cstime priority nice threads
+	// itrealvalue starttime ...
+	open, end := strings.IndexByte(string(b), '('), strings.LastIndexByte(string(b), ')')
+	if open < 0 || end < open {
+		return procStat{}, false
+	}
+	rest := strings.Fields(string(b[end+1:]))
+	if len(rest) < 20 {
+		return procStat{}, false
+	}
+	return procStat{comm: string(b[open+1 : end]), state: rest[0], ppid: rest[1], start: rest[19]}, true
 }
 
 // groupCheck remembers the cgroups a benchmark creates (its raw groups and
