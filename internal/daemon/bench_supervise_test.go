@@ -251,11 +251,20 @@ func BenchmarkCascade1000(b *testing.B) {
 
 // BenchmarkDaemonMemory2000 runs the daemon as a process of its own (the
 // test binary, see TestMain), spawns 2,000 sleeping agents into it over its
-// socket, and reads its VmRSS, VmHWM and Threads from /proc before and after.
-// It then stops the daemon with SIGTERM (a clean shutdown stops every agent)
-// and checks that no process and no group is left. The figures are the
-// largest over the iterations.
-func BenchmarkDaemonMemory2000(b *testing.B) {
+// socket, and reads its VmRSS, VmHWM, Threads and open descriptors from
+// /proc before and after. It then stops the daemon with SIGTERM (a clean
+// shutdown stops every agent) and checks that no process and no group is
+// left. The figures are the largest over the iterations; KiB/agent is
+// (rss - base-rss) / agents, and fds/agent likewise.
+func BenchmarkDaemonMemory2000(b *testing.B) { benchDaemonMemory(b, memoryAgents) }
+
+// BenchmarkDaemonMemory10000 is BenchmarkDaemonMemory2000 with 10,000
+// agents: about three descriptors each in the daemon, past the usual
+// RLIMIT_NOFILE, which the daemon raises at start where it may (see
+// raiseOpenFiles).
+func BenchmarkDaemonMemory10000(b *testing.B) { benchDaemonMemory(b, 10000) }
+
+func benchDaemonMemory(b *testing.B, agents int) {
 	g := newGroupCheck(b)
 	profile := unlimitedProfile(b)
 	var base, loaded procStatus
@@ -268,17 +277,17 @@ func BenchmarkDaemonMemory2000(b *testing.B) {
 			b.Fatal(err)
 		}
 		parents := spawnRoots(b, p.client, pids, "mp")
-		reqs := make([]kin.SpawnRequest, memoryAgents-len(parents))
+		reqs := make([]kin.SpawnRequest, agents-len(parents))
 		for i := range reqs {
 			reqs[i] = sleepRequest(fmt.Sprintf("m%d", i), parents[i%len(parents)].ID)
 		}
-		agents, err := spawnAll(p.client, reqs, memoryClients)
-		pids.add(agents...)
+		spawned, err := spawnAll(p.client, reqs, memoryClients)
+		pids.add(spawned...)
 		if err != nil {
 			b.Fatal(err)
 		}
 		st, err := p.client.Status(ctx)
-		if err != nil || st.Running != memoryAgents {
+		if err != nil || st.Running != agents {
 			b.Fatalf("daemon status after the spawns: %+v, %v", st, err)
 		}
 		after, err := readProcStatus(p.pid)
@@ -287,7 +296,7 @@ func BenchmarkDaemonMemory2000(b *testing.B) {
 		}
 		base, loaded = base.max(before), loaded.max(after)
 
-		took, err := p.stop(60 * time.Second)
+		took, err := p.stop(120 * time.Second)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -305,6 +314,8 @@ func BenchmarkDaemonMemory2000(b *testing.B) {
 	b.ReportMetric(float64(loaded.threads), "threads")
 	b.ReportMetric(float64(base.rssKB)/1024, "base-rss-MiB")
 	b.ReportMetric(float64(base.threads), "base-threads")
+	b.ReportMetric(float64(loaded.rssKB-base.rssKB)/float64(agents), "KiB/agent")
+	b.ReportMetric(float64(loaded.fds-base.fds)/float64(agents), "fds/agent")
 	b.ReportMetric(ms(shutdown), "shutdown-ms")
 }
 
@@ -797,10 +808,11 @@ func (p *daemonProc) cleanup(b *testing.B, pids *pidCheck) {
 // threads.
 type procStatus struct {
 	rssKB, hwmKB, threads int
+	fds                   int // open descriptors
 }
 
 func (s procStatus) max(o procStatus) procStatus {
-	return procStatus{max(s.rssKB, o.rssKB), max(s.hwmKB, o.hwmKB), max(s.threads, o.threads)}
+	return procStatus{max(s.rssKB, o.rssKB), max(s.hwmKB, o.hwmKB), max(s.threads, o.threads), max(s.fds, o.fds)}
 }
 
 func readProcStatus(pid int) (procStatus, error) {
@@ -837,6 +849,11 @@ func readProcStatus(pid int) (procStatus, error) {
 	if found != 3 {
 		return s, fmt.Errorf("/proc/%d/status lacks VmRSS, VmHWM or Threads", pid)
 	}
+	fds, err := os.ReadDir("/proc/" + strconv.Itoa(pid) + "/fd")
+	if err != nil {
+		return s, err
+	}
+	s.fds = len(fds)
 	return s, nil
 }
 
