@@ -21,6 +21,7 @@ import (
 	"github.com/kin-agents/kin/internal/personserver"
 	"github.com/kin-agents/kin/internal/quota"
 	"github.com/kin-agents/kin/internal/registry"
+	"github.com/kin-agents/kin/internal/sandbox"
 	"github.com/kin-agents/kin/internal/store"
 	"github.com/kin-agents/kin/internal/supervisor"
 	"github.com/kin-agents/kin/internal/uidrange"
@@ -117,6 +118,10 @@ type Config struct {
 	// ends by then, and at that moment whatever still runs is killed at
 	// once and recorded. 0 is DefaultShutdownTimeout.
 	ShutdownTimeout time.Duration
+	// AgentOpenFiles is the RLIMIT_NOFILE every agent gets where its
+	// budget sets none: the one the daemon started with, which it raised
+	// for itself (nil: agents inherit the daemon's, already that).
+	AgentOpenFiles *sandbox.OpenFilesLimit
 
 	Store     store.Store
 	Lineage   *lineage.Tree
