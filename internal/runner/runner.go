@@ -62,6 +62,7 @@ type Runner struct {
 	adopted       map[kin.AgentID]*os.File // pidfds of re-adopted processes
 	logMu         sync.Mutex
 	drains        map[kin.AgentID]*agentlog.Drain // agents' output being copied into their logs (logs.go)
+	logs          *agentlog.Poller                // waits for output on every agent's pipe
 	trimMu        sync.Mutex                      // one trim of ended agents' logs at a time (trimEndedLogs)
 	endedLogs     map[kin.AgentID]*agentlog.Ended // by tree root: its ended agents' logs (trimEndedLogs), under trimMu
 	shuttingDown  bool
@@ -180,6 +181,10 @@ func New(c Config) (*Runner, error) {
 		run.log = slog.New(slog.DiscardHandler)
 	}
 	if err := run.allocateUIDs(); err != nil {
+		return nil, err
+	}
+	var err error
+	if run.logs, err = agentlog.NewPoller(); err != nil {
 		return nil, err
 	}
 	return run, nil
@@ -375,6 +380,9 @@ func (run *Runner) Close() error {
 		run.exitWG.Wait() // exits the supervisor reported while closing
 	}
 	run.closeLogs(!run.cfg.LeaveRunning)
+	if run.logs != nil {
+		run.logs.Close()
+	}
 	if run.socks != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
