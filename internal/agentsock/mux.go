@@ -32,6 +32,10 @@ type mux struct {
 	ready  []uint64 // keys of the sockets found ready, not yet accepted from
 	busy   bool     // the last Accept returned a connection without waiting
 
+	// mu guards epfd against Close: once closed, its number may be
+	// another file's.
+	mu        sync.RWMutex
+	isClosed  bool
 	closeOnce sync.Once
 	closed    chan struct{}
 }
@@ -64,13 +68,22 @@ func newMux(ss *Sockets) (*mux, error) {
 func (m *mux) add(fd int, key uint64) error {
 	ev := unix.EpollEvent{Events: unix.EPOLLIN}
 	putKey(&ev, key)
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	if m.isClosed {
+		return net.ErrClosed
+	}
 	return unix.EpollCtl(m.epfd, unix.EPOLL_CTL_ADD, fd, &ev)
 }
 
 // remove stops watching fd. Closing fd would do it too, unless a child
 // forked meanwhile still holds a copy of it until its exec.
 func (m *mux) remove(fd int) {
-	unix.EpollCtl(m.epfd, unix.EPOLL_CTL_DEL, fd, nil)
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	if !m.isClosed {
+		unix.EpollCtl(m.epfd, unix.EPOLL_CTL_DEL, fd, nil)
+	}
 }
 
 // The epoll event's 64 bits of data carry the socket's key (never its
@@ -152,6 +165,9 @@ func (m *mux) wait() error {
 func (m *mux) Close() error {
 	m.closeOnce.Do(func() {
 		close(m.closed)
+		m.mu.Lock()
+		m.isClosed = true
+		m.mu.Unlock()
 		m.file.Close()
 	})
 	return nil
