@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"testing"
 	"time"
 
@@ -24,6 +25,17 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 		}
 		time.Sleep(time.Millisecond)
 	}
+}
+
+// newPoller is a poller the test's end closes.
+func newPoller(t testing.TB) *agentlog.Poller {
+	t.Helper()
+	p, err := agentlog.NewPoller()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.Close)
+	return p
 }
 
 func lines(from, to int) []byte {
@@ -70,7 +82,7 @@ func readAll(t *testing.T, path string, offset, tail int64) []byte {
 // stream; the pipe is removed once the writer is gone.
 func TestDrainRotates(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "7.log")
-	d, out, err := agentlog.Open(agentlog.Config{Path: path, Bytes: 4096, Keep: 2})
+	d, out, err := newPoller(t).Open(agentlog.Config{Path: path, Bytes: 4096, Keep: 2})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -106,7 +118,7 @@ func TestDrainRotates(t *testing.T) {
 // TestKeepZero: without rotated files only the current one is kept.
 func TestKeepZero(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "1.log")
-	d, out, err := agentlog.Open(agentlog.Config{Path: path, Bytes: 4096, Keep: 0})
+	d, out, err := newPoller(t).Open(agentlog.Config{Path: path, Bytes: 4096, Keep: 0})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -129,7 +141,7 @@ func TestKeepZero(t *testing.T) {
 func TestFullLogRotatedOnlyWhenMoreComes(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "5.log")
 	c := agentlog.Config{Path: path, Bytes: 64 << 10, Keep: 0}
-	d, out, err := agentlog.Open(c)
+	d, out, err := newPoller(t).Open(c)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -141,7 +153,7 @@ func TestFullLogRotatedOnlyWhenMoreComes(t *testing.T) {
 	d.Detach()
 	// A new drain on the full log (as after a restart), then the end of
 	// the output: nothing more came, so nothing is rotated.
-	d, err = agentlog.Reattach(c)
+	d, err = newPoller(t).Reattach(c)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -151,7 +163,7 @@ func TestFullLogRotatedOnlyWhenMoreComes(t *testing.T) {
 		t.Fatalf("%d bytes written, ending at the size of the log: the log keeps %d of them", len(all), len(b))
 	}
 	// One more byte rotates it.
-	d, out, err = agentlog.Open(c)
+	d, out, err = newPoller(t).Open(c)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -169,7 +181,7 @@ func TestFullLogRotatedOnlyWhenMoreComes(t *testing.T) {
 // after it began.
 func TestReadKeptEnds(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "4.log")
-	d, out, err := agentlog.Open(agentlog.Config{Path: path, Bytes: 4096, Keep: 1})
+	d, out, err := newPoller(t).Open(agentlog.Config{Path: path, Bytes: 4096, Keep: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -217,7 +229,7 @@ func TestReadKeptEnds(t *testing.T) {
 // every byte once, in order, although the log was rotated many times.
 func TestFollowAcrossRotations(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "3.log")
-	d, out, err := agentlog.Open(agentlog.Config{Path: path, Bytes: 4096, Keep: 1})
+	d, out, err := newPoller(t).Open(agentlog.Config{Path: path, Bytes: 4096, Keep: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -249,7 +261,7 @@ func TestFollowAcrossRotations(t *testing.T) {
 func TestReattach(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "9.log")
 	c := agentlog.Config{Path: path, Bytes: 1 << 30, Keep: 1}
-	d, out, err := agentlog.Open(c)
+	d, out, err := newPoller(t).Open(c)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -271,7 +283,7 @@ func TestReattach(t *testing.T) {
 		out.Close()
 		wrote <- err
 	}()
-	d2, err := agentlog.Reattach(c)
+	d2, err := newPoller(t).Reattach(c)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -283,7 +295,45 @@ func TestReattach(t *testing.T) {
 	if !bytes.Equal(b, append(first, second...)) {
 		t.Fatalf("after reattaching: %d bytes, want %d", len(b), len(first)+len(second))
 	}
-	if _, err := agentlog.Reattach(c); !os.IsNotExist(err) {
+	if _, err := newPoller(t).Reattach(c); !os.IsNotExist(err) {
 		t.Fatalf("reattach without a pipe: %v", err)
 	}
+}
+
+// TestIdleDrainsHoldNoGoroutine: 200 agents' pipes, all empty, cost the
+// poller's one goroutine, not one each; output on any of them still
+// reaches its log, and an idle drain detaches at once.
+func TestIdleDrainsHoldNoGoroutine(t *testing.T) {
+	dir := t.TempDir()
+	before := runtime.NumGoroutine()
+	p := newPoller(t)
+	var ds []*agentlog.Drain
+	var outs []*os.File
+	for i := range 200 {
+		d, out, err := p.Open(agentlog.Config{Path: filepath.Join(dir, fmt.Sprintf("%d.log", i)), Bytes: 1 << 20, Keep: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer out.Close()
+		ds, outs = append(ds, d), append(outs, out)
+	}
+	waitFor(t, "the drains' first steps to end", func() bool { return runtime.NumGoroutine() <= before+1 })
+	for _, i := range []int{7, 199, 0} {
+		msg := fmt.Sprintf("hello from %d\n", i)
+		outs[i].Write([]byte(msg))
+		waitFor(t, "the output in its log", func() bool {
+			b, _ := os.ReadFile(filepath.Join(dir, fmt.Sprintf("%d.log", i)))
+			return string(b) == msg
+		})
+	}
+	outs[3].Close()
+	<-ds[3].Done() // the end: no writer left
+	if _, err := os.Lstat(agentlog.PipePath(filepath.Join(dir, "3.log"))); !os.IsNotExist(err) {
+		t.Errorf("the ended drain's pipe: %v, want it removed", err)
+	}
+	ds[5].Detach()
+	if _, err := os.Lstat(agentlog.PipePath(filepath.Join(dir, "5.log"))); err != nil {
+		t.Errorf("Detach removed the pipe: %v", err)
+	}
+	waitFor(t, "the drains' goroutines to end", func() bool { return runtime.NumGoroutine() <= before+1 })
 }

@@ -25,8 +25,9 @@ func BenchmarkOpenLog(b *testing.B) {
 		}
 	})
 	b.Run("pipe-and-drain", func(b *testing.B) {
+		p := newPoller(b)
 		for i := range b.N {
-			d, out, err := agentlog.Open(agentlog.Config{Path: filepath.Join(dir, "p"+strconv.Itoa(i)+".log"), Bytes: 1 << 20, Keep: 1})
+			d, out, err := p.Open(agentlog.Config{Path: filepath.Join(dir, "p"+strconv.Itoa(i)+".log"), Bytes: 1 << 20, Keep: 1})
 			if err != nil {
 				b.Fatal(err)
 			}

@@ -3,7 +3,8 @@
 // which agents cannot reach), the drain that copies it into <log> and
 // rotates it at a size to <log>.1, <log>.2 ... keeping a number of them,
 // reading a log across its rotations, and trimming several ended logs to
-// one budget (Trim).
+// one budget (Trim). One Poller waits for output on every pipe, so that an
+// agent that writes nothing costs no goroutine.
 //
 // Why a named pipe: a file handed to the agent cannot be bounded by kin,
 // and a plain pipe breaks when the daemon goes away while agents keep

@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"sync/atomic"
+	"sync"
 
 	"golang.org/x/sys/unix"
 )
@@ -37,23 +37,34 @@ type Config struct {
 // PipePath is the named pipe of the log at path.
 func PipePath(path string) string { return path + ".pipe" }
 
-// Drain copies an agent's pipe into its log, rotating it.
+// Drain copies an agent's pipe into its log, rotating it. A drain holds
+// no goroutine while its pipe is empty: its Poller waits for every pipe
+// at once, and gives a drain a goroutine (step) only while there is
+// output to copy.
 type Drain struct {
-	c        Config
-	r        *os.File // the pipe's read end, in the netpoller
-	f        *os.File // the log being written, nil before the first write
-	fd       int      // f's descriptor
-	size     int64    // f's size: where the next byte goes
-	swept    bool
-	detached atomic.Bool
-	failed   bool // a write failed: logged once, output dropped since
+	c    Config
+	p    *Poller
+	key  uint64   // in p.drains and in the epoll events
+	r    int      // the pipe's read end, non-blocking
+	f    *os.File // the log being written, nil before the first write
+	fd   int      // f's descriptor
+	size int64    // f's size: where the next byte goes
+	// Only the running step touches these.
+	swept   bool
+	failed  bool // a write failed: logged once, output dropped since
+	discard []byte
+
+	mu       sync.Mutex
+	running  bool // a step runs, or is about to
+	detached bool // Detach was called: the step ends the drain
+	ended    bool
 	done     chan struct{}
 }
 
 // Open makes the named pipe of a new agent's log and starts draining it.
 // out is the agent's end (for its stdout and stderr): the caller closes it
 // once the process has its copy.
-func Open(c Config) (d *Drain, out *os.File, err error) {
+func (p *Poller) Open(c Config) (d *Drain, out *os.File, err error) {
 	if err := c.check(); err != nil {
 		return nil, nil, err
 	}
@@ -65,29 +76,35 @@ func Open(c Config) (d *Drain, out *os.File, err error) {
 		return nil, nil, &os.PathError{Op: "mkfifo", Path: pipe, Err: err}
 	}
 	// The reader first: opening it non-blocking never waits for a writer.
-	r, err := os.OpenFile(pipe, os.O_RDONLY|unix.O_NONBLOCK|unix.O_NOFOLLOW, 0)
+	r, err := unix.Open(pipe, unix.O_RDONLY|unix.O_NONBLOCK|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 	if err != nil {
 		os.Remove(pipe)
-		return nil, nil, err
+		return nil, nil, &os.PathError{Op: "open", Path: pipe, Err: err}
 	}
 	// The agent's end, read-write and blocking: a raw descriptor, so that
 	// Go never makes it non-blocking (the flag is shared with the agent's
 	// copy, and a full pipe would fail its writes with EAGAIN).
 	fd, err := unix.Open(pipe, unix.O_RDWR|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0)
 	if err != nil {
-		r.Close()
+		unix.Close(r)
 		os.Remove(pipe)
 		return nil, nil, &os.PathError{Op: "open", Path: pipe, Err: err}
 	}
 	unix.FcntlInt(uintptr(fd), unix.F_SETPIPE_SZ, PipeSize) // best effort (see PipeSize)
 	out = os.NewFile(uintptr(fd), pipe)
-	return start(c, r), out, nil
+	d, err = p.start(c, r)
+	if err != nil {
+		out.Close()
+		os.Remove(pipe)
+		return nil, nil, err
+	}
+	return d, out, nil
 }
 
 // Reattach drains the named pipe of an agent an earlier daemon started.
 // An error wrapping os.ErrNotExist means there is none: the agent writes
 // its log file itself (started by a kin before issue 21).
-func Reattach(c Config) (*Drain, error) {
+func (p *Poller) Reattach(c Config) (*Drain, error) {
 	if err := c.check(); err != nil {
 		return nil, err
 	}
@@ -99,11 +116,11 @@ func Reattach(c Config) (*Drain, error) {
 	if fi.Mode()&os.ModeNamedPipe == 0 {
 		return nil, fmt.Errorf("%s is not a named pipe", pipe)
 	}
-	r, err := os.OpenFile(pipe, os.O_RDONLY|unix.O_NONBLOCK|unix.O_NOFOLLOW, 0)
+	r, err := unix.Open(pipe, unix.O_RDONLY|unix.O_NONBLOCK|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 	if err != nil {
-		return nil, err
+		return nil, &os.PathError{Op: "open", Path: pipe, Err: err}
 	}
-	return start(c, r), nil
+	return p.start(c, r)
 }
 
 func (c *Config) check() error {
@@ -116,10 +133,16 @@ func (c *Config) check() error {
 	return nil
 }
 
-func start(c Config, r *os.File) *Drain {
-	d := &Drain{c: c, r: r, done: make(chan struct{})}
-	go d.run()
-	return d
+// start registers the pipe's read end r with the poller and runs a first
+// step at once (it opens the log, and copies what already waits).
+func (p *Poller) start(c Config, r int) (*Drain, error) {
+	d := &Drain{c: c, p: p, r: r, running: true, done: make(chan struct{})}
+	if err := p.add(d); err != nil {
+		unix.Close(r)
+		return nil, err
+	}
+	go d.step()
+	return d, nil
 }
 
 // Done is closed once the drain has ended: every writer of the pipe (the
@@ -131,32 +154,27 @@ func (d *Drain) Done() <-chan struct{} { return d.done }
 // --leave-running, or a shutdown): what is in the pipe stays there while
 // the agent runs. It waits for the drain to end.
 func (d *Drain) Detach() {
-	d.detached.Store(true)
-	d.r.Close() // wakes the pending read
+	d.mu.Lock()
+	d.detached = true
+	idle := !d.running && !d.ended
+	d.mu.Unlock()
+	if idle {
+		d.end() // else the running step ends it
+	}
 	<-d.done
 }
 
-func (d *Drain) run() {
-	defer func() {
-		if d.c.OnEnd != nil {
-			d.c.OnEnd()
-		}
-	}()
-	defer close(d.done)
-	defer func() {
-		d.r.Close()
-		if d.f != nil {
-			d.f.Close()
-		}
-	}()
-	rc, err := d.r.SyscallConn()
-	if err != nil {
-		d.c.Log.Error("agent log: pipe", "path", d.c.Path, "err", err)
-		return
-	}
-	var discard []byte
+// step copies what waits in the pipe into the log until the pipe is empty
+// (then it waits in the poller again), no writer is left (the end), or
+// Detach was called.
+func (d *Drain) step() {
+	defer d.p.wg.Done()
 	full := false
 	for {
+		if d.stopping() {
+			d.end()
+			return
+		}
 		if d.f == nil || full {
 			if err := d.open(full); err != nil {
 				d.fail(err)
@@ -167,42 +185,39 @@ func (d *Drain) run() {
 		// kernel: a byte is in one or the other, so even a kill -9 of the
 		// daemon loses none of the agent's output.
 		var n int
-		var serr error
-		err := rc.Read(func(fd uintptr) bool {
-			if d.f != nil && d.size >= d.c.Bytes {
-				// A full log is rotated only once a byte waits to go into
-				// it: output that ends at the size stays in the log
-				// (with log_keep 0 an eager rotation left it empty).
-				full, serr = waiting(int(fd))
-				return serr != unix.EAGAIN
+		var err error
+		switch {
+		case d.f != nil && d.size >= d.c.Bytes:
+			// A full log is rotated only once a byte waits to go into it:
+			// output that ends at the size stays in the log (with
+			// log_keep 0 an eager rotation left it empty).
+			full, err = waiting(d.r)
+			if err == nil && full {
+				continue
 			}
-			if d.f == nil { // the log cannot be written: drain, drop
-				if discard == nil {
-					discard = make([]byte, 64<<10)
-				}
-				n, serr = unix.Read(int(fd), discard)
-			} else {
-				var moved int64
-				moved, serr = unix.Splice(int(fd), nil, d.fd, &d.size, int(d.c.Bytes-d.size), unix.SPLICE_F_NONBLOCK)
-				n = int(moved)
+		case d.f == nil: // the log cannot be written: drain, drop
+			if d.discard == nil {
+				d.discard = make([]byte, 64<<10)
 			}
-			return serr != unix.EAGAIN
-		})
-		if err == nil {
-			err = serr
+			n, err = unix.Read(d.r, d.discard)
+		default:
+			var moved int64
+			moved, err = unix.Splice(d.r, nil, d.fd, &d.size, int(d.c.Bytes-d.size), unix.SPLICE_F_NONBLOCK)
+			n = int(moved)
 		}
 		switch {
-		case err == nil && full:
-			continue
+		case err == unix.EAGAIN:
+			if d.wait() {
+				return
+			}
 		case err == nil && n == 0:
 			// No writer is left, and never will be: nobody else opens it.
-			os.Remove(PipePath(d.c.Path))
+			if !d.stopping() {
+				os.Remove(PipePath(d.c.Path))
+			}
+			d.end()
 			return
-		case err == nil:
-			continue
-		case d.detached.Load():
-			return
-		case err == unix.EINTR:
+		case err == nil, err == unix.EINTR:
 		case d.f != nil:
 			// The file refused (a full disk): drop output until it takes
 			// some again, rather than block the agent.
@@ -211,8 +226,52 @@ func (d *Drain) run() {
 			d.f = nil
 		default:
 			d.c.Log.Error("agent log: read", "path", d.c.Path, "err", err)
+			d.end()
 			return
 		}
+	}
+}
+
+func (d *Drain) stopping() bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.detached
+}
+
+// wait hands the drain back to the poller until its pipe has output:
+// false when Detach came meanwhile (the step goes on, to end it).
+func (d *Drain) wait() bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.detached {
+		return false
+	}
+	if err := d.p.rearm(d); err != nil {
+		d.c.Log.Error("agent log: poll", "path", d.c.Path, "err", err)
+		return false
+	}
+	d.running = false
+	return true
+}
+
+// end ends the drain once: out of the poller, its descriptors closed, Done
+// closed, then OnEnd called.
+func (d *Drain) end() {
+	d.mu.Lock()
+	if d.ended {
+		d.mu.Unlock()
+		return
+	}
+	d.ended = true
+	d.mu.Unlock()
+	d.p.remove(d)
+	unix.Close(d.r)
+	if d.f != nil {
+		d.f.Close()
+	}
+	close(d.done)
+	if d.c.OnEnd != nil {
+		d.c.OnEnd()
 	}
 }
 

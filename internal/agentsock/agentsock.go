@@ -52,16 +52,21 @@ type Peers interface {
 	Contained(pid int) (kin.AgentID, bool)
 }
 
-// Sockets serves every agent's own socket with one HTTP server.
+// Sockets serves every agent's own socket with one HTTP server and one
+// accept loop (mux): no goroutine or thread per agent.
 type Sockets struct {
-	dir   string // <ctx>/agent
-	srv   *http.Server
-	peers Peers
-	log   *slog.Logger
+	dir     string
+	srv     *http.Server
+	handler http.Handler // the agents' API
+	peers   Peers
+	log     *slog.Logger
 
-	mu    sync.Mutex
-	socks map[string]*Socket // by socket path
-	wg    sync.WaitGroup     // the Serve loops
+	mu      sync.Mutex
+	socks   map[uint64]*Socket // by key
+	nextKey uint64
+	mux     *mux           // started by the first Listen
+	closed  bool           // Close was called: Listen refuses
+	wg      sync.WaitGroup // the Serve loop
 }
 
 // Config is what Sockets are built from.
@@ -74,12 +79,12 @@ type Config struct {
 
 // New makes the agents' socket server; nothing listens until Listen.
 func New(c Config) *Sockets {
-	s := &Sockets{dir: c.Dir, peers: c.Peers, log: c.Log, socks: map[string]*Socket{}}
+	s := &Sockets{dir: c.Dir, handler: c.Handler, peers: c.Peers, log: c.Log, socks: map[uint64]*Socket{}}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	}
 	s.srv = &http.Server{
-		Handler:           c.Handler,
+		Handler:           http.HandlerFunc(s.serve),
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       IdleTimeout,
 		ConnContext:       s.connContext,
@@ -90,15 +95,54 @@ func New(c Config) *Sockets {
 
 // Socket is one agent's listener and its open connections.
 type Socket struct {
-	id     kin.AgentID
-	path   string
-	ln     net.Listener
-	forget func() // drops it from the daemon's map
+	ss   *Sockets
+	mux  *mux
+	id   kin.AgentID
+	path string
+	key  uint64 // in Sockets.socks and in the epoll events
 
 	mu        sync.Mutex
-	conns     map[net.Conn]struct{}
+	fd        int                 // the listening socket; -1 once closed
+	conns     map[*agentConn]bool // open ones; nil until the first
 	closed    bool
 	capWarned bool // MaxConns was reached and logged
+}
+
+// agentConn is a connection on an agent's socket: it knows its socket,
+// and, from its first read on, who it acts for (check).
+type agentConn struct {
+	*net.UnixConn
+	sock *Socket
+
+	checked bool          // only the connection's own goroutine reads and
+	who     caller.Caller // writes these: http.Server reads it there
+}
+
+// Read checks the peer first: the server's goroutine for the connection
+// reads it before anything else, so the check runs there, at once, and not
+// in the one accept loop every agent shares (reading the peer's cgroup
+// costs several system calls).
+func (c *agentConn) Read(b []byte) (int, error) {
+	if !c.checked {
+		c.check()
+	}
+	return c.UnixConn.Read(b)
+}
+
+// check decides who the connection acts for: the socket's agent if the
+// kernel (SO_PEERCRED) and the supervisor's containment say the peer is
+// one of its processes, and the peer is still the process that connected
+// (its pidfd, SO_PEERPIDFD: a pid recycled since is never taken for it).
+func (c *agentConn) check() {
+	c.checked = true
+	s := c.sock
+	pid, alive, err := peerProcess(c.UnixConn)
+	if err == nil && s.ss.peers.PeerInCgroup(pid, s.id) && alive() {
+		c.who = caller.Caller{Agent: s.id}
+		return
+	}
+	s.ss.log.Warn("agent socket used from outside the agent", "agent", s.id, "peer_pid", pid, "err", err)
+	c.who = caller.Caller{Refused: fmt.Sprintf("this socket belongs to agent %d, and the connecting process (pid %d) is not one of its processes", s.id, pid)}
 }
 
 // Path is where agent name's socket is.
@@ -117,6 +161,10 @@ func (s *Sockets) CheckPath(name string) error {
 // Listen opens agent a's socket and serves it; with cred, only that uid
 // may connect (and the peer check still applies).
 func (ss *Sockets) Listen(a *kin.Agent, cred *syscall.Credential) (*Socket, error) {
+	m, err := ss.start()
+	if err != nil {
+		return nil, err
+	}
 	path := ss.Path(a.Name)
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return nil, err
@@ -126,54 +174,148 @@ func (ss *Sockets) Listen(a *kin.Agent, cred *syscall.Credential) (*Socket, erro
 	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return nil, err
 	}
-	// No umask games here: the umask is process-wide, and flipping it on
-	// every spawn would change the mode of whatever another goroutine
-	// creates at that moment. Until the chmod below the socket has the
-	// daemon's usual mode; a process that connects in that window is still
-	// refused by the peer check in agentConnContext.
-	ln, err := net.Listen("unix", path)
+	fd, err := listenUnix(path, cred)
 	if err != nil {
 		return nil, fmt.Errorf("agent socket: %w", err)
 	}
+	s := &Socket{ss: ss, mux: m, id: a.ID, path: path, fd: fd}
+	ss.mu.Lock()
+	if ss.closed {
+		ss.mu.Unlock()
+		closeListener(fd, path)
+		return nil, errors.New("agent socket: the agents' sockets are closed (the daemon is stopping)")
+	}
+	ss.nextKey++
+	s.key = ss.nextKey
+	ss.socks[s.key] = s
+	ss.mu.Unlock()
+	if err := m.add(fd, s.key); err != nil {
+		s.Close()
+		return nil, fmt.Errorf("agent socket: epoll_ctl: %w", err)
+	}
+	return s, nil
+}
+
+// listenUnix binds a listening Unix socket at path, owned by cred's uid
+// and gid when given, mode 0600. No umask games: the umask is process-wide,
+// and flipping it on every spawn would change the mode of whatever another
+// goroutine creates at that moment. The socket listens only once its file
+// has its owner and mode: until listen(2) every connect is refused, so no
+// process can connect through the daemon's usual mode in between.
+func listenUnix(path string, cred *syscall.Credential) (int, error) {
+	fd, err := unix.Socket(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return -1, os.NewSyscallError("socket", err)
+	}
+	fail := func(err error) (int, error) {
+		unix.Close(fd)
+		return -1, err
+	}
+	if err := unix.Bind(fd, &unix.SockaddrUnix{Name: path}); err != nil {
+		return fail(&net.OpError{Op: "listen", Net: "unix", Addr: &net.UnixAddr{Name: path, Net: "unix"}, Err: os.NewSyscallError("bind", err)})
+	}
+	unlink := func(err error) (int, error) {
+		unix.Unlink(path)
+		return fail(err)
+	}
 	if cred != nil {
-		// Only the agent's uid may connect (and the peer check still applies).
 		if err := os.Chown(path, int(cred.Uid), int(cred.Gid)); err != nil {
-			ln.Close()
-			return nil, fmt.Errorf("agent socket: %w", err)
+			return unlink(err)
 		}
 	}
 	if err := os.Chmod(path, 0o600); err != nil {
-		ln.Close()
-		return nil, fmt.Errorf("agent socket: %w", err)
+		return unlink(err)
 	}
-	s := &Socket{id: a.ID, path: path, ln: ln, conns: map[net.Conn]struct{}{}}
-	s.forget = func() {
-		ss.mu.Lock()
-		if ss.socks[path] == s {
-			delete(ss.socks, path)
-		}
-		ss.mu.Unlock()
+	if err := unix.Listen(fd, unix.SOMAXCONN); err != nil {
+		return unlink(os.NewSyscallError("listen", err))
 	}
+	return fd, nil
+}
+
+// closeListener closes listening socket fd and removes its file, as
+// net.UnixListener's Close does.
+func closeListener(fd int, path string) {
+	unix.Close(fd)
+	unix.Unlink(path)
+}
+
+// start starts the one accept loop, the first time.
+func (ss *Sockets) start() (*mux, error) {
 	ss.mu.Lock()
-	ss.socks[path] = s
-	ss.mu.Unlock()
+	defer ss.mu.Unlock()
+	switch {
+	case ss.closed:
+		return nil, errors.New("agent socket: the agents' sockets are closed (the daemon is stopping)")
+	case ss.mux != nil:
+		return ss.mux, nil
+	}
+	m, err := newMux(ss)
+	if err != nil {
+		return nil, err
+	}
+	ss.mux = m
 	ss.wg.Add(1)
 	go func() {
 		defer ss.wg.Done()
-		if err := ss.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) && !errors.Is(err, net.ErrClosed) {
-			ss.log.Debug("agent socket", "agent", a.ID, "err", err)
+		if err := ss.srv.Serve(m); err != nil && !errors.Is(err, http.ErrServerClosed) && !errors.Is(err, net.ErrClosed) {
+			ss.log.Error("agent sockets: the server stopped", "err", err)
 		}
 	}()
-	return s, nil
+	return m, nil
+}
+
+func (ss *Sockets) byKey(key uint64) *Socket {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	return ss.socks[key]
+}
+
+// accept takes one waiting connection off the socket: nil when none is
+// waiting, or when it was refused and closed at once (the agent ended, or
+// holds MaxConns open).
+func (s *Socket) accept() (net.Conn, error) {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil, nil
+	}
+	fd, err := acceptFD(s.fd)
+	if err != nil || fd < 0 {
+		s.mu.Unlock()
+		return nil, err
+	}
+	if len(s.conns) >= MaxConns {
+		warn := !s.capWarned // once a socket: the log is not the agent's to fill
+		s.capWarned = true
+		s.mu.Unlock()
+		unix.Close(fd)
+		if warn {
+			s.ss.log.Warn("agent socket: connections refused past the cap", "agent", s.id, "open", MaxConns)
+		}
+		return nil, nil
+	}
+	uc, err := fileConn(fd)
+	if err != nil {
+		s.mu.Unlock()
+		s.ss.log.Warn("agent socket: accepted connection unusable", "agent", s.id, "err", err)
+		return nil, nil
+	}
+	c := &agentConn{UnixConn: uc, sock: s}
+	if s.conns == nil {
+		s.conns = map[*agentConn]bool{}
+	}
+	s.conns[c] = true
+	s.mu.Unlock()
+	return c, nil
 }
 
 // Path is the socket's file.
 func (s *Socket) Path() string { return s.path }
 
-// Close stops accepting, closes the open connections and removes the file.
-// Closing the listener unlinks the file (net.UnixListener removes the socket
-// file it created); removing the path again would cost two failing system
-// calls per agent, and could remove the socket of a later agent of that name.
+// Close stops accepting (a connect is refused from then on), closes the
+// open connections and removes the file. The file is removed once, as
+// net.UnixListener does: removing it again would cost failing system calls
+// per agent, and could remove the socket of a later agent of that name.
 func (s *Socket) Close() {
 	s.mu.Lock()
 	if s.closed {
@@ -183,12 +325,17 @@ func (s *Socket) Close() {
 	s.closed = true
 	conns := s.conns
 	s.conns = nil
+	fd := s.fd
+	s.fd = -1
+	s.mux.remove(fd)
+	closeListener(fd, s.path)
 	s.mu.Unlock()
-	s.ln.Close()
 	for c := range conns {
 		c.Close()
 	}
-	s.forget()
+	s.ss.mu.Lock()
+	delete(s.ss.socks, s.key)
+	s.ss.mu.Unlock()
 }
 
 // CloseAll closes socks, several at a time when there are many: each
@@ -215,39 +362,25 @@ func CloseAll(socks []*Socket) {
 	wg.Wait()
 }
 
-// connContext identifies the agent a connection on an agent socket acts
-// for, and checks the peer.
+// connKey carries a request's *agentConn in its context.
+type connKey struct{}
+
+// connContext remembers the connection, for serve to find who it acts for.
 func (ss *Sockets) connContext(ctx context.Context, c net.Conn) context.Context {
-	ss.mu.Lock()
-	s := ss.socks[c.LocalAddr().String()]
-	ss.mu.Unlock()
-	if s == nil {
-		return caller.With(ctx, caller.Caller{Refused: "this agent socket is closed"})
-	}
-	s.mu.Lock()
-	if s.closed {
-		s.mu.Unlock()
-		c.Close()
-		return caller.With(ctx, caller.Caller{Refused: "this agent has ended"})
-	}
-	if len(s.conns) >= MaxConns {
-		warn := !s.capWarned // once a socket: the log is not the agent's to fill
-		s.capWarned = true
-		s.mu.Unlock()
-		c.Close()
-		if warn {
-			ss.log.Warn("agent socket: connections refused past the cap", "agent", s.id, "open", MaxConns)
+	return context.WithValue(ctx, connKey{}, c)
+}
+
+// serve runs the agents' API with the request's caller: the agent whose
+// socket the connection came in on, or refused.
+func (ss *Sockets) serve(w http.ResponseWriter, r *http.Request) {
+	who := caller.Caller{Refused: "not a connection on an agent socket"}
+	if c, ok := r.Context().Value(connKey{}).(*agentConn); ok {
+		if !c.checked {
+			c.check()
 		}
-		return caller.With(ctx, caller.Caller{Refused: fmt.Sprintf("agent %d holds %d connections open at once", s.id, MaxConns)})
+		who = c.who
 	}
-	s.conns[c] = struct{}{}
-	s.mu.Unlock()
-	pid, err := peerPID(c)
-	if err != nil || !ss.peers.PeerInCgroup(pid, s.id) {
-		ss.log.Warn("agent socket used from outside the agent", "agent", s.id, "peer_pid", pid, "err", err)
-		return caller.With(ctx, caller.Caller{Refused: fmt.Sprintf("this socket belongs to agent %d, and the connecting process (pid %d) is not one of its processes", s.id, pid)})
-	}
-	return caller.With(ctx, caller.Caller{Agent: s.id})
+	ss.handler.ServeHTTP(w, r.WithContext(caller.With(r.Context(), who)))
 }
 
 // connState forgets closed connections.
@@ -255,12 +388,10 @@ func (ss *Sockets) connState(c net.Conn, state http.ConnState) {
 	if state != http.StateClosed && state != http.StateHijacked {
 		return
 	}
-	ss.mu.Lock()
-	s := ss.socks[c.LocalAddr().String()]
-	ss.mu.Unlock()
-	if s != nil {
+	if ac, ok := c.(*agentConn); ok {
+		s := ac.sock
 		s.mu.Lock()
-		delete(s.conns, c)
+		delete(s.conns, ac)
 		s.mu.Unlock()
 	}
 }
@@ -302,8 +433,7 @@ func peerProcess(c net.Conn) (int, func() bool, error) {
 	if err != nil {
 		return 0, nil, err
 	}
-	uc := c.(*net.UnixConn)
-	raw, err := uc.SyscallConn()
+	raw, err := c.(syscall.Conn).SyscallConn()
 	if err != nil {
 		return 0, nil, err
 	}
@@ -332,11 +462,11 @@ func peerProcess(c net.Conn) (int, func() bool, error) {
 // peerPID is the pid of the process at the other end of a Unix connection,
 // as it was when it connected (SO_PEERCRED).
 func peerPID(c net.Conn) (int, error) {
-	uc, ok := c.(*net.UnixConn)
+	sc, ok := c.(syscall.Conn)
 	if !ok {
 		return 0, fmt.Errorf("not a unix connection")
 	}
-	raw, err := uc.SyscallConn()
+	raw, err := sc.SyscallConn()
 	if err != nil {
 		return 0, err
 	}
@@ -354,8 +484,11 @@ func peerPID(c net.Conn) (int, error) {
 }
 
 // Close stops serving: the server shut down (within ctx, then closed),
-// every socket closed, the Serve loops waited for.
+// every socket closed, the Serve loop waited for. Listen fails from then on.
 func (ss *Sockets) Close(ctx context.Context) {
+	ss.mu.Lock()
+	ss.closed = true
+	ss.mu.Unlock()
 	if err := ss.srv.Shutdown(ctx); err != nil {
 		ss.srv.Close()
 	}
@@ -364,9 +497,11 @@ func (ss *Sockets) Close(ctx context.Context) {
 	for _, s := range ss.socks {
 		socks = append(socks, s)
 	}
+	m := ss.mux
 	ss.mu.Unlock()
-	for _, s := range socks {
-		s.Close()
+	CloseAll(socks)
+	if m != nil {
+		m.Close() // Shutdown closed it, unless Serve had not yet begun
 	}
 	ss.wg.Wait()
 }

@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"runtime"
 	"runtime/pprof"
 	"strconv"
 	"strings"
@@ -48,6 +49,9 @@ func daemonProcessEnv(t testing.TB, home string, extra ...string) []string {
 }
 
 func runDaemonProcess(home string) {
+	if os.Getenv("KIN_TEST_DAEMON_HEAPPROFILE") != "" {
+		runtime.MemProfileRate = 1 // every allocation, for a profile of a few MiB
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	cfg := daemon.DefaultConfig()
@@ -72,6 +76,16 @@ func runDaemonProcess(home string) {
 		os.Exit(1)
 	}
 	<-ctx.Done()
+	if path := os.Getenv("KIN_TEST_DAEMON_HEAPPROFILE"); path != "" { // what its memory holds, its agents running
+		runtime.GC()
+		writeProfile(path+"."+strconv.Itoa(os.Getpid()), "heap", 0)
+		writeProfile(path+".goroutines."+strconv.Itoa(os.Getpid()), "goroutine", 1)
+		var m runtime.MemStats
+		runtime.ReadMemStats(&m)
+		os.WriteFile(path+".memstats."+strconv.Itoa(os.Getpid()), fmt.Appendf(nil,
+			"HeapInuse %d\nHeapAlloc %d\nStackInuse %d\nMSpanInuse %d\nSys %d\nGoroutines %d\n",
+			m.HeapInuse, m.HeapAlloc, m.StackInuse, m.MSpanInuse, m.Sys, runtime.NumGoroutine()), 0o600)
+	}
 	if path := os.Getenv("KIN_TEST_DAEMON_SHUTDOWN_CPUPROFILE"); path != "" { // where a shutdown's time goes
 		if f, err := os.Create(path + "." + strconv.Itoa(os.Getpid())); err == nil {
 			defer f.Close()
@@ -298,4 +312,15 @@ func runAgent(mode string) int {
 	for {
 		time.Sleep(time.Hour)
 	}
+}
+
+// writeProfile writes the named pprof profile to path.
+func writeProfile(path, name string, debug int) {
+	f, err := os.Create(path)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return
+	}
+	defer f.Close()
+	pprof.Lookup(name).WriteTo(f, debug)
 }

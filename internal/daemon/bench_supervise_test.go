@@ -32,6 +32,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/kin-agents/kin/client"
 	"github.com/kin-agents/kin/internal/daemon"
 	"github.com/kin-agents/kin/internal/kintest"
@@ -270,11 +272,27 @@ func BenchmarkCascade1000(b *testing.B) {
 
 // BenchmarkDaemonMemory2000 runs the daemon as a process of its own (the
 // test binary, see TestMain), spawns 2,000 sleeping agents into it over its
-// socket, and reads its VmRSS, VmHWM and Threads from /proc before and after.
-// It then stops the daemon with SIGTERM (a clean shutdown stops every agent)
-// and checks that no process and no group is left. The figures are the
-// largest over the iterations.
-func BenchmarkDaemonMemory2000(b *testing.B) {
+// socket, and reads its VmRSS, VmHWM, Threads and open descriptors from
+// /proc before and after. It then stops the daemon with SIGTERM (a clean
+// shutdown stops every agent) and checks that no process and no group is
+// left. The figures are the largest over the iterations; KiB/agent is
+// (rss - base-rss) / agents, and fds/agent likewise.
+func BenchmarkDaemonMemory2000(b *testing.B) { benchDaemonMemory(b, memoryAgents) }
+
+// BenchmarkDaemonMemory4000 and BenchmarkDaemonMemory10000 are
+// BenchmarkDaemonMemory2000 with more agents. Each agent holds about four
+// descriptors in the daemon (fds/agent): 10,000 are past the usual
+// RLIMIT_NOFILE, which the daemon raises at start where it may
+// (raiseOpenFiles); where it may not, the benchmark says so and skips.
+// 4,000 fit in the 20,000 a container commonly allows.
+func BenchmarkDaemonMemory4000(b *testing.B)  { benchDaemonMemory(b, 4000) }
+func BenchmarkDaemonMemory10000(b *testing.B) { benchDaemonMemory(b, 10000) }
+
+// fdsPerAgent is what BenchmarkDaemonMemory2000 measures (fds/agent): an
+// agent's socket, its pidfd, its log's pipe and its log file.
+const fdsPerAgent = 4
+
+func benchDaemonMemory(b *testing.B, agents int) {
 	g := newGroupCheck(b)
 	profile := unlimitedProfile(b)
 	var base, loaded procStatus
@@ -286,18 +304,21 @@ func BenchmarkDaemonMemory2000(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
+		if need := before.fds + agents*fdsPerAgent; before.nofile < need {
+			b.Skipf("the daemon may open %d descriptors (RLIMIT_NOFILE), and %d agents need about %d (%d each): it could not raise its limit (its log says why: without CAP_SYS_RESOURCE the hard limit stays)", before.nofile, agents, need, fdsPerAgent)
+		}
 		parents := spawnRoots(b, p.client, pids, "mp")
-		reqs := make([]kin.SpawnRequest, memoryAgents-len(parents))
+		reqs := make([]kin.SpawnRequest, agents-len(parents))
 		for i := range reqs {
 			reqs[i] = sleepRequest(fmt.Sprintf("m%d", i), parents[i%len(parents)].ID)
 		}
-		agents, err := spawnAll(p.client, reqs, memoryClients)
-		pids.add(agents...)
+		spawned, err := spawnAll(p.client, reqs, memoryClients)
+		pids.add(spawned...)
 		if err != nil {
 			b.Fatal(err)
 		}
 		st, err := p.client.Status(ctx)
-		if err != nil || st.Running != memoryAgents {
+		if err != nil || st.Running != agents {
 			b.Fatalf("daemon status after the spawns: %+v, %v", st, err)
 		}
 		after, err := readProcStatus(p.pid)
@@ -306,7 +327,7 @@ func BenchmarkDaemonMemory2000(b *testing.B) {
 		}
 		base, loaded = base.max(before), loaded.max(after)
 
-		took, err := p.stop(60 * time.Second)
+		took, err := p.stop(120 * time.Second)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -324,6 +345,10 @@ func BenchmarkDaemonMemory2000(b *testing.B) {
 	b.ReportMetric(float64(loaded.threads), "threads")
 	b.ReportMetric(float64(base.rssKB)/1024, "base-rss-MiB")
 	b.ReportMetric(float64(base.threads), "base-threads")
+	b.ReportMetric(float64(loaded.rssKB-base.rssKB)/float64(agents), "KiB/agent")
+	b.ReportMetric(float64(loaded.fds-base.fds)/float64(agents), "fds/agent")
+	b.ReportMetric(float64(loaded.anonKB)/1024, "anon-MiB")
+	b.ReportMetric(float64(base.anonKB)/1024, "base-anon-MiB")
 	b.ReportMetric(ms(shutdown), "shutdown-ms")
 }
 
@@ -816,10 +841,13 @@ func (p *daemonProc) cleanup(b *testing.B, pids *pidCheck) {
 // threads.
 type procStatus struct {
 	rssKB, hwmKB, threads int
+	anonKB                int // of rssKB, what is not the binary's or a file's pages
+	fds                   int // open descriptors
+	nofile                int // RLIMIT_NOFILE, soft
 }
 
 func (s procStatus) max(o procStatus) procStatus {
-	return procStatus{max(s.rssKB, o.rssKB), max(s.hwmKB, o.hwmKB), max(s.threads, o.threads)}
+	return procStatus{max(s.rssKB, o.rssKB), max(s.hwmKB, o.hwmKB), max(s.threads, o.threads), max(s.anonKB, o.anonKB), max(s.fds, o.fds), max(s.nofile, o.nofile)}
 }
 
 func readProcStatus(pid int) (procStatus, error) {
@@ -848,6 +876,8 @@ func readProcStatus(pid int) (procStatus, error) {
 			s.hwmKB, found = n, found+1
 		case "Threads":
 			s.threads, found = n, found+1
+		case "RssAnon":
+			s.anonKB = n
 		}
 	}
 	if err := sc.Err(); err != nil {
@@ -856,6 +886,16 @@ func readProcStatus(pid int) (procStatus, error) {
 	if found != 3 {
 		return s, fmt.Errorf("/proc/%d/status lacks VmRSS, VmHWM or Threads", pid)
 	}
+	fds, err := os.ReadDir("/proc/" + strconv.Itoa(pid) + "/fd")
+	if err != nil {
+		return s, err
+	}
+	s.fds = len(fds)
+	var lim unix.Rlimit
+	if err := unix.Prlimit(pid, unix.RLIMIT_NOFILE, nil, &lim); err != nil {
+		return s, fmt.Errorf("prlimit %d: %w", pid, err)
+	}
+	s.nofile = int(lim.Cur)
 	return s, nil
 }
 
@@ -863,7 +903,16 @@ func readProcStatus(pid int) (procStatus, error) {
 // if any of them still runs or is an unreaped child of this process.
 type pidCheck struct {
 	mu   sync.Mutex
-	pids []int
+	pids []startedPID
+}
+
+// startedPID is a process as it was when added: its pid and its start time
+// (field 22 of /proc/<pid>/stat). On a shared host the pids of the agents
+// are soon recycled, by other test runs' own sleeping processes too: only
+// the same pid with the same start time is the agent's process.
+type startedPID struct {
+	pid   int
+	start string
 }
 
 func newPidCheck(b *testing.B) *pidCheck {
@@ -882,7 +931,8 @@ func (pc *pidCheck) add(agents ...*kin.Agent) {
 	defer pc.mu.Unlock()
 	for _, a := range agents {
 		if a != nil && a.PID > 0 {
-			pc.pids = append(pc.pids, a.PID)
+			st, _ := readStat(a.PID)
+			pc.pids = append(pc.pids, startedPID{a.PID, st.start})
 		}
 	}
 }
@@ -893,9 +943,12 @@ func (pc *pidCheck) leftover() []string {
 	pc.mu.Lock()
 	defer pc.mu.Unlock()
 	var out []string
-	for _, pid := range pc.pids {
-		if why := procLeft(pid); why != "" {
-			out = append(out, fmt.Sprintf("%d (%s)", pid, why))
+	for _, p := range pc.pids {
+		if st, ok := readStat(p.pid); !ok || st.start != p.start {
+			continue // gone, or the pid is another process's now
+		}
+		if why := procLeft(p.pid); why != "" {
+			out = append(out, fmt.Sprintf("%d (%s)", p.pid, why))
 		}
 	}
 	return out
@@ -906,37 +959,49 @@ func (pc *pidCheck) leftover() []string {
 func (pc *pidCheck) reapOrphans() {
 	pc.mu.Lock()
 	defer pc.mu.Unlock()
-	for _, pid := range pc.pids {
+	for _, p := range pc.pids {
 		var ws syscall.WaitStatus
-		syscall.Wait4(pid, &ws, syscall.WNOHANG, nil)
+		syscall.Wait4(p.pid, &ws, syscall.WNOHANG, nil)
 	}
 }
 
 // procLeft says why pid counts as left behind: it runs sleep (a recycled
 // pid runs something else), or it is a zombie child of this process.
 func procLeft(pid int) string {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return ""
-	}
-	// pid (comm) state ppid ...
-	open, end := strings.IndexByte(string(b), '('), strings.LastIndexByte(string(b), ')')
-	if open < 0 || end < open {
-		return ""
-	}
-	comm := string(b[open+1 : end])
-	rest := strings.Fields(string(b[end+1:]))
-	if len(rest) < 2 {
-		return ""
-	}
-	state, ppid := rest[0], rest[1]
+	st, ok := readStat(pid)
 	switch {
-	case state == "Z" && ppid == strconv.Itoa(os.Getpid()):
+	case !ok:
+		return ""
+	case st.state == "Z" && st.ppid == strconv.Itoa(os.Getpid()):
 		return "not reaped"
-	case state != "Z" && state != "X" && comm == "sleep":
+	case st.state != "Z" && st.state != "X" && st.comm == "sleep":
 		return "running"
 	}
 	return ""
+}
+
+// procStat is what procLeft and pidCheck read of /proc/<pid>/stat.
+type procStat struct {
+	comm, state, ppid, start string
+}
+
+func readStat(pid int) (procStat, bool) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return procStat{}, false
+	}
+	// pid (comm) state ppid pgrp session tty tpgid flags minflt cminflt
+	// majflt cmajflt utime stime cutime cstime priority nice threads
+	// itrealvalue starttime ...
+	open, end := strings.IndexByte(string(b), '('), strings.LastIndexByte(string(b), ')')
+	if open < 0 || end < open {
+		return procStat{}, false
+	}
+	rest := strings.Fields(string(b[end+1:]))
+	if len(rest) < 20 {
+		return procStat{}, false
+	}
+	return procStat{comm: string(b[open+1 : end]), state: rest[0], ppid: rest[1], start: rest[19]}, true
 }
 
 // groupCheck remembers the cgroups a benchmark creates (its raw groups and

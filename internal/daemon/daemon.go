@@ -118,6 +118,8 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 	if err := d.lockHome(); err != nil {
 		return nil, err
 	}
+	files := raiseOpenFiles()
+	logOpenFiles(d.log, files)
 	baseProfile, profileSource, err := governor.Load(cfg.Profile)
 	if err != nil {
 		return nil, err
@@ -190,7 +192,7 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 		AgentUIDs: cfg.AgentUIDs, UIDRange: cfg.UIDRange, UIDRangeDir: cfg.UIDRangeDir,
 		SandboxRO: cfg.SandboxRO, SandboxBestEffort: cfg.SandboxBestEffort, ShimPath: cfg.ShimPath,
 		Containment: cfg.Containment, CgroupName: cfg.CgroupName, LeaveRunning: cfg.LeaveRunning, ShutdownTimeout: cfg.ShutdownTimeout,
-		Store: d.store, Lineage: &d.lineage, Authority: d.Authority, Identity: d.Server,
+		AgentOpenFiles: files.child, Store: d.store, Lineage: &d.lineage, Authority: d.Authority, Identity: d.Server,
 		Observer: telemetry.RunnerObserver{M: d.metrics, T: d.tracer}, Clock: d.now, Log: d.log, Quota: d.quota,
 	})
 	if err != nil {

@@ -26,8 +26,8 @@ const logFlushWait = time.Second
 
 // An agent's stdout and stderr go into a named pipe kin drains into
 // logs/<id>.log, rotated at the profile's quotas.log_bytes (package
-// agentlog): the drains, one per agent whose pipe is read, are the
-// runner's.
+// agentlog): the drains, one per agent whose pipe is read, and the one
+// poller that waits for output on them all, are the runner's.
 
 // logConfig is the log of agent id under the profile's quotas.
 func (run *Runner) logConfig(id kin.AgentID) agentlog.Config {
@@ -40,7 +40,7 @@ func (run *Runner) logConfig(id kin.AgentID) agentlog.Config {
 func (run *Runner) openLog(id kin.AgentID) (out *os.File, err error) {
 	run.logMu.Lock()
 	defer run.logMu.Unlock()
-	d, out, err := agentlog.Open(run.logConfig(id))
+	d, out, err := run.logs.Open(run.logConfig(id))
 	if err != nil {
 		return nil, err
 	}
@@ -52,7 +52,7 @@ func (run *Runner) openLog(id kin.AgentID) (out *os.File, err error) {
 func (run *Runner) reattachLog(id kin.AgentID) {
 	run.logMu.Lock()
 	defer run.logMu.Unlock()
-	d, err := agentlog.Reattach(run.logConfig(id))
+	d, err := run.logs.Reattach(run.logConfig(id))
 	switch {
 	case errors.Is(err, os.ErrNotExist):
 		run.log.Warn("agent log not bounded: the agent writes logs/<id>.log itself (started by an older kin)", "agent", id)

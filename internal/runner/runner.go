@@ -62,6 +62,7 @@ type Runner struct {
 	adopted       map[kin.AgentID]*os.File // pidfds of re-adopted processes
 	logMu         sync.Mutex
 	drains        map[kin.AgentID]*agentlog.Drain // agents' output being copied into their logs (logs.go)
+	logs          *agentlog.Poller                // waits for output on every agent's pipe
 	trimMu        sync.Mutex                      // one trim of ended agents' logs at a time (trimEndedLogs)
 	endedLogs     map[kin.AgentID]*agentlog.Ended // by tree root: its ended agents' logs (trimEndedLogs), under trimMu
 	shuttingDown  bool
@@ -120,6 +121,10 @@ type Config struct {
 	// ends by then, and at that moment whatever still runs is killed at
 	// once and recorded. 0 is DefaultShutdownTimeout.
 	ShutdownTimeout time.Duration
+	// AgentOpenFiles is the RLIMIT_NOFILE every agent gets where its
+	// budget sets none: the one the daemon started with, which it raised
+	// for itself (nil: agents inherit the daemon's, already that).
+	AgentOpenFiles *sandbox.OpenFilesLimit
 
 	Store     store.Store
 	Lineage   *lineage.Tree
@@ -178,6 +183,10 @@ func New(c Config) (*Runner, error) {
 		run.log = slog.New(slog.DiscardHandler)
 	}
 	if err := run.allocateUIDs(); err != nil {
+		return nil, err
+	}
+	var err error
+	if run.logs, err = agentlog.NewPoller(); err != nil {
 		return nil, err
 	}
 	return run, nil
@@ -379,6 +388,9 @@ func (run *Runner) Close() error {
 		run.exitWG.Wait() // exits the supervisor reported while closing
 	}
 	run.closeLogs(!run.cfg.LeaveRunning)
+	if run.logs != nil {
+		run.logs.Close()
+	}
 	if run.socks != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()

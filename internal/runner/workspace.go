@@ -86,7 +86,7 @@ func (run *Runner) sandboxArgv(a *kin.Agent, c *ctxAgent, argv []string, view *v
 	abi := sandbox.ABI()
 	asInit := run.sup.Containment() == supervisor.ContainmentPIDNamespaces
 	lim := run.limitsFor(flat)
-	if abi == 0 && flat.Mounts == nil && !authority.HasLimits(flat.Budget) && !asInit && lim.nproc == 0 && lim.addrSpace == 0 {
+	if abi == 0 && flat.Mounts == nil && !authority.HasLimits(flat.Budget) && !asInit && lim.nproc == 0 && lim.addrSpace == 0 && run.cfg.AgentOpenFiles == nil {
 		return argv, nil, nil, nil
 	}
 	var groups []uint32
@@ -94,6 +94,9 @@ func (run *Runner) sandboxArgv(a *kin.Agent, c *ctxAgent, argv []string, view *v
 		MemoryBytes: lim.addrSpace, Processes: lim.nproc}
 	if b := flat.Budget; b != nil {
 		spec.CPUSeconds, spec.OpenFiles = deref(b.CPUSeconds), deref(b.OpenFiles)
+	}
+	if spec.OpenFiles == 0 {
+		spec.InheritOpenFiles = run.cfg.AgentOpenFiles
 	}
 	if flat.Mounts != nil || abi > 0 {
 		spec.Restrict = true

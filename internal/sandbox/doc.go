@@ -101,7 +101,10 @@
 //
 // CPUSeconds, MemoryBytes, OpenFiles and Processes set RLIMIT_CPU,
 // RLIMIT_AS, RLIMIT_NOFILE and RLIMIT_NPROC with soft = hard, so the agent
-// cannot raise them (SIGKILL at the CPU limit). RLIMIT_NPROC counts the
+// cannot raise them (SIGKILL at the CPU limit). InheritOpenFiles, where
+// OpenFiles sets none, gives the agent the RLIMIT_NOFILE the daemon
+// started with (soft and hard as they were), which the daemon raised for
+// itself. RLIMIT_NPROC counts the
 // tasks (threads too) of the real uid in the caller's user namespace
 // (ucounts, Linux 5.14): it bounds one agent only where that uid, or that
 // namespace, is the agent's alone, and the daemon sets it only there. An

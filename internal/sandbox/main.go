@@ -63,11 +63,13 @@ type plan struct {
 	childSpec *Spec
 }
 
-// limit is one resource limit to set.
+// limit is one resource limit to set: soft = hard = value, unless soft
+// is set.
 type limit struct {
 	name     string
 	resource int
 	value    uint64
+	soft     uint64
 }
 
 // prepare decides whether to restrict, looks the command up and opens the
@@ -98,10 +100,10 @@ func prepare(spec *Spec, abi int, stderr io.Writer) (*plan, int, error) {
 	}
 	p.path = path
 	for _, l := range []limit{
-		{"RLIMIT_CPU", syscall.RLIMIT_CPU, uint64(spec.CPUSeconds)},
-		{"RLIMIT_NOFILE", syscall.RLIMIT_NOFILE, uint64(spec.OpenFiles)},
-		{"RLIMIT_NPROC", unix.RLIMIT_NPROC, uint64(spec.Processes)},
-		{"RLIMIT_AS", syscall.RLIMIT_AS, uint64(spec.MemoryBytes)}, // last: see run
+		{"RLIMIT_CPU", syscall.RLIMIT_CPU, uint64(spec.CPUSeconds), 0},
+		{"RLIMIT_NOFILE", syscall.RLIMIT_NOFILE, uint64(spec.OpenFiles), 0},
+		{"RLIMIT_NPROC", unix.RLIMIT_NPROC, uint64(spec.Processes), 0},
+		{"RLIMIT_AS", syscall.RLIMIT_AS, uint64(spec.MemoryBytes), 0}, // last: see run
 	} {
 		if l.value == 0 {
 			continue
@@ -119,6 +121,9 @@ func prepare(spec *Spec, abi int, stderr io.Writer) (*plan, int, error) {
 			continue
 		}
 		p.limits = append(p.limits, l)
+	}
+	if l := spec.InheritOpenFiles; l != nil && spec.OpenFiles == 0 {
+		p.limits = append([]limit{{"RLIMIT_NOFILE", syscall.RLIMIT_NOFILE, l.Hard, l.Soft}}, p.limits...)
 	}
 	p.view = -1
 	if spec.ViewFD != 0 {
@@ -183,8 +188,12 @@ func (p *plan) run() (int, error) {
 	// The address-space limit last: the Go runtime must not need to map
 	// memory after it.
 	for _, l := range p.limits {
-		if err := syscall.Setrlimit(l.resource, &syscall.Rlimit{Cur: l.value, Max: l.value}); err != nil {
-			return ExitCannotRun, fmt.Errorf("rlimit: %s=%d: %v", l.name, l.value, err)
+		soft := l.value
+		if l.soft != 0 {
+			soft = l.soft
+		}
+		if err := syscall.Setrlimit(l.resource, &syscall.Rlimit{Cur: soft, Max: l.value}); err != nil {
+			return ExitCannotRun, fmt.Errorf("rlimit: %s=%d:%d: %v", l.name, soft, l.value, err)
 		}
 	}
 	if p.init {

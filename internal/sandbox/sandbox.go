@@ -36,6 +36,11 @@ type Spec struct {
 	CPUSeconds  int64 `json:",omitempty"`
 	MemoryBytes int64 `json:",omitempty"`
 	OpenFiles   int64 `json:",omitempty"`
+	// InheritOpenFiles, when OpenFiles is 0, is the RLIMIT_NOFILE the
+	// agent gets as if inherited: the limit the daemon itself started
+	// with, before it raised its own to hold every agent's descriptors
+	// (kin serve). Nil leaves the limit as inherited.
+	InheritOpenFiles *OpenFilesLimit `json:"inherit_open_files,omitempty"`
 	// Processes sets RLIMIT_NPROC (soft = hard): the tasks the agent's
 	// uid may have, counted in the agent's user namespace where it has
 	// one. The daemon sets it only where that uid (or namespace) is the
@@ -70,6 +75,12 @@ type Spec struct {
 	// Argv is the agent's command; Argv[0] is looked up in the PATH of the
 	// shim's environment when it has no slash.
 	Argv []string `json:"argv"`
+}
+
+// OpenFilesLimit is an RLIMIT_NOFILE, soft and hard.
+type OpenFilesLimit struct {
+	Soft uint64 `json:"soft"`
+	Hard uint64 `json:"hard"`
 }
 
 // Held is a grant the daemon opened (O_PATH, following no link) and
@@ -159,6 +170,9 @@ func (s *Spec) validate() error {
 		if l.v < 0 {
 			return fmt.Errorf("bad spec: %s is negative (%d)", l.name, l.v)
 		}
+	}
+	if l := s.InheritOpenFiles; l != nil && (l.Soft == 0 || l.Soft > l.Hard) {
+		return fmt.Errorf("bad spec: inherit_open_files soft %d, hard %d: want 0 < soft <= hard", l.Soft, l.Hard)
 	}
 	for _, list := range []struct {
 		name  string

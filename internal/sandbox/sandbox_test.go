@@ -249,6 +249,30 @@ func TestCPUAndMemoryLimitsVisibleInProcSelfLimits(t *testing.T) {
 	}
 }
 
+// TestInheritOpenFilesIsTheCommandsLimit: the daemon raised its own
+// RLIMIT_NOFILE and hands the one it started with to the shim, which gives
+// it to the command, soft and hard apart; the budget's OpenFiles wins.
+func TestInheritOpenFilesIsTheCommandsLimit(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		openFiles  int64
+		soft, hard string
+	}{{0, "100", "200"}, {48, "48", "48"}} {
+		spec := Spec{
+			InheritOpenFiles: &OpenFilesLimit{Soft: 100, Hard: 200},
+			OpenFiles:        tc.openFiles,
+			Argv:             []string{"cat", "/proc/self/limits"},
+		}
+		r := runShim(t, spec)
+		if r.code != 0 {
+			t.Fatalf("cat: exit %d, stderr %q", r.code, r.stderr)
+		}
+		if got := parseLimits(t, r.stdout)["Max open files"]; got != [2]string{tc.soft, tc.hard} {
+			t.Errorf("open files %d, inherited 100:200: the command's limit is %v, want %s:%s", tc.openFiles, got, tc.soft, tc.hard)
+		}
+	}
+}
+
 // parseLimits reads /proc/self/limits: name -> soft, hard.
 func parseLimits(t *testing.T, s string) map[string][2]string {
 	out := map[string][2]string{}
@@ -397,6 +421,8 @@ func TestBadArgsFailClearlyWith126(t *testing.T) {
 		{[]string{"--spec", `{"argv":["/bin/true"],"mounts":{"/":"rw"}}`}, "unknown field"},
 		{[]string{"--spec", `{"argv":["/bin/true"],"OpenFiles":-1}`}, "negative"},
 		{[]string{"--spec", `{"argv":["/bin/true"],"OpenFiles":"16"}`}, "bad spec"},
+		{[]string{"--spec", `{"argv":["/bin/true"],"inherit_open_files":{"soft":20,"hard":10}}`}, "want 0 < soft <= hard"},
+		{[]string{"--spec", `{"argv":["/bin/true"],"inherit_open_files":{"hard":10}}`}, "want 0 < soft <= hard"},
 		{[]string{"--spec", `{"argv":["/bin/true"]} {}`}, "more than one"},
 		{[]string{"--spec", `{"argv":["/bin/true"],"rw":["/tmp"],"ro":["/tmp/x"]}`}, "inside rw path"},
 		{append(valid, "extra"), "3 argument(s)"},
