@@ -163,3 +163,75 @@ func TestAttackKill9RightAfterSpawnKeepsWhatTheAPISaid(t *testing.T) {
 		t.Fatalf("consistency from the checkpoint read before the kill: %v", err)
 	}
 }
+
+// TestAttackAgentReachesNothingOfKinsHomeThroughTheView: under a root
+// daemon an agent's shim restricts itself with the daemon's ruleset
+// holding the default view (sandbox.View). The agent, as its own uid,
+// tries kin's home (the database, the boot file, the logs), the agent
+// filesystem beyond its own home (the progress file, other agents'
+// control files and sessions), the shim every agent starts through, and
+// the descriptors it might have inherited (the ruleset, the View's): all
+// refused or closed; what the view grants (the system, its own session)
+// stays reachable.
+func TestAttackAgentReachesNothingOfKinsHomeThroughTheView(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("the View serves a root daemon's agents, which run as their own uids")
+	}
+	d := kintest.StartDaemon(t)
+	victim := spawnAgent(t, d.Client, "view-victim", 0, "sleep")
+	root := filepath.Join(d.Home, "ctx")
+	vdir := sessionDir(t, d, victim)
+	shim := filepath.Join(root, "bin", ".sandbox-shim")
+	denied := []string{
+		"read:" + filepath.Join(d.Home, "kin.db"),
+		"read:" + filepath.Join(d.Home, "ctx-boot"),
+		"list:" + d.Home,
+		"list:" + filepath.Join(d.Home, "logs"),
+		"read:" + filepath.Join(root, ".kin-synced"),
+		"list:" + filepath.Join(root, "agent"),
+		"read:" + filepath.Join(root, "agent", "view-victim.d", "meta.json"),
+		"read:" + filepath.Join(vdir, "meta.json"),
+		"read:" + filepath.Join(vdir, "agent.key"),
+		"append:" + shim,
+	}
+	for _, p := range []string{filepath.Join(d.Home, "kin.db"), filepath.Join(d.Home, "ctx-boot"), shim, filepath.Join(vdir, "agent.key")} {
+		if _, err := os.Stat(p); err != nil {
+			t.Fatalf("probe target: %v", err)
+		}
+	}
+	var closed []string
+	for fd := 3; fd < 64; fd++ {
+		closed = append(closed, "fd:"+strconv.Itoa(fd))
+	}
+	out := outPath(t)
+	allowed := []string{"read:/etc/hostname"}
+	mode := "trespass " + strings.Join(append(append(append([]string{}, denied...), closed...), allowed...), " ")
+	spawnAgent(t, d.Client, "view-attacker", 0, mode, withEnv("KINTEST_OUT="+out))
+	got := waitOut(t, out, "trespass done")
+	res := map[string]string{}
+	for _, line := range strings.Split(strings.TrimSpace(got), "\n") {
+		if k, v, ok := strings.Cut(line, ": "); ok {
+			res[strings.Replace(k, " ", ":", 1)] = v
+		}
+	}
+	for _, p := range denied {
+		if r := res[p]; !strings.HasSuffix(r, "permission denied") {
+			t.Errorf("%s: %q; want permission denied", p, r)
+		}
+	}
+	// The agent's Go runtime opens a few of its own (the cgroup's CPU
+	// quota files, epoll, an eventfd); nothing else may be open.
+	for _, p := range closed {
+		r := res[p]
+		link, open := strings.CutPrefix(r, "open: ")
+		own := link == "anon_inode:[eventpoll]" || link == "anon_inode:[eventfd]" || strings.HasPrefix(link, "/sys/fs/cgroup/")
+		if r == "" || open && !own {
+			t.Errorf("%s: %q: inherited from kin", p, r)
+		}
+	}
+	for _, p := range allowed {
+		if r := res[p]; r != "ok" {
+			t.Errorf("%s: %q; want ok", p, r)
+		}
+	}
+}
