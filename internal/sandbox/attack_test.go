@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -76,4 +77,121 @@ func TestAttackViewPinsMountPoints(t *testing.T) {
 	// And the next ruleset no longer grants the gone mount's contents
 	// (the directory under it is empty).
 	probe("unmounted", false)
+}
+
+// viewProbe runs ops in a shim restricted with v's ruleset (as an agent of
+// uid 65534), and returns whether each was allowed. The probe itself runs
+// as root: only Landlock refuses.
+func viewProbe(t *testing.T, v *View, home string, ops ...string) []probeResult {
+	t.Helper()
+	spec := allSpec(t, []string{home}, ops...)
+	fd, err := v.Ruleset(ABI(), spec.ScopeSignals, 65534, []int{65534})
+	if err != nil {
+		t.Fatalf("Ruleset: %v", err)
+	}
+	f := os.NewFile(uintptr(fd), "view")
+	defer f.Close()
+	spec.ViewFD = 3
+	return probeResultsFiles(t, spec, []*os.File{f})
+}
+
+// TestAttackViewChmodChainDir: a chain directory others may no longer
+// list (chmod 0700 by its owner) hides its entries from agents, as the
+// shim's own walk as the agent's user would: the View, which walks as
+// root, must drop what it granted there, and grant it again once the
+// directory is open again.
+func TestAttackViewChmodChainDir(t *testing.T) {
+	requireLandlock(t)
+	base := tempDir(t)
+	openChain(t, base)
+	home := filepath.Join(base, "home")
+	other := filepath.Join(base, "other")
+	for _, d := range []string{home, other} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	writeFile(t, filepath.Join(other, "notes"), "visible")
+	v := NewView([]string{home}, nil)
+	defer v.Close()
+	read := "read:" + filepath.Join(other, "notes")
+	for _, step := range []struct {
+		mode os.FileMode
+		want bool
+	}{{0o755, true}, {0o700, false}, {0o711, false}, {0o755, true}} {
+		if err := os.Chmod(base, step.mode); err != nil {
+			t.Fatal(err)
+		}
+		if r := viewProbe(t, v, home, read); r[0].OK != step.want {
+			t.Errorf("chain directory %04o: %s allowed %v; want %v", step.mode, read, r[0].OK, step.want)
+		}
+	}
+}
+
+// TestAttackViewRaceEntriesSwappedForLinksToHome: while the View reads a
+// chain directory, its entries are swapped (renameat2 RENAME_EXCHANGE)
+// between a directory, a file and a link to kin's home, as fast as a
+// local user can. No ruleset the View makes meanwhile may open kin's home
+// to an agent, through the link or otherwise.
+func TestAttackViewRaceEntriesSwappedForLinksToHome(t *testing.T) {
+	requireLandlock(t)
+	base := tempDir(t)
+	openChain(t, base)
+	home := filepath.Join(base, "home")
+	if err := os.MkdirAll(home, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, filepath.Join(home, "operator.token"), "secret")
+	churn := filepath.Join(base, "churn")
+	if err := os.MkdirAll(churn, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	const n = 8
+	for i := range n {
+		name := filepath.Join(base, "e"+string(rune('a'+i)))
+		if err := os.Mkdir(name, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Symlink(home, filepath.Join(churn, "l"+string(rune('a'+i)))); err != nil {
+			t.Fatal(err)
+		}
+		writeFile(t, filepath.Join(churn, "f"+string(rune('a'+i))), "file")
+	}
+	v := NewView([]string{home}, nil)
+	defer v.Close()
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for k := 0; ; k++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			i := k % n
+			e := filepath.Join(base, "e"+string(rune('a'+i)))
+			other := filepath.Join(churn, []string{"l", "f"}[k/n%2]+string(rune('a'+i)))
+			unix.Renameat2(unix.AT_FDCWD, e, unix.AT_FDCWD, other, unix.RENAME_EXCHANGE)
+		}
+	}()
+	defer func() { close(stop); <-done }()
+	var ops []string
+	for i := range n {
+		e := filepath.Join(base, "e"+string(rune('a'+i)))
+		ops = append(ops, "read:"+filepath.Join(e, "operator.token"))
+	}
+	ops = append(ops, "read:"+filepath.Join(home, "operator.token"), "list:"+home)
+	deadline := time.Now().Add(3 * time.Second)
+	rounds := 0
+	for ; time.Now().Before(deadline) || rounds < 20; rounds++ {
+		for _, r := range viewProbe(t, v, home, ops...) {
+			// Only kin's home holds operator.token: reading it through
+			// an entry is reading it through a link to the home.
+			if r.OK && (r.Op == "read" && filepath.Base(r.Path) == "operator.token" || r.Op == "list" && r.Path == home) {
+				t.Fatalf("round %d: %s %s allowed: kin's home reached through the View", rounds, r.Op, r.Path)
+			}
+		}
+	}
+	t.Logf("%d rounds", rounds)
 }
