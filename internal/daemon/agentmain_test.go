@@ -123,7 +123,8 @@ func runDaemonProcess(home string) {
 //	heartbeat-crash  write KIN_RESUME_CURSOR, heartbeat with cursor
 //	                 "c<agent id>", exit 1
 //	daemon HOME      run a kin daemon on HOME until SIGTERM
-//	trespass A...    try each of read:PATH, list:DIR, append:PATH, kill:PID;
+//	trespass A...    try each of read:PATH, list:DIR, append:PATH, kill:PID,
+//	                 fd:N (is descriptor N open);
 //	                 write "VERB TARGET: ok" or the error, then "trespass done"
 //	swap-spawn ...   swap a granted folder for a link while spawning
 //	                 children (grants_race_test.go)
@@ -243,6 +244,14 @@ func runAgent(mode string) int {
 			case "kill":
 				pid, _ := strconv.Atoi(target)
 				err = syscall.Kill(pid, syscall.SIGKILL)
+			case "fd": // is descriptor N open (inherited)?
+				n, _ := strconv.Atoi(target)
+				if _, _, e := syscall.Syscall(syscall.SYS_FCNTL, uintptr(n), syscall.F_GETFD, 0); e != 0 {
+					err = e
+				} else {
+					link, _ := os.Readlink("/proc/self/fd/" + target)
+					err = fmt.Errorf("open: %s", link)
+				}
 			}
 			res := "ok"
 			if err != nil {

@@ -28,6 +28,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"syscall"
 )
 
 //go:embed kin-shim-linux-*
@@ -54,7 +55,9 @@ func Install(dir string) (string, error) {
 	}
 	dst := filepath.Join(dir, Name)
 	if cur, err := os.ReadFile(dst); err == nil && bytes.Equal(cur, bin) {
-		if st, err := os.Lstat(dst); err == nil && st.Mode().IsRegular() && st.Mode().Perm() == 0o755 {
+		// Kept only where nobody else may rewrite it in place later:
+		// the daemon's own file, with no other name.
+		if st, err := os.Lstat(dst); err == nil && st.Mode().IsRegular() && st.Mode().Perm() == 0o755 && ownedAlone(st) {
 			return dst, nil
 		}
 	} else if err != nil && !errors.Is(err, fs.ErrNotExist) {
@@ -82,4 +85,11 @@ func Install(dir string) (string, error) {
 		return "", fmt.Errorf("leanshim: install %s: %w", dst, err)
 	}
 	return dst, nil
+}
+
+// ownedAlone reports whether st is a file of this process's user with one
+// link: no other user, and no other name, can change what it holds.
+func ownedAlone(st fs.FileInfo) bool {
+	sys, ok := st.Sys().(*syscall.Stat_t)
+	return ok && int(sys.Uid) == os.Geteuid() && sys.Nlink == 1
 }

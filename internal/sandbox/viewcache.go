@@ -54,8 +54,14 @@ type viewDir struct {
 
 type viewEntry struct {
 	ino    uint64
-	fd     int
+	fd     int // -1: a mount root, opened by each Ruleset (mountRoot)
 	access uint64
+}
+
+func closeEntry(e viewEntry) {
+	if e.fd >= 0 {
+		unix.Close(e.fd)
+	}
 }
 
 // NewView is a View for the All view with these hidden and read-only
@@ -94,7 +100,7 @@ func (v *View) Close() {
 	defer v.mu.Unlock()
 	for _, d := range v.dirs {
 		for _, e := range d.entries {
-			unix.Close(e.fd)
+			closeEntry(e)
 		}
 	}
 	v.dirs, v.held = map[string]*viewDir{}, 0
@@ -129,20 +135,42 @@ func (v *View) Ruleset(abi int, scopeSignals bool, uid int, gids []int) (int, er
 		return -1, err
 	}
 	handled := handledAccess(abi)
-	for _, d := range v.dirs {
-		for _, e := range d.entries {
+	for p, d := range v.dirs {
+		for name, e := range d.entries {
 			a := e.access & handled
 			if a == 0 {
 				continue
 			}
-			pb := unix.LandlockPathBeneathAttr{Allowed_access: a, Parent_fd: int32(e.fd)}
+			efd := e.fd
+			if efd < 0 {
+				// A mount root (mountRoot): opened for this ruleset only.
+				var err error
+				efd, err = unix.Open(filepath.Join(p, name), unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+				if err != nil {
+					continue
+				}
+			}
+			pb := unix.LandlockPathBeneathAttr{Allowed_access: a, Parent_fd: int32(efd)}
 			// Optional, as in the walk: a rule the kernel refuses (an
 			// internal file system's object) is left out.
 			unix.RawSyscall6(unix.SYS_LANDLOCK_ADD_RULE, uintptr(fd), unix.LANDLOCK_RULE_PATH_BENEATH, uintptr(unsafe.Pointer(&pb)), 0, 0, 0)
 			runtime.KeepAlive(&pb)
+			if efd != e.fd {
+				unix.Close(efd)
+			}
 		}
 	}
 	return fd, nil
+}
+
+// mountRoot reports whether fd is the root of a mount (statx's
+// STATX_ATTR_MOUNT_ROOT, Linux 5.8; false where the kernel does not say).
+func mountRoot(fd int) bool {
+	var stx unix.Statx_t
+	if unix.Statx(fd, "", unix.AT_EMPTY_PATH|unix.AT_SYMLINK_NOFOLLOW, 0, &stx) != nil {
+		return false
+	}
+	return stx.Attributes_mask&unix.STATX_ATTR_MOUNT_ROOT != 0 && stx.Attributes&unix.STATX_ATTR_MOUNT_ROOT != 0
 }
 
 // Warm opens the view now (a daemon's start), so that the first spawn
@@ -266,7 +294,7 @@ func (v *View) reread(dir string, d *viewDir) error {
 	}
 	for name, e := range d.entries {
 		if !seen[name] {
-			unix.Close(e.fd)
+			closeEntry(e)
 			delete(d.entries, name)
 			v.held--
 		}
@@ -312,7 +340,7 @@ func (v *View) readEntries(dfd int, dir string, d *viewDir, seen map[string]bool
 				continue
 			}
 			if e, ok := d.entries[name]; ok {
-				unix.Close(e.fd)
+				closeEntry(e)
 				delete(d.entries, name)
 				v.held--
 			}
@@ -324,6 +352,12 @@ func (v *View) readEntries(dfd int, dir string, d *viewDir, seen map[string]bool
 			a := uint64(rightsRW)
 			if typ != unix.DT_DIR {
 				a &= accessFile
+			}
+			if mountRoot(fd) {
+				// Held, it would keep the mount busy (umount: EBUSY) for as
+				// long as the daemon runs: Ruleset opens it afresh.
+				unix.Close(fd)
+				fd = -1
 			}
 			d.entries[name] = viewEntry{ino: de.Ino, fd: fd, access: a}
 			v.held++
@@ -359,7 +393,7 @@ func (v *View) drop(dir string) {
 	for p, d := range v.dirs {
 		if within(p, dir) {
 			for _, e := range d.entries {
-				unix.Close(e.fd)
+				closeEntry(e)
 				v.held--
 			}
 			delete(v.dirs, p)
