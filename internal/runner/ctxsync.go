@@ -45,6 +45,12 @@ type ctxWriter struct {
 	// the writer's goroutine uses it).
 	recorded int64
 
+	// rebuild: the tree is being rebuilt after a crash of the machine
+	// (checkBoot): every agent's session files are repaired once
+	// (repairCtx), until the writer has caught up. Writer's goroutine only.
+	rebuild  bool
+	repaired map[kin.AgentID]bool
+
 	pausec   chan struct{} // closed at the daemon's shutdown: stop applying until stop
 	paused   bool
 	stopc    chan struct{}
@@ -98,10 +104,14 @@ func (w *ctxWriter) checkBoot() {
 		boot = "unknown"
 	}
 	path := filepath.Join(run.cfg.Home, bootFile)
-	if b, err := os.ReadFile(path); err == nil && strings.TrimSpace(string(b)) == boot && boot != "unknown" {
+	b, err := os.ReadFile(path)
+	if err == nil && strings.TrimSpace(string(b)) == boot && boot != "unknown" {
 		return
 	}
 	own := ctxfs.Owner{UID: os.Geteuid(), GID: os.Getegid()}
+	if w.applied > 0 || err == nil {
+		w.rebuild, w.repaired = true, map[kin.AgentID]bool{}
+	}
 	if w.applied > 0 {
 		run.log.Info("agent filesystem: the machine restarted since it was last written: rebuilding it from the store", "was_at_event", w.applied)
 		w.applied = 0
@@ -203,6 +213,10 @@ func (w *ctxWriter) sync() {
 			return
 		}
 		if len(evs) == 0 && len(touched) == 0 {
+			if w.rebuild {
+				w.rebuild, w.repaired = false, nil
+				w.d.log.Info("agent filesystem: rebuilt from the store")
+			}
 			return
 		}
 		byAgent := map[kin.AgentID][]kin.Event{}
@@ -267,6 +281,10 @@ func (w *ctxWriter) sync() {
 func (w *ctxWriter) apply(ctx context.Context, a *kin.Agent, evs []kin.Event) {
 	run := w.d
 	c := run.ctxAgentOf(ctx, a)
+	if w.rebuild && !w.repaired[a.ID] {
+		w.repaired[a.ID] = true
+		run.repairCtx(ctx, a, c)
+	}
 	if w.holdsName(a) {
 		v, err := ctxfs.ControlFor(a, c.rt)
 		if err == nil {

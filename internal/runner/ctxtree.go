@@ -102,10 +102,6 @@ func (run *Runner) prepareCtx(ctx context.Context, a *kin.Agent, spec store.Proc
 	if err != nil {
 		return nil, nil, "", err
 	}
-	if h != nil {
-		// seed 001's "policy subset" and "mount subset": what the child holds.
-		h.Policy, h.Mounts, _ = run.auth.Control(a.ID)
-	}
 	c.setHandoff(h)
 	var parentRef ctxfs.ParentRef
 	if a.Parent != 0 {
@@ -128,20 +124,9 @@ func (run *Runner) prepareCtx(ctx context.Context, a *kin.Agent, spec store.Proc
 	}
 	c.resultChan = c.parent.Agent != "" || c.hasHandoff
 
-	var files []ctxfs.File
-	var task []byte
-	if h != nil {
-		hf, err := h.Marshal()
-		if err != nil {
-			return nil, nil, "", kin.Errorf(kin.ECodeInvalid, "handoff: %v", err)
-		}
-		for _, f := range hf {
-			if f.Name == handoff.FileHandoff {
-				task = f.Data
-				continue
-			}
-			files = append(files, ctxfs.File{Name: f.Name, Data: f.Data})
-		}
+	task, files, err := run.handoffFiles(a, spec.Handoff)
+	if err != nil {
+		return nil, nil, "", kin.Errorf(kin.ECodeInvalid, "handoff: %v", err)
 	}
 	sp := ctxfs.SessionParams{
 		AgentID: a.ID, Run: runID(a.ID), Parent: parentRef, State: a.State,
