@@ -12,8 +12,8 @@ import (
 	"time"
 
 	"github.com/kin-agents/kin/client"
-	"github.com/kin-agents/kin/internal/daemon"
 	"github.com/kin-agents/kin/internal/ctxfs"
+	"github.com/kin-agents/kin/internal/daemon"
 	"github.com/kin-agents/kin/internal/kintest"
 	"github.com/kin-agents/kin/kin"
 )
