@@ -26,6 +26,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"strconv"
 	"strings"
 	"sync"
@@ -157,20 +158,20 @@ func kinStartStop(b *testing.B, g *groupCheck, iter int) (start, stop time.Durat
 	if err != nil {
 		b.Fatal(err)
 	}
-	all := pidsOf(agents)
-	if err := waitExeced(all, "sleep"); err != nil {
+	all := agentPids(agents)
+	if err := waitProcsExeced(all, "sleep"); err != nil {
 		b.Fatalf("kin: %v", err)
 	}
 	start = time.Since(t0)
 
-	all = append(all, pidsOf(parents)...)
+	all = append(all, agentPids(parents)...)
 	t0 = time.Now()
 	stopRoots(b, d.Client, parents)
-	if err := waitGone(all); err != nil {
+	if err := waitProcsGone(all); err != nil {
 		b.Fatalf("kin: %v", err)
 	}
 	stop = time.Since(t0)
-	pids.forget() // checked: their pids may be reused by the time the benchmark ends
+	pids.forgetSeen() // checked: their pids may be reused by the time the benchmark ends
 
 	d.Client.Close()
 	if err := d.Close(); err != nil {
@@ -189,8 +190,8 @@ func (t supdTimes) add(o supdTimes) supdTimes {
 	return supdTimes{t.start + o.start, t.startRPC + o.startRPC, t.info + o.info, t.stop + o.stop, t.stopRPC + o.stopRPC}
 }
 
-// sameSet reports whether a and b hold the same pids.
-func sameSet(a, b []int) bool {
+// samePids reports whether a and b hold the same pids.
+func samePids(a, b []int) bool {
 	if len(a) != len(b) {
 		return false
 	}
@@ -235,7 +236,7 @@ func supervisordStartStop(b *testing.B, g *groupCheck, logs bool) (t supdTimes) 
 	if err != nil {
 		b.Fatalf("supervisord: %v", err)
 	}
-	if err := waitExeced(pids, "sleep"); err != nil {
+	if err := waitProcsExeced(pids, "sleep"); err != nil {
 		b.Fatalf("supervisord: %v", err)
 	}
 	t.start = time.Since(t0)
@@ -244,7 +245,7 @@ func supervisordStartStop(b *testing.B, g *groupCheck, logs bool) (t supdTimes) 
 	t1 := time.Now()
 	info, err := s.runningPids(versusProcs)
 	t.info = time.Since(t1)
-	if err == nil && !sameSet(pids, info) {
+	if err == nil && !samePids(pids, info) {
 		err = fmt.Errorf("getAllProcessInfo's pids are not the processes in its group")
 	}
 	if err != nil {
@@ -260,7 +261,7 @@ func supervisordStartStop(b *testing.B, g *groupCheck, logs bool) (t supdTimes) 
 		b.Fatalf("supervisord: stopAllProcesses: %v", err)
 	}
 	t.stopRPC = time.Since(t0)
-	if err := waitGone(pids); err != nil {
+	if err := waitProcsGone(pids); err != nil {
 		b.Fatalf("supervisord: %v", err)
 	}
 	t.stop = time.Since(t0)
@@ -284,7 +285,7 @@ exec /bin/sleep 3600
 // usable by any uid (kin runs agents as their own uids).
 func doubleFork(b *testing.B) (argv []string, pidFile string) {
 	b.Helper()
-	dir := sharedDir(b)
+	dir := anyUIDDir(b)
 	script, pidFile := filepath.Join(dir, "double-fork.sh"), filepath.Join(dir, "grandchild.pid")
 	if err := os.WriteFile(script, []byte(doubleForkScript), 0o755); err != nil {
 		b.Fatal(err)
@@ -298,9 +299,9 @@ func doubleFork(b *testing.B) (argv []string, pidFile string) {
 	return []string{"/bin/sh", script, pidFile}, pidFile
 }
 
-// sharedDir is a temporary directory that any uid may use, removed at the
+// anyUIDDir is a temporary directory that any uid may use, removed at the
 // end of the benchmark.
-func sharedDir(b *testing.B) string {
+func anyUIDDir(b *testing.B) string {
 	b.Helper()
 	dir, err := os.MkdirTemp("", "kinvs")
 	if err == nil {
@@ -325,7 +326,7 @@ func grandchildPid(pidFile string) (int, error) {
 		if pid, err = strconv.Atoi(strings.TrimSpace(string(b))); err != nil {
 			return false, nil // not written yet
 		}
-		return comm(pid) == "sleep", nil
+		return procComm(pid) == "sleep", nil
 	})
 	if err != nil {
 		return 0, fmt.Errorf("the double-forked grandchild: %w", err)
@@ -359,10 +360,10 @@ func grandchildLeftKin(b *testing.B, g *groupCheck) bool {
 		b.Logf("kin: the double-forked grandchild %d survived the stop", pid)
 		syscall.Kill(pid, syscall.SIGKILL)
 	}
-	if err := waitGone(append([]int{a.PID}, pidsOf(parents)...)); err != nil {
+	if err := waitProcsGone(append([]int{a.PID}, agentPids(parents)...)); err != nil {
 		b.Fatalf("kin: %v", err)
 	}
-	pids.forget()
+	pids.forgetSeen()
 	d.Client.Close()
 	if err := d.Close(); err != nil {
 		b.Fatal(err)
@@ -405,13 +406,14 @@ func grandchildLeftSupervisord(b *testing.B, g *groupCheck) bool {
 	return left
 }
 
-// waitExeced waits until every pid runs the program named name (its comm).
-func waitExeced(pids []int, name string) error {
+// waitProcsExeced waits until every pid runs the program named name (its
+// comm).
+func waitProcsExeced(pids []int, name string) error {
 	left := pids
 	err := poll(60*time.Second, 50*time.Microsecond, time.Millisecond, func() (bool, error) {
 		var still []int
 		for _, pid := range left {
-			if comm(pid) != name {
+			if procComm(pid) != name {
 				still = append(still, pid)
 			}
 		}
@@ -419,14 +421,14 @@ func waitExeced(pids []int, name string) error {
 		return len(left) == 0, nil
 	})
 	if err != nil {
-		return fmt.Errorf("%d of %d processes do not run %s (e.g. pid %d: %q): %w", len(left), len(pids), name, left[0], comm(left[0]), err)
+		return fmt.Errorf("%d of %d processes do not run %s (e.g. pid %d: %q): %w", len(left), len(pids), name, left[0], procComm(left[0]), err)
 	}
 	return nil
 }
 
-// waitGone waits until none of pids runs sleep or is a zombie child of
+// waitProcsGone waits until none of pids runs sleep or is a zombie child of
 // this process (procLeft).
-func waitGone(pids []int) error {
+func waitProcsGone(pids []int) error {
 	left := pids
 	err := poll(60*time.Second, 50*time.Microsecond, time.Millisecond, func() (bool, error) {
 		var still []int
@@ -444,16 +446,16 @@ func waitGone(pids []int) error {
 	return nil
 }
 
-// forget drops the pids checked so far: once a benchmark has seen them
+// forgetSeen drops the pids checked so far: once a benchmark has seen them
 // gone, the check at its end would only catch other runs' sleeps on reused
 // pids (pid_max is 32768 here).
-func (pc *pidCheck) forget() {
+func (pc *pidCheck) forgetSeen() {
 	pc.mu.Lock()
 	pc.pids = nil
 	pc.mu.Unlock()
 }
 
-func pidsOf(agents []*kin.Agent) []int {
+func agentPids(agents []*kin.Agent) []int {
 	out := make([]int, 0, len(agents))
 	for _, a := range agents {
 		out = append(out, a.PID)
@@ -461,8 +463,8 @@ func pidsOf(agents []*kin.Agent) []int {
 	return out
 }
 
-// comm is the command name of pid, or "" when it is gone.
-func comm(pid int) string {
+// procComm is the command name of pid, or "" when it is gone.
+func procComm(pid int) string {
 	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/comm")
 	if err != nil {
 		return ""
@@ -961,4 +963,81 @@ func xmlrpcScalar(typ, s string) (any, error) {
 		return nil, nil
 	}
 	return s, nil // string, dateTime.iso8601, base64: as text
+}
+
+// TestXMLRPCDecodesSupervisordAnswers checks the benchmark's XML-RPC
+// decoder on answers as Python's xmlrpc.client.dumps (which supervisord
+// uses) writes them, and that bad answers are errors.
+func TestXMLRPCDecodesSupervisordAnswers(t *testing.T) {
+	const head = "<?xml version='1.0'?>\n<methodResponse>\n"
+	for _, c := range []struct {
+		name, body string
+		want       any
+		err        string
+	}{
+		{"array of structs", head + `<params>
+<param>
+<value><array><data>
+<value><struct>
+<member>
+<name>name</name>
+<value><string>s0000</string></value>
+</member>
+<member>
+<name>status</name>
+<value><int>80</int></value>
+</member>
+</struct></value>
+</data></array></value>
+</param>
+</params>
+</methodResponse>`, []any{map[string]any{"name": "s0000", "status": 80}}, ""},
+		{"scalars", head + `<params><param><value><struct>
+<member><name>pid</name><value><int>42</int></value></member>
+<member><name>ok</name><value><boolean>1</boolean></value></member>
+<member><name>y</name><value><double>1.5</double></value></member>
+<member><name>z</name><value><string></string></value></member>
+<member><name>untyped</name><value>a &amp; b</value></member>
+</struct></value></param></params></methodResponse>`, map[string]any{"pid": 42, "ok": true, "y": 1.5, "z": "", "untyped": "a & b"}, ""},
+		{"empty array", head + `<params><param><value><array><data>
+</data></array></value></param></params></methodResponse>`, []any{}, ""},
+		{"fault", head + `<fault>
+<value><struct>
+<member>
+<name>faultCode</name>
+<value><int>70</int></value>
+</member>
+<member>
+<name>faultString</name>
+<value><string>NOT_RUNNING: s0001</string></value>
+</member>
+</struct></value>
+</fault>
+</methodResponse>`, nil, "xmlrpc fault 70: NOT_RUNNING: s0001"},
+		{"truncated", head + `<params><param><value><struct><member><name>pid</name>`, nil, "unexpected EOF"},
+		{"no value", head + `<params></params></methodResponse>`, nil, "EOF"},
+		{"bad int", head + `<params><param><value><int>x</int></value></param></params></methodResponse>`, nil, "invalid syntax"},
+		{"stray element", head + `<params><param><value><struct><oops/></struct></value></param></params></methodResponse>`, nil, "unexpected <oops>"},
+	} {
+		got, err := xmlrpcResponse(strings.NewReader(c.body))
+		if c.err != "" {
+			if err == nil || !strings.Contains(err.Error(), c.err) {
+				t.Errorf("%s: %v, %v; want an error with %q", c.name, got, err, c.err)
+			}
+			continue
+		}
+		if err != nil || !reflect.DeepEqual(got, c.want) {
+			t.Errorf("%s: %#v, %v; want %#v", c.name, got, err, c.want)
+		}
+	}
+	req, err := xmlrpcRequest("supervisor.startAllProcesses", true, 3, "a<b")
+	want := `<?xml version="1.0"?><methodCall><methodName>supervisor.startAllProcesses</methodName><params>` +
+		`<param><value><boolean>1</boolean></value></param><param><value><int>3</int></value></param>` +
+		`<param><value><string>a&lt;b</string></value></param></params></methodCall>`
+	if err != nil || string(req) != want {
+		t.Errorf("request = %s, %v; want %s", req, err, want)
+	}
+	if _, err := xmlrpcRequest("m", 1.5); err == nil {
+		t.Error("a float parameter was encoded")
+	}
 }
