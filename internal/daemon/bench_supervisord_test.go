@@ -100,12 +100,12 @@ func benchAgainstSupervisord(b *testing.B, logs bool) {
 	supdLeft := grandchildLeftSupervisord(b, g)
 
 	var supd supdTimes
-	var kinStart, kinStop time.Duration
+	var kinT phases
 	for iter := 0; b.Loop(); iter++ {
 		var st supdTimes
-		var ks, kp time.Duration
+		var kt phases
 		runSupd := func() { st = supervisordStartStop(b, g, logs) }
-		runKin := func() { ks, kp = kinStartStop(b, g, iter) }
+		runKin := func() { kt = kinStartStop(b, g, iter) }
 		if iter%2 == 0 {
 			runSupd()
 			runKin()
@@ -113,25 +113,90 @@ func benchAgainstSupervisord(b *testing.B, logs bool) {
 			runKin()
 			runSupd()
 		}
-		b.Logf("iteration %d (%s first): supervisord start %.2fs (rpc returned %.2fs) stop %.2fs (rpc returned %.2fs), getAllProcessInfo %.2fs; kin start %.2fs stop %.2fs; x-start %.2f x-stop %.2f",
+		b.Logf("iteration %d (%s first): supervisord start %.2fs (rpc returned %.2fs, cpu %.2fs) stop %.2fs (rpc returned %.2fs, cpu %.2fs), getAllProcessInfo %.2fs; kin start %.2fs (cpu %.2fs) stop %.2fs (cpu %.2fs); x-start %.2f x-stop %.2f x-start-cpu %.2f x-stop-cpu %.2f",
 			iter, map[bool]string{true: "supervisord", false: "kin"}[iter%2 == 0],
-			st.start.Seconds(), st.startRPC.Seconds(), st.stop.Seconds(), st.stopRPC.Seconds(), st.info.Seconds(),
-			ks.Seconds(), kp.Seconds(), float64(st.start)/float64(ks), float64(st.stop)/float64(kp))
+			st.start.Seconds(), st.startRPC.Seconds(), st.startCPU.Seconds(), st.stop.Seconds(), st.stopRPC.Seconds(), st.stopCPU.Seconds(), st.info.Seconds(),
+			kt.start.Seconds(), kt.startCPU.Seconds(), kt.stop.Seconds(), kt.stopCPU.Seconds(),
+			ratio(st.start, kt.start), ratio(st.stop, kt.stop), ratio(st.startCPU, kt.startCPU), ratio(st.stopCPU, kt.stopCPU))
 		supd = supd.add(st)
-		kinStart, kinStop = kinStart+ks, kinStop+kp
+		kinT = kinT.add(kt)
 	}
 	n := float64(b.N)
 	b.ReportMetric(0, "ns/op") // an iteration is two batches: the phases say it
 	b.ReportMetric(supd.start.Seconds()/n, "supd-start-s")
 	b.ReportMetric(supd.startRPC.Seconds()/n, "supd-start-rpc-s")
-	b.ReportMetric(kinStart.Seconds()/n, "kin-start-s")
+	b.ReportMetric(kinT.start.Seconds()/n, "kin-start-s")
 	b.ReportMetric(supd.stop.Seconds()/n, "supd-stop-s")
-	b.ReportMetric(kinStop.Seconds()/n, "kin-stop-s")
-	b.ReportMetric(float64(supd.start)/float64(kinStart), "x-start")
-	b.ReportMetric(float64(supd.stop)/float64(kinStop), "x-stop")
+	b.ReportMetric(kinT.stop.Seconds()/n, "kin-stop-s")
+	b.ReportMetric(ratio(supd.start, kinT.start), "x-start")
+	b.ReportMetric(ratio(supd.stop, kinT.stop), "x-stop")
+	b.ReportMetric(supd.startCPU.Seconds()/n, "supd-start-cpu-s")
+	b.ReportMetric(kinT.startCPU.Seconds()/n, "kin-start-cpu-s")
+	b.ReportMetric(supd.stopCPU.Seconds()/n, "supd-stop-cpu-s")
+	b.ReportMetric(kinT.stopCPU.Seconds()/n, "kin-stop-cpu-s")
+	b.ReportMetric(ratio(supd.startCPU, kinT.startCPU), "x-start-cpu")
+	b.ReportMetric(ratio(supd.stopCPU, kinT.stopCPU), "x-stop-cpu")
 	b.ReportMetric(boolMetric(supdLeft), "grandchild-left-supd")
 	b.ReportMetric(boolMetric(kinLeft), "grandchild-left-kin")
 }
+
+func ratio(a, b time.Duration) float64 { return float64(a) / float64(b) }
+
+// phases is what one side of an iteration measured: the wall time of its
+// start and stop phases, and the CPU time spent in each by the manager and
+// the processes it started (cpuMeter).
+type phases struct{ start, stop, startCPU, stopCPU time.Duration }
+
+func (p phases) add(o phases) phases {
+	return phases{p.start + o.start, p.stop + o.stop, p.startCPU + o.startCPU, p.stopCPU + o.stopCPU}
+}
+
+// cpuMeter reads a side's CPU time so far. On a machine shared with other
+// work, CPU time says what each side costs even when the wall time says
+// mostly how busy the machine was.
+//
+//   - supervisord: usage_usec of its group's cpu.stat (cgroup v2 keeps it
+//     without the cpu controller): supervisord, its children from their
+//     fork on (their pre-exec work too), and what they cost to exit.
+//   - kin: this process's own CPU time (getrusage: the in-process daemon,
+//     and also its 16 clients and the benchmark's polling, which overstate
+//     kin) plus usage_usec of the daemon's cgroup root: the agents' processes
+//     from their fork on, the shim included.
+type cpuMeter func() (time.Duration, error)
+
+func groupCPU(dir string) (time.Duration, error) {
+	b, err := os.ReadFile(filepath.Join(dir, "cpu.stat"))
+	if err != nil {
+		return 0, err
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "usage_usec "); ok {
+			us, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+			return time.Duration(us) * time.Microsecond, err
+		}
+	}
+	return 0, fmt.Errorf("%s/cpu.stat has no usage_usec", dir)
+}
+
+func selfCPU() (time.Duration, error) {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0, err
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano()), nil
+}
+
+// since is the CPU time spent since from, read with m.
+func (m cpuMeter) since(b *testing.B, from time.Duration) time.Duration {
+	b.Helper()
+	now, err := m()
+	if err != nil {
+		b.Fatal(err)
+	}
+	return now - from
+}
+
+func (m cpuMeter) now(b *testing.B) time.Duration { return m.since(b, 0) }
 
 func boolMetric(v bool) float64 {
 	if v {
@@ -142,7 +207,7 @@ func boolMetric(v bool) float64 {
 
 // kinStartStop is kin's side of an iteration, on a daemon of its own that
 // it closes before returning.
-func kinStartStop(b *testing.B, g *groupCheck, iter int) (start, stop time.Duration) {
+func kinStartStop(b *testing.B, g *groupCheck, iter int) (t phases) {
 	b.Helper()
 	pids := newPidCheck(b)
 	d := startBenchDaemon(b, g)
@@ -152,7 +217,16 @@ func kinStartStop(b *testing.B, g *groupCheck, iter int) (start, stop time.Durat
 		reqs[i] = sleepRequest(fmt.Sprintf("vs%d-c%d", iter, i), parents[i%len(parents)].ID)
 	}
 
-	t0 := time.Now()
+	cpu := cpuMeter(func() (time.Duration, error) {
+		self, err := selfCPU()
+		if err != nil {
+			return 0, err
+		}
+		agents, err := groupCPU(d.cgroupRoot)
+		return self + agents, err
+	})
+
+	c0, t0 := cpu.now(b), time.Now()
 	agents, err := spawnAll(d.Client, reqs, throughputClients)
 	pids.add(agents...)
 	if err != nil {
@@ -162,32 +236,35 @@ func kinStartStop(b *testing.B, g *groupCheck, iter int) (start, stop time.Durat
 	if err := waitProcsExeced(all, "sleep"); err != nil {
 		b.Fatalf("kin: %v", err)
 	}
-	start = time.Since(t0)
+	t.start, t.startCPU = time.Since(t0), cpu.since(b, c0)
 
 	all = append(all, agentPids(parents)...)
-	t0 = time.Now()
+	c0, t0 = cpu.now(b), time.Now()
 	stopRoots(b, d.Client, parents)
 	if err := waitProcsGone(all); err != nil {
 		b.Fatalf("kin: %v", err)
 	}
-	stop = time.Since(t0)
+	t.stop, t.stopCPU = time.Since(t0), cpu.since(b, c0)
 	pids.forgetSeen() // checked: their pids may be reused by the time the benchmark ends
 
 	d.Client.Close()
 	if err := d.Close(); err != nil {
 		b.Fatal(err)
 	}
-	return start, stop
+	return t
 }
 
 // supdTimes is what supervisord's side of an iteration measured: the
 // phases (start, stop), within them when startAllProcesses and
 // stopAllProcesses returned, and, outside them, how long
 // getAllProcessInfo took.
-type supdTimes struct{ start, startRPC, info, stop, stopRPC time.Duration }
+type supdTimes struct {
+	phases
+	startRPC, info, stopRPC time.Duration
+}
 
 func (t supdTimes) add(o supdTimes) supdTimes {
-	return supdTimes{t.start + o.start, t.startRPC + o.startRPC, t.info + o.info, t.stop + o.stop, t.stopRPC + o.stopRPC}
+	return supdTimes{t.phases.add(o.phases), t.startRPC + o.startRPC, t.info + o.info, t.stopRPC + o.stopRPC}
 }
 
 // samePids reports whether a and b hold the same pids.
@@ -217,7 +294,8 @@ func supervisordStartStop(b *testing.B, g *groupCheck, logs bool) (t supdTimes) 
 	}
 	s := startSupervisord(b, g, progs, logs)
 
-	t0 := time.Now()
+	cpu := cpuMeter(func() (time.Duration, error) { return groupCPU(s.group) })
+	c0, t0 := cpu.now(b), time.Now()
 	res, err := s.call("supervisor.startAllProcesses", true)
 	if err == nil {
 		err = allSucceeded(res, versusProcs)
@@ -239,7 +317,7 @@ func supervisordStartStop(b *testing.B, g *groupCheck, logs bool) (t supdTimes) 
 	if err := waitProcsExeced(pids, "sleep"); err != nil {
 		b.Fatalf("supervisord: %v", err)
 	}
-	t.start = time.Since(t0)
+	t.start, t.startCPU = time.Since(t0), cpu.since(b, c0)
 
 	// Untimed: supervisord's own account agrees.
 	t1 := time.Now()
@@ -252,7 +330,7 @@ func supervisordStartStop(b *testing.B, g *groupCheck, logs bool) (t supdTimes) 
 		b.Fatalf("supervisord: %v", err)
 	}
 
-	t0 = time.Now()
+	c0, t0 = cpu.now(b), time.Now()
 	res, err = s.call("supervisor.stopAllProcesses", true)
 	if err == nil {
 		err = allSucceeded(res, versusProcs)
@@ -264,7 +342,7 @@ func supervisordStartStop(b *testing.B, g *groupCheck, logs bool) (t supdTimes) 
 	if err := waitProcsGone(pids); err != nil {
 		b.Fatalf("supervisord: %v", err)
 	}
-	t.stop = time.Since(t0)
+	t.stop, t.stopCPU = time.Since(t0), cpu.since(b, c0)
 
 	if err := s.close(); err != nil {
 		b.Fatal(err)
