@@ -19,17 +19,29 @@ func (run *Runner) prepareDirs() error {
 	if err := os.Chmod(run.cfg.Home, 0o711); err != nil {
 		return err
 	}
-	for dir, mode := range map[string]os.FileMode{
-		filepath.Join(run.cfg.Home, "logs"): 0o700,
-		run.ctxDir:                          0o711,
-		filepath.Join(run.ctxDir, "agent"):  0o711,
-		filepath.Join(run.ctxDir, "bin"):    0o755,
+	// Parents first: the home's and the ctx root's subdirectories, and
+	// every agent's directories below ctx/home and ctx/agent, are spread
+	// over the file system's block groups (spreadSubdirs).
+	run.spread(run.cfg.Home)
+	for _, d := range []struct {
+		dir    string
+		mode   os.FileMode
+		spread bool
+	}{
+		{filepath.Join(run.cfg.Home, "logs"), 0o700, false},
+		{run.ctxDir, 0o711, true},
+		{filepath.Join(run.ctxDir, "agent"), 0o711, true},
+		{filepath.Join(run.ctxDir, "home"), 0o711, true},
+		{filepath.Join(run.ctxDir, "bin"), 0o755, false},
 	} {
-		if err := os.MkdirAll(dir, mode); err != nil {
+		if err := os.MkdirAll(d.dir, d.mode); err != nil {
 			return err
 		}
-		if err := os.Chmod(dir, mode); err != nil {
+		if err := os.Chmod(d.dir, d.mode); err != nil {
 			return err
+		}
+		if d.spread {
+			run.spread(d.dir)
 		}
 	}
 	published := run.publishKin()
@@ -134,4 +146,12 @@ func (run *Runner) agentKeyPath(id kin.AgentID) string {
 		return filepath.Join(run.ctx.Dir(cx.session), ctxfs.FileAgentKey)
 	}
 	return ""
+}
+
+// spread is spreadSubdirs, logged when it fails: the daemon works the same
+// without it, only slower to create agents' files on a busy file system.
+func (run *Runner) spread(dir string) {
+	if err := spreadSubdirs(dir); err != nil {
+		run.log.Warn("spread agents' directories over the file system (chattr +T)", "dir", dir, "err", err)
+	}
 }
