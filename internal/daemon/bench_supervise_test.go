@@ -32,6 +32,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/kin-agents/kin/client"
 	"github.com/kin-agents/kin/internal/daemon"
 	"github.com/kin-agents/kin/internal/kintest"
@@ -840,12 +842,16 @@ func readProcStatus(pid int) (procStatus, error) {
 	return s, nil
 }
 
-// pidCheck remembers the agents' pids and fails the benchmark at its end
-// if any of them still runs or is an unreaped child of this process.
+// pidCheck remembers the agents' processes, each by a pidfd opened when it
+// is added (a recycled pid, such as another test run's sleep on a shared
+// machine, is never mistaken for an agent), and fails the benchmark at its
+// end if any of them still runs or is an unreaped child of this process.
 type pidCheck struct {
-	mu   sync.Mutex
-	pids []int
+	mu    sync.Mutex
+	procs []trackedPid
 }
+
+type trackedPid struct{ pid, fd int }
 
 func newPidCheck(b *testing.B) *pidCheck {
 	pc := &pidCheck{}
@@ -854,6 +860,12 @@ func newPidCheck(b *testing.B) *pidCheck {
 		if left := pc.leftover(); len(left) > 0 {
 			b.Errorf("processes left behind: %v", left)
 		}
+		pc.mu.Lock()
+		for _, p := range pc.procs {
+			syscall.Close(p.fd)
+		}
+		pc.procs = nil
+		pc.mu.Unlock()
 	})
 	return pc
 }
@@ -862,34 +874,54 @@ func (pc *pidCheck) add(agents ...*kin.Agent) {
 	pc.mu.Lock()
 	defer pc.mu.Unlock()
 	for _, a := range agents {
-		if a != nil && a.PID > 0 {
-			pc.pids = append(pc.pids, a.PID)
+		if a == nil || a.PID <= 0 {
+			continue
 		}
+		fd, err := unix.PidfdOpen(a.PID, 0)
+		if err != nil {
+			continue // gone already
+		}
+		pc.procs = append(pc.procs, trackedPid{a.PID, fd})
 	}
 }
 
-// leftover lists the pids that still run the agents' program, or are
-// zombies this process has not reaped.
+// leftover lists the agents' processes that still run, or are zombies this
+// process has not reaped.
 func (pc *pidCheck) leftover() []string {
 	pc.mu.Lock()
 	defer pc.mu.Unlock()
 	var out []string
-	for _, pid := range pc.pids {
-		if why := procLeft(pid); why != "" {
-			out = append(out, fmt.Sprintf("%d (%s)", pid, why))
+	for _, p := range pc.procs {
+		if why := pidfdLeft(p.fd); why != "" {
+			out = append(out, fmt.Sprintf("%d (%s)", p.pid, why))
 		}
 	}
 	return out
 }
 
-// reapOrphans reaps those of the pids that are exited children of this
-// process.
+// pidfdLeft says why the process behind a pidfd counts as left behind: it
+// has not exited (the pidfd is not readable), or it is an exited child of
+// this process not yet reaped.
+func pidfdLeft(fd int) string {
+	pfd := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+	if n, err := unix.Poll(pfd, 0); err == nil && n == 0 {
+		return "running"
+	}
+	var si unix.Siginfo
+	if err := unix.Waitid(unix.P_PIDFD, fd, &si, unix.WEXITED|unix.WNOHANG|unix.WNOWAIT, nil); err == nil && si.Signo != 0 {
+		return "not reaped"
+	}
+	return ""
+}
+
+// reapOrphans reaps those of the processes that are exited children of
+// this process.
 func (pc *pidCheck) reapOrphans() {
 	pc.mu.Lock()
 	defer pc.mu.Unlock()
-	for _, pid := range pc.pids {
-		var ws syscall.WaitStatus
-		syscall.Wait4(pid, &ws, syscall.WNOHANG, nil)
+	for _, p := range pc.procs {
+		var si unix.Siginfo
+		unix.Waitid(unix.P_PIDFD, p.fd, &si, unix.WEXITED|unix.WNOHANG, nil)
 	}
 }
 
