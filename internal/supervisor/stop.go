@@ -384,7 +384,7 @@ func (s *Supervisor) killGroups(ctx context.Context, ids map[kin.AgentID]bool, p
 		}
 		return empty >= 2
 	})
-	s.sweep()
+	s.sweepAll()
 	if err != nil {
 		return fmt.Errorf("processes of agents still alive after SIGKILL: %w", err)
 	}

@@ -10,6 +10,7 @@ import (
 	"runtime"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -370,6 +371,42 @@ func TestNoThreadPerChild(t *testing.T) {
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// TestNoGoroutinePerChild: live processes are waited for by the
+// supervisor's one reaping goroutine, not one goroutine each; when they all
+// die at once, each exit is still reported, with its signal.
+func TestNoGoroutinePerChild(t *testing.T) {
+	both(t, func(t *testing.T, s *Supervisor) {
+		const n = 200
+		var reported atomic.Int64
+		s.cfg.OnExit = func(e Exit) {
+			if e.Signal == syscall.SIGKILL {
+				reported.Add(1)
+			}
+		}
+		before := runtime.NumGoroutine()
+		procs := []*Process{start(t, s, sleeper(1, 0))}
+		for i := 2; i <= n; i++ {
+			procs = append(procs, start(t, s, sleeper(kin.AgentID(i), 1)))
+		}
+		after := runtime.NumGoroutine()
+		t.Logf("goroutines: %d before, %d with %d children", before, after, n)
+		if after-before >= 20 {
+			t.Errorf("%d more goroutines with %d children; want fewer than 20", after-before, n)
+		}
+		if err := s.Stop(testCtx(t), 1, 0); err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range procs {
+			if e, ok := p.Exit(); !ok || e.Signal != syscall.SIGKILL {
+				t.Fatalf("agent %d: exit %v, %v; want killed", p.ID, e, ok)
+			}
+		}
+		if got := reported.Load(); got != n {
+			t.Errorf("OnExit reported %d kills, want %d", got, n)
+		}
+	})
 }
 
 func TestPeerInCgroup(t *testing.T) {
