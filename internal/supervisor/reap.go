@@ -123,9 +123,12 @@ const sweepAgain = 10 * time.Millisecond
 // supervisor reaps in a moment, it does not list every child now: a
 // cascade's thousand exits would each cost a scan of the thousand children
 // (about 30 ms of CPU per 1,000-agent cascade). It looks again sweepAgain
-// later instead, when those are reaped, so an orphan exiting at the same
-// time is reaped at most that much later.
+// later instead, when those are reaped, and ignores SIGCHLD until then, so
+// an orphan exiting at the same time is reaped at most that much later.
 func (s *Supervisor) sweep() {
+	if s.sweepLater.Load() {
+		return // one is due shortly: until then, not even the peek (it walks every child)
+	}
 	var si siginfoChild
 	if err := waitid(unix.P_ALL, 0, &si, unix.WEXITED|unix.WNOHANG|unix.WNOWAIT, nil); err != nil || si.Pid == 0 {
 		return // no exited child at all
