@@ -159,7 +159,7 @@ func benchAtScale(b *testing.B, live, churn int) {
 		if err != nil {
 			b.Fatalf("cascade: %v", err)
 		}
-		kill, _, err := rawCascade(b, g)
+		kill, _, _, err := rawCascade(b, g)
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -210,13 +210,15 @@ func BenchmarkSpawnThroughput(b *testing.B) {
 // cancelled. The floor, in the same iteration: 1,110 nested cgroups each
 // with one sleeping process, one cgroup.kill at the top, until cgroup.events
 // says populated 0 and every process is reaped (raw+rmdir adds removing the
-// groups, which the daemon does too). Each iteration runs its own daemon,
+// groups, which the daemon does too). cpu-ms and raw-cpu-ms are this
+// process's CPU time over each (the daemon runs in it), which a busy
+// machine moves much less than wall time. Each iteration runs its own daemon,
 // closed before the floor runs, so that its SIGCHLD handler does not weigh
 // on the floor; building the trees is not timed.
 func BenchmarkCascade1000(b *testing.B) {
 	g := newGroupCheck(b)
 	pids := newPidCheck(b)
-	var spent, raw, rawRm time.Duration
+	var spent, raw, rawRm, cpu, rawCPU time.Duration
 	for iter := 0; b.Loop(); iter++ {
 		b.StopTimer()
 		d := startBenchDaemon(b, g)
@@ -228,6 +230,7 @@ func BenchmarkCascade1000(b *testing.B) {
 		}
 
 		b.StartTimer()
+		cpu0 := processCPU()
 		t0 := time.Now()
 		if err := syscall.Kill(root.PID, syscall.SIGKILL); err != nil {
 			b.Fatal(err)
@@ -242,6 +245,7 @@ func BenchmarkCascade1000(b *testing.B) {
 			return cascadeDone(d, root, tree, rootGroup)
 		})
 		took := time.Since(t0)
+		cpu += processCPU() - cpu0
 		b.StopTimer()
 		if err != nil {
 			b.Fatalf("cascade: %v", err)
@@ -255,10 +259,11 @@ func BenchmarkCascade1000(b *testing.B) {
 			b.Fatal(err)
 		}
 
-		kill, rm, err := rawCascade(b, g)
+		kill, rm, killCPU, err := rawCascade(b, g)
 		if err != nil {
 			b.Fatal(err)
 		}
+		rawCPU += killCPU
 		raw += kill
 		rawRm += kill + rm
 		b.StartTimer()
@@ -268,6 +273,20 @@ func BenchmarkCascade1000(b *testing.B) {
 	b.ReportMetric(ms(rawRm)/float64(b.N), "raw+rmdir-ms")
 	b.ReportMetric(float64(spent)/float64(raw), "x-raw")
 	b.ReportMetric(float64(spent)/float64(rawRm), "x-raw+rmdir")
+	// CPU time of this process (the daemon, and the poll) over the same
+	// window, and the floor's: on a busy machine the wall-clock ratio
+	// follows the load, the CPU one much less.
+	b.ReportMetric(ms(cpu)/float64(b.N), "cpu-ms")
+	b.ReportMetric(ms(rawCPU)/float64(b.N), "raw-cpu-ms")
+}
+
+// selfCPU is the user and system CPU time this process has used.
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // BenchmarkDaemonMemory2000 runs the daemon as a process of its own (the
@@ -549,7 +568,7 @@ func poll(within, minWait, maxWait time.Duration, cond func() (bool, error)) err
 // sleeping process, in a group of its own, then times one cgroup.kill at
 // the top until populated 0 and every process reaped (kill), and removing
 // the groups (rm).
-func rawCascade(b *testing.B, g *groupCheck) (kill, rm time.Duration, err error) {
+func rawCascade(b *testing.B, g *groupCheck) (kill, rm, killCPU time.Duration, err error) {
 	b.Helper()
 	rg := newRawGroup(b, g, "cascade")
 	var build func(dir string, depth int) error
@@ -569,21 +588,23 @@ func rawCascade(b *testing.B, g *groupCheck) (kill, rm time.Duration, err error)
 		return nil
 	}
 	if err := build("", 0); err != nil {
-		return 0, 0, err
+		return 0, 0, 0, err
 	}
 	if n := len(rg.procs); n != cascadeFanout*(1+cascadeFanout*(1+cascadeFanout)) {
-		return 0, 0, fmt.Errorf("raw tree has %d processes", n)
+		return 0, 0, 0, fmt.Errorf("raw tree has %d processes", n)
 	}
+	cpu0 := processCPU()
 	t0 := time.Now()
 	if err := rg.killAndReap(); err != nil {
-		return 0, 0, err
+		return 0, 0, 0, err
 	}
 	kill = time.Since(t0)
+	killCPU = processCPU() - cpu0
 	t0 = time.Now()
 	if err := rg.close(); err != nil {
-		return 0, 0, err
+		return 0, 0, 0, err
 	}
-	return kill, time.Since(t0), nil
+	return kill, time.Since(t0), killCPU, nil
 }
 
 // rawGroup is a kin-named cgroup of the benchmark's own, outside every
@@ -899,21 +920,16 @@ func readProcStatus(pid int) (procStatus, error) {
 	return s, nil
 }
 
-// pidCheck remembers the agents' pids and fails the benchmark at its end
-// if any of them still runs or is an unreaped child of this process.
+// pidCheck remembers the agents' processes, each by a pidfd opened when it
+// is added (a recycled pid, such as another test run's sleep on a shared
+// machine, is never mistaken for an agent), and fails the benchmark at its
+// end if any of them still runs or is an unreaped child of this process.
 type pidCheck struct {
-	mu   sync.Mutex
-	pids []startedPID
+	mu    sync.Mutex
+	procs []trackedPid
 }
 
-// startedPID is a process as it was when added: its pid and its start time
-// (field 22 of /proc/<pid>/stat). On a shared host the pids of the agents
-// are soon recycled, by other test runs' own sleeping processes too: only
-// the same pid with the same start time is the agent's process.
-type startedPID struct {
-	pid   int
-	start string
-}
+type trackedPid struct{ pid, fd int }
 
 func newPidCheck(b *testing.B) *pidCheck {
 	pc := &pidCheck{}
@@ -922,6 +938,12 @@ func newPidCheck(b *testing.B) *pidCheck {
 		if left := pc.leftover(); len(left) > 0 {
 			b.Errorf("processes left behind: %v", left)
 		}
+		pc.mu.Lock()
+		for _, p := range pc.procs {
+			syscall.Close(p.fd)
+		}
+		pc.procs = nil
+		pc.mu.Unlock()
 	})
 	return pc
 }
@@ -930,38 +952,54 @@ func (pc *pidCheck) add(agents ...*kin.Agent) {
 	pc.mu.Lock()
 	defer pc.mu.Unlock()
 	for _, a := range agents {
-		if a != nil && a.PID > 0 {
-			st, _ := readStat(a.PID)
-			pc.pids = append(pc.pids, startedPID{a.PID, st.start})
+		if a == nil || a.PID <= 0 {
+			continue
 		}
+		fd, err := unix.PidfdOpen(a.PID, 0)
+		if err != nil {
+			continue // gone already
+		}
+		pc.procs = append(pc.procs, trackedPid{a.PID, fd})
 	}
 }
 
-// leftover lists the pids that still run the agents' program, or are
-// zombies this process has not reaped.
+// leftover lists the agents' processes that still run, or are zombies this
+// process has not reaped.
 func (pc *pidCheck) leftover() []string {
 	pc.mu.Lock()
 	defer pc.mu.Unlock()
 	var out []string
-	for _, p := range pc.pids {
-		if st, ok := readStat(p.pid); !ok || st.start != p.start {
-			continue // gone, or the pid is another process's now
-		}
-		if why := procLeft(p.pid); why != "" {
+	for _, p := range pc.procs {
+		if why := pidfdLeft(p.fd); why != "" {
 			out = append(out, fmt.Sprintf("%d (%s)", p.pid, why))
 		}
 	}
 	return out
 }
 
-// reapOrphans reaps those of the pids that are exited children of this
-// process.
+// pidfdLeft says why the process behind a pidfd counts as left behind: it
+// has not exited (the pidfd is not readable), or it is an exited child of
+// this process not yet reaped.
+func pidfdLeft(fd int) string {
+	pfd := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+	if n, err := unix.Poll(pfd, 0); err == nil && n == 0 {
+		return "running"
+	}
+	var si unix.Siginfo
+	if err := unix.Waitid(unix.P_PIDFD, fd, &si, unix.WEXITED|unix.WNOHANG|unix.WNOWAIT, nil); err == nil && si.Signo != 0 {
+		return "not reaped"
+	}
+	return ""
+}
+
+// reapOrphans reaps those of the processes that are exited children of
+// this process.
 func (pc *pidCheck) reapOrphans() {
 	pc.mu.Lock()
 	defer pc.mu.Unlock()
-	for _, p := range pc.pids {
-		var ws syscall.WaitStatus
-		syscall.Wait4(p.pid, &ws, syscall.WNOHANG, nil)
+	for _, p := range pc.procs {
+		var si unix.Siginfo
+		unix.Waitid(unix.P_PIDFD, p.fd, &si, unix.WEXITED|unix.WNOHANG, nil)
 	}
 }
 

@@ -78,18 +78,20 @@
 //
 // # Reaping: one path per pid
 //
-// A supervised process is reaped only by its own waiter goroutine: the
-// pidfd is made non-blocking and wrapped in an *os.File, so the goroutine
-// parks in the netpoller (epoll) rather than on a thread, and
-// waitid(P_PIDFD, WNOHANG) collects the status once the pidfd turns
-// readable. 200 children cost 200 goroutines and no extra threads
-// (TestNoThreadPerChild). Nothing calls cmd.Wait or wait4(-1).
+// A supervised process is reaped only by the supervisor's one reaping
+// goroutine: every process's pidfd is in one epoll set (edge-triggered),
+// whose own descriptor is non-blocking and parked in the Go netpoller, so
+// the goroutine waits on no thread; when the set turns readable it takes
+// the ready pidfds and collects each status with waitid(P_PIDFD, WNOHANG).
+// 200 children cost 200 pidfds and epoll entries, no goroutine and no
+// thread each (TestNoThreadPerChild, TestNoGoroutinePerChild). Nothing
+// calls cmd.Wait or wait4(-1).
 //
 // Orphans (an agent's descendants that re-parented to the daemon) are
 // reaped by a sweep on SIGCHLD, designed not to steal any status:
 //
-//   - pids owned by a waiter are "claimed" in a process-wide set from fork
-//     until after their waiter reaped them, and the sweep skips them;
+//   - supervised pids are "claimed" in a process-wide set from fork until
+//     after the reaping goroutine reaped them, and the sweep skips them;
 //   - Start holds a process-wide lock shared from fork until the claim, and
 //     the sweep holds it exclusively, so it never sees an unclaimed pid that
 //     is in fact a supervised process just forked;

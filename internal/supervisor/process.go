@@ -110,10 +110,11 @@ type Process struct {
 	SelfCgroup string
 	Started    time.Time
 
-	pidfd  *os.File      // owned by the waiter goroutine, which closes it
-	status *os.File      // with PID namespaces: the init's status pipe
-	done   chan struct{} // closed once exit is set
-	exit   Exit
+	pidfd    *os.File      // blocking, not in the netpoller: the reaper's epoll set watches it
+	pidfdNum int           // pidfd's descriptor, open until finishProcess closes pidfd
+	status   *os.File      // with PID namespaces: the init's status pipe
+	done     chan struct{} // closed once exit is set
+	exit     Exit
 }
 
 // Done is closed once the process has been reaped (or abandoned by Close).
@@ -197,12 +198,15 @@ func (s *Supervisor) Start(ctx context.Context, spec Spec) (*Process, error) {
 	close(a.starting)
 	a.starting = nil
 	if err == nil {
-		a.proc = p
-		s.procs[p.Pid] = p
-		// Start the waiter under mu so Close's wg.Wait cannot miss it.
-		s.wg.Add(1)
-		go s.waitProcess(p)
-	} else if created {
+		// Watched under mu, so that its end is reported after this.
+		if err = s.reaper.add(p); err == nil {
+			a.proc = p
+			s.procs[p.Pid] = p
+		} else {
+			discard(p) // before its group is removed
+		}
+	}
+	if err != nil && created {
 		s.forgetLocked(a)
 		if s.cg {
 			unix.Rmdir(selfDir(a.path))
@@ -219,6 +223,20 @@ func (s *Supervisor) Start(ctx context.Context, spec Spec) (*Process, error) {
 	}
 	s.log.Debug("started", keyAgent, spec.ID, keyPid, p.Pid, keyCgroup, p.Cgroup)
 	return p, nil
+}
+
+// discard kills and reaps a process that Start could not watch (the
+// reaper is closed, or epoll_ctl failed); it was never reported started.
+func discard(p *Process) {
+	p.Signal(syscall.SIGKILL)
+	var si siginfoChild
+	waitid(unix.P_PIDFD, p.pidfdNum, &si, unix.WEXITED, nil)
+	p.pidfd.Close()
+	unclaim(p.Pid)
+	if p.status != nil {
+		p.status.Close()
+	}
+	close(p.done)
 }
 
 // beginStart finds or creates the agent's record and marks it starting.
@@ -388,14 +406,14 @@ func (s *Supervisor) spawn(a *agent, spec Spec, argv0 string) (*Process, error) 
 		unclaim(pid)
 		return nil, errors.New("kernel returned no pidfd (CLONE_PIDFD needs Linux 5.3)")
 	}
-	unix.SetNonblock(pidfd, true) // so that os.NewFile registers it with the netpoller
 	p := &Process{
-		ID:      a.id,
-		Pid:     pid,
-		Started: started,
-		pidfd:   os.NewFile(uintptr(pidfd), "pidfd"),
-		status:  statusR,
-		done:    make(chan struct{}),
+		ID:       a.id,
+		Pid:      pid,
+		Started:  started,
+		pidfd:    os.NewFile(uintptr(pidfd), "pidfd"), // blocking: the reaper's epoll set waits on it
+		pidfdNum: pidfd,
+		status:   statusR,
+		done:     make(chan struct{}),
 	}
 	if s.pidns {
 		// The namespace is the child's from the clone on; the pid is
@@ -479,11 +497,10 @@ func (s *Supervisor) copyOutput(o output) {
 	o.r.Close()
 }
 
-// waitProcess is the only reaper of p: it parks on p's pidfd in the
-// netpoller (a goroutine, not a thread) and reaps with waitid(P_PIDFD).
-func (s *Supervisor) waitProcess(p *Process) {
-	defer s.wg.Done()
-	si, ru, ok := reapPidfd(context.Background(), p.pidfd)
+// finishProcess reports p's end once reapLoop reaped it (ok), or could
+// not (someone else reaped it, or Close abandoned it): it closes the
+// pidfd, unclaims the pid, closes p.done and calls OnExit.
+func (s *Supervisor) finishProcess(p *Process, si siginfoChild, ru unix.Rusage, ok bool) {
 	p.pidfd.Close()
 	defer func() {
 		if p.status != nil {

@@ -20,10 +20,10 @@ import (
 //   - spawnMu: Start holds it shared from fork until the new pid is claimed;
 //     an orphan sweep holds it exclusively, so a sweep never sees a pid that
 //     was forked but not yet claimed.
-//   - claimed: pids whose status belongs to a pidfd waiter, counted, since a
-//     pid reaped by one waiter can be reused by a new child before that
-//     waiter unclaims it. Sweeps never reap claimed pids; a waiter unclaims
-//     its pid only after reaping it.
+//   - claimed: pids whose status belongs to a supervisor's reaping
+//     goroutine, counted, since a pid reaped by one supervisor can be reused
+//     by a new child before it unclaims it. Sweeps never reap claimed pids;
+//     a pid is unclaimed only after it was reaped.
 var (
 	spawnMu sync.RWMutex
 	claimMu sync.Mutex
@@ -111,9 +111,45 @@ func childPids() []int {
 	return pids
 }
 
+// sweepAgain is how long the SIGCHLD sweep waits before looking again
+// when the exited child it found first is a supervised one (see sweep).
+const sweepAgain = 10 * time.Millisecond
+
 // sweep reaps exited orphans (processes that re-parented to this subreaper)
-// that s owns, without touching claimed pids. It runs on SIGCHLD.
+// that s owns, without touching claimed pids (sweepAll). It runs on
+// SIGCHLD.
+//
+// When the first exited child the kernel names is a claimed one, which a
+// supervisor reaps in a moment, it does not list every child now: a
+// cascade's thousand exits would each cost a scan of the thousand children
+// (about 30 ms of CPU per 1,000-agent cascade). It looks again sweepAgain
+// later instead, when those are reaped, and ignores SIGCHLD until then, so
+// an orphan exiting at the same time is reaped at most that much later.
 func (s *Supervisor) sweep() {
+	if s.sweepLater.Load() {
+		return // one is due shortly: until then, not even the peek (it walks every child)
+	}
+	var si siginfoChild
+	if err := waitid(unix.P_ALL, 0, &si, unix.WEXITED|unix.WNOHANG|unix.WNOWAIT, nil); err != nil || si.Pid == 0 {
+		return // no exited child at all
+	}
+	if isClaimed(int(si.Pid)) {
+		if s.sweepLater.CompareAndSwap(false, true) {
+			time.AfterFunc(sweepAgain, func() {
+				s.sweepLater.Store(false)
+				select {
+				case s.sigch <- syscall.SIGCHLD:
+				default: // a sweep is due already
+				}
+			})
+		}
+		return
+	}
+	s.sweepAll()
+}
+
+// sweepAll is sweep's scan of every child.
+func (s *Supervisor) sweepAll() {
 	spawnMu.Lock()
 	defer spawnMu.Unlock()
 	var si siginfoChild
@@ -208,4 +244,125 @@ func reapPidfd(ctx context.Context, f *os.File) (siginfoChild, unix.Rusage, bool
 		return siginfoChild{}, ru, false
 	}
 	return si, ru, true
+}
+
+// reaper waits for every supervised process of one Supervisor at once: the
+// processes' pidfds are in one epoll set, whose own descriptor is parked in
+// the Go netpoller, and one goroutine (reapLoop) reaps whichever turn
+// readable. A live process then costs a pidfd and an epoll entry, not a
+// goroutine and its stack.
+type reaper struct {
+	ep   *os.File // the epoll set, non-blocking, in the netpoller
+	epfd int      // ep's descriptor, valid until ep is closed (closed says)
+
+	mu     sync.Mutex
+	closed bool
+	procs  map[int32]*Process // by pidfd
+}
+
+func newReaper() (*reaper, error) {
+	fd, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
+	if err != nil {
+		return nil, os.NewSyscallError("epoll_create1", err)
+	}
+	if err := unix.SetNonblock(fd, true); err != nil { // so that os.NewFile puts it in the netpoller
+		unix.Close(fd)
+		return nil, os.NewSyscallError("fcntl", err)
+	}
+	return &reaper{ep: os.NewFile(uintptr(fd), "epoll"), epfd: fd, procs: map[int32]*Process{}}, nil
+}
+
+// add watches p's pidfd. Edge-triggered: an exit is reported once (a pidfd
+// already readable when added is reported at once too).
+func (r *reaper) add(p *Process) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.closed {
+		return ErrClosed
+	}
+	ev := unix.EpollEvent{Events: unix.EPOLLIN | unix.EPOLLET, Fd: int32(p.pidfdNum)}
+	if err := unix.EpollCtl(r.epfd, unix.EPOLL_CTL_ADD, p.pidfdNum, &ev); err != nil {
+		return os.NewSyscallError("epoll_ctl", err)
+	}
+	r.procs[int32(p.pidfdNum)] = p
+	return nil
+}
+
+// close stops reapLoop; abandoned then hands back what it did not reap.
+func (r *reaper) close() {
+	r.mu.Lock()
+	r.closed = true
+	r.mu.Unlock()
+	r.ep.Close()
+}
+
+// abandoned empties the set once reapLoop has returned.
+func (r *reaper) abandoned() []*Process {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make([]*Process, 0, len(r.procs))
+	for fd, p := range r.procs {
+		out = append(out, p)
+		delete(r.procs, fd)
+	}
+	return out
+}
+
+// reapLoop is the only reaper of supervised processes: it waits for the
+// epoll set to turn readable in the netpoller (no thread is parked),
+// takes the ready pidfds and reaps each with waitid(P_PIDFD, WNOHANG). It
+// returns when the reaper is closed.
+func (s *Supervisor) reapLoop() {
+	defer s.wg.Done()
+	r := s.reaper
+	rc, err := r.ep.SyscallConn()
+	if err != nil {
+		return
+	}
+	events := make([]unix.EpollEvent, 256)
+	for {
+		var n int
+		var werr error
+		err := rc.Read(func(fd uintptr) bool {
+			for {
+				n, werr = unix.EpollWait(int(fd), events, 0)
+				if werr != unix.EINTR {
+					break
+				}
+			}
+			return n != 0 || werr != nil // none ready: wait in the netpoller
+		})
+		if err != nil {
+			return // closed
+		}
+		if werr != nil {
+			s.log.Error("epoll_wait on the supervised processes' pidfds", keyErr, werr)
+			return
+		}
+		for _, ev := range events[:n] {
+			s.reapReady(ev.Fd)
+		}
+	}
+}
+
+// reapReady reaps the process behind a pidfd that turned readable.
+func (s *Supervisor) reapReady(fd int32) {
+	r := s.reaper
+	r.mu.Lock()
+	p := r.procs[fd]
+	r.mu.Unlock()
+	if p == nil {
+		return
+	}
+	var si siginfoChild
+	var ru unix.Rusage
+	err := waitid(unix.P_PIDFD, int(fd), &si, unix.WEXITED|unix.WNOHANG, &ru)
+	if err == nil && si.Pid == 0 {
+		return // not exited after all: the pidfd turns readable again when it does
+	}
+	r.mu.Lock()
+	delete(r.procs, fd)
+	r.mu.Unlock()
+	// err (ECHILD): someone else reaped it; the status is lost.
+	s.finishProcess(p, si, ru, err == nil)
 }

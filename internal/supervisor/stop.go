@@ -194,27 +194,44 @@ func (s *Supervisor) runStop(ctx context.Context, op *stopOp, dir string, grace 
 // the records in sub that lie in it (each self leaf, then its group),
 // deepest first, then dir. That takes one rmdir per directory and no
 // directory reads (which would add half again with two directories per
-// agent); only when something is left, such as directories kin did not
-// make, does it walk the tree.
+// agent): a directory is read only when its rmdir finds something in it
+// (ENOTEMPTY or EBUSY: directories kin did not make), and then only it.
 func removeGroups(sub []*agent, dir string) error {
-	paths := make([]string, 0, len(sub))
+	paths := make([]string, 0, len(sub)+1)
+	known := false
 	for _, b := range sub {
 		if within(b.path, dir) {
 			paths = append(paths, b.path)
+			known = known || b.path == dir
 		}
+	}
+	if !known {
+		paths = append(paths, dir) // the kin root, or an unknown parent group
 	}
 	depth := func(p string) int { return strings.Count(p, "/") }
-	slices.SortFunc(paths, func(a, b string) int { return depth(b) - depth(a) })
+	slices.SortStableFunc(paths, func(a, b string) int { return depth(b) - depth(a) })
+	var errs []error
 	for _, p := range paths {
-		unix.Rmdir(selfDir(p))
-		if p != dir {
-			unix.Rmdir(p)
+		if p != dir || known {
+			errs = append(errs, removeGroup(selfDir(p)))
 		}
+		errs = append(errs, removeGroup(p))
 	}
-	if err := unix.Rmdir(dir); err == nil || err == unix.ENOENT {
+	return errors.Join(errs...)
+}
+
+// removeGroup removes the empty group dir: one rmdir, or, when dir holds
+// groups (ENOTEMPTY, or EBUSY, which cgroupfs answers for child groups),
+// cgroup.RemoveTree, which reads it. A group already gone is fine.
+func removeGroup(dir string) error {
+	switch err := unix.Rmdir(dir); err {
+	case nil, unix.ENOENT:
 		return nil
+	case unix.ENOTEMPTY, unix.EBUSY:
+		return cgroup.RemoveTree(dir)
+	default:
+		return &fs.PathError{Op: "rmdir", Path: dir, Err: err}
 	}
-	return cgroup.RemoveTree(dir)
 }
 
 // deferRemove removes a stopped subtree's empty groups in a goroutine
@@ -367,7 +384,7 @@ func (s *Supervisor) killGroups(ctx context.Context, ids map[kin.AgentID]bool, p
 		}
 		return empty >= 2
 	})
-	s.sweep()
+	s.sweepAll()
 	if err != nil {
 		return fmt.Errorf("processes of agents still alive after SIGKILL: %w", err)
 	}

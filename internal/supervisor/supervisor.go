@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -99,8 +100,9 @@ type Config struct {
 	// KillTimeout bounds how long Stop waits for killed processes to be
 	// gone when its ctx has no deadline; default 10s.
 	KillTimeout time.Duration
-	// OnExit, if set, is called once per reaped process from the goroutine
-	// that reaped it; it must not block for long.
+	// OnExit, if set, is called once per reaped process from the
+	// supervisor's one reaping goroutine, which reaps no other process
+	// meanwhile: it must not block.
 	OnExit func(Exit)
 	Logger *slog.Logger
 }
@@ -125,9 +127,12 @@ type Supervisor struct {
 	devnull     *os.File
 
 	cancel   context.CancelFunc
+	reaper   *reaper // waits for every supervised process (reap.go)
 	wg       sync.WaitGroup
 	removing sync.WaitGroup // deferred group removals (Config.DeferRemove)
 	sigch    chan os.Signal
+	// sweepLater: a sweep is due sweepAgain from now (reap.go).
+	sweepLater atomic.Bool
 
 	mu     sync.Mutex
 	closed bool
@@ -267,6 +272,14 @@ func New(cfg Config) (*Supervisor, error) {
 	}
 	s.log.Info("supervisor containment", keyContainment, s.Containment(), keyCgroup, s.Root(), keyReason, s.reason)
 
+	r, err := newReaper()
+	if err != nil {
+		devnull.Close()
+		return nil, fmt.Errorf("supervisor: %w", err)
+	}
+	s.reaper = r
+	s.wg.Add(1)
+	go s.reapLoop()
 	ctx, cancel := context.WithCancel(context.Background())
 	s.cancel = cancel
 	s.sigch = make(chan os.Signal, 1)
@@ -524,16 +537,18 @@ func (s *Supervisor) close() error {
 
 	s.cancel()
 	signal.Stop(s.sigch)
-	// Abandon what still runs: closing a pidfd or pipe ends its goroutine.
+	// Abandon what still runs: closing the reaper's epoll set ends its
+	// goroutine, closing a pipe its copier's.
+	s.reaper.close()
 	s.mu.Lock()
-	for _, p := range s.procs {
-		p.pidfd.Close()
-	}
 	for r := range s.outs {
 		r.Close()
 	}
 	s.mu.Unlock()
 	s.wg.Wait()
+	for _, p := range s.reaper.abandoned() {
+		s.finishProcess(p, siginfoChild{}, unix.Rusage{}, false)
+	}
 	s.devnull.Close()
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("supervisor: close: %w", err)

@@ -3,12 +3,14 @@ package supervisor
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -371,6 +373,42 @@ func TestNoThreadPerChild(t *testing.T) {
 	}
 }
 
+// TestNoGoroutinePerChild: live processes are waited for by the
+// supervisor's one reaping goroutine, not one goroutine each; when they all
+// die at once, each exit is still reported, with its signal.
+func TestNoGoroutinePerChild(t *testing.T) {
+	both(t, func(t *testing.T, s *Supervisor) {
+		const n = 200
+		var reported atomic.Int64
+		s.cfg.OnExit = func(e Exit) {
+			if e.Signal == syscall.SIGKILL {
+				reported.Add(1)
+			}
+		}
+		before := runtime.NumGoroutine()
+		procs := []*Process{start(t, s, sleeper(1, 0))}
+		for i := 2; i <= n; i++ {
+			procs = append(procs, start(t, s, sleeper(kin.AgentID(i), 1)))
+		}
+		after := runtime.NumGoroutine()
+		t.Logf("goroutines: %d before, %d with %d children", before, after, n)
+		if after-before >= 20 {
+			t.Errorf("%d more goroutines with %d children; want fewer than 20", after-before, n)
+		}
+		if err := s.Stop(testCtx(t), 1, 0); err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range procs {
+			if e, ok := p.Exit(); !ok || e.Signal != syscall.SIGKILL {
+				t.Fatalf("agent %d: exit %v, %v; want killed", p.ID, e, ok)
+			}
+		}
+		if got := reported.Load(); got != n {
+			t.Errorf("OnExit reported %d kills, want %d", got, n)
+		}
+	})
+}
+
 func TestPeerInCgroup(t *testing.T) {
 	both(t, func(t *testing.T, s *Supervisor) {
 		p1 := start(t, s, sleeper(1, 0))
@@ -669,6 +707,64 @@ func TestDeferRemove(t *testing.T) {
 	}
 	// A new agent with a fresh group works while removals may run.
 	start(t, s, sleeper(3, 0))
+}
+
+// TestStopRemovesUnknownGroups: groups kin did not make, inside an agent's
+// group, beside and inside its self leaf and in a child's group, make
+// those groups' rmdir fail; Stop then reads and removes just them (the
+// fallback of removeGroups), and nothing of the subtree is left, removed
+// at once or in the background (DeferRemove).
+func TestStopRemovesUnknownGroups(t *testing.T) {
+	for _, deferred := range []bool{false, true} {
+		t.Run(fmt.Sprintf("DeferRemove=%v", deferred), func(t *testing.T) {
+			s := newCgroupSup(t, Config{DeferRemove: deferred})
+			ctx := testCtx(t)
+			parent := start(t, s, sleeper(1, 0))
+			child := start(t, s, sleeper(2, 1))
+			sibling := start(t, s, sleeper(3, 0)) // outside the subtree: stays
+			a1, a2 := parent.Cgroup, child.Cgroup
+			unknown := []string{
+				filepath.Join(a1, "x", "y"),           // beside the leaf, nested
+				filepath.Join(a1, SelfLeaf, "sub"),    // inside the leaf
+				filepath.Join(a2, "z"),                // in the child's group
+				filepath.Join(a2, SelfLeaf, "w", "v"), // deep in the child's leaf
+			}
+			for _, d := range unknown {
+				if err := os.MkdirAll(d, 0o755); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := s.Stop(ctx, 1, 0); err != nil {
+				t.Fatal(err)
+			}
+			for _, p := range []*Process{parent, child} {
+				if _, ok := p.Exit(); !ok {
+					t.Fatalf("agent %d not reaped when Stop returned", p.ID)
+				}
+			}
+			waitFor(t, 10*time.Second, "the stopped subtree's groups to be removed", func() bool {
+				_, err := os.Stat(a1)
+				return errors.Is(err, os.ErrNotExist)
+			})
+			// Only the other agent's group is left under the root.
+			ents, err := os.ReadDir(s.Root())
+			if err != nil {
+				t.Fatal(err)
+			}
+			var dirs []string
+			for _, e := range ents {
+				if e.IsDir() {
+					dirs = append(dirs, e.Name())
+				}
+			}
+			if want := filepath.Base(sibling.Cgroup); len(dirs) != 1 || dirs[0] != want {
+				t.Errorf("groups under the root after the stop: %v, want only %s", dirs, want)
+			}
+			if _, ok := sibling.Exit(); ok {
+				t.Error("the agent outside the stopped subtree ended")
+			}
+		})
+	}
 }
 
 // TestKillAllEndsStopsInTheirGrace: two stops of TERM-ignoring agents with an
