@@ -172,30 +172,8 @@ func BenchmarkSpawnThroughput(b *testing.B) {
 		}
 		n += len(reqs)
 
-		rg := newRawGroup(b, g, "tput")
-		var next atomic.Int64
-		var wg sync.WaitGroup
-		var rawErr atomic.Pointer[error]
-		t0 = time.Now()
-		for range throughputClients {
-			wg.Go(func() {
-				for i := int(next.Add(1) - 1); i < throughputBatch; i = int(next.Add(1) - 1) {
-					if _, _, err := rg.start("r" + strconv.Itoa(i)); err != nil {
-						rawErr.CompareAndSwap(nil, &err)
-						return
-					}
-				}
-			})
-		}
-		wg.Wait()
-		rawSpent += time.Since(t0)
-		if err := rawErr.Load(); err != nil {
-			b.Fatal(*err)
-		}
+		rawSpent += rawStarts(b, g, throughputBatch)
 		stopRoots(b, d.Client, parents)
-		if err := rg.close(); err != nil {
-			b.Fatal(err)
-		}
 	}
 	rate, rawRate := float64(n)/spent.Seconds(), float64(n)/rawSpent.Seconds()
 	b.ReportMetric(0, "ns/op")
@@ -280,7 +258,7 @@ func BenchmarkCascade1000(b *testing.B) {
 	b.ReportMetric(ms(rawCPU)/float64(b.N), "raw-cpu-ms")
 }
 
-// selfCPU is the user and system CPU time this process has used.
+// processCPU is the user and system CPU time this process has used.
 func processCPU() time.Duration {
 	var ru syscall.Rusage
 	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {

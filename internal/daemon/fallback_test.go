@@ -1,13 +1,11 @@
 package daemon_test
 
 import (
-	"bytes"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -15,24 +13,6 @@ import (
 	"github.com/kin-agents/kin/internal/kintest"
 	"github.com/kin-agents/kin/internal/leanshim"
 )
-
-// lockedBuffer is a bytes.Buffer a logger and a test share.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 // TestSpawnsWithoutTheLeanShim: where the embedded lean shim cannot be
 // installed (here a directory stands where it goes), kin serve says so in
@@ -43,12 +23,15 @@ func TestSpawnsWithoutTheLeanShim(t *testing.T) {
 	if err := os.MkdirAll(filepath.Join(home, "ctx", "bin", leanshim.Name, "in-the-way"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	var logged lockedBuffer
+	var logged lineLog
 	d := kintest.StartDaemon(t, kintest.WithHome(home), func(c *daemon.Config) {
 		c.Logger = slog.New(slog.NewJSONHandler(&logged, nil))
 	})
-	if !strings.Contains(logged.String(), "agents start through the kin binary itself") {
-		t.Fatalf("the daemon did not say it has no lean shim; its log:\n%s", logged.String())
+	logged.mu.Lock()
+	out := logged.buf.String()
+	logged.mu.Unlock()
+	if !strings.Contains(out, "agents start through the kin binary itself") {
+		t.Fatalf("the daemon did not say it has no lean shim; its log:\n%s", out)
 	}
 	a := spawnAgent(t, d.Client, "no-lean-shim", 0, "sleep")
 	// The shim (the fallback) ran and exec'd the agent's command.
