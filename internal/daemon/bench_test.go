@@ -5,11 +5,14 @@ package daemon_test
 // targets and the numbers.
 
 import (
+	"bytes"
 	"context"
 	"database/sql"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"sync"
@@ -20,6 +23,7 @@ import (
 	_ "modernc.org/sqlite" // the floors talk to SQLite directly
 
 	"github.com/kin-agents/kin/client"
+	"github.com/kin-agents/kin/internal/httpapi"
 	"github.com/kin-agents/kin/internal/kintest"
 	"github.com/kin-agents/kin/internal/registry"
 	"github.com/kin-agents/kin/internal/store"
@@ -353,9 +357,57 @@ func BenchmarkSubtree(b *testing.B) {
 		}
 		ratio(b)
 	})
+	b.Run("columns-only", func(b *testing.B) {
+		// The same for the compact wire form (httpapi.TreeColumnsType),
+		// what client.Tree asks for.
+		agents, err := f.store.AgentSubtree(ctx, f.roots[0])
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.ResetTimer()
+		for i := 0; i < b.N; i++ {
+			data, err := httpapi.EncodeTreeColumns(registry.BuildTree(agents, f.roots[0])).AppendJSON(nil), error(nil)
+			if err != nil {
+				b.Fatal(err)
+			}
+			got, err := httpapi.DecodeTree(httpapi.TreeColumnsType, bytes.NewReader(data))
+			if err != nil || len(got) != 1 {
+				b.Fatalf("tree %d, %v", len(got), err)
+			}
+			b.SetBytes(int64(len(data)))
+		}
+		ratio(b)
+	})
 	b.Run("api-unix", func(b *testing.B) {
+		// client.Tree: the compact form.
 		for i := 0; i < b.N; i++ {
 			got, err := f.d.Client.Tree(ctx, f.roots[i%len(f.roots)])
+			if err != nil || len(got) != 1 || len(got[0].Children) != 10 {
+				b.Fatalf("tree %v, %v", len(got), err)
+			}
+		}
+		ratio(b)
+	})
+	b.Run("api-unix-json", func(b *testing.B) {
+		// What a client that predates the compact form gets: the nested
+		// JSON of []kin.TreeNode.
+		hc := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			var d net.Dialer
+			return d.DialContext(ctx, "unix", f.d.SocketPath())
+		}}}
+		defer hc.CloseIdleConnections()
+		for i := 0; i < b.N; i++ {
+			req, err := http.NewRequestWithContext(ctx, "GET", "http://kin/v1/agents/"+f.roots[i%len(f.roots)].String()+"/tree", nil)
+			if err != nil {
+				b.Fatal(err)
+			}
+			resp, err := hc.Do(req)
+			if err != nil {
+				b.Fatal(err)
+			}
+			var got []*kin.TreeNode
+			err = json.NewDecoder(resp.Body).Decode(&got)
+			resp.Body.Close()
 			if err != nil || len(got) != 1 || len(got[0].Children) != 10 {
 				b.Fatalf("tree %v, %v", len(got), err)
 			}

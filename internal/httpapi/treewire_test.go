@@ -56,7 +56,7 @@ func fill(t *testing.T, v reflect.Value, seed int) {
 
 func roundTrip(t *testing.T, trees []*kin.TreeNode) []*kin.TreeNode {
 	t.Helper()
-	data, err := json.Marshal(httpapi.EncodeTreeColumns(trees))
+	data, err := httpapi.EncodeTreeColumns(trees).AppendJSON(nil), error(nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -94,6 +94,27 @@ func TestTreeColumnsCarryEveryField(t *testing.T) {
 	if want, have := mustJSON(t, trees), mustJSON(t, got); want != have {
 		t.Fatalf("the compact form changed the tree:\nwant %s\ngot  %s", want, have)
 	}
+	// The hand-written JSON is JSON that encoding/json reads the same way.
+	full.Name = "quote\" back\\slash \n\t\x01 \u2028 é \xff"
+	data := httpapi.EncodeTreeColumns(trees).AppendJSON(nil)
+	var viaStd httpapi.TreeColumns
+	if err := json.Unmarshal(data, &viaStd); err != nil {
+		t.Fatalf("encoding/json cannot read the compact form: %v\n%s", err, data)
+	}
+	fromStd, err := viaStd.Trees()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ours, err := httpapi.DecodeTree(httpapi.TreeColumnsType, bytes.NewReader(data))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want, have := mustJSON(t, fromStd), mustJSON(t, ours); want != have {
+		t.Fatalf("encoding/json and the compact reader differ:\n%s\n%s", want, have)
+	}
+	if got := ours[0].Children[0].Name; got != "quote\" back\\slash \n\t\x01 \u2028 é \ufffd" {
+		t.Fatalf("the name came back as %q", ours[0].Children[0].Name)
+	}
 }
 
 // TestTreeColumnsShape: the order of children, nesting several levels deep,
@@ -128,7 +149,15 @@ func TestTreeColumnsShape(t *testing.T) {
 func TestTreeColumnsMalformed(t *testing.T) {
 	for _, tc := range []struct{ name, doc, want string }{
 		{"version", `{"version":2,"n":0,"up":[]}`, "version 2"},
-		{"not json", `{"version":1,`, "unexpected EOF"},
+		{"not json", `{"version":1,`, "want a string"},
+		{"trailing data", `{"version":1,"n":0,"up":[]} x`, "data after the document"},
+		{"fraction", `{"version":1,"n":1.0,"up":[]}`, "not a fraction"},
+		{"leading zero", `{"version":01,"n":0,"up":[]}`, "want an integer"},
+		{"overflow", `{"version":1,"n":0,"up":[],"int":{"id":[99999999999999999999]}}`, "out of range"},
+		{"bad escape", `{"version":1,"n":0,"up":[],"strings":["\x"]}`, "bad string"},
+		{"raw control", "{\"version\":1,\"n\":0,\"up\":[],\"strings\":[\"a\tb\"]}", "control character"},
+		{"too deep", `{"version":1,"n":0,"up":[],"later":` + strings.Repeat("[", 100) + strings.Repeat("]", 100) + `}`, "nested too deep"},
+		{"wrong type", `{"version":1,"n":0,"up":{}}`, "want '['"},
 		{"short up", `{"version":1,"n":2,"up":[-1]}`, "1 parent links for 2 agents"},
 		{"negative n", `{"version":1,"n":-1,"up":[]}`, "parent links"},
 		{"parent after child", `{"version":1,"n":2,"up":[1,-1]}`, "agent 0's parent is node 1"},
