@@ -10,11 +10,13 @@ import (
 	"database/sql"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"net"
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -112,13 +114,14 @@ func benchRawInsert(b *testing.B, synchronous string) float64 {
 		b.Fatal(err)
 	}
 	defer ins.Close()
+	n := benchOps(b, minRegistrations)
 	b.ResetTimer()
-	for i := 0; i < b.N; i++ {
+	for i := 0; i < n; i++ {
 		if _, err := ins.ExecContext(ctx, fmt.Sprintf("a%d", i), i/rootEvery, 1, "bench@example.org", benchHash, "active", time.Now().UnixNano()); err != nil {
 			b.Fatal(err)
 		}
 	}
-	return reportRate(b, "commits/s")
+	return reportRate(b, n, "commits/s")
 }
 
 // benchStoreRegister registers agents through store.Update with the writes
@@ -132,8 +135,9 @@ func benchStoreRegister(b *testing.B, clients int) float64 {
 	}
 	defer st.Close()
 	now := time.Now().UTC()
+	n := benchOps(b, minRegistrations)
 	b.ResetTimer()
-	err = runPool(b.N, clients, func(i int, root *kin.AgentID) error {
+	err = runPool(n, clients, func(i int, root *kin.AgentID) error {
 		return st.Update(ctx, func(tx store.Tx) error {
 			a := benchAgent(fmt.Sprintf("a%d", i), now)
 			if *root != 0 {
@@ -173,14 +177,15 @@ func benchStoreRegister(b *testing.B, clients int) float64 {
 	if err != nil {
 		b.Fatal(err)
 	}
-	return reportRate(b, "registrations/s")
+	return reportRate(b, n, "registrations/s")
 }
 
-// benchAPIRegister registers b.N agents through svc from clients goroutines.
+// benchAPIRegister registers benchOps agents through svc from clients goroutines.
 func benchAPIRegister(b *testing.B, svc kin.Service, clients int) float64 {
 	ctx := context.Background()
+	n := benchOps(b, minRegistrations)
 	b.ResetTimer()
-	err := runPool(b.N, clients, func(i int, root *kin.AgentID) error {
+	err := runPool(n, clients, func(i int, root *kin.AgentID) error {
 		req := kin.RegisterRequest{Name: fmt.Sprintf("a%d", i), Parent: *root, ConstitutionHash: benchHash}
 		if *root == 0 {
 			req.Responsible = "bench@example.org"
@@ -197,7 +202,7 @@ func benchAPIRegister(b *testing.B, svc kin.Service, clients int) float64 {
 	if err != nil {
 		b.Fatal(err)
 	}
-	return reportRate(b, "registrations/s")
+	return reportRate(b, n, "registrations/s")
 }
 
 // runPool calls op for i in [0, n) from clients goroutines. Each goroutine
@@ -233,9 +238,11 @@ func runPool(n, clients int, op func(i int, root *kin.AgentID) error) error {
 	return first
 }
 
-// reportRate reports b.N per second of the timed part under unit.
-func reportRate(b *testing.B, unit string) float64 {
-	rate := float64(b.N) / b.Elapsed().Seconds()
+// reportRate reports n operations per second of the timed part under unit
+// (and ns/op for n operations).
+func reportRate(b *testing.B, n int, unit string) float64 {
+	nsPerOp(b, n)
+	rate := float64(n) / b.Elapsed().Seconds()
 	b.ReportMetric(rate, unit)
 	return rate
 }
@@ -247,9 +254,9 @@ func BenchmarkAncestors(b *testing.B) {
 	f := loadForest(b)
 	ctx := context.Background()
 	var floor float64 // ns per floor query
-	ratio := func(b *testing.B) {
+	ratio := func(b *testing.B, n int) {
 		if floor > 0 {
-			b.ReportMetric(nsPerOp(b)/floor, "x-floor")
+			b.ReportMetric(nsPerOp(b, n)/floor, "x-floor")
 		}
 	}
 	check := func(b *testing.B, got []*kin.Agent, err error) {
@@ -261,26 +268,29 @@ func BenchmarkAncestors(b *testing.B) {
 		}
 	}
 	b.Run("floor-select-pk", func(b *testing.B) {
-		for i := 0; i < b.N; i++ {
+		n := benchOps(b, minLookups)
+		for i := 0; i < n; i++ {
 			if _, err := selectAgent(ctx, f.db, f.deep[i%len(f.deep)]); err != nil {
 				b.Fatal(err)
 			}
 		}
-		floor = nsPerOp(b)
+		floor = nsPerOp(b, n)
 	})
 	b.Run("store", func(b *testing.B) {
-		for i := 0; i < b.N; i++ {
+		n := benchOps(b, minLookups)
+		for i := 0; i < n; i++ {
 			got, err := f.store.AgentAncestors(ctx, f.deep[i%len(f.deep)])
 			check(b, got, err)
 		}
-		ratio(b)
+		ratio(b, n)
 	})
 	b.Run("api-unix", func(b *testing.B) {
-		for i := 0; i < b.N; i++ {
+		n := benchOps(b, minLookups)
+		for i := 0; i < n; i++ {
 			got, err := f.d.Client.Ancestors(ctx, f.deep[i%len(f.deep)])
 			check(b, got, err)
 		}
-		ratio(b)
+		ratio(b, n)
 	})
 }
 
@@ -294,13 +304,14 @@ func BenchmarkSubtree(b *testing.B) {
 	ctx := context.Background()
 	want := forestDescendants + 1
 	var floor float64 // ns per floor-scan query
-	ratio := func(b *testing.B) {
+	ratio := func(b *testing.B, n int) {
 		if floor > 0 {
-			b.ReportMetric(nsPerOp(b)/floor, "x-floor")
+			b.ReportMetric(nsPerOp(b, n)/floor, "x-floor")
 		}
 	}
 	b.Run("floor-cte-ids", func(b *testing.B) {
-		for i := 0; i < b.N; i++ {
+		n := benchOps(b, minTrees)
+		for i := 0; i < n; i++ {
 			n, err := subtreeIDs(ctx, f.db, f.roots[i%len(f.roots)])
 			if err != nil || n != want {
 				b.Fatalf("%d ids, %v", n, err)
@@ -308,33 +319,36 @@ func BenchmarkSubtree(b *testing.B) {
 		}
 	})
 	b.Run("floor-scan-rows", func(b *testing.B) {
-		for i := 0; i < b.N; i++ {
+		n := benchOps(b, minTrees)
+		for i := 0; i < n; i++ {
 			n, err := scanRows(ctx, f.db, int64(i%len(f.roots))*int64(want), want)
 			if err != nil || n != want {
 				b.Fatalf("%d rows, %v", n, err)
 			}
 		}
-		floor = nsPerOp(b)
+		floor = nsPerOp(b, n)
 	})
 	b.Run("store", func(b *testing.B) {
-		for i := 0; i < b.N; i++ {
+		n := benchOps(b, minTrees)
+		for i := 0; i < n; i++ {
 			got, err := f.store.AgentSubtree(ctx, f.roots[i%len(f.roots)])
 			if err != nil || len(got) != want {
 				b.Fatalf("%d agents, %v", len(got), err)
 			}
 		}
-		ratio(b)
+		ratio(b, n)
 	})
 	b.Run("daemon", func(b *testing.B) {
 		// The service in process: the in-memory lineage walk, the rows by
 		// id from the store, and the nesting; no HTTP, no JSON.
-		for i := 0; i < b.N; i++ {
+		n := benchOps(b, minTrees)
+		for i := 0; i < n; i++ {
 			got, err := f.d.Daemon.Tree(ctx, f.roots[i%len(f.roots)])
 			if err != nil || len(got) != 1 || len(got[0].Children) != 10 {
 				b.Fatalf("tree %v, %v", len(got), err)
 			}
 		}
-		ratio(b)
+		ratio(b, n)
 	})
 	b.Run("json-only", func(b *testing.B) {
 		// What the API adds besides the store and the socket: the daemon
@@ -343,8 +357,10 @@ func BenchmarkSubtree(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
+		size := 0 // bytes on the wire
 		b.ResetTimer()
-		for i := 0; i < b.N; i++ {
+		n := benchOps(b, minTrees)
+		for i := 0; i < n; i++ {
 			data, err := json.Marshal(registry.BuildTree(agents, f.roots[0]))
 			if err != nil {
 				b.Fatal(err)
@@ -353,9 +369,10 @@ func BenchmarkSubtree(b *testing.B) {
 			if err := json.Unmarshal(data, &got); err != nil || len(got) != 1 {
 				b.Fatalf("tree %d, %v", len(got), err)
 			}
-			b.SetBytes(int64(len(data)))
+			size = len(data)
 		}
-		ratio(b)
+		b.ReportMetric(float64(size), "wire-bytes")
+		ratio(b, n)
 	})
 	b.Run("columns-only", func(b *testing.B) {
 		// The same for the compact wire form (httpapi.TreeColumnsType),
@@ -364,29 +381,30 @@ func BenchmarkSubtree(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
+		size := 0 // bytes on the wire
 		b.ResetTimer()
-		for i := 0; i < b.N; i++ {
-			data, err := httpapi.EncodeTreeColumns(registry.BuildTree(agents, f.roots[0])).AppendJSON(nil), error(nil)
-			if err != nil {
-				b.Fatal(err)
-			}
+		n := benchOps(b, minTrees)
+		for i := 0; i < n; i++ {
+			data := httpapi.EncodeTreeColumns(registry.BuildTree(agents, f.roots[0])).AppendJSON(nil)
 			got, err := httpapi.DecodeTree(httpapi.TreeColumnsType, bytes.NewReader(data))
 			if err != nil || len(got) != 1 {
 				b.Fatalf("tree %d, %v", len(got), err)
 			}
-			b.SetBytes(int64(len(data)))
+			size = len(data)
 		}
-		ratio(b)
+		b.ReportMetric(float64(size), "wire-bytes")
+		ratio(b, n)
 	})
 	b.Run("api-unix", func(b *testing.B) {
 		// client.Tree: the compact form.
-		for i := 0; i < b.N; i++ {
+		n := benchOps(b, minTrees)
+		for i := 0; i < n; i++ {
 			got, err := f.d.Client.Tree(ctx, f.roots[i%len(f.roots)])
 			if err != nil || len(got) != 1 || len(got[0].Children) != 10 {
 				b.Fatalf("tree %v, %v", len(got), err)
 			}
 		}
-		ratio(b)
+		ratio(b, n)
 	})
 	b.Run("api-unix-json", func(b *testing.B) {
 		// What a client that predates the compact form gets: the nested
@@ -396,7 +414,8 @@ func BenchmarkSubtree(b *testing.B) {
 			return d.DialContext(ctx, "unix", f.d.SocketPath())
 		}}}
 		defer hc.CloseIdleConnections()
-		for i := 0; i < b.N; i++ {
+		n := benchOps(b, minTrees)
+		for i := 0; i < n; i++ {
 			req, err := http.NewRequestWithContext(ctx, "GET", "http://kin/v1/agents/"+f.roots[i%len(f.roots)].String()+"/tree", nil)
 			if err != nil {
 				b.Fatal(err)
@@ -412,11 +431,42 @@ func BenchmarkSubtree(b *testing.B) {
 				b.Fatalf("tree %v, %v", len(got), err)
 			}
 		}
-		ratio(b)
+		ratio(b, n)
 	})
 }
 
-func nsPerOp(b *testing.B) float64 { return float64(b.Elapsed().Nanoseconds()) / float64(b.N) }
+// The registry's benchmarks and the supervisor's run in one command:
+//
+//	go test -run='^$' -bench='Register|Ancestors|Subtree|Spawn|Cascade|Memory' -benchtime=3x -count=1 ./internal/daemon/
+//
+// The supervisor's iterations are batches (a count -benchtime suits them);
+// under a count -benchtime each registry sub-benchmark does at least its
+// minimum below, whatever b.N is, and reports ns/op for what it did. Under a
+// time -benchtime (-benchtime=3s) they run b.N operations as usual.
+const (
+	minRegistrations = 2000 // BenchmarkRegister: registrations (or raw commits) per sub-benchmark
+	minLookups       = 2000 // BenchmarkAncestors: chains read
+	minTrees         = 10   // BenchmarkSubtree: subtrees read
+)
+
+// benchOps is how many operations a registry sub-benchmark runs: b.N, or
+// at least least under a count -benchtime (-benchtime=3x).
+func benchOps(b *testing.B, least int) int {
+	if f := flag.Lookup("test.benchtime"); f != nil && strings.HasSuffix(f.Value.String(), "x") {
+		return max(b.N, least)
+	}
+	return b.N
+}
+
+// nsPerOp is the timed part's nanoseconds per operation for n operations,
+// and reports it as ns/op when n is not b.N.
+func nsPerOp(b *testing.B, n int) float64 {
+	ns := float64(b.Elapsed().Nanoseconds()) / float64(n)
+	if n != b.N {
+		b.ReportMetric(ns, "ns/op")
+	}
+	return ns
+}
 
 // selectAgent is the floor of a lookup: one row by primary key, every
 // column the store reads.

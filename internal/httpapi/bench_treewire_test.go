@@ -69,7 +69,7 @@ func BenchmarkTreeWire(b *testing.B) {
 				var data []byte
 				var err error
 				if form == httpapi.TreeColumnsType {
-					data, err = httpapi.EncodeTreeColumns(trees).AppendJSON(nil), error(nil)
+					data = httpapi.EncodeTreeColumns(trees).AppendJSON(nil)
 				} else {
 					data, err = json.Marshal(trees)
 				}

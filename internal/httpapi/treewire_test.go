@@ -56,10 +56,7 @@ func fill(t *testing.T, v reflect.Value, seed int) {
 
 func roundTrip(t *testing.T, trees []*kin.TreeNode) []*kin.TreeNode {
 	t.Helper()
-	data, err := httpapi.EncodeTreeColumns(trees).AppendJSON(nil), error(nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	data := httpapi.EncodeTreeColumns(trees).AppendJSON(nil)
 	got, err := httpapi.DecodeTree(httpapi.TreeColumnsType, bytes.NewReader(data))
 	if err != nil {
 		t.Fatalf("decode: %v\n%s", err, data)
