@@ -19,6 +19,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -115,13 +116,13 @@ func benchRawInsert(b *testing.B, synchronous string) float64 {
 	}
 	defer ins.Close()
 	n := benchOps(b, minRegistrations)
-	b.ResetTimer()
+	cpu0 := resetTimer(b)
 	for i := 0; i < n; i++ {
 		if _, err := ins.ExecContext(ctx, fmt.Sprintf("a%d", i), i/rootEvery, 1, "bench@example.org", benchHash, "active", time.Now().UnixNano()); err != nil {
 			b.Fatal(err)
 		}
 	}
-	return reportRate(b, n, "commits/s")
+	return reportRate(b, n, cpu0, "commits/s")
 }
 
 // benchStoreRegister registers agents through store.Update with the writes
@@ -136,7 +137,7 @@ func benchStoreRegister(b *testing.B, clients int) float64 {
 	defer st.Close()
 	now := time.Now().UTC()
 	n := benchOps(b, minRegistrations)
-	b.ResetTimer()
+	cpu0 := resetTimer(b)
 	err = runPool(n, clients, func(i int, root *kin.AgentID) error {
 		return st.Update(ctx, func(tx store.Tx) error {
 			a := benchAgent(fmt.Sprintf("a%d", i), now)
@@ -177,14 +178,14 @@ func benchStoreRegister(b *testing.B, clients int) float64 {
 	if err != nil {
 		b.Fatal(err)
 	}
-	return reportRate(b, n, "registrations/s")
+	return reportRate(b, n, cpu0, "registrations/s")
 }
 
 // benchAPIRegister registers benchOps agents through svc from clients goroutines.
 func benchAPIRegister(b *testing.B, svc kin.Service, clients int) float64 {
 	ctx := context.Background()
 	n := benchOps(b, minRegistrations)
-	b.ResetTimer()
+	cpu0 := resetTimer(b)
 	err := runPool(n, clients, func(i int, root *kin.AgentID) error {
 		req := kin.RegisterRequest{Name: fmt.Sprintf("a%d", i), Parent: *root, ConstitutionHash: benchHash}
 		if *root == 0 {
@@ -202,7 +203,7 @@ func benchAPIRegister(b *testing.B, svc kin.Service, clients int) float64 {
 	if err != nil {
 		b.Fatal(err)
 	}
-	return reportRate(b, n, "registrations/s")
+	return reportRate(b, n, cpu0, "registrations/s")
 }
 
 // runPool calls op for i in [0, n) from clients goroutines. Each goroutine
@@ -238,10 +239,29 @@ func runPool(n, clients int, op func(i int, root *kin.AgentID) error) error {
 	return first
 }
 
+// resetTimer resets b's timer and returns the process's CPU time so far.
+func resetTimer(b *testing.B) time.Duration {
+	b.ResetTimer()
+	return processCPU()
+}
+
+// processCPU is the process's user and system CPU time so far (the daemon,
+// its clients and SQLite all run in the benchmark's process).
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
 // reportRate reports n operations per second of the timed part under unit
-// (and ns/op for n operations).
-func reportRate(b *testing.B, n int, unit string) float64 {
+// (and ns/op for n operations), and the process's CPU time per operation
+// since cpu0 (cpu-us/op): on a shared machine that moves much less with
+// the load than the rate does.
+func reportRate(b *testing.B, n int, cpu0 time.Duration, unit string) float64 {
 	nsPerOp(b, n)
+	b.ReportMetric(float64(processCPU()-cpu0)/float64(time.Microsecond)/float64(n), "cpu-us/op")
 	rate := float64(n) / b.Elapsed().Seconds()
 	b.ReportMetric(rate, unit)
 	return rate
