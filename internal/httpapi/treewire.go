@@ -334,9 +334,14 @@ func sparseInto[T any](s Sparse[T], n int, name string, set func(int, T)) error 
 func wantsTreeColumns(r *http.Request) bool {
 	for _, v := range r.Header.Values("Accept") {
 		for part := range strings.SplitSeq(v, ",") {
-			if mt, _, err := mime.ParseMediaType(part); err == nil && mt == TreeColumnsType {
-				return true
+			mt, params, err := mime.ParseMediaType(part)
+			if err != nil || mt != TreeColumnsType {
+				continue
 			}
+			if q, err := strconv.ParseFloat(params["q"], 64); err == nil && q <= 0 {
+				return false // "q=0": not acceptable (RFC 9110 §12.4.2)
+			}
+			return true
 		}
 	}
 	return false

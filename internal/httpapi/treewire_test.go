@@ -244,8 +244,10 @@ func TestTreeWireForms(t *testing.T) {
 		if err := json.Unmarshal(plain, &nested); err != nil || len(nested) == 0 {
 			t.Fatalf("GET %s: the nested form: %v %s", path, err, plain)
 		}
-		if ct, _ := get("application/json"); ct != "application/json" {
-			t.Fatalf("GET %s asking for JSON: Content-Type %q", path, ct)
+		for _, accept := range []string{"application/json", "application/json, " + httpapi.TreeColumnsType + ";q=0"} {
+			if ct, _ := get(accept); ct != "application/json" {
+				t.Fatalf("GET %s with Accept %q: Content-Type %q, want application/json", path, accept, ct)
+			}
 		}
 		ct, compact := get("text/html, " + httpapi.TreeColumnsType + ";q=0.9")
 		if ct != httpapi.TreeColumnsType {
