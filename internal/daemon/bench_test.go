@@ -255,6 +255,13 @@ func processCPU() time.Duration {
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
+// reportCPU reports the process's CPU time per operation since cpu0 in
+// milliseconds (cpu-ms/op): the daemon and its clients run in the
+// benchmark's process.
+func reportCPU(b *testing.B, n int, cpu0 time.Duration) {
+	b.ReportMetric(float64(processCPU()-cpu0)/float64(time.Millisecond)/float64(n), "cpu-ms/op")
+}
+
 // reportRate reports n operations per second of the timed part under unit
 // (and ns/op for n operations), and the process's CPU time per operation
 // since cpu0 (cpu-us/op): on a shared machine that moves much less with
@@ -274,7 +281,8 @@ func BenchmarkAncestors(b *testing.B) {
 	f := loadForest(b)
 	ctx := context.Background()
 	var floor float64 // ns per floor query
-	ratio := func(b *testing.B, n int) {
+	ratio := func(b *testing.B, n int, cpu0 time.Duration) {
+		reportCPU(b, n, cpu0)
 		if floor > 0 {
 			b.ReportMetric(nsPerOp(b, n)/floor, "x-floor")
 		}
@@ -288,6 +296,7 @@ func BenchmarkAncestors(b *testing.B) {
 		}
 	}
 	b.Run("floor-select-pk", func(b *testing.B) {
+		cpu0 := resetTimer(b)
 		n := benchOps(b, minLookups)
 		for i := 0; i < n; i++ {
 			if _, err := selectAgent(ctx, f.db, f.deep[i%len(f.deep)]); err != nil {
@@ -295,22 +304,25 @@ func BenchmarkAncestors(b *testing.B) {
 			}
 		}
 		floor = nsPerOp(b, n)
+		reportCPU(b, n, cpu0)
 	})
 	b.Run("store", func(b *testing.B) {
+		cpu0 := resetTimer(b)
 		n := benchOps(b, minLookups)
 		for i := 0; i < n; i++ {
 			got, err := f.store.AgentAncestors(ctx, f.deep[i%len(f.deep)])
 			check(b, got, err)
 		}
-		ratio(b, n)
+		ratio(b, n, cpu0)
 	})
 	b.Run("api-unix", func(b *testing.B) {
+		cpu0 := resetTimer(b)
 		n := benchOps(b, minLookups)
 		for i := 0; i < n; i++ {
 			got, err := f.d.Client.Ancestors(ctx, f.deep[i%len(f.deep)])
 			check(b, got, err)
 		}
-		ratio(b, n)
+		ratio(b, n, cpu0)
 	})
 }
 
@@ -324,12 +336,14 @@ func BenchmarkSubtree(b *testing.B) {
 	ctx := context.Background()
 	want := forestDescendants + 1
 	var floor float64 // ns per floor-scan query
-	ratio := func(b *testing.B, n int) {
+	ratio := func(b *testing.B, n int, cpu0 time.Duration) {
+		reportCPU(b, n, cpu0)
 		if floor > 0 {
 			b.ReportMetric(nsPerOp(b, n)/floor, "x-floor")
 		}
 	}
 	b.Run("floor-cte-ids", func(b *testing.B) {
+		cpu0 := resetTimer(b)
 		n := benchOps(b, minTrees)
 		for i := 0; i < n; i++ {
 			n, err := subtreeIDs(ctx, f.db, f.roots[i%len(f.roots)])
@@ -337,8 +351,10 @@ func BenchmarkSubtree(b *testing.B) {
 				b.Fatalf("%d ids, %v", n, err)
 			}
 		}
+		reportCPU(b, n, cpu0)
 	})
 	b.Run("floor-scan-rows", func(b *testing.B) {
+		cpu0 := resetTimer(b)
 		n := benchOps(b, minTrees)
 		for i := 0; i < n; i++ {
 			n, err := scanRows(ctx, f.db, int64(i%len(f.roots))*int64(want), want)
@@ -347,8 +363,10 @@ func BenchmarkSubtree(b *testing.B) {
 			}
 		}
 		floor = nsPerOp(b, n)
+		reportCPU(b, n, cpu0)
 	})
 	b.Run("store", func(b *testing.B) {
+		cpu0 := resetTimer(b)
 		n := benchOps(b, minTrees)
 		for i := 0; i < n; i++ {
 			got, err := f.store.AgentSubtree(ctx, f.roots[i%len(f.roots)])
@@ -356,11 +374,12 @@ func BenchmarkSubtree(b *testing.B) {
 				b.Fatalf("%d agents, %v", len(got), err)
 			}
 		}
-		ratio(b, n)
+		ratio(b, n, cpu0)
 	})
 	b.Run("daemon", func(b *testing.B) {
 		// The service in process: the in-memory lineage walk, the rows by
 		// id from the store, and the nesting; no HTTP, no JSON.
+		cpu0 := resetTimer(b)
 		n := benchOps(b, minTrees)
 		for i := 0; i < n; i++ {
 			got, err := f.d.Daemon.Tree(ctx, f.roots[i%len(f.roots)])
@@ -368,7 +387,7 @@ func BenchmarkSubtree(b *testing.B) {
 				b.Fatalf("tree %v, %v", len(got), err)
 			}
 		}
-		ratio(b, n)
+		ratio(b, n, cpu0)
 	})
 	b.Run("json-only", func(b *testing.B) {
 		// What the API adds besides the store and the socket: the daemon
@@ -378,7 +397,7 @@ func BenchmarkSubtree(b *testing.B) {
 			b.Fatal(err)
 		}
 		size := 0 // bytes on the wire
-		b.ResetTimer()
+		cpu0 := resetTimer(b)
 		n := benchOps(b, minTrees)
 		for i := 0; i < n; i++ {
 			data, err := json.Marshal(registry.BuildTree(agents, f.roots[0]))
@@ -392,7 +411,7 @@ func BenchmarkSubtree(b *testing.B) {
 			size = len(data)
 		}
 		b.ReportMetric(float64(size), "wire-bytes")
-		ratio(b, n)
+		ratio(b, n, cpu0)
 	})
 	b.Run("columns-only", func(b *testing.B) {
 		// The same for the compact wire form (httpapi.TreeColumnsType),
@@ -402,7 +421,7 @@ func BenchmarkSubtree(b *testing.B) {
 			b.Fatal(err)
 		}
 		size := 0 // bytes on the wire
-		b.ResetTimer()
+		cpu0 := resetTimer(b)
 		n := benchOps(b, minTrees)
 		for i := 0; i < n; i++ {
 			data := httpapi.EncodeTreeColumns(registry.BuildTree(agents, f.roots[0])).AppendJSON(nil)
@@ -413,10 +432,11 @@ func BenchmarkSubtree(b *testing.B) {
 			size = len(data)
 		}
 		b.ReportMetric(float64(size), "wire-bytes")
-		ratio(b, n)
+		ratio(b, n, cpu0)
 	})
 	b.Run("api-unix", func(b *testing.B) {
 		// client.Tree: the compact form.
+		cpu0 := resetTimer(b)
 		n := benchOps(b, minTrees)
 		for i := 0; i < n; i++ {
 			got, err := f.d.Client.Tree(ctx, f.roots[i%len(f.roots)])
@@ -424,7 +444,7 @@ func BenchmarkSubtree(b *testing.B) {
 				b.Fatalf("tree %v, %v", len(got), err)
 			}
 		}
-		ratio(b, n)
+		ratio(b, n, cpu0)
 	})
 	b.Run("api-unix-json", func(b *testing.B) {
 		// What a client that predates the compact form gets: the nested
@@ -434,6 +454,7 @@ func BenchmarkSubtree(b *testing.B) {
 			return d.DialContext(ctx, "unix", f.d.SocketPath())
 		}}}
 		defer hc.CloseIdleConnections()
+		cpu0 := resetTimer(b)
 		n := benchOps(b, minTrees)
 		for i := 0; i < n; i++ {
 			req, err := http.NewRequestWithContext(ctx, "GET", "http://kin/v1/agents/"+f.roots[i%len(f.roots)].String()+"/tree", nil)
@@ -451,7 +472,7 @@ func BenchmarkSubtree(b *testing.B) {
 				b.Fatalf("tree %v, %v", len(got), err)
 			}
 		}
-		ratio(b, n)
+		ratio(b, n, cpu0)
 	})
 }
 
