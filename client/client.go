@@ -267,8 +267,18 @@ func (c *Client) Tree(ctx context.Context, id kin.AgentID) ([]*kin.TreeNode, err
 	if id != 0 {
 		path = "/v1/agents/" + id.String() + "/tree"
 	}
-	var out []*kin.TreeNode
-	return out, c.do(ctx, "GET", path, nil, &out)
+	// The compact form (httpapi.TreeColumnsType) when the daemon has it; a
+	// daemon that predates it ignores the Accept and sends nested JSON.
+	resp, err := c.send(ctx, "GET", path, nil, httpapi.TreeColumnsType+", application/json;q=0.5")
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	out, err := httpapi.DecodeTree(resp.Header.Get("Content-Type"), resp.Body)
+	if err != nil {
+		return nil, fmt.Errorf("kin at %s sent an unreadable answer to GET %s: %w", c.where, path, err)
+	}
+	return out, nil
 }
 
 func (c *Client) SetStatus(ctx context.Context, req kin.StatusRequest) ([]*kin.Agent, error) {

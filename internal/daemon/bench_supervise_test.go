@@ -258,15 +258,6 @@ func BenchmarkCascade1000(b *testing.B) {
 	b.ReportMetric(ms(rawCPU)/float64(b.N), "raw-cpu-ms")
 }
 
-// processCPU is the user and system CPU time this process has used.
-func processCPU() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-}
-
 // BenchmarkDaemonMemory2000 runs the daemon as a process of its own (the
 // test binary, see TestMain), spawns 2,000 sleeping agents into it over its
 // socket, and reads its VmRSS, VmHWM, Threads and open descriptors from

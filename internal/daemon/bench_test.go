@@ -5,21 +5,28 @@ package daemon_test
 // targets and the numbers.
 
 import (
+	"bytes"
 	"context"
 	"database/sql"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
+	"net"
+	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
 	_ "modernc.org/sqlite" // the floors talk to SQLite directly
 
 	"github.com/kin-agents/kin/client"
+	"github.com/kin-agents/kin/internal/httpapi"
 	"github.com/kin-agents/kin/internal/kintest"
 	"github.com/kin-agents/kin/internal/registry"
 	"github.com/kin-agents/kin/internal/store"
@@ -108,13 +115,14 @@ func benchRawInsert(b *testing.B, synchronous string) float64 {
 		b.Fatal(err)
 	}
 	defer ins.Close()
-	b.ResetTimer()
-	for i := 0; i < b.N; i++ {
+	n := benchOps(b, minRegistrations)
+	cpu0 := resetTimer(b)
+	for i := 0; i < n; i++ {
 		if _, err := ins.ExecContext(ctx, fmt.Sprintf("a%d", i), i/rootEvery, 1, "bench@example.org", benchHash, "active", time.Now().UnixNano()); err != nil {
 			b.Fatal(err)
 		}
 	}
-	return reportRate(b, "commits/s")
+	return reportRate(b, n, cpu0, "commits/s")
 }
 
 // benchStoreRegister registers agents through store.Update with the writes
@@ -128,8 +136,9 @@ func benchStoreRegister(b *testing.B, clients int) float64 {
 	}
 	defer st.Close()
 	now := time.Now().UTC()
-	b.ResetTimer()
-	err = runPool(b.N, clients, func(i int, root *kin.AgentID) error {
+	n := benchOps(b, minRegistrations)
+	cpu0 := resetTimer(b)
+	err = runPool(n, clients, func(i int, root *kin.AgentID) error {
 		return st.Update(ctx, func(tx store.Tx) error {
 			a := benchAgent(fmt.Sprintf("a%d", i), now)
 			if *root != 0 {
@@ -169,14 +178,15 @@ func benchStoreRegister(b *testing.B, clients int) float64 {
 	if err != nil {
 		b.Fatal(err)
 	}
-	return reportRate(b, "registrations/s")
+	return reportRate(b, n, cpu0, "registrations/s")
 }
 
-// benchAPIRegister registers b.N agents through svc from clients goroutines.
+// benchAPIRegister registers benchOps agents through svc from clients goroutines.
 func benchAPIRegister(b *testing.B, svc kin.Service, clients int) float64 {
 	ctx := context.Background()
-	b.ResetTimer()
-	err := runPool(b.N, clients, func(i int, root *kin.AgentID) error {
+	n := benchOps(b, minRegistrations)
+	cpu0 := resetTimer(b)
+	err := runPool(n, clients, func(i int, root *kin.AgentID) error {
 		req := kin.RegisterRequest{Name: fmt.Sprintf("a%d", i), Parent: *root, ConstitutionHash: benchHash}
 		if *root == 0 {
 			req.Responsible = "bench@example.org"
@@ -193,7 +203,7 @@ func benchAPIRegister(b *testing.B, svc kin.Service, clients int) float64 {
 	if err != nil {
 		b.Fatal(err)
 	}
-	return reportRate(b, "registrations/s")
+	return reportRate(b, n, cpu0, "registrations/s")
 }
 
 // runPool calls op for i in [0, n) from clients goroutines. Each goroutine
@@ -229,9 +239,37 @@ func runPool(n, clients int, op func(i int, root *kin.AgentID) error) error {
 	return first
 }
 
-// reportRate reports b.N per second of the timed part under unit.
-func reportRate(b *testing.B, unit string) float64 {
-	rate := float64(b.N) / b.Elapsed().Seconds()
+// resetTimer resets b's timer and returns the process's CPU time so far.
+func resetTimer(b *testing.B) time.Duration {
+	b.ResetTimer()
+	return processCPU()
+}
+
+// processCPU is the process's user and system CPU time so far (the daemon,
+// its clients and SQLite all run in the benchmark's process).
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// reportCPU reports the process's CPU time per operation since cpu0 in
+// milliseconds (cpu-ms/op): the daemon and its clients run in the
+// benchmark's process.
+func reportCPU(b *testing.B, n int, cpu0 time.Duration) {
+	b.ReportMetric(float64(processCPU()-cpu0)/float64(time.Millisecond)/float64(n), "cpu-ms/op")
+}
+
+// reportRate reports n operations per second of the timed part under unit
+// (and ns/op for n operations), and the process's CPU time per operation
+// since cpu0 (cpu-us/op): on a shared machine that moves much less with
+// the load than the rate does.
+func reportRate(b *testing.B, n int, cpu0 time.Duration, unit string) float64 {
+	nsPerOp(b, n)
+	b.ReportMetric(float64(processCPU()-cpu0)/float64(time.Microsecond)/float64(n), "cpu-us/op")
+	rate := float64(n) / b.Elapsed().Seconds()
 	b.ReportMetric(rate, unit)
 	return rate
 }
@@ -243,9 +281,10 @@ func BenchmarkAncestors(b *testing.B) {
 	f := loadForest(b)
 	ctx := context.Background()
 	var floor float64 // ns per floor query
-	ratio := func(b *testing.B) {
+	ratio := func(b *testing.B, n int, cpu0 time.Duration) {
+		reportCPU(b, n, cpu0)
 		if floor > 0 {
-			b.ReportMetric(nsPerOp(b)/floor, "x-floor")
+			b.ReportMetric(nsPerOp(b, n)/floor, "x-floor")
 		}
 	}
 	check := func(b *testing.B, got []*kin.Agent, err error) {
@@ -257,26 +296,33 @@ func BenchmarkAncestors(b *testing.B) {
 		}
 	}
 	b.Run("floor-select-pk", func(b *testing.B) {
-		for i := 0; i < b.N; i++ {
+		cpu0 := resetTimer(b)
+		n := benchOps(b, minLookups)
+		for i := 0; i < n; i++ {
 			if _, err := selectAgent(ctx, f.db, f.deep[i%len(f.deep)]); err != nil {
 				b.Fatal(err)
 			}
 		}
-		floor = nsPerOp(b)
+		floor = nsPerOp(b, n)
+		reportCPU(b, n, cpu0)
 	})
 	b.Run("store", func(b *testing.B) {
-		for i := 0; i < b.N; i++ {
+		cpu0 := resetTimer(b)
+		n := benchOps(b, minLookups)
+		for i := 0; i < n; i++ {
 			got, err := f.store.AgentAncestors(ctx, f.deep[i%len(f.deep)])
 			check(b, got, err)
 		}
-		ratio(b)
+		ratio(b, n, cpu0)
 	})
 	b.Run("api-unix", func(b *testing.B) {
-		for i := 0; i < b.N; i++ {
+		cpu0 := resetTimer(b)
+		n := benchOps(b, minLookups)
+		for i := 0; i < n; i++ {
 			got, err := f.d.Client.Ancestors(ctx, f.deep[i%len(f.deep)])
 			check(b, got, err)
 		}
-		ratio(b)
+		ratio(b, n, cpu0)
 	})
 }
 
@@ -290,47 +336,58 @@ func BenchmarkSubtree(b *testing.B) {
 	ctx := context.Background()
 	want := forestDescendants + 1
 	var floor float64 // ns per floor-scan query
-	ratio := func(b *testing.B) {
+	ratio := func(b *testing.B, n int, cpu0 time.Duration) {
+		reportCPU(b, n, cpu0)
 		if floor > 0 {
-			b.ReportMetric(nsPerOp(b)/floor, "x-floor")
+			b.ReportMetric(nsPerOp(b, n)/floor, "x-floor")
 		}
 	}
 	b.Run("floor-cte-ids", func(b *testing.B) {
-		for i := 0; i < b.N; i++ {
+		cpu0 := resetTimer(b)
+		n := benchOps(b, minTrees)
+		for i := 0; i < n; i++ {
 			n, err := subtreeIDs(ctx, f.db, f.roots[i%len(f.roots)])
 			if err != nil || n != want {
 				b.Fatalf("%d ids, %v", n, err)
 			}
 		}
+		reportCPU(b, n, cpu0)
 	})
 	b.Run("floor-scan-rows", func(b *testing.B) {
-		for i := 0; i < b.N; i++ {
+		cpu0 := resetTimer(b)
+		n := benchOps(b, minTrees)
+		for i := 0; i < n; i++ {
 			n, err := scanRows(ctx, f.db, int64(i%len(f.roots))*int64(want), want)
 			if err != nil || n != want {
 				b.Fatalf("%d rows, %v", n, err)
 			}
 		}
-		floor = nsPerOp(b)
+		floor = nsPerOp(b, n)
+		reportCPU(b, n, cpu0)
 	})
 	b.Run("store", func(b *testing.B) {
-		for i := 0; i < b.N; i++ {
+		cpu0 := resetTimer(b)
+		n := benchOps(b, minTrees)
+		for i := 0; i < n; i++ {
 			got, err := f.store.AgentSubtree(ctx, f.roots[i%len(f.roots)])
 			if err != nil || len(got) != want {
 				b.Fatalf("%d agents, %v", len(got), err)
 			}
 		}
-		ratio(b)
+		ratio(b, n, cpu0)
 	})
 	b.Run("daemon", func(b *testing.B) {
 		// The service in process: the in-memory lineage walk, the rows by
 		// id from the store, and the nesting; no HTTP, no JSON.
-		for i := 0; i < b.N; i++ {
+		cpu0 := resetTimer(b)
+		n := benchOps(b, minTrees)
+		for i := 0; i < n; i++ {
 			got, err := f.d.Daemon.Tree(ctx, f.roots[i%len(f.roots)])
 			if err != nil || len(got) != 1 || len(got[0].Children) != 10 {
 				b.Fatalf("tree %v, %v", len(got), err)
 			}
 		}
-		ratio(b)
+		ratio(b, n, cpu0)
 	})
 	b.Run("json-only", func(b *testing.B) {
 		// What the API adds besides the store and the socket: the daemon
@@ -339,8 +396,10 @@ func BenchmarkSubtree(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		b.ResetTimer()
-		for i := 0; i < b.N; i++ {
+		size := 0 // bytes on the wire
+		cpu0 := resetTimer(b)
+		n := benchOps(b, minTrees)
+		for i := 0; i < n; i++ {
 			data, err := json.Marshal(registry.BuildTree(agents, f.roots[0]))
 			if err != nil {
 				b.Fatal(err)
@@ -349,22 +408,106 @@ func BenchmarkSubtree(b *testing.B) {
 			if err := json.Unmarshal(data, &got); err != nil || len(got) != 1 {
 				b.Fatalf("tree %d, %v", len(got), err)
 			}
-			b.SetBytes(int64(len(data)))
+			size = len(data)
 		}
-		ratio(b)
+		b.ReportMetric(float64(size), "wire-bytes")
+		ratio(b, n, cpu0)
+	})
+	b.Run("columns-only", func(b *testing.B) {
+		// The same for the compact wire form (httpapi.TreeColumnsType),
+		// what client.Tree asks for.
+		agents, err := f.store.AgentSubtree(ctx, f.roots[0])
+		if err != nil {
+			b.Fatal(err)
+		}
+		size := 0 // bytes on the wire
+		cpu0 := resetTimer(b)
+		n := benchOps(b, minTrees)
+		for i := 0; i < n; i++ {
+			data := httpapi.EncodeTreeColumns(registry.BuildTree(agents, f.roots[0])).AppendJSON(nil)
+			got, err := httpapi.DecodeTree(httpapi.TreeColumnsType, bytes.NewReader(data))
+			if err != nil || len(got) != 1 {
+				b.Fatalf("tree %d, %v", len(got), err)
+			}
+			size = len(data)
+		}
+		b.ReportMetric(float64(size), "wire-bytes")
+		ratio(b, n, cpu0)
 	})
 	b.Run("api-unix", func(b *testing.B) {
-		for i := 0; i < b.N; i++ {
+		// client.Tree: the compact form.
+		cpu0 := resetTimer(b)
+		n := benchOps(b, minTrees)
+		for i := 0; i < n; i++ {
 			got, err := f.d.Client.Tree(ctx, f.roots[i%len(f.roots)])
 			if err != nil || len(got) != 1 || len(got[0].Children) != 10 {
 				b.Fatalf("tree %v, %v", len(got), err)
 			}
 		}
-		ratio(b)
+		ratio(b, n, cpu0)
+	})
+	b.Run("api-unix-json", func(b *testing.B) {
+		// What a client that predates the compact form gets: the nested
+		// JSON of []kin.TreeNode.
+		hc := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			var d net.Dialer
+			return d.DialContext(ctx, "unix", f.d.SocketPath())
+		}}}
+		defer hc.CloseIdleConnections()
+		cpu0 := resetTimer(b)
+		n := benchOps(b, minTrees)
+		for i := 0; i < n; i++ {
+			req, err := http.NewRequestWithContext(ctx, "GET", "http://kin/v1/agents/"+f.roots[i%len(f.roots)].String()+"/tree", nil)
+			if err != nil {
+				b.Fatal(err)
+			}
+			resp, err := hc.Do(req)
+			if err != nil {
+				b.Fatal(err)
+			}
+			var got []*kin.TreeNode
+			err = json.NewDecoder(resp.Body).Decode(&got)
+			resp.Body.Close()
+			if err != nil || len(got) != 1 || len(got[0].Children) != 10 {
+				b.Fatalf("tree %v, %v", len(got), err)
+			}
+		}
+		ratio(b, n, cpu0)
 	})
 }
 
-func nsPerOp(b *testing.B) float64 { return float64(b.Elapsed().Nanoseconds()) / float64(b.N) }
+// The registry's benchmarks and the supervisor's run in one command:
+//
+//	go test -run='^$' -bench='Register|Ancestors|Subtree|Spawn|Cascade|Memory' -benchtime=3x -count=1 ./internal/daemon/
+//
+// The supervisor's iterations are batches (a count -benchtime suits them);
+// under a count -benchtime each registry sub-benchmark does at least its
+// minimum below, whatever b.N is, and reports ns/op for what it did. Under a
+// time -benchtime (-benchtime=3s) they run b.N operations as usual.
+const (
+	minRegistrations = 2000 // BenchmarkRegister: registrations (or raw commits) per sub-benchmark
+	minLookups       = 2000 // BenchmarkAncestors: chains read
+	minTrees         = 10   // BenchmarkSubtree: subtrees read
+)
+
+// benchOps is how many operations a registry sub-benchmark runs: b.N, or
+// at least least under a count -benchtime (-benchtime=3x).
+func benchOps(b *testing.B, least int) int {
+	if f := flag.Lookup("test.benchtime"); f != nil && strings.HasSuffix(f.Value.String(), "x") {
+		return max(b.N, least)
+	}
+	return b.N
+}
+
+// nsPerOp is the timed part's nanoseconds per operation for n operations,
+// and reports it as ns/op when n is not b.N.
+func nsPerOp(b *testing.B, n int) float64 {
+	ns := float64(b.Elapsed().Nanoseconds()) / float64(n)
+	if n != b.N {
+		b.ReportMetric(ns, "ns/op")
+	}
+	return ns
+}
 
 // selectAgent is the floor of a lookup: one row by primary key, every
 // column the store reads.

@@ -426,7 +426,15 @@ func (s *Server) ancestors(w http.ResponseWriter, r *http.Request) error {
 }
 
 func (s *Server) subtree(w http.ResponseWriter, r *http.Request) error {
-	return s.withID(w, r, func(ctx context.Context, id kin.AgentID) (any, error) { return s.svc.Tree(ctx, id) })
+	id, err := pathID(r)
+	if err != nil {
+		return err
+	}
+	out, err := s.svc.Tree(r.Context(), id)
+	if err != nil {
+		return err
+	}
+	return writeTree(w, r, out)
 }
 
 func (s *Server) forest(w http.ResponseWriter, r *http.Request) error {
@@ -434,7 +442,7 @@ func (s *Server) forest(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	return writeJSON(w, http.StatusOK, out)
+	return writeTree(w, r, out)
 }
 
 // StatusBody is the body of POST /v1/agents/{id}/status.

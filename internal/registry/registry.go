@@ -512,8 +512,10 @@ func (r *Registry) Tree(ctx context.Context, id kin.AgentID) ([]*kin.TreeNode, e
 func BuildTree(agents []*kin.Agent, root kin.AgentID) []*kin.TreeNode {
 	nodes := make(map[kin.AgentID]*kin.TreeNode, len(agents))
 	roots := []*kin.TreeNode{}
-	for _, a := range agents {
-		n := &kin.TreeNode{Agent: *a, Children: []*kin.TreeNode{}}
+	all := make([]kin.TreeNode, len(agents)) // one allocation for every node
+	for i, a := range agents {
+		n := &all[i]
+		n.Agent, n.Children = *a, []*kin.TreeNode{}
 		nodes[a.ID] = n
 		if p, ok := nodes[a.Parent]; ok && a.ID != root {
 			p.Children = append(p.Children, n)

@@ -48,12 +48,12 @@ var agentColumns = func() string {
 			col = "a." + col
 		}
 		if c.kind == colInt {
-			parts[i] = col + " || ','"
+			parts[i] = col + ", ','"
 		} else {
-			parts[i] = "length(CAST(" + col + " AS BLOB)) || ':' || " + col
+			parts[i] = "octet_length(" + col + "), ':', " + col
 		}
 	}
-	return strings.Join(parts, " || ")
+	return "concat(" + strings.Join(parts, ", ") + ")"
 }()
 
 type scanner interface{ Scan(dest ...any) error }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/kin-agents/kin/internal/store"
 	"github.com/kin-agents/kin/internal/store/storetest"
@@ -29,16 +30,20 @@ func BenchmarkPermChain(b *testing.B) {
 		{"SettingList", func(tx store.Tx) error { _, err := tx.SettingList(ctx); return err }},
 	} {
 		b.Run(bench.name, func(b *testing.B) {
+			var cpu time.Duration
 			err := s.Update(ctx, func(tx store.Tx) error {
 				b.ResetTimer()
+				cpu0 := processCPU()
 				for range b.N {
 					if err := bench.read(tx); err != nil {
 						return err
 					}
 				}
 				b.StopTimer()
+				cpu = processCPU() - cpu0
 				return nil
 			})
+			b.ReportMetric(float64(cpu.Nanoseconds())/float64(b.N), "cpu-ns/op")
 			if err != nil {
 				b.Fatal(err)
 			}

@@ -248,14 +248,25 @@ func (r reader) AgentListByIDs(ctx context.Context, ids []kin.AgentID) ([]*kin.A
 		out = slices.Concat(parts...)
 	}
 	// Put the rows in the caller's order here: an ORDER BY would copy
-	// every wide row through SQLite's sorter.
+	// every wide row through SQLite's sorter. Each row goes to the slot of
+	// its id's first place in ids (a sort comparing positions looked each
+	// up in the map some 28 times a row for 10,000 rows).
 	pos := make(map[kin.AgentID]int, len(ids))
 	for i, id := range ids {
 		if _, dup := pos[id]; !dup {
 			pos[id] = i
 		}
 	}
-	slices.SortFunc(out, func(x, y *kin.Agent) int { return cmp.Compare(pos[x.ID], pos[y.ID]) })
+	slots := make([]*kin.Agent, len(ids))
+	for _, a := range out {
+		slots[pos[a.ID]] = a
+	}
+	out = out[:0]
+	for _, a := range slots {
+		if a != nil {
+			out = append(out, a)
+		}
+	}
 	return out, nil
 }
 

@@ -294,7 +294,7 @@ func (s *Store) commit(batch []*update) {
 			errs[i] = err
 			continue
 		}
-		if _, err := tx.ExecContext(ctx, "SAVEPOINT u"); err != nil {
+		if _, err := s.savepoint(ctx, tx, sqlSavepoint); err != nil {
 			errs[i] = fmt.Errorf("sqlite: savepoint: %w", err)
 			continue
 		}
@@ -304,7 +304,7 @@ func (s *Store) commit(batch []*update) {
 		if errs[i] != nil {
 			tree = saved
 			cache.forget() // what it read may include its undone writes
-			if _, err := tx.ExecContext(ctx, "ROLLBACK TO u"); err != nil {
+			if _, err := s.savepoint(ctx, tx, sqlRollbackTo); err != nil {
 				// The transaction is in an unknown state: fail the batch.
 				tx.Rollback()
 				for j := range errs {
@@ -319,7 +319,7 @@ func (s *Store) commit(batch []*update) {
 			ok++
 			appended += t.appended
 		}
-		if _, err := tx.ExecContext(ctx, "RELEASE u"); err != nil {
+		if _, err := s.savepoint(ctx, tx, sqlRelease); err != nil {
 			errs[i] = fmt.Errorf("sqlite: release savepoint: %w", err)
 		}
 	}
@@ -367,6 +367,21 @@ func (s *Store) syncFor(ctx context.Context, batch []*update) error {
 	}
 	s.syncNow = want
 	return nil
+}
+
+// The savepoint each Update runs in, prepared on the writer's connection
+// like the hot statements (run unprepared, each was compiled per Update).
+const (
+	sqlSavepoint  = "SAVEPOINT u"
+	sqlRollbackTo = "ROLLBACK TO u"
+	sqlRelease    = "RELEASE u"
+)
+
+func (s *Store) savepoint(ctx context.Context, tx *sql.Tx, q string) (sql.Result, error) {
+	if st := s.wstmts.get(ctx, q); st != nil {
+		return tx.StmtContext(ctx, st).ExecContext(ctx)
+	}
+	return tx.ExecContext(ctx, q)
 }
 
 // edge returns the tree's committed edge as the transaction r sees it: the

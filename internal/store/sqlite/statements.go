@@ -53,6 +53,7 @@ func writerStatements() []string {
 		sqlAgentByID, sqlAgentSubtree, sqlAgentLiveByName, sqlAgentWalletExists, sqlAgentInsert,
 		sqlAgentUpdateStatus, sqlAgentSpawnBlock, sqlEventAppend, sqlRejectionInsert, sqlRejectionCount,
 		sqlSettingList, sqlSettingSet, sqlSpendAdd, sqlSpendSubAdd, sqlSpawnAdd, sqlPermChain, sqlLogSize, sqlAgentKeyInsert, sqlAuthTokenInsert, countLiveSQL(true, false, false), countLiveSQL(false, true, false), countLiveSQL(false, true, true),
+		sqlSavepoint, sqlRollbackTo, sqlRelease,
 	}
 }
 

@@ -1,0 +1,88 @@
+package httpapi_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/kin-agents/kin/internal/httpapi"
+	"github.com/kin-agents/kin/kin"
+)
+
+// benchTree is a root with 10 children, 100 grandchildren and chains below
+// them: 10,001 agents, the shape of the daemon's BenchmarkSubtree.
+func benchTree() []*kin.TreeNode {
+	now := time.Now().UTC()
+	id := kin.AgentID(0)
+	node := func(parent kin.AgentID, gen int) *kin.TreeNode {
+		id++
+		return &kin.TreeNode{Agent: kin.Agent{ID: id, Name: fmt.Sprintf("t0-n%d", id), Parent: parent, Generation: gen,
+			Responsible: "bench@example.org", ConstitutionHash: "sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef",
+			Life: kin.LifeOwned, Status: kin.StatusActive, State: kin.StateRegistered, CreatedAt: now, CreatedBy: "operator", UpdatedAt: now},
+			Children: []*kin.TreeNode{}}
+	}
+	root := node(0, 0)
+	var grand, leaves []*kin.TreeNode
+	for range 10 {
+		c := node(root.ID, 1)
+		root.Children = append(root.Children, c)
+		for range 10 {
+			g := node(c.ID, 2)
+			c.Children = append(c.Children, g)
+			grand = append(grand, g)
+		}
+	}
+	leaves = append(leaves, grand...)
+	for i := 0; id < 10_001; i++ {
+		k := i % len(leaves)
+		p := leaves[k]
+		if p.Generation >= 10 {
+			p = grand[k] // a new chain from the same grandchild
+		}
+		n := node(p.ID, p.Generation+1)
+		p.Children = append(p.Children, n)
+		leaves[k] = n
+	}
+	return []*kin.TreeNode{root}
+}
+
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// BenchmarkTreeWire encodes and decodes a 10,001-agent tree in the nested
+// JSON and in the compact form, as the daemon and the client do.
+func BenchmarkTreeWire(b *testing.B) {
+	trees := benchTree()
+	for _, form := range []string{"application/json", httpapi.TreeColumnsType} {
+		name := map[string]string{"application/json": "nested-json", httpapi.TreeColumnsType: "columns"}[form]
+		b.Run(name, func(b *testing.B) {
+			cpu0 := processCPU()
+			for range b.N {
+				var data []byte
+				var err error
+				if form == httpapi.TreeColumnsType {
+					data = httpapi.EncodeTreeColumns(trees).AppendJSON(nil)
+				} else {
+					data, err = json.Marshal(trees)
+				}
+				if err != nil {
+					b.Fatal(err)
+				}
+				got, err := httpapi.DecodeTree(form, bytes.NewReader(data))
+				if err != nil || len(got) != 1 {
+					b.Fatal(err)
+				}
+				b.SetBytes(int64(len(data)))
+			}
+			b.ReportMetric(float64(processCPU()-cpu0)/float64(time.Millisecond)/float64(b.N), "cpu-ms/op")
+		})
+	}
+}
