@@ -11,7 +11,8 @@ import (
 )
 
 // TestAgentDirectoriesAreSpread: on ext2/3/4 the daemon sets FS_TOPDIR_FL
-// (chattr +T) on its home, the ctx root, ctx/home and ctx/agent, so that
+// (chattr +T) on its home, the ctx root, ctx/home and ctx/agent (and kin on
+// each session's context/child), so that
 // each agent's directories go to a block group the allocator chooses
 // rather than beside a busy parent's (internal/runner/topdir.go), and an
 // agent spawned there runs as before.
@@ -40,5 +41,17 @@ func TestAgentDirectoriesAreSpread(t *testing.T) {
 			t.Errorf("%s: FS_TOPDIR_FL is not set (flags %#x)", dir, flags)
 		}
 	}
-	spawnAgent(t, d.Client, "spread", 0, "sleep")
+	parent := spawnAgent(t, d.Client, "spread", 0, "sleep")
+	spawnAgent(t, d.Client, "spread-child", parent.ID, "sleep")
+	// A session's context/child/, one folder per child.
+	children := filepath.Join(home, "ctx", "home", uidOf(d, parent.ID), "agent", "spread", "session", "default", "context", "child")
+	f, err := os.Open(children)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	flags, err := unix.IoctlGetInt(int(f.Fd()), unix.FS_IOC_GETFLAGS)
+	if err != nil || flags&0x00020000 == 0 {
+		t.Errorf("%s: FS_TOPDIR_FL is not set (flags %#x, %v)", children, flags, err)
+	}
 }

@@ -1,54 +1,18 @@
 package runner
 
 import (
-	"errors"
 	"os"
 
-	"golang.org/x/sys/unix"
+	"github.com/kin-agents/kin/internal/ctxfs"
 )
 
-// fsTopdirFL is FS_TOPDIR_FL (chattr +T): ext2/3/4's Orlov allocator
-// places each new subdirectory of such a directory in a block group of its
-// own choosing (one with more free inodes and blocks than most), as it does
-// for directories made at the file system's root, rather than beside its
-// parent.
-const fsTopdirFL = 0x00020000
-
-// spreadSubdirs sets FS_TOPDIR_FL on dir where the file system has it.
-//
-// Why: on ext4 without a journal (these machines), allocating an inode
-// scans past every inode freed recently in its block group, and a busy
-// directory's group (/tmp under test suites, or kin's own home after a
-// churn of agents) has thousands: 0.5-0.7 ms of CPU a file, against 30 µs
-// in a group nobody churns (measured here: 200 directories of 20 files
-// under /tmp, with and without the flag on their parent). Each agent's
-// session and control directory are subdirectories of ctx/home and
-// ctx/agent, so with the flag each agent's files go where allocation is
-// cheap. Nothing an agent or a tool sees changes (lsattr shows the T).
-// Other file systems refuse the flag or ignore it: that is not an error.
+// spreadSubdirs sets FS_TOPDIR_FL on dir (ctxfs.SpreadSubdirs): each of its
+// new subdirectories goes to a block group of the allocator's choosing.
 func spreadSubdirs(dir string) error {
 	f, err := os.Open(dir)
 	if err != nil {
 		return err
 	}
 	defer f.Close()
-	fd := int(f.Fd())
-	flags, err := unix.IoctlGetInt(fd, unix.FS_IOC_GETFLAGS)
-	if err != nil {
-		if unsupported(err) {
-			return nil
-		}
-		return err
-	}
-	if flags&fsTopdirFL != 0 {
-		return nil
-	}
-	if err := unix.IoctlSetPointerInt(fd, unix.FS_IOC_SETFLAGS, flags|fsTopdirFL); err != nil && !unsupported(err) {
-		return err
-	}
-	return nil
-}
-
-func unsupported(err error) bool {
-	return errors.Is(err, unix.ENOTTY) || errors.Is(err, unix.EOPNOTSUPP) || errors.Is(err, unix.EINVAL) || errors.Is(err, unix.ENOSYS)
+	return ctxfs.SpreadSubdirs(int(f.Fd()))
 }
