@@ -61,8 +61,10 @@ type Options struct {
 	// NoSync skips the fsync of files and directories. Writes stay atomic
 	// (a reader and a crashed process still see the old or the new file),
 	// but a power loss may then lose recent updates or leave an empty file
-	// where a new one was renamed in. Tests of concurrency use it; the
-	// daemon should not.
+	// where a new one was renamed in. The daemon sets it: everything it
+	// writes here follows its store, and after a crash of the machine it
+	// rewrites the tree (RepairSession, RepairChildDir and the control
+	// files); tests of concurrency set it too.
 	NoSync bool
 	// Limits of CopyResult; zero fields take the defaults below.
 	MaxResultBytes int64

@@ -34,6 +34,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kin-agents/kin/internal/kintest"
 	"github.com/kin-agents/kin/internal/supervisor/cgroup"
 	"github.com/kin-agents/kin/kin"
 )
@@ -363,7 +364,7 @@ exec /bin/sleep 3600
 // usable by any uid (kin runs agents as their own uids).
 func doubleFork(b *testing.B) (argv []string, pidFile string) {
 	b.Helper()
-	dir := anyUIDDir(b)
+	dir := kintest.SharedDir(b)
 	script, pidFile := filepath.Join(dir, "double-fork.sh"), filepath.Join(dir, "grandchild.pid")
 	if err := os.WriteFile(script, []byte(doubleForkScript), 0o755); err != nil {
 		b.Fatal(err)
@@ -375,21 +376,6 @@ func doubleFork(b *testing.B) (argv []string, pidFile string) {
 		b.Fatal(err)
 	}
 	return []string{"/bin/sh", script, pidFile}, pidFile
-}
-
-// anyUIDDir is a temporary directory that any uid may use, removed at the
-// end of the benchmark.
-func anyUIDDir(b *testing.B) string {
-	b.Helper()
-	dir, err := os.MkdirTemp("", "kinvs")
-	if err == nil {
-		err = os.Chmod(dir, 0o777)
-	}
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { os.RemoveAll(dir) })
-	return dir
 }
 
 // grandchildPid waits until the script wrote its grandchild's pid and the

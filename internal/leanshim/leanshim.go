@@ -6,7 +6,7 @@
 // kin binary itself can be that shim (`kin sandbox-exec`), but starting it
 // costs about 10 ms of CPU, most of it the initialisation of the packages a
 // daemon, a CLI and a dashboard need, and page faults in a 40 MB binary.
-// The lean shim links internal/sandbox alone and starts in about 1.5 ms, so
+// The lean shim links internal/sandbox alone and starts in about 1.8 ms, so
 // a burst of spawns is not bounded by the shims' own start.
 //
 // The binaries are generated (go generate ./internal/leanshim: gen.go) and

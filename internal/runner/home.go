@@ -50,7 +50,7 @@ func (run *Runner) prepareDirs() error {
 	if run.cfg.ShimPath == "" {
 		lean, err := leanshim.Install(filepath.Join(run.ctxDir, "bin"))
 		if err != nil {
-			run.log.Warn("agents start through the kin binary itself (about 10 ms of CPU each, not 1.5 ms): no lean sandbox shim", "err", err)
+			run.log.Warn("agents start through the kin binary itself (about 10 ms of CPU each, not 1.8 ms): no lean sandbox shim", "err", err)
 		}
 		run.leanShim = lean
 	}

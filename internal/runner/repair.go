@@ -2,6 +2,7 @@ package runner
 
 import (
 	"context"
+	"os"
 	"path/filepath"
 	"strings"
 
@@ -78,10 +79,8 @@ func (run *Runner) repairCtx(ctx context.Context, a *kin.Agent, c *ctxAgent) {
 func (run *Runner) emptiedChildDir(parent ctxfs.Session, a *kin.Agent) (string, bool) {
 	for _, name := range childDirNames(a) {
 		dir := run.ctx.ChildDir(parent.UID, parent.Agent, parent.ID, name)
-		if _, err := run.ctx.ReadFile(filepath.Join(dir, ctxfs.FileChildSession), 128); err != nil {
-			if _, err := run.ctx.ReadFile(filepath.Join(dir, ctxfs.FileChildStatus), 128); err != nil {
-				continue // no such folder
-			}
+		if st, err := os.Lstat(dir); err != nil || !st.IsDir() {
+			continue // no such folder
 		}
 		b, err := run.ctx.ReadFile(filepath.Join(dir, ctxfs.FileChildAgent), 64)
 		if err != nil || strings.TrimSpace(string(b)) == "" {

@@ -155,6 +155,9 @@ func (run *Runner) startView(a *kin.Agent) *viewFuture {
 	if run.view == nil {
 		return nil
 	}
+	if flat, ok := run.auth.Flat(a.ID); ok && flat.Mounts != nil {
+		return nil // its policy's own mounts, not the default view
+	}
 	cred := run.agentCredential(a.ID)
 	if cred == nil {
 		return nil

@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"slices"
+	"strings"
 	"sync"
 	"unsafe"
 
@@ -259,22 +260,13 @@ func (v *View) children(dir string) []string {
 		if dir == "/" {
 			rel = s[1:]
 		}
-		first, _, _ := cutSlash(rel)
+		first, _, _ := strings.Cut(rel, "/")
 		sub := filepath.Join(dir, first)
 		if sub != s && !slices.Contains(out, sub) {
 			out = append(out, sub)
 		}
 	}
 	return out
-}
-
-func cutSlash(s string) (string, string, bool) {
-	for i := 0; i < len(s); i++ {
-		if s[i] == '/' {
-			return s[:i], s[i+1:], true
-		}
-	}
-	return s, "", false
 }
 
 // reread lists dir again: entries gone or replaced are closed, new ones

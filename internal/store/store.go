@@ -67,7 +67,8 @@ type LazyUpdater interface {
 // wait on it.
 //
 // A driver closes the channel at least after every commit of its own
-// handle that appended events, once the commit is durable, and, within a
+// handle that appended events, once the commit is durable (a LazyUpdater's
+// lazy commit: once it is visible), and, within a
 // latency it documents, after such a commit by any other handle on the same
 // store (another process, another host). It may close it at other times
 // too: a wake-up that finds nothing new is allowed, a commit that appended
