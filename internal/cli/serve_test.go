@@ -261,8 +261,8 @@ func TestServeErrors(t *testing.T) {
 	wantUsage(t, serve(noEnv, "--profile", "no-such-profile"), "--profile", "no-such-profile", "aauth, default, hierarchy")
 	wantUsage(t, serve(noEnv, "--profile", "/no/such/file.json"), "--profile")
 	wantUsage(t, serve(noEnv, "--store", "mysql://x"), "--store")
-	pg := serve(noEnv, "--store", "postgres://kin:hunter2@db/kin")
-	wantUsage(t, pg, "--store", "the PostgreSQL driver is not built yet (issue 23); use sqlite:PATH", "postgres://***@db/kin")
+	pg := serve(noEnv, "--store", "postgres://kin:hunter2@db:notaport/kin")
+	wantUsage(t, pg, "--store", "not a PostgreSQL URL", "postgres://***@db:notaport/kin")
 	if strings.Contains(pg.stderr, "hunter2") {
 		t.Errorf("the error shows the store's password:\n%s", pg.stderr)
 	}

@@ -39,8 +39,11 @@ const (
 
 // driverBans are the store's drivers, which only storeopen may import.
 var driverBans = map[string]string{
-	mod + "internal/store/sqlite": whyNoDriver,
-	"modernc.org/...":             whyNoDriver,
+	mod + "internal/store/sqlite":   whyNoDriver,
+	mod + "internal/store/postgres": whyNoDriver,
+	mod + "internal/store/sqlstore": whyNoDriver,
+	"modernc.org/...":               whyNoDriver,
+	"github.com/jackc/pgx/...":      whyNoDriver,
 }
 
 // withBans is m with the driver bans added.
@@ -191,6 +194,23 @@ var packageMap = map[string]deptest.DepChecker{
 		BadDeps: map[string]string{
 			mod + "internal/governor": "the driver keeps what the daemon decided; deciding is the governor's",
 			mod + "internal/policy":   "the driver keeps what the daemon decided; permissions are policy's",
+		},
+	},
+	"internal/store/postgres": {
+		BadDeps: map[string]string{
+			mod + "internal/governor":     "the driver keeps what the daemon decided; deciding is the governor's",
+			mod + "internal/policy":       "the driver keeps what the daemon decided; permissions are policy's",
+			mod + "internal/store/sqlite": "one driver never needs the other: what they share is sqlstore",
+			"modernc.org/...":             "the SQLite engine belongs to internal/store/sqlite",
+		},
+	},
+	"internal/store/sqlstore": {
+		BadDeps: map[string]string{
+			mod + "internal/governor":     "the driver keeps what the daemon decided; deciding is the governor's",
+			mod + "internal/policy":       "the driver keeps what the daemon decided; permissions are policy's",
+			mod + "internal/store/sqlite": "the shared SQL is below both drivers: each driver imports it, never the reverse",
+			"modernc.org/...":             "the shared SQL speaks database/sql; the engine is its driver's",
+			"github.com/jackc/pgx/...":    "the shared SQL speaks database/sql; the engine is its driver's",
 		},
 	},
 	"internal/store/storetest": {},
@@ -450,8 +470,10 @@ func TestCLIDoesNotImportADriver(t *testing.T) {
 	deptest.DepChecker{
 		Package: mod + "internal/cli",
 		BadImports: map[string]string{
-			mod + "internal/store/sqlite": why,
-			"modernc.org/...":             why,
+			mod + "internal/store/sqlite":   why,
+			mod + "internal/store/postgres": why,
+			"modernc.org/...":               why,
+			"github.com/jackc/pgx/...":      why,
 		},
 	}.Check(t)
 }

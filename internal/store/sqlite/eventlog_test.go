@@ -19,6 +19,7 @@ import (
 
 	"github.com/kin-agents/kin/internal/auditlog"
 	"github.com/kin-agents/kin/internal/store"
+	"github.com/kin-agents/kin/internal/store/sqlstore"
 	"github.com/kin-agents/kin/internal/store/storetest"
 	"github.com/kin-agents/kin/kin"
 )
@@ -47,7 +48,7 @@ func openLog(t testing.TB, path string) *Store {
 	return s
 }
 
-func openReadOnly(t testing.TB, path string) *ReadOnly {
+func openReadOnly(t testing.TB, path string) *sqlstore.ReadOnly {
 	t.Helper()
 	r, err := OpenReadOnly(context.Background(), path)
 	if err != nil {
@@ -135,7 +136,7 @@ func TestEventLogGroupCommit(t *testing.T) {
 			}
 		}()
 	}
-	for len(s.queue) < queued {
+	for s.Queued() < queued {
 		runtime.Gosched()
 	}
 	close(release)
@@ -540,7 +541,7 @@ func TestOpenReadOnlyTakesAnyPath(t *testing.T) {
 			continue
 		}
 		wantOK(t, verify(t, ro, v, nil), 5, 0)
-		if _, err := ro.db.ExecContext(ctx, `DELETE FROM events`); err == nil {
+		if _, err := ro.DB().ExecContext(ctx, `DELETE FROM events`); err == nil {
 			t.Errorf("%q: a read-only database took a write", name)
 		}
 		ro.Close()

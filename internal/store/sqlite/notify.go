@@ -3,8 +3,9 @@ package sqlite
 import (
 	"context"
 	"database/sql"
-	"sync/atomic"
 	"time"
+
+	"github.com/kin-agents/kin/internal/store/sqlstore"
 )
 
 // Notifications (store.Notifier). The writer wakes this handle's waiters
@@ -20,10 +21,6 @@ import (
 // pollInterval is how often the poller looks for other handles' commits
 // while anyone waits.
 const pollInterval = 50 * time.Millisecond
-
-// Wait returns a channel closed at the next commit that appended events,
-// by this handle or (within pollInterval) another on the same file.
-func (s *Store) Wait() <-chan struct{} { return s.hub.Wait() }
 
 // openPoller opens the poller's own read-only connection: data_version
 // compares commits seen by one connection, so it must stay the same one.
@@ -52,11 +49,11 @@ func (s *Store) pollOthers() {
 	t.Stop()
 	version := int64(-1) // the first poll always looks at the log
 	for {
-		if !s.hub.Waited() {
+		if !s.Hub().Waited() {
 			select {
 			case <-s.stop:
 				return
-			case <-s.hub.Waiting():
+			case <-s.Hub().Waiting():
 			}
 		}
 		t.Reset(pollInterval)
@@ -72,25 +69,10 @@ func (s *Store) pollOthers() {
 		}
 		version = v
 		var size int64
-		if err := s.pdb.QueryRowContext(ctx, sqlLogSize).Scan(&size); err != nil {
+		if err := s.pdb.QueryRowContext(ctx, sqlstore.LogSizeSQL).Scan(&size); err != nil {
 			version = -1
 			continue
 		}
-		if storeMax(&s.notified, size) {
-			s.hub.Notify()
-		}
-	}
-}
-
-// storeMax raises v to n and reports whether it did.
-func storeMax(v *atomic.Int64, n int64) bool {
-	for {
-		old := v.Load()
-		if n <= old {
-			return false
-		}
-		if v.CompareAndSwap(old, n) {
-			return true
-		}
+		s.Woken(size)
 	}
 }

@@ -2,6 +2,8 @@ package storeopen
 
 import (
 	"fmt"
+
+	"github.com/jackc/pgx/v5"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -15,8 +17,9 @@ const (
 
 // DSN is a parsed store DSN.
 type DSN struct {
-	Driver string // DriverSQLite (the only one built)
+	Driver string // DriverSQLite or DriverPostgres
 	Path   string // SQLite: the database file
+	URL    string // PostgreSQL: the connection URL as given (it may hold a password)
 }
 
 // String is the DSN in its canonical form, with no secrets.
@@ -26,6 +29,8 @@ func (d DSN) String() string {
 		return "sqlite://" + d.Path // sqlite://PATH drops one leading //
 	case d.Driver == DriverSQLite:
 		return "sqlite:" + d.Path
+	case d.Driver == DriverPostgres:
+		return Redact(d.URL)
 	}
 	return d.Driver + ":"
 }
@@ -35,10 +40,12 @@ func (d DSN) String() string {
 //	"" or "sqlite"   SQLite in <home>/kin.db
 //	sqlite:PATH      SQLite in the file PATH
 //	sqlite://PATH    the same (sqlite:///abs/kin.db is /abs/kin.db)
+//	postgres://USER[:PASSWORD]@HOST[:PORT]/DATABASE[?PARAMS]
+//	postgresql://... the same; a Unix socket as ?host=/DIR (libpq's URL
+//	                 form, as pgx reads it; sslmode, passfile, ... too)
 //
-// postgres:// and postgresql:// URLs are recognised and refused until the
-// PostgreSQL driver is built (issue 23). Errors quote the DSN with any
-// password or other secret replaced by ***, and say what to write instead.
+// Errors quote the DSN with any password or other secret replaced by ***,
+// and say what to write instead.
 func ParseDSN(dsn, home string) (DSN, error) {
 	bad := func(format string, args ...any) (DSN, error) {
 		return DSN{}, fmt.Errorf("store %q: "+format, append([]any{Redact(dsn)}, args...)...)
@@ -67,9 +74,22 @@ func ParseDSN(dsn, home string) (DSN, error) {
 		}
 		return DSN{Driver: DriverSQLite, Path: path}, nil
 	case "postgres", "postgresql":
-		return bad("the PostgreSQL driver is not built yet (issue 23); use sqlite:PATH")
+		if !strings.HasPrefix(rest, "//") {
+			return bad("write a PostgreSQL URL as %s://USER@HOST/DATABASE (or ?host=/SOCKET/DIR)", scheme)
+		}
+		if _, err := pgx.ParseConfig(dsn); err != nil {
+			// pgx quotes what it could not read, which may be part of a
+			// password: its words are shown only when the URL has no
+			// user information.
+			why := ""
+			if at := strings.LastIndex(rest, "@"); at < 0 {
+				why = " (" + Redact(err.Error()) + ")"
+			}
+			return bad("not a PostgreSQL URL pgx can read%s: write %s://USER@HOST:PORT/DATABASE", why, scheme)
+		}
+		return DSN{Driver: DriverPostgres, URL: dsn}, nil
 	}
-	return bad("unknown scheme %q: use sqlite:PATH (or sqlite for <home>/kin.db)", Redact(scheme))
+	return bad("unknown scheme %q: use sqlite:PATH (or sqlite for <home>/kin.db), or postgres://USER@HOST/DATABASE", Redact(scheme))
 }
 
 // IsDSN reports whether s starts with a scheme ParseDSN knows (sqlite:,

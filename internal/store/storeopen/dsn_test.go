@@ -24,15 +24,16 @@ func TestParseDSN(t *testing.T) {
 		{"/data/kin.db", "", []string{"no scheme", "sqlite:/data/kin.db"}},
 		{"kin.db", "", []string{"no scheme", "sqlite:kin.db"}},
 		{"mysql://root:hunter2@db/kin", "", []string{`unknown scheme "mysql"`, "use sqlite:PATH", "mysql://***@db/kin"}},
-		{"postgres://kin:hunter2@db.example:5432/kin?sslmode=require", "", []string{"PostgreSQL driver is not built yet (issue 23); use sqlite:PATH", "postgres://***@db.example:5432/kin"}},
-		{"postgresql://db/kin?password=hunter2&user=kin", "", []string{"not built yet", "password=***&user=kin"}},
+		{"postgres://kin:hunter2@db.example:notaport/kin", "", []string{"not a PostgreSQL URL", "postgres://***@db.example:notaport/kin", "postgres://USER@HOST:PORT/DATABASE"}},
+		{"postgresql://db/kin?password=hunter2&user=kin&sslmode=sometimes", "", []string{"not a PostgreSQL URL", "password=***&user=kin"}},
+		{"postgres:kin", "", []string{"postgres://USER@HOST/DATABASE"}},
 		{"host=db password=hunter2 dbname=kin", "", []string{"no scheme", "password=***"}},
 	} {
 		d, err := ParseDSN(tt.dsn, "/home")
 		switch {
 		case tt.err == nil && err != nil:
 			t.Errorf("ParseDSN(%q): %v", tt.dsn, err)
-		case tt.err == nil && (d.Driver != DriverSQLite || d.Path != tt.path):
+		case tt.err == nil && tt.path != "" && (d.Driver != DriverSQLite || d.Path != tt.path):
 			t.Errorf("ParseDSN(%q) = %+v, want sqlite %s", tt.dsn, d, tt.path)
 		case tt.err != nil && err == nil:
 			t.Errorf("ParseDSN(%q) = %+v, want an error", tt.dsn, d)
@@ -45,6 +46,18 @@ func TestParseDSN(t *testing.T) {
 			if strings.Contains(err.Error(), "hunter2") {
 				t.Errorf("ParseDSN(%q): the error shows the password: %v", tt.dsn, err)
 			}
+		}
+	}
+	for _, dsn := range []string{
+		"postgres://kin:hunter2@db.example:5432/kin?sslmode=require",
+		"postgresql://kin@/kin?host=/run/postgresql",
+	} {
+		d, err := ParseDSN(dsn, "")
+		if err != nil || d.Driver != DriverPostgres || d.URL != dsn {
+			t.Errorf("ParseDSN(%q) = %+v, %v; want the postgres driver and the URL", dsn, d, err)
+		}
+		if strings.Contains(d.String(), "hunter2") {
+			t.Errorf("DSN %q prints its password: %s", dsn, d)
 		}
 	}
 	if _, err := ParseDSN("sqlite", ""); err == nil || !strings.Contains(err.Error(), "sqlite:PATH") {
@@ -63,24 +76,31 @@ func TestIsDSN(t *testing.T) {
 	}
 }
 
-// FuzzParseDSN: any input gives a DSN that names a file and prints back to
-// itself, or an error that says which DSN (never a panic); and a password
-// in a URL's user information never reaches the error.
+// FuzzParseDSN: any input gives a DSN that names a SQLite file and prints
+// back to itself, or a PostgreSQL URL that prints without its password, or
+// an error that says which DSN (never a panic); and a password in a URL's
+// user information never reaches the error or the printed DSN.
 func FuzzParseDSN(f *testing.F) {
 	for _, s := range []string{
 		"", "sqlite", "sqlite:", "sqlite:/data/kin.db", "sqlite:///abs", "sqlite://rel", "sqlite:a:b", "sqlite:\x00",
 		"postgres://u:p@h:5432/db?sslmode=disable", "postgresql://h/db?password=x", "host=h password=x",
 		"mysql://x", "/data/kin.db", "1sqlite:x", ":", "://@", "a://b@c@d", "SQLITE:x", "sqlite:%00", "sqlite:\n",
+		"h:notaport/db", "h/db?sslmode=sometimes",
 	} {
 		f.Add(s, "pw")
 	}
 	f.Fuzz(func(t *testing.T, dsn, secret string) {
 		d, err := ParseDSN(dsn, "/home")
-		if err != nil {
+		switch {
+		case err != nil:
 			if !strings.HasPrefix(err.Error(), "store ") {
 				t.Fatalf("ParseDSN(%q): %v; want the error to start with the DSN", dsn, err)
 			}
-		} else {
+		case d.Driver == DriverPostgres:
+			if d.URL != dsn || d.Path != "" {
+				t.Fatalf("ParseDSN(%q) = %+v", dsn, d)
+			}
+		default:
 			if d.Driver != DriverSQLite || d.Path == "" || strings.IndexByte(d.Path, 0) >= 0 {
 				t.Fatalf("ParseDSN(%q) = %+v", dsn, d)
 			}
@@ -89,15 +109,22 @@ func FuzzParseDSN(f *testing.F) {
 				t.Fatalf("ParseDSN(%q) = %+v, whose String %q parses to %+v, %v", dsn, d, d.String(), back, err)
 			}
 		}
-		// A URL whose user information holds a marked secret.
+		// A URL whose user information holds a marked secret: parsed or
+		// refused, the secret shows nowhere.
 		const mark = "S3CR3T"
-		if strings.Contains(dsn, mark) {
+		if strings.Contains(dsn, mark) || strings.Contains(secret, "@") {
 			return
 		}
 		u := "postgres://kin:" + mark + secret + "@" + dsn
 		for _, in := range []string{u, "mysql" + u[len("postgres"):]} {
-			if _, err := ParseDSN(in, "/home"); err == nil || strings.Contains(err.Error(), mark) {
-				t.Fatalf("ParseDSN(%q): %v; want an error without the secret", in, err)
+			d, err := ParseDSN(in, "/home")
+			switch {
+			case err != nil && strings.Contains(err.Error(), mark):
+				t.Fatalf("ParseDSN(%q): the error shows the secret: %v", in, err)
+			case err == nil && d.Driver != DriverPostgres:
+				t.Fatalf("ParseDSN(%q) = %+v; want the postgres driver or an error", in, d)
+			case err == nil && strings.Contains(d.String(), mark):
+				t.Fatalf("ParseDSN(%q) prints as %q, with the secret", in, d)
 			}
 		}
 	})

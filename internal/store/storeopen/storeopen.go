@@ -14,10 +14,14 @@ package storeopen
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"net/url"
+	"strings"
 
 	"github.com/kin-agents/kin/internal/auditlog"
 	"github.com/kin-agents/kin/internal/store"
+	"github.com/kin-agents/kin/internal/store/postgres"
 	"github.com/kin-agents/kin/internal/store/sqlite"
 )
 
@@ -26,7 +30,8 @@ type Options struct {
 	// Home is where the DSNs "" and "sqlite" put the database (kin.db).
 	Home string
 	// Synchronous is SQLite's synchronous pragma: "FULL" (the default) or
-	// "NORMAL".
+	// "NORMAL". PostgreSQL's durability is the server's
+	// (synchronous_commit).
 	Synchronous string
 }
 
@@ -42,6 +47,12 @@ func Open(ctx context.Context, dsn string, opts Options) (store.Store, error) {
 		s, err := sqlite.Open(ctx, d.Path, sqlite.Options{Synchronous: opts.Synchronous})
 		if err != nil {
 			return nil, err
+		}
+		return s, nil
+	case DriverPostgres:
+		s, err := postgres.Open(ctx, d.URL, postgres.Options{})
+		if err != nil {
+			return nil, redactErr(d, err)
 		}
 		return s, nil
 	}
@@ -69,6 +80,24 @@ func OpenReadOnly(ctx context.Context, dsn string, opts Options) (LogReader, err
 			return nil, err
 		}
 		return r, nil
+	case DriverPostgres:
+		r, err := postgres.OpenReadOnly(ctx, d.URL)
+		if err != nil {
+			return nil, redactErr(d, err)
+		}
+		return r, nil
 	}
 	return nil, fmt.Errorf("store %s: no driver %q", d, d.Driver)
+}
+
+// redactErr is a driver's error with anything of d's secrets hidden: pgx
+// quotes a DSN it cannot use, and a server's message may echo a user.
+func redactErr(d DSN, err error) error {
+	msg := Redact(err.Error())
+	if u, perr := url.Parse(d.URL); perr == nil && u.User != nil {
+		if pw, ok := u.User.Password(); ok && pw != "" {
+			msg = strings.ReplaceAll(msg, pw, "***")
+		}
+	}
+	return errors.New(msg)
 }

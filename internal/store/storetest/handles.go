@@ -164,7 +164,7 @@ var errFull = errors.New("the parent has its children")
 func testTwoHandlesHoldALimit(t *testing.T, a store.Store, second func() store.Store) {
 	ctx := context.Background()
 	b := second()
-	const perHandle, limit, rounds = 32, 10, 3
+	const perHandle, limit, rounds = 32, 10, raceRounds
 	for r := range rounds {
 		parent := Insert(t, a, fmt.Sprintf("parent-%d", r), 0)
 		admitted, refused := raceHandles(t, a, b, perHandle, func(s store.Store, h, g int) error {
@@ -271,6 +271,61 @@ func testTwoHandlesAppendOneLog(t *testing.T, a store.Store, second func() store
 	WantOK(t, Verify(t, b, v, nil), int64(len(all)), 2)
 }
 
+// raceRounds is how many times each race between two handles is run:
+// a race lost once in a few rounds shows in twenty.
+const raceRounds = 20
+
+// testTwoHandlesHoldACardinality races what a registration under a
+// cardinality rule does (seed 002: at most N live agents of a role in one
+// name context), from two handles: count the live agents of the role and
+// context in the transaction, refuse at the limit, else insert one. Each
+// round's role and context are its own; agents of the same role in
+// another context, and of another role in the same context, must not
+// count.
+func testTwoHandlesHoldACardinality(t *testing.T, a store.Store, second func() store.Store) {
+	ctx := context.Background()
+	b := second()
+	const perHandle, limit = 32, 3
+	for r := range raceRounds {
+		role, nameCtx := fmt.Sprintf("role%d", r), fmt.Sprintf("ctx%d", r)
+		other := fmt.Sprintf("other%d", r)
+		// Decoys: the role elsewhere, another role here.
+		for i, p := range [][2]string{{role, other}, {other, nameCtx}} {
+			ag := NewAgent(fmt.Sprintf("decoy%d-%d", r, i), 0, 0)
+			ag.Role = p[0]
+			update(t, a, func(tx store.Tx) error {
+				_, err := tx.AgentInsert(ctx, store.AgentInsertParams{Agent: ag, NameContext: p[1]})
+				return err
+			})
+		}
+		admitted, refused := raceHandles(t, a, b, perHandle, func(s store.Store, h, g int) error {
+			return s.Update(ctx, func(tx store.Tx) error {
+				n, err := tx.AgentCountLive(ctx, store.AgentCountLiveParams{Role: role, NameContext: &nameCtx})
+				if err != nil {
+					return err
+				}
+				if n >= limit {
+					return errFull
+				}
+				ag := NewAgent(fmt.Sprintf("%s-%s-%d-%d", role, nameCtx, h, g), 0, 0)
+				ag.Role = role
+				_, err = tx.AgentInsert(ctx, store.AgentInsertParams{Agent: ag, NameContext: nameCtx})
+				return err
+			})
+		})
+		if admitted != limit || refused != 2*perHandle-limit {
+			t.Fatalf("round %d: %d admitted and %d refused under a cardinality of %d; want %d and %d",
+				r, admitted, refused, limit, limit, 2*perHandle-limit)
+		}
+		for i, s := range []store.Store{a, b} {
+			got, err := s.AgentList(ctx, kin.AgentFilter{Role: role})
+			if err != nil || len(got) != limit+1 { // the decoy in the other context too
+				t.Fatalf("round %d: handle %d lists %d agents of %s, %v; want %d", r, i, len(got), role, err, limit+1)
+			}
+		}
+	}
+}
+
 // testTwoHandlesHoldASpawnBudget races what a registration under a
 // max_descendants budget does, from two handles: read the grandparent's
 // spawn count in the transaction (PermChain), refuse at the budget, else
@@ -278,11 +333,17 @@ func testTwoHandlesAppendOneLog(t *testing.T, a store.Store, second func() store
 // reads is the one the transaction writes, so the budget holds across
 // handles and within one handle's group commits.
 func testTwoHandlesHoldASpawnBudget(t *testing.T, a store.Store, second func() store.Store) {
-	ctx := context.Background()
 	b := second()
 	const perHandle, budget = 32, 5
-	top := Insert(t, a, "budgeted", 0)
-	mid := Insert(t, a, "mid", top.ID)
+	for r := range raceRounds {
+		testSpawnBudgetRound(t, a, b, r, perHandle, budget)
+	}
+}
+
+func testSpawnBudgetRound(t *testing.T, a, b store.Store, r, perHandle int, budget int64) {
+	ctx := context.Background()
+	top := Insert(t, a, fmt.Sprintf("budgeted-%d", r), 0)
+	mid := Insert(t, a, fmt.Sprintf("mid-%d", r), top.ID)
 	update(t, a, func(tx store.Tx) error { return tx.SpendSpawnAdd(ctx, []kin.AgentID{top.ID}) }) // mid counts
 	admitted, refused := raceHandles(t, a, b, perHandle, func(s store.Store, h, g int) error {
 		return s.Update(ctx, func(tx store.Tx) error {
@@ -296,20 +357,20 @@ func testTwoHandlesHoldASpawnBudget(t *testing.T, a store.Store, second func() s
 			if chain[1].Spend.Spawns >= budget {
 				return errFull
 			}
-			if _, err := tx.AgentInsert(ctx, store.AgentInsertParams{Agent: NewAgent(fmt.Sprintf("g%d-%d", h, g), mid.ID, 2)}); err != nil {
+			if _, err := tx.AgentInsert(ctx, store.AgentInsertParams{Agent: NewAgent(fmt.Sprintf("g%d-%d-%d", r, h, g), mid.ID, 2)}); err != nil {
 				return err
 			}
 			return tx.SpendSpawnAdd(ctx, []kin.AgentID{top.ID})
 		})
 	})
-	if admitted != budget-1 || refused != 2*perHandle-(budget-1) {
-		t.Fatalf("%d admitted and %d refused under a budget of %d descendants (one spent); want %d and %d",
-			admitted, refused, budget, budget-1, 2*perHandle-(budget-1))
+	if admitted != budget-1 || refused != int64(2*perHandle)-(budget-1) {
+		t.Fatalf("round %d: %d admitted and %d refused under a budget of %d descendants (one spent); want %d and %d",
+			r, admitted, refused, budget, budget-1, int64(2*perHandle)-(budget-1))
 	}
 	for i, s := range []store.Store{a, b} {
 		chain, err := s.PermChain(ctx, top.ID)
 		if err != nil || len(chain) != 1 || chain[0].Spend.Spawns != budget {
-			t.Fatalf("handle %d reads the budget's counter as %+v, %v; want %d spawns", i, chain, err, budget)
+			t.Fatalf("round %d: handle %d reads the budget's counter as %+v, %v; want %d spawns", r, i, chain, err, budget)
 		}
 	}
 }

@@ -60,6 +60,7 @@ func Exercise(t *testing.T, open Opener) {
 	t.Run("NotifyOtherHandle", func(t *testing.T) { two(t, testNotifyOtherHandle) })
 	t.Run("FollowAcrossHandles", func(t *testing.T) { two(t, testFollowAcrossHandles) })
 	t.Run("TwoHandlesHoldALimit", func(t *testing.T) { two(t, testTwoHandlesHoldALimit) })
+	t.Run("TwoHandlesHoldACardinality", func(t *testing.T) { two(t, testTwoHandlesHoldACardinality) })
 	t.Run("TwoHandlesHoldASpawnBudget", func(t *testing.T) { two(t, testTwoHandlesHoldASpawnBudget) })
 	t.Run("TwoHandlesHoldASpendCap", func(t *testing.T) { two(t, testTwoHandlesHoldASpendCap) })
 	t.Run("TwoHandlesAppendOneLog", func(t *testing.T) { two(t, testTwoHandlesAppendOneLog) })

@@ -1,4 +1,4 @@
-package sqlite
+package sqlstore
 
 import (
 	"bytes"
@@ -6,8 +6,6 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"net/url"
-	"os"
 	"time"
 
 	"golang.org/x/mod/sumdb/tlog"
@@ -34,17 +32,16 @@ const sqlEventHashes = `SELECT hashes FROM events WHERE seq = ?`
 // Its seq is the tree's size plus one: leaf index seq-1.
 func (t *txn) EventAppend(ctx context.Context, e kin.Event) (kin.Event, error) {
 	if bytes.IndexByte(e.Data, '\n') >= 0 {
-		return e, fmt.Errorf("sqlite: event %s: data must be compact JSON, without newlines", e.Type)
+		return e, fmt.Errorf("store: event %s: data must be compact JSON, without newlines", e.Type)
 	}
 	e.Time = time.Unix(0, e.Time.UnixNano()).UTC()
 	if t.unhashed {
-		res, err := t.exec(ctx, sqlEventAppend, nil, e.Time.UnixNano(), e.Type, e.Agent, e.Parent, string(e.Data), nil)
+		err := t.queryRow(ctx, sqlEventAppendSeq, e.Time.UnixNano(), e.Type, e.Agent, e.Parent, string(e.Data)).Scan(&e.Seq)
 		if err != nil {
 			return e, interpretError(err)
 		}
-		e.Seq, err = res.LastInsertId()
 		t.appended++
-		return e, interpretError(err)
+		return e, nil
 	}
 	e.Seq = t.log.Size() + 1
 	t.leaf = auditlog.AppendLeaf(append(t.leaf[:0], 0), e) // 0x00 || leaf: RFC 6962's leaf hash input
@@ -268,13 +265,13 @@ func (r reader) LogRegistration(ctx context.Context, id kin.AgentID) (kin.Event,
 	return e, nil
 }
 
-// sqlLogSize is the log's size: seq is the rowid, so this reads one page
+// LogSizeSQL is the log's size: seq is the rowid, so this reads one page
 // path, not the table.
-const sqlLogSize = `SELECT COALESCE(MAX(seq), 0) FROM events`
+const LogSizeSQL = `SELECT COALESCE(MAX(seq), 0) FROM events`
 
 func logSize(ctx context.Context, r reader) (int64, error) {
 	var n int64
-	if err := r.queryRow(ctx, sqlLogSize).Scan(&n); err != nil {
+	if err := r.queryRow(ctx, LogSizeSQL).Scan(&n); err != nil {
 		return 0, interpretError(err)
 	}
 	return n, nil
@@ -302,53 +299,8 @@ func loadFrontier(ctx context.Context, r reader, n int64) (auditlog.Frontier, er
 	return f, nil
 }
 
-// backfillLog is migration 7's Go step: it hashes the events stored before
-// the log existed into the tree, in order.
-func backfillLog(ctx context.Context, tx *sql.Tx) error {
-	upd, err := tx.PrepareContext(ctx, `UPDATE events SET hashes = ? WHERE seq = ?`)
-	if err != nil {
-		return err
-	}
-	defer upd.Close()
-	var f auditlog.Frontier
-	for {
-		rows, err := tx.QueryContext(ctx, `SELECT seq, time, type, agent_id, parent_id, data FROM events WHERE seq > ? ORDER BY seq LIMIT 10000`, f.Size())
-		if err != nil {
-			return err
-		}
-		var batch []kin.Event
-		for rows.Next() {
-			var e kin.Event
-			var at int64
-			var data string
-			if err := rows.Scan(&e.Seq, &at, &e.Type, &e.Agent, &e.Parent, &data); err != nil {
-				rows.Close()
-				return err
-			}
-			e.Time, e.Data = time.Unix(0, at).UTC(), []byte(data)
-			batch = append(batch, e)
-		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
-			return err
-		}
-		if len(batch) == 0 {
-			return nil
-		}
-		for _, e := range batch {
-			if e.Seq != f.Size()+1 {
-				return fmt.Errorf("event log: events must be numbered 1, 2, 3, ... but seq %d follows %d", e.Seq, f.Size())
-			}
-			if _, err := upd.ExecContext(ctx, auditlog.StoredForm(nil, f.Append(auditlog.LeafHash(e))), e.Seq); err != nil {
-				return err
-			}
-		}
-	}
-}
-
-// ReadOnly is a kin database opened only to read its log, for `kin log
-// verify --db` on a stopped daemon's file or a copy: it never migrates or
-// writes, and needs no daemon.
+// ReadOnly is a kin database opened only to read its log (`kin log verify
+// --db`): a driver checks the database is one and wraps its handle.
 type ReadOnly struct {
 	reader
 	db *sql.DB
@@ -356,29 +308,13 @@ type ReadOnly struct {
 
 var _ auditlog.Source = (*ReadOnly)(nil)
 
-// OpenReadOnly opens the database file at path for reading.
-func OpenReadOnly(ctx context.Context, path string) (*ReadOnly, error) {
-	if _, err := os.Stat(path); err != nil {
-		return nil, fmt.Errorf("sqlite: %w", err)
-	}
-	// Escaped as Open does: a '?', '#' or '%' in the path would otherwise
-	// end the file name early and open (even create) another file,
-	// read-write.
-	db, err := sql.Open("sqlite", "file:"+(&url.URL{Path: path}).EscapedPath()+"?mode=ro&_pragma=busy_timeout(10000)&_pragma=query_only(1)")
-	if err != nil {
-		return nil, fmt.Errorf("sqlite: open %s: %w", path, err)
-	}
-	var version int
-	if err := db.QueryRowContext(ctx, `SELECT COALESCE(MAX(version), 0) FROM schema_migrations`).Scan(&version); err != nil {
-		db.Close()
-		return nil, fmt.Errorf("sqlite: %s is not a kin database: %w", path, err)
-	}
-	if version < 7 {
-		db.Close()
-		return nil, fmt.Errorf("sqlite: %s predates the event log (schema version %d): start kin serve on it once to upgrade it", path, version)
-	}
-	return &ReadOnly{reader: reader{q: db, st: newStmts(db, true)}, db: db}, nil
+// NewReadOnly reads the log of db, whose SQL d speaks.
+func NewReadOnly(db *sql.DB, d *Dialect) *ReadOnly {
+	return &ReadOnly{reader: reader{q: db, d: d, st: newStmts(db, d, true)}, db: db}
 }
 
 // Close closes the database.
 func (r *ReadOnly) Close() error { return errors.Join(r.st.close(), r.db.Close()) }
+
+// DB is the handle's database, for a driver's test that it refuses writes.
+func (r *ReadOnly) DB() *sql.DB { return r.db }

@@ -1,4 +1,4 @@
-package sqlite
+package sqlstore
 
 import (
 	"cmp"
@@ -32,6 +32,7 @@ type queryer interface {
 // reader implements store.Reader over the read pool or a transaction.
 type reader struct {
 	q     queryer
+	d     *Dialect             // how q's database differs from the SQL written here
 	tx    *sql.Tx              // set inside a transaction
 	st    *stmts               // prepared statements of q's database
 	local map[string]*sql.Stmt // inside a transaction: statements prepared on it, for queries outside st
@@ -73,7 +74,7 @@ func (r reader) stmt(ctx context.Context, q string) *sql.Stmt {
 		// many times in one batch: prepare it once for this transaction.
 		if st = r.local[q]; st == nil {
 			var err error
-			if st, err = r.tx.PrepareContext(ctx, q); err != nil {
+			if st, err = r.tx.PrepareContext(ctx, r.d.rebind(q)); err != nil {
 				return nil
 			}
 			r.local[q] = st
@@ -86,21 +87,21 @@ func (r reader) query(ctx context.Context, q string, args ...any) (*sql.Rows, er
 	if st := r.stmt(ctx, q); st != nil {
 		return st.QueryContext(ctx, args...)
 	}
-	return r.q.QueryContext(ctx, q, args...)
+	return r.q.QueryContext(ctx, r.d.rebind(q), args...)
 }
 
 func (r reader) queryRow(ctx context.Context, q string, args ...any) *sql.Row {
 	if st := r.stmt(ctx, q); st != nil {
 		return st.QueryRowContext(ctx, args...)
 	}
-	return r.q.QueryRowContext(ctx, q, args...)
+	return r.q.QueryRowContext(ctx, r.d.rebind(q), args...)
 }
 
 func (r reader) exec(ctx context.Context, q string, args ...any) (sql.Result, error) {
 	if st := r.stmt(ctx, q); st != nil {
 		return st.ExecContext(ctx, args...)
 	}
-	return r.q.ExecContext(ctx, q, args...)
+	return r.q.ExecContext(ctx, r.d.rebind(q), args...)
 }
 
 var _ store.Tx = (*txn)(nil)
@@ -364,16 +365,13 @@ func (t *txn) AgentInsert(ctx context.Context, p store.AgentInsertParams) (*kin.
 	if a.Wallet != "" {
 		wallet = a.Wallet
 	}
-	res, err := t.exec(ctx, sqlAgentInsert,
+	var id int64
+	err := t.queryRow(ctx, sqlAgentInsert,
 		a.Name, p.NameContext, a.Role, a.Parent, a.Generation, a.Responsible, wallet,
-		a.ConstitutionHash, a.CapabilityHash, a.Scope, a.SelfModifying, a.Life, a.Status, a.State,
+		a.ConstitutionHash, a.CapabilityHash, a.Scope, boolInt(a.SelfModifying), a.Life, a.Status, a.State,
 		a.CreatedAt.UnixNano(), a.CreatedBy, a.UpdatedAt.UnixNano(),
 		jsonList(a.Command), jsonList(p.Env), p.Dir, a.Restart, int64(a.Grace), a.Replaces, a.Result, string(p.Handoff),
-		a.Stage, string(p.Policy), nanos(p.DeadlineAt))
-	if err != nil {
-		return nil, interpretError(err)
-	}
-	id, err := res.LastInsertId()
+		a.Stage, string(p.Policy), nanos(p.DeadlineAt)).Scan(&id)
 	if err != nil {
 		return nil, interpretError(err)
 	}
@@ -456,14 +454,23 @@ func (r reader) AgentProcessSpec(ctx context.Context, id kin.AgentID) (store.Pro
 		spec.Handoff = []byte(handoff)
 	}
 	if err := json.Unmarshal([]byte(cmd), &spec.Command); err != nil {
-		return spec, fmt.Errorf("sqlite: agent %d command: %w", id, err)
+		return spec, fmt.Errorf("store: agent %d command: %w", id, err)
 	}
 	if env != "" {
 		if err := json.Unmarshal([]byte(env), &spec.Env); err != nil {
-			return spec, fmt.Errorf("sqlite: agent %d env: %w", id, err)
+			return spec, fmt.Errorf("store: agent %d env: %w", id, err)
 		}
 	}
 	return spec, nil
+}
+
+// boolInt stores a flag as 1 or 0: the columns are integers on every
+// engine (PostgreSQL would not take a Go bool for one).
+func boolInt(b bool) int64 {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // jsonList stores a list as a JSON array, an empty one as "".
@@ -522,7 +529,7 @@ func (t *txn) AgentWalletExists(ctx context.Context, wallet string) (bool, error
 }
 
 func (t *txn) SpawnRejectionInsert(ctx context.Context, p store.SpawnRejectionInsertParams) error {
-	_, err := t.exec(ctx, sqlRejectionInsert, p.Parent, p.At.UnixNano(), p.Counted)
+	_, err := t.exec(ctx, sqlRejectionInsert, p.Parent, p.At.UnixNano(), boolInt(p.Counted))
 	return interpretError(err)
 }
 
@@ -553,7 +560,7 @@ func (t *txn) SettingList(ctx context.Context) (map[string]string, error) {
 	return maps.Clone(t.batch.settings), nil
 }
 
-// interpretError maps SQLite errors to store sentinels, once.
+// interpretError maps the engines' errors to store sentinels, once.
 func interpretError(err error) error {
 	switch {
 	case err == nil:
@@ -563,19 +570,23 @@ func interpretError(err error) error {
 	case errors.Is(err, sql.ErrConnDone), errors.Is(err, sql.ErrTxDone):
 		return fmt.Errorf("%w: %v", store.ErrClosed, err)
 	}
+	// The two engines' words for a clash with a unique index: SQLite's
+	// "UNIQUE constraint failed: agents.name", PostgreSQL's (SQLSTATE
+	// 23505) `duplicate key value violates unique constraint
+	// "agents_name_live"`.
 	msg := err.Error()
-	if strings.Contains(msg, "UNIQUE constraint failed") {
+	if strings.Contains(msg, "UNIQUE constraint failed") || strings.Contains(msg, "violates unique constraint") {
 		switch {
-		case strings.Contains(msg, "agents.name"):
+		case strings.Contains(msg, "agents.name"), strings.Contains(msg, `"agents_name_live"`):
 			return store.ErrNameTaken
-		case strings.Contains(msg, "agents.wallet"):
+		case strings.Contains(msg, "agents.wallet"), strings.Contains(msg, `"agents_wallet"`):
 			return store.ErrWalletTaken
 		}
 	}
-	if strings.Contains(msg, "database is closed") {
+	if strings.Contains(msg, "database is closed") || strings.Contains(msg, "closed pool") {
 		return fmt.Errorf("%w: %v", store.ErrClosed, err)
 	}
-	return fmt.Errorf("sqlite: %w", err)
+	return fmt.Errorf("store: %w", err)
 }
 
 func (r reader) AgentPolicyList(ctx context.Context) ([]store.AgentPolicyRow, error) {

@@ -1,4 +1,4 @@
-package sqlite
+package sqlstore
 
 import (
 	"context"
@@ -30,15 +30,20 @@ var (
 	sqlAgentListByIDs    = `SELECT ` + agentColumns + ` FROM agents a WHERE a.id IN (SELECT value FROM json_each(?))`
 	sqlAgentLiveByName   = `SELECT ` + agentColumns + ` FROM agents a WHERE name = ? AND status <> 'terminated'`
 	sqlAgentWalletExists = `SELECT COUNT(*) FROM agents WHERE wallet = ?`
-	sqlAgentInsert       = `INSERT INTO agents (name, name_context, role, parent_id, generation, responsible, wallet,
+	// The next id is the largest plus one, as SQLite's rowid does: under
+	// the write lock it is free, and an undone insert leaves no gap (a
+	// sequence would).
+	sqlAgentInsert = `INSERT INTO agents (id, name, name_context, role, parent_id, generation, responsible, wallet,
 		constitution_hash, capability_hash, scope, self_modifying, life, status, state, created_at, created_by, updated_at,
 		command, env, dir, restart, grace, replaces, result, handoff, stage, policy, deadline_at)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
+		VALUES ((SELECT COALESCE(MAX(id), 0) + 1 FROM agents), ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+		RETURNING id`
 	sqlAgentUpdateStatus = `UPDATE agents SET status = ?, state = CASE WHEN ? = '' THEN state ELSE ? END, updated_at = ? WHERE id = ?`
 	sqlAgentSpawnBlock   = `UPDATE agents SET spawn_blocked_until = ? WHERE id = ?`
 	sqlEventAppend       = `INSERT INTO events (seq, time, type, agent_id, parent_id, data, hashes) VALUES (?, ?, ?, ?, ?, ?, ?)`
+	sqlEventAppendSeq    = `INSERT INTO events (seq, time, type, agent_id, parent_id, data) VALUES ((SELECT COALESCE(MAX(seq), 0) + 1 FROM events), ?, ?, ?, ?, ?) RETURNING seq`
 	sqlRejectionInsert   = `INSERT INTO spawn_rejections (parent_id, at, counted) VALUES (?, ?, ?)`
-	sqlRejectionCount    = `SELECT COUNT(*) FROM spawn_rejections WHERE parent_id = ? AND at >= ? AND counted`
+	sqlRejectionCount    = `SELECT COUNT(*) FROM spawn_rejections WHERE parent_id = ? AND at >= ? AND counted <> 0`
 	sqlSettingList       = `SELECT key, value FROM settings ORDER BY key`
 	sqlSettingSet        = `INSERT INTO settings (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value`
 	sqlAgentKeyInsert    = `INSERT INTO agent_keys (agent_id, jkt, public_key, local, created_at) VALUES (?, ?, ?, ?, ?)`
@@ -52,7 +57,7 @@ func writerStatements() []string {
 	return []string{
 		sqlAgentByID, sqlAgentSubtree, sqlAgentLiveByName, sqlAgentWalletExists, sqlAgentInsert,
 		sqlAgentUpdateStatus, sqlAgentSpawnBlock, sqlEventAppend, sqlRejectionInsert, sqlRejectionCount,
-		sqlSettingList, sqlSettingSet, sqlSpendAdd, sqlSpendSubAdd, sqlSpawnAdd, sqlPermChain, sqlLogSize, sqlAgentKeyInsert, sqlAuthTokenInsert, countLiveSQL(true, false, false), countLiveSQL(false, true, false), countLiveSQL(false, true, true),
+		sqlSettingList, sqlSettingSet, sqlSpendAdd, sqlSpendSubAdd, sqlSpawnAdd, sqlPermChain, LogSizeSQL, sqlAgentKeyInsert, sqlAuthTokenInsert, countLiveSQL(true, false, false), countLiveSQL(false, true, false), countLiveSQL(false, true, true),
 		sqlSavepoint, sqlRollbackTo, sqlRelease,
 	}
 }
@@ -64,19 +69,20 @@ const maxLazyStatements = 64
 // stmts caches prepared statements of one database.
 type stmts struct {
 	db   *sql.DB
+	d    *Dialect
 	lazy bool // prepare on first use (the read pool) rather than only up front
 	mu   sync.Mutex
 	m    map[string]*sql.Stmt
 }
 
-func newStmts(db *sql.DB, lazy bool) *stmts {
-	return &stmts{db: db, lazy: lazy, m: map[string]*sql.Stmt{}}
+func newStmts(db *sql.DB, d *Dialect, lazy bool) *stmts {
+	return &stmts{db: db, d: d, lazy: lazy, m: map[string]*sql.Stmt{}}
 }
 
 // prepare prepares queries now.
 func (s *stmts) prepare(ctx context.Context, queries []string) error {
 	for _, q := range queries {
-		st, err := s.db.PrepareContext(ctx, q)
+		st, err := s.db.PrepareContext(ctx, s.d.rebind(q))
 		if err != nil {
 			return err
 		}
@@ -99,7 +105,7 @@ func (s *stmts) get(ctx context.Context, q string) *sql.Stmt {
 	if ok || !s.lazy || full {
 		return st
 	}
-	st, err := s.db.PrepareContext(ctx, q) // outside the lock: it may wait for a connection
+	st, err := s.db.PrepareContext(ctx, s.d.rebind(q)) // outside the lock: it may wait for a connection
 	if err != nil {
 		return nil
 	}

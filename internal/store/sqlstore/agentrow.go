@@ -1,4 +1,4 @@
-package sqlite
+package sqlstore
 
 import (
 	"encoding/json"
@@ -78,12 +78,12 @@ func (r *rowReader) int() int64 {
 	}
 	i := strings.IndexByte(r.s, ',')
 	if i < 0 {
-		r.err = fmt.Errorf("sqlite: malformed agent row: no integer at %q", r.s)
+		r.err = fmt.Errorf("store: malformed agent row: no integer at %q", r.s)
 		return 0
 	}
 	n, err := strconv.ParseInt(r.s[:i], 10, 64)
 	if err != nil {
-		r.err = fmt.Errorf("sqlite: malformed agent row: %v", err)
+		r.err = fmt.Errorf("store: malformed agent row: %v", err)
 	}
 	r.s = r.s[i+1:]
 	return n
@@ -95,12 +95,12 @@ func (r *rowReader) text() string {
 	}
 	i := strings.IndexByte(r.s, ':')
 	if i < 0 {
-		r.err = fmt.Errorf("sqlite: malformed agent row: no text at %q", r.s)
+		r.err = fmt.Errorf("store: malformed agent row: no text at %q", r.s)
 		return ""
 	}
 	n, err := strconv.Atoi(r.s[:i])
 	if err != nil || n < 0 || i+1+n > len(r.s) {
-		r.err = fmt.Errorf("sqlite: malformed agent row: bad text length %q", r.s[:i])
+		r.err = fmt.Errorf("store: malformed agent row: bad text length %q", r.s[:i])
 		return ""
 	}
 	v := r.s[i+1 : i+1+n]
@@ -149,7 +149,7 @@ func unpackAgent(packed string) (*kin.Agent, error) {
 	a.PID = int(r.int())
 	if cmd := r.text(); cmd != "" && r.err == nil {
 		if err := json.Unmarshal([]byte(cmd), &a.Command); err != nil {
-			r.err = fmt.Errorf("sqlite: agent %d command: %w", a.ID, err)
+			r.err = fmt.Errorf("store: agent %d command: %w", a.ID, err)
 		}
 	}
 	a.Restart = kin.RestartPolicy(r.text())
@@ -168,7 +168,7 @@ func unpackAgent(packed string) (*kin.Agent, error) {
 	a.Result = kin.ResultStatus(r.text())
 	a.Stage = r.text()
 	if r.err == nil && r.s != "" {
-		r.err = fmt.Errorf("sqlite: malformed agent row: %d bytes left over", len(r.s))
+		r.err = fmt.Errorf("store: malformed agent row: %d bytes left over", len(r.s))
 	}
 	if r.err != nil {
 		return nil, r.err

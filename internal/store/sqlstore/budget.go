@@ -1,4 +1,4 @@
-package sqlite
+package sqlstore
 
 import (
 	"context"
@@ -14,18 +14,18 @@ import (
 // registrations of one batch miss each other.
 const (
 	sqlSpendAdd = `INSERT INTO agent_spend (agent_id, tokens, cost) VALUES (?, ?, ?)
-		ON CONFLICT (agent_id) DO UPDATE SET tokens = tokens + excluded.tokens, cost = cost + excluded.cost`
+		ON CONFLICT (agent_id) DO UPDATE SET tokens = agent_spend.tokens + excluded.tokens, cost = agent_spend.cost + excluded.cost`
 	// The agent and each ancestor: every subtree the usage lies in.
 	sqlSpendSubAdd = `
 		WITH RECURSIVE up(id) AS (
-			SELECT ?1
+			SELECT CAST(?1 AS BIGINT)
 			UNION ALL
 			SELECT a.parent_id FROM up JOIN agents a ON a.id = up.id WHERE a.parent_id <> 0
 		)
-		INSERT INTO agent_spend (agent_id, sub_tokens, sub_cost) SELECT id, ?2, ?3 FROM up WHERE true
-		ON CONFLICT (agent_id) DO UPDATE SET sub_tokens = sub_tokens + excluded.sub_tokens, sub_cost = sub_cost + excluded.sub_cost`
+		INSERT INTO agent_spend (agent_id, sub_tokens, sub_cost) SELECT id, CAST(?2 AS BIGINT), CAST(?3 AS DOUBLE PRECISION) FROM up WHERE true
+		ON CONFLICT (agent_id) DO UPDATE SET sub_tokens = agent_spend.sub_tokens + excluded.sub_tokens, sub_cost = agent_spend.sub_cost + excluded.sub_cost`
 	sqlSpawnAdd = `INSERT INTO agent_spend (agent_id, spawns) SELECT value, 1 FROM json_each(?) WHERE true
-		ON CONFLICT (agent_id) DO UPDATE SET spawns = spawns + 1`
+		ON CONFLICT (agent_id) DO UPDATE SET spawns = agent_spend.spawns + 1`
 )
 
 // sqlPermChain is the chain, the asked-for agent first with its whole row.

@@ -1,0 +1,401 @@
+// Package sqlstore is what kin's two SQL drivers share: every query and
+// write of store.Store written once, over database/sql, and the writer that
+// commits concurrent Updates together (group commit). store/sqlite and
+// store/postgres each open their database, migrate it, say how their SQL
+// differs (a Dialect) and how other handles' commits reach their waiters,
+// and hand the rest to New.
+//
+// The SQL is written in the dialect both engines understand where one
+// exists (WITH RECURSIVE, ON CONFLICT ... excluded, RETURNING, concat,
+// octet_length), with SQLite's `?` placeholders and `json_each(?)` for a
+// list of ids; a Dialect's Rebind turns that into its own once per query.
+//
+// Each Update runs in its own savepoint inside the batch's transaction, so
+// a failing Update undoes only its own writes, and every caller is answered
+// only after the shared commit is durable. Updates are strictly serialised
+// across every handle on the database: the transaction takes the database's
+// write lock first (SQLite's BEGIN IMMEDIATE, PostgreSQL's advisory lock),
+// which is what makes the governor's checks atomic with the writes they
+// guard, and nothing kept in memory decides a write without being checked
+// inside the transaction (the log's edge, see edge).
+package sqlstore
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+
+	"github.com/kin-agents/kin/internal/auditlog"
+	"github.com/kin-agents/kin/internal/store"
+	"github.com/kin-agents/kin/internal/store/inmem"
+)
+
+// maxBatch bounds how many Updates one commit carries.
+const maxBatch = 256
+
+// Dialect is how one database's SQL and transactions differ from what the
+// queries are written in.
+type Dialect struct {
+	// Name prefixes the errors the driver reports ("sqlite", "postgres").
+	Name string
+	// Rebind turns a query written with `?` (and `?N`) placeholders into
+	// the database's own; nil leaves it as written. It is called once per
+	// distinct query and must be a pure function of it.
+	Rebind func(q string) string
+	// Begin starts a batch's write transaction on the writer's connection,
+	// holding the database's write lock until it ends. lazy: every Update
+	// in the batch is lazy (UpdateLazy), so it may commit without waiting
+	// for the disk.
+	Begin func(ctx context.Context, w *sql.DB, lazy bool) (*sql.Tx, error)
+	// BeforeCommit, when set, runs in a batch's transaction before COMMIT
+	// when the batch appended events, the log's size being size: where a
+	// notification must be part of the commit (PostgreSQL's NOTIFY).
+	BeforeCommit func(ctx context.Context, tx *sql.Tx, size int64) error
+	// WriterStatements prepares the hot statements on the writer's
+	// connection at New (SQLite compiles a statement on every call
+	// otherwise; pgx caches statements itself).
+	WriterStatements bool
+
+	rebound sync.Map // query → Rebind(query)
+}
+
+// rebind is Rebind(q), computed once per query.
+func (d *Dialect) rebind(q string) string {
+	if d == nil || d.Rebind == nil {
+		return q
+	}
+	if v, ok := d.rebound.Load(q); ok {
+		return v.(string)
+	}
+	v, _ := d.rebound.LoadOrStore(q, d.Rebind(q))
+	return v.(string)
+}
+
+// Config is what a driver hands New.
+type Config struct {
+	Dialect *Dialect
+	// Writer is the writer's pool, of exactly one connection.
+	Writer *sql.DB
+	// Readers is the pool reads outside Updates use.
+	Readers *sql.DB
+	// Unhashed appends events without their tree hashes: only benchmarks
+	// set it, to measure what hashing costs.
+	Unhashed bool
+}
+
+// Store is the shared part of a SQL store: a driver embeds it and adds
+// Driver, Wait's polling or listening for other handles, and Close.
+type Store struct {
+	reader
+	d       *Dialect
+	wstmts  *stmts
+	wdb     *sql.DB
+	rdb     *sql.DB
+	queue   chan *update
+	stop    chan struct{}
+	wg      sync.WaitGroup
+	closed  sync.Once
+	closeMu sync.RWMutex // guards done against Update racing Close
+	done    bool
+
+	unhashed bool
+	logMu    sync.Mutex        // guards log
+	log      auditlog.Frontier // a cache of the committed tree's edge, checked in every write transaction; setLog only moves it forward
+
+	hub      *inmem.Hub   // wakes this handle's waiters
+	notified atomic.Int64 // the largest log size waiters were woken for
+}
+
+type update struct {
+	ctx  context.Context
+	fn   func(store.Tx) error
+	err  chan error
+	lazy bool // UpdateLazy's: its batch need not reach the disk before it returns
+}
+
+// New starts the writer on a migrated database. On an error the caller
+// still owns (and closes) cfg's pools.
+func New(ctx context.Context, cfg Config) (*Store, error) {
+	d := cfg.Dialect
+	tree, err := loadLog(ctx, reader{q: cfg.Writer, d: d})
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", d.Name, err)
+	}
+	wstmts := newStmts(cfg.Writer, d, false)
+	if d.WriterStatements {
+		if err := wstmts.prepare(ctx, writerStatements()); err != nil {
+			wstmts.close()
+			return nil, fmt.Errorf("%s: prepare: %w", d.Name, err)
+		}
+	}
+	s := &Store{
+		reader:   reader{q: cfg.Readers, d: d, st: newStmts(cfg.Readers, d, true)},
+		d:        d,
+		wstmts:   wstmts,
+		wdb:      cfg.Writer,
+		rdb:      cfg.Readers,
+		queue:    make(chan *update, maxBatch),
+		stop:     make(chan struct{}),
+		unhashed: cfg.Unhashed,
+		log:      tree,
+		hub:      inmem.NewHub(),
+	}
+	s.notified.Store(tree.Size())
+	s.wg.Add(1)
+	go s.writeLoop()
+	return s, nil
+}
+
+// Wait returns a channel closed at the next commit that appended events:
+// this handle's at once, other handles' as the driver learns of them
+// (Woken).
+func (s *Store) Wait() <-chan struct{} { return s.hub.Wait() }
+
+// Hub is the waiters' hub, for a driver that watches other handles only
+// while someone waits.
+func (s *Store) Hub() *inmem.Hub { return s.hub }
+
+// Woken wakes the waiters if the log's size n is past what they were last
+// woken for: a driver calls it when it learns of another handle's commit.
+func (s *Store) Woken(n int64) {
+	if storeMax(&s.notified, n) {
+		s.hub.Notify()
+	}
+}
+
+// Close stops the writer after the Updates already queued and closes both
+// pools. It is safe to call more than once.
+func (s *Store) Close() error {
+	var err error
+	s.closed.Do(func() {
+		s.closeMu.Lock()
+		s.done = true
+		s.closeMu.Unlock()
+		close(s.stop)
+		s.wg.Wait()
+		err = errors.Join(s.reader.st.close(), s.wstmts.close(), s.rdb.Close(), s.wdb.Close())
+	})
+	return err
+}
+
+// Update queues fn for the writer and waits for its durable result.
+func (s *Store) Update(ctx context.Context, fn func(store.Tx) error) error {
+	return s.update(ctx, fn, false)
+}
+
+// UpdateLazy is Update, except that a batch of lazy Updates alone commits
+// without waiting for the disk (Dialect.Begin's lazy): committed, visible
+// and safe from a crash of the process when it returns, on the disk with
+// the next durable commit (both engines' logs are appended in order, so
+// that commit's flush covers it). A batch that also holds an Update is
+// durable as a whole.
+func (s *Store) UpdateLazy(ctx context.Context, fn func(store.Tx) error) error {
+	return s.update(ctx, fn, true)
+}
+
+func (s *Store) update(ctx context.Context, fn func(store.Tx) error, lazy bool) error {
+	u := &update{ctx: ctx, fn: fn, err: make(chan error, 1), lazy: lazy}
+	s.closeMu.RLock()
+	if s.done {
+		s.closeMu.RUnlock()
+		return store.ErrClosed
+	}
+	select {
+	case s.queue <- u:
+		s.closeMu.RUnlock()
+	case <-ctx.Done():
+		s.closeMu.RUnlock()
+		return ctx.Err()
+	}
+	// Once queued, the writer always answers: waiting for it (rather than
+	// for ctx) means a caller never returns while its write may still land.
+	return <-u.err
+}
+
+func (s *Store) writeLoop() {
+	defer s.wg.Done()
+	batch := make([]*update, 0, maxBatch)
+	for {
+		select {
+		case u := <-s.queue:
+			batch = append(batch[:0], u)
+		case <-s.stop:
+			// Answer whatever was queued before Close took the lock.
+			for {
+				select {
+				case u := <-s.queue:
+					s.commit([]*update{u})
+				default:
+					return
+				}
+			}
+		}
+	more:
+		for len(batch) < maxBatch {
+			select {
+			case u := <-s.queue:
+				batch = append(batch, u)
+			default:
+				break more
+			}
+		}
+		s.commit(batch)
+	}
+}
+
+// commit runs a batch of Updates in one transaction, each in a savepoint.
+func (s *Store) commit(batch []*update) {
+	errs := make([]error, len(batch))
+	answer := func() {
+		for i, u := range batch {
+			u.err <- errs[i]
+		}
+	}
+	failAll := func(err error) {
+		for i := range errs {
+			errs[i] = err
+		}
+		answer()
+	}
+	ctx := context.Background()
+	lazy := true
+	for _, u := range batch {
+		lazy = lazy && u.lazy
+	}
+	tx, err := s.d.Begin(ctx, s.wdb, lazy)
+	if err != nil {
+		failAll(fmt.Errorf("%s: begin: %w", s.d.Name, err))
+		return
+	}
+	ok, appended := 0, 0
+	local := map[string]*sql.Stmt{} // closed with the transaction
+	cache := &batchCache{}
+	w := reader{q: tx, d: s.d, tx: tx, st: s.wstmts, local: local}
+	// The batch's tree: the cached edge, checked against the stored log
+	// under the write lock (another handle may have appended). s.log
+	// changes only once the batch commits.
+	tree, err := s.edge(ctx, w)
+	if err != nil {
+		tx.Rollback()
+		failAll(fmt.Errorf("%s: event log: %w", s.d.Name, err))
+		return
+	}
+	for i, u := range batch {
+		if err := u.ctx.Err(); err != nil {
+			errs[i] = err
+			continue
+		}
+		if _, err := w.exec(ctx, sqlSavepoint); err != nil {
+			errs[i] = fmt.Errorf("%s: savepoint: %w", s.d.Name, err)
+			continue
+		}
+		saved := tree
+		t := &txn{reader: w, log: &tree, unhashed: s.unhashed, batch: cache}
+		errs[i] = runUpdate(u, t)
+		if errs[i] != nil {
+			tree = saved
+			cache.forget() // what it read may include its undone writes
+			if _, err := w.exec(ctx, sqlRollbackTo); err != nil {
+				// The transaction is in an unknown state: fail the batch.
+				tx.Rollback()
+				for j := range errs {
+					if errs[j] == nil || j == i {
+						errs[j] = fmt.Errorf("%s: rollback to savepoint: %w", s.d.Name, err)
+					}
+				}
+				answer()
+				return
+			}
+		} else {
+			ok++
+			appended += t.appended
+		}
+		if _, err := w.exec(ctx, sqlRelease); err != nil {
+			errs[i] = fmt.Errorf("%s: release savepoint: %w", s.d.Name, err)
+		}
+	}
+	if ok == 0 {
+		err = tx.Rollback()
+	} else {
+		if appended > 0 && s.d.BeforeCommit != nil {
+			err = s.d.BeforeCommit(ctx, tx, tree.Size())
+		}
+		if err != nil {
+			tx.Rollback()
+		} else {
+			err = tx.Commit()
+		}
+	}
+	if err != nil {
+		for i := range errs {
+			if errs[i] == nil {
+				errs[i] = fmt.Errorf("%s: commit: %w", s.d.Name, err)
+			}
+		}
+	} else if ok > 0 {
+		s.setLog(tree)
+		if appended > 0 {
+			s.Woken(tree.Size())
+		}
+	}
+	answer()
+}
+
+// The savepoint each Update runs in: the same SQL on both engines,
+// prepared on the writer's connection like the hot statements.
+const (
+	sqlSavepoint  = "SAVEPOINT u"
+	sqlRollbackTo = "ROLLBACK TO SAVEPOINT u"
+	sqlRelease    = "RELEASE SAVEPOINT u"
+)
+
+// edge returns the tree's committed edge as the transaction r sees it: the
+// cache when the stored log has its size (one indexed read), else reloaded
+// from the stored hashes, as New does. Inside the write transaction no
+// other handle can append until the commit, so the seqs and hashes the
+// batch appends continue the stored log, whoever wrote it last.
+func (s *Store) edge(ctx context.Context, r reader) (auditlog.Frontier, error) {
+	s.logMu.Lock()
+	f := s.log
+	s.logMu.Unlock()
+	if s.unhashed {
+		return f, nil // benchmarks only: no hashes to continue, seqs from the database
+	}
+	n, err := logSize(ctx, r)
+	if err != nil || n == f.Size() {
+		return f, err
+	}
+	if f, err = loadFrontier(ctx, r, n); err == nil {
+		s.setLog(f) // others' commits, read before this batch wrote anything
+	}
+	return f, err
+}
+
+func runUpdate(u *update, tx *txn) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("store: update panicked: %v", r)
+		}
+	}()
+	return u.fn(tx)
+}
+
+// storeMax raises v to n and reports whether it did.
+func storeMax(v *atomic.Int64, n int64) bool {
+	for {
+		old := v.Load()
+		if n <= old {
+			return false
+		}
+		if v.CompareAndSwap(old, n) {
+			return true
+		}
+	}
+}
+
+// Queued is how many Updates wait for the writer: for tests that hold the
+// writer while others queue.
+func (s *Store) Queued() int { return len(s.queue) }
