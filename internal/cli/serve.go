@@ -62,7 +62,9 @@ created with mode 0700:
                   clients send it as "Authorization: Bearer <token>"; the CLI
                   uses it when KIN_ADDR=host:port and KIN_TOKEN=<token> are set.
   kin.db          the SQLite database: agents, events, governor settings
-                  (unless --store names another file).
+                  (unless --store names another file or a PostgreSQL
+                  database: --store postgres://USER@HOST/DB, or a Unix
+                  socket: postgres://USER@/DB?host=/run/postgresql).
   kin.lock        held while a daemon runs, so that two never share a home.
   logs/           each spawned agent's output, ID.log ("kin logs").
   ctx/            the agent filesystem of seed 001 (--ctx moves it, e.g. to
@@ -134,6 +136,8 @@ the socket only). Shipped profiles: ` + strings.Join(governor.ShippedProfiles(),
   kin serve --home /var/lib/kin --http off
   kin serve --profile hierarchy --http 127.0.0.1:8080
   KIN_PROFILE=./my-profile.json kin serve --store sqlite:/data/kin.db
+  kin serve --store 'postgres://kin@db.example/kin?sslmode=verify-full'
+  KIN_STORE=postgres://kin@/kin?host=/run/postgresql kin serve
   kin serve --containment process-groups --leave-running
   kin serve --shutdown-timeout 20s
   kin serve --ctx /ctx
@@ -214,7 +218,7 @@ the socket only). Shipped profiles: ` + strings.Join(governor.ShippedProfiles(),
 	f.StringVar(&fl.http, "http", "", "TCP `address` of the HTTP API, or \"off\" (default $KIN_HTTP, else "+daemon.DefaultHTTPAddr+")")
 	f.StringVar(&fl.profile, "profile", "", "governor profile: a shipped profile's `name` ("+strings.Join(governor.ShippedProfiles(), ", ")+") or a JSON file's path (default $KIN_PROFILE, else default)")
 	f.StringVar(&fl.ctx, "ctx", "", "root `directory` of the agent filesystem, an absolute path (default $KIN_CTX, else <home>/ctx)")
-	f.StringVar(&fl.store, "store", "", "store `DSN`: sqlite (<home>/kin.db) or sqlite:PATH (default $KIN_STORE, else sqlite)")
+	f.StringVar(&fl.store, "store", "", "store `DSN`: sqlite (<home>/kin.db), sqlite:PATH, or postgres://USER@HOST/DB (default $KIN_STORE, else sqlite)")
 	f.StringVar(&fl.containment, "containment", "", "`how` to hold agents' processes: "+strings.Join(containments, ", ")+" (auto: cgroup2 when a writable cgroup v2 exists, else pid-namespaces where user and PID namespaces work, else process-groups) (default $KIN_CONTAINMENT, else auto)")
 	f.StringVar(&fl.shutdownTimeout, "shutdown-timeout", "", "how long stopping every agent at shutdown may take, 1s to 1h: every grace ends by then, and then whatever still runs is killed at once (default $KIN_SHUTDOWN_TIMEOUT, else "+daemon.DefaultShutdownTimeout.String()+")")
 	f.BoolVar(&leaveRunning, "leave-running", false, "leave agents running when kin serve stops, for the next kin serve to take back (default $KIN_LEAVE_RUNNING, else false)")
