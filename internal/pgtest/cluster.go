@@ -116,7 +116,8 @@ func start(ctx context.Context) (_ *cluster, err error) {
 	onLockedThread(func() { err = initdb.Run() })
 	c.initdbTook = time.Since(t0)
 	if err != nil {
-		return nil, fmt.Errorf("initdb %s as %s: %v: %s", c.data, c.userName(), err, bytes.TrimSpace(out.Bytes()))
+		return nil, fmt.Errorf("initdb %s as %s (who must reach it: every directory above needs o+x; TMPDIR chooses the parent): %v: %s",
+			c.data, c.userName(), err, bytes.TrimSpace(out.Bytes()))
 	}
 
 	args := []string{"-D", c.data, "-k", c.sock,

@@ -135,10 +135,10 @@ func Drop(t testing.TB, dsn string) {
 	t.Helper()
 	c := get(t)
 	u, err := url.Parse(dsn)
-	name := strings.TrimPrefix(u.Path, "/")
-	if err != nil || u.Query().Get("host") != c.sock || name == "" {
+	if err != nil || u.Query().Get("host") != c.sock || strings.TrimPrefix(u.Path, "/") == "" {
 		t.Fatalf("pgtest: %q is not a database of this test binary's cluster", dsn)
 	}
+	name := strings.TrimPrefix(u.Path, "/")
 	if err := dropKeyed(c, name); err != nil {
 		t.Fatalf("pgtest: %v", err)
 	}

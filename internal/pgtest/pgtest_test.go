@@ -23,7 +23,7 @@ import (
 // The helper test (TestHelperCluster) run in a child test binary reads
 // these.
 const (
-	envHelperOut  = "KIN_PGTEST_HELPER_OUT"  // where it writes "PID DIR USER"
+	envHelperOut  = "KIN_PGTEST_HELPER_OUT"  // where it writes "PID DIR USER FSYNC"
 	envHelperHang = "KIN_PGTEST_HELPER_HANG" // 1: it then waits to be killed
 	envNewUser    = "KIN_PGTEST_NEW_USER"    // 1: the cluster runs as a user it makes
 )
@@ -226,9 +226,10 @@ func child(t *testing.T, env ...string) *exec.Cmd {
 }
 
 type helperReport struct {
-	pid  int // the server's
-	dir  string
-	user string
+	pid   int // the server's
+	dir   string
+	user  string
+	fsync string // the server's setting
 }
 
 func readReport(t *testing.T, path string) (helperReport, bool) {
@@ -237,11 +238,11 @@ func readReport(t *testing.T, path string) (helperReport, bool) {
 		return helperReport{}, false
 	}
 	f := strings.Fields(string(b))
-	if len(f) != 3 {
+	if len(f) != 4 {
 		t.Fatalf("helper wrote %q", b)
 	}
 	pid, _ := strconv.Atoi(f[0])
-	return helperReport{pid, f[1], f[2]}, true
+	return helperReport{pid, f[1], f[2], f[3]}, true
 }
 
 // TestHelperCluster is run by the tests below in a child test binary: it
@@ -252,13 +253,18 @@ func TestHelperCluster(t *testing.T) {
 	if out == "" {
 		t.Skip("run by the tests of Main and of a killed test binary")
 	}
-	exec1(t, connect(t, NewDatabase(t)), "CREATE TABLE x (y int)")
+	conn := connect(t, NewDatabase(t))
+	exec1(t, conn, "CREATE TABLE x (y int)")
+	var fsync string
+	if err := conn.QueryRow(context.Background(), "SHOW fsync").Scan(&fsync); err != nil {
+		t.Fatal(err)
+	}
 	c := get(t)
 	u := c.osUser
 	if u == "" {
 		u = "-"
 	}
-	if err := os.WriteFile(out, fmt.Appendf(nil, "%d %s %s\n", c.cmd.Process.Pid, c.dir, u), 0o600); err != nil {
+	if err := os.WriteFile(out, fmt.Appendf(nil, "%d %s %s %s\n", c.cmd.Process.Pid, c.dir, u, fsync), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	if os.Getenv(envHelperHang) == "1" {
@@ -282,6 +288,24 @@ func TestMainStopsTheServerAndRemovesItsFiles(t *testing.T) {
 	}
 	if _, err := os.Stat(r.dir); !os.IsNotExist(err) {
 		t.Errorf("Main left the cluster's directory %s (%v)", r.dir, err)
+	}
+	if r.fsync != "on" {
+		t.Errorf("fsync is %s by default, want the server's default (on): benchmarks measure durability", r.fsync)
+	}
+}
+
+func TestFsyncIsConfigurable(t *testing.T) {
+	needServer(t)
+	out := filepath.Join(t.TempDir(), "report")
+	if b, err := child(t, envHelperOut+"="+out, EnvFsync+"=off").CombinedOutput(); err != nil {
+		t.Fatalf("helper: %v\n%s", err, b)
+	}
+	if r, ok := readReport(t, out); !ok || r.fsync != "off" {
+		t.Errorf("%s=off: the server has fsync %q", EnvFsync, r.fsync)
+	}
+	b, err := child(t, envHelperOut+"="+out, EnvFsync+"=sometimes").CombinedOutput()
+	if err == nil || !strings.Contains(string(b), `KIN_PG_FSYNC="sometimes": want on or off`) {
+		t.Errorf("%s=sometimes should fail, saying what it takes (%v):\n%s", EnvFsync, err, b)
 	}
 }
 
