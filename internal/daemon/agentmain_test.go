@@ -19,6 +19,7 @@ import (
 	"github.com/kin-agents/kin/client"
 	"github.com/kin-agents/kin/internal/daemon"
 	"github.com/kin-agents/kin/internal/kintest"
+	"github.com/kin-agents/kin/internal/pgtest"
 	"github.com/kin-agents/kin/internal/sandbox"
 	"github.com/kin-agents/kin/kin"
 )
@@ -37,15 +38,16 @@ func TestMain(m *testing.M) {
 	if mode := os.Getenv("KINTEST_MODE"); mode != "" {
 		os.Exit(runAgent(mode))
 	}
-	code := m.Run()
+	code := pgtest.Main(m) // KIN_TEST_STORE=postgres: the test binary's PostgreSQL cluster
 	kintest.RemoveAgentBinary()
 	os.Exit(code)
 }
 
 // daemonProcessEnv is the environment of a daemon process on home (its
-// agents start through the embedded lean shim, as a kin binary's do).
+// agents start through the embedded lean shim, as a kin binary's do), on
+// the store kintest.StartDaemon would give home ($KIN_TEST_STORE).
 func daemonProcessEnv(t testing.TB, home string, extra ...string) []string {
-	return append(append(os.Environ(), "KIN_TEST_DAEMON_HOME="+home), extra...)
+	return append(append(os.Environ(), "KIN_TEST_DAEMON_HOME="+home, "KIN_TEST_DAEMON_STORE="+kintest.Store(t, home)), extra...)
 }
 
 func runDaemonProcess(home string) {
@@ -56,6 +58,7 @@ func runDaemonProcess(home string) {
 	defer stop()
 	cfg := daemon.DefaultConfig()
 	cfg.Home, cfg.HTTPAddr = home, "off"
+	cfg.Store = os.Getenv("KIN_TEST_DAEMON_STORE")
 	cfg.UIDRangeDir = filepath.Join(home, "host-uid-ranges") // never the host's /var/lib/kin
 	cfg.Profile = os.Getenv("KIN_TEST_DAEMON_PROFILE")
 	if path := os.Getenv("KIN_TEST_DAEMON_LOG"); path != "" { // where the time goes

@@ -19,6 +19,7 @@ const mod = "github.com/kin-agents/kin/"
 var testOnly = map[string]string{
 	"internal/kintest":         "test helpers (its init makes a test binary the sandbox shim)",
 	"internal/proctest":        "test helpers",
+	"internal/pgtest":          "test helpers (a throw-away PostgreSQL server)",
 	"internal/exampletest":     "the examples' end-to-end tests",
 	"internal/readmetest":      "the README's test",
 	"internal/containmenttest": "issue 18's end-to-end tests",
@@ -277,6 +278,11 @@ var packageMap = map[string]deptest.DepChecker{
 		OnlyDeps: map[string]string{"std": "every package's own tests may import it, kin's included"},
 	},
 	"internal/kintest": {},
+	"internal/pgtest": {
+		BadDeps: map[string]string{
+			mod + "internal/store/...": "it runs a server and makes databases; what is stored in them is the drivers'",
+		},
+	},
 	"internal/deptest": {},
 	"internal/supervisor": {
 		BadDeps: map[string]string{

@@ -16,6 +16,7 @@ import (
 
 	"github.com/kin-agents/kin/client"
 	"github.com/kin-agents/kin/internal/daemon"
+	"github.com/kin-agents/kin/internal/pgtest"
 	"github.com/kin-agents/kin/internal/sandbox"
 )
 
@@ -88,8 +89,35 @@ func WithShutdownTimeout(d time.Duration) Option {
 // a daemon on the same store).
 func WithHome(home string) Option { return func(c *daemon.Config) { c.Home = home } }
 
+// EnvStore chooses the store of the daemons tests start: "" or "sqlite"
+// for the home's SQLite file, "postgres" for a database of the test
+// binary's PostgreSQL cluster (package pgtest), one per home.
+const EnvStore = "KIN_TEST_STORE"
+
+// Store is the store DSN of a test daemon on home under $KIN_TEST_STORE:
+// "" (the home's kin.db) for SQLite; for PostgreSQL the DSN of home's own
+// database, the same for every daemon on home (a restart finds its
+// store), made at the first call and dropped when that call's test ends
+// (a home shared by several subtests gets its database from their parent:
+// call Store there first). Under "postgres" the test skips where
+// PostgreSQL is missing (fails under KIN_TEST_REQUIRE_POSTGRES=1) and
+// fails if its package's TestMain does not call pgtest.Main.
+func Store(t testing.TB, home string) string {
+	t.Helper()
+	switch s := os.Getenv(EnvStore); s {
+	case "", "sqlite":
+		return ""
+	case "postgres":
+		return pgtest.DatabaseFor(t, home)
+	default:
+		t.Fatalf("%s=%q: want sqlite, postgres, or unset (sqlite)", EnvStore, s)
+		return ""
+	}
+}
+
 // StartDaemon runs a real daemon on a temporary home with a real SQLite
-// file, and closes it when the test ends.
+// file (or the store $KIN_TEST_STORE chooses: see Store), and closes it
+// when the test ends.
 func StartDaemon(t testing.TB, opts ...Option) *Daemon {
 	t.Helper()
 	cfg := daemon.DefaultConfig()
@@ -104,6 +132,9 @@ func StartDaemon(t testing.TB, opts ...Option) *Daemon {
 	}
 	if cfg.UIDRangeDir == "" {
 		cfg.UIDRangeDir = filepath.Join(cfg.Home, "host-uid-ranges")
+	}
+	if cfg.Store == "" { // before the daemon, so its store outlives it (cleanups run last first)
+		cfg.Store = Store(t, cfg.Home)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
