@@ -187,7 +187,7 @@ func TestAttackAgentReachesNothingOfKinsHomeThroughTheView(t *testing.T) {
 	vdir := sessionDir(t, d, victim)
 	shim := filepath.Join(root, "bin", ".sandbox-shim")
 	denied := []string{
-		"read:" + filepath.Join(d.Home, "kin.db"),
+		"read:" + filepath.Join(d.Home, daemon.TokenName),
 		"read:" + filepath.Join(d.Home, "ctx-boot"),
 		"list:" + d.Home,
 		"list:" + filepath.Join(d.Home, "logs"),
@@ -198,7 +198,12 @@ func TestAttackAgentReachesNothingOfKinsHomeThroughTheView(t *testing.T) {
 		"read:" + filepath.Join(vdir, "agent.key"),
 		"append:" + shim,
 	}
-	for _, p := range []string{filepath.Join(d.Home, "kin.db"), filepath.Join(d.Home, "ctx-boot"), shim, filepath.Join(vdir, "agent.key")} {
+	probes := []string{filepath.Join(d.Home, daemon.TokenName), filepath.Join(d.Home, "ctx-boot"), shim, filepath.Join(vdir, "agent.key")}
+	if onSQLite(d) {
+		denied = append(denied, "read:"+filepath.Join(d.Home, "kin.db"))
+		probes = append(probes, filepath.Join(d.Home, "kin.db"))
+	}
+	for _, p := range probes {
 		if _, err := os.Stat(p); err != nil {
 			t.Fatalf("probe target: %v", err)
 		}

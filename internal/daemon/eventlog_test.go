@@ -1,9 +1,7 @@
 package daemon_test
 
 import (
-	"database/sql"
 	"encoding/base64"
-	"path/filepath"
 	"strings"
 	"testing"
 
@@ -135,17 +133,13 @@ func TestLogVerifyThroughTheDaemonNamesTheChangedEvent(t *testing.T) {
 	if rep, err := d.Client.LogVerify(ctx, kin.LogVerifyRequest{}); err != nil || !rep.OK {
 		t.Fatalf("an untouched log: %+v, %v", rep, err)
 	}
-	db, err := sql.Open("sqlite", filepath.Join(d.Home, "kin.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
+	db, arg := storeDB(t, d)
 	// A child's registration is made to name another human.
 	var seq int64
 	if err := db.QueryRow(`SELECT MIN(seq) FROM events WHERE seq > 1 AND data LIKE '%Dr. Schmidt%'`).Scan(&seq); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := db.Exec(`UPDATE events SET data = replace(data, 'Dr. Schmidt', 'Dr. Schmodt') WHERE seq = ?`, seq); err != nil {
+	if _, err := db.Exec(`UPDATE events SET data = replace(data, 'Dr. Schmidt', 'Dr. Schmodt') WHERE seq = `+arg(1), seq); err != nil {
 		t.Fatal(err)
 	}
 	rep, err := d.Client.LogVerify(ctx, kin.LogVerifyRequest{Checkpoint: cp.Note})
@@ -155,7 +149,7 @@ func TestLogVerifyThroughTheDaemonNamesTheChangedEvent(t *testing.T) {
 	if rep.OK || rep.BadIndex == nil || *rep.BadIndex != seq-1 {
 		t.Fatalf("after changing event %d: %+v, want the first bad index %d", seq, rep, seq-1)
 	}
-	if _, err := db.Exec(`UPDATE events SET data = replace(data, 'Dr. Schmodt', 'Dr. Schmidt') WHERE seq = ?`, seq); err != nil {
+	if _, err := db.Exec(`UPDATE events SET data = replace(data, 'Dr. Schmodt', 'Dr. Schmidt') WHERE seq = `+arg(1), seq); err != nil {
 		t.Fatal(err)
 	}
 	if rep, err := d.Client.LogVerify(ctx, kin.LogVerifyRequest{}); err != nil || !rep.OK {

@@ -221,7 +221,11 @@ func TestSecondDaemonOnSameHomeIsRefused(t *testing.T) {
 
 func TestHomeFilesArePrivate(t *testing.T) {
 	d := kintest.StartDaemon(t)
-	for _, name := range []string{daemon.SocketName, daemon.TokenName, "kin.db"} {
+	private := []string{daemon.SocketName, daemon.TokenName}
+	if onSQLite(d) {
+		private = append(private, "kin.db")
+	}
+	for _, name := range private {
 		fi, err := os.Stat(d.Home + "/" + name)
 		if err != nil {
 			t.Fatal(err)

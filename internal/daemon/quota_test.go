@@ -256,17 +256,6 @@ func readFlood(t *testing.T, path string) floodResult {
 	return r
 }
 
-// dbBytes is the size of the store's files (kin.db and its WAL).
-func dbBytes(t testing.TB, home string) int64 {
-	var n int64
-	for _, f := range []string{"kin.db", "kin.db-wal"} {
-		if fi, err := os.Stat(filepath.Join(home, f)); err == nil {
-			n += fi.Size()
-		}
-	}
-	return n
-}
-
 // TestMessageFloodIsRefused is the issue's 3,000 messages of 60 KB: past
 // the burst and the rate they are refused (rate_limited, with a
 // retry_after), and the database grows by what the accepted ones take, not
@@ -276,7 +265,7 @@ func TestMessageFloodIsRefused(t *testing.T) {
 	d := kintest.StartDaemon(t, kintest.WithProfile(quotaProfile(t, fmt.Sprintf(`{"message_bytes": 65536, "messages": {"per_second": %g, "burst": %d}}`, rate, burst))))
 	out := outPath(t)
 	parent := spawnAgent(t, d.Client, "parent", 0, "sleep")
-	dbBefore := dbBytes(t, d.Home)
+	dbBefore := storeBytes(t, d)
 	spawnAgent(t, d.Client, "flooder", parent.ID, "flood messages 3000 60000", withEnv("KINTEST_OUT="+out))
 	r := readFlood(t, out)
 	allowed := burst + int(rate*r.elapsed) + 1
@@ -290,7 +279,7 @@ func TestMessageFloodIsRefused(t *testing.T) {
 	// keeps it in the WAL and, after a checkpoint, in the database: at
 	// most twice, plus pages and the other events of the test (its two
 	// agents' registrations and starts), 1 MiB.
-	grew := dbBytes(t, d.Home) - dbBefore
+	grew := storeBytes(t, d) - dbBefore
 	if limit := int64(r.ok)*2*(60_000+8<<10) + 1<<20; grew > limit {
 		t.Fatalf("the database grew by %d bytes for %d accepted messages; at most %d allowed", grew, r.ok, limit)
 	}

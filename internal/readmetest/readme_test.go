@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/kin-agents/kin/internal/exampletest"
+	"github.com/kin-agents/kin/internal/pgtest"
 )
 
 // TestReadme runs README.md's shell blocks in order against a real kin serve
@@ -20,7 +21,20 @@ import (
 // itself), and the blocks that need what CI lacks (Claude Code, an AAuth
 // resource server in another terminal). Stopping the daemon at the end
 // stops every agent the blocks started.
-func TestReadme(t *testing.T) {
+func TestReadme(t *testing.T) { runReadme(t) }
+
+// TestReadmeOnPostgres runs the same blocks, unchanged, against a kin
+// serve whose store is a PostgreSQL database (issue 23): `kin serve
+// --store postgres://...` on a throw-away cluster (internal/pgtest).
+func TestReadmeOnPostgres(t *testing.T) {
+	runReadme(t, "--store", pgtest.NewDatabase(t))
+}
+
+func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }
+
+// runReadme runs README.md's blocks against a kin serve started with
+// serveArgs.
+func runReadme(t *testing.T, serveArgs ...string) {
 	root, err := filepath.Abs("../..")
 	if err != nil {
 		t.Fatal(err)
@@ -30,7 +44,7 @@ func TestReadme(t *testing.T) {
 		t.Fatal(err)
 	}
 	bin := exampletest.Kin(t)
-	d := exampletest.Serve(t, bin, "--http", "off")
+	d := exampletest.Serve(t, bin, append([]string{"--http", "off"}, serveArgs...)...)
 	r := Runner{Dir: workDir(t, root), Env: readerEnv(bin, d.Home), Within: 15 * time.Second}
 	ran := 0
 	for _, b := range Parse(string(text)) {
