@@ -30,6 +30,8 @@ package postgres
 import (
 	"context"
 	"database/sql"
+	"database/sql/driver"
+	"errors"
 	"fmt"
 	"net/url"
 	"strconv"
@@ -37,6 +39,7 @@ import (
 	"sync"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/stdlib"
 
 	"github.com/kin-agents/kin/internal/auditlog"
@@ -84,6 +87,7 @@ var dialect = &sqlstore.Dialect{
 	Rebind:       Rebind,
 	Begin:        begin,
 	BeforeCommit: notify,
+	Lost:         lost,
 }
 
 // Options tune a store. The zero value is the default.
@@ -149,8 +153,15 @@ func (s *Store) Close() error {
 }
 
 // begin starts a batch's transaction and takes the database's write lock.
+// A BEGIN that failed before anything reached the server (the writer's
+// connection was ended: a server restart, a failover, an administrator's
+// pg_terminate_backend) is tried once more on a new connection, so the
+// first Update after such an end does not fail for it.
 func begin(ctx context.Context, w *sql.DB, lazy bool) (*sql.Tx, error) {
 	tx, err := w.BeginTx(ctx, nil)
+	if lost(err) {
+		tx, err = w.BeginTx(ctx, nil) // BEGIN did nothing: safe to send again
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -164,6 +175,28 @@ func begin(ctx context.Context, w *sql.DB, lazy bool) (*sql.Tx, error) {
 		return nil, fmt.Errorf("write lock: %w", err)
 	}
 	return tx, nil
+}
+
+// lost reports whether err says the connection ended under the statement:
+// nothing was sent (pgconn.SafeToRetry), or the server said it is shutting
+// the connection down (SQLSTATE class 57P: admin_shutdown, crash_shutdown,
+// cannot_connect_now) or lost it (class 08, connection exception).
+func lost(err error) bool {
+	if err == nil || ctxErr(err) {
+		return false
+	}
+	if pgconn.SafeToRetry(err) || errors.Is(err, driver.ErrBadConn) {
+		return true
+	}
+	if pe := pgError(err); pe != nil {
+		return strings.HasPrefix(pe.Code, "57P") || strings.HasPrefix(pe.Code, "08")
+	}
+	return false
+}
+
+// ctxErr reports whether err is a context's end, which no retry mends.
+func ctxErr(err error) bool {
+	return errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)
 }
 
 // notify queues the batch's notification, delivered at its COMMIT.

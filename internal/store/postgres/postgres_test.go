@@ -2,9 +2,12 @@ package postgres_test
 
 import (
 	"context"
+	"database/sql"
 	"os"
 	"testing"
+	"time"
 
+	"github.com/kin-agents/kin/internal/kintest"
 	"github.com/kin-agents/kin/internal/pgtest"
 	"github.com/kin-agents/kin/internal/store"
 	"github.com/kin-agents/kin/internal/store/postgres"
@@ -25,5 +28,65 @@ func TestPostgresStore(t *testing.T) {
 			return s
 		}
 		return open(), open
+	})
+}
+
+// TestConnectionsLostAndFound: the server ends every connection of the
+// store's database (a failover, a restart, an administrator's
+// pg_terminate_backend). The next Updates and reads work again without
+// reopening the store, and the listener comes back: another handle's
+// commit still wakes this handle's waiters.
+func TestConnectionsLostAndFound(t *testing.T) {
+	ctx := context.Background()
+	dsn := pgtest.NewDatabase(t)
+	open := func() store.Store {
+		s, err := postgres.Open(ctx, dsn, postgres.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { s.Close() })
+		return s
+	}
+	a, b := open(), open()
+	storetest.AppendEvents(t, a, 0, 3, nil)
+	if _, err := a.AgentCount(ctx); err != nil {
+		t.Fatal(err)
+	}
+	admin, err := sql.Open("pgx", dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close()
+	var ended int
+	if err := admin.QueryRowContext(ctx, `SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
+		WHERE datname = current_database() AND pid <> pg_backend_pid()`).Scan(&ended); err != nil {
+		t.Fatal(err)
+	}
+	if ended < 4 { // each handle: its writer, a reader, its listener
+		t.Fatalf("ended %d connections, want at least 4", ended)
+	}
+	// Writes and reads work at once: the writer begins again on a new
+	// connection, and the read pool drops the dead ones.
+	if _, err := storetest.AppendEvents(t, a, 3, 4, nil); err != nil {
+		t.Fatalf("the first Update after the connections ended: %v", err)
+	}
+	if _, err := a.AgentCount(ctx); err != nil {
+		t.Fatalf("the first read after the connections ended: %v", err)
+	}
+	if _, err := b.AgentCount(ctx); err != nil {
+		t.Fatalf("the first read of the other handle: %v", err)
+	}
+	// The listener is back: b's commit wakes a's waiters.
+	kintest.WaitFor(t, 10*time.Second, "b's commit to wake a's waiter", func() bool {
+		ch := a.Wait()
+		if _, err := storetest.AppendEvents(t, b, 0, 1, nil); err != nil {
+			return false
+		}
+		select {
+		case <-ch:
+			return true
+		case <-time.After(2 * time.Second):
+			return false
+		}
 	})
 }

@@ -84,6 +84,14 @@ func (r reader) stmt(ctx context.Context, q string) *sql.Stmt {
 }
 
 func (r reader) query(ctx context.Context, q string, args ...any) (*sql.Rows, error) {
+	rows, err := r.query1(ctx, q, args...)
+	if r.tx == nil && r.d.lost(err) {
+		rows, err = r.query1(ctx, q, args...) // a read is safe to run again
+	}
+	return rows, err
+}
+
+func (r reader) query1(ctx context.Context, q string, args ...any) (*sql.Rows, error) {
 	if st := r.stmt(ctx, q); st != nil {
 		return st.QueryContext(ctx, args...)
 	}
@@ -91,6 +99,14 @@ func (r reader) query(ctx context.Context, q string, args ...any) (*sql.Rows, er
 }
 
 func (r reader) queryRow(ctx context.Context, q string, args ...any) *sql.Row {
+	row := r.queryRow1(ctx, q, args...)
+	if r.tx == nil && r.d.lost(row.Err()) {
+		row = r.queryRow1(ctx, q, args...) // a read is safe to run again
+	}
+	return row
+}
+
+func (r reader) queryRow1(ctx context.Context, q string, args ...any) *sql.Row {
 	if st := r.stmt(ctx, q); st != nil {
 		return st.QueryRowContext(ctx, args...)
 	}

@@ -54,12 +54,22 @@ type Dialect struct {
 	// when the batch appended events, the log's size being size: where a
 	// notification must be part of the commit (PostgreSQL's NOTIFY).
 	BeforeCommit func(ctx context.Context, tx *sql.Tx, size int64) error
+	// Lost, when set, reports whether err says the connection was lost
+	// before the statement did anything (a server restart, a failover): a
+	// read outside a transaction that failed so is run once more, on
+	// another connection of the pool.
+	Lost func(err error) bool
 	// WriterStatements prepares the hot statements on the writer's
 	// connection at New (SQLite compiles a statement on every call
 	// otherwise; pgx caches statements itself).
 	WriterStatements bool
 
 	rebound sync.Map // query → Rebind(query)
+}
+
+// lost is Lost(err), false without one.
+func (d *Dialect) lost(err error) bool {
+	return err != nil && d != nil && d.Lost != nil && d.Lost(err)
 }
 
 // rebind is Rebind(q), computed once per query.
