@@ -162,6 +162,10 @@ type Agent struct {
 	// Stage is the agent's own stage ("" when it follows its parent's).
 	Stage string `json:"stage,omitempty"`
 
+	// Host is the fleet's host that runs the agent's process (or, for an
+	// agent without one, that registered it): its --host-name.
+	Host string `json:"host,omitempty"`
+
 	// Reconciling is true while a restarted daemon has not yet checked
 	// whether this agent's process, which the store says runs, still does:
 	// its State is the store's last word, not yet confirmed. It is never

@@ -25,6 +25,7 @@ type Service interface {
 	ExchangeService
 	IdentityService
 	LogService
+	FleetService
 }
 
 // RegistryService is the lineage registry (seed 000) and the governor's
@@ -167,12 +168,14 @@ type LogService interface {
 
 // DaemonStatus describes a running daemon.
 type DaemonStatus struct {
-	Version   string    `json:"version"`
-	PID       int       `json:"pid"`
-	Home      string    `json:"home"`
-	Socket    string    `json:"socket"`
-	HTTP      string    `json:"http,omitempty"`
-	Store     string    `json:"store"`
+	Version string `json:"version"`
+	PID     int    `json:"pid"`
+	Home    string `json:"home"`
+	Socket  string `json:"socket"`
+	HTTP    string `json:"http,omitempty"`
+	Store   string `json:"store"`
+	// Host is the daemon's name in the fleet of daemons on its store.
+	Host      string    `json:"host"`
 	Profile   string    `json:"profile"`
 	StartedAt time.Time `json:"started_at"`
 	Agents    int       `json:"agents"`

@@ -53,6 +53,9 @@ gid START+N (a root daemon); or "the daemon's user".`,
 			row("Socket", st.Socket)
 			row("HTTP", httpAddr)
 			row("Store", st.Store)
+			if st.Host != "" {
+				row("Host", st.Host)
+			}
 			row("Profile", st.Profile)
 			row("Agents", strconv.Itoa(st.Agents))
 			row("Running", strconv.Itoa(st.Running))

@@ -29,8 +29,15 @@ type Config struct {
 	// Profile is a shipped profile's name or a profile file's path.
 	Profile string
 	// Store is the store's DSN (storeopen.ParseDSN): "" or "sqlite" for
-	// <home>/kin.db, "sqlite:PATH" or "sqlite://PATH" for another file.
+	// <home>/kin.db, "sqlite:PATH" or "sqlite://PATH" for another file,
+	// "postgres://..." for a PostgreSQL database a fleet shares.
 	Store string
+	// HostName is this daemon's name in the fleet of daemons on the store
+	// (package hosts); "" is the machine's host name.
+	HostName string
+	// HostLease is how long the host's lease on its name runs unless
+	// renewed (0: hosts.DefaultLease).
+	HostLease time.Duration
 	// WrapStore, when set, wraps the store the daemon opens: tests inject
 	// a failing commit with it. The daemon closes what it returns.
 	WrapStore func(store.Store) store.Store

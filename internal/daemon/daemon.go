@@ -21,6 +21,7 @@ import (
 	"github.com/kin-agents/kin/internal/dashboard"
 	"github.com/kin-agents/kin/internal/exchange"
 	"github.com/kin-agents/kin/internal/governor"
+	"github.com/kin-agents/kin/internal/hosts"
 	"github.com/kin-agents/kin/internal/httpapi"
 	"github.com/kin-agents/kin/internal/lineage"
 	"github.com/kin-agents/kin/internal/logsigner"
@@ -58,6 +59,7 @@ type Daemon struct {
 	*exchange.Exchange                      // what agents share with consent: kin.ExchangeService
 	*personserver.Server                    // AAuth: agent provider and person server: kin.IdentityService
 	*logsigner.Signer                       // the verifiable event log's key and checkpoints: kin.LogService
+	host                 *hosts.Hosts       // this daemon as a host of the fleet: kin.FleetService (fleet.go)
 	metrics              *telemetry.Metrics // Prometheus metrics
 	tracer               *telemetry.Tracer  // OpenTelemetry spans of spawns, nil when off
 	quota                *quota.Limiter     // the profile's rate limits on agents (issue 21)
@@ -132,6 +134,21 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 	if cfg.WrapStore != nil {
 		d.store = cfg.WrapStore(st)
 	}
+	hostName, err := cfg.hostName()
+	if err != nil {
+		return nil, err
+	}
+	if d.host, err = hosts.New(ctx, hosts.Config{Store: d.store, Name: hostName, Home: cfg.Home, Lease: cfg.HostLease,
+		Version: cfg.Version, Clock: d.now, Log: d.log}); err != nil {
+		return nil, err
+	}
+	// The log's size before the links: what other hosts commit after it
+	// is applied to the caches by the registry's follower (FollowStore);
+	// what both read is applied twice, which changes nothing.
+	followFrom, err := st.EventLastSeq(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("load lineage: %w", err)
+	}
 	links, err := st.AgentLinks(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("load lineage: %w", err)
@@ -202,12 +219,17 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 		Store: d.store, Lineage: &d.lineage, Authority: d.Authority, Identity: d.Server,
 		Runner: d.Runner.RegistryHooks(), Observer: telemetry.RegistryObserver{M: d.metrics, T: d.tracer}, Clock: d.now,
 		Profile: baseProfile, ProfileSource: profileSource, DefaultResponsible: cfg.DefaultResponsible,
-		Closing: d.closing, Wait: d.store.Wait, Quota: d.quota,
+		Closing: d.closing, Wait: d.store.Wait, Quota: d.quota, Host: hostName,
 	})
 	if err != nil {
 		return nil, err
 	}
 	d.Runner.SetRegistry(d.Registry)
+	d.wg.Add(1)
+	go func() {
+		defer d.wg.Done()
+		d.Registry.FollowStore(followFrom, d.log)
+	}()
 	if d.token, err = loadOrCreateToken(filepath.Join(cfg.Home, TokenName)); err != nil {
 		return nil, err
 	}
@@ -245,7 +267,11 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 	}
 	d.Signer.Start()
 	sup := d.Runner.Supervisor()
-	d.log.Info("kin serve started", "home", cfg.Home, "socket", d.SocketPath(), "http", d.HTTPAddr(),
+	if err := d.host.Announce(ctx, d.HTTPAddr(), sup.Containment()); err != nil {
+		return nil, err
+	}
+	d.host.Start()
+	d.log.Info("kin serve started", "host", hostName, "home", cfg.Home, "socket", d.SocketPath(), "http", d.HTTPAddr(),
 		"store", st.Driver(), "profile", d.Registry.ProfileSource(), "containment", sup.Containment(),
 		"containment_reason", sup.ContainmentReason(), "cgroup", sup.Root(), "sandbox", d.Runner.DescribeContainment(),
 		"agent_uids", d.Runner.UIDRangeString(), "running", d.Runner.RunningCount())
@@ -464,6 +490,9 @@ func (d *Daemon) Close() error {
 		}
 		if d.Signer != nil {
 			d.Signer.Close() // signs the head after the last event: the shutdown's own
+		}
+		if d.host != nil {
+			errs = append(errs, d.host.Close()) // the name is free at once
 		}
 		d.tracer.Close() // flushes the spans still buffered
 		if d.store != nil {

@@ -34,6 +34,7 @@ func (d *Daemon) Status(ctx context.Context) (*kin.DaemonStatus, error) {
 		Socket:            d.SocketPath(),
 		HTTP:              d.HTTPAddr(),
 		Store:             d.store.Driver(),
+		Host:              d.host.Name(),
 		Profile:           d.Registry.ProfileSource(),
 		StartedAt:         d.started,
 		Agents:            n,

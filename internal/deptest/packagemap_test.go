@@ -197,6 +197,12 @@ var packageMap = map[string]deptest.DepChecker{
 			mod + "internal/policy":   "the driver keeps what the daemon decided; permissions are policy's",
 		},
 	},
+	"internal/hosts": {
+		BadDeps: withBans(map[string]string{
+			mod + "internal/runner":   "a host's lease knows nothing of processes: the daemon decides what losing it means",
+			mod + "internal/registry": whyDown,
+		}),
+	},
 	"internal/store/postgres": {
 		BadDeps: map[string]string{
 			mod + "internal/governor":     "the driver keeps what the daemon decided; deciding is the governor's",

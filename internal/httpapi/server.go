@@ -124,6 +124,7 @@ func Routes() []Route {
 		{"GET", "/v1/log/leaves", (*Server).logLeaves},
 		{"POST", "/v1/log/verify", (*Server).logVerify},
 		{"GET", "/v1/agents/{id}/ancestry-proof", (*Server).ancestryProof},
+		{"GET", "/v1/hosts", (*Server).hosts},
 	}
 }
 

@@ -152,6 +152,7 @@ var strFields = []strField{
 	{"session", func(a *kin.Agent) string { return a.Session }, func(a *kin.Agent, v string) { a.Session = v }},
 	{"result", func(a *kin.Agent) string { return string(a.Result) }, func(a *kin.Agent, v string) { a.Result = kin.ResultStatus(v) }},
 	{"stage", func(a *kin.Agent) string { return a.Stage }, func(a *kin.Agent, v string) { a.Stage = v }},
+	{"host", func(a *kin.Agent) string { return a.Host }, func(a *kin.Agent, v string) { a.Host = v }},
 }
 
 // EncodeTreeColumns turns trees into their compact form.

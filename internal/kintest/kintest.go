@@ -85,6 +85,18 @@ func WithShutdownTimeout(d time.Duration) Option {
 	return func(c *daemon.Config) { c.ShutdownTimeout = d }
 }
 
+// WithStore runs the daemon on the store dsn names (e.g. a PostgreSQL
+// database several test daemons share) instead of its home's own.
+func WithStore(dsn string) Option { return func(c *daemon.Config) { c.Store = dsn } }
+
+// WithHostName names the daemon's host in the fleet of daemons on its
+// store (kin serve --host-name).
+func WithHostName(name string) Option { return func(c *daemon.Config) { c.HostName = name } }
+
+// WithHostLease sets the host's lease on its name (kin serve's default is
+// 15 s).
+func WithHostLease(d time.Duration) Option { return func(c *daemon.Config) { c.HostLease = d } }
+
 // WithHome uses the given home instead of a fresh temporary one (to restart
 // a daemon on the same store).
 func WithHome(home string) Option { return func(c *daemon.Config) { c.Home = home } }

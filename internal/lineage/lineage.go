@@ -13,23 +13,34 @@ import (
 )
 
 // Tree is the family tree in memory. It loads the links at start and adds
-// a link after each registration commits. Walking a 10,000-agent subtree here
-// takes well under a millisecond, where SQLite's recursive query takes
-// tens of milliseconds; the rows themselves are then read by id.
+// a link after each registration commits (this daemon's, and, in a fleet,
+// those other hosts commit, as this daemon learns of them). Walking a
+// 10,000-agent subtree here takes well under a millisecond, where SQLite's
+// recursive query takes tens of milliseconds; the rows themselves are then
+// read by id.
 //
 // Agent ids are dense (1, 2, 3, ...), so the links are slices indexed by id:
-// 32 bytes an agent, 3.2 MB for 100,000.
+// 33 bytes an agent, 3.3 MB for 100,000. In a fleet they may arrive out of
+// order (another host's agent 6 after this host's 7), and a child before
+// its parent: Add keeps each agent's children in id order whatever the
+// order of arrival, and links a child that came first once its parent
+// comes.
 type Tree struct {
 	mu          sync.RWMutex
 	parent      []kin.AgentID // parent[id]; index 0 unused
 	firstChild  []kin.AgentID
 	lastChild   []kin.AgentID
 	nextSibling []kin.AgentID
+	known       []bool                        // known[id]: added
+	orphans     map[kin.AgentID][]kin.AgentID // children added before their parent, by parent
 }
 
-// Add records that id is a child of parent (0 for a root). Links arrive in
-// id order, at start and after each commit.
+// Add records that id is a child of parent (0 for a root). Adding a known
+// id again changes nothing.
 func (l *Tree) Add(id, parent kin.AgentID) {
+	if id <= 0 {
+		return
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	for kin.AgentID(len(l.parent)) <= id {
@@ -37,17 +48,52 @@ func (l *Tree) Add(id, parent kin.AgentID) {
 		l.firstChild = append(l.firstChild, 0)
 		l.lastChild = append(l.lastChild, 0)
 		l.nextSibling = append(l.nextSibling, 0)
+		l.known = append(l.known, false)
 	}
-	l.parent[id] = parent
-	if parent == 0 || parent >= kin.AgentID(len(l.parent)) {
+	if l.known[id] {
 		return
 	}
-	if last := l.lastChild[parent]; last != 0 {
-		l.nextSibling[last] = id
-	} else {
-		l.firstChild[parent] = id
+	l.known[id], l.parent[id] = true, parent
+	if parent != 0 {
+		if l.hasLocked(parent) {
+			l.link(parent, id)
+		} else {
+			if l.orphans == nil {
+				l.orphans = map[kin.AgentID][]kin.AgentID{}
+			}
+			l.orphans[parent] = append(l.orphans[parent], id)
+		}
 	}
-	l.lastChild[parent] = id
+	if kids, ok := l.orphans[id]; ok {
+		delete(l.orphans, id)
+		for _, c := range kids {
+			l.link(id, c)
+		}
+	}
+}
+
+// link puts child among parent's children, in id order: at the end in the
+// usual case (ids grow), else where it belongs.
+func (l *Tree) link(parent, child kin.AgentID) {
+	last := l.lastChild[parent]
+	if last == 0 || last < child {
+		if last != 0 {
+			l.nextSibling[last] = child
+		} else {
+			l.firstChild[parent] = child
+		}
+		l.lastChild[parent] = child
+		return
+	}
+	if first := l.firstChild[parent]; child < first {
+		l.nextSibling[child], l.firstChild[parent] = first, child
+		return
+	}
+	prev := l.firstChild[parent]
+	for next := l.nextSibling[prev]; next != 0 && next < child; next = l.nextSibling[prev] {
+		prev = next
+	}
+	l.nextSibling[child], l.nextSibling[prev] = l.nextSibling[prev], child
 }
 
 // Has reports whether id is a known agent.
@@ -58,10 +104,7 @@ func (l *Tree) Has(id kin.AgentID) bool {
 }
 
 func (l *Tree) hasLocked(id kin.AgentID) bool {
-	// Every known id except roots has a parent; roots are known if any
-	// later id exists or they are the last one added. Ids are dense, so
-	// anything below the length was added.
-	return id > 0 && id < kin.AgentID(len(l.parent))
+	return id > 0 && id < kin.AgentID(len(l.parent)) && l.known[id]
 }
 
 // Subtree returns id and all its descendants, breadth first: each parent

@@ -41,3 +41,33 @@ func TestLineageSubtreeAndDescendants(t *testing.T) {
 		t.Error("Chain, Parent or Len is wrong")
 	}
 }
+
+// TestLinksArriveInAnyOrder: in a fleet this daemon learns of other hosts'
+// agents after its own later ones, and may learn of a child before its
+// parent. Children stay in id order, a child that came first is linked when
+// its parent comes, and adding an agent twice changes nothing.
+func TestLinksArriveInAnyOrder(t *testing.T) {
+	var l, want Tree
+	links := [][2]kin.AgentID{{1, 0}, {2, 1}, {3, 1}, {4, 1}, {5, 2}, {6, 2}, {7, 3}, {8, 0}, {9, 1}}
+	for _, link := range links {
+		want.Add(link[0], link[1])
+	}
+	for _, i := range []int{0, 8, 3, 1, 6, 5, 4, 7, 2, 3, 0} {
+		l.Add(links[i][0], links[i][1])
+	}
+	for id := kin.AgentID(0); id <= 10; id++ {
+		if got, w := fmt.Sprint(l.Subtree(id)), fmt.Sprint(want.Subtree(id)); got != w {
+			t.Errorf("subtree(%d) = %s, want %s", id, got, w)
+		}
+	}
+	// A child before its parent; and a gap: 11 is not known though 12 is.
+	var o Tree
+	o.Add(12, 10)
+	if o.Has(11) || o.Has(10) || !o.Has(12) || fmt.Sprint(o.Subtree(12)) != "[12]" {
+		t.Fatalf("before its parent: has(10)=%v has(11)=%v subtree(12)=%v", o.Has(10), o.Has(11), o.Subtree(12))
+	}
+	o.Add(10, 0)
+	if fmt.Sprint(o.Subtree(10)) != "[10 12]" || fmt.Sprint(o.Chain(12)) != "[12 10]" || !o.IsDescendant(12, 10) {
+		t.Fatalf("after its parent: subtree(10)=%v chain(12)=%v", o.Subtree(10), o.Chain(12))
+	}
+}

@@ -37,6 +37,7 @@ type Registry struct {
 	quota   *quota.Limiter
 
 	defaultResponsible string
+	host               string // this daemon's host in the fleet, recorded on every agent it registers
 
 	mu            sync.Mutex // guards profile, overrides and settings
 	profile       kin.Profile
@@ -109,12 +110,15 @@ type Config struct {
 	// Quota limits how often an agent changes its descendants' status
 	// (nil: no limit).
 	Quota *quota.Limiter
+	// Host is this daemon's host in the fleet: every agent it registers
+	// is recorded as its.
+	Host string
 }
 
 // New makes a Registry and reads the governor's stored settings.
 func New(ctx context.Context, c Config) (*Registry, error) {
 	r := &Registry{st: c.Store, lin: c.Lineage, auth: c.Authority, ps: c.Identity, run: c.Runner, obs: c.Observer,
-		clock: c.Clock, closing: c.Closing, wait: c.Wait, quota: c.Quota, defaultResponsible: c.DefaultResponsible,
+		clock: c.Clock, closing: c.Closing, wait: c.Wait, quota: c.Quota, defaultResponsible: c.DefaultResponsible, host: c.Host,
 		baseProfile: c.Profile, profileSource: c.ProfileSource}
 	if err := r.loadGovernor(ctx); err != nil {
 		return nil, err
@@ -296,6 +300,7 @@ func (r *Registry) register(ctx context.Context, req kin.RegisterRequest, extra 
 			CreatedAt:        now,
 			CreatedBy:        by,
 			UpdatedAt:        now,
+			Host:             r.host,
 		}
 		if a.Responsible == "" && facts.Parent != nil {
 			a.Responsible = facts.Parent.Responsible // seed 000: children inherit by default

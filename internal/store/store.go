@@ -26,6 +26,9 @@ var (
 	ErrNameTaken   = errors.New("store: name taken by a live agent")
 	ErrWalletTaken = errors.New("store: wallet taken")
 	ErrClosed      = errors.New("store: closed")
+	// ErrHostTaken: another daemon (another home) holds the host name's
+	// unexpired lease.
+	ErrHostTaken = errors.New("store: host name held by another daemon")
 )
 
 // Store is a kin store. All methods are safe for concurrent use.
@@ -104,6 +107,9 @@ type Reader interface {
 	AgentProcessSpec(ctx context.Context, id kin.AgentID) (ProcessSpec, error)
 	// AgentLinks returns every agent's id and parent, by id.
 	AgentLinks(ctx context.Context) ([]AgentLink, error)
+	// HostList returns every host of the fleet, by name, with the number
+	// of live agents each runs.
+	HostList(ctx context.Context) ([]HostRow, error)
 	// AgentListByIDs returns the agents with the given ids, in that order;
 	// ids that do not exist are left out.
 	AgentListByIDs(ctx context.Context, ids []kin.AgentID) ([]*kin.Agent, error)
@@ -192,6 +198,30 @@ type Tx interface {
 	// LogCheckpointInsert keeps a signed checkpoint; one of the same size
 	// already kept stays.
 	LogCheckpointInsert(ctx context.Context, c auditlog.StoredCheckpoint) error
+	// HostClaim takes h.Name's lease for h.Home until h.LeaseUntil: it
+	// fails with ErrHostTaken while another home's lease on the name runs
+	// past h.RenewedAt (a restart on the same home takes its lease back
+	// at once).
+	HostClaim(ctx context.Context, h HostRow) error
+	// HostRenew moves the lease of name, held by home, to until (renewed
+	// at); ErrNotFound when home no longer holds it.
+	HostRenew(ctx context.Context, name, home string, renewed, until time.Time) error
+	// HostRelease ends home's lease on name at once (a clean stop).
+	HostRelease(ctx context.Context, name, home string) error
+}
+
+// HostRow is a host of the fleet: a kin serve, its lease on its name, and
+// what it says of itself.
+type HostRow struct {
+	Name        string
+	Home        string // the id of the daemon's home that holds the lease
+	Address     string
+	Containment string
+	Version     string
+	StartedAt   time.Time
+	RenewedAt   time.Time
+	LeaseUntil  time.Time // zero: released
+	Agents      int       // HostList's: its live agents
 }
 
 // AgentKeyRow is an agent's AAuth identity: its Ed25519 public key, the key's

@@ -133,14 +133,14 @@ func TestMigrationFillsBudgetCounters(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, q := range []string{
+	for _, q := range append(sqlite.UndoHosts,
 		`UPDATE agents SET policy = '{"budget":{"max_descendants":5}}' WHERE name = 'lead'`,
 		`UPDATE agents SET policy = '{"tools":{"allow":["read"]}}' WHERE name = 'free'`,
 		`ALTER TABLE agent_spend DROP COLUMN sub_tokens`,
 		`ALTER TABLE agent_spend DROP COLUMN sub_cost`,
 		`ALTER TABLE agent_spend DROP COLUMN spawns`,
 		`DELETE FROM schema_migrations WHERE version >= 8`,
-	} {
+	) {
 		if _, err := db.ExecContext(ctx, q); err != nil {
 			t.Fatalf("%s: %v", q, err)
 		}

@@ -36,7 +36,7 @@ var agentCols = []struct {
 	{"pid", colInt}, {"command", colText}, {"restart", colText}, {"grace", colInt}, {"started_at", colInt},
 	{"ended_at", colInt}, {"exit_state", colInt}, {"exit_code", colInt}, {"exit_signal", colText},
 	{"end_reason", colText}, {"replaces", colInt}, {"cursor", colText}, {"last_heartbeat", colInt},
-	{"session", colText}, {"result", colText}, {"stage", colText},
+	{"session", colText}, {"result", colText}, {"stage", colText}, {"host", colText},
 }
 
 // agentColumns is the packed row, read from the agents table aliased "a".
@@ -167,6 +167,7 @@ func unpackAgent(packed string) (*kin.Agent, error) {
 	a.Session = r.text()
 	a.Result = kin.ResultStatus(r.text())
 	a.Stage = r.text()
+	a.Host = r.text()
 	if r.err == nil && r.s != "" {
 		r.err = fmt.Errorf("store: malformed agent row: %d bytes left over", len(r.s))
 	}

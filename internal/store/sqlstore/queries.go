@@ -123,13 +123,16 @@ func (r reader) exec(ctx context.Context, q string, args ...any) (sql.Result, er
 var _ store.Tx = (*txn)(nil)
 
 // liveSQL is kin.Agent.Live as SQL.
-var liveSQL = func() string {
+var liveSQL = liveSQLOf("")
+
+// liveSQLOf is liveSQL with its columns qualified by prefix ("a.").
+func liveSQLOf(prefix string) string {
 	quoted := make([]string, len(kin.TerminalStates))
 	for i, s := range kin.TerminalStates {
 		quoted[i] = "'" + string(s) + "'"
 	}
-	return "status IN ('active', 'suspended') AND state NOT IN (" + strings.Join(quoted, ", ") + ")"
-}()
+	return prefix + "status IN ('active', 'suspended') AND " + prefix + "state NOT IN (" + strings.Join(quoted, ", ") + ")"
+}
 
 func (r reader) agents(ctx context.Context, query string, args ...any) ([]*kin.Agent, error) {
 	rows, err := r.query(ctx, query, args...)
@@ -387,7 +390,7 @@ func (t *txn) AgentInsert(ctx context.Context, p store.AgentInsertParams) (*kin.
 		a.ConstitutionHash, a.CapabilityHash, a.Scope, boolInt(a.SelfModifying), a.Life, a.Status, a.State,
 		a.CreatedAt.UnixNano(), a.CreatedBy, a.UpdatedAt.UnixNano(),
 		jsonList(a.Command), jsonList(p.Env), p.Dir, a.Restart, int64(a.Grace), a.Replaces, a.Result, string(p.Handoff),
-		a.Stage, string(p.Policy), nanos(p.DeadlineAt)).Scan(&id)
+		a.Stage, string(p.Policy), nanos(p.DeadlineAt), a.Host).Scan(&id)
 	if err != nil {
 		return nil, interpretError(err)
 	}

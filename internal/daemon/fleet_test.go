@@ -1,0 +1,164 @@
+package daemon_test
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/kin-agents/kin/internal/daemon"
+	"github.com/kin-agents/kin/internal/kintest"
+	"github.com/kin-agents/kin/internal/pgtest"
+	"github.com/kin-agents/kin/kin"
+)
+
+// TestHostsShareOneStore: two daemons (two homes) on one PostgreSQL
+// database are two hosts of one fleet. Each lists both, live, itself
+// marked; an agent spawned on one is recorded with its host and counted
+// for it, and the other host reads it from the store. A third daemon
+// asking for a name whose lease runs is refused, naming --host-name; once
+// that host stops cleanly (releasing its lease) the name is free.
+func TestHostsShareOneStore(t *testing.T) {
+	dsn := pgtest.NewDatabase(t)
+	a := kintest.StartDaemon(t, kintest.WithStore(dsn), kintest.WithHostName("alpha"))
+	b := kintest.StartDaemon(t, kintest.WithStore(dsn), kintest.WithHostName("beta"))
+	w := spawnAgent(t, a.Client, "worker", 0, "sleep")
+	if w.Host != "alpha" {
+		t.Fatalf("an agent spawned on alpha records host %q", w.Host)
+	}
+	seen, err := b.Client.Agent(ctx, w.ID)
+	if err != nil || seen.Host != "alpha" || seen.PID != w.PID {
+		t.Fatalf("beta reads alpha's agent as %+v, %v", seen, err)
+	}
+	for _, d := range []*kintest.Daemon{a, b} {
+		hs, err := d.Client.Hosts(ctx)
+		if err != nil || len(hs) != 2 {
+			t.Fatalf("hosts: %+v, %v", hs, err)
+		}
+		st, _ := d.Client.Status(ctx)
+		for _, h := range hs {
+			if !h.Live || h.Self != (h.Name == st.Host) || h.Containment == "" || h.LeaseUntil.IsZero() {
+				t.Errorf("%s lists %+v", st.Host, h)
+			}
+		}
+		if hs[0].Name != "alpha" || hs[0].Agents != 1 || hs[1].Name != "beta" || hs[1].Agents != 0 {
+			t.Errorf("%s lists %+v", st.Host, hs)
+		}
+	}
+	// An agent may not list the fleet.
+	if _, err := a.Client.ActingAs(w.ID.String()).Hosts(ctx); kin.ErrorCodeOf(err) != kin.ECodeForbidden {
+		t.Errorf("an agent lists the hosts: %v", err)
+	}
+	// A third home asking for alpha is refused while alpha's lease runs.
+	cfg := daemon.DefaultConfig()
+	cfg.Home, cfg.HTTPAddr, cfg.Store, cfg.HostName = t.TempDir(), "off", dsn, "alpha"
+	cfg.UIDRangeDir = t.TempDir()
+	if d, err := daemon.Start(ctx, cfg); err == nil {
+		d.Close()
+		t.Fatal("a second daemon started as host alpha")
+	} else if !strings.Contains(err.Error(), `host name "alpha" is held by another kin serve`) || !strings.Contains(err.Error(), "--host-name") {
+		t.Fatalf("the second alpha's error: %v", err)
+	}
+	// alpha stops cleanly: its lease is released, and the name is free.
+	if err := a.Close(); err != nil {
+		t.Fatal(err)
+	}
+	hs, err := b.Client.Hosts(ctx)
+	if err != nil || len(hs) != 2 || hs[0].Live || !hs[0].LeaseUntil.IsZero() {
+		t.Fatalf("after alpha stopped: %+v, %v", hs, err)
+	}
+	c := kintest.StartDaemon(t, kintest.WithStore(dsn), kintest.WithHostName("alpha"))
+	if st, err := c.Client.Status(ctx); err != nil || st.Host != "alpha" {
+		t.Fatalf("the new alpha: %+v, %v", st, err)
+	}
+}
+
+// TestHostNameDefaultsToTheMachines: without --host-name a daemon is its
+// machine's host, alone in the fleet of its own store.
+func TestHostNameDefaultsToTheMachines(t *testing.T) {
+	d := kintest.StartDaemon(t)
+	st, err := d.Client.Status(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, _ := osHostname()
+	if st.Host != want {
+		t.Fatalf("host %q, want the machine's %q", st.Host, want)
+	}
+	hs, err := d.Client.Hosts(ctx)
+	if err != nil || len(hs) != 1 || hs[0].Name != want || !hs[0].Self || !hs[0].Live {
+		t.Fatalf("hosts: %+v, %v", hs, err)
+	}
+}
+
+// TestTreeSpansTheFleet: a family registered through two hosts on one
+// store (a root on alpha, a child of it on beta, a grandchild on alpha) is
+// one tree on both hosts: each learns of the other's registrations from
+// the store and shows the whole family, children in id order. A governor
+// setting changed on one host is in force on the other.
+func TestTreeSpansTheFleet(t *testing.T) {
+	dsn := pgtest.NewDatabase(t)
+	a := kintest.StartDaemon(t, kintest.WithStore(dsn), kintest.WithHostName("alpha"))
+	b := kintest.StartDaemon(t, kintest.WithStore(dsn), kintest.WithHostName("beta"))
+	reg := func(d *kintest.Daemon, name string, parent kin.AgentID) *kin.Agent {
+		t.Helper()
+		ag, err := d.Client.Register(ctx, kin.RegisterRequest{Name: name, Parent: parent, Responsible: "Dr. Schmidt"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ag
+	}
+	root := reg(a, "root", 0)
+	kid1 := reg(b, "kid1", root.ID)
+	kid2 := reg(a, "kid2", root.ID)
+	grand := reg(a, "grand", kid1.ID)
+	kid3 := reg(b, "kid3", root.ID)
+	want := fmt.Sprintf("%d[%d[%d] %d %d]", root.ID, kid1.ID, grand.ID, kid2.ID, kid3.ID)
+	for _, d := range []*kintest.Daemon{a, b} {
+		var got string
+		kintest.WaitFor(t, 10*time.Second, "the whole family on "+d.Config.HostName, func() bool {
+			trees, err := d.Client.Tree(ctx, root.ID)
+			if err != nil || len(trees) != 1 {
+				return false
+			}
+			got = shape(trees[0])
+			return got == want
+		})
+		hosts := map[string]string{}
+		trees, _ := d.Client.Tree(ctx, root.ID)
+		var walk func(n *kin.TreeNode)
+		walk = func(n *kin.TreeNode) {
+			hosts[n.Name] = n.Host
+			for _, c := range n.Children {
+				walk(c)
+			}
+		}
+		walk(trees[0])
+		if fmt.Sprint(hosts) != "map[grand:alpha kid1:beta kid2:alpha kid3:beta root:alpha]" {
+			t.Errorf("%s: hosts %v", d.Config.HostName, hosts)
+		}
+	}
+	if _, err := a.Client.SetGovernor(ctx, "max_children", "3"); err != nil {
+		t.Fatal(err)
+	}
+	kintest.WaitFor(t, 10*time.Second, "beta to apply alpha's governor setting", func() bool {
+		g, err := b.Client.Governor(ctx)
+		return err == nil && g.Profile.MaxChildren == 3
+	})
+	if _, err := b.Client.Register(ctx, kin.RegisterRequest{Name: "kid4", Parent: root.ID}); kin.ErrorCodeOf(err) != kin.ECodeMaxChildren {
+		t.Fatalf("a fourth child through beta under max_children 3: %v", err)
+	}
+}
+
+// shape is a tree as "id[children...]".
+func shape(n *kin.TreeNode) string {
+	s := n.ID.String()
+	if len(n.Children) == 0 {
+		return s
+	}
+	parts := make([]string, len(n.Children))
+	for i, c := range n.Children {
+		parts[i] = shape(c)
+	}
+	return s + "[" + strings.Join(parts, " ") + "]"
+}

@@ -1,0 +1,64 @@
+package registry
+
+import (
+	"context"
+	"log/slog"
+	"time"
+
+	"github.com/kin-agents/kin/kin"
+)
+
+// Following the store (issue 24). The lineage and the governor's profile
+// are caches of the store that this daemon changes after its own commits.
+// In a fleet, other hosts commit to the same store: FollowStore reads the
+// event log as it grows and applies what those commits changed, so that
+// `kin tree`, the governor's rules and every check that reads the caches
+// see the whole fleet. Applying this daemon's own events again changes
+// nothing (the lineage's Add of a known agent is a no-op; the profile is
+// re-read from the store).
+
+// followTypes are the events that change a cache.
+var followTypes = []string{kin.EventAgentRegistered, kin.EventGovernorChanged}
+
+// FollowStore applies the events committed after seq from on to the
+// caches, until the daemon closes. It logs a failed read and tries again
+// at the next commit.
+func (r *Registry) FollowStore(from int64, log *slog.Logger) {
+	ctx := context.Background()
+	for {
+		wake := r.wait()
+		evs, err := r.st.EventList(ctx, kin.EventFilter{Since: from, Types: followTypes, Limit: 1000})
+		if err != nil {
+			log.Error("follow the store", "since", from, "err", err)
+		}
+		governor := false
+		for _, e := range evs {
+			switch e.Type {
+			case kin.EventAgentRegistered:
+				r.lin.Add(e.Agent, e.Parent)
+			case kin.EventGovernorChanged:
+				governor = true
+			}
+			from = e.Seq
+		}
+		if governor {
+			if err := r.loadGovernor(ctx); err != nil {
+				log.Error("follow the store: governor", "err", err)
+			}
+		}
+		if len(evs) == 1000 {
+			continue // more are stored
+		}
+		select {
+		case <-wake:
+		case <-r.closing:
+			return
+		case <-time.After(followEvery):
+			// A wake-up a driver missed (PostgreSQL's listener
+			// reconnecting) is made good here.
+		}
+	}
+}
+
+// followEvery bounds how long a commit of another host can go unseen.
+const followEvery = 5 * time.Second

@@ -1,0 +1,62 @@
+package sqlstore
+
+import (
+	"context"
+	"time"
+
+	"github.com/kin-agents/kin/internal/store"
+)
+
+// The fleet's hosts: one row per host name, with the lease of the daemon
+// (named by its home's id) that holds it.
+
+func (r reader) HostList(ctx context.Context) ([]store.HostRow, error) {
+	rows, err := r.query(ctx, `SELECT h.name, h.home, h.address, h.containment, h.version, h.started_at, h.renewed_at, h.lease_until,
+		(SELECT COUNT(*) FROM agents a WHERE a.host = h.name AND `+liveSQLOf("a.")+`)
+		FROM hosts h ORDER BY h.name`)
+	if err != nil {
+		return nil, interpretError(err)
+	}
+	defer rows.Close()
+	var out []store.HostRow
+	for rows.Next() {
+		var h store.HostRow
+		var started, renewed, until int64
+		if err := rows.Scan(&h.Name, &h.Home, &h.Address, &h.Containment, &h.Version, &started, &renewed, &until, &h.Agents); err != nil {
+			return nil, interpretError(err)
+		}
+		h.StartedAt, h.RenewedAt, h.LeaseUntil = unixTime(started), unixTime(renewed), unixTime(until)
+		out = append(out, h)
+	}
+	return out, interpretError(rows.Err())
+}
+
+func (t *txn) HostClaim(ctx context.Context, h store.HostRow) error {
+	var home string
+	var until int64
+	err := t.queryRow(ctx, `SELECT home, lease_until FROM hosts WHERE name = ?`, h.Name).Scan(&home, &until)
+	switch err = interpretError(err); {
+	case err == store.ErrNotFound:
+	case err != nil:
+		return err
+	case home != h.Home && until > h.RenewedAt.UnixNano():
+		return store.ErrHostTaken
+	}
+	_, err = t.exec(ctx, `INSERT INTO hosts (name, home, address, containment, version, started_at, renewed_at, lease_until)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?)
+		ON CONFLICT (name) DO UPDATE SET home = excluded.home, address = excluded.address, containment = excluded.containment,
+			version = excluded.version, started_at = excluded.started_at, renewed_at = excluded.renewed_at, lease_until = excluded.lease_until`,
+		h.Name, h.Home, h.Address, h.Containment, h.Version, nanos(h.StartedAt), nanos(h.RenewedAt), nanos(h.LeaseUntil))
+	return interpretError(err)
+}
+
+func (t *txn) HostRenew(ctx context.Context, name, home string, renewed, until time.Time) error {
+	res, err := t.exec(ctx, `UPDATE hosts SET renewed_at = ?, lease_until = ? WHERE name = ? AND home = ?`,
+		nanos(renewed), nanos(until), name, home)
+	return affectedOne(res, err)
+}
+
+func (t *txn) HostRelease(ctx context.Context, name, home string) error {
+	_, err := t.exec(ctx, `UPDATE hosts SET lease_until = 0 WHERE name = ? AND home = ?`, name, home)
+	return interpretError(err)
+}

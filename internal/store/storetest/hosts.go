@@ -1,0 +1,88 @@
+package storetest
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/kin-agents/kin/internal/store"
+)
+
+// testHostLeases: a host's name is held by a home's lease. Another home
+// is refused it while the lease runs and may take it once it ended; the
+// same home takes it back at once (a restart); a renewal by a home that
+// lost the name is ErrNotFound; a release ends the lease at once; the
+// list counts each host's live agents.
+func testHostLeases(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	at := func(d time.Duration) time.Time { return t0.Add(d) }
+	claim := func(name, home string, now time.Time) error {
+		return s.Update(ctx, func(tx store.Tx) error {
+			return tx.HostClaim(ctx, store.HostRow{Name: name, Home: home, Address: "10.0.0.1:7777", Containment: "cgroup2",
+				Version: "test", StartedAt: now, RenewedAt: now, LeaseUntil: now.Add(15 * time.Second)})
+		})
+	}
+	if err := claim("a", "home-1", at(0)); err != nil {
+		t.Fatal(err)
+	}
+	if err := claim("a", "home-2", at(10*time.Second)); !errors.Is(err, store.ErrHostTaken) {
+		t.Fatalf("another home claims a running lease: %v, want ErrHostTaken", err)
+	}
+	if err := claim("a", "home-1", at(11*time.Second)); err != nil {
+		t.Fatalf("the same home claims its name again: %v", err)
+	}
+	if err := claim("b", "home-2", at(11*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	// Renewals move the lease; past its end another home may take it.
+	renew := func(name, home string, now time.Time) error {
+		return s.Update(ctx, func(tx store.Tx) error { return tx.HostRenew(ctx, name, home, now, now.Add(15*time.Second)) })
+	}
+	if err := renew("a", "home-1", at(20*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	if err := claim("a", "home-2", at(34*time.Second)); !errors.Is(err, store.ErrHostTaken) {
+		t.Fatalf("another home claims a renewed lease: %v, want ErrHostTaken", err)
+	}
+	if err := claim("a", "home-2", at(36*time.Second)); err != nil {
+		t.Fatalf("another home claims an expired lease: %v", err)
+	}
+	if err := renew("a", "home-1", at(37*time.Second)); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("the old home renews a name it lost: %v, want ErrNotFound", err)
+	}
+	// A release frees the name at once.
+	if err := s.Update(ctx, func(tx store.Tx) error { return tx.HostRelease(ctx, "b", "home-2") }); err != nil {
+		t.Fatal(err)
+	}
+	if err := claim("b", "home-3", at(12*time.Second)); err != nil {
+		t.Fatalf("another home claims a released name: %v", err)
+	}
+	// Agents count for the host they name, while live.
+	for i, host := range []string{"a", "a", "b", ""} {
+		ag := NewAgent("on-"+string(rune('w'+i)), 0, 0)
+		ag.Host = host
+		update(t, s, func(tx store.Tx) error {
+			_, err := tx.AgentInsert(ctx, store.AgentInsertParams{Agent: ag})
+			return err
+		})
+	}
+	got, err := s.AgentLiveByName(ctx, "on-w")
+	if err != nil || got.Host != "a" {
+		t.Fatalf("the agent's host: %+v, %v", got, err)
+	}
+	hosts, err := s.HostList(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(hosts) != 2 || hosts[0].Name != "a" || hosts[1].Name != "b" {
+		t.Fatalf("hosts: %+v", hosts)
+	}
+	a, b := hosts[0], hosts[1]
+	if a.Home != "home-2" || a.Agents != 2 || !a.LeaseUntil.Equal(at(51*time.Second)) || a.Address != "10.0.0.1:7777" || a.Containment != "cgroup2" {
+		t.Errorf("host a: %+v", a)
+	}
+	if b.Home != "home-3" || b.Agents != 1 || !b.StartedAt.Equal(at(12*time.Second)) {
+		t.Errorf("host b: %+v", b)
+	}
+}
