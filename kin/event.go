@@ -28,6 +28,10 @@ const (
 	EventAgentAdopted  = "agent.adopted"      // a restarted daemon took the running agent back
 	EventAgentLost     = "agent.lost"         // its process ended while the daemon was down
 	EventAgentResult   = "agent.result"       // seed 001: a child's result checked and handed back: agent, parent, status, violations
+	// EventFleetCancel asks another host of the fleet to cancel its agents
+	// of an owned subtree being cancelled (issue 24): host, root, agents,
+	// reason, grace. Agent is the subtree's root.
+	EventFleetCancel = "fleet.cancel"
 
 	// The permission authority's events (seed 001, seed 003).
 	EventAgentPromoted   = "agent.promoted"   // agent, from, to, by: a stage change
@@ -43,7 +47,7 @@ var EventTypes = []string{
 	EventGovernorChanged, EventAgentStarted, EventAgentExited, EventChildCancel, EventAgentStop,
 	EventAgentState, EventAgentOffline, EventAgentReplaced, EventAgentFailed, EventAgentAdopted,
 	EventAgentLost, EventAgentResult, EventAgentPromoted, EventToolDenied, EventAgentUsage,
-	EventBudgetExhausted, EventAgentMessage,
+	EventBudgetExhausted, EventAgentMessage, EventFleetCancel,
 	EventGrant, EventTokenIssued, EventTokenRefused, EventTokenRevoked, EventKeysRotated,
 }
 

@@ -90,6 +90,17 @@ type ChildCancelData struct {
 	Reason string  `json:"reason"`
 }
 
+// FleetCancelData is the data of an EventFleetCancel event: the agents of
+// Root's owned subtree that run on Host, which Host cancels (each with its
+// own owned subtree there) with seed 001's sequence, recording each.
+type FleetCancelData struct {
+	Host   string    `json:"host"`
+	Root   AgentID   `json:"root"`
+	Agents []AgentID `json:"agents"`
+	Reason string    `json:"reason"`
+	Grace  *Duration `json:"grace,omitempty"` // nil: each agent's own
+}
+
 // AgentStopData is the data of an EventAgentStop event.
 type AgentStopData struct {
 	Agent  AgentID `json:"agent"`
@@ -250,6 +261,8 @@ func EventData(typ string) any {
 		return new(AgentExitedData)
 	case EventChildCancel:
 		return new(ChildCancelData)
+	case EventFleetCancel:
+		return new(FleetCancelData)
 	case EventAgentStop:
 		return new(AgentStopData)
 	case EventAgentState:

@@ -72,7 +72,21 @@ func fill(t *testing.T, v reflect.Value) {
 		case reflect.Bool:
 			f.SetBool(true)
 		case reflect.Slice:
-			f.Set(reflect.ValueOf([]string{"a", "b"}).Convert(f.Type()))
+			switch f.Type().Elem().Kind() {
+			case reflect.Int, reflect.Int64:
+				f.Set(reflect.MakeSlice(f.Type(), 2, 2))
+				f.Index(0).SetInt(3)
+				f.Index(1).SetInt(5)
+			default:
+				f.Set(reflect.ValueOf([]string{"a", "b"}).Convert(f.Type()))
+			}
+		case reflect.Pointer:
+			p := reflect.New(f.Type().Elem())
+			if p.Elem().Kind() != reflect.Int64 {
+				t.Fatalf("%s.%s: a pointer fill does not know", v.Type(), v.Type().Field(i).Name)
+			}
+			p.Elem().SetInt(int64(9 + i))
+			f.Set(p)
 		case reflect.Struct:
 			if f.Type() == reflect.TypeOf(time.Time{}) {
 				f.Set(reflect.ValueOf(time.Unix(1_800_000_000+int64(i), 0).UTC()))

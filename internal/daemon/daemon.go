@@ -208,7 +208,7 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 		Home: cfg.Home, CtxDir: cfg.ctxDir(), HTTPAddr: cfg.HTTPAddr, ListenAddr: d.HTTPAddr, SocketPath: d.SocketPath(),
 		AgentUIDs: cfg.AgentUIDs, UIDRange: cfg.UIDRange, UIDRangeDir: cfg.UIDRangeDir,
 		SandboxRO: cfg.SandboxRO, SandboxBestEffort: cfg.SandboxBestEffort, ShimPath: cfg.ShimPath,
-		Containment: cfg.Containment, CgroupName: cfg.CgroupName, LeaveRunning: cfg.LeaveRunning, ShutdownTimeout: cfg.ShutdownTimeout,
+		Containment: cfg.Containment, CgroupName: cfg.CgroupName, LeaveRunning: cfg.LeaveRunning, ShutdownTimeout: cfg.ShutdownTimeout, Host: hostName,
 		AgentOpenFiles: files.child, Store: d.store, Lineage: &d.lineage, Authority: d.Authority, Identity: d.Server,
 		Observer: telemetry.RunnerObserver{M: d.metrics, T: d.tracer}, Clock: d.now, Log: d.log, Quota: d.quota,
 	})
@@ -228,7 +228,7 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 	d.wg.Add(1)
 	go func() {
 		defer d.wg.Done()
-		d.Registry.FollowStore(followFrom, d.log)
+		d.Registry.FollowStore(followFrom, d.log, runner.FollowedTypes, d.Runner.Followed)
 	}()
 	if d.token, err = loadOrCreateToken(filepath.Join(cfg.Home, TokenName)); err != nil {
 		return nil, err

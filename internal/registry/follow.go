@@ -3,6 +3,7 @@ package registry
 import (
 	"context"
 	"log/slog"
+	"slices"
 	"time"
 
 	"github.com/kin-agents/kin/kin"
@@ -21,13 +22,15 @@ import (
 var followTypes = []string{kin.EventAgentRegistered, kin.EventGovernorChanged}
 
 // FollowStore applies the events committed after seq from on to the
-// caches, until the daemon closes. It logs a failed read and tries again
-// at the next commit.
-func (r *Registry) FollowStore(from int64, log *slog.Logger) {
+// caches, and hands the events of types others to fn (the runner's part of
+// the fleet), until the daemon closes. It logs a failed read and tries
+// again at the next commit.
+func (r *Registry) FollowStore(from int64, log *slog.Logger, others []string, fn func(kin.Event)) {
 	ctx := context.Background()
+	types := append(slices.Clone(followTypes), others...)
 	for {
 		wake := r.wait()
-		evs, err := r.st.EventList(ctx, kin.EventFilter{Since: from, Types: followTypes, Limit: 1000})
+		evs, err := r.st.EventList(ctx, kin.EventFilter{Since: from, Types: types, Limit: 1000})
 		if err != nil {
 			log.Error("follow the store", "since", from, "err", err)
 		}
@@ -38,6 +41,8 @@ func (r *Registry) FollowStore(from int64, log *slog.Logger) {
 				r.lin.Add(e.Agent, e.Parent)
 			case kin.EventGovernorChanged:
 				governor = true
+			default:
+				fn(e)
 			}
 			from = e.Seq
 		}

@@ -135,8 +135,8 @@ func (run *Runner) sweepLiveness(ctx context.Context) {
 	now := run.now()
 	var offline []*kin.Agent
 	for _, a := range watched {
-		if a.Status != kin.StatusActive || a.LastHeartbeat.IsZero() {
-			continue
+		if a.Status != kin.StatusActive || a.LastHeartbeat.IsZero() || !run.ownsAgent(a) {
+			continue // another host watches its own agents
 		}
 		silent := now.Sub(a.LastHeartbeat)
 		var to kin.State

@@ -95,7 +95,7 @@ func (run *Runner) planReconcile(ctx context.Context) (*reconcilePlan, error) {
 			return nil, err
 		}
 		for _, a := range as {
-			if a.Running() {
+			if a.Running() && run.ownsAgent(a) { // another host's agents are its daemon's
 				p.running = append(p.running, a)
 			}
 		}

@@ -121,6 +121,11 @@ type Config struct {
 	// ends by then, and at that moment whatever still runs is killed at
 	// once and recorded. 0 is DefaultShutdownTimeout.
 	ShutdownTimeout time.Duration
+	// Host is this daemon's host in the fleet (package hosts): the runner
+	// runs, re-adopts, watches and stops only the agents recorded on it;
+	// an owned subtree that reaches other hosts is cancelled there by
+	// their daemons (EventFleetCancel). "" takes every agent as its own.
+	Host string
 	// AgentOpenFiles is the RLIMIT_NOFILE every agent gets where its
 	// budget sets none: the one the daemon started with, which it raised
 	// for itself (nil: agents inherit the daemon's, already that).

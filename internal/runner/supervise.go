@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -549,6 +550,10 @@ type cancellation struct {
 	cancelParams
 	began time.Time
 	mine  []*kin.Agent // the agents it records, parents first
+	// remote are the running agents of the subtree on other hosts of the
+	// fleet, by host: silence marks them stopping in its transaction and
+	// asks each host to cancel its own (EventFleetCancel).
+	remote map[string][]*kin.Agent
 }
 
 // planCancel is the first step of cancelTree: it finds the owned subtree
@@ -584,8 +589,16 @@ func (run *Runner) planCancel(ctx context.Context, p cancelParams) (*cancellatio
 	// Claim the running ones: a concurrent cancellation that claimed an
 	// agent first records it.
 	var mine []*kin.Agent
+	var remote map[string][]*kin.Agent
 	run.rtMu.Lock()
 	for _, a := range targets {
+		if !run.ownsAgent(a) && a.Running() {
+			if remote == nil {
+				remote = map[string][]*kin.Agent{}
+			}
+			remote[a.Host] = append(remote[a.Host], a)
+			continue
+		}
 		if rt := run.runtimes[a.ID]; rt != nil {
 			if rt.ending && a.ID != root {
 				continue
@@ -595,7 +608,14 @@ func (run *Runner) planCancel(ctx context.Context, p cancelParams) (*cancellatio
 		mine = append(mine, a)
 	}
 	run.rtMu.Unlock()
-	return &cancellation{cancelParams: p, began: began, mine: mine}, nil
+	return &cancellation{cancelParams: p, began: began, mine: mine, remote: remote}, nil
+}
+
+// ownsAgent reports whether a is this host's to run and record: recorded
+// on it, or on no host (a store from before the fleet), or on any host
+// when the runner has none.
+func (run *Runner) ownsAgent(a *kin.Agent) bool {
+	return run.cfg.Host == "" || a.Host == "" || a.Host == run.cfg.Host
 }
 
 // finishCancel is the rest of cancelTree: steps 1-8 of the sequence for
@@ -604,7 +624,11 @@ func (run *Runner) finishCancel(ctx context.Context, c *cancellation) ([]*kin.Ag
 	if err := run.silence(ctx, c); err != nil {
 		return nil, err
 	}
-	return run.stopAndRecord(ctx, c)
+	done, err := run.stopAndRecord(ctx, c)
+	if err != nil || len(c.remote) == 0 {
+		return done, err
+	}
+	return append(done, run.awaitRemote(ctx, c)...), nil
 }
 
 // silence is steps 1-3 of the cancellation for the agents of cs: mark them
@@ -616,13 +640,30 @@ func (run *Runner) silence(ctx context.Context, cs ...*cancellation) error {
 	stopping := kin.StateStopping
 	n := 0
 	for _, c := range cs {
-		n += len(c.mine)
+		n += len(c.mine) + len(c.remote)
 	}
 	if n > 0 {
+		// One decision for the whole subtree, on every host: this host's
+		// agents and the other hosts' are marked stopping in one
+		// transaction, with each other host asked to cancel its own.
 		err := run.update(ctx, func(tx store.Tx, _ *store.AfterCommit) error {
 			for _, c := range cs {
 				for _, a := range c.mine {
 					if err := tx.AgentUpdate(ctx, store.AgentUpdateParams{ID: a.ID, At: now, State: &stopping}); err != nil {
+						return err
+					}
+				}
+				for _, host := range slices.Sorted(maps.Keys(c.remote)) {
+					ids := make([]kin.AgentID, len(c.remote[host]))
+					for i, a := range c.remote[host] {
+						ids[i] = a.ID
+						if err := tx.AgentUpdate(ctx, store.AgentUpdateParams{ID: a.ID, At: now, State: &stopping}); err != nil {
+							return err
+						}
+					}
+					if err := store.AppendEvent(ctx, tx, now, kin.EventFleetCancel, c.Root, 0, kin.FleetCancelData{
+						Host: host, Root: c.Root, Agents: ids, Reason: c.Reason, Grace: c.Grace,
+					}); err != nil {
 						return err
 					}
 				}
