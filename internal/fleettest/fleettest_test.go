@@ -429,13 +429,17 @@ func TestSweepRemovesWhatAKilledTestBinaryLeft(t *testing.T) {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	exited := make(chan struct{})
+	go func() { cmd.Wait(); close(exited) }()
+	t.Cleanup(func() { cmd.Process.Kill(); <-exited })
 	var l left
 	kintest.WaitFor(t, 3*time.Minute, "the helper's report", func() bool {
 		b, err := os.ReadFile(out)
 		if err != nil {
-			if cmd.ProcessState != nil {
-				t.Fatalf("the helper exited: %s", stderr.String())
+			select {
+			case <-exited:
+				t.Fatalf("the helper exited without a report:\n%s", stderr.String())
+			default:
 			}
 			return false
 		}
@@ -447,7 +451,7 @@ func TestSweepRemovesWhatAKilledTestBinaryLeft(t *testing.T) {
 	t.Cleanup(func() { sweep() }) // should the checks below fail
 
 	cmd.Process.Kill() // SIGKILL: no cleanup runs
-	cmd.Wait()
+	<-exited
 	daemon, store, agent := l.Pids[1], l.Pids[0], l.Pids[2]
 	kintest.WaitFor(t, 30*time.Second, "the daemon and the store's server to die with their test binary (PDEATHSIG)", func() bool {
 		return !alive(daemon) && !alive(store)
