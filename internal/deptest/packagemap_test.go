@@ -21,6 +21,7 @@ var testOnly = map[string]string{
 	"internal/proctest":        "test helpers",
 	"internal/pgtest":          "test helpers (a throw-away PostgreSQL server)",
 	"internal/exampletest":     "the examples' end-to-end tests",
+	"internal/fleettest":       "test helpers (a fleet of kin serve hosts in network namespaces on one PostgreSQL)",
 	"internal/readmetest":      "the README's test",
 	"internal/containmenttest": "issue 18's end-to-end tests",
 	"internal/store/storetest": "the drivers' test suite",
@@ -276,7 +277,13 @@ var packageMap = map[string]deptest.DepChecker{
 	"internal/treetext": {
 		BadDeps: map[string]string{mod + "kin": "it draws any tree as text; what an agent is, is kin's"},
 	},
-	"internal/exampletest":     {},
+	"internal/exampletest": {},
+	"internal/fleettest": {
+		BadImports: map[string]string{
+			mod + "internal/daemon":    "a fleet is kin serve processes, each in its namespace, driven through the kin binary and the SDK as an operator would",
+			mod + "internal/store/...": "the hosts own the store; the fleet gives them its DSN and reads it only through them",
+		},
+	},
 	"integrations":             {},
 	"internal/containmenttest": {},
 	"internal/readmetest":      {},

@@ -7,6 +7,7 @@ package exampletest
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -68,6 +69,22 @@ func Start(t *testing.T, bin string, args ...string) *Proc {
 // environment, credential, cgroup): its stdout and stderr are the Proc's.
 func StartCmd(t *testing.T, cmd *exec.Cmd) *Proc {
 	t.Helper()
+	p, err := Launch(cmd, 60*time.Second)
+	if p != nil {
+		t.Cleanup(func() { p.Stop() })
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// Launch is StartCmd without a test: it starts cmd and waits for its
+// first line for at most within. Stopping the process is the caller's
+// (Stop, Kill): Launch returns it whenever it started, with an error too
+// if it printed no line, so that a harness outliving one test's cleanup
+// (a daemon restarted from a subtest) owns it.
+func Launch(cmd *exec.Cmd, within time.Duration) (*Proc, error) {
 	bin := cmd.Path
 	p := &Proc{cmd: cmd, exited: make(chan struct{})}
 	first := &firstOutput{c: make(chan string, 1)}
@@ -75,22 +92,21 @@ func StartCmd(t *testing.T, cmd *exec.Cmd) *Proc {
 	p.cmd.Stderr = &p.stderr
 	p.cmd.WaitDelay = 10 * time.Second // should a child of its keep stdout open
 	if err := p.cmd.Start(); err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
 	go func() { p.err = p.cmd.Wait(); close(p.exited) }()
-	t.Cleanup(func() { p.Stop() })
 	select {
 	case p.Line = <-first.c:
 	case <-p.exited:
 		select { // Wait returns only once stdout is copied
 		case p.Line = <-first.c:
 		default:
-			t.Fatalf("%s exited (%v) without a line; stderr: %s", bin, p.err, p.Stderr())
+			return p, fmt.Errorf("%s exited (%v) without a line; stderr: %s", bin, p.err, p.Stderr())
 		}
-	case <-time.After(60 * time.Second):
-		t.Fatalf("%s printed nothing in 60 s; stderr: %s", bin, p.Stderr())
+	case <-time.After(within):
+		return p, fmt.Errorf("%s printed nothing in %v; stderr: %s", bin, within, p.Stderr())
 	}
-	return p
+	return p, nil
 }
 
 // Stop stops the process with SIGTERM (SIGKILL after 30 s) and returns how
@@ -105,6 +121,9 @@ func (p *Proc) Stop() error {
 	}
 	return p.err
 }
+
+// Exited is closed once the process has exited and been reaped.
+func (p *Proc) Exited() <-chan struct{} { return p.exited }
 
 // Pid is the process's pid.
 func (p *Proc) Pid() int { return p.cmd.Process.Pid }
@@ -209,8 +228,11 @@ func run(extraEnv []string, name string, args ...string) (string, error) {
 	return string(out), err
 }
 
-// env is the test's environment without what would make kin act as an
-// agent, talk to another daemon, or leave agents running when it stops.
+// Env is the test's environment without what would make kin act as an
+// agent, talk to another daemon, or leave agents running when it stops:
+// the environment Start and Kin give kin.
+func Env() []string { return env() }
+
 func env() []string {
 	var env []string
 	for _, kv := range os.Environ() {

@@ -26,8 +26,9 @@ const superuser = "postgres"
 // (sun_path is 108 bytes with its terminating NUL).
 const maxSocketPath = 107
 
-// socketName is the server's socket in its socket directory (port 5432:
-// each cluster has a directory of its own, and no TCP).
+// socketName is the server's socket in its socket directory on port
+// 5432, the port of every cluster but a Server's (each cluster has a
+// directory of its own).
 const socketName = ".s.PGSQL.5432"
 
 // MissingError says PostgreSQL's server binaries were not found, and how
@@ -57,6 +58,10 @@ type cluster struct {
 	osUser   string
 	madeUser bool
 
+	// tcp, for a Server, is where it listens besides its socket and whom
+	// it lets in there; nil: the socket only.
+	tcp *ServerConfig
+
 	version int // server_version_num
 
 	initdbTook, readyTook time.Duration // how long the start took, for the notes
@@ -70,14 +75,15 @@ type cluster struct {
 var forceNewUser bool
 
 // start makes and starts a cluster, removing what earlier test binaries
-// killed before their Main left behind.
-func start(ctx context.Context) (_ *cluster, err error) {
+// killed before their Main left behind. With tcp it also listens there
+// (StartServer).
+func start(ctx context.Context, tcp *ServerConfig) (_ *cluster, err error) {
 	bin, err := findBindir()
 	if err != nil {
 		return nil, err
 	}
 	sweepStale()
-	c := &cluster{}
+	c := &cluster{tcp: tcp}
 	var cred *syscall.Credential
 	if os.Geteuid() == 0 { // PostgreSQL refuses to run as root
 		var u *user.User
@@ -124,6 +130,13 @@ func start(ctx context.Context) (_ *cluster, err error) {
 		"-c", "listen_addresses=", // the Unix socket only
 		"-c", "max_connections=300", // many daemons in parallel, each with a pool
 		"-c", "shared_buffers=32MB", // several test binaries run at once
+	}
+	if tcp != nil {
+		if err := c.allowTCP(); err != nil {
+			return nil, err
+		}
+		args = append(args, "-c", "listen_addresses="+tcp.Listen.String(), "-p", strconv.Itoa(tcp.port()),
+			"-c", "password_encryption=scram-sha-256")
 	}
 	switch f := os.Getenv(EnvFsync); f {
 	case "":
@@ -225,7 +238,7 @@ func (c *cluster) startServer() error {
 func (c *cluster) waitReady(ctx context.Context) error {
 	var last error
 	for delay := time.Millisecond; ; delay = min(delay*2, 50*time.Millisecond) {
-		if _, err := os.Stat(filepath.Join(c.sock, socketName)); err == nil {
+		if _, err := os.Stat(filepath.Join(c.sock, c.socketName())); err == nil {
 			conn, err := pgx.Connect(ctx, c.dsn("postgres"))
 			if err == nil {
 				c.admin = conn
@@ -263,7 +276,32 @@ func (c *cluster) logTail() string {
 
 // dsn is a pgx DSN for database db: the superuser over the socket.
 func (c *cluster) dsn(db string) string {
-	return "postgres://" + superuser + "@/" + db + "?host=" + c.sock + "&sslmode=disable"
+	port := ""
+	if c.tcp != nil {
+		port = "&port=" + strconv.Itoa(c.tcp.port())
+	}
+	return "postgres://" + superuser + "@/" + db + "?host=" + c.sock + port + "&sslmode=disable"
+}
+
+// socketName is the server's socket in c.sock.
+func (c *cluster) socketName() string {
+	if c.tcp == nil {
+		return socketName
+	}
+	return ".s.PGSQL." + strconv.Itoa(c.tcp.port())
+}
+
+// allowTCP lets c.tcp.Allow in over TCP with a password (scram-sha-256):
+// initdb's pg_hba.conf lets in only the socket (trust) and rejects the
+// rest; the first line that matches decides, so this one goes first.
+func (c *cluster) allowTCP() error {
+	hba := filepath.Join(c.data, "pg_hba.conf")
+	b, err := os.ReadFile(hba)
+	if err != nil {
+		return err
+	}
+	line := "host all all " + c.tcp.Allow.Masked().String() + " scram-sha-256\n"
+	return os.WriteFile(hba, append([]byte(line), b...), 0o600) // the file exists: its owner stays the server's user
 }
 
 func (c *cluster) create(name string) error {

@@ -167,7 +167,7 @@ func get(t testing.TB) *cluster {
 	}
 	if state.c == nil && state.err == nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-		state.c, state.err = start(ctx)
+		state.c, state.err = start(ctx, nil)
 		cancel()
 	}
 	if state.err != nil {

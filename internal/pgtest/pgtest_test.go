@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
+	"net/netip"
 	"os"
 	"os/exec"
 	"os/user"
@@ -426,4 +428,71 @@ func BenchmarkCreateDropDatabase(b *testing.B) {
 	}
 	b.ReportMetric(float64(create.Microseconds())/float64(b.N)/1000, "create-ms/op")
 	b.ReportMetric(float64(drop.Microseconds())/float64(b.N)/1000, "drop-ms/op")
+}
+
+// freePort is a TCP port on 127.0.0.1 nothing listens on now.
+func freePort(t *testing.T) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+func TestServerOverTCPWithPassword(t *testing.T) {
+	needServer(t)
+	lo := netip.MustParseAddr("127.0.0.1")
+	var srv *Server
+	t.Run("serves", func(t *testing.T) {
+		srv = StartServer(t, ServerConfig{Listen: lo, Port: freePort(t), Allow: netip.PrefixFrom(lo, 32)})
+		dsn := srv.NewDatabase(t, "kin", "s3cr'et")
+		want := fmt.Sprintf("postgres://kin:s3cr%%27et@%s/kin_db?sslmode=disable", srv.Addr())
+		if dsn != want {
+			t.Errorf("DSN %q, want %q", dsn, want)
+		}
+		conn := connect(t, dsn)
+		exec1(t, conn, "CREATE TABLE owned (x int)") // the role owns the database
+		// The socket still lets the superuser in (trust), for the test's
+		// own administration.
+		admin := connect(t, srv.SocketDSN("kin_db"))
+		var method string
+		if err := admin.QueryRow(context.Background(),
+			"SELECT auth_method FROM pg_hba_file_rules WHERE address = '127.0.0.1' ORDER BY line_number LIMIT 1").Scan(&method); err != nil || method != "scram-sha-256" {
+			t.Errorf("the first pg_hba rule for 127.0.0.1 is %q (%v), want scram-sha-256", method, err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		bad := strings.Replace(dsn, "s3cr%27et", "wrong", 1)
+		if c, err := pgx.Connect(ctx, bad); err == nil {
+			c.Close(ctx)
+			t.Error("a wrong password was let in")
+		} else if !strings.Contains(err.Error(), "password authentication failed") {
+			t.Errorf("a wrong password: %v, want password authentication failed", err)
+		}
+	})
+	select {
+	case <-srv.Exited():
+	default:
+		t.Errorf("%s outlived its test", srv)
+	}
+	if _, err := os.Stat(srv.Dir()); !os.IsNotExist(err) {
+		t.Errorf("the server's directory %s outlived its test (%v)", srv.Dir(), err)
+	}
+}
+
+func TestServerRefusesClientsNotAllowed(t *testing.T) {
+	needServer(t)
+	lo := netip.MustParseAddr("127.0.0.1")
+	srv := StartServer(t, ServerConfig{Listen: lo, Port: freePort(t), Allow: netip.MustParsePrefix("10.255.255.0/24")})
+	dsn := srv.NewDatabase(t, "kin", "pw")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if c, err := pgx.Connect(ctx, dsn); err == nil {
+		c.Close(ctx)
+		t.Error("a client outside Allow was let in")
+	} else if !strings.Contains(err.Error(), "reject") && !strings.Contains(err.Error(), "pg_hba.conf") {
+		t.Errorf("a client outside Allow: %v, want refused by pg_hba.conf", err)
+	}
 }

@@ -14,6 +14,11 @@ import (
 	"golang.org/x/sys/unix"
 )
 
+// Sweep removes what test binaries that died before their cleanup left
+// (see sweepStale); every start of a cluster does it first. A harness that
+// sweeps its own leftovers (fleettest) calls it too.
+func Sweep() { sweepStale() }
+
 // sweepStale removes what test binaries that died before their Main (kill
 // -9, a crash) left: their clusters' directories (kinpg-PID-* whose PID is
 // gone), the server of each if it still runs (it should not: PDEATHSIG
