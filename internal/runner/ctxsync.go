@@ -255,6 +255,9 @@ func (w *ctxWriter) sync() {
 				w.d.log.Info("agent filesystem: left for the next start", "from_event", since)
 				return
 			}
+			if !w.d.ownsAgent(a) {
+				continue // another host of the fleet keeps its agents' files
+			}
 			w.apply(ctx, a, byAgent[a.ID])
 		}
 		if len(evs) > 0 {

@@ -117,7 +117,10 @@ func (run *Runner) prepareCtx(ctx context.Context, a *kin.Agent, spec store.Proc
 				return nil, nil, "", fmt.Errorf("parent %d: %w", a.Parent, err)
 			}
 			parentRef = ctxfs.ParentRef{Agent: p.Name, Session: p.Session, Run: runID(p.ID)}
-			if p.Session != "" {
+			// A parent on another host of the fleet has its session there:
+			// this host makes no folder for the child in it (a handoff
+			// back across hosts is not built yet).
+			if p.Session != "" && run.ownsAgent(p) {
 				c.parent = ctxfs.Session{Owner: run.agentOwner(p.ID), Agent: p.Name, ID: p.Session}
 			}
 		}

@@ -49,6 +49,18 @@ func (run *Runner) Followed(e kin.Event) {
 			tops = append(tops, id)
 		}
 	}
+	// An agent another cancellation already claimed (a host between two
+	// of this host's agents asked for the lower one too) is left to it.
+	run.rtMu.Lock()
+	tops = slices.DeleteFunc(tops, func(id kin.AgentID) bool {
+		rt := run.runtimes[id]
+		if rt == nil || rt.ending {
+			return true
+		}
+		rt.ending = true // claimed here: cancelTree's root
+		return false
+	})
+	run.rtMu.Unlock()
 	slices.Sort(tops)
 	run.log.Info("fleet cancel", "root", d.Root, "agents", len(d.Agents), "subtrees", len(tops), "reason", d.Reason)
 	// Added under rtMu while not shutting down: before Close waits for
@@ -64,7 +76,7 @@ func (run *Runner) Followed(e kin.Event) {
 	for _, id := range tops {
 		go func() {
 			defer run.exitWG.Done()
-			p := cancelParams{Root: id, Reason: d.Reason, Grace: d.Grace, IncludeRoot: true}
+			p := cancelParams{Root: id, Reason: d.Reason, Grace: d.Grace, IncludeRoot: true, ParentEnded: true}
 			if _, err := run.cancelTree(context.Background(), p); err != nil {
 				run.log.Error("fleet cancel", "agent", id, "err", err)
 			}

@@ -528,6 +528,10 @@ type cancelParams struct {
 	Grace       *kin.Duration // nil: the longest of the agents' own graces
 	IncludeRoot bool          // false: the root's owned children only
 	RootState   kin.State     // the root's final state; "" is cancelled
+	// ParentEnded: the root is cancelled as an owned child whose parent
+	// ended (on another host of the fleet), so it gets its
+	// agent.child.cancel event too.
+	ParentEnded bool
 }
 
 // cancelTree is seed 001's cancellation sequence for the owned subtree of
@@ -654,12 +658,25 @@ func (run *Runner) silence(ctx context.Context, cs ...*cancellation) error {
 					}
 				}
 				for _, host := range slices.Sorted(maps.Keys(c.remote)) {
-					ids := make([]kin.AgentID, len(c.remote[host]))
-					for i, a := range c.remote[host] {
-						ids[i] = a.ID
+					// Read again under the write lock: another host may
+					// have recorded its agent's end, or been asked to stop
+					// it already, since planCancel read it.
+					var ids []kin.AgentID
+					for _, a := range c.remote[host] {
+						cur, err := tx.AgentGetByID(ctx, a.ID)
+						if err != nil {
+							return err
+						}
+						if cur.State.Terminal() || cur.State == kin.StateStopping {
+							continue
+						}
+						ids = append(ids, a.ID)
 						if err := tx.AgentUpdate(ctx, store.AgentUpdateParams{ID: a.ID, At: now, State: &stopping}); err != nil {
 							return err
 						}
+					}
+					if len(ids) == 0 {
+						continue
 					}
 					if err := store.AppendEvent(ctx, tx, now, kin.EventFleetCancel, c.Root, 0, kin.FleetCancelData{
 						Host: host, Root: c.Root, Agents: ids, Reason: c.Reason, Grace: c.Grace,
@@ -759,7 +776,7 @@ func (run *Runner) stopAndRecord(ctx context.Context, c *cancellation) ([]*kin.A
 			if err := tx.AgentUpdate(ctx, p); err != nil {
 				return err
 			}
-			if a.ID != root {
+			if a.ID != root || c.ParentEnded {
 				if err := store.AppendEvent(ctx, tx, now, kin.EventChildCancel, a.ID, a.Parent, kin.ChildCancelData{Parent: a.Parent, Child: a.ID, Reason: reason}); err != nil {
 					return err
 				}

@@ -1,0 +1,76 @@
+package fleettest_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/kin-agents/kin/internal/fleettest"
+	"github.com/kin-agents/kin/kin"
+)
+
+// TestLimitsHoldAcrossHosts: the governor's limits are checked in the
+// store's transaction, so they hold for the fleet, not per host. Each
+// round, 64 concurrent spawns under one parent, spread over three hosts:
+// under max_children (a governor setting changed on one host) exactly that
+// many are admitted; under a max_descendants budget exactly the budget;
+// 20 rounds.
+func TestLimitsHoldAcrossHosts(t *testing.T) {
+	f := fleettest.Start(t)
+	hosts := []*fleettest.Host{f.Host(t, "a"), f.Host(t, "b"), f.Host(t, "c")}
+	ctx := context.Background()
+	const maxChildren, budget, spawns, rounds = 5, 3, 64, 20
+	if _, err := hosts[0].Client.SetGovernor(ctx, "max_children", fmt.Sprint(maxChildren)); err != nil {
+		t.Fatal(err)
+	}
+	for r := range rounds {
+		want := maxChildren
+		req := kin.RegisterRequest{Name: fmt.Sprintf("parent-%d", r), Responsible: "Dr. Schmidt"}
+		if r%2 == 1 {
+			n := int64(budget)
+			req.Policy = &kin.Policy{Budget: &kin.Budget{MaxDescendants: &n}}
+			want = budget
+		}
+		parent, err := hosts[r%3].Client.Register(ctx, req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var admitted, refused atomic.Int64
+		var wg sync.WaitGroup
+		start := make(chan struct{})
+		for g := range spawns {
+			wg.Go(func() {
+				<-start
+				_, err := hosts[g%3].Client.Spawn(ctx, kin.SpawnRequest{
+					RegisterRequest: kin.RegisterRequest{Name: fmt.Sprintf("c%d-%d", r, g), Parent: parent.ID},
+					Command:         []string{"sleep", "1000"},
+				})
+				switch code := kin.ErrorCodeOf(err); {
+				case err == nil:
+					admitted.Add(1)
+				case code == kin.ECodeMaxChildren || code == kin.ECodeBudget || code == kin.ECodeCircuitOpen:
+					refused.Add(1)
+				default:
+					t.Errorf("round %d, spawn %d on %s: %v", r, g, hosts[g%3].Name, err)
+				}
+			})
+		}
+		close(start)
+		wg.Wait()
+		if t.Failed() {
+			t.FailNow()
+		}
+		kids, err := hosts[(r+1)%3].Client.Children(ctx, parent.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if admitted.Load() != int64(want) || len(kids) != want {
+			t.Fatalf("round %d: %d admitted, %d refused, %d children listed; want exactly %d", r, admitted.Load(), refused.Load(), len(kids), want)
+		}
+		if _, err := hosts[r%3].Client.Stop(ctx, kin.StopRequest{ID: parent.ID}); err != nil {
+			t.Fatalf("round %d: stop: %v", r, err)
+		}
+	}
+}
