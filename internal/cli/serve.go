@@ -32,7 +32,7 @@ type serveFlags struct {
 	issuer, personServer, tokenLifetime                        string
 	checkpointEvery, checkpointInterval                        string
 	traces, defaultResponsible, logFile                        string
-	uidRange, shutdownTimeout, hostName                        string
+	uidRange, shutdownTimeout, hostName, logKeyDir             string
 }
 
 // Containment choices of --containment; "auto" is the daemon's "".
@@ -125,7 +125,7 @@ the operator's token and to agents that sign their requests with their own
 key; see "kin mcp --help".
 
 Configuration: built-in defaults, overridden by KIN_HOME, KIN_HTTP,
-KIN_PROFILE, KIN_STORE, KIN_HOST_NAME, KIN_CTX, KIN_CONTAINMENT, KIN_LEAVE_RUNNING,
+KIN_PROFILE, KIN_STORE, KIN_HOST_NAME, KIN_LOG_KEY_DIR, KIN_CTX, KIN_CONTAINMENT, KIN_LEAVE_RUNNING,
 KIN_POLICY_CONFIG, KIN_SANDBOX_BEST_EFFORT, KIN_TRACES, KIN_UID_RANGE,
 KIN_UID_RANGE_DIR and KIN_SHUTDOWN_TIMEOUT, overridden by
 the flags. The HTTP API listens on
@@ -220,6 +220,7 @@ the socket only). Shipped profiles: ` + strings.Join(governor.ShippedProfiles(),
 	f.StringVar(&fl.profile, "profile", "", "governor profile: a shipped profile's `name` ("+strings.Join(governor.ShippedProfiles(), ", ")+") or a JSON file's path (default $KIN_PROFILE, else default)")
 	f.StringVar(&fl.ctx, "ctx", "", "root `directory` of the agent filesystem, an absolute path (default $KIN_CTX, else <home>/ctx)")
 	f.StringVar(&fl.hostName, "host-name", "", "this daemon's `NAME` in the fleet of daemons sharing its store (default $KIN_HOST_NAME, else the machine's host name); another daemon holding the name's lease is refused")
+	f.StringVar(&fl.logKeyDir, "log-key-dir", "", "the verifiable log's key `DIR` (default $KIN_LOG_KEY_DIR, else <home>/keys/log; made there if missing): every host of a fleet must sign with a copy of the same key")
 	f.StringVar(&fl.store, "store", "", "store `DSN`: sqlite (<home>/kin.db), sqlite:PATH, or postgres://USER@HOST/DB (default $KIN_STORE, else sqlite)")
 	f.StringVar(&fl.containment, "containment", "", "`how` to hold agents' processes: "+strings.Join(containments, ", ")+" (auto: cgroup2 when a writable cgroup v2 exists, else pid-namespaces where user and PID namespaces work, else process-groups) (default $KIN_CONTAINMENT, else auto)")
 	f.StringVar(&fl.shutdownTimeout, "shutdown-timeout", "", "how long stopping every agent at shutdown may take, 1s to 1h: every grace ends by then, and then whatever still runs is killed at once (default $KIN_SHUTDOWN_TIMEOUT, else "+daemon.DefaultShutdownTimeout.String()+")")
@@ -268,6 +269,12 @@ func serveConfig(getenv func(string) string, fl serveFlags) (daemon.Config, erro
 	containment := pick("auto", "KIN_CONTAINMENT", "containment", fl.containment)
 	leaveRunning := pick("false", "KIN_LEAVE_RUNNING", "leave-running", fl.leaveRunning)
 	cfg.Home, cfg.HTTPAddr, cfg.Profile, cfg.Store = home.value, httpAddr.value, profile.value, store.value
+	if kd := pick("", "KIN_LOG_KEY_DIR", "log-key-dir", fl.logKeyDir); kd.value != "" {
+		if !filepath.IsAbs(kd.value) {
+			return cfg, bad(kd, fmt.Errorf("not an absolute path"))
+		}
+		cfg.LogKeyDir = kd.value
+	}
 	if hn := pick("", "KIN_HOST_NAME", "host-name", fl.hostName); hn.value != "" {
 		if err := kin.ValidateHostName(hn.value); err != nil {
 			return cfg, bad(hn, err)

@@ -38,6 +38,10 @@ type Config struct {
 	// HostLease is how long the host's lease on its name runs unless
 	// renewed (0: hosts.DefaultLease).
 	HostLease time.Duration
+	// LogKeyDir is the verifiable log's key directory ("": <home>/keys/log).
+	// Every host of a fleet signs the one log with one key: point each at
+	// a copy of the same key.
+	LogKeyDir string
 	// WrapStore, when set, wraps the store the daemon opens: tests inject
 	// a failing commit with it. The daemon closes what it returns.
 	WrapStore func(store.Store) store.Store

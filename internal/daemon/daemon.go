@@ -186,8 +186,9 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 		return nil, fmt.Errorf("identity: %w", err)
 	}
 	d.Signer, err = logsigner.New(ctx, logsigner.Config{
-		KeyDir: filepath.Join(cfg.Home, keysDir, "log"), Every: cfg.LogCheckpointEvents, Interval: cfg.LogCheckpointInterval,
+		KeyDir: cfg.logKeyDir(), Every: cfg.LogCheckpointEvents, Interval: cfg.LogCheckpointInterval,
 		Store: d.store, Clock: d.now, Log: d.log, Ancestors: func(ctx context.Context, id kin.AgentID) ([]*kin.Agent, error) { return d.Registry.Ancestors(ctx, id) },
+		Host: hostName,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("event log: %w", err)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"path/filepath"
 
 	"github.com/kin-agents/kin/kin"
 )
@@ -24,4 +25,12 @@ func (c *Config) hostName() (string, error) {
 		return "", fmt.Errorf("the machine's host name %q cannot name a host of the fleet (%v): give kin serve --host-name NAME", name, err)
 	}
 	return name, nil
+}
+
+// logKeyDir is where the log key is kept: LogKeyDir, else the home's.
+func (c *Config) logKeyDir() string {
+	if c.LogKeyDir != "" {
+		return c.LogKeyDir
+	}
+	return filepath.Join(c.Home, keysDir, "log")
 }

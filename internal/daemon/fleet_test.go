@@ -2,6 +2,7 @@ package daemon_test
 
 import (
 	"fmt"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -19,9 +20,9 @@ import (
 // asking for a name whose lease runs is refused, naming --host-name; once
 // that host stops cleanly (releasing its lease) the name is free.
 func TestHostsShareOneStore(t *testing.T) {
-	dsn := pgtest.NewDatabase(t)
-	a := kintest.StartDaemon(t, kintest.WithStore(dsn), kintest.WithHostName("alpha"))
-	b := kintest.StartDaemon(t, kintest.WithStore(dsn), kintest.WithHostName("beta"))
+	dsn, key := pgtest.NewDatabase(t), kintest.WithLogKeyDir(filepath.Join(t.TempDir(), "log-key"))
+	a := kintest.StartDaemon(t, kintest.WithStore(dsn), kintest.WithHostName("alpha"), key)
+	b := kintest.StartDaemon(t, kintest.WithStore(dsn), kintest.WithHostName("beta"), key)
 	w := spawnAgent(t, a.Client, "worker", 0, "sleep")
 	if w.Host != "alpha" {
 		t.Fatalf("an agent spawned on alpha records host %q", w.Host)
@@ -51,8 +52,9 @@ func TestHostsShareOneStore(t *testing.T) {
 	}
 	// A third home asking for alpha is refused while alpha's lease runs.
 	cfg := daemon.DefaultConfig()
-	cfg.Home, cfg.HTTPAddr, cfg.Store, cfg.HostName = t.TempDir(), "off", dsn, "alpha"
+	cfg.Home, cfg.HTTPAddr, cfg.Store, cfg.HostName = kintest.TempHome(t), "off", dsn, "alpha"
 	cfg.UIDRangeDir = t.TempDir()
+	key(&cfg)
 	if d, err := daemon.Start(ctx, cfg); err == nil {
 		d.Close()
 		t.Fatal("a second daemon started as host alpha")
@@ -67,7 +69,7 @@ func TestHostsShareOneStore(t *testing.T) {
 	if err != nil || len(hs) != 2 || hs[0].Live || !hs[0].LeaseUntil.IsZero() {
 		t.Fatalf("after alpha stopped: %+v, %v", hs, err)
 	}
-	c := kintest.StartDaemon(t, kintest.WithStore(dsn), kintest.WithHostName("alpha"))
+	c := kintest.StartDaemon(t, kintest.WithStore(dsn), kintest.WithHostName("alpha"), key)
 	if st, err := c.Client.Status(ctx); err != nil || st.Host != "alpha" {
 		t.Fatalf("the new alpha: %+v, %v", st, err)
 	}
@@ -97,9 +99,9 @@ func TestHostNameDefaultsToTheMachines(t *testing.T) {
 // the store and shows the whole family, children in id order. A governor
 // setting changed on one host is in force on the other.
 func TestTreeSpansTheFleet(t *testing.T) {
-	dsn := pgtest.NewDatabase(t)
-	a := kintest.StartDaemon(t, kintest.WithStore(dsn), kintest.WithHostName("alpha"))
-	b := kintest.StartDaemon(t, kintest.WithStore(dsn), kintest.WithHostName("beta"))
+	dsn, key := pgtest.NewDatabase(t), kintest.WithLogKeyDir(filepath.Join(t.TempDir(), "log-key"))
+	a := kintest.StartDaemon(t, kintest.WithStore(dsn), kintest.WithHostName("alpha"), key)
+	b := kintest.StartDaemon(t, kintest.WithStore(dsn), kintest.WithHostName("beta"), key)
 	reg := func(d *kintest.Daemon, name string, parent kin.AgentID) *kin.Agent {
 		t.Helper()
 		ag, err := d.Client.Register(ctx, kin.RegisterRequest{Name: name, Parent: parent, Responsible: "Dr. Schmidt"})
@@ -161,4 +163,44 @@ func shape(n *kin.TreeNode) string {
 		parts[i] = shape(c)
 	}
 	return s + "[" + strings.Join(parts, " ") + "]"
+}
+
+// TestFleetHasOneLogKey: the fleet signs one log with one key. A second
+// host whose home holds another log key is refused, naming the files to
+// copy; with the first host's key copied in, it joins, and a checkpoint
+// either host signs verifies with the one key.
+func TestFleetHasOneLogKey(t *testing.T) {
+	dsn := pgtest.NewDatabase(t)
+	a := kintest.StartDaemon(t, kintest.WithStore(dsn), kintest.WithHostName("alpha"))
+	cfg := daemon.DefaultConfig()
+	cfg.Home, cfg.HTTPAddr, cfg.Store, cfg.HostName = kintest.TempHome(t), "off", dsn, "beta"
+	cfg.UIDRangeDir = t.TempDir()
+	if d, err := daemon.Start(ctx, cfg); err == nil {
+		d.Close()
+		t.Fatal("a host with its own log key joined the fleet")
+	} else if !strings.Contains(err.Error(), "is not the fleet's") || !strings.Contains(err.Error(), filepath.Join(cfg.Home, "keys", "log")) {
+		t.Fatalf("the refusal: %v", err)
+	}
+	// The operator points beta at alpha's log key (a copy of it, on
+	// another machine).
+	b := kintest.StartDaemon(t, kintest.WithStore(dsn), kintest.WithHostName("beta"),
+		kintest.WithLogKeyDir(filepath.Join(a.Home, "keys", "log")))
+	spawnAgent(t, b.Client, "on-beta", 0, "sleep")
+	cpB, err := b.Client.LogCheckpoint(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cpA, err := a.Client.LogCheckpoint(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cpA.Key != cpB.Key {
+		t.Fatalf("two keys: %s and %s", cpA.Key, cpB.Key)
+	}
+	for _, d := range []*kintest.Daemon{a, b} {
+		rep, err := d.Client.LogVerify(ctx, kin.LogVerifyRequest{Checkpoint: cpB.Note})
+		if err != nil || !rep.OK {
+			t.Fatalf("%s verifies the fleet's log: %+v, %v", d.Config.HostName, rep, err)
+		}
+	}
 }

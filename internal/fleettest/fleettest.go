@@ -39,6 +39,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kin-agents/kin/internal/auditlog"
 	"github.com/kin-agents/kin/internal/exampletest"
 	"github.com/kin-agents/kin/internal/pgtest"
 )
@@ -119,6 +120,8 @@ type Fleet struct {
 	// allocation directory they share.
 	Dir         string
 	UIDRangeDir string
+	// LogKeyDir holds the fleet's log key, copied into every host's home.
+	LogKeyDir string
 	// Hosts in the order named.
 	Hosts []*Host
 
@@ -168,6 +171,12 @@ func Start(t *testing.T, opts ...Option) *Fleet {
 		t.Fatal(err)
 	}
 	f.Dir, f.UIDRangeDir = dir, filepath.Join(dir, "uid-ranges")
+	// One log key for the fleet, given to every host's home as an operator
+	// would copy it (a host with another key is refused).
+	f.LogKeyDir = filepath.Join(dir, "log-key")
+	if _, err := auditlog.LoadKey(f.LogKeyDir); err != nil {
+		t.Fatal(err)
+	}
 	f.Bin = kinBinary(t)
 
 	t0 := time.Now()

@@ -166,6 +166,9 @@ func (h *Host) start() error {
 		}
 		h.Home = filepath.Join(dir, "home")
 		h.Socket = filepath.Join(h.Home, "kin.sock")
+		if err := copyDir(f.LogKeyDir, filepath.Join(h.Home, "keys", "log")); err != nil {
+			return fmt.Errorf("the fleet's log key: %w", err)
+		}
 		c, err := client.New(client.Config{Socket: h.Socket})
 		if err != nil {
 			return err
@@ -480,4 +483,31 @@ func tail(s string) string {
 		return "..." + s[len(s)-8000:]
 	}
 	return s
+}
+
+// copyDir copies the files of dir into a new private directory to
+// (making its parents private too).
+func copyDir(dir, to string) error {
+	if err := os.MkdirAll(to, 0o700); err != nil {
+		return err
+	}
+	for p := to; p != filepath.Dir(p) && filepath.Base(p) != "home"; p = filepath.Dir(p) {
+		if err := os.Chmod(p, 0o700); err != nil {
+			return err
+		}
+	}
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return err
+	}
+	for _, e := range ents {
+		b, err := os.ReadFile(filepath.Join(dir, e.Name()))
+		if err != nil {
+			return err
+		}
+		if err := os.WriteFile(filepath.Join(to, e.Name()), b, 0o600); err != nil {
+			return err
+		}
+	}
+	return nil
 }

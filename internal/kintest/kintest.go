@@ -93,6 +93,10 @@ func WithStore(dsn string) Option { return func(c *daemon.Config) { c.Store = ds
 // store (kin serve --host-name).
 func WithHostName(name string) Option { return func(c *daemon.Config) { c.HostName = name } }
 
+// WithLogKeyDir signs the log with the key in dir (made there if missing):
+// every test daemon of one fleet takes the same.
+func WithLogKeyDir(dir string) Option { return func(c *daemon.Config) { c.LogKeyDir = dir } }
+
 // WithHostLease sets the host's lease on its name (kin serve's default is
 // 15 s).
 func WithHostLease(d time.Duration) Option { return func(c *daemon.Config) { c.HostLease = d } }

@@ -42,6 +42,7 @@ type Signer struct {
 
 	key      *auditlog.Key
 	verifier note.Verifier
+	host     string // this host in the fleet; "" signs alone
 	every    int64
 	interval time.Duration
 
@@ -68,6 +69,11 @@ type Config struct {
 	// Ancestors is the registry's Ancestors: who may ask for an agent's
 	// ancestry proof, and the chain it proves.
 	Ancestors func(ctx context.Context, id kin.AgentID) ([]*kin.Agent, error)
+	// Host is this daemon's host in the fleet on the store ("": alone).
+	// The fleet has one log key, recorded in the store by its first host;
+	// a host with another key is refused. Only the host holding the
+	// "log-signer" lease signs on schedule and at its shutdown.
+	Host string
 }
 
 func (sg *Signer) now() time.Time { return sg.clock() }
@@ -98,12 +104,15 @@ func (sg *Signer) open(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
-	sg.key, sg.verifier, sg.every, sg.interval = key, v, int64(cfg.Every), cfg.Interval
+	sg.key, sg.verifier, sg.every, sg.interval, sg.host = key, v, int64(cfg.Every), cfg.Interval, cfg.Host
 	if sg.every <= 0 {
 		sg.every = defaultCheckpointEvents
 	}
 	if sg.interval <= 0 {
 		sg.interval = defaultCheckpointInterval
+	}
+	if err := sg.fleetKey(ctx, cfg.KeyDir); err != nil {
+		return err
 	}
 	last, err := sg.st.LogCheckpointLatest(ctx)
 	if errors.Is(err, store.ErrNotFound) {
@@ -187,6 +196,9 @@ func (sg *Signer) run() {
 				continue // an error: the next tick signs, or logs it
 			}
 		}
+		if !sg.leader() {
+			continue // another host of the fleet signs
+		}
 		if _, err := sg.checkpoint(context.Background()); err != nil && kin.ErrorCodeOf(err) != kin.ECodeNotFound {
 			sg.log.Error("event log: sign a checkpoint", "err", err)
 		}
@@ -200,8 +212,18 @@ func (sg *Signer) Close() {
 	if sg.started {
 		<-sg.done
 	}
+	if !sg.leader() {
+		return // the signer of the fleet signs the head
+	}
 	if _, err := sg.checkpoint(context.Background()); err != nil && kin.ErrorCodeOf(err) != kin.ECodeNotFound {
 		sg.log.Error("event log: sign the shutdown checkpoint", "err", err)
+	}
+	if sg.host != "" {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := sg.st.Update(ctx, func(tx store.Tx) error { return tx.LeaseRelease(ctx, signerLease, sg.host) }); err != nil {
+			sg.log.Error("event log: release the signer's lease", "err", err)
+		}
 	}
 }
 

@@ -208,6 +208,13 @@ type Tx interface {
 	HostRenew(ctx context.Context, name, home string, renewed, until time.Time) error
 	// HostRelease ends home's lease on name at once (a clean stop).
 	HostRelease(ctx context.Context, name, home string) error
+	// LeaseTake takes or renews the singleton lease name for holder until
+	// until, and reports whether holder holds it: it is free, expired at
+	// now, or holder's already. A fleet's singletons (the log's
+	// checkpoint signer) hold one.
+	LeaseTake(ctx context.Context, name, holder string, now, until time.Time) (bool, error)
+	// LeaseRelease ends holder's lease name at once (a clean stop).
+	LeaseRelease(ctx context.Context, name, holder string) error
 }
 
 // HostRow is a host of the fleet: a kin serve, its lease on its name, and

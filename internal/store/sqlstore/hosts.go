@@ -60,3 +60,27 @@ func (t *txn) HostRelease(ctx context.Context, name, home string) error {
 	_, err := t.exec(ctx, `UPDATE hosts SET lease_until = 0 WHERE name = ? AND home = ?`, name, home)
 	return interpretError(err)
 }
+
+// Singleton leases (river's elector in the store): one row per name, held
+// by one holder until a time.
+
+func (t *txn) LeaseTake(ctx context.Context, name, holder string, now, until time.Time) (bool, error) {
+	var cur string
+	var end int64
+	err := t.queryRow(ctx, `SELECT holder, until FROM leases WHERE name = ?`, name).Scan(&cur, &end)
+	switch err = interpretError(err); {
+	case err == store.ErrNotFound:
+	case err != nil:
+		return false, err
+	case cur != holder && end > now.UnixNano():
+		return false, nil
+	}
+	_, err = t.exec(ctx, `INSERT INTO leases (name, holder, until) VALUES (?, ?, ?)
+		ON CONFLICT (name) DO UPDATE SET holder = excluded.holder, until = excluded.until`, name, holder, nanos(until))
+	return err == nil, interpretError(err)
+}
+
+func (t *txn) LeaseRelease(ctx context.Context, name, holder string) error {
+	_, err := t.exec(ctx, `UPDATE leases SET until = 0 WHERE name = ? AND holder = ?`, name, holder)
+	return interpretError(err)
+}

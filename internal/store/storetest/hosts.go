@@ -86,3 +86,36 @@ func testHostLeases(t *testing.T, s store.Store) {
 		t.Errorf("host b: %+v", b)
 	}
 }
+
+// testSingletonLeases: a lease is taken when free, renewed by its holder,
+// refused to another while it runs, taken by another once it expired, and
+// free at once when released.
+func testSingletonLeases(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	take := func(holder string, at time.Duration) bool {
+		t.Helper()
+		var held bool
+		update(t, s, func(tx store.Tx) error {
+			var err error
+			held, err = tx.LeaseTake(ctx, "log-signer", holder, t0.Add(at), t0.Add(at+10*time.Second))
+			return err
+		})
+		return held
+	}
+	switch {
+	case !take("a", 0):
+		t.Fatal("a free lease was not taken")
+	case !take("a", 5*time.Second):
+		t.Fatal("the holder could not renew")
+	case take("b", 14*time.Second):
+		t.Fatal("another took a running lease")
+	case !take("b", 16*time.Second):
+		t.Fatal("another could not take an expired lease")
+	case take("a", 17*time.Second):
+		t.Fatal("the old holder took it back while the new one holds it")
+	}
+	update(t, s, func(tx store.Tx) error { return tx.LeaseRelease(ctx, "log-signer", "b") })
+	if !take("a", 18*time.Second) {
+		t.Fatal("a released lease was not free")
+	}
+}
