@@ -43,6 +43,7 @@ func (e *MissingError) Error() string {
 
 // cluster is one running server.
 type cluster struct {
+	bin  string // the directory of initdb and postgres (and pgbench, psql)
 	dir  string // kinpg-PID-*: everything below is the cluster's
 	data string // the data directory
 	sock string // the socket directory
@@ -77,7 +78,7 @@ func start(ctx context.Context) (_ *cluster, err error) {
 		return nil, err
 	}
 	sweepStale()
-	c := &cluster{}
+	c := &cluster{bin: bin}
 	var cred *syscall.Credential
 	if os.Geteuid() == 0 { // PostgreSQL refuses to run as root
 		var u *user.User
