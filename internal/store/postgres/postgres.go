@@ -84,6 +84,8 @@ var dialect = &sqlstore.Dialect{
 	Rebind:       Rebind,
 	Begin:        begin,
 	BeforeCommit: notify,
+	// pgx caches every query's prepared statement on its connection.
+	CachesStatements: true,
 }
 
 // Options tune a store. The zero value is the default.

@@ -58,6 +58,13 @@ type Dialect struct {
 	// connection at New (SQLite compiles a statement on every call
 	// otherwise; pgx caches statements itself).
 	WriterStatements bool
+	// CachesStatements says the database/sql driver keeps its own cache of
+	// prepared statements per connection (pgx: a query's first run parses
+	// it, later runs only bind and execute), so a write transaction
+	// prepares nothing of its own: preparing a query on the transaction
+	// and closing it at the commit would cost two more round trips per
+	// distinct query per batch.
+	CachesStatements bool
 
 	rebound sync.Map // query → Rebind(query)
 }
@@ -271,7 +278,10 @@ func (s *Store) commit(batch []*update) {
 		return
 	}
 	ok, appended := 0, 0
-	local := map[string]*sql.Stmt{} // closed with the transaction
+	var local map[string]*sql.Stmt // closed with the transaction
+	if !s.d.CachesStatements {
+		local = map[string]*sql.Stmt{}
+	}
 	cache := &batchCache{}
 	w := reader{q: tx, d: s.d, tx: tx, st: s.wstmts, local: local}
 	// The batch's tree: the cached edge, checked against the stored log
