@@ -86,6 +86,8 @@ var dialect = &sqlstore.Dialect{
 	BeforeCommit: notify,
 	// pgx caches every query's prepared statement on its connection.
 	CachesStatements: true,
+	// Each Update's RELEASE rides with the next SAVEPOINT, or the COMMIT.
+	ChainSavepoints: true,
 }
 
 // Options tune a store. The zero value is the default.
