@@ -295,6 +295,13 @@ func (s *Store) commit(batch []*update) {
 	// under the write lock (another handle may have appended). s.log
 	// changes only once the batch commits.
 	tree, err := s.edge(ctx, w)
+	var size int64 // the log's size: the tree's, or counted here when unhashed
+	if err == nil {
+		size = tree.Size()
+		if s.unhashed { // benchmarks only: the tree does not advance
+			size, err = logSize(ctx, w)
+		}
+	}
 	if err != nil {
 		tx.Rollback()
 		failAll(fmt.Errorf("%s: event log: %w", s.d.Name, err))
@@ -320,11 +327,11 @@ func (s *Store) commit(batch []*update) {
 			continue
 		}
 		held = false
-		saved := tree
-		t := &txn{reader: w, log: &tree, unhashed: s.unhashed, batch: cache}
+		saved, savedSize := tree, size
+		t := &txn{reader: w, log: &tree, size: &size, unhashed: s.unhashed, batch: cache}
 		errs[i] = runUpdate(u, t)
 		if errs[i] != nil {
-			tree = saved
+			tree, size = saved, savedSize
 			cache.forget() // what it read may include its undone writes
 			if _, err := w.exec(ctx, sqlRollbackTo); err != nil {
 				// The transaction is in an unknown state: fail the batch.
@@ -351,7 +358,7 @@ func (s *Store) commit(batch []*update) {
 		err = tx.Rollback()
 	} else {
 		if appended > 0 && s.d.BeforeCommit != nil {
-			err = s.d.BeforeCommit(ctx, tx, tree.Size())
+			err = s.d.BeforeCommit(ctx, tx, size)
 		}
 		if err != nil {
 			tx.Rollback()
@@ -368,7 +375,7 @@ func (s *Store) commit(batch []*update) {
 	} else if ok > 0 {
 		s.setLog(tree)
 		if appended > 0 {
-			s.Woken(tree.Size())
+			s.Woken(size)
 		}
 	}
 	answer()
