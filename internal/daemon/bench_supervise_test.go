@@ -151,10 +151,14 @@ func homeInodes(home, name string) (time.Duration, error) {
 // throughputClients goroutines sharing one client on the Unix socket, then,
 // as the floor, starts as many processes from as many goroutines with
 // os/exec, each into a fresh cgroup (mkdir, open, clone3 into it: timed).
-func BenchmarkSpawnThroughput(b *testing.B) {
+func BenchmarkSpawnThroughput(b *testing.B) { benchSpawnThroughput(b) }
+
+// benchSpawnThroughput is BenchmarkSpawnThroughput on a daemon started
+// with opts.
+func benchSpawnThroughput(b *testing.B, opts ...kintest.Option) {
 	g := newGroupCheck(b)
 	pids := newPidCheck(b)
-	d := startBenchDaemon(b, g)
+	d := startBenchDaemon(b, g, opts...)
 	var spent, rawSpent time.Duration
 	n := 0
 	for iter := 0; b.Loop(); iter++ {
@@ -682,9 +686,10 @@ type benchDaemon struct {
 	cgroupRoot string
 }
 
-func startBenchDaemon(b *testing.B, g *groupCheck) *benchDaemon {
+// startBenchDaemon starts a benchDaemon with opts besides.
+func startBenchDaemon(b *testing.B, g *groupCheck, opts ...kintest.Option) *benchDaemon {
 	b.Helper()
-	d := kintest.StartDaemon(b, kintest.WithProfile(unlimitedProfile(b)))
+	d := kintest.StartDaemon(b, append([]kintest.Option{kintest.WithProfile(unlimitedProfile(b))}, opts...)...)
 	st, err := d.Daemon.Status(ctx)
 	if err != nil {
 		b.Fatal(err)

@@ -30,7 +30,6 @@ import (
 	"github.com/kin-agents/kin/internal/kintest"
 	"github.com/kin-agents/kin/internal/registry"
 	"github.com/kin-agents/kin/internal/store"
-	"github.com/kin-agents/kin/internal/store/sqlite"
 	"github.com/kin-agents/kin/kin"
 )
 
@@ -57,7 +56,7 @@ func BenchmarkRegister(b *testing.B) {
 		ratio(b, benchRawInsert(b, "NORMAL"))
 	})
 	b.Run("store-update-c64", func(b *testing.B) {
-		ratio(b, benchStoreRegister(b, benchClients))
+		ratio(b, benchStoreRegister(b, openBenchStore(b, sqliteDriver, kintest.TempHome(b), "FULL"), benchClients))
 	})
 	b.Run("api-unix-c1", func(b *testing.B) {
 		d := kintest.StartDaemon(b, kintest.WithProfile(unlimitedProfile(b)))
@@ -125,20 +124,15 @@ func benchRawInsert(b *testing.B, synchronous string) float64 {
 	return reportRate(b, n, cpu0, "commits/s")
 }
 
-// benchStoreRegister registers agents through store.Update with the writes
+// benchStoreRegister registers agents through st.Update with the writes
 // a registration makes (parent read, name check, insert, one or two events)
 // from clients goroutines: the group-committing store without HTTP.
-func benchStoreRegister(b *testing.B, clients int) float64 {
+func benchStoreRegister(b *testing.B, st store.Store, clients int) float64 {
 	ctx := context.Background()
-	st, err := sqlite.Open(ctx, filepath.Join(b.TempDir(), "kin.db"), sqlite.Options{})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer st.Close()
 	now := time.Now().UTC()
 	n := benchOps(b, minRegistrations)
 	cpu0 := resetTimer(b)
-	err = runPool(n, clients, func(i int, root *kin.AgentID) error {
+	err := runPool(n, clients, func(i int, root *kin.AgentID) error {
 		return st.Update(ctx, func(tx store.Tx) error {
 			a := benchAgent(fmt.Sprintf("a%d", i), now)
 			if *root != 0 {
@@ -277,8 +271,10 @@ func reportRate(b *testing.B, n int, cpu0 time.Duration, unit string) float64 {
 // BenchmarkAncestors measures the responsibility chain of an agent at
 // generation 10 in a store of 100,010 agents: through the API, straight
 // from the store, and the floor, a single-row SELECT by primary key.
-func BenchmarkAncestors(b *testing.B) {
-	f := loadForest(b)
+func BenchmarkAncestors(b *testing.B) { benchAncestors(b, loadForest(b, sqliteDriver)) }
+
+// benchAncestors is BenchmarkAncestors on f.
+func benchAncestors(b *testing.B, f *forest) {
 	ctx := context.Background()
 	var floor float64 // ns per floor query
 	ratio := func(b *testing.B, n int, cpu0 time.Duration) {
@@ -331,8 +327,10 @@ func BenchmarkAncestors(b *testing.B) {
 // (Daemon.Tree), straight from the store's recursive query,
 // the JSON round trip alone, and two floors: the bare recursive CTE returning only ids, and reading
 // 10,001 whole rows by primary-key range.
-func BenchmarkSubtree(b *testing.B) {
-	f := loadForest(b)
+func BenchmarkSubtree(b *testing.B) { benchSubtree(b, loadForest(b, sqliteDriver)) }
+
+// benchSubtree is BenchmarkSubtree on f.
+func benchSubtree(b *testing.B, f *forest) {
 	ctx := context.Background()
 	want := forestDescendants + 1
 	var floor float64 // ns per floor-scan query
@@ -511,13 +509,13 @@ func nsPerOp(b *testing.B, n int) float64 {
 
 // selectAgent is the floor of a lookup: one row by primary key, every
 // column the store reads.
-func selectAgent(ctx context.Context, db *sql.DB, id kin.AgentID) (*kin.Agent, error) {
+func selectAgent(ctx context.Context, db floorDB, id kin.AgentID) (*kin.Agent, error) {
 	var a kin.Agent
 	var wallet sql.NullString
 	var created, updated, blocked int64
-	err := db.QueryRowContext(ctx, `SELECT id, name, role, parent_id, generation, responsible, wallet,
+	err := db.QueryRowContext(ctx, db.rebind(`SELECT id, name, role, parent_id, generation, responsible, wallet,
 		constitution_hash, capability_hash, scope, self_modifying, life, status, state,
-		created_at, created_by, updated_at, spawn_blocked_until FROM agents WHERE id = ?`, id).Scan(
+		created_at, created_by, updated_at, spawn_blocked_until FROM agents WHERE id = ?`), id).Scan(
 		&a.ID, &a.Name, &a.Role, &a.Parent, &a.Generation, &a.Responsible, &wallet,
 		&a.ConstitutionHash, &a.CapabilityHash, &a.Scope, &a.SelfModifying, &a.Life, &a.Status, &a.State,
 		&created, &a.CreatedBy, &updated, &blocked)
@@ -525,12 +523,12 @@ func selectAgent(ctx context.Context, db *sql.DB, id kin.AgentID) (*kin.Agent, e
 }
 
 // subtreeIDs runs the bare recursive walk below id and counts the ids.
-func subtreeIDs(ctx context.Context, db *sql.DB, id kin.AgentID) (int, error) {
-	rows, err := db.QueryContext(ctx, `WITH RECURSIVE sub(id) AS (
+func subtreeIDs(ctx context.Context, db floorDB, id kin.AgentID) (int, error) {
+	rows, err := db.QueryContext(ctx, db.rebind(`WITH RECURSIVE sub(id) AS (
 			SELECT id FROM agents WHERE id = ?
 			UNION ALL
 			SELECT a.id FROM agents a JOIN sub s ON a.parent_id = s.id
-		) SELECT id FROM sub`, id)
+		) SELECT id FROM sub`), id)
 	if err != nil {
 		return 0, err
 	}
@@ -547,11 +545,11 @@ func subtreeIDs(ctx context.Context, db *sql.DB, id kin.AgentID) (int, error) {
 }
 
 // scanRows reads n whole agent rows by primary-key range from after: the
-// cost of getting that many rows out of SQLite into Go, with no tree walk.
-func scanRows(ctx context.Context, db *sql.DB, after int64, n int) (int, error) {
-	rows, err := db.QueryContext(ctx, `SELECT id, name, role, parent_id, generation, responsible, wallet,
+// cost of getting that many rows out of the database into Go, with no tree walk.
+func scanRows(ctx context.Context, db floorDB, after int64, n int) (int, error) {
+	rows, err := db.QueryContext(ctx, db.rebind(`SELECT id, name, role, parent_id, generation, responsible, wallet,
 		constitution_hash, capability_hash, scope, self_modifying, life, status, state,
-		created_at, created_by, updated_at, spawn_blocked_until FROM agents WHERE id > ? ORDER BY id LIMIT ?`, after, n)
+		created_at, created_by, updated_at, spawn_blocked_until FROM agents WHERE id > ? ORDER BY id LIMIT ?`), after, n)
 	if err != nil {
 		return 0, err
 	}

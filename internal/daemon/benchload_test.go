@@ -2,16 +2,13 @@ package daemon_test
 
 import (
 	"context"
-	"database/sql"
 	"fmt"
 	"os"
-	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/kin-agents/kin/internal/kintest"
 	"github.com/kin-agents/kin/internal/store"
-	"github.com/kin-agents/kin/internal/store/sqlite"
 	"github.com/kin-agents/kin/kin"
 )
 
@@ -54,34 +51,31 @@ func treeShape(descendants int) []shapeNode {
 }
 
 // forest is a daemon serving a store of synthetic agents, plus direct
-// handles on the same SQLite file for the raw floors.
+// handles on the same database for the raw floors.
 type forest struct {
 	d      *kintest.Daemon
-	store  *sqlite.Store // the store layer, opened on the daemon's file
-	db     *sql.DB       // plain database/sql, read-only, on the same file
+	store  store.Store // the store layer, opened on the daemon's database
+	db     floorDB     // plain database/sql on the same database
 	roots  []kin.AgentID
 	deep   []kin.AgentID // agents at generation forestDepth
 	agents int
 }
 
-// loadForest bulk-loads forestTrees trees into a fresh home through the
-// store (many AgentInserts per Update), then starts a daemon on it. The
-// trees are inserted round-robin, as if they had grown side by side, so a
-// subtree's rows are spread over the file rather than packed together.
-// Events are not written: the lineage queries never read them.
-func loadForest(b *testing.B) *forest {
+// loadForest bulk-loads forestTrees trees into a fresh store of drv
+// through the store (many AgentInserts per Update), then starts a daemon
+// on it. The trees are inserted round-robin, as if they had grown side by
+// side, so a subtree's rows are spread over the database rather than
+// packed together. Events are not written: the lineage queries never read
+// them. What it starts ends with b.
+func loadForest(b *testing.B, drv benchDriver) *forest {
 	b.Helper()
 	ctx := context.Background()
 	home := kintest.TempHome(b)
 	if err := os.MkdirAll(home, 0o700); err != nil {
 		b.Fatal(err)
 	}
-	path := filepath.Join(home, "kin.db")
 	start := time.Now()
-	st, err := sqlite.Open(ctx, path, sqlite.Options{Synchronous: "NORMAL"})
-	if err != nil {
-		b.Fatal(err)
-	}
+	st := openBenchStore(b, drv, home, "NORMAL")
 	shape := treeShape(forestDescendants)
 	ids := make([][]kin.AgentID, forestTrees)
 	for t := range ids {
@@ -109,15 +103,14 @@ func loadForest(b *testing.B) *forest {
 			return nil
 		})
 		if err != nil {
-			st.Close()
 			b.Fatalf("bulk load: %v", err)
 		}
 		next = end
 	}
-	if err := st.Close(); err != nil {
+	if err := closeStore(st); err != nil {
 		b.Fatal(err)
 	}
-	b.Logf("loaded %d agents in %s", total, time.Since(start).Round(time.Millisecond))
+	b.Logf("%s: loaded %d agents in %s", drv.name, total, time.Since(start).Round(time.Millisecond))
 
 	f := &forest{agents: total}
 	for t := range ids {
@@ -128,15 +121,9 @@ func loadForest(b *testing.B) *forest {
 			}
 		}
 	}
-	f.d = kintest.StartDaemon(b, kintest.WithHome(home))
-	if f.store, err = sqlite.Open(ctx, path, sqlite.Options{}); err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { f.store.Close() })
-	if f.db, err = sql.Open("sqlite", "file:"+path+"?_pragma=query_only(1)"); err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { f.db.Close() })
+	f.d = kintest.StartDaemon(b, kintest.WithHome(home), drv.daemonStore(b))
+	f.store = openBenchStore(b, drv, home, "")
+	f.db = drv.floorDB(b, home)
 	return f
 }
 

@@ -13,9 +13,9 @@ import (
 )
 
 // onSQLite reports whether d keeps its store in SQLite's <home>/kin.db (the
-// default), rather than the PostgreSQL database KIN_TEST_STORE=postgres
-// gives it.
-func onSQLite(d *kintest.Daemon) bool { return d.Config.Store == "" }
+// default, or "sqlite"), rather than the PostgreSQL database
+// KIN_TEST_STORE=postgres gives it.
+func onSQLite(d *kintest.Daemon) bool { return d.Config.Store == "" || d.Config.Store == "sqlite" }
 
 // storeDB opens d's store's database directly, for a test that changes it
 // behind the daemon's back, and returns the n-th placeholder's spelling

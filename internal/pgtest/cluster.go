@@ -44,6 +44,7 @@ func (e *MissingError) Error() string {
 
 // cluster is one running server.
 type cluster struct {
+	bin  string // the directory of initdb and postgres (and pgbench, psql)
 	dir  string // kinpg-PID-*: everything below is the cluster's
 	data string // the data directory
 	sock string // the socket directory
@@ -83,7 +84,7 @@ func start(ctx context.Context, tcp *ServerConfig) (_ *cluster, err error) {
 		return nil, err
 	}
 	sweepStale()
-	c := &cluster{tcp: tcp}
+	c := &cluster{tcp: tcp, bin: bin}
 	var cred *syscall.Credential
 	if os.Geteuid() == 0 { // PostgreSQL refuses to run as root
 		var u *user.User

@@ -99,6 +99,15 @@ func NewDatabase(t testing.TB) string {
 	return c.dsn(name)
 }
 
+// Bindir is the directory of the running cluster's server binaries, where
+// its client programs (pgbench, psql) are too: a benchmark runs pgbench
+// from there against a database of the same cluster, as its floor. It
+// starts the cluster, and skips t as NewDatabase does.
+func Bindir(t testing.TB) string {
+	t.Helper()
+	return get(t).bin
+}
+
 // DatabaseFor returns the DSN of the database for key, the same for the
 // same key within the test binary (a test that restarts a daemon on the
 // same store keys it by the daemon's home). The first call creates it, and

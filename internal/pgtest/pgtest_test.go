@@ -203,6 +203,21 @@ func TestFindBindir(t *testing.T) {
 	}
 }
 
+// TestBindir: Bindir is the running cluster's directory, the one its
+// server runs from (so its pgbench talks to the same version).
+func TestBindir(t *testing.T) {
+	bin := Bindir(t)
+	if err := hasServer(bin); err != nil {
+		t.Fatalf("Bindir %q: %v", bin, err)
+	}
+	state.mu.Lock()
+	server := state.c.cmd.Path
+	state.mu.Unlock()
+	if filepath.Dir(server) != bin {
+		t.Errorf("Bindir %q, but the server runs %s", bin, server)
+	}
+}
+
 // needServer skips (or fails, under KIN_TEST_REQUIRE_POSTGRES=1) where
 // the server is missing, without starting a cluster in this process.
 func needServer(t *testing.T) {

@@ -88,15 +88,23 @@ var dialect = &sqlstore.Dialect{
 	Begin:        begin,
 	BeforeCommit: notify,
 	Lost:         lost,
+	// pgx caches every query's prepared statement on its connection.
+	CachesStatements: true,
+	// Each Update's RELEASE rides with the next SAVEPOINT, or the COMMIT.
+	ChainSavepoints: true,
 }
 
 // Options tune a store. The zero value is the default.
-type Options struct{}
+type Options struct {
+	// unhashed appends events without their tree hashes: only benchmarks
+	// set it, to measure what hashing costs.
+	unhashed bool
+}
 
 // Open connects to the database dsn names (a postgres:// or postgresql://
 // URL, as pgx reads it), migrates it and starts the writer and the
 // listener.
-func Open(ctx context.Context, dsn string, _ Options) (*Store, error) {
+func Open(ctx context.Context, dsn string, opts Options) (*Store, error) {
 	cfg, err := pgx.ParseConfig(dsn)
 	if err != nil {
 		return nil, fmt.Errorf("postgres: %w", err)
@@ -117,7 +125,7 @@ func Open(ctx context.Context, dsn string, _ Options) (*Store, error) {
 	rdb := stdlib.OpenDB(*cfg.Copy())
 	rdb.SetMaxOpenConns(readers)
 	rdb.SetMaxIdleConns(readers)
-	core, err := sqlstore.New(ctx, sqlstore.Config{Dialect: dialect, Writer: wdb, Readers: rdb})
+	core, err := sqlstore.New(ctx, sqlstore.Config{Dialect: dialect, Writer: wdb, Readers: rdb, Unhashed: opts.unhashed})
 	if err != nil {
 		wdb.Close()
 		rdb.Close()

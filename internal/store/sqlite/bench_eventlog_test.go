@@ -2,7 +2,6 @@ package sqlite
 
 import (
 	"context"
-	"fmt"
 	"os"
 	"path/filepath"
 	"sync"
@@ -14,59 +13,24 @@ import (
 
 	"github.com/kin-agents/kin/internal/auditlog"
 	"github.com/kin-agents/kin/internal/store"
+	"github.com/kin-agents/kin/internal/store/storetest"
 	"github.com/kin-agents/kin/kin"
 )
 
-// statusEvent is an agent.status event as the daemon writes it: about 180
-// bytes of JSON.
-func statusEvent(i int) kin.Event {
-	agent := kin.AgentID(1000 + i%5000)
-	data := fmt.Appendf(nil, `{"agent":%d,"from":"active","to":"suspended","action":"suspend","by":"operator:alice@workstation-%d","reason":"manual hold while the budget of run %d is reviewed","cascade_from":%d}`,
-		agent, i%7, i, agent-1)
-	return kin.Event{
-		Time:   time.Date(2026, 11, 21, 15, 2, 39, 0, time.UTC).Add(time.Duration(i) * 1237 * time.Microsecond),
-		Type:   kin.EventAgentStatus,
-		Agent:  agent,
-		Parent: agent - 1,
-		Data:   data,
-	}
-}
+// statusEvent is the benchmarks' i-th event.
+func statusEvent(i int) kin.Event { return storetest.StatusEvent(i) }
 
 // BenchmarkEventAppend appends 1,000 events per Update (one transaction,
 // synchronous=FULL), with and without the log's tree hashes.
 func BenchmarkEventAppend(b *testing.B) {
-	const perTx = 1000
-	events := make([]kin.Event, perTx)
-	for i := range events {
-		events[i] = statusEvent(i)
-	}
-	for _, bc := range []struct {
-		name     string
-		unhashed bool
-	}{{"hashed", false}, {"unhashed", true}} {
-		b.Run(bc.name, func(b *testing.B) {
-			ctx := context.Background()
-			s, err := Open(ctx, filepath.Join(b.TempDir(), "kin.db"), Options{unhashed: bc.unhashed})
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer s.Close()
-			for b.Loop() {
-				err := s.Update(ctx, func(tx store.Tx) error {
-					for _, e := range events {
-						if _, err := tx.EventAppend(ctx, e); err != nil {
-							return err
-						}
-					}
-					return nil
-				})
-				if err != nil {
-					b.Fatal(err)
-				}
-			}
-			b.ReportMetric(float64(b.N*perTx)/b.Elapsed().Seconds(), "events/s")
-		})
-	}
+	storetest.BenchEventAppend(b, func(b *testing.B, unhashed bool) store.Store {
+		s, err := Open(context.Background(), filepath.Join(b.TempDir(), "kin.db"), Options{unhashed: unhashed})
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { s.Close() })
+		return s
+	})
 }
 
 // verify1M is the database of BenchmarkLogVerify1M, built once.

@@ -36,10 +36,13 @@ func (t *txn) EventAppend(ctx context.Context, e kin.Event) (kin.Event, error) {
 	}
 	e.Time = time.Unix(0, e.Time.UnixNano()).UTC()
 	if t.unhashed {
-		err := t.queryRow(ctx, sqlEventAppendSeq, e.Time.UnixNano(), e.Type, e.Agent, e.Parent, string(e.Data)).Scan(&e.Seq)
-		if err != nil {
+		// The floor of an append: the same row with its seq and no
+		// hashes (NULL), the seq counted as the tree counts it.
+		e.Seq = *t.size + 1
+		if _, err := t.exec(ctx, sqlEventAppend, e.Seq, e.Time.UnixNano(), e.Type, e.Agent, e.Parent, string(e.Data), nil); err != nil {
 			return e, interpretError(err)
 		}
+		*t.size = e.Seq
 		t.appended++
 		return e, nil
 	}
@@ -52,6 +55,7 @@ func (t *txn) EventAppend(ctx context.Context, e kin.Event) (kin.Event, error) {
 		t.log.Revert(undo) // the tree advances only with the row
 		return e, interpretError(err)
 	}
+	*t.size = e.Seq
 	t.appended++
 	return e, nil
 }

@@ -42,6 +42,7 @@ type reader struct {
 type txn struct {
 	reader
 	log      *auditlog.Frontier // the batch's tree, advanced by EventAppend
+	size     *int64             // the batch's log size, advanced by EventAppend
 	unhashed bool               // benchmarks only: append events without their tree hashes
 	appended int                // events this Update appended
 	leaf     []byte             // EventAppend's buffers, reused across its calls

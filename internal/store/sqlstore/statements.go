@@ -41,7 +41,6 @@ var (
 	sqlAgentUpdateStatus = `UPDATE agents SET status = ?, state = CASE WHEN ? = '' THEN state ELSE ? END, updated_at = ? WHERE id = ?`
 	sqlAgentSpawnBlock   = `UPDATE agents SET spawn_blocked_until = ? WHERE id = ?`
 	sqlEventAppend       = `INSERT INTO events (seq, time, type, agent_id, parent_id, data, hashes) VALUES (?, ?, ?, ?, ?, ?, ?)`
-	sqlEventAppendSeq    = `INSERT INTO events (seq, time, type, agent_id, parent_id, data) VALUES ((SELECT COALESCE(MAX(seq), 0) + 1 FROM events), ?, ?, ?, ?, ?) RETURNING seq`
 	sqlRejectionInsert   = `INSERT INTO spawn_rejections (parent_id, at, counted) VALUES (?, ?, ?)`
 	sqlRejectionCount    = `SELECT COUNT(*) FROM spawn_rejections WHERE parent_id = ? AND at >= ? AND counted <> 0`
 	sqlSettingList       = `SELECT key, value FROM settings ORDER BY key`

@@ -63,6 +63,20 @@ type Dialect struct {
 	// connection at New (SQLite compiles a statement on every call
 	// otherwise; pgx caches statements itself).
 	WriterStatements bool
+	// CachesStatements says the database/sql driver keeps its own cache of
+	// prepared statements per connection (pgx: a query's first run parses
+	// it, later runs only bind and execute), so a write transaction
+	// prepares nothing of its own: preparing a query on the transaction
+	// and closing it at the commit would cost two more round trips per
+	// distinct query per batch.
+	CachesStatements bool
+	// ChainSavepoints releases each Update's savepoint together with
+	// the next Update's SAVEPOINT, in one statement string ("RELEASE
+	// SAVEPOINT u; SAVEPOINT u"), and the last one with the COMMIT,
+	// rather than on its own: one round trip fewer per Update where a
+	// round trip is a trip to a server (PostgreSQL's simple query runs
+	// both, and stops at the first that fails). What commits is the same.
+	ChainSavepoints bool
 
 	rebound sync.Map // query → Rebind(query)
 }
@@ -281,32 +295,53 @@ func (s *Store) commit(batch []*update) {
 		return
 	}
 	ok, appended := 0, 0
-	local := map[string]*sql.Stmt{} // closed with the transaction
+	var local map[string]*sql.Stmt // closed with the transaction
+	if !s.d.CachesStatements {
+		local = map[string]*sql.Stmt{}
+	}
 	cache := &batchCache{}
 	w := reader{q: tx, d: s.d, tx: tx, st: s.wstmts, local: local}
 	// The batch's tree: the cached edge, checked against the stored log
 	// under the write lock (another handle may have appended). s.log
 	// changes only once the batch commits.
 	tree, err := s.edge(ctx, w)
+	var size int64 // the log's size: the tree's, or counted here when unhashed
+	if err == nil {
+		size = tree.Size()
+		if s.unhashed { // benchmarks only: the tree does not advance
+			size, err = logSize(ctx, w)
+		}
+	}
 	if err != nil {
 		tx.Rollback()
 		failAll(fmt.Errorf("%s: event log: %w", s.d.Name, err))
 		return
 	}
+	// held: an earlier Update's savepoint is still to be released
+	// (Dialect.ChainSavepoints: the next SAVEPOINT, or the COMMIT,
+	// releases it).
+	held := false
 	for i, u := range batch {
 		if err := u.ctx.Err(); err != nil {
 			errs[i] = err
 			continue
 		}
-		if _, err := w.exec(ctx, sqlSavepoint); err != nil {
+		q := sqlSavepoint
+		if held {
+			q = sqlReleaseSavepoint
+		}
+		if _, err := w.exec(ctx, q); err != nil {
+			// A failed RELEASE leaves the transaction failed: its
+			// COMMIT fails, and so every Update of the batch.
 			errs[i] = fmt.Errorf("%s: savepoint: %w", s.d.Name, err)
 			continue
 		}
-		saved := tree
-		t := &txn{reader: w, log: &tree, unhashed: s.unhashed, batch: cache}
+		held = false
+		saved, savedSize := tree, size
+		t := &txn{reader: w, log: &tree, size: &size, unhashed: s.unhashed, batch: cache}
 		errs[i] = runUpdate(u, t)
 		if errs[i] != nil {
-			tree = saved
+			tree, size = saved, savedSize
 			cache.forget() // what it read may include its undone writes
 			if _, err := w.exec(ctx, sqlRollbackTo); err != nil {
 				// The transaction is in an unknown state: fail the batch.
@@ -323,7 +358,9 @@ func (s *Store) commit(batch []*update) {
 			ok++
 			appended += t.appended
 		}
-		if _, err := w.exec(ctx, sqlRelease); err != nil {
+		if s.d.ChainSavepoints {
+			held = true
+		} else if _, err := w.exec(ctx, sqlRelease); err != nil {
 			errs[i] = fmt.Errorf("%s: release savepoint: %w", s.d.Name, err)
 		}
 	}
@@ -331,7 +368,7 @@ func (s *Store) commit(batch []*update) {
 		err = tx.Rollback()
 	} else {
 		if appended > 0 && s.d.BeforeCommit != nil {
-			err = s.d.BeforeCommit(ctx, tx, tree.Size())
+			err = s.d.BeforeCommit(ctx, tx, size)
 		}
 		if err != nil {
 			tx.Rollback()
@@ -348,7 +385,7 @@ func (s *Store) commit(batch []*update) {
 	} else if ok > 0 {
 		s.setLog(tree)
 		if appended > 0 {
-			s.Woken(tree.Size())
+			s.Woken(size)
 		}
 	}
 	answer()
@@ -360,6 +397,9 @@ const (
 	sqlSavepoint  = "SAVEPOINT u"
 	sqlRollbackTo = "ROLLBACK TO SAVEPOINT u"
 	sqlRelease    = "RELEASE SAVEPOINT u"
+	// sqlReleaseSavepoint releases the previous Update's savepoint and
+	// starts the next one's in one round trip (Dialect.ChainSavepoints).
+	sqlReleaseSavepoint = sqlRelease + "; " + sqlSavepoint
 )
 
 // edge returns the tree's committed edge as the transaction r sees it: the
