@@ -28,6 +28,15 @@ import (
 
 const sqlEventHashes = `SELECT hashes FROM events WHERE seq = ?`
 
+// EventRow is an event as its row holds it, for a driver's InsertEvents.
+type EventRow struct {
+	Seq, Time     int64
+	Type          string
+	Agent, Parent int64
+	Data          string
+	Hashes        []byte
+}
+
 // EventAppend stores e as the next event, with the tree hashes of its leaf.
 // Its seq is the tree's size plus one: leaf index seq-1.
 func (t *txn) EventAppend(ctx context.Context, e kin.Event) (kin.Event, error) {
@@ -51,6 +60,14 @@ func (t *txn) EventAppend(ctx context.Context, e kin.Event) (kin.Event, error) {
 	var undo auditlog.Undo
 	t.hashes, undo = t.log.AppendTo(t.hashes[:0], auditlog.HashLeaf(t.leaf))
 	t.blob = auditlog.StoredForm(t.blob[:0], t.hashes)
+	if t.d.InsertEvents != nil && t.batch != nil {
+		// Inserted with the batch's other events before its commit.
+		t.batch.events = append(t.batch.events, EventRow{Seq: e.Seq, Time: e.Time.UnixNano(), Type: e.Type,
+			Agent: int64(e.Agent), Parent: int64(e.Parent), Data: string(e.Data), Hashes: bytes.Clone(t.blob)})
+		*t.size = e.Seq
+		t.appended++
+		return e, nil
+	}
 	if _, err := t.exec(ctx, sqlEventAppend, e.Seq, e.Time.UnixNano(), e.Type, e.Agent, e.Parent, string(e.Data), t.blob); err != nil {
 		t.log.Revert(undo) // the tree advances only with the row
 		return e, interpretError(err)

@@ -57,6 +57,9 @@ type txn struct {
 // of this batch, or an Update that fails (its writes undone), forgets them.
 type batchCache struct {
 	settings map[string]string // nil: not read since the last change
+	// events are the batch's appended events not yet inserted
+	// (Dialect.InsertEvents: all at once, before the commit).
+	events []EventRow
 }
 
 func (c *batchCache) forget() {

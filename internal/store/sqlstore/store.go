@@ -59,6 +59,12 @@ type Dialect struct {
 	// read outside a transaction that failed so is run once more, on
 	// another connection of the pool.
 	Lost func(err error) bool
+	// InsertEvents, when set, inserts a batch's events at once, before its
+	// commit, instead of one statement per event: where each statement
+	// costs a round trip to a server (PostgreSQL). Nothing in a write
+	// transaction reads events back, so holding them to the end changes
+	// nothing an Update sees.
+	InsertEvents func(ctx context.Context, tx *sql.Tx, rows []EventRow) error
 	// WriterStatements prepares the hot statements on the writer's
 	// connection at New (SQLite compiles a statement on every call
 	// otherwise; pgx caches statements itself).
@@ -337,12 +343,13 @@ func (s *Store) commit(batch []*update) {
 			continue
 		}
 		held = false
-		saved, savedSize := tree, size
+		saved, savedSize, savedEvents := tree, size, len(cache.events)
 		t := &txn{reader: w, log: &tree, size: &size, unhashed: s.unhashed, batch: cache}
 		errs[i] = runUpdate(u, t)
 		if errs[i] != nil {
 			tree, size = saved, savedSize
-			cache.forget() // what it read may include its undone writes
+			cache.events = cache.events[:savedEvents] // its events go with its writes
+			cache.forget()                            // what it read may include its undone writes
 			if _, err := w.exec(ctx, sqlRollbackTo); err != nil {
 				// The transaction is in an unknown state: fail the batch.
 				tx.Rollback()
@@ -367,7 +374,12 @@ func (s *Store) commit(batch []*update) {
 	if ok == 0 {
 		err = tx.Rollback()
 	} else {
-		if appended > 0 && s.d.BeforeCommit != nil {
+		if len(cache.events) > 0 {
+			if err = s.d.InsertEvents(ctx, tx, cache.events); err != nil {
+				err = fmt.Errorf("insert events: %w", err)
+			}
+		}
+		if err == nil && appended > 0 && s.d.BeforeCommit != nil {
 			err = s.d.BeforeCommit(ctx, tx, size)
 		}
 		if err != nil {
