@@ -222,35 +222,40 @@ func (run *Runner) Fence(mode string) {
 		return // a shutdown stops them
 	}
 	run.fenceMu.Lock()
-	if run.fence.active {
+	if run.fence.active && (run.fence.mode == mode || mode == FenceFreeze) {
 		run.fenceMu.Unlock()
-		return
+		return // fenced already (a freeze turns into a stop when the name is lost)
 	}
-	if run.fence.done != nil {
-		<-run.fence.done // an earlier fence's stops (its rejoin came already)
+	prev := run.fence.done
+	run.fenceMu.Unlock()
+	if prev != nil {
+		<-prev // an earlier fence's stops or freezes
 	}
+	run.fenceMu.Lock()
 	run.fence = fenceState{active: true, mode: mode, lost: run.fence.lost, done: make(chan struct{}),
 		frozen: map[kin.AgentID]bool{}, killed: map[kin.AgentID]bool{}}
 	done := run.fence.done
 	run.fenceMu.Unlock()
 
-	// Claim every runtime: its end is the fence's to record (at the
-	// rejoin), not its exit handler's, which would wait on the store.
+	// Claim every runtime that nothing else is ending: its end is the
+	// fence's to record (at the rejoin), not its exit handler's, which
+	// would wait on the store. One an exit or a cancellation is ending
+	// is stopped too (that cancellation may be waiting on the store to
+	// mark it stopping), and recorded by it.
 	type target struct {
-		id    kin.AgentID
-		grace time.Duration
-		rt    *runtime
+		id      kin.AgentID
+		grace   time.Duration
+		rt      *runtime
+		claimed bool
 	}
 	var ts []target
 	run.rtMu.Lock()
 	for id, rt := range run.runtimes {
-		if rt.ending {
-			continue // an exit or a cancellation in progress records it
+		claimed := false
+		if mode == FenceStop && !rt.ending {
+			rt.ending, claimed = true, true
 		}
-		if mode == FenceStop {
-			rt.ending = true
-		}
-		ts = append(ts, target{id, rt.grace, rt})
+		ts = append(ts, target{id, rt.grace, rt, claimed})
 	}
 	run.rtMu.Unlock()
 	slices.SortFunc(ts, func(a, b target) int { return int(a.id - b.id) })
@@ -297,11 +302,15 @@ func (run *Runner) Fence(mode string) {
 		}
 		run.fenceMu.Lock()
 		for _, t := range ts {
-			run.fence.killed[t.id] = true
+			if t.claimed {
+				run.fence.killed[t.id] = true
+			}
 		}
 		run.fenceMu.Unlock()
 		for _, t := range ts {
-			run.removeRuntime(t.id)
+			if t.claimed {
+				run.removeRuntime(t.id)
+			}
 		}
 		run.log.Error("fenced: agents stopped", "host", run.cfg.Host, "agents", len(ts))
 	})
