@@ -74,8 +74,13 @@ type Config struct {
 	// Lease is how long the lease runs unless renewed (DefaultLease if 0).
 	Lease   time.Duration
 	Version string
-	Clock   func() time.Time
-	Log     *slog.Logger
+	// Clock is the time the lease records (a test's clock may jump).
+	Clock func() time.Time
+	// FenceClock is the time the fence timer counts in: the machine's
+	// (monotonic) unless a test injects one. It is not Clock, so that a
+	// test that moves the daemon's clock by an hour does not fence it.
+	FenceClock func() time.Time
+	Log        *slog.Logger
 	// Lost is called (once) when the lease is lost for good: another home
 	// took the name after it expired. Nil: the loss is only logged.
 	Lost func(error)
@@ -104,8 +109,8 @@ type Hosts struct {
 	stop    chan struct{}
 	done    chan struct{}
 	started bool // under mu
-	// renewed is when the last renewal (or claim) that succeeded began,
-	// fenced whether Fence was called since; both under mu. kick wakes
+	// renewed is when the last renewal (or claim) that succeeded began
+	// (by FenceClock), fenced whether Fence was called since; both under mu. kick wakes
 	// the fence timer after a renewal.
 	renewed time.Time
 	fenced  bool
@@ -133,6 +138,9 @@ func New(ctx context.Context, cfg Config) (*Hosts, error) {
 	}
 	if cfg.Clock == nil {
 		cfg.Clock = func() time.Time { return time.Now().UTC() }
+	}
+	if cfg.FenceClock == nil {
+		cfg.FenceClock = time.Now
 	}
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.DiscardHandler)
@@ -163,7 +171,7 @@ func (h *Hosts) Announce(ctx context.Context, address, containment string) error
 }
 
 func (h *Hosts) claim(ctx context.Context) error {
-	now := h.cfg.Clock()
+	now, began := h.cfg.Clock(), h.cfg.FenceClock()
 	h.mu.Lock()
 	row := h.row
 	h.mu.Unlock()
@@ -177,7 +185,7 @@ func (h *Hosts) claim(ctx context.Context) error {
 	}
 	h.mu.Lock()
 	h.row.RenewedAt, h.row.LeaseUntil = row.RenewedAt, row.LeaseUntil
-	h.renewed = now
+	h.renewed = began
 	h.mu.Unlock()
 	return nil
 }
@@ -240,7 +248,7 @@ func (h *Hosts) fenceLoop() {
 		h.mu.Unlock()
 		wait := fenceCheck
 		if !fenced {
-			now := h.cfg.Clock()
+			now := h.cfg.FenceClock()
 			if !now.Before(due) {
 				h.fence(now, due)
 				continue
@@ -305,7 +313,7 @@ func (h *Hosts) renewLoop() {
 func (h *Hosts) renew() error {
 	ctx, cancel := context.WithTimeout(context.Background(), h.cfg.Lease/3)
 	defer cancel()
-	now := h.cfg.Clock()
+	now, began := h.cfg.Clock(), h.cfg.FenceClock()
 	err := h.cfg.Store.Update(ctx, func(tx store.Tx) error {
 		return tx.HostRenew(ctx, h.cfg.Name, h.id, now, now.Add(h.cfg.Lease))
 	})
@@ -317,10 +325,10 @@ func (h *Hosts) renew() error {
 		return err
 	}
 	h.mu.Lock()
-	lapsed := now.After(h.row.LeaseUntil)
+	lapsed := began.Sub(h.renewed) > h.cfg.Lease // the lease ran out before this renewal began
 	fenced := h.fenced
 	h.row.RenewedAt, h.row.LeaseUntil = now, now.Add(h.cfg.Lease)
-	h.renewed = now
+	h.renewed = began
 	h.fenced = false
 	h.mu.Unlock()
 	select {

@@ -166,7 +166,7 @@ func (f *flaky) Update(ctx context.Context, fn func(store.Tx) error) error {
 
 // TestFenceTimerInjectedClock: a host whose renewals fail fences itself
 // once fence-after has passed since the last renewal that succeeded (by
-// its clock, not before), once; when a renewal succeeds again it rejoins
+// its fence clock, not before), once; when a renewal succeeds again it rejoins
 // (Rejoin(true)) and is no longer fenced. A lapse shorter than fence-after
 // rejoins without a fence (Rejoin(false)).
 func TestFenceTimerInjectedClock(t *testing.T) {
@@ -176,7 +176,7 @@ func TestFenceTimerInjectedClock(t *testing.T) {
 	fenced := make(chan time.Time, 4)
 	rejoined := make(chan bool, 4)
 	const lease, fenceAfter = 300 * time.Millisecond, 5 * time.Second
-	h, err := hosts.New(ctx, hosts.Config{Store: fs, Name: "alpha", Home: t.TempDir(), Lease: lease, FenceAfter: fenceAfter, Clock: clk.now,
+	h, err := hosts.New(ctx, hosts.Config{Store: fs, Name: "alpha", Home: t.TempDir(), Lease: lease, FenceAfter: fenceAfter, FenceClock: clk.now,
 		Fence: func() { fenced <- clk.now() }, Rejoin: func(f bool) { rejoined <- f }})
 	if err != nil {
 		t.Fatal(err)
@@ -265,5 +265,26 @@ func TestFenceAfterMustExceedLease(t *testing.T) {
 	}
 	if err := hosts.CheckTimes(2*time.Second, 5*time.Second); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestLeaseClockJumpDoesNotFence: the lease's clock (a daemon test's
+// injected one) jumping by an hour fences nobody: the fence timer counts
+// in the machine's time.
+func TestLeaseClockJumpDoesNotFence(t *testing.T) {
+	clk := newClock()
+	fenced := make(chan struct{}, 1)
+	h, err := hosts.New(context.Background(), hosts.Config{Store: openStore(t), Name: "alpha", Home: t.TempDir(), Lease: 300 * time.Millisecond,
+		FenceAfter: time.Second, Clock: clk.now, Fence: func() { fenced <- struct{}{} }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	h.Start()
+	clk.add(time.Hour)
+	select {
+	case <-fenced:
+		t.Fatal("fenced by a jump of the lease's clock")
+	case <-time.After(1500 * time.Millisecond):
 	}
 }

@@ -88,8 +88,31 @@ func (run *Runner) sweepHosts(ctx context.Context) {
 		return
 	}
 	now := run.now()
+	var dead []store.HostRow
 	for _, h := range rows {
-		if h.Name == run.cfg.Host || !leaseExpired(h, now) || h.Agents == 0 {
+		if h.Name != run.cfg.Host && leaseExpired(h, now) && h.Agents > 0 {
+			dead = append(dead, h)
+		}
+	}
+	if len(dead) == 0 {
+		return
+	}
+	// Which of them still have agents to mark (their live agents may all
+	// be offline already): read outside a transaction, so a dead host
+	// whose agents are all marked costs no write transaction per sweep.
+	markable := map[string]bool{}
+	for _, st := range offlineStates {
+		as, err := run.store.AgentList(ctx, kin.AgentFilter{State: st, Status: kin.StatusActive})
+		if err != nil {
+			run.log.Error("fleet watch", "err", err)
+			return
+		}
+		for _, a := range as {
+			markable[a.Host] = true
+		}
+	}
+	for _, h := range dead {
+		if !markable[h.Name] {
 			continue
 		}
 		n, err := run.markHostOffline(ctx, h.Name)
