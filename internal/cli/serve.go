@@ -124,16 +124,17 @@ docs/OBSERVABILITY.md.
 
 Fleet: every kin serve on one PostgreSQL store is a host of the fleet
 (--host-name), holding a lease on its name that it renews every third of
---host-lease. A host whose lease runs out unrenewed (its daemon killed, or
-cut off from the store) has its agents marked offline by the other hosts,
-with an agent.offline alert to each one's parent; their owned descendants on
-other hosts run on, for the parent to decide. A daemon restarted on its home
-re-adopts what still runs and brings it back from offline. A host that has
-not renewed its lease for --fence-after fences itself: it stops (or, with
---fence-mode freeze, freezes) every agent it runs, without waiting on the
-store, so that no owned subtree runs unsupervised; when the store answers
-again it renews its lease, records what ended and thaws what it froze. See
-docs/ARCHITECTURE.md, "The fleet: hosts, leases, failure and fencing".
+its length (--host-lease). A host whose lease runs out unrenewed (its daemon
+killed, or cut off from the store) has its agents marked offline by the
+other hosts, with an agent.offline alert to each one's parent; their owned
+descendants on other hosts run on, for the parent to decide. A daemon
+restarted on its home re-adopts what still runs and brings it back from
+offline. A host that has not renewed its lease for --fence-after fences
+itself: it stops (or, with "--fence-mode freeze", freezes) every agent it
+runs, without waiting on the store, so that no owned subtree runs
+unsupervised; when the store answers again it renews its lease, records
+what ended and thaws what it froze. See docs/ARCHITECTURE.md, "The fleet:
+hosts, leases, failure and fencing".
 
 MCP: the HTTP address serves kin's MCP tools at /mcp (streamable HTTP) to
 the operator's token and to agents that sign their requests with their own
@@ -236,8 +237,8 @@ the socket only). Shipped profiles: ` + strings.Join(governor.ShippedProfiles(),
 	f.StringVar(&fl.profile, "profile", "", "governor profile: a shipped profile's `name` ("+strings.Join(governor.ShippedProfiles(), ", ")+") or a JSON file's path (default $KIN_PROFILE, else default)")
 	f.StringVar(&fl.ctx, "ctx", "", "root `directory` of the agent filesystem, an absolute path (default $KIN_CTX, else <home>/ctx)")
 	f.StringVar(&fl.hostName, "host-name", "", "this daemon's `NAME` in the fleet of daemons sharing its store (default $KIN_HOST_NAME, else the machine's host name); another daemon holding the name's lease is refused")
-	f.StringVar(&fl.hostLease, "host-lease", "", "how long this host's lease on its name runs unless renewed (every third of it), 1s to 1h: other hosts mark its agents offline once it has run out (default $KIN_HOST_LEASE, else "+hosts.DefaultLease.String()+")")
-	f.StringVar(&fl.fenceAfter, "fence-after", "", "how long this host goes on without renewing its lease (the store out of reach) before it fences itself, stopping or freezing every agent it runs until it rejoins; longer than --host-lease, at most 24h (default $KIN_FENCE_AFTER, else "+hosts.DefaultFenceAfter.String()+" or twice the lease)")
+	f.StringVar(&fl.hostLease, "host-lease", "", "the `duration` of this host's lease on its name unless renewed (every third of it), 1s to 1h: other hosts mark its agents offline once it has run out (default $KIN_HOST_LEASE, else "+hosts.DefaultLease.String()+")")
+	f.StringVar(&fl.fenceAfter, "fence-after", "", "the `duration` this host goes on without renewing its lease (the store out of reach) before it fences itself, stopping or freezing every agent it runs until it rejoins; longer than --host-lease, at most 24h (default $KIN_FENCE_AFTER, else "+hosts.DefaultFenceAfter.String()+" or twice the lease)")
 	f.StringVar(&fl.fenceMode, "fence-mode", "", "what a fenced host does to its agents (`mode`): stop (SIGTERM, each agent's grace, then cgroup.kill; their ends recorded when it rejoins) or freeze (cgroup.freeze; thawed when it rejoins) (default $KIN_FENCE_MODE, else stop)")
 	f.StringVar(&fl.store, "store", "", "store `DSN`: sqlite (<home>/kin.db), sqlite:PATH, or postgres://USER@HOST/DB (default $KIN_STORE, else sqlite)")
 	f.StringVar(&fl.containment, "containment", "", "`how` to hold agents' processes: "+strings.Join(containments, ", ")+" (auto: cgroup2 when a writable cgroup v2 exists, else pid-namespaces where user and PID namespaces work, else process-groups) (default $KIN_CONTAINMENT, else auto)")
