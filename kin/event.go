@@ -22,7 +22,7 @@ const (
 	EventChildCancel   = "agent.child.cancel" // seed 001: parent, child, reason
 	EventAgentStop     = "agent.stop"         // seed 001: agent, status
 	EventAgentState    = "agent.state"        // agent, from, to: liveness transitions
-	EventAgentOffline  = "agent.offline"      // addressed to the parent: agent, parent, last_heartbeat
+	EventAgentOffline  = "agent.offline"      // addressed to the parent: agent, parent, last_heartbeat, host, from
 	EventAgentReplaced = "agent.replaced"     // agent (the old one), replacement, cursor
 	EventAgentFailed   = "agent.failed"       // addressed to the parent: restart intensity exceeded
 	EventAgentAdopted  = "agent.adopted"      // a restarted daemon took the running agent back

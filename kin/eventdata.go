@@ -114,12 +114,17 @@ type AgentStateData struct {
 	To    State   `json:"to"`
 }
 
-// AgentOfflineData is the data of an EventAgentOffline event.
+// AgentOfflineData is the data of an EventAgentOffline event: the agent
+// missed its heartbeats, or (Host set) the host that runs it let its lease
+// expire (killed, or cut off from the store), when From is the state it
+// had, which it gets back if its host re-adopts it.
 type AgentOfflineData struct {
 	Agent         AgentID   `json:"agent"`
 	Parent        AgentID   `json:"parent"`
 	LastHeartbeat time.Time `json:"last_heartbeat"`
 	Cursor        string    `json:"cursor,omitempty"`
+	Host          string    `json:"host,omitempty"`
+	From          State     `json:"from,omitempty"`
 }
 
 // AgentReplacedData is the data of an EventAgentReplaced event.

@@ -19,6 +19,7 @@ import (
 
 	"github.com/kin-agents/kin/internal/daemon"
 	"github.com/kin-agents/kin/internal/governor"
+	"github.com/kin-agents/kin/internal/hosts"
 	"github.com/kin-agents/kin/internal/policy"
 	"github.com/kin-agents/kin/internal/store/storeopen"
 	"github.com/kin-agents/kin/internal/uidrange"
@@ -33,6 +34,7 @@ type serveFlags struct {
 	checkpointEvery, checkpointInterval                        string
 	traces, defaultResponsible, logFile                        string
 	uidRange, shutdownTimeout, hostName, logKeyDir             string
+	hostLease, fenceAfter, fenceMode                           string
 }
 
 // Containment choices of --containment; "auto" is the daemon's "".
@@ -120,12 +122,27 @@ variables);
 --traces file:PATH appends them to PATH as JSON lines. See
 docs/OBSERVABILITY.md.
 
+Fleet: every kin serve on one PostgreSQL store is a host of the fleet
+(--host-name), holding a lease on its name that it renews every third of
+its length (--host-lease). A host whose lease runs out unrenewed (its daemon
+killed, or cut off from the store) has its agents marked offline by the
+other hosts, with an agent.offline alert to each one's parent; their owned
+descendants on other hosts run on, for the parent to decide. A daemon
+restarted on its home re-adopts what still runs and brings it back from
+offline. A host that has not renewed its lease for --fence-after fences
+itself: it stops (or, with "--fence-mode freeze", freezes) every agent it
+runs, without waiting on the store, so that no owned subtree runs
+unsupervised; when the store answers again it renews its lease, records
+what ended and thaws what it froze. See docs/ARCHITECTURE.md, "The fleet:
+hosts, leases, failure and fencing".
+
 MCP: the HTTP address serves kin's MCP tools at /mcp (streamable HTTP) to
 the operator's token and to agents that sign their requests with their own
 key; see "kin mcp --help".
 
 Configuration: built-in defaults, overridden by KIN_HOME, KIN_HTTP,
-KIN_PROFILE, KIN_STORE, KIN_HOST_NAME, KIN_LOG_KEY_DIR, KIN_CTX, KIN_CONTAINMENT, KIN_LEAVE_RUNNING,
+KIN_PROFILE, KIN_STORE, KIN_HOST_NAME, KIN_HOST_LEASE, KIN_FENCE_AFTER,
+KIN_FENCE_MODE, KIN_LOG_KEY_DIR, KIN_CTX, KIN_CONTAINMENT, KIN_LEAVE_RUNNING,
 KIN_POLICY_CONFIG, KIN_SANDBOX_BEST_EFFORT, KIN_TRACES, KIN_UID_RANGE,
 KIN_UID_RANGE_DIR and KIN_SHUTDOWN_TIMEOUT, overridden by
 the flags. The HTTP API listens on
@@ -221,6 +238,9 @@ the socket only). Shipped profiles: ` + strings.Join(governor.ShippedProfiles(),
 	f.StringVar(&fl.ctx, "ctx", "", "root `directory` of the agent filesystem, an absolute path (default $KIN_CTX, else <home>/ctx)")
 	f.StringVar(&fl.hostName, "host-name", "", "this daemon's `NAME` in the fleet of daemons sharing its store (default $KIN_HOST_NAME, else the machine's host name); another daemon holding the name's lease is refused")
 	f.StringVar(&fl.logKeyDir, "log-key-dir", "", "the verifiable log's key `DIR` (default $KIN_LOG_KEY_DIR, else <home>/keys/log; made there if missing): every host of a fleet must sign with a copy of the same key")
+	f.StringVar(&fl.hostLease, "host-lease", "", "the `duration` of this host's lease on its name unless renewed (every third of it), 1s to 1h: other hosts mark its agents offline once it has run out (default $KIN_HOST_LEASE, else "+hosts.DefaultLease.String()+")")
+	f.StringVar(&fl.fenceAfter, "fence-after", "", "the `duration` this host goes on without renewing its lease (the store out of reach) before it fences itself, stopping or freezing every agent it runs until it rejoins; longer than --host-lease, at most 24h (default $KIN_FENCE_AFTER, else "+hosts.DefaultFenceAfter.String()+" or twice the lease)")
+	f.StringVar(&fl.fenceMode, "fence-mode", "", "what a fenced host does to its agents (`mode`): stop (SIGTERM, each agent's grace, then cgroup.kill; their ends recorded when it rejoins) or freeze (cgroup.freeze; thawed when it rejoins) (default $KIN_FENCE_MODE, else stop)")
 	f.StringVar(&fl.store, "store", "", "store `DSN`: sqlite (<home>/kin.db), sqlite:PATH, or postgres://USER@HOST/DB (default $KIN_STORE, else sqlite)")
 	f.StringVar(&fl.containment, "containment", "", "`how` to hold agents' processes: "+strings.Join(containments, ", ")+" (auto: cgroup2 when a writable cgroup v2 exists, else pid-namespaces where user and PID namespaces work, else process-groups) (default $KIN_CONTAINMENT, else auto)")
 	f.StringVar(&fl.shutdownTimeout, "shutdown-timeout", "", "how long stopping every agent at shutdown may take, 1s to 1h: every grace ends by then, and then whatever still runs is killed at once (default $KIN_SHUTDOWN_TIMEOUT, else "+daemon.DefaultShutdownTimeout.String()+")")
@@ -280,6 +300,29 @@ func serveConfig(getenv func(string) string, fl serveFlags) (daemon.Config, erro
 			return cfg, bad(hn, err)
 		}
 		cfg.HostName = hn.value
+	}
+	if hl := pick("", "KIN_HOST_LEASE", "host-lease", fl.hostLease); hl.value != "" {
+		d, err := time.ParseDuration(hl.value)
+		if err != nil || d < time.Second || d > time.Hour {
+			return cfg, bad(hl, fmt.Errorf("not a duration from 1s to 1h"))
+		}
+		cfg.HostLease = d
+	}
+	if fa := pick("", "KIN_FENCE_AFTER", "fence-after", fl.fenceAfter); fa.value != "" {
+		d, err := time.ParseDuration(fa.value)
+		if err != nil || d < time.Second || d > 24*time.Hour {
+			return cfg, bad(fa, fmt.Errorf("not a duration from 1s to 24h"))
+		}
+		if err := hosts.CheckTimes(cfg.HostLease, d); err != nil {
+			return cfg, bad(fa, err)
+		}
+		cfg.FenceAfter = d
+	}
+	if fm := pick("", "KIN_FENCE_MODE", "fence-mode", fl.fenceMode); fm.value != "" {
+		if fm.value != "stop" && fm.value != "freeze" {
+			return cfg, bad(fm, fmt.Errorf("not stop or freeze"))
+		}
+		cfg.FenceMode = fm.value
 	}
 	if !slices.Contains(containments, containment.value) {
 		return cfg, bad(containment, fmt.Errorf("not one of %s", strings.Join(containments, ", ")))

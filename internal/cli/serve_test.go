@@ -247,6 +247,42 @@ func TestServeConfig(t *testing.T) {
 	}
 }
 
+// TestServeFenceConfig: --host-lease, --fence-after and --fence-mode (and
+// their KIN_ variables) reach the daemon's config; a fence-after not longer
+// than the lease, a duration out of range or an unknown mode is refused,
+// naming the setting.
+func TestServeFenceConfig(t *testing.T) {
+	cfg, err := serveConfig(func(k string) string {
+		return map[string]string{"KIN_HOST_LEASE": "3s", "KIN_FENCE_AFTER": "5s", "KIN_FENCE_MODE": "freeze"}[k]
+	}, serveFlags{home: "/h"})
+	if err != nil || cfg.HostLease != 3*time.Second || cfg.FenceAfter != 5*time.Second || cfg.FenceMode != "freeze" {
+		t.Fatalf("env: lease %v, fence after %v, mode %q, %v", cfg.HostLease, cfg.FenceAfter, cfg.FenceMode, err)
+	}
+	cfg, err = serveConfig(noEnv, serveFlags{home: "/h", hostLease: "2s", fenceAfter: "7s", fenceMode: "stop"})
+	if err != nil || cfg.HostLease != 2*time.Second || cfg.FenceAfter != 7*time.Second || cfg.FenceMode != "stop" {
+		t.Fatalf("flags: lease %v, fence after %v, mode %q, %v", cfg.HostLease, cfg.FenceAfter, cfg.FenceMode, err)
+	}
+	for _, c := range []struct {
+		fl   serveFlags
+		want string
+	}{
+		{serveFlags{hostLease: "3s", fenceAfter: "3s"}, "--fence-after \"3s\": fence-after 3s must be longer than the host lease 3s"},
+		{serveFlags{fenceAfter: "10s"}, "must be longer than the host lease 15s"},
+		{serveFlags{hostLease: "100ms"}, "--host-lease \"100ms\": not a duration from 1s to 1h"},
+		{serveFlags{fenceAfter: "soon"}, "--fence-after \"soon\": not a duration"},
+		{serveFlags{fenceMode: "pause"}, "--fence-mode \"pause\": not stop or freeze"},
+	} {
+		c.fl.home = "/h"
+		if _, err := serveConfig(noEnv, c.fl); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%+v: %v, want %q", c.fl, err, c.want)
+		}
+	}
+	if _, err := serveConfig(func(k string) string { return map[string]string{"KIN_FENCE_MODE": "nap"}[k] }, serveFlags{home: "/h"}); err == nil ||
+		!strings.Contains(err.Error(), `KIN_FENCE_MODE="nap"`) {
+		t.Errorf("KIN_FENCE_MODE=nap: %v", err)
+	}
+}
+
 func TestServeErrors(t *testing.T) {
 	home := kintest.TempHome(t)
 	serve := func(getenv func(string) string, args ...string) result {

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/kin-agents/kin/internal/hosts"
 	"github.com/kin-agents/kin/internal/runner"
 	"github.com/kin-agents/kin/internal/store"
 	"github.com/kin-agents/kin/internal/store/storeopen"
@@ -42,6 +43,13 @@ type Config struct {
 	// Every host of a fleet signs the one log with one key: point each at
 	// a copy of the same key.
 	LogKeyDir string
+	// FenceAfter is how long the host goes on without renewing its lease
+	// (the store out of reach) before it fences itself: longer than the
+	// lease (0: hosts' default, 30 s or twice the lease).
+	FenceAfter time.Duration
+	// FenceMode is what a fence does to the host's agents: runner.FenceStop
+	// ("stop", the default when "") or runner.FenceFreeze ("freeze").
+	FenceMode string
 	// WrapStore, when set, wraps the store the daemon opens: tests inject
 	// a failing commit with it. The daemon closes what it returns.
 	WrapStore func(store.Store) store.Store
@@ -164,6 +172,17 @@ func (c *Config) Validate() error {
 	}
 	if _, err := storeopen.ParseDSN(c.Store, c.Home); err != nil {
 		return fmt.Errorf("config: %w", err)
+	}
+	if c.HostLease < 0 || c.FenceAfter < 0 {
+		return fmt.Errorf("config: a negative host lease or fence-after")
+	}
+	if err := hosts.CheckTimes(c.HostLease, c.FenceAfter); err != nil {
+		return fmt.Errorf("config: %w", err)
+	}
+	if c.FenceMode != "" {
+		if err := runner.CheckFenceMode(c.FenceMode); err != nil {
+			return fmt.Errorf("config: fence mode %q: %w", c.FenceMode, err)
+		}
 	}
 	if c.Ctx != "" && !filepath.IsAbs(c.Ctx) {
 		return fmt.Errorf("config: ctx %q is not an absolute path", c.Ctx)

@@ -138,8 +138,20 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 	if err != nil {
 		return nil, err
 	}
+	fenceMode := cfg.FenceMode
+	if fenceMode == "" {
+		fenceMode = runner.FenceStop
+	}
+	if err := runner.CheckFenceMode(fenceMode); err != nil {
+		return nil, fmt.Errorf("fence mode %q: %w", fenceMode, err)
+	}
+	// The fence's callbacks come after Start, once the runner exists.
 	if d.host, err = hosts.New(ctx, hosts.Config{Store: d.store, Name: hostName, Home: cfg.Home, Lease: cfg.HostLease,
-		Version: cfg.Version, Clock: d.now, Log: d.log}); err != nil {
+		Version: cfg.Version, Clock: d.now, Log: d.log, FenceAfter: cfg.FenceAfter,
+		Fence:  func() { d.Runner.Fence(fenceMode) },
+		Rejoin: func(fenced bool) { d.Runner.Rejoin(fenced) },
+		Lost:   func(err error) { d.Runner.HostLost(err) },
+	}); err != nil {
 		return nil, err
 	}
 	// The log's size before the links: what other hosts commit after it
@@ -272,6 +284,7 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 		return nil, err
 	}
 	d.host.Start()
+	d.Runner.WatchFleet(d.host.Lease() / 3)
 	d.log.Info("kin serve started", "host", hostName, "home", cfg.Home, "socket", d.SocketPath(), "http", d.HTTPAddr(),
 		"store", st.Driver(), "profile", d.Registry.ProfileSource(), "containment", sup.Containment(),
 		"containment_reason", sup.ContainmentReason(), "cgroup", sup.Root(), "sandbox", d.Runner.DescribeContainment(),

@@ -34,6 +34,33 @@ import (
 // renewed every third of it.
 const DefaultLease = 15 * time.Second
 
+// DefaultFenceAfter is how long a host goes on without renewing its lease
+// before it fences itself (stops or freezes its agents), like Nomad's
+// stop_on_client_after; with a lease of more than half of it, twice the
+// lease is the default.
+const DefaultFenceAfter = 30 * time.Second
+
+// CheckTimes reports a clear error for a fence-after (0: the default)
+// that is not longer than the lease (0: DefaultLease): a host would fence
+// itself while its lease still ran.
+func CheckTimes(lease, fenceAfter time.Duration) error {
+	if fenceAfter == 0 {
+		return nil
+	}
+	if lease == 0 {
+		lease = DefaultLease
+	}
+	if fenceAfter <= lease {
+		return fmt.Errorf("fence-after %s must be longer than the host lease %s: a host fences itself only once its lease has run out unrenewed", fenceAfter, lease)
+	}
+	return nil
+}
+
+// fenceAfterFor is the fence-after a lease gets when none is given.
+func fenceAfterFor(lease time.Duration) time.Duration {
+	return max(DefaultFenceAfter, 2*lease)
+}
+
 // idFile is the home's id, which the lease names.
 const idFile = "host-id"
 
@@ -47,12 +74,29 @@ type Config struct {
 	// Lease is how long the lease runs unless renewed (DefaultLease if 0).
 	Lease   time.Duration
 	Version string
-	Clock   func() time.Time
-	Log     *slog.Logger
-	// Lost is called (once) when the lease is lost: another home took the
-	// name after it expired, or it expired while the store was out of
-	// reach. Nil: the loss is only logged.
+	// Clock is the time the lease records (a test's clock may jump).
+	Clock func() time.Time
+	// FenceClock is the time the fence timer counts in: the machine's
+	// (monotonic) unless a test injects one. It is not Clock, so that a
+	// test that moves the daemon's clock by an hour does not fence it.
+	FenceClock func() time.Time
+	Log        *slog.Logger
+	// Lost is called (once) when the lease is lost for good: another home
+	// took the name after it expired. Nil: the loss is only logged.
 	Lost func(error)
+	// FenceAfter is how long the host goes on without a renewal of its
+	// lease (the store out of reach) before Fence is called: longer than
+	// Lease (0: the larger of DefaultFenceAfter and twice the lease).
+	FenceAfter time.Duration
+	// Fence is called once FenceAfter has passed since the start of the
+	// last renewal that succeeded, and again only after a Rejoin. It must
+	// not wait on the store. Nil: the fence is only logged.
+	Fence func()
+	// Rejoin is called when a renewal succeeds after the lease had run
+	// out (or after Fence: fenced says which): the host holds its name
+	// again and records what happened meanwhile. It is called on a
+	// goroutine of its own, one at a time.
+	Rejoin func(fenced bool)
 }
 
 // Hosts is this daemon's host. Make it with New (which takes the lease),
@@ -65,6 +109,14 @@ type Hosts struct {
 	stop    chan struct{}
 	done    chan struct{}
 	started bool // under mu
+	// renewed is when the last renewal (or claim) that succeeded began
+	// (by FenceClock), fenced whether Fence was called since; both under mu. kick wakes
+	// the fence timer after a renewal.
+	renewed time.Time
+	fenced  bool
+	kick    chan struct{}
+	rejoin  sync.Mutex     // one Rejoin at a time
+	rejoins sync.WaitGroup // Close waits for them
 	lost    sync.Once
 	once    sync.Once
 }
@@ -75,11 +127,20 @@ func New(ctx context.Context, cfg Config) (*Hosts, error) {
 	if err := kin.ValidateHostName(cfg.Name); err != nil {
 		return nil, err
 	}
+	if err := CheckTimes(cfg.Lease, cfg.FenceAfter); err != nil {
+		return nil, err
+	}
 	if cfg.Lease <= 0 {
 		cfg.Lease = DefaultLease
 	}
+	if cfg.FenceAfter <= 0 {
+		cfg.FenceAfter = fenceAfterFor(cfg.Lease)
+	}
 	if cfg.Clock == nil {
 		cfg.Clock = func() time.Time { return time.Now().UTC() }
+	}
+	if cfg.FenceClock == nil {
+		cfg.FenceClock = time.Now
 	}
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.DiscardHandler)
@@ -89,7 +150,7 @@ func New(ctx context.Context, cfg Config) (*Hosts, error) {
 		return nil, err
 	}
 	now := cfg.Clock()
-	h := &Hosts{cfg: cfg, id: id, stop: make(chan struct{}), done: make(chan struct{}),
+	h := &Hosts{cfg: cfg, id: id, stop: make(chan struct{}), done: make(chan struct{}), kick: make(chan struct{}, 1),
 		row: store.HostRow{Name: cfg.Name, Home: id, Version: cfg.Version, StartedAt: now}}
 	if err := h.claim(ctx); err != nil {
 		return nil, err
@@ -110,7 +171,7 @@ func (h *Hosts) Announce(ctx context.Context, address, containment string) error
 }
 
 func (h *Hosts) claim(ctx context.Context) error {
-	now := h.cfg.Clock()
+	now, began := h.cfg.Clock(), h.cfg.FenceClock()
 	h.mu.Lock()
 	row := h.row
 	h.mu.Unlock()
@@ -122,8 +183,19 @@ func (h *Hosts) claim(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("host %s: %w", h.cfg.Name, err)
 	}
+	h.mu.Lock()
+	h.row.RenewedAt, h.row.LeaseUntil = row.RenewedAt, row.LeaseUntil
+	h.renewed = began
+	h.mu.Unlock()
 	return nil
 }
+
+// FenceAfter is how long the host goes on without renewing its lease
+// before it fences itself.
+func (h *Hosts) FenceAfter() time.Duration { return h.cfg.FenceAfter }
+
+// Lease is how long the host's lease runs unless renewed.
+func (h *Hosts) Lease() time.Duration { return h.cfg.Lease }
 
 // taken is the error for a name another home holds.
 func (h *Hosts) taken(ctx context.Context) error {
@@ -143,16 +215,84 @@ func (h *Hosts) taken(ctx context.Context) error {
 		"give this one its own --host-name (or KIN_HOST_NAME), or stop that one", h.cfg.Name, where, other.LeaseUntil.Format(time.RFC3339))
 }
 
-// Start renews the lease every third of its length until Close.
+// Start renews the lease every third of its length until Close, and
+// fences the host when it could not for FenceAfter.
 func (h *Hosts) Start() {
 	h.mu.Lock()
 	h.started = true
 	h.mu.Unlock()
-	go h.renewLoop()
+	fenceDone := make(chan struct{})
+	go func() {
+		defer close(fenceDone)
+		h.fenceLoop()
+	}()
+	go func() {
+		defer close(h.done)
+		h.renewLoop()
+		<-fenceDone
+	}()
+}
+
+// fenceCheck bounds how long the fence timer sleeps between looks at the
+// clock (Config.Clock may be a test's, which real timers do not follow).
+const fenceCheck = 100 * time.Millisecond
+
+// fenceLoop calls Fence once FenceAfter has passed since the start of the
+// last renewal that succeeded. It never waits on the store: a renewal
+// stuck on an unreachable store does not delay it.
+func (h *Hosts) fenceLoop() {
+	for {
+		h.mu.Lock()
+		due := h.renewed.Add(h.cfg.FenceAfter)
+		fenced := h.fenced
+		h.mu.Unlock()
+		wait := fenceCheck
+		if !fenced {
+			now := h.cfg.FenceClock()
+			if !now.Before(due) {
+				h.fence(now, due)
+				continue
+			}
+			wait = min(due.Sub(now), fenceCheck)
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-h.stop:
+			t.Stop()
+			return
+		case <-h.kick:
+			t.Stop()
+		case <-t.C:
+		}
+	}
+}
+
+// fence marks the host fenced and calls Fence.
+func (h *Hosts) fence(now, due time.Time) {
+	h.mu.Lock()
+	if h.fenced {
+		h.mu.Unlock()
+		return
+	}
+	h.fenced = true
+	renewed := h.renewed
+	h.mu.Unlock()
+	h.cfg.Log.Error("host fenced: its lease was not renewed for fence-after (the store out of reach); its agents are stopped or frozen until it rejoins",
+		"host", h.cfg.Name, "fence_after", h.cfg.FenceAfter.String(), "last_renewal", renewed.Format(time.RFC3339Nano), "late", now.Sub(due).String())
+	if h.cfg.Fence != nil {
+		h.cfg.Fence()
+	}
+}
+
+// Fenced reports whether the host is fenced: its lease went unrenewed for
+// FenceAfter and no renewal has succeeded since.
+func (h *Hosts) Fenced() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.fenced
 }
 
 func (h *Hosts) renewLoop() {
-	defer close(h.done)
 	t := time.NewTicker(h.cfg.Lease / 3)
 	defer t.Stop()
 	for {
@@ -167,28 +307,47 @@ func (h *Hosts) renewLoop() {
 	}
 }
 
-// renew moves the lease on. Losing it (another home took the name) or
-// letting it expire (the store out of reach past the lease) calls Lost.
+// renew moves the lease on. Losing it (another home took the name) calls
+// Lost; a renewal that succeeds after the lease ran out, or after the host
+// fenced itself, calls Rejoin.
 func (h *Hosts) renew() error {
 	ctx, cancel := context.WithTimeout(context.Background(), h.cfg.Lease/3)
 	defer cancel()
-	now := h.cfg.Clock()
+	now, began := h.cfg.Clock(), h.cfg.FenceClock()
 	err := h.cfg.Store.Update(ctx, func(tx store.Tx) error {
 		return tx.HostRenew(ctx, h.cfg.Name, h.id, now, now.Add(h.cfg.Lease))
 	})
-	h.mu.Lock()
-	if err == nil {
-		h.row.RenewedAt, h.row.LeaseUntil = now, now.Add(h.cfg.Lease)
-	}
-	until := h.row.LeaseUntil
-	h.mu.Unlock()
-	switch {
-	case errors.Is(err, store.ErrNotFound):
+	if errors.Is(err, store.ErrNotFound) {
 		h.lose(fmt.Errorf("host %s: another home took its name", h.cfg.Name))
-	case err != nil && !now.Before(until):
-		h.lose(fmt.Errorf("host %s: its lease expired at %s without renewal: %w", h.cfg.Name, until.Format(time.RFC3339), err))
+		return err
 	}
-	return err
+	if err != nil {
+		return err
+	}
+	h.mu.Lock()
+	lapsed := began.Sub(h.renewed) > h.cfg.Lease // the lease ran out before this renewal began
+	fenced := h.fenced
+	h.row.RenewedAt, h.row.LeaseUntil = now, now.Add(h.cfg.Lease)
+	h.renewed = began
+	h.fenced = false
+	h.mu.Unlock()
+	select {
+	case h.kick <- struct{}{}:
+	default:
+	}
+	if lapsed || fenced {
+		h.cfg.Log.Warn("host rejoined the fleet: its lease is renewed", "host", h.cfg.Name, "fenced", fenced)
+		if h.cfg.Rejoin != nil {
+			h.rejoins.Add(1)
+			go func() {
+				defer h.rejoins.Done()
+				h.rejoin.Lock()
+				defer h.rejoin.Unlock()
+				h.cfg.Rejoin(fenced)
+			}()
+		}
+	}
+	return nil
 }
 
 func (h *Hosts) lose(err error) {
@@ -211,6 +370,7 @@ func (h *Hosts) Close() error {
 		if started {
 			<-h.done
 		}
+		h.rejoins.Wait()
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		err = h.cfg.Store.Update(ctx, func(tx store.Tx) error { return tx.HostRelease(ctx, h.cfg.Name, h.id) })

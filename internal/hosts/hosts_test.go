@@ -149,3 +149,142 @@ func waitFor(t *testing.T, what string, ok func() bool) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// flaky is a store whose Updates fail while it is down: a store out of
+// reach (a mock of the network's failure; the real one is fleettest's).
+type flaky struct {
+	store.Store
+	down atomic.Bool
+}
+
+func (f *flaky) Update(ctx context.Context, fn func(store.Tx) error) error {
+	if f.down.Load() {
+		return context.DeadlineExceeded
+	}
+	return f.Store.Update(ctx, fn)
+}
+
+// TestFenceTimerInjectedClock: a host whose renewals fail fences itself
+// once fence-after has passed since the last renewal that succeeded (by
+// its fence clock, not before), once; when a renewal succeeds again it rejoins
+// (Rejoin(true)) and is no longer fenced. A lapse shorter than fence-after
+// rejoins without a fence (Rejoin(false)).
+func TestFenceTimerInjectedClock(t *testing.T) {
+	ctx := context.Background()
+	fs := &flaky{Store: openStore(t)}
+	clk := newClock()
+	fenced := make(chan time.Time, 4)
+	rejoined := make(chan bool, 4)
+	const lease, fenceAfter = 300 * time.Millisecond, 5 * time.Second
+	h, err := hosts.New(ctx, hosts.Config{Store: fs, Name: "alpha", Home: t.TempDir(), Lease: lease, FenceAfter: fenceAfter, FenceClock: clk.now,
+		Fence: func() { fenced <- clk.now() }, Rejoin: func(f bool) { rejoined <- f }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	h.Start()
+	start := clk.now()
+	fs.down.Store(true)
+	// Just short of fence-after: no fence (the timer looks at the clock
+	// at least every 100 ms: give it several looks).
+	clk.add(fenceAfter - time.Millisecond)
+	select {
+	case at := <-fenced:
+		t.Fatalf("fenced at %s, before fence-after", at.Sub(start))
+	case <-time.After(500 * time.Millisecond):
+	}
+	if h.Fenced() {
+		t.Fatal("Fenced before fence-after")
+	}
+	clk.add(time.Millisecond)
+	select {
+	case at := <-fenced:
+		if at.Sub(start) < fenceAfter {
+			t.Fatalf("fenced %s after the last renewal, fence-after is %s", at.Sub(start), fenceAfter)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("never fenced")
+	}
+	if !h.Fenced() {
+		t.Fatal("not Fenced after Fence")
+	}
+	clk.add(time.Minute)
+	select {
+	case <-fenced:
+		t.Fatal("fenced twice without a rejoin")
+	case <-time.After(500 * time.Millisecond):
+	}
+	// The store is back: the next renewal rejoins.
+	fs.down.Store(false)
+	select {
+	case f := <-rejoined:
+		if !f {
+			t.Fatal("Rejoin(false) after a fence")
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("never rejoined")
+	}
+	if h.Fenced() {
+		t.Fatal("still Fenced after rejoining")
+	}
+	// A lapse past the lease but short of fence-after (the next renewal
+	// begins after the lease ran out): a rejoin, no fence.
+	clk.add(2 * lease)
+	select {
+	case f := <-rejoined:
+		if f {
+			t.Fatal("Rejoin(true) without a fence")
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("never rejoined after a lapse")
+	}
+	select {
+	case <-fenced:
+		t.Fatal("fenced after a lapse shorter than fence-after")
+	default:
+	}
+}
+
+// TestFenceAfterMustExceedLease: a fence-after not longer than the lease
+// is refused with a clear error.
+func TestFenceAfterMustExceedLease(t *testing.T) {
+	for _, c := range []struct {
+		lease, fence time.Duration
+		want         string
+	}{
+		{3 * time.Second, 3 * time.Second, "must be longer than the host lease"},
+		{0, 10 * time.Second, "must be longer than the host lease 15s"},
+	} {
+		err := hosts.CheckTimes(c.lease, c.fence)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("CheckTimes(%s, %s) = %v, want %q", c.lease, c.fence, err, c.want)
+		}
+		if _, err := hosts.New(context.Background(), hosts.Config{Store: openStore(t), Name: "alpha", Home: t.TempDir(), Lease: c.lease, FenceAfter: c.fence}); err == nil {
+			t.Errorf("New with lease %s, fence-after %s: no error", c.lease, c.fence)
+		}
+	}
+	if err := hosts.CheckTimes(2*time.Second, 5*time.Second); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestLeaseClockJumpDoesNotFence: the lease's clock (a daemon test's
+// injected one) jumping by an hour fences nobody: the fence timer counts
+// in the machine's time.
+func TestLeaseClockJumpDoesNotFence(t *testing.T) {
+	clk := newClock()
+	fenced := make(chan struct{}, 1)
+	h, err := hosts.New(context.Background(), hosts.Config{Store: openStore(t), Name: "alpha", Home: t.TempDir(), Lease: 300 * time.Millisecond,
+		FenceAfter: time.Second, Clock: clk.now, Fence: func() { fenced <- struct{}{} }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	h.Start()
+	clk.add(time.Hour)
+	select {
+	case <-fenced:
+		t.Fatal("fenced by a jump of the lease's clock")
+	case <-time.After(1500 * time.Millisecond):
+	}
+}

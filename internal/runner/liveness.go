@@ -159,19 +159,8 @@ func (run *Runner) sweepLiveness(ctx context.Context) {
 			if cur.State != a.State || !cur.LastHeartbeat.Equal(a.LastHeartbeat) || cur.Status != kin.StatusActive {
 				return nil
 			}
-			if err := tx.AgentUpdate(ctx, store.AgentUpdateParams{ID: a.ID, At: now, State: &to}); err != nil {
+			if err := setLivenessTx(ctx, tx, cur, to, now, ""); err != nil {
 				return err
-			}
-			if err := store.AppendEvent(ctx, tx, now, kin.EventAgentState, a.ID, a.Parent, kin.AgentStateData{Agent: a.ID, From: a.State, To: to}); err != nil {
-				return err
-			}
-			if to == kin.StateOffline {
-				// seed 002: "Governor alerts the parent orchestrator".
-				if err := store.AppendEvent(ctx, tx, now, kin.EventAgentOffline, a.ID, a.Parent, kin.AgentOfflineData{
-					Agent: a.ID, Parent: a.Parent, LastHeartbeat: a.LastHeartbeat, Cursor: a.Cursor,
-				}); err != nil {
-					return err
-				}
 			}
 			changed = true
 			return nil
@@ -203,4 +192,27 @@ func (run *Runner) sweepLiveness(ctx context.Context) {
 			}
 		}()
 	}
+}
+
+// setLivenessTx moves a (as read in tx) to state to, with its agent.state
+// event, and, to offline, seed 002's alert to its parent (agent.offline):
+// the liveness sweep's for an agent that missed its heartbeats (host ""),
+// the fleet's for every agent of a host whose lease expired (host: its
+// name; the alert says which state the agent had, for its return).
+func setLivenessTx(ctx context.Context, tx store.Tx, a *kin.Agent, to kin.State, now time.Time, host string) error {
+	if err := tx.AgentUpdate(ctx, store.AgentUpdateParams{ID: a.ID, At: now, State: &to}); err != nil {
+		return err
+	}
+	if err := store.AppendEvent(ctx, tx, now, kin.EventAgentState, a.ID, a.Parent, kin.AgentStateData{Agent: a.ID, From: a.State, To: to}); err != nil {
+		return err
+	}
+	if to != kin.StateOffline {
+		return nil
+	}
+	// seed 002: "Governor alerts the parent orchestrator".
+	data := kin.AgentOfflineData{Agent: a.ID, Parent: a.Parent, LastHeartbeat: a.LastHeartbeat, Cursor: a.Cursor}
+	if host != "" {
+		data.Host, data.From = host, a.State
+	}
+	return store.AppendEvent(ctx, tx, now, kin.EventAgentOffline, a.ID, a.Parent, data)
 }

@@ -312,6 +312,13 @@ func (run *Runner) reconcileChunk(ctx context.Context, as []*kin.Agent, alive []
 				if err := store.AppendEvent(ctx, tx, now, kin.EventAgentAdopted, a.ID, a.Parent, kin.AgentAdoptedData{Agent: a.ID, PID: a.PID}); err != nil {
 					return err
 				}
+				// Marked offline by the fleet while this host's lease had
+				// expired: it runs, so it is back.
+				if a.State == kin.StateOffline {
+					if _, err := restoreOfflineTx(ctx, tx, a.ID, now); err != nil {
+						return err
+					}
+				}
 			}
 			return nil
 		})
@@ -326,20 +333,29 @@ func (run *Runner) reconcileChunk(ctx context.Context, as []*kin.Agent, alive []
 		run.reconciled(a.ID)
 	}
 	for _, a := range lost {
-		var res *outcome
-		if a.Result == kin.ResultRunning { // its result is judged on its own: the exit status is lost
-			o := run.collectResult(a, run.ctxAgentOf(ctx, a), kin.Exit{Code: -1})
-			res = &o
-		}
-		if _, err := run.recordEnd(ctx, a.ID, kin.StateExited, reasonLost, &kin.Exit{Code: -1}, res); err != nil {
-			run.log.Error("record a lost agent", "agent", a.ID, "err", err)
-		} else {
-			run.appendSimple(ctx, kin.EventAgentLost, a, kin.AgentLostData{Agent: a.ID, PID: a.PID})
-			run.log.Warn("agent lost while the daemon was down", "agent", a.ID, "pid", a.PID)
-		}
+		run.recordLost(ctx, a, reasonLost)
 		run.reconciled(a.ID)
 	}
 	return adopted, lost
+}
+
+// recordLost records that a's process ended unseen (while the daemon was
+// down, or while its host was fenced: reason says which): exited, its
+// exit status unknown, its result judged on its own, and agent.lost. The
+// caller cancels its owned subtree.
+func (run *Runner) recordLost(ctx context.Context, a *kin.Agent, reason string) bool {
+	var res *outcome
+	if a.Result == kin.ResultRunning { // its result is judged on its own: the exit status is lost
+		o := run.collectResult(a, run.ctxAgentOf(ctx, a), kin.Exit{Code: -1})
+		res = &o
+	}
+	if _, err := run.recordEnd(ctx, a.ID, kin.StateExited, reason, &kin.Exit{Code: -1}, res); err != nil {
+		run.log.Error("record a lost agent", "agent", a.ID, "err", err)
+		return false
+	}
+	run.appendSimple(ctx, kin.EventAgentLost, a, kin.AgentLostData{Agent: a.ID, PID: a.PID})
+	run.log.Warn("agent ended unseen", "agent", a.ID, "pid", a.PID, "reason", reason)
+	return true
 }
 
 // reconciled releases agent id from pending.
@@ -401,7 +417,7 @@ func (run *Runner) adopt(ctx context.Context, a *kin.Agent) (*runtime, error) {
 		return nil, fmt.Errorf("pidfd_open %d: %w", a.PID, err)
 	}
 	pidfd := os.NewFile(uintptr(fd), "pidfd")
-	rt := &runtime{id: a.ID, adopted: true, ready: make(chan struct{}), ctx: run.ctxAgentOf(ctx, a)}
+	rt := &runtime{id: a.ID, adopted: true, ready: make(chan struct{}), grace: time.Duration(a.Grace), ctx: run.ctxAgentOf(ctx, a)}
 	run.rtMu.Lock()
 	run.runtimes[a.ID] = rt
 	run.adopted[a.ID] = pidfd

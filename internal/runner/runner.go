@@ -86,6 +86,10 @@ type Runner struct {
 	shimCopy                            string
 	leanShim                            string // leanshim.Install's path, "" without one
 
+	// fence is what fencing did (hostfail.go), under fenceMu.
+	fenceMu sync.Mutex
+	fence   fenceState
+
 	wg          sync.WaitGroup // the liveness watcher, agent socket servers
 	reconcileWG sync.WaitGroup // the background reconciliation's checks (not its cancellations: exitWG)
 	closing     chan struct{}

@@ -44,6 +44,7 @@ type runtime struct {
 	sock    *agentsock.Socket
 	proc    *supervisor.Process // nil for an adopted process
 	adopted bool
+	grace   time.Duration // its grace, for a fence (which reads no store)
 	ctx     *ctxAgent     // its place in the agent filesystem
 	ready   chan struct{} // closed once the start is recorded (or failed)
 	ending  bool          // guarded by Daemon.rtMu: a stop or cancellation records the end
@@ -69,6 +70,9 @@ func (run *Runner) removeRuntime(id kin.AgentID) {
 // Spawn registers an agent under the governor's rules and starts its
 // process in its own cgroup, nested under its parent's.
 func (run *Runner) Spawn(ctx context.Context, req kin.SpawnRequest) (*kin.Agent, error) {
+	if err := run.refuseFenced(); err != nil {
+		return nil, err
+	}
 	began := run.obs.TraceBegan()
 	recorded, started, err := run.spawn(ctx, &req)
 	if started != nil {
@@ -175,7 +179,7 @@ func (run *Runner) startWithKey(ctx context.Context, a *kin.Agent, spec store.Pr
 	if err := run.awaitReconciled(ctx, a.Parent); err != nil {
 		return nil, run.failStart(ctx, a, err)
 	}
-	rt := &runtime{id: a.ID, ready: make(chan struct{})}
+	rt := &runtime{id: a.ID, ready: make(chan struct{}), grace: time.Duration(a.Grace)}
 	run.rtMu.Lock()
 	if run.shuttingDown {
 		run.rtMu.Unlock()
