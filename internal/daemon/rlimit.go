@@ -17,13 +17,13 @@ import (
 )
 
 // openFilesPerAgent is how many descriptors one live agent holds open in
-// the daemon: its socket's listener, the pidfd its exit is waited on, its
-// cgroup's directory and its log (BenchmarkDaemonMemory2000 measures
-// fds/agent). openFilesReserve is the daemon's own: the store, the
+// the daemon: its socket's listener, and its log's pipe while it writes
+// (or always, where io_uring is refused: agentlog's holder); no pidfd
+// (issue 22; BenchmarkDaemonMemory2000 measures fds/agent). openFilesReserve is the daemon's own: the store, the
 // operator's connections, the agents' connections (up to
 // agentsock.MaxConns each, but few at once).
 const (
-	openFilesPerAgent = 4
+	openFilesPerAgent = 2
 	openFilesReserve  = 4096
 )
 
