@@ -906,7 +906,13 @@ type pidCheck struct {
 	procs []trackedPid
 }
 
-type trackedPid struct{ pid, fd int }
+// trackedPid is a process by its pid and start time (/proc/<pid>/stat):
+// a recycled pid has another start time. No pidfd each: at 10,000 agents
+// an in-process daemon and this check together would pass RLIMIT_NOFILE.
+type trackedPid struct {
+	pid   int
+	start string
+}
 
 func newPidCheck(b *testing.B) *pidCheck {
 	pc := &pidCheck{}
@@ -916,9 +922,6 @@ func newPidCheck(b *testing.B) *pidCheck {
 			b.Errorf("processes left behind: %v", left)
 		}
 		pc.mu.Lock()
-		for _, p := range pc.procs {
-			syscall.Close(p.fd)
-		}
 		pc.procs = nil
 		pc.mu.Unlock()
 	})
@@ -932,11 +935,11 @@ func (pc *pidCheck) add(agents ...*kin.Agent) {
 		if a == nil || a.PID <= 0 {
 			continue
 		}
-		fd, err := unix.PidfdOpen(a.PID, 0)
-		if err != nil {
+		st, ok := readStat(a.PID)
+		if !ok {
 			continue // gone already
 		}
-		pc.procs = append(pc.procs, trackedPid{a.PID, fd})
+		pc.procs = append(pc.procs, trackedPid{a.PID, st.start})
 	}
 }
 
@@ -947,26 +950,27 @@ func (pc *pidCheck) leftover() []string {
 	defer pc.mu.Unlock()
 	var out []string
 	for _, p := range pc.procs {
-		if why := pidfdLeft(p.fd); why != "" {
+		if why := trackedLeft(p); why != "" {
 			out = append(out, fmt.Sprintf("%d (%s)", p.pid, why))
 		}
 	}
 	return out
 }
 
-// pidfdLeft says why the process behind a pidfd counts as left behind: it
-// has not exited (the pidfd is not readable), or it is an exited child of
-// this process not yet reaped.
-func pidfdLeft(fd int) string {
-	pfd := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
-	if n, err := unix.Poll(pfd, 0); err == nil && n == 0 {
-		return "running"
+// trackedLeft says why a tracked process counts as left behind: it has not
+// exited, or it is an exited child of this process not yet reaped.
+func trackedLeft(p trackedPid) string {
+	st, ok := readStat(p.pid)
+	switch {
+	case !ok || st.start != p.start:
+		return "" // gone (and its pid maybe reused)
+	case st.state == "Z" || st.state == "X":
+		if st.ppid == strconv.Itoa(os.Getpid()) {
+			return "not reaped"
+		}
+		return ""
 	}
-	var si unix.Siginfo
-	if err := unix.Waitid(unix.P_PIDFD, fd, &si, unix.WEXITED|unix.WNOHANG|unix.WNOWAIT, nil); err == nil && si.Signo != 0 {
-		return "not reaped"
-	}
-	return ""
+	return "running"
 }
 
 // reapOrphans reaps those of the processes that are exited children of
@@ -974,9 +978,14 @@ func pidfdLeft(fd int) string {
 func (pc *pidCheck) reapOrphans() {
 	pc.mu.Lock()
 	defer pc.mu.Unlock()
+	self := strconv.Itoa(os.Getpid())
 	for _, p := range pc.procs {
-		var si unix.Siginfo
-		unix.Waitid(unix.P_PIDFD, p.fd, &si, unix.WEXITED|unix.WNOHANG, nil)
+		// A zombie child of this process with the start time tracked is
+		// that process: its pid cannot be reused before it is reaped.
+		if st, ok := readStat(p.pid); ok && st.start == p.start && st.state == "Z" && st.ppid == self {
+			var si unix.Siginfo
+			unix.Waitid(unix.P_PID, p.pid, &si, unix.WEXITED|unix.WNOHANG, nil)
+		}
 	}
 }
 
