@@ -4,7 +4,10 @@
 // rotates it at a size to <log>.1, <log>.2 ... keeping a number of them,
 // reading a log across its rotations, and trimming several ended logs to
 // one budget (Trim). One Poller waits for output on every pipe, so that an
-// agent that writes nothing costs no goroutine.
+// agent that writes nothing costs no goroutine, and, once its drain is
+// parked, no descriptor either (issue 22): its pipe is then held open by
+// an io_uring registered-file table (holder.go), an inotify watch says when
+// output comes, and the log file is open only while output is copied.
 //
 // Why a named pipe: a file handed to the agent cannot be bounded by kin,
 // and a plain pipe breaks when the daemon goes away while agents keep

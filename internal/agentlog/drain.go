@@ -45,10 +45,18 @@ type Drain struct {
 	c    Config
 	p    *Poller
 	key  uint64   // in p.drains and in the epoll events
-	r    int      // the pipe's read end, non-blocking
-	f    *os.File // the log being written, nil before the first write
+	r    int      // the pipe's read end, non-blocking; -1 while a held drain is idle
+	f    *os.File // the log being written, nil while no step copies
 	fd   int      // f's descriptor
 	size int64    // f's size: where the next byte goes
+	// A held drain (Poller.holdPipe): its pipe is held by the poller's
+	// holder in slot, watched as wd, and is the file dev, ino. Parked, it
+	// has closed its read end (the poller's sweep parks a drain quiet for
+	// a sweep's interval) until the watch says output came.
+	held     bool
+	wd       int32
+	slot     uint32
+	dev, ino uint64
 	// Only the running step touches these.
 	swept   bool
 	failed  bool // a write failed: logged once, output dropped since
@@ -56,6 +64,8 @@ type Drain struct {
 
 	mu       sync.Mutex
 	running  bool // a step runs, or is about to
+	parked   bool // held, and r closed until output comes
+	active   bool // a step ran since the last sweep
 	detached bool // Detach was called: the step ends the drain
 	ended    bool
 	done     chan struct{}
@@ -136,8 +146,12 @@ func (c *Config) check() error {
 // start registers the pipe's read end r with the poller and runs a first
 // step at once (it opens the log, and copies what already waits).
 func (p *Poller) start(c Config, r int) (*Drain, error) {
-	d := &Drain{c: c, p: p, r: r, running: true, done: make(chan struct{})}
+	d := &Drain{c: c, p: p, r: r, running: true, active: true, done: make(chan struct{})}
+	if p.hold != nil {
+		p.holdPipe(d, PipePath(c.Path))
+	}
 	if err := p.add(d); err != nil {
+		p.unholdPipe(d)
 		unix.Close(r)
 		return nil, err
 	}
@@ -174,6 +188,13 @@ func (d *Drain) step() {
 		if d.stopping() {
 			d.end()
 			return
+		}
+		if d.r < 0 {
+			if err := d.reopen(); err != nil {
+				d.c.Log.Error("agent log: reopen the pipe", "path", d.c.Path, "err", err)
+				d.end()
+				return
+			}
 		}
 		if d.f == nil || full {
 			if err := d.open(full); err != nil {
@@ -239,12 +260,17 @@ func (d *Drain) stopping() bool {
 }
 
 // wait hands the drain back to the poller until its pipe has output:
-// false when Detach came meanwhile (the step goes on, to end it).
+// false when Detach came meanwhile (the step goes on, to end it). The log
+// file is closed meanwhile: it is open only while a step copies.
 func (d *Drain) wait() bool {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.detached {
 		return false
+	}
+	if d.f != nil {
+		d.f.Close()
+		d.f = nil
 	}
 	if err := d.p.rearm(d); err != nil {
 		d.c.Log.Error("agent log: poll", "path", d.c.Path, "err", err)
@@ -265,14 +291,47 @@ func (d *Drain) end() {
 	d.ended = true
 	d.mu.Unlock()
 	d.p.remove(d)
-	unix.Close(d.r)
+	d.p.unholdPipe(d)
+	if d.r >= 0 {
+		unix.Close(d.r)
+		d.r = -1
+	}
 	if d.f != nil {
 		d.f.Close()
+		d.f = nil
 	}
 	close(d.done)
 	if d.c.OnEnd != nil {
 		d.c.OnEnd()
 	}
+}
+
+// reopen opens a held drain's pipe again by its path, refusing any other
+// file found there.
+func (d *Drain) reopen() error {
+	pipe := PipePath(d.c.Path)
+	fd, err := unix.Open(pipe, unix.O_RDONLY|unix.O_NONBLOCK|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return &os.PathError{Op: "open", Path: pipe, Err: err}
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		unix.Close(fd)
+		return &os.PathError{Op: "fstat", Path: pipe, Err: err}
+	}
+	if uint64(st.Dev) != d.dev || st.Ino != d.ino {
+		unix.Close(fd)
+		return fmt.Errorf("%s is no longer the agent's pipe", pipe)
+	}
+	// Back in the epoll set, not armed: wait arms it.
+	ev := unix.EpollEvent{Events: unix.EPOLLONESHOT}
+	putKey(&ev, d.key)
+	if err := unix.EpollCtl(d.p.epfd, unix.EPOLL_CTL_ADD, fd, &ev); err != nil {
+		unix.Close(fd)
+		return fmt.Errorf("agent logs: epoll_ctl: %w", err)
+	}
+	d.r = fd
+	return nil
 }
 
 // fail logs the first failure to write; the output is dropped (the pipe

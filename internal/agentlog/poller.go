@@ -5,7 +5,10 @@ import (
 	"fmt"
 	"os"
 	"sync"
+	"sync/atomic"
 	"syscall"
+	"time"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -16,12 +19,26 @@ import (
 // once, then again only after its drain emptied it), whose descriptor
 // waits in Go's netpoller. A pipe with output gets a goroutine (the
 // drain's step) until it is empty again.
+//
+// Where io_uring and inotify allow, a drain holds no descriptor at all
+// while its pipe is empty: the pipe is held open by the holder (holder.go),
+// an inotify watch on it says when output comes (a write, or a writer's
+// close), and the drain's step opens it by its path while it copies.
+// Elsewhere (or when the holder or the watches are full) a drain keeps its
+// pipe's read end open in the epoll instance. Either way the log file is
+// open only while a step copies into it.
 type Poller struct {
 	epfd int
 	file *os.File        // epfd, in the netpoller
 	raw  syscall.RawConn // file's
 
+	hold *holder // nil: every drain keeps its read end open
+	ino  int     // the inotify instance, when hold is set: key 0 in the epoll set
+
+	sweepNs atomic.Int64 // the sweep's interval (sweepEvery; tests shorten it)
+
 	mu     sync.Mutex
+	wds    map[int32]*Drain // held drains by watch
 	drains map[uint64]*Drain
 	next   uint64
 	closed bool
@@ -47,10 +64,183 @@ func NewPoller() (*Poller, error) {
 		f.Close()
 		return nil, fmt.Errorf("agent logs: epoll descriptor: %w", err)
 	}
-	p := &Poller{epfd: epfd, file: f, raw: raw, drains: map[uint64]*Drain{}}
+	p := &Poller{epfd: epfd, file: f, raw: raw, drains: map[uint64]*Drain{}, wds: map[int32]*Drain{}}
+	p.sweepNs.Store(int64(sweepEvery))
+	p.setupHolder()
 	p.loop.Add(1)
 	go p.run()
 	return p, nil
+}
+
+// setupHolder makes the pipe holder and its inotify instance; without
+// either the drains keep their read ends (best effort: the limit it lifts
+// is the number of agents, not their correctness).
+func (p *Poller) setupHolder() {
+	h, err := newHolder()
+	if err != nil {
+		return
+	}
+	ino, err := unix.InotifyInit1(unix.IN_CLOEXEC | unix.IN_NONBLOCK)
+	if err != nil {
+		h.close()
+		return
+	}
+	// Key 0 (drains' keys start at 1), level-triggered: run reads it.
+	ev := unix.EpollEvent{Events: unix.EPOLLIN}
+	if err := unix.EpollCtl(p.epfd, unix.EPOLL_CTL_ADD, ino, &ev); err != nil {
+		unix.Close(ino)
+		h.close()
+		return
+	}
+	p.hold, p.ino = h, ino
+}
+
+// Holding reports whether idle drains hold no descriptor (the pipe holder
+// works here).
+func (p *Poller) Holding() bool { return p.hold != nil }
+
+// watchEvents are what wake a held drain: output, or a writer gone.
+const watchEvents = unix.IN_MODIFY | unix.IN_CLOSE_WRITE
+
+// holdPipe gives d's pipe at path (read end d.r) to the holder and
+// watches it, so that the sweep may park d; where either is full, d just
+// keeps its read end.
+func (p *Poller) holdPipe(d *Drain, path string) {
+	var st unix.Stat_t
+	if err := unix.Fstat(d.r, &st); err != nil {
+		return
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	wd, err := unix.InotifyAddWatch(p.ino, path, watchEvents|unix.IN_DONT_FOLLOW)
+	if err != nil {
+		return
+	}
+	if p.wds[int32(wd)] != nil {
+		return // the same pipe twice (a second Reattach): the first one parks
+	}
+	slot, err := p.hold.hold(d.r)
+	if err != nil {
+		unix.InotifyRmWatch(p.ino, uint32(wd))
+		return
+	}
+	d.held, d.wd, d.slot, d.dev, d.ino = true, int32(wd), slot, uint64(st.Dev), st.Ino
+	p.wds[d.wd] = d
+}
+
+// unholdPipe undoes holdPipe.
+func (p *Poller) unholdPipe(d *Drain) {
+	if !d.held {
+		return
+	}
+	p.mu.Lock()
+	delete(p.wds, d.wd)
+	unix.InotifyRmWatch(p.ino, uint32(d.wd))
+	p.mu.Unlock()
+	p.hold.release(d.slot)
+	d.held = false
+}
+
+// sweepEvery is how often the poller parks the held drains that had no
+// output since its last sweep, and looks into the parked ones' pipes.
+const sweepEvery = 5 * time.Second
+
+// sweep parks the held drains quiet since the last sweep (their read end
+// closed: the holder keeps the pipe, the watch wakes them), and wakes a
+// parked one whose pipe has output nobody was told of. A write is reported
+// (IN_MODIFY) only once it has returned: a writer stopped or frozen in the
+// middle of a write larger than the pipe would otherwise wait forever.
+func (p *Poller) sweep() {
+	p.mu.Lock()
+	held := make([]*Drain, 0, len(p.wds))
+	for _, d := range p.wds {
+		held = append(held, d)
+	}
+	p.mu.Unlock()
+	for _, d := range held {
+		d.mu.Lock()
+		switch {
+		case d.running || d.ended || d.detached:
+		case d.parked:
+			if pending(PipePath(d.c.Path)) {
+				p.wakeLocked(d)
+			}
+		case d.active:
+			d.active = false
+		default:
+			unix.EpollCtl(p.epfd, unix.EPOLL_CTL_DEL, d.r, nil)
+			unix.Close(d.r)
+			d.r, d.parked = -1, true
+		}
+		d.mu.Unlock()
+	}
+}
+
+// pending reports whether bytes wait in the pipe at path.
+func pending(path string) bool {
+	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_NONBLOCK|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return false
+	}
+	defer unix.Close(fd)
+	n, err := unix.IoctlGetInt(fd, unix.TIOCINQ)
+	return err == nil && n > 0
+}
+
+// readWatches reads the events on the held pipes and wakes their drains.
+func (p *Poller) readWatches(buf []byte) {
+	for {
+		n, err := unix.Read(p.ino, buf)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil || n <= 0 {
+			return // EAGAIN: all read
+		}
+		for off := 0; off+unix.SizeofInotifyEvent <= n; {
+			ev := (*unix.InotifyEvent)(unsafe.Pointer(&buf[off]))
+			off += unix.SizeofInotifyEvent + int(ev.Len)
+			if ev.Mask&unix.IN_Q_OVERFLOW != 0 {
+				// Events were lost: every held drain looks.
+				p.mu.Lock()
+				all := make([]*Drain, 0, len(p.wds))
+				for _, d := range p.wds {
+					all = append(all, d)
+				}
+				p.mu.Unlock()
+				for _, d := range all {
+					p.wake(d)
+				}
+				continue
+			}
+			p.mu.Lock()
+			d := p.wds[ev.Wd]
+			p.mu.Unlock()
+			if d != nil {
+				p.wake(d)
+			}
+		}
+	}
+}
+
+// wake runs a step of a parked drain (its step opens the pipe again); an
+// unparked one's epoll registration reports the output.
+func (p *Poller) wake(d *Drain) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	p.wakeLocked(d)
+}
+
+func (p *Poller) wakeLocked(d *Drain) {
+	switch {
+	case d.ended || d.detached:
+	case !d.parked:
+		d.active = true // not parked by the next sweep
+	case !d.running:
+		d.parked, d.running, d.active = false, true, true
+		p.wg.Add(1)
+		go d.step()
+	}
 }
 
 // Close detaches the drains left (their pipes stay for the next daemon)
@@ -74,6 +264,10 @@ func (p *Poller) Close() {
 	p.file.Close() // ends run's wait
 	p.loop.Wait()
 	p.wg.Wait()
+	if p.hold != nil {
+		unix.Close(p.ino)
+		p.hold.close()
+	}
 }
 
 const oneShot = unix.EPOLLIN | unix.EPOLLONESHOT
@@ -108,7 +302,15 @@ func (p *Poller) rearm(d *Drain) error {
 func (p *Poller) remove(d *Drain) {
 	p.mu.Lock()
 	delete(p.drains, d.key)
+	if d.held {
+		delete(p.wds, d.wd)
+		unix.InotifyRmWatch(p.ino, uint32(d.wd))
+	}
 	p.mu.Unlock()
+	if d.held {
+		p.hold.release(d.slot)
+		return
+	}
 	unix.EpollCtl(p.epfd, unix.EPOLL_CTL_DEL, d.r, nil)
 }
 
@@ -126,7 +328,16 @@ func keyOf(ev *unix.EpollEvent) uint64 {
 func (p *Poller) run() {
 	defer p.loop.Done()
 	events := make([]unix.EpollEvent, 128)
+	var watchBuf []byte
+	nextSweep := time.Now().Add(time.Duration(p.sweepNs.Load()))
 	for {
+		if p.hold != nil {
+			if time.Now().After(nextSweep) {
+				p.sweep()
+				nextSweep = time.Now().Add(time.Duration(p.sweepNs.Load()))
+			}
+			p.file.SetReadDeadline(nextSweep)
+		}
 		var n int
 		var werr error
 		err := p.raw.Read(func(fd uintptr) bool {
@@ -136,10 +347,20 @@ func (p *Poller) run() {
 			}
 			return n > 0 || werr != nil
 		})
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			continue // the sweep is due
+		}
 		if err != nil || werr != nil {
 			return // closed
 		}
 		for i := range n {
+			if p.hold != nil && keyOf(&events[i]) == 0 {
+				if watchBuf == nil {
+					watchBuf = make([]byte, 16<<10)
+				}
+				p.readWatches(watchBuf)
+				continue
+			}
 			p.mu.Lock()
 			d := p.drains[keyOf(&events[i])]
 			p.mu.Unlock()
@@ -147,8 +368,9 @@ func (p *Poller) run() {
 				continue
 			}
 			d.mu.Lock()
-			ready := !d.running && !d.detached && !d.ended
+			ready := !d.running && !d.detached && !d.ended && !d.parked
 			d.running = ready || d.running
+			d.active = true
 			d.mu.Unlock()
 			if ready {
 				p.wg.Add(1)

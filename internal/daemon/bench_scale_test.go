@@ -52,10 +52,11 @@ const (
 )
 
 func benchAtScale(b *testing.B, live, churn int) {
-	// A live agent holds about 4 of the daemon's descriptors (its socket,
-	// its pidfd, its log's pipe and file), an ended one none; the batches
-	// add 1,000 more at a time, the raw floors their groups.
-	raiseOpenFiles(b, 5*(live+2*throughputBatch)+4096)
+	// A quiet live agent holds one of the daemon's descriptors (its
+	// socket: issue 22), one that wrote lately its log's pipe too (up to
+	// fdsUnparked of them), an ended one none; the batches add 1,000 more
+	// at a time, the raw floors their groups.
+	raiseOpenFiles(b, live*fdsPerAgent+3*throughputBatch+fdsUnparked+512)
 	g := newGroupCheck(b)
 	pids := newPidCheck(b)
 	d := startBenchDaemon(b, g)
@@ -246,7 +247,7 @@ func raiseOpenFiles(b *testing.B, n int) {
 		want.Max = want.Cur
 	}
 	if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &want); err != nil {
-		b.Skipf("RLIMIT_NOFILE is %d (hard %d) and cannot be raised to %d (%v): raising the hard limit needs CAP_SYS_RESOURCE, which this process lacks; each live agent holds about 4 of the daemon's descriptors", lim.Cur, lim.Max, n, err)
+		b.Skipf("RLIMIT_NOFILE is %d (hard %d) and cannot be raised to %d (%v): raising the hard limit needs CAP_SYS_RESOURCE, which this process lacks; a quiet live agent holds %d of the daemon's descriptors, one whose log is not parked yet %d more (up to %d such), so this limit holds about %d live agents", lim.Cur, lim.Max, n, err, fdsPerAgent, 1, fdsUnparked, (int(lim.Max)-3*throughputBatch-fdsUnparked-512)/fdsPerAgent)
 	}
 	b.Cleanup(func() { syscall.Setrlimit(syscall.RLIMIT_NOFILE, &lim) })
 }

@@ -515,9 +515,6 @@ func waitProcsGone(pids []int) error {
 // pids (pid_max is 32768 here).
 func (pc *pidCheck) forgetSeen() {
 	pc.mu.Lock()
-	for _, p := range pc.procs {
-		syscall.Close(p.fd)
-	}
 	pc.procs = nil
 	pc.mu.Unlock()
 }

@@ -16,15 +16,18 @@ import (
 	"github.com/kin-agents/kin/internal/sandbox"
 )
 
-// openFilesPerAgent is how many descriptors one live agent holds open in
-// the daemon: its socket's listener, the pidfd its exit is waited on, its
-// cgroup's directory and its log (BenchmarkDaemonMemory2000 measures
-// fds/agent). openFilesReserve is the daemon's own: the store, the
+// openFilesPerAgent is what the daemon raises its limit for, per pid the
+// host may have: room to spare, since issue 22 a live agent holds at most
+// openFilesHeldPerAgent descriptors in the daemon: its socket's listener,
+// and its log's pipe while it writes (or always, where io_uring is
+// refused: agentlog's holder); no pidfd (BenchmarkDaemonMemory2000
+// measures fds/agent: about 1 once the logs are parked). openFilesReserve is the daemon's own: the store, the
 // operator's connections, the agents' connections (up to
 // agentsock.MaxConns each, but few at once).
 const (
-	openFilesPerAgent = 4
-	openFilesReserve  = 4096
+	openFilesPerAgent     = 4
+	openFilesHeldPerAgent = 2
+	openFilesReserve      = 4096
 )
 
 // openFiles is what raiseOpenFiles did, once per process: a process may
@@ -124,7 +127,7 @@ func readUint(path string) uint64 {
 
 // logOpenFiles says what the daemon's RLIMIT_NOFILE holds.
 func logOpenFiles(log *slog.Logger, r openFilesResult) {
-	agents := (r.now.Cur - min(r.now.Cur, openFilesReserve)) / openFilesPerAgent
+	agents := (r.now.Cur - min(r.now.Cur, openFilesReserve)) / openFilesHeldPerAgent
 	switch {
 	case r.err != nil && errors.Is(r.err, syscall.EPERM):
 		log.Warn("open files limit", "err", r.err, "rlimit_nofile", r.now.Cur, "agents_about", agents,

@@ -78,14 +78,17 @@
 //
 // # Reaping: one path per pid
 //
-// A supervised process is reaped only by the supervisor's one reaping
-// goroutine: every process's pidfd is in one epoll set (edge-triggered),
-// whose own descriptor is non-blocking and parked in the Go netpoller, so
-// the goroutine waits on no thread; when the set turns readable it takes
-// the ready pidfds and collects each status with waitid(P_PIDFD, WNOHANG).
-// 200 children cost 200 pidfds and epoll entries, no goroutine and no
-// thread each (TestNoThreadPerChild, TestNoGoroutinePerChild). Nothing
-// calls cmd.Wait or wait4(-1).
+// A supervised process is reaped only by one reaping goroutine for the
+// whole process (every Supervisor's processes are its children), which
+// holds no descriptor per process: on SIGCHLD it asks the kernel for the
+// exited children (waitid(P_ALL, WNOHANG|WNOWAIT)) and reaps the
+// supervised ones with waitid(P_PID, WNOHANG); when the first exited child
+// the kernel names is not supervised (an orphan the sweep has not reaped
+// yet, a child of os/exec before its cmd.Wait), it tries every supervised
+// pid once instead. 200 children cost no goroutine, no thread and no
+// descriptor each (TestNoThreadPerChild, TestNoGoroutinePerChild,
+// TestNoDescriptorPerChild). Signals go by pid (Process.Signal says why
+// that cannot hit a recycled pid). Nothing calls cmd.Wait or wait4(-1).
 //
 // Orphans (an agent's descendants that re-parented to the daemon) are
 // reaped by a sweep on SIGCHLD, designed not to steal any status:
@@ -111,7 +114,7 @@
 // # Stopping, freezing
 //
 // Stop(id, grace): SIGTERM and SIGCONT to every process of the subtree
-// (each through a pidfd, after checking the pid is still in the subtree;
+// (each through a pidfd opened for it, after checking the pid is still in the subtree;
 // frozen groups are thawed first so the signal can be handled), up to grace
 // for cgroup.events to say "populated 0", then "1" into cgroup.kill at the
 // subtree's root, which kills processes that double-forked, called setsid,

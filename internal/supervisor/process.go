@@ -13,6 +13,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -110,11 +111,16 @@ type Process struct {
 	SelfCgroup string
 	Started    time.Time
 
-	pidfd    *os.File      // blocking, not in the netpoller: the reaper's epoll set watches it
-	pidfdNum int           // pidfd's descriptor, open until finishProcess closes pidfd
-	status   *os.File      // with PID namespaces: the init's status pipe
-	done     chan struct{} // closed once exit is set
-	exit     Exit
+	sup    *Supervisor
+	status *os.File      // with PID namespaces: the init's status pipe
+	done   chan struct{} // closed once exit is set
+	exit   Exit
+
+	// sigMu orders signals and the reap: gone is set, under it, when the
+	// process was reaped (or abandoned by Close), and a signal is sent
+	// only before.
+	sigMu sync.Mutex
+	gone  bool
 }
 
 // Done is closed once the process has been reaped (or abandoned by Close).
@@ -143,23 +149,26 @@ func (p *Process) Wait(ctx context.Context) (Exit, error) {
 // ErrProcessDone is returned by Signal once the process has been reaped.
 var ErrProcessDone = errors.New("supervisor: process already finished")
 
-// Signal sends sig to the process (not its group) through its pidfd, so it
-// can never hit a recycled pid.
+// Signal sends sig to the process (not its group). It can never hit a
+// recycled pid, without holding a pidfd: until it is reaped the process is
+// a child of this one whose pid is claimed, which only the supervisor's
+// reaping loop reaps (reap.go), under sigMu, and setting gone; a child's
+// pid, even a zombie's, is not reused before its parent reaps it. So a
+// kill(pid) under sigMu while !gone reaches this process (running, or a
+// zombie, which ignores it).
 func (p *Process) Signal(sig syscall.Signal) error {
-	rc, err := p.pidfd.SyscallConn()
-	if err != nil {
+	p.sigMu.Lock()
+	defer p.sigMu.Unlock()
+	if p.gone {
 		return ErrProcessDone
 	}
-	var serr error
-	if err := rc.Control(func(fd uintptr) {
-		serr = unix.PidfdSendSignal(int(fd), sig, nil, 0)
-	}); err != nil {
-		return ErrProcessDone
+	if err := unix.Kill(p.Pid, sig); err != nil {
+		if err == unix.ESRCH {
+			return ErrProcessDone
+		}
+		return err
 	}
-	if serr == unix.ESRCH {
-		return ErrProcessDone
-	}
-	return serr
+	return nil
 }
 
 // Start starts spec's process directly inside the leaf <group>/self of the
@@ -199,7 +208,7 @@ func (s *Supervisor) Start(ctx context.Context, spec Spec) (*Process, error) {
 	a.starting = nil
 	if err == nil {
 		// Watched under mu, so that its end is reported after this.
-		if err = s.reaper.add(p); err == nil {
+		if err = s.watch(p); err == nil {
 			a.proc = p
 			s.procs[p.Pid] = p
 		} else {
@@ -226,12 +235,14 @@ func (s *Supervisor) Start(ctx context.Context, spec Spec) (*Process, error) {
 }
 
 // discard kills and reaps a process that Start could not watch (the
-// reaper is closed, or epoll_ctl failed); it was never reported started.
+// supervisor is closed); it was never reported started.
 func discard(p *Process) {
 	p.Signal(syscall.SIGKILL)
 	var si siginfoChild
-	waitid(unix.P_PIDFD, p.pidfdNum, &si, unix.WEXITED, nil)
-	p.pidfd.Close()
+	p.sigMu.Lock()
+	waitid(unix.P_PID, p.Pid, &si, unix.WEXITED, nil)
+	p.gone = true
+	p.sigMu.Unlock()
 	unclaim(p.Pid)
 	if p.status != nil {
 		p.status.Close()
@@ -362,9 +373,6 @@ func (s *Supervisor) spawn(a *agent, spec Spec, argv0 string) (*Process, error) 
 		spec.ExtraFiles = append(spec.ExtraFiles[:len(spec.ExtraFiles):len(spec.ExtraFiles)], w)
 		env = append(env, StatusFDEnv+"="+strconv.Itoa(2+len(spec.ExtraFiles)))
 	}
-	pidfd := -1
-	sys.PidFD = &pidfd
-
 	files, outs, closeAfter, err := s.stdio(spec)
 	defer func() {
 		for _, f := range closeAfter {
@@ -397,23 +405,13 @@ func (s *Supervisor) spawn(a *agent, spec Spec, argv0 string) (*Process, error) 
 		}
 		return nil, err
 	}
-	if pidfd < 0 {
-		// Cannot happen on Linux >= 5.3 (clone3 is required for
-		// UseCgroupFD anyway); without a pidfd there is no safe wait.
-		syscall.Kill(pid, syscall.SIGKILL)
-		var ws syscall.WaitStatus
-		syscall.Wait4(pid, &ws, 0, nil)
-		unclaim(pid)
-		return nil, errors.New("kernel returned no pidfd (CLONE_PIDFD needs Linux 5.3)")
-	}
 	p := &Process{
-		ID:       a.id,
-		Pid:      pid,
-		Started:  started,
-		pidfd:    os.NewFile(uintptr(pidfd), "pidfd"), // blocking: the reaper's epoll set waits on it
-		pidfdNum: pidfd,
-		status:   statusR,
-		done:     make(chan struct{}),
+		ID:      a.id,
+		Pid:     pid,
+		Started: started,
+		sup:     s,
+		status:  statusR,
+		done:    make(chan struct{}),
 	}
 	if s.pidns {
 		// The namespace is the child's from the clone on; the pid is
@@ -497,11 +495,10 @@ func (s *Supervisor) copyOutput(o output) {
 	o.r.Close()
 }
 
-// finishProcess reports p's end once reapLoop reaped it (ok), or could
-// not (someone else reaped it, or Close abandoned it): it closes the
-// pidfd, unclaims the pid, closes p.done and calls OnExit.
+// finishProcess reports p's end once the reaping loop reaped it (ok), or
+// could not (someone else reaped it, or Close abandoned it): it unclaims
+// the pid, closes p.done and calls OnExit.
 func (s *Supervisor) finishProcess(p *Process, si siginfoChild, ru unix.Rusage, ok bool) {
-	p.pidfd.Close()
 	defer func() {
 		if p.status != nil {
 			p.status.Close()

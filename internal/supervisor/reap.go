@@ -3,6 +3,7 @@ package supervisor
 import (
 	"context"
 	"os"
+	"os/signal"
 	"strconv"
 	"strings"
 	"sync"
@@ -246,123 +247,170 @@ func reapPidfd(ctx context.Context, f *os.File) (siginfoChild, unix.Rusage, bool
 	return si, ru, true
 }
 
-// reaper waits for every supervised process of one Supervisor at once: the
-// processes' pidfds are in one epoll set, whose own descriptor is parked in
-// the Go netpoller, and one goroutine (reapLoop) reaps whichever turn
-// readable. A live process then costs a pidfd and an epoll entry, not a
-// goroutine and its stack.
-type reaper struct {
-	ep   *os.File // the epoll set, non-blocking, in the netpoller
-	epfd int      // ep's descriptor, valid until ep is closed (closed says)
-
-	mu     sync.Mutex
-	closed bool
-	procs  map[int32]*Process // by pidfd
+// Supervised processes are reaped without a descriptor each (issue 22:
+// a pidfd per live agent ran a daemon of 5,000 agents out of descriptors
+// where RLIMIT_NOFILE cannot be raised). The kernel says a child ended
+// with SIGCHLD; one goroutine for the whole process (every Supervisor's
+// processes are the process's children) takes it, finds the exited
+// children with waitid(P_ALL, WNOHANG|WNOWAIT) and reaps those that are
+// supervised (watched), each with waitid(P_PID). The first exited child
+// the kernel names may be one that is not supervised (an orphan before
+// the sweep reaps it, a child of os/exec before its cmd.Wait): it would
+// hide the others, so then every watched pid is tried once instead (a
+// waitid(P_PID, WNOHANG) each), and the next SIGCHLD looks again.
+//
+// No pid is ever waited for by two paths: a watched pid is claimed (the
+// sweeps skip it) and reaped only here, removed from watched first.
+var children struct {
+	mu      sync.Mutex
+	watched map[int]*Process // supervised and not yet reaped, by pid
+	users   int              // open Supervisors: the loop runs while there are some
+	kick    chan os.Signal   // SIGCHLD, or a Start that watched a pid
+	done    chan struct{}    // closed when the loop returns
 }
 
-func newReaper() (*reaper, error) {
-	fd, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
-	if err != nil {
-		return nil, os.NewSyscallError("epoll_create1", err)
+// watchChildren starts the reaping loop for one more Supervisor.
+func watchChildren() {
+	children.mu.Lock()
+	defer children.mu.Unlock()
+	children.users++
+	if children.users > 1 {
+		return
 	}
-	if err := unix.SetNonblock(fd, true); err != nil { // so that os.NewFile puts it in the netpoller
-		unix.Close(fd)
-		return nil, os.NewSyscallError("fcntl", err)
+	if children.watched == nil {
+		children.watched = map[int]*Process{}
 	}
-	return &reaper{ep: os.NewFile(uintptr(fd), "epoll"), epfd: fd, procs: map[int32]*Process{}}, nil
+	kick := make(chan os.Signal, 1)
+	done := make(chan struct{})
+	children.kick, children.done = kick, done
+	signal.Notify(kick, syscall.SIGCHLD)
+	go reapChildren(kick, done)
 }
 
-// add watches p's pidfd. Edge-triggered: an exit is reported once (a pidfd
-// already readable when added is reported at once too).
-func (r *reaper) add(p *Process) error {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.closed {
+// unwatchChildren stops the loop once the last Supervisor is closed,
+// waiting for it to return.
+func unwatchChildren() {
+	children.mu.Lock()
+	children.users--
+	if children.users > 0 {
+		children.mu.Unlock()
+		return
+	}
+	kick, done := children.kick, children.done
+	children.kick, children.done = nil, nil
+	children.mu.Unlock()
+	signal.Stop(kick)
+	close(kick)
+	<-done
+}
+
+// watch makes p's end reported: from now on the loop reaps it. A process
+// that exited before is found at once (the kick).
+func (s *Supervisor) watch(p *Process) error {
+	children.mu.Lock()
+	if s.unwatched {
+		children.mu.Unlock()
 		return ErrClosed
 	}
-	ev := unix.EpollEvent{Events: unix.EPOLLIN | unix.EPOLLET, Fd: int32(p.pidfdNum)}
-	if err := unix.EpollCtl(r.epfd, unix.EPOLL_CTL_ADD, p.pidfdNum, &ev); err != nil {
-		return os.NewSyscallError("epoll_ctl", err)
+	children.watched[p.Pid] = p
+	kick := children.kick
+	children.mu.Unlock()
+	select {
+	case kick <- syscall.SIGCHLD:
+	default: // a look is due already
 	}
-	r.procs[int32(p.pidfdNum)] = p
 	return nil
 }
 
-// close stops reapLoop; abandoned then hands back what it did not reap.
-func (r *reaper) close() {
-	r.mu.Lock()
-	r.closed = true
-	r.mu.Unlock()
-	r.ep.Close()
-}
-
-// abandoned empties the set once reapLoop has returned.
-func (r *reaper) abandoned() []*Process {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	out := make([]*Process, 0, len(r.procs))
-	for fd, p := range r.procs {
-		out = append(out, p)
-		delete(r.procs, fd)
+// unwatch takes s's processes out of the loop (Close): they are returned,
+// not reaped, and marked gone so that Signal leaves their pids alone.
+func (s *Supervisor) unwatch() []*Process {
+	children.mu.Lock()
+	s.unwatched = true
+	var out []*Process
+	for pid, p := range children.watched {
+		if p.sup == s {
+			out = append(out, p)
+			delete(children.watched, pid)
+		}
+	}
+	children.mu.Unlock()
+	for _, p := range out {
+		p.sigMu.Lock()
+		p.gone = true
+		p.sigMu.Unlock()
 	}
 	return out
 }
 
-// reapLoop is the only reaper of supervised processes: it waits for the
-// epoll set to turn readable in the netpoller (no thread is parked),
-// takes the ready pidfds and reaps each with waitid(P_PIDFD, WNOHANG). It
-// returns when the reaper is closed.
-func (s *Supervisor) reapLoop() {
-	defer s.wg.Done()
-	r := s.reaper
-	rc, err := r.ep.SyscallConn()
-	if err != nil {
-		return
+// take removes pid from watched: the caller then owns its reaping.
+func take(pid int) *Process {
+	children.mu.Lock()
+	defer children.mu.Unlock()
+	p := children.watched[pid]
+	if p != nil {
+		delete(children.watched, pid)
+		p.sup.reaping.Add(1) // Close waits for the reap
 	}
-	events := make([]unix.EpollEvent, 256)
-	for {
-		var n int
-		var werr error
-		err := rc.Read(func(fd uintptr) bool {
-			for {
-				n, werr = unix.EpollWait(int(fd), events, 0)
-				if werr != unix.EINTR {
-					break
-				}
+	return p
+}
+
+// reapChildren is the loop: on each kick it reaps every watched child that
+// has exited. It returns when kick is closed.
+func reapChildren(kick chan os.Signal, done chan struct{}) {
+	defer close(done)
+	for range kick {
+		for {
+			var si siginfoChild
+			if err := waitid(unix.P_ALL, 0, &si, unix.WEXITED|unix.WNOHANG|unix.WNOWAIT, nil); err != nil || si.Pid == 0 {
+				break // no exited child
 			}
-			return n != 0 || werr != nil // none ready: wait in the netpoller
-		})
-		if err != nil {
-			return // closed
-		}
-		if werr != nil {
-			s.log.Error("epoll_wait on the supervised processes' pidfds", keyErr, werr)
-			return
-		}
-		for _, ev := range events[:n] {
-			s.reapReady(ev.Fd)
+			p := take(int(si.Pid))
+			if p == nil {
+				// Not one of ours (yet): it hides the others.
+				reapWatched()
+				break
+			}
+			p.sup.reap(p)
 		}
 	}
 }
 
-// reapReady reaps the process behind a pidfd that turned readable.
-func (s *Supervisor) reapReady(fd int32) {
-	r := s.reaper
-	r.mu.Lock()
-	p := r.procs[fd]
-	r.mu.Unlock()
-	if p == nil {
-		return
+// reapWatched tries every watched pid once.
+func reapWatched() {
+	children.mu.Lock()
+	pids := make([]int, 0, len(children.watched))
+	for pid := range children.watched {
+		pids = append(pids, pid)
 	}
+	children.mu.Unlock()
+	for _, pid := range pids {
+		var si siginfoChild
+		// A peek first, so that a running process stays watched.
+		if err := waitid(unix.P_PID, pid, &si, unix.WEXITED|unix.WNOHANG|unix.WNOWAIT, nil); err == nil && si.Pid == 0 {
+			continue
+		}
+		if p := take(pid); p != nil {
+			p.sup.reap(p)
+		}
+	}
+}
+
+// reap collects the status of p, which has exited (or was stolen: ECHILD),
+// and reports its end; the caller took p from watched.
+func (s *Supervisor) reap(p *Process) {
+	defer s.reaping.Done()
 	var si siginfoChild
 	var ru unix.Rusage
-	err := waitid(unix.P_PIDFD, int(fd), &si, unix.WEXITED|unix.WNOHANG, &ru)
+	p.sigMu.Lock()
+	err := waitid(unix.P_PID, p.Pid, &si, unix.WEXITED|unix.WNOHANG, &ru)
 	if err == nil && si.Pid == 0 {
-		return // not exited after all: the pidfd turns readable again when it does
+		// Cannot happen (only the loop reaps a watched pid, and it saw it
+		// exited); waiting keeps the one path.
+		err = waitid(unix.P_PID, p.Pid, &si, unix.WEXITED, &ru)
 	}
-	r.mu.Lock()
-	delete(r.procs, fd)
-	r.mu.Unlock()
+	p.gone = true
+	p.sigMu.Unlock()
 	// err (ECHILD): someone else reaped it; the status is lost.
 	s.finishProcess(p, si, ru, err == nil)
 }

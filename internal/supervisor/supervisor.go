@@ -127,12 +127,16 @@ type Supervisor struct {
 	devnull     *os.File
 
 	cancel   context.CancelFunc
-	reaper   *reaper // waits for every supervised process (reap.go)
+	reaping  sync.WaitGroup // reaps of this supervisor's processes in progress (reap.go)
 	wg       sync.WaitGroup
 	removing sync.WaitGroup // deferred group removals (Config.DeferRemove)
 	sigch    chan os.Signal
 	// sweepLater: a sweep is due sweepAgain from now (reap.go).
 	sweepLater atomic.Bool
+
+	// unwatched: Close took the processes out of the reaping loop
+	// (guarded by children.mu, reap.go).
+	unwatched bool
 
 	mu     sync.Mutex
 	closed bool
@@ -272,14 +276,7 @@ func New(cfg Config) (*Supervisor, error) {
 	}
 	s.log.Info("supervisor containment", keyContainment, s.Containment(), keyCgroup, s.Root(), keyReason, s.reason)
 
-	r, err := newReaper()
-	if err != nil {
-		devnull.Close()
-		return nil, fmt.Errorf("supervisor: %w", err)
-	}
-	s.reaper = r
-	s.wg.Add(1)
-	go s.reapLoop()
+	watchChildren()
 	ctx, cancel := context.WithCancel(context.Background())
 	s.cancel = cancel
 	s.sigch = make(chan os.Signal, 1)
@@ -537,18 +534,20 @@ func (s *Supervisor) close() error {
 
 	s.cancel()
 	signal.Stop(s.sigch)
-	// Abandon what still runs: closing the reaper's epoll set ends its
-	// goroutine, closing a pipe its copier's.
-	s.reaper.close()
+	// Abandon what still runs (no longer watched: a reap already under
+	// way ends first); closing a pipe ends its copier.
+	left := s.unwatch()
+	s.reaping.Wait()
 	s.mu.Lock()
 	for r := range s.outs {
 		r.Close()
 	}
 	s.mu.Unlock()
 	s.wg.Wait()
-	for _, p := range s.reaper.abandoned() {
+	for _, p := range left {
 		s.finishProcess(p, siginfoChild{}, unix.Rusage{}, false)
 	}
+	unwatchChildren()
 	s.devnull.Close()
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("supervisor: close: %w", err)

@@ -1,0 +1,124 @@
+package supervisor
+
+import (
+	"os"
+	"runtime"
+	"strconv"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/kin-agents/kin/kin"
+)
+
+// openFDs counts this process's open descriptors.
+func openFDs(t testing.TB) int {
+	t.Helper()
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(ents)
+}
+
+// TestNoDescriptorPerChild: a live supervised process holds none of the
+// daemon's descriptors (issue 22: a pidfd each ran a 5,000-agent daemon out
+// of them); their exits are still reported, each with its status.
+func TestNoDescriptorPerChild(t *testing.T) {
+	both(t, func(t *testing.T, s *Supervisor) {
+		const n = 100
+		before := openFDs(t)
+		var procs []*Process
+		for i := 1; i <= n; i++ {
+			procs = append(procs, start(t, s, sleeper(kin.AgentID(i), 0)))
+		}
+		after := openFDs(t)
+		t.Logf("descriptors: %d before, %d with %d children", before, after, n)
+		if after-before >= n/10 {
+			t.Errorf("%d more descriptors with %d children; want fewer than %d", after-before, n, n/10)
+		}
+		for _, p := range procs[:n/2] {
+			if err := p.Signal(syscall.SIGTERM); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for _, p := range procs[:n/2] {
+			if e := waitExit(t, p); e.Signal != syscall.SIGTERM {
+				t.Errorf("agent %d: %v, want killed by SIGTERM", p.ID, e)
+			}
+			if err := p.Signal(syscall.SIGTERM); err != ErrProcessDone {
+				t.Errorf("signal after the reap: %v, want ErrProcessDone", err)
+			}
+		}
+	})
+}
+
+// TestExitFoundBehindAForeignZombie: an exited child that is no supervised
+// process (a child of other code in the daemon, not yet waited for) is the
+// first the kernel names; the supervised processes that exit after it are
+// still reaped and reported, and it is left for its own waiter.
+func TestExitFoundBehindAForeignZombie(t *testing.T) {
+	s := newCgroupSup(t, Config{})
+	// Started outside the supervisor, in the daemon's own group and
+	// process group (no sweep reaps them), from several threads: the
+	// kernel lists each thread's children apart, and looks at the calling
+	// thread's first.
+	const threads = 8
+	pids := make(chan int, threads)
+	hold := make(chan struct{})
+	defer close(hold)
+	for range threads {
+		go func() {
+			runtime.LockOSThread()
+			defer runtime.UnlockOSThread()
+			pid, err := syscall.ForkExec("/bin/true", []string{"true"}, &syscall.ProcAttr{})
+			if err != nil {
+				pid = -1
+			}
+			pids <- pid
+			<-hold
+		}()
+	}
+	var foreign []int
+	for range threads {
+		if pid := <-pids; pid > 0 {
+			foreign = append(foreign, pid)
+		}
+	}
+	t.Cleanup(func() {
+		for _, pid := range foreign {
+			var ws syscall.WaitStatus
+			syscall.Wait4(pid, &ws, syscall.WNOHANG, nil)
+		}
+	})
+	if len(foreign) == 0 {
+		t.Fatal("no foreign child started")
+	}
+	waitFor(t, 10*time.Second, "the foreign children to exit", func() bool {
+		for _, pid := range foreign {
+			var si siginfoChild
+			if err := waitid(unix.P_PID, pid, &si, unix.WEXITED|unix.WNOHANG|unix.WNOWAIT, nil); err != nil || si.Pid == 0 {
+				return false
+			}
+		}
+		return true
+	})
+	for i := 1; i <= 5; i++ {
+		p := start(t, s, Spec{ID: kin.AgentID(i), Argv: []string{"sh", "-c", "exit " + strconv.Itoa(i)}})
+		if e := waitExit(t, p); e.Code != i {
+			t.Fatalf("agent %d: %v, want exit status %d", i, e, i)
+		}
+	}
+	q := start(t, s, sleeper(9, 0))
+	q.Signal(syscall.SIGKILL)
+	if e := waitExit(t, q); e.Signal != syscall.SIGKILL {
+		t.Fatalf("agent 9: %v, want killed", e)
+	}
+	pid := foreign[0]
+	var ws syscall.WaitStatus
+	if got, err := syscall.Wait4(pid, &ws, syscall.WNOHANG, nil); got != pid || err != nil || ws.ExitStatus() != 0 {
+		t.Fatalf("the foreign child's status: %d %v %v, want it left for its waiter", got, err, ws)
+	}
+}
