@@ -322,16 +322,6 @@ func runFollowStreams(args []string, out func(string, ...any)) {
 	select {}
 }
 
-// openFDs is the number of descriptors this process (the daemon, in the
-// test) holds.
-func openFDs(t testing.TB) int {
-	ents, err := os.ReadDir("/proc/self/fd")
-	if err != nil {
-		t.Fatal(err)
-	}
-	return len(ents)
-}
-
 // streamFDs counts what a stream costs the daemon in descriptors: sockets
 // and files of its home (the log). The process's other descriptors are
 // left out: the root daemon's sandbox view holds hundreds, their number

@@ -45,7 +45,7 @@ func (s *Store) listen(ctx context.Context, ready chan<- error) {
 		}
 		if err == nil {
 			backoff = 10 * time.Millisecond
-			err = s.wait(ctx, conn)
+			s.wait(ctx, conn) // until the connection fails (reconnect) or Close cancels (stop)
 			conn.Close(context.Background())
 		}
 		select {
