@@ -2,8 +2,6 @@ package daemon
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -12,7 +10,6 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -23,6 +20,7 @@ import (
 	"github.com/kin-agents/kin/internal/governor"
 	"github.com/kin-agents/kin/internal/hosts"
 	"github.com/kin-agents/kin/internal/httpapi"
+	"github.com/kin-agents/kin/internal/keyring"
 	"github.com/kin-agents/kin/internal/lineage"
 	"github.com/kin-agents/kin/internal/logsigner"
 	"github.com/kin-agents/kin/internal/personserver"
@@ -324,50 +322,7 @@ func (d *Daemon) lockHome() error {
 }
 
 func loadOrCreateToken(path string) (string, error) {
-	if b, err := os.ReadFile(path); err == nil {
-		tok := strings.TrimSpace(string(b))
-		if len(tok) < 32 {
-			return "", fmt.Errorf("operator token %s is too short (at least 32 characters); remove it to have a new one made", path)
-		}
-		return tok, nil
-	} else if !errors.Is(err, os.ErrNotExist) {
-		return "", fmt.Errorf("operator token: %w", err)
-	}
-	buf := make([]byte, 32)
-	if _, err := rand.Read(buf); err != nil {
-		return "", err
-	}
-	tok := hex.EncodeToString(buf)
-	if err := writeFileAtomic(path, []byte(tok+"\n"), 0o600); err != nil {
-		return "", fmt.Errorf("operator token: %w", err)
-	}
-	return tok, nil
-}
-
-// writeFileAtomic writes data to path through a temporary file and a rename,
-// so readers see the old or the new file, never half of one.
-func writeFileAtomic(path string, data []byte, mode os.FileMode) error {
-	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(tmp.Name())
-	if err := tmp.Chmod(mode); err != nil {
-		tmp.Close()
-		return err
-	}
-	if _, err := tmp.Write(data); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Sync(); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	return os.Rename(tmp.Name(), path)
+	return keyring.Secret(path, "operator token", 32)
 }
 
 func (d *Daemon) listenUnix() error {

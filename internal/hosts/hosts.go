@@ -14,18 +14,15 @@ package hosts
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
 	"path/filepath"
-	"strings"
 	"sync"
 	"time"
 
 	"github.com/kin-agents/kin/internal/caller"
+	"github.com/kin-agents/kin/internal/keyring"
 	"github.com/kin-agents/kin/internal/store"
 	"github.com/kin-agents/kin/kin"
 )
@@ -399,23 +396,5 @@ func (h *Hosts) Hosts(ctx context.Context) ([]kin.Host, error) {
 
 // homeID reads the home's id, making it at the first start.
 func homeID(home string) (string, error) {
-	path := filepath.Join(home, idFile)
-	if b, err := os.ReadFile(path); err == nil {
-		id := strings.TrimSpace(string(b))
-		if len(id) < 16 {
-			return "", fmt.Errorf("host id %s is damaged (%q); remove it to have a new one made", path, id)
-		}
-		return id, nil
-	} else if !errors.Is(err, os.ErrNotExist) {
-		return "", fmt.Errorf("host id: %w", err)
-	}
-	buf := make([]byte, 16)
-	if _, err := rand.Read(buf); err != nil {
-		return "", err
-	}
-	id := hex.EncodeToString(buf)
-	if err := os.WriteFile(path, []byte(id+"\n"), 0o600); err != nil {
-		return "", fmt.Errorf("host id: %w", err)
-	}
-	return id, nil
+	return keyring.Secret(filepath.Join(home, idFile), "host id", 16)
 }

@@ -15,6 +15,7 @@ package keyring
 import (
 	"crypto/ed25519"
 	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
@@ -264,4 +265,30 @@ func (r *Ring) Entries() []Entry {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
 	return slices.Clone(r.entries)
+}
+
+// Secret reads the random hex value kept in the file path (the operator
+// token, a home's id), making one of n random bytes at the first call
+// (WritePrivate, written as 2n hex characters). what names it in errors;
+// a value an operator put there may be shorter, down to n characters; a
+// shorter one is refused, saying to remove the file.
+func Secret(path, what string, n int) (string, error) {
+	if b, err := os.ReadFile(path); err == nil {
+		v := strings.TrimSpace(string(b))
+		if len(v) < n {
+			return "", fmt.Errorf("%s %s is too short (at least %d characters); remove it to have a new one made", what, path, n)
+		}
+		return v, nil
+	} else if !errors.Is(err, os.ErrNotExist) {
+		return "", fmt.Errorf("%s: %w", what, err)
+	}
+	buf := make([]byte, n)
+	if _, err := rand.Read(buf); err != nil {
+		return "", err
+	}
+	v := hex.EncodeToString(buf)
+	if err := WritePrivate(path, []byte(v+"\n"), time.Now()); err != nil {
+		return "", fmt.Errorf("%s: %w", what, err)
+	}
+	return v, nil
 }
