@@ -5,13 +5,10 @@ import (
 	"database/sql"
 	"embed"
 	"fmt"
-	"io/fs"
-	"sort"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/kin-agents/kin/internal/auditlog"
+	"github.com/kin-agents/kin/internal/store/sqlstore"
 	"github.com/kin-agents/kin/kin"
 )
 
@@ -24,75 +21,11 @@ var migrationSteps = map[int]func(context.Context, *sql.Tx) error{
 	7: backfillLog,
 }
 
-// migrate applies the embedded migrations that the database has not seen,
-// each in its own transaction with its version row. Files are named
-// NNNN_what.sql and applied in order; an applied file is never edited.
+// migrate applies the embedded migrations that the database has not seen
+// (sqlstore.Migrate; BEGIN IMMEDIATE, the DSN's _txlock, holds the file's
+// write lock in each migration's transaction).
 func migrate(ctx context.Context, db *sql.DB) error {
-	if _, err := db.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY, name TEXT NOT NULL)`); err != nil {
-		return fmt.Errorf("create schema_migrations: %w", err)
-	}
-	var current int
-	if err := db.QueryRowContext(ctx, `SELECT COALESCE(MAX(version), 0) FROM schema_migrations`).Scan(&current); err != nil {
-		return fmt.Errorf("read schema version: %w", err)
-	}
-	names, err := fs.Glob(migrationFS, "migrations/*.sql")
-	if err != nil {
-		return err
-	}
-	sort.Strings(names)
-	latest := 0
-	for _, name := range names {
-		base := strings.TrimPrefix(name, "migrations/")
-		version, err := strconv.Atoi(strings.SplitN(base, "_", 2)[0])
-		if err != nil {
-			return fmt.Errorf("migration %s: name must start with a number", base)
-		}
-		latest = version
-		if version <= current {
-			continue
-		}
-		body, err := migrationFS.ReadFile(name)
-		if err != nil {
-			return err
-		}
-		tx, err := db.BeginTx(ctx, nil)
-		if err != nil {
-			return err
-		}
-		// Another process opening the same file may have applied it since
-		// the read above: the transaction (BEGIN IMMEDIATE) holds the
-		// write lock, so this read decides.
-		var applied int
-		if err := tx.QueryRowContext(ctx, `SELECT COUNT(*) FROM schema_migrations WHERE version >= ?`, version).Scan(&applied); err != nil {
-			tx.Rollback()
-			return fmt.Errorf("migration %s: %w", base, err)
-		}
-		if applied > 0 {
-			tx.Rollback()
-			continue
-		}
-		if _, err := tx.ExecContext(ctx, string(body)); err != nil {
-			tx.Rollback()
-			return fmt.Errorf("migration %s: %w", base, err)
-		}
-		if step := migrationSteps[version]; step != nil {
-			if err := step(ctx, tx); err != nil {
-				tx.Rollback()
-				return fmt.Errorf("migration %s: %w", base, err)
-			}
-		}
-		if _, err := tx.ExecContext(ctx, `INSERT INTO schema_migrations (version, name) VALUES (?, ?)`, version, base); err != nil {
-			tx.Rollback()
-			return fmt.Errorf("migration %s: %w", base, err)
-		}
-		if err := tx.Commit(); err != nil {
-			return fmt.Errorf("migration %s: %w", base, err)
-		}
-	}
-	if current > latest {
-		return fmt.Errorf("the database is at schema version %d but this kin knows only up to %d: use a newer kin", current, latest)
-	}
-	return nil
+	return sqlstore.Migrate(ctx, db, readDialect, sqlstore.Migrations{FS: migrationFS, Dir: "migrations", Steps: migrationSteps})
 }
 
 // backfillLog is migration 7's Go step: it hashes the events stored before
