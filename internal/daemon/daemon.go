@@ -278,9 +278,7 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 	}
 	d.Signer.Start()
 	sup := d.Runner.Supervisor()
-	if err := d.host.Announce(ctx, d.HTTPAddr(), sup.Containment()); err != nil {
-		return nil, err
-	}
+	d.host.Announce(d.HTTPAddr(), sup.Containment())
 	d.host.Start()
 	d.Runner.WatchFleet(d.host.Lease() / 3)
 	d.log.Info("kin serve started", "host", hostName, "home", cfg.Home, "socket", d.SocketPath(), "http", d.HTTPAddr(),

@@ -31,6 +31,12 @@ func TestHostsShareOneStore(t *testing.T) {
 	if err != nil || seen.Host != "alpha" || seen.PID != w.PID {
 		t.Fatalf("beta reads alpha's agent as %+v, %v", seen, err)
 	}
+	// Each host announces its address and containment in the background,
+	// once it serves.
+	kintest.WaitFor(t, 10*time.Second, "both hosts announced", func() bool {
+		hs, err := a.Client.Hosts(ctx)
+		return err == nil && len(hs) == 2 && hs[0].Containment != "" && hs[1].Containment != ""
+	})
 	for _, d := range []*kintest.Daemon{a, b} {
 		hs, err := d.Client.Hosts(ctx)
 		if err != nil || len(hs) != 2 {

@@ -188,7 +188,14 @@ func TestDashboardTimeline(t *testing.T) {
 		if i > 0 && r.Depth > rows[i-1].Depth && r.Indent <= rows[i-1].Indent {
 			t.Errorf("agent %d is not indented under its parent (%.0f px, parent %.0f px)", r.ID, r.Indent, rows[i-1].Indent)
 		}
-		if abs(r.Left-r.WantLeft) > 2 || abs(r.Right-r.WantRight) > 2 {
+		// A running agent's bar ends at the page's clock, which it moves on
+		// its own ticks: under a loaded CI a tick may land between the
+		// bar's style and its data, a few pixels apart.
+		slack := 2.0
+		if _, done := ended[r.ID]; !done {
+			slack = 5
+		}
+		if abs(r.Left-r.WantLeft) > 2 || abs(r.Right-r.WantRight) > slack {
 			t.Errorf("agent %d's bar spans %.1f-%.1f px, want %.1f-%.1f", r.ID, r.Left, r.Right, r.WantLeft, r.WantRight)
 		}
 	}

@@ -99,13 +99,14 @@ type Config struct {
 // Hosts is this daemon's host. Make it with New (which takes the lease),
 // Start its renewal, Close it (which releases the lease).
 type Hosts struct {
-	cfg     Config
-	id      string // the home's id
-	mu      sync.Mutex
-	row     store.HostRow // what was claimed (under mu)
-	stop    chan struct{}
-	done    chan struct{}
-	started bool // under mu
+	cfg      Config
+	id       string // the home's id
+	mu       sync.Mutex
+	row      store.HostRow // what was claimed (under mu)
+	stop     chan struct{}
+	done     chan struct{}
+	started  bool // under mu
+	announce bool // under mu: Announce was called; the first renewal claims with its details
 	// renewed is when the last renewal (or claim) that succeeded began
 	// (by FenceClock), fenced whether Fence was called since; both under mu. kick wakes
 	// the fence timer after a renewal.
@@ -159,12 +160,14 @@ func New(ctx context.Context, cfg Config) (*Hosts, error) {
 func (h *Hosts) Name() string { return h.cfg.Name }
 
 // Announce records what the host says of itself once it serves: its HTTP
-// address and containment.
-func (h *Hosts) Announce(ctx context.Context, address, containment string) error {
+// address and containment. Start's renewal writes them first thing, in
+// the background: a daemon starting must not wait on the store's writer,
+// which a restart's reconciliation may hold.
+func (h *Hosts) Announce(address, containment string) {
 	h.mu.Lock()
 	h.row.Address, h.row.Containment = address, containment
+	h.announce = true
 	h.mu.Unlock()
-	return h.claim(ctx)
 }
 
 func (h *Hosts) claim(ctx context.Context) error {
@@ -292,6 +295,20 @@ func (h *Hosts) Fenced() bool {
 func (h *Hosts) renewLoop() {
 	t := time.NewTicker(h.cfg.Lease / 3)
 	defer t.Stop()
+	h.mu.Lock()
+	announce := h.announce
+	h.mu.Unlock()
+	if announce {
+		ctx, cancel := context.WithTimeout(context.Background(), h.cfg.Lease/3)
+		err := h.claim(ctx)
+		cancel()
+		switch {
+		case kin.ErrorCodeOf(err) == kin.ECodeConflict:
+			h.lose(err) // another home took the name since New
+		case err != nil:
+			h.cfg.Log.Error("host lease: announce", "host", h.cfg.Name, "err", err) // the next renewal keeps the lease
+		}
+	}
 	for {
 		select {
 		case <-h.stop:
