@@ -187,13 +187,34 @@ func endString(a *kin.Agent) string {
 // writeAgentTable prints agents as the table of `kin ps`.
 func writeAgentTable(w io.Writer, agents []*kin.Agent) error {
 	tw := newTabWriter(w)
-	fmt.Fprintln(tw, "ID\tNAME\tROLE\tPARENT\tGEN\tSTATUS\tSTATE\tPID\tEND\tRESPONSIBLE")
+	fleet := spansHosts(agents)
+	head := "ID\tNAME\tROLE\tPARENT\tGEN\tSTATUS\tSTATE\tPID\tEND\tRESPONSIBLE"
+	if fleet {
+		head += "\tHOST"
+	}
+	fmt.Fprintln(tw, head)
 	for _, a := range agents {
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\n",
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s",
 			a.ID, a.Name, orDash(a.Role), parentString(a.Parent), a.Generation, a.Status, stateString(a),
 			pidString(a), endString(a), orDash(a.Responsible))
+		if fleet {
+			fmt.Fprintf(tw, "\t%s", orDash(a.Host))
+		}
+		fmt.Fprintln(tw)
 	}
 	return tw.Flush()
+}
+
+// spansHosts reports whether agents run on more than one host of a fleet:
+// the text views then name each agent's host (one host's views stay as
+// they were).
+func spansHosts(agents []*kin.Agent) bool {
+	for _, a := range agents {
+		if a.Host != agents[0].Host {
+			return true
+		}
+	}
+	return false
 }
 
 // stateString is an agent's state, marked "unchecked" while a restarted

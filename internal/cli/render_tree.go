@@ -67,10 +67,19 @@ func renderTreeText(w io.Writer, forest []*kin.TreeNode) {
 		fmt.Fprintln(w, "(no agents)")
 		return
 	}
+	var all []*kin.Agent
+	treetext.Walk(forest, func(n *kin.TreeNode, _ string) []*kin.TreeNode {
+		all = append(all, &n.Agent)
+		return n.Children
+	})
+	fleet := spansHosts(all)
 	treetext.Walk(byID(forest), func(n *kin.TreeNode, prefix string) []*kin.TreeNode {
 		line := fmt.Sprintf("#%d %s  role=%s gen=%d status=%s state=%s",
 			n.ID, n.Name, orDash(n.Role), n.Generation, n.Status, stateString(&n.Agent))
 		line += runtimeText(&n.Agent)
+		if fleet {
+			line += " host=" + kvString(orDash(n.Host))
+		}
 		if prefix == "" { // a top
 			line += " responsible=" + kvString(n.Responsible)
 		}
