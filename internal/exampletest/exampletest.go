@@ -26,7 +26,7 @@ import (
 // built into a directory every uid may read (agents run as their own uids
 // when the test runs as root). kin publishes itself to its agents only when
 // its binary is named kin, so $KIN_EXAMPLE_BIN must name one called kin.
-func Kin(t *testing.T) string {
+func Kin(t testing.TB) string {
 	t.Helper()
 	if bin := os.Getenv("KIN_EXAMPLE_BIN"); bin != "" {
 		return bin
@@ -35,7 +35,7 @@ func Kin(t *testing.T) string {
 }
 
 // Build builds package pkg as dir/name and returns its path.
-func Build(t *testing.T, dir, name, pkg string) string {
+func Build(t testing.TB, dir, name, pkg string) string {
 	t.Helper()
 	bin := filepath.Join(dir, name)
 	if out, err := exec.Command("go", "build", "-o", bin, pkg).CombinedOutput(); err != nil {

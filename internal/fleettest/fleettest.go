@@ -140,7 +140,7 @@ type Fleet struct {
 var fleets atomic.Int64
 
 // Start brings a fleet up for t and tears it down when t ends.
-func Start(t *testing.T, opts ...Option) *Fleet {
+func Start(t testing.TB, opts ...Option) *Fleet {
 	t.Helper()
 	began := time.Now()
 	cfg := config{hosts: DefaultHosts}
@@ -306,7 +306,7 @@ func Main(m *testing.M) int {
 
 // kinBinary is the kin the fleet runs: $KIN_EXAMPLE_BIN, else the test
 // binary's shared build under Main, else a build of t's own.
-func kinBinary(t *testing.T) string {
+func kinBinary(t testing.TB) string {
 	t.Helper()
 	shared.mu.Lock()
 	defer shared.mu.Unlock()
@@ -333,7 +333,7 @@ func kinBinary(t *testing.T) string {
 
 // need skips t, or fails it under EnvRequire, where the fleet cannot run:
 // without root, ip or nsenter. PostgreSQL's server is pgtest's to find.
-func need(t *testing.T) {
+func need(t testing.TB) {
 	t.Helper()
 	var missing string
 	switch {

@@ -373,7 +373,7 @@ func (h *Host) linkDown() bool {
 }
 
 // logDaemon logs the daemons' stderr (their JSON logs), for a failed test.
-func (h *Host) logDaemon(t *testing.T) {
+func (h *Host) logDaemon(t testing.TB) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	for i, s := range h.stderrs {
