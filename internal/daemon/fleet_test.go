@@ -2,6 +2,7 @@ package daemon_test
 
 import (
 	"fmt"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -89,7 +90,7 @@ func TestHostNameDefaultsToTheMachines(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want, _ := osHostname()
+	want, _ := os.Hostname()
 	if st.Host != want {
 		t.Fatalf("host %q, want the machine's %q", st.Host, want)
 	}

@@ -59,6 +59,3 @@ func storeBytes(t testing.TB, d *kintest.Daemon) int64 {
 	}
 	return n
 }
-
-// osHostname is the machine's host name.
-func osHostname() (string, error) { return os.Hostname() }

@@ -398,43 +398,10 @@ func (tc *TreeColumns) AppendJSON(b []byte) []byte {
 		}
 		b = appendString(b, s)
 	}
-	b = append(b, `],"int":{`...)
-	first := true
-	for _, f := range intFields { // in a fixed order
-		col, ok := tc.Int[f.name]
-		if !ok {
-			continue
-		}
-		if !first {
-			b = append(b, ',')
-		}
-		first = false
-		b = appendString(b, f.name)
-		b = append(b, ':', '[')
-		for i, v := range col {
-			if i > 0 {
-				b = append(b, ',')
-			}
-			b = strconv.AppendInt(b, v, 10)
-		}
-		b = append(b, ']')
-	}
-	b = append(b, `},"str":{`...)
-	first = true
-	for _, f := range strFields {
-		col, ok := tc.Str[f.name]
-		if !ok {
-			continue
-		}
-		if !first {
-			b = append(b, ',')
-		}
-		first = false
-		b = appendString(b, f.name)
-		b = append(b, ':')
-		b = appendInts(b, col)
-	}
-	b = append(b, '}')
+	b = append(b, `],"int":`...)
+	b = appendColumns(b, intFieldNames, tc.Int)
+	b = append(b, `,"str":`...)
+	b = appendColumns(b, strFieldNames, tc.Str)
 	for _, sp := range []struct {
 		name string
 		v    any
@@ -451,7 +418,7 @@ func (tc *TreeColumns) AppendJSON(b []byte) []byte {
 	return append(b, '}', '\n')
 }
 
-func appendInts(b []byte, col []int) []byte {
+func appendInts[T int | int64](b []byte, col []T) []byte {
 	b = append(b, '[')
 	for i, v := range col {
 		if i > 0 {
@@ -461,6 +428,39 @@ func appendInts(b []byte, col []int) []byte {
 	}
 	return append(b, ']')
 }
+
+// appendColumns appends {"name":[...],...}: the columns of cols named in
+// names, in that (fixed) order.
+func appendColumns[T int | int64](b []byte, names []string, cols map[string][]T) []byte {
+	b = append(b, '{')
+	first := true
+	for _, name := range names {
+		col, ok := cols[name]
+		if !ok {
+			continue
+		}
+		if !first {
+			b = append(b, ',')
+		}
+		first = false
+		b = appendString(b, name)
+		b = append(b, ':')
+		b = appendInts(b, col)
+	}
+	return append(b, '}')
+}
+
+// intFieldNames and strFieldNames are the columns' names in their fixed
+// order on the wire.
+var intFieldNames, strFieldNames = func() (is, ss []string) {
+	for _, f := range intFields {
+		is = append(is, f.name)
+	}
+	for _, f := range strFields {
+		ss = append(ss, f.name)
+	}
+	return is, ss
+}()
 
 // appendString appends s as a JSON string, as encoding/json does less its
 // HTML escaping: invalid UTF-8 becomes U+FFFD, and U+2028 and U+2029 are

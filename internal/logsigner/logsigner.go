@@ -188,6 +188,9 @@ func (sg *Signer) run() {
 		case <-sg.closing:
 			return
 		case <-t.C:
+			if !sg.unsigned() {
+				continue // nothing new: no lease taken, no commit made
+			}
 		case <-wait:
 			sg.mu.Lock()
 			last := sg.last.Size
@@ -203,6 +206,16 @@ func (sg *Signer) run() {
 			sg.log.Error("event log: sign a checkpoint", "err", err)
 		}
 	}
+}
+
+// unsigned reports whether events were appended since the last checkpoint
+// this signer kept (or it kept none): an error counts as yes, so that
+// signing reports it.
+func (sg *Signer) unsigned() bool {
+	size, err := sg.st.LogSize(context.Background())
+	sg.mu.Lock()
+	defer sg.mu.Unlock()
+	return err != nil || size != sg.last.Size || sg.last.Note == nil
 }
 
 // Close stops what Start started and signs the head: call it after the last
