@@ -261,7 +261,15 @@ func (run *Runner) ctxAgentOf(ctx context.Context, a *kin.Agent) *ctxAgent {
 		c.session = ctxfs.Session{Owner: o, Agent: a.Name, ID: a.Session}
 	}
 	c.setHandoff(nil)
-	if spec, err := run.store.AgentProcessSpec(ctx, a.ID); err == nil {
+	// Only a spawn stores a process spec (its command, env, dir, handoff):
+	// a registered agent's is empty, and not read (a round trip on a
+	// server's store, for every registration the agent filesystem shows).
+	var spec store.ProcessSpec
+	var err error
+	if len(a.Command) > 0 {
+		spec, err = run.store.AgentProcessSpec(ctx, a.ID)
+	}
+	if err == nil {
 		if hk, err := handoffOf(spec.Handoff); err == nil {
 			c.setHandoff(hk)
 		}

@@ -210,17 +210,20 @@ func ctxErr(err error) bool {
 }
 
 // insertEvents inserts a batch's events in one statement (one round trip),
-// as columns of arrays that unnest turns into rows.
-func insertEvents(ctx context.Context, tx *sql.Tx, rows []sqlstore.EventRow) error {
+// as columns of arrays that unnest turns into rows, and in the same
+// statement queues the notification of the log's new size (notify's).
+func insertEvents(ctx context.Context, tx *sql.Tx, rows []sqlstore.EventRow, size int64) error {
 	n := len(rows)
 	seq, at, agent, parent := make([]int64, n), make([]int64, n), make([]int64, n), make([]int64, n)
 	typ, data, hashes := make([]string, n), make([]string, n), make([][]byte, n)
 	for i, r := range rows {
 		seq[i], at[i], typ[i], agent[i], parent[i], data[i], hashes[i] = r.Seq, r.Time, r.Type, r.Agent, r.Parent, r.Data, r.Hashes
 	}
-	_, err := tx.ExecContext(ctx, `INSERT INTO events (seq, time, type, agent_id, parent_id, data, hashes)
-		SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::text[], $4::bigint[], $5::bigint[], $6::text[], $7::bytea[])`,
-		seq, at, typ, agent, parent, data, hashes)
+	_, err := tx.ExecContext(ctx, `WITH ins AS (INSERT INTO events (seq, time, type, agent_id, parent_id, data, hashes)
+		SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::text[], $4::bigint[], $5::bigint[], $6::text[], $7::bytea[])
+		RETURNING 1)
+		SELECT pg_notify($8, $9), (SELECT count(*) FROM ins)`,
+		seq, at, typ, agent, parent, data, hashes, notifyChannel, strconv.FormatInt(size, 10))
 	return err
 }
 

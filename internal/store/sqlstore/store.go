@@ -63,8 +63,10 @@ type Dialect struct {
 	// commit, instead of one statement per event: where each statement
 	// costs a round trip to a server (PostgreSQL). Nothing in a write
 	// transaction reads events back, so holding them to the end changes
-	// nothing an Update sees.
-	InsertEvents func(ctx context.Context, tx *sql.Tx, rows []EventRow) error
+	// nothing an Update sees. size is the log's size with them: InsertEvents
+	// also does BeforeCommit's part, in the same statement (BeforeCommit is
+	// then not called).
+	InsertEvents func(ctx context.Context, tx *sql.Tx, rows []EventRow, size int64) error
 	// WriterStatements prepares the hot statements on the writer's
 	// connection at New (SQLite compiles a statement on every call
 	// otherwise; pgx caches statements itself).
@@ -374,12 +376,13 @@ func (s *Store) commit(batch []*update) {
 	if ok == 0 {
 		err = tx.Rollback()
 	} else {
-		if len(cache.events) > 0 {
-			if err = s.d.InsertEvents(ctx, tx, cache.events); err != nil {
+		inserted := len(cache.events) > 0
+		if inserted {
+			if err = s.d.InsertEvents(ctx, tx, cache.events, size); err != nil {
 				err = fmt.Errorf("insert events: %w", err)
 			}
 		}
-		if err == nil && appended > 0 && s.d.BeforeCommit != nil {
+		if err == nil && appended > 0 && !inserted && s.d.BeforeCommit != nil {
 			err = s.d.BeforeCommit(ctx, tx, size)
 		}
 		if err != nil {
