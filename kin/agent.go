@@ -180,7 +180,9 @@ func (a *Agent) Running() bool { return a.PID != 0 && a.EndedAt.IsZero() }
 
 // Live reports whether the agent counts against its parent's children limit
 // and its role's cardinality: not revoked or terminated, and still running or
-// able to run.
+// able to run. (A cardinality slot also needs the agent accountable: one in
+// state offline, whose host's lease expired or whose heartbeats stopped,
+// holds none, so a replacement may take it.)
 func (a *Agent) Live() bool {
 	return (a.Status == StatusActive || a.Status == StatusSuspended) && !a.State.Terminal()
 }

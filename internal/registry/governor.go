@@ -114,3 +114,27 @@ func (r *Registry) CacheDiff(ctx context.Context) ([]string, error) {
 	}
 	return diffs, nil
 }
+
+// Superseded reports whether a, back from offline (its host's lease had
+// run out, and its host now holds it again), lost its cardinality slot
+// meanwhile: another agent took its role's singleton (or its context's
+// one slot) while a could not be accounted for. Such an agent is not
+// brought back: its host stops it (seed 002: a replacement takes over a
+// lease-renewed singleton only after the lease expired, and then there is
+// one).
+func (r *Registry) Superseded(ctx context.Context, tx store.Tx, a *kin.Agent) (bool, error) {
+	prof, err := r.governorInTx(ctx, tx)
+	if err != nil {
+		return false, err
+	}
+	rule, ok := prof.Roles[a.Role]
+	if !ok {
+		return false, nil
+	}
+	name, err := kin.ParseName(a.Name)
+	if err != nil {
+		return false, nil
+	}
+	n, err := slotHolders(ctx, tx, rule.Cardinality, a.Role, name.Context, a.ID)
+	return n > 0, err
+}

@@ -227,12 +227,7 @@ func (r *Registry) register(ctx context.Context, req kin.RegisterRequest, extra 
 				return err
 			}
 		}
-		switch needs.Cardinality {
-		case kin.CardinalitySingleton:
-			facts.LiveSameRole, err = tx.AgentCountLive(ctx, store.AgentCountLiveParams{Role: facts.Role})
-		case kin.CardinalityPerContext:
-			facts.LiveSameRole, err = tx.AgentCountLive(ctx, store.AgentCountLiveParams{Role: facts.Role, NameContext: &name.Context})
-		}
+		facts.LiveSameRole, err = slotHolders(ctx, tx, needs.Cardinality, facts.Role, name.Context, 0)
 		if err != nil {
 			return err
 		}
@@ -364,6 +359,24 @@ func (r *Registry) register(ctx context.Context, req kin.RegisterRequest, extra 
 		}
 	}
 	return out, nil
+}
+
+// slotHolders counts the agents that hold the cardinality slot a role
+// rule gives (singleton: one for the fleet; per_context: one per name
+// context), leaving out except. An agent the fleet can no longer account
+// for (offline: its host's lease expired, or its heartbeats stopped) holds
+// no slot: seed 002's GO is a lease-renewed singleton, which a replacement
+// may take over once the lease has run out, and never before.
+func slotHolders(ctx context.Context, tx store.Tx, card kin.Cardinality, role, nameContext string, except kin.AgentID) (int, error) {
+	p := store.AgentCountLiveParams{Role: role, Accountable: true, Except: except}
+	switch card {
+	case kin.CardinalitySingleton:
+	case kin.CardinalityPerContext:
+		p.NameContext = &nameContext
+	default:
+		return 0, nil
+	}
+	return tx.AgentCountLive(ctx, p)
 }
 
 // errRefusedInTx undoes a registration's transaction whose refusal was

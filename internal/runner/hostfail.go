@@ -181,17 +181,21 @@ func (run *Runner) markHostOffline(ctx context.Context, host string) (int, error
 // its host's lease had expired, now that its host holds its lease again
 // and runs it: to the state it had, with an agent.state event. An agent
 // offline for missed heartbeats stays offline (seed 002: its parent or the
-// operator ends it). It reports whether it did.
-func restoreOfflineTx(ctx context.Context, tx store.Tx, id kin.AgentID, now time.Time) (bool, error) {
+// operator ends it). It reports whether it did, and whether the agent was
+// superseded instead: another agent took its role's cardinality slot while
+// it was offline (registry.Superseded), so it stays offline here and the
+// caller stops it (stopSuperseded).
+func (run *Runner) restoreOfflineTx(ctx context.Context, tx store.Tx, id kin.AgentID, now time.Time) (restored, superseded bool, err error) {
 	cur, err := tx.AgentGetByID(ctx, id)
 	if err != nil || cur.State != kin.StateOffline || cur.Status != kin.StatusActive {
-		return false, err
+		return false, false, err
 	}
+
 	// Its last agent.offline (the filter also selects its children's:
 	// those addressed to it as their parent).
 	evs, err := tx.EventList(ctx, kin.EventFilter{Agent: id, Types: []string{kin.EventAgentOffline}, Before: math.MaxInt64, Limit: 64})
 	if err != nil {
-		return false, err
+		return false, false, err
 	}
 	var last *kin.AgentOfflineData
 	for _, e := range evs {
@@ -204,13 +208,32 @@ func restoreOfflineTx(ctx context.Context, tx store.Tx, id kin.AgentID, now time
 		}
 	}
 	if last == nil || last.Host == "" {
-		return false, nil
+		return false, false, nil
+	}
+	if run.reg != nil {
+		if superseded, err = run.reg.Superseded(ctx, tx, cur); err != nil || superseded {
+			return false, superseded, err
+		}
 	}
 	to := last.From
 	if !slices.Contains(offlineStates, to) {
 		to = kin.StateActive
 	}
-	return true, setLivenessTx(ctx, tx, cur, to, now, "")
+	return true, false, setLivenessTx(ctx, tx, cur, to, now, "")
+}
+
+// stopSuperseded stops, in the background, the agents that came back from
+// offline to find their cardinality slot taken (restoreOfflineTx): each
+// with its owned subtree, seed 001's sequence, end reason superseded.
+func (run *Runner) stopSuperseded(ids []kin.AgentID) {
+	for _, id := range ids {
+		run.log.Warn("an agent back from offline lost its role's slot to a replacement: stopping it", "agent", id)
+		run.inBackground(func() {
+			if _, err := run.cancelTree(context.Background(), cancelParams{Root: id, Reason: reasonSuperseded, IncludeRoot: true}); err != nil {
+				run.log.Error("stop a superseded agent", "agent", id, "err", err)
+			}
+		})
+	}
 }
 
 // Fenced reports whether this host is fenced: cut off from the store past
@@ -420,28 +443,34 @@ func (run *Runner) Rejoin(fenced bool) {
 	// Back from offline: what the fleet marked so while this host's lease
 	// had run out, and that runs here.
 	restored := 0
+	var superseded []kin.AgentID
 	if len(alive) > 0 {
 		err := run.update(ctx, func(tx store.Tx, _ *store.AfterCommit) error {
-			restored = 0
+			restored, superseded = 0, nil
 			now := run.now()
 			for _, a := range alive {
 				if a.State != kin.StateOffline {
 					continue
 				}
-				ok, err := restoreOfflineTx(ctx, tx, a.ID, now)
+				ok, gone, err := run.restoreOfflineTx(ctx, tx, a.ID, now)
 				if err != nil {
 					return err
 				}
 				if ok {
 					restored++
 				}
+				if gone {
+					superseded = append(superseded, a.ID)
+				}
 			}
 			return nil
 		})
 		if err != nil {
 			run.log.Error("rejoin: bring back agents marked offline", "err", err)
+			superseded = nil
 		}
 	}
+	run.stopSuperseded(superseded)
 	run.fenceMu.Lock()
 	if run.fence.done == fs.done {
 		run.fence.active = false

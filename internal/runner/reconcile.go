@@ -305,8 +305,10 @@ func (run *Runner) reconcileChunk(ctx context.Context, as []*kin.Agent, alive []
 		}
 		adopted, rts = append(adopted, a), append(rts, rt)
 	}
+	var superseded []kin.AgentID
 	if len(adopted) > 0 {
 		err := run.update(ctx, func(tx store.Tx, _ *store.AfterCommit) error {
+			superseded = nil
 			now := run.now()
 			for _, a := range adopted {
 				if err := store.AppendEvent(ctx, tx, now, kin.EventAgentAdopted, a.ID, a.Parent, kin.AgentAdoptedData{Agent: a.ID, PID: a.PID}); err != nil {
@@ -315,8 +317,12 @@ func (run *Runner) reconcileChunk(ctx context.Context, as []*kin.Agent, alive []
 				// Marked offline by the fleet while this host's lease had
 				// expired: it runs, so it is back.
 				if a.State == kin.StateOffline {
-					if _, err := restoreOfflineTx(ctx, tx, a.ID, now); err != nil {
+					_, gone, err := run.restoreOfflineTx(ctx, tx, a.ID, now)
+					if err != nil {
 						return err
+					}
+					if gone {
+						superseded = append(superseded, a.ID)
 					}
 				}
 			}
@@ -324,6 +330,7 @@ func (run *Runner) reconcileChunk(ctx context.Context, as []*kin.Agent, alive []
 		})
 		if err != nil {
 			run.log.Error("record re-adoptions", "agents", len(adopted), "err", err)
+			superseded = nil
 		}
 	}
 	for _, rt := range rts {
@@ -332,6 +339,7 @@ func (run *Runner) reconcileChunk(ctx context.Context, as []*kin.Agent, alive []
 	for _, a := range adopted {
 		run.reconciled(a.ID)
 	}
+	run.stopSuperseded(superseded) // once adopted: the stop waits on its runtime
 	for _, a := range lost {
 		run.recordLost(ctx, a, reasonLost)
 		run.reconciled(a.ID)

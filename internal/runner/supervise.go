@@ -35,6 +35,7 @@ const (
 	reasonOffline    = "offline"     // stopped to be replaced after going offline
 	reasonShutdown   = "shutdown"    // the daemon shut down
 	reasonLost       = "lost"        // it ended while the daemon was down
+	reasonSuperseded = "superseded"  // back from offline, its role's slot taken by a replacement
 	reasonStartFail  = "start_failed"
 )
 

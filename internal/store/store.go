@@ -368,6 +368,13 @@ type AgentCountLiveParams struct {
 	HasParent   bool
 	Role        string
 	NameContext *string // nil: any context
+	// Accountable leaves out agents in state offline: those the fleet can
+	// no longer account for (their host's lease expired, or their
+	// heartbeats stopped). A governor's cardinality slot is held only by
+	// an accountable agent (seed 002: GO is a lease-renewed singleton).
+	Accountable bool
+	// Except leaves out one agent (0: none).
+	Except kin.AgentID
 }
 
 // SpawnRejectionInsertParams records one rejected spawn for the circuit breaker.

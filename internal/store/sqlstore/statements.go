@@ -6,6 +6,8 @@ import (
 	"errors"
 	"strings"
 	"sync"
+
+	"github.com/kin-agents/kin/kin"
 )
 
 // The store's hot SQL. database/sql with modernc.org/sqlite compiles a
@@ -56,7 +58,7 @@ func writerStatements() []string {
 	return []string{
 		sqlAgentByID, sqlAgentSubtree, sqlAgentLiveByName, sqlAgentWalletExists, sqlAgentInsert,
 		sqlAgentUpdateStatus, sqlAgentSpawnBlock, sqlEventAppend, sqlRejectionInsert, sqlRejectionCount,
-		sqlSettingList, sqlSettingSet, sqlSpendAdd, sqlSpendSubAdd, sqlSpawnAdd, sqlPermChain, LogSizeSQL, sqlAgentKeyInsert, sqlAuthTokenInsert, countLiveSQL(true, false, false), countLiveSQL(false, true, false), countLiveSQL(false, true, true),
+		sqlSettingList, sqlSettingSet, sqlSpendAdd, sqlSpendSubAdd, sqlSpawnAdd, sqlPermChain, LogSizeSQL, sqlAgentKeyInsert, sqlAuthTokenInsert, countLiveSQL(true, false, false, false, false), countLiveSQL(false, true, false, true, false), countLiveSQL(false, true, true, true, false),
 		sqlSavepoint, sqlRollbackTo, sqlRelease,
 	}
 }
@@ -130,8 +132,11 @@ func (s *stmts) close() error {
 }
 
 // countLiveSQL is the count of live agents with the given conditions.
-func countLiveSQL(parent, role, context bool) string {
+func countLiveSQL(parent, role, context, accountable, except bool) string {
 	where := []string{liveSQL}
+	if accountable {
+		where = append(where, "state <> '"+string(kin.StateOffline)+"'")
+	}
 	if parent {
 		where = append(where, "parent_id = ?")
 	}
@@ -140,6 +145,9 @@ func countLiveSQL(parent, role, context bool) string {
 	}
 	if context {
 		where = append(where, "name_context = ?")
+	}
+	if except {
+		where = append(where, "id <> ?")
 	}
 	return `SELECT COUNT(*) FROM agents WHERE ` + strings.Join(where, " AND ")
 }

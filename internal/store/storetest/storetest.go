@@ -337,6 +337,23 @@ func testCountLive(t *testing.T, s store.Store) {
 	if n := count(store.AgentCountLiveParams{Role: "HO", NameContext: &a}); n != 1 {
 		t.Errorf("live HO@a = %d", n)
 	}
+	// Offline agents are live but not accountable (a cardinality slot is
+	// an accountable agent's); Except leaves one out.
+	update(t, s, func(tx store.Tx) error {
+		return tx.AgentUpdateStatus(ctx, store.AgentUpdateStatusParams{ID: ids[1], Status: kin.StatusActive, State: kin.StateOffline, At: t0})
+	})
+	if n := count(store.AgentCountLiveParams{Role: "HO"}); n != 2 {
+		t.Errorf("live HO with HO@b offline = %d, want 2", n)
+	}
+	if n := count(store.AgentCountLiveParams{Role: "HO", Accountable: true}); n != 1 {
+		t.Errorf("accountable HO with HO@b offline = %d, want 1", n)
+	}
+	if n := count(store.AgentCountLiveParams{Role: "HO", Accountable: true, Except: ids[0]}); n != 0 {
+		t.Errorf("accountable HO but HO@a = %d, want 0", n)
+	}
+	if n := count(store.AgentCountLiveParams{Role: "HO", Except: ids[0]}); n != 1 {
+		t.Errorf("live HO but HO@a = %d, want 1", n)
+	}
 	// Suspended agents are live; revoked, terminated and ended ones are not.
 	update(t, s, func(tx store.Tx) error {
 		if err := tx.AgentUpdateStatus(ctx, store.AgentUpdateStatusParams{ID: ids[0], Status: kin.StatusSuspended, At: t0}); err != nil {
