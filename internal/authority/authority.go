@@ -287,6 +287,30 @@ func (au *Authority) chainOf(rows []store.PermRow) ([]permLink, error) {
 	return chain, nil
 }
 
+// Learn caches the own policies of agent id's chain (itself and its
+// ancestors) as the store has them: an agent another host of the fleet
+// admitted and placed here (kin spawn --host) starts with the policy that
+// host admitted, its ancestors' on other hosts included. Its deadline
+// stays armed on the host that admitted it.
+func (au *Authority) Learn(ctx context.Context, id kin.AgentID) error {
+	rows, err := au.st.PermChain(ctx, id)
+	if err != nil {
+		return err
+	}
+	chain, err := au.chainOf(rows)
+	if err != nil {
+		return err
+	}
+	au.mu.Lock()
+	defer au.mu.Unlock()
+	for _, l := range chain {
+		if l.own != nil {
+			au.own[l.id] = l.own
+		}
+	}
+	return nil
+}
+
 // chainLocked is id's chain from the cache. perm.mu is held.
 func (au *Authority) chainLocked(id kin.AgentID) []permLink {
 	ids := au.chainIDs(id)

@@ -368,6 +368,7 @@ type AgentCountLiveParams struct {
 	HasParent   bool
 	Role        string
 	NameContext *string // nil: any context
+	Host        *string // nil: any host of the fleet
 }
 
 // SpawnRejectionInsertParams records one rejected spawn for the circuit breaker.

@@ -535,8 +535,11 @@ func (t *txn) AgentCountLive(ctx context.Context, p store.AgentCountLiveParams) 
 	if p.NameContext != nil {
 		args = append(args, *p.NameContext)
 	}
+	if p.Host != nil {
+		args = append(args, *p.Host)
+	}
 	var n int
-	err := t.queryRow(ctx, countLiveSQL(p.HasParent, p.Role != "", p.NameContext != nil), args...).Scan(&n)
+	err := t.queryRow(ctx, countLiveSQL(p.HasParent, p.Role != "", p.NameContext != nil, p.Host != nil), args...).Scan(&n)
 	return n, interpretError(err)
 }
 

@@ -56,7 +56,7 @@ func writerStatements() []string {
 	return []string{
 		sqlAgentByID, sqlAgentSubtree, sqlAgentLiveByName, sqlAgentWalletExists, sqlAgentInsert,
 		sqlAgentUpdateStatus, sqlAgentSpawnBlock, sqlEventAppend, sqlRejectionInsert, sqlRejectionCount,
-		sqlSettingList, sqlSettingSet, sqlSpendAdd, sqlSpendSubAdd, sqlSpawnAdd, sqlPermChain, LogSizeSQL, sqlAgentKeyInsert, sqlAuthTokenInsert, countLiveSQL(true, false, false), countLiveSQL(false, true, false), countLiveSQL(false, true, true),
+		sqlSettingList, sqlSettingSet, sqlSpendAdd, sqlSpendSubAdd, sqlSpawnAdd, sqlPermChain, LogSizeSQL, sqlAgentKeyInsert, sqlAuthTokenInsert, countLiveSQL(true, false, false, false), countLiveSQL(false, true, false, false), countLiveSQL(false, true, true, false),
 		sqlSavepoint, sqlRollbackTo, sqlRelease,
 	}
 }
@@ -130,7 +130,7 @@ func (s *stmts) close() error {
 }
 
 // countLiveSQL is the count of live agents with the given conditions.
-func countLiveSQL(parent, role, context bool) string {
+func countLiveSQL(parent, role, context, host bool) string {
 	where := []string{liveSQL}
 	if parent {
 		where = append(where, "parent_id = ?")
@@ -140,6 +140,9 @@ func countLiveSQL(parent, role, context bool) string {
 	}
 	if context {
 		where = append(where, "name_context = ?")
+	}
+	if host {
+		where = append(where, "host = ?")
 	}
 	return `SELECT COUNT(*) FROM agents WHERE ` + strings.Join(where, " AND ")
 }
