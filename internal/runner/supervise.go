@@ -891,7 +891,8 @@ func (run *Runner) maybeRestart(ctx context.Context, old *kin.Agent, reason stri
 		ConstitutionHash: old.ConstitutionHash, CapabilityHash: old.CapabilityHash,
 		Scope: old.Scope, SelfModifying: old.SelfModifying, Life: old.Life,
 	}
-	extra := &registry.SpawnExtra{Command: spec.Command, Env: spec.Env, Dir: spec.Dir, Restart: old.Restart, Grace: old.Grace, Replaces: old.ID, Handoff: spec.Handoff}
+	extra := &registry.SpawnExtra{Command: spec.Command, Env: spec.Env, Dir: spec.Dir, Restart: old.Restart, Grace: old.Grace, Replaces: old.ID, Handoff: spec.Handoff,
+		Host: run.cfg.Host} // where the old one ran, not its parent's host
 	began := run.obs.TraceBegan()
 	a, err := run.reg.RegisterSpawn(ctx, req, *extra) // the operator's context: the supervisor acts
 	if err != nil {
