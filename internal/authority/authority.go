@@ -486,6 +486,10 @@ type Admission struct {
 	Counted    []kin.AgentID // budgeted ancestors whose spawn count this takes (store.Tx.SpendSpawnAdd)
 	own        *permOwn      // nil: the agent asks for nothing of its own
 	layers     []kin.PolicyLayer
+	// chain is the parent's chain as the transaction read it: what the
+	// cache lacks of it (ancestors another host of the fleet registered)
+	// is added at Admitted, so the agent's sandbox here has every layer.
+	chain []permLink
 }
 
 // NeedsSandbox reports whether the admitted agent's processes must run
@@ -565,7 +569,7 @@ func (au *Authority) Admit(ctx context.Context, tx store.Tx, req *kin.RegisterRe
 			return nil, kin.Errorf(kin.ECodeDenied, "agent %d may not spawn detached children: its policy says detach false", req.Parent)
 		}
 	}
-	ad := &Admission{}
+	ad := &Admission{chain: parentChain}
 	self, err := au.link(0, req.Stage, req.Policy) // the agent itself, not yet registered
 	if err != nil {
 		return nil, err
@@ -632,6 +636,11 @@ func (au *Authority) Admitted(id kin.AgentID, ad *Admission) {
 	defer au.mu.Unlock()
 	for _, a := range ad.Counted {
 		au.rec(a).spawns++
+	}
+	for _, l := range ad.chain {
+		if l.own != nil && au.own[l.id] == nil {
+			au.own[l.id] = l.own // an ancestor registered by another host
+		}
 	}
 	if ad.own != nil {
 		au.own[id] = ad.own

@@ -282,3 +282,42 @@ func mustAgents(t *testing.T, d *kintest.Daemon) []*kin.Agent {
 	}
 	return as
 }
+
+// TestPlacedAgentKeepsItsAncestorsPolicy: a parent registered on alpha
+// with a policy that denies exec; its children running on beta, one spawned
+// through beta and one placed on beta through alpha, are denied exec by
+// beta too (beta's cache holds the chain the registration read, or learns
+// it from the store before a placed start), not only by alpha.
+func TestPlacedAgentKeepsItsAncestorsPolicy(t *testing.T) {
+	dsn, key := pgtest.NewDatabase(t), kintest.WithLogKeyDir(filepath.Join(t.TempDir(), "log-key"))
+	a := kintest.StartDaemon(t, kintest.WithStore(dsn), kintest.WithHostName("alpha"), key)
+	b := kintest.StartDaemon(t, kintest.WithStore(dsn), kintest.WithHostName("beta"), key)
+	parent, err := a.Client.Register(ctx, kin.RegisterRequest{Name: "strict", Responsible: "t",
+		Policy: &kin.Policy{Tools: &kin.ToolRules{Deny: []string{"exec"}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sleep := []string{"/bin/sh", "-c", "exec sleep 1000"}
+	// Wait until beta's lineage has the parent (its follower), as a
+	// spawn through beta needs.
+	kintest.WaitFor(t, 10*time.Second, "beta knows the parent", func() bool {
+		_, err := b.Client.Children(ctx, parent.ID)
+		return err == nil
+	})
+	viaB, err := b.Client.Spawn(ctx, kin.SpawnRequest{RegisterRequest: kin.RegisterRequest{Name: "via-beta", Parent: parent.ID}, Command: sleep})
+	if err != nil || viaB.Host != "beta" {
+		t.Fatalf("spawn through beta: %+v, %v", viaB, err)
+	}
+	placed, err := a.Client.Spawn(ctx, kin.SpawnRequest{RegisterRequest: kin.RegisterRequest{Name: "placed-beta", Parent: parent.ID}, Command: sleep, Host: "beta"})
+	if err != nil || placed.Host != "beta" {
+		t.Fatalf("spawn placed on beta through alpha: %+v, %v", placed, err)
+	}
+	for _, ag := range []*kin.Agent{viaB, placed} {
+		for _, d := range []*kintest.Daemon{a, b} {
+			dec, err := d.Client.Authorize(ctx, kin.AuthorizeRequest{Agent: ag.ID, Tool: "exec"})
+			if err != nil || dec.Allowed {
+				t.Errorf("%s asks %s for exec: %+v, %v; want denied by its parent's policy", ag.Name, d.Config.HostName, dec, err)
+			}
+		}
+	}
+}
