@@ -69,7 +69,7 @@ func (run *Runner) awaitPlaced(ctx context.Context, a *kin.Agent) (*kin.Agent, e
 		if err != nil {
 			return nil, run.agentError(err, a.ID)
 		}
-		if out, err, done := run.placedOutcome(ctx, got); done {
+		if out, done, err := run.placedOutcome(ctx, got); done {
 			return out, err
 		}
 		if checkLease {
@@ -90,12 +90,12 @@ func (run *Runner) awaitPlaced(ctx context.Context, a *kin.Agent) (*kin.Agent, e
 
 // placedOutcome is what a placed agent's record says of its start: done
 // once its host recorded its pid (out) or its end (err).
-func (run *Runner) placedOutcome(ctx context.Context, got *kin.Agent) (out *kin.Agent, err error, done bool) {
+func (run *Runner) placedOutcome(ctx context.Context, got *kin.Agent) (out *kin.Agent, done bool, err error) {
 	switch {
 	case got.PID != 0:
-		return got, nil, true
+		return got, true, nil
 	case got.EndedAt.IsZero():
-		return nil, nil, false
+		return nil, false, nil
 	}
 	detail := got.EndReason
 	evs, _ := run.store.EventList(ctx, kin.EventFilter{Agent: got.ID, Types: []string{kin.EventAgentFailed}})
@@ -106,11 +106,11 @@ func (run *Runner) placedOutcome(ctx context.Context, got *kin.Agent) (out *kin.
 		}
 	}
 	if got.EndReason == reasonPlaceFail {
-		return nil, kin.Errorf(kin.ECodeUnavailable, "agent %d (%s) was not started on host %q: %s; it is recorded failed and nothing of it runs",
-			got.ID, got.Name, got.Host, detail), true
+		return nil, true, kin.Errorf(kin.ECodeUnavailable, "agent %d (%s) was not started on host %q: %s; it is recorded failed and nothing of it runs",
+			got.ID, got.Name, got.Host, detail)
 	}
-	return nil, kin.Errorf(kin.ECodeInvalid, "agent %d (%s) was registered on host %q but its process could not start: %s",
-		got.ID, got.Name, got.Host, detail), true
+	return nil, true, kin.Errorf(kin.ECodeInvalid, "agent %d (%s) was registered on host %q but its process could not start: %s",
+		got.ID, got.Name, got.Host, detail)
 }
 
 // hostDown says why host cannot start an agent now ("" when its lease
@@ -159,7 +159,7 @@ func (run *Runner) withdraw(ctx context.Context, a *kin.Agent, code kin.ErrorCod
 		return nil, run.storeError(err)
 	}
 	if cur != nil {
-		out, err, _ := run.placedOutcome(ctx, cur)
+		out, _, err := run.placedOutcome(ctx, cur)
 		return out, err
 	}
 	run.log.Warn("placed agent withdrawn", "agent", a.ID, "host", a.Host, "why", why)
