@@ -65,11 +65,11 @@ func (run *Runner) awaitPlaced(ctx context.Context, a *kin.Agent) (*kin.Agent, e
 	checkLease := true
 	for {
 		wake := run.store.Wait()
-		got, err := run.store.AgentGetByID(ctx, a.ID)
-		if err != nil {
-			return nil, run.agentError(err, a.ID)
-		}
-		if out, done, err := run.placedOutcome(ctx, got); done {
+		// A failed read is tried again (the deadline still holds): the
+		// agent may be starting on its host.
+		if got, err := run.store.AgentGetByID(ctx, a.ID); err != nil {
+			run.log.Warn("placed agent: read it", "agent", a.ID, "err", err)
+		} else if out, done, err := run.placedOutcome(ctx, got); done {
 			return out, err
 		}
 		if checkLease {
