@@ -32,6 +32,10 @@ const (
 	// of an owned subtree being cancelled (issue 24): host, root, agents,
 	// reason, grace. Agent is the subtree's root.
 	EventFleetCancel = "fleet.cancel"
+	// EventSpawnPlaced asks another host of the fleet to start an agent
+	// registered for it (issue 24's placement): agent, parent, host, by.
+	// The agent's process spec is in its row, never in the event.
+	EventSpawnPlaced = "spawn.placed"
 
 	// The permission authority's events (seed 001, seed 003).
 	EventAgentPromoted   = "agent.promoted"   // agent, from, to, by: a stage change
@@ -47,7 +51,7 @@ var EventTypes = []string{
 	EventGovernorChanged, EventAgentStarted, EventAgentExited, EventChildCancel, EventAgentStop,
 	EventAgentState, EventAgentOffline, EventAgentReplaced, EventAgentFailed, EventAgentAdopted,
 	EventAgentLost, EventAgentResult, EventAgentPromoted, EventToolDenied, EventAgentUsage,
-	EventBudgetExhausted, EventAgentMessage, EventFleetCancel,
+	EventBudgetExhausted, EventAgentMessage, EventFleetCancel, EventSpawnPlaced,
 	EventGrant, EventTokenIssued, EventTokenRefused, EventTokenRevoked, EventKeysRotated,
 }
 

@@ -101,6 +101,16 @@ type FleetCancelData struct {
 	Grace  *Duration `json:"grace,omitempty"` // nil: each agent's own
 }
 
+// SpawnPlacedData is the data of an EventSpawnPlaced event: agent Agent,
+// registered by host By, is Host's to start. What it runs (command,
+// environment, directory) is stored with the agent, not here.
+type SpawnPlacedData struct {
+	Agent  AgentID `json:"agent"`
+	Parent AgentID `json:"parent"`
+	Host   string  `json:"host"`
+	By     string  `json:"by"`
+}
+
 // AgentStopData is the data of an EventAgentStop event.
 type AgentStopData struct {
 	Agent  AgentID `json:"agent"`
@@ -268,6 +278,8 @@ func EventData(typ string) any {
 		return new(ChildCancelData)
 	case EventFleetCancel:
 		return new(FleetCancelData)
+	case EventSpawnPlaced:
+		return new(SpawnPlacedData)
 	case EventAgentStop:
 		return new(AgentStopData)
 	case EventAgentState:

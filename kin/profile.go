@@ -102,6 +102,10 @@ const (
 	CardinalityAny        Cardinality = ""            // no limit
 	CardinalitySingleton  Cardinality = "singleton"   // one in the whole registry (seed 002's GO)
 	CardinalityPerContext Cardinality = "per_context" // one per name context: HO@<host>, PO-<project>, IO@<human>
+	// CardinalityPerHost is one live agent of the role on each host of the
+	// fleet, counted on the host the agent is placed on (seed 002's one HO
+	// per physical host).
+	CardinalityPerHost Cardinality = "per_host"
 )
 
 // CircuitBreaker is seed 002's "violation triggers a circuit breaker alert":

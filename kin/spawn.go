@@ -43,6 +43,11 @@ type SpawnRequest struct {
 	Restart RestartPolicy `json:"restart,omitempty"`
 	// Handoff is what the parent hands the child (seed 001); nil: none.
 	Handoff *Handoff `json:"handoff,omitempty"`
+	// Host is the host of the fleet that runs the agent (issue 24). ""
+	// places it on its parent's host when the parent is an agent running
+	// on one, else on the host that received the request. The named
+	// host's daemon starts the process; the spawn answers once it runs.
+	Host string `json:"host,omitempty"`
 }
 
 // ValidateProcess checks the process part of the request (the registration
@@ -89,6 +94,11 @@ func (r *SpawnRequest) ValidateProcess() error {
 	}
 	if r.Restart != "" && !r.Restart.Valid() {
 		return Errorf(ECodeInvalid, "restart %q is not one of never, on-failure, always", r.Restart)
+	}
+	if r.Host != "" {
+		if err := ValidateHostName(r.Host); err != nil {
+			return Errorf(ECodeInvalid, "host: %s", ErrorMessageOf(err))
+		}
 	}
 	return nil
 }

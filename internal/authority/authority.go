@@ -287,6 +287,30 @@ func (au *Authority) chainOf(rows []store.PermRow) ([]permLink, error) {
 	return chain, nil
 }
 
+// Learn caches the own policies of agent id's chain (itself and its
+// ancestors) as the store has them: an agent another host of the fleet
+// admitted and placed here (kin spawn --host) starts with the policy that
+// host admitted, its ancestors' on other hosts included. Its deadline
+// stays armed on the host that admitted it.
+func (au *Authority) Learn(ctx context.Context, id kin.AgentID) error {
+	rows, err := au.st.PermChain(ctx, id)
+	if err != nil {
+		return err
+	}
+	chain, err := au.chainOf(rows)
+	if err != nil {
+		return err
+	}
+	au.mu.Lock()
+	defer au.mu.Unlock()
+	for _, l := range chain {
+		if l.own != nil {
+			au.own[l.id] = l.own
+		}
+	}
+	return nil
+}
+
 // chainLocked is id's chain from the cache. perm.mu is held.
 func (au *Authority) chainLocked(id kin.AgentID) []permLink {
 	ids := au.chainIDs(id)
@@ -462,6 +486,10 @@ type Admission struct {
 	Counted    []kin.AgentID // budgeted ancestors whose spawn count this takes (store.Tx.SpendSpawnAdd)
 	own        *permOwn      // nil: the agent asks for nothing of its own
 	layers     []kin.PolicyLayer
+	// chain is the parent's chain as the transaction read it: what the
+	// cache lacks of it (ancestors another host of the fleet registered)
+	// is added at Admitted, so the agent's sandbox here has every layer.
+	chain []permLink
 }
 
 // NeedsSandbox reports whether the admitted agent's processes must run
@@ -541,7 +569,7 @@ func (au *Authority) Admit(ctx context.Context, tx store.Tx, req *kin.RegisterRe
 			return nil, kin.Errorf(kin.ECodeDenied, "agent %d may not spawn detached children: its policy says detach false", req.Parent)
 		}
 	}
-	ad := &Admission{}
+	ad := &Admission{chain: parentChain}
 	self, err := au.link(0, req.Stage, req.Policy) // the agent itself, not yet registered
 	if err != nil {
 		return nil, err
@@ -608,6 +636,11 @@ func (au *Authority) Admitted(id kin.AgentID, ad *Admission) {
 	defer au.mu.Unlock()
 	for _, a := range ad.Counted {
 		au.rec(a).spawns++
+	}
+	for _, l := range ad.chain {
+		if l.own != nil && au.own[l.id] == nil {
+			au.own[l.id] = l.own // an ancestor registered by another host
+		}
 	}
 	if ad.own != nil {
 		au.own[id] = ad.own

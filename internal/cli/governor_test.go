@@ -46,7 +46,7 @@ func TestGovernorShowRoles(t *testing.T) {
 	want := []string{
 		"ROLE ROOT CARDINALITY SPAWNS",
 		"GO yes singleton HO, PO, IO",
-		"HO no per_context (none)",
+		"HO no per_host (none)",
 		"IO no per_context (none)",
 		"PO no per_context Specialist, Reviewer, Worker",
 		"Reviewer no any (none)",

@@ -92,12 +92,29 @@ rights, and a bad one is named before anything is spawned. "kin show" prints
 the agent's effective policy, "kin explain" why it may or may not do
 something.
 
+Placement (a fleet: several kin serve on one PostgreSQL store, see "kin
+hosts"): --host NAME runs the agent on that host of the fleet, whichever
+host's API receives the spawn. Without --host the agent runs on its parent's
+host when the parent is an agent running on a host of the fleet (a child
+runs beside its parent), and otherwise on the host that receives the spawn.
+The placed host's kin serve starts the process, and kin spawn answers once
+it runs there (its PID is that host's). With --host, COMMAND without a slash
+is looked up in that host's kin serve's PATH, not this shell's, and the
+process starts in its session directory on that host unless --dir names a
+directory there. An unknown host is refused naming the fleet's hosts; a host
+whose lease ran out (its daemon down) is refused with nothing registered;
+one that does not start the agent within 30 s, or goes down meanwhile,
+leaves it recorded failed (end reason placement_failed) with nothing
+running. A policy's mounts and --template name files on the host that
+receives the spawn: spawn such an agent through its own host's API.
+
 Prints the agent, with its PID.
 
 Exit status: 0 when the agent runs, 1 when the spawn was refused or failed
 (the error says why: a governor rule, permission_escalation, a bad file),
 2 when the command line is wrong.`,
 		Example: `  kin spawn --name Research-Coordinator --responsible "Dr. Schmidt" -- python3 coordinator.py
+  kin spawn --parent 1 --host gpu-2 --name trainer -- /opt/train/run.sh
   kin spawn --parent 1 --name Web-Scraper --restart on-failure --grace 10s ./scrape.sh --depth 2
   kin spawn --parent 1 --env LOG_LEVEL=debug --dir /srv/agents --json node agent.js
   kin spawn --name Sleeper --responsible ops -- sleep 3600
@@ -112,16 +129,25 @@ Exit status: 0 when the agent runs, 1 when the spawn was refused or failed
 			return nil
 		},
 		RunE: run(func(cmd *cobra.Command, args []string) error {
+			if req.Host != "" {
+				if err := kin.ValidateHostName(req.Host); err != nil {
+					return usageErrorf("--host %q: %s", req.Host, kin.ErrorMessageOf(err))
+				}
+			}
 			req.Command = slices.Clone(args)
-			req.Command[0] = resolveCommand(req.Command[0])
+			if req.Host == "" {
+				req.Command[0] = resolveCommand(req.Command[0])
+			}
 			for _, kv := range req.Env {
 				if k, _, ok := strings.Cut(kv, "="); !ok || k == "" {
 					return usageErrorf("--env %q is not KEY=VALUE", kv)
 				}
 			}
 			// Inside an agent, a child without --dir starts in its own
-			// session: the parent's directory is its uid's alone.
-			if req.Dir != "" || a.env.Getenv("KIN_AGENT_ID") == "" {
+			// session: the parent's directory is its uid's alone; so
+			// does an agent placed on a host (where this directory may
+			// not exist).
+			if req.Dir != "" || a.env.Getenv("KIN_AGENT_ID") == "" && req.Host == "" {
 				dir, err := workDir(req.Dir)
 				if err != nil {
 					return err
@@ -156,7 +182,8 @@ Exit status: 0 when the agent runs, 1 when the spawn was refused or failed
 		"the parent agent's `ID` (omit or 0 for a root; inside an agent, for that agent's child)")
 	f := cmd.Flags()
 	f.StringArrayVar(&req.Env, "env", nil, "add `KEY=VALUE` to the agent's environment (repeatable; KIN_* are kin's own)")
-	f.StringVar(&req.Dir, "dir", "", "the process's working `directory` (default: the current directory; run inside an agent, the child's own session)")
+	f.StringVar(&req.Dir, "dir", "", "the process's working `directory` (default: the current directory; run inside an agent or with --host, the child's own session)")
+	f.StringVar(&req.Host, "host", "", "the fleet's `host` to run the agent on (default: its parent's host when the parent runs on one, else the host receiving the spawn)")
 	f.Var(durationFlag{d: &req.Grace}, "grace", "time between SIGTERM and SIGKILL when the agent is stopped (default 5s; 0s kills at once)")
 	f.Var(newEnumFlag(&req.Restart, kin.RestartNever, kin.RestartOnFailure, kin.RestartAlways), "restart",
 		"`policy` for replacing the agent after its process ends: never (the default), on-failure (after a crash, or going offline), always")

@@ -298,3 +298,39 @@ func TestSpawnMissingProgram(t *testing.T) {
 		t.Errorf("exit %d, stderr %q; want the path named", r.code, r.stderr)
 	}
 }
+
+// TestSpawnHost: --host goes in the request; the command and the directory
+// are left to the placed host (its kin serve's PATH, the agent's session
+// there); a bad host name is a usage error before anything is sent.
+func TestSpawnHost(t *testing.T) {
+	svc := &fakeService{}
+	r := runFake(t, svc, "", "spawn", "--host", "gpu-2", "--responsible", "ops", "sleep", "60")
+	wantOK(t, r)
+	if len(svc.spawns) != 1 {
+		t.Fatalf("spawns = %d", len(svc.spawns))
+	}
+	got := svc.spawns[0]
+	if got.Host != "gpu-2" || got.Command[0] != "sleep" || got.Dir != "" {
+		t.Errorf("request = host %q, command %q, dir %q; want gpu-2, sleep (unresolved), no dir", got.Host, got.Command, got.Dir)
+	}
+	r = runFake(t, svc, "", "spawn", "--host", "gpu-2", "--dir", "/srv/agents", "--responsible", "ops", "sleep", "60")
+	wantOK(t, r)
+	if got := svc.spawns[1]; got.Dir != "/srv/agents" {
+		t.Errorf("dir = %q, want /srv/agents", got.Dir)
+	}
+	// Without --host, as before: the command from this PATH, this directory.
+	r = runFake(t, svc, "", "spawn", "--responsible", "ops", "sleep", "60")
+	wantOK(t, r)
+	if got := svc.spawns[2]; got.Host != "" || got.Command[0] != mustLookPath(t, "sleep") || got.Dir == "" {
+		t.Errorf("request without --host = %+v", got)
+	}
+	for _, bad := range []string{"-a", "a b", "x/y", strings.Repeat("h", 64)} {
+		r = runFake(t, svc, "", "spawn", "--host="+bad, "--responsible", "ops", "sleep", "60")
+		if r.code != 2 || !strings.Contains(r.stderr, "--host") {
+			t.Errorf("--host %q: exit %d, stderr %q; want a usage error naming --host", bad, r.code, r.stderr)
+		}
+	}
+	if len(svc.spawns) != 3 {
+		t.Errorf("a bad --host reached the daemon: %d spawns", len(svc.spawns))
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -208,6 +209,115 @@ func TestFleetHasOneLogKey(t *testing.T) {
 		rep, err := d.Client.LogVerify(ctx, kin.LogVerifyRequest{Checkpoint: cpB.Note})
 		if err != nil || !rep.OK {
 			t.Fatalf("%s verifies the fleet's log: %+v, %v", d.Config.HostName, rep, err)
+		}
+	}
+}
+
+// TestSpawnPlacedOnAnotherDaemon: two daemons on one store; a spawn asked
+// of alpha with Host beta is started by beta (its process in beta's
+// cgroup root, recorded with beta's host) and answered by alpha with its
+// pid; a child of it asked of alpha with no host runs beside its parent on
+// beta; stopping it through alpha stops both. An unknown host is refused
+// naming the fleet's hosts, and a policy with mounts (files alpha checked)
+// cannot be placed on beta; neither registers anything.
+func TestSpawnPlacedOnAnotherDaemon(t *testing.T) {
+	dsn, key := pgtest.NewDatabase(t), kintest.WithLogKeyDir(filepath.Join(t.TempDir(), "log-key"))
+	a := kintest.StartDaemon(t, kintest.WithStore(dsn), kintest.WithHostName("alpha"), key)
+	b := kintest.StartDaemon(t, kintest.WithStore(dsn), kintest.WithHostName("beta"), key)
+	sleep := []string{"/bin/sh", "-c", "exec sleep 1000"}
+	placed, err := a.Client.Spawn(ctx, kin.SpawnRequest{RegisterRequest: kin.RegisterRequest{Name: "placed", Responsible: "t"},
+		Command: sleep, Host: "beta"})
+	if err != nil {
+		t.Fatalf("spawn placed on beta through alpha: %v", err)
+	}
+	if placed.Host != "beta" || placed.PID == 0 {
+		t.Fatalf("placed = host %q pid %d; want beta and a pid", placed.Host, placed.PID)
+	}
+	cg, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", placed.PID))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st, err := b.Client.Status(ctx); err == nil && st.Containment == "cgroup2" {
+		sa, _ := a.Client.Status(ctx)
+		if !strings.Contains(string(cg), "/"+filepath.Base(st.CgroupRoot)+"/") || strings.Contains(string(cg), "/"+filepath.Base(sa.CgroupRoot)+"/") {
+			t.Errorf("placed runs in %s; want under beta's root %s", strings.TrimSpace(string(cg)), st.CgroupRoot)
+		}
+	}
+	kid, err := a.Client.Spawn(ctx, kin.SpawnRequest{RegisterRequest: kin.RegisterRequest{Name: "kid", Parent: placed.ID}, Command: sleep})
+	if err != nil || kid.Host != "beta" || kid.PID == 0 {
+		t.Fatalf("a child of placed asked of alpha: %+v, %v; want it on beta, beside its parent", kid, err)
+	}
+
+	n0 := len(mustAgents(t, a))
+	_, err = a.Client.Spawn(ctx, kin.SpawnRequest{RegisterRequest: kin.RegisterRequest{Name: "nowhere", Responsible: "t"}, Command: sleep, Host: "gamma"})
+	wantCode(t, err, kin.ECodeInvalid)
+	if !strings.Contains(err.Error(), "its hosts: alpha, beta") {
+		t.Errorf("unknown host: %v; want the fleet's hosts named", err)
+	}
+	dir := t.TempDir()
+	_, err = a.Client.Spawn(ctx, kin.SpawnRequest{RegisterRequest: kin.RegisterRequest{Name: "mounted", Responsible: "t",
+		Policy: &kin.Policy{Mounts: map[string]kin.Mode{dir: kin.ModeRW}}}, Command: sleep, Host: "beta"})
+	wantCode(t, err, kin.ECodeInvalid)
+	if n := len(mustAgents(t, a)); n != n0 {
+		t.Errorf("refused placements registered %d agents", n-n0)
+	}
+
+	if _, err := a.Client.Stop(ctx, kin.StopRequest{ID: placed.ID}); err != nil {
+		t.Fatal(err)
+	}
+	for _, ag := range []*kin.Agent{placed, kid} {
+		got, err := b.Client.Agent(ctx, ag.ID)
+		if err != nil || !got.State.Terminal() {
+			t.Errorf("%s after the stop: %+v, %v", ag.Name, got, err)
+		}
+		kintest.WaitFor(t, 10*time.Second, ag.Name+"'s process gone", func() bool { return syscall.Kill(ag.PID, 0) != nil })
+	}
+}
+
+func mustAgents(t *testing.T, d *kintest.Daemon) []*kin.Agent {
+	t.Helper()
+	as, err := d.Client.Agents(ctx, kin.AgentFilter{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return as
+}
+
+// TestPlacedAgentKeepsItsAncestorsPolicy: a parent registered on alpha
+// with a policy that denies exec; its children running on beta, one spawned
+// through beta and one placed on beta through alpha, are denied exec by
+// beta too (beta's cache holds the chain the registration read, or learns
+// it from the store before a placed start), not only by alpha.
+func TestPlacedAgentKeepsItsAncestorsPolicy(t *testing.T) {
+	dsn, key := pgtest.NewDatabase(t), kintest.WithLogKeyDir(filepath.Join(t.TempDir(), "log-key"))
+	a := kintest.StartDaemon(t, kintest.WithStore(dsn), kintest.WithHostName("alpha"), key)
+	b := kintest.StartDaemon(t, kintest.WithStore(dsn), kintest.WithHostName("beta"), key)
+	parent, err := a.Client.Register(ctx, kin.RegisterRequest{Name: "strict", Responsible: "t",
+		Policy: &kin.Policy{Tools: &kin.ToolRules{Deny: []string{"exec"}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sleep := []string{"/bin/sh", "-c", "exec sleep 1000"}
+	// Wait until beta's lineage has the parent (its follower), as a
+	// spawn through beta needs.
+	kintest.WaitFor(t, 10*time.Second, "beta knows the parent", func() bool {
+		_, err := b.Client.Children(ctx, parent.ID)
+		return err == nil
+	})
+	viaB, err := b.Client.Spawn(ctx, kin.SpawnRequest{RegisterRequest: kin.RegisterRequest{Name: "via-beta", Parent: parent.ID}, Command: sleep})
+	if err != nil || viaB.Host != "beta" {
+		t.Fatalf("spawn through beta: %+v, %v", viaB, err)
+	}
+	placed, err := a.Client.Spawn(ctx, kin.SpawnRequest{RegisterRequest: kin.RegisterRequest{Name: "placed-beta", Parent: parent.ID}, Command: sleep, Host: "beta"})
+	if err != nil || placed.Host != "beta" {
+		t.Fatalf("spawn placed on beta through alpha: %+v, %v", placed, err)
+	}
+	for _, ag := range []*kin.Agent{viaB, placed} {
+		for _, d := range []*kintest.Daemon{a, b} {
+			dec, err := d.Client.Authorize(ctx, kin.AuthorizeRequest{Agent: ag.ID, Tool: "exec"})
+			if err != nil || dec.Allowed {
+				t.Errorf("%s asks %s for exec: %+v, %v; want denied by its parent's policy", ag.Name, d.Config.HostName, dec, err)
+			}
 		}
 	}
 }

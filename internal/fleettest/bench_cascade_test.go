@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kin-agents/kin/client"
 	"github.com/kin-agents/kin/internal/fleettest"
 	"github.com/kin-agents/kin/kin"
 )
@@ -46,28 +45,28 @@ func BenchmarkFleetCascade(b *testing.B) {
 func cascade(b *testing.B, hosts []*fleettest.Host, tag string) time.Duration {
 	ctx := context.Background()
 	grace := kin.Duration(0)
-	spawn := func(c *client.Client, name string, parent kin.AgentID) *kin.Agent {
-		a, err := c.Spawn(ctx, kin.SpawnRequest{RegisterRequest: kin.RegisterRequest{Name: name, Parent: parent, Responsible: "bench"},
-			Command: []string{"sleep", "1000"}, Grace: &grace})
+	spawn := func(h *fleettest.Host, name string, parent kin.AgentID) *kin.Agent {
+		a, err := h.Client.Spawn(ctx, kin.SpawnRequest{RegisterRequest: kin.RegisterRequest{Name: name, Parent: parent, Responsible: "bench"},
+			Command: []string{"sleep", "1000"}, Grace: &grace, Host: h.Name})
 		if err != nil {
 			b.Fatalf("spawn %s: %v", name, err)
 		}
 		return a
 	}
-	root := spawn(hosts[0].Client, "root-"+tag, 0)
+	root := spawn(hosts[0], "root-"+tag, 0)
 	var mu sync.Mutex
 	var ids []kin.AgentID
 	var wg sync.WaitGroup
 	for i := range 10 {
 		h := hosts[i%len(hosts)]
 		wg.Go(func() {
-			kid := spawn(h.Client, fmt.Sprintf("k%s-%d", tag, i), root.ID)
+			kid := spawn(h, fmt.Sprintf("k%s-%d", tag, i), root.ID)
 			mine := []kin.AgentID{kid.ID}
 			for j := range 10 {
-				g := spawn(h.Client, fmt.Sprintf("g%s-%d-%d", tag, i, j), kid.ID)
+				g := spawn(h, fmt.Sprintf("g%s-%d-%d", tag, i, j), kid.ID)
 				mine = append(mine, g.ID)
 				for k := range 10 {
-					mine = append(mine, spawn(h.Client, fmt.Sprintf("l%s-%d-%d-%d", tag, i, j, k), g.ID).ID)
+					mine = append(mine, spawn(h, fmt.Sprintf("l%s-%d-%d-%d", tag, i, j, k), g.ID).ID)
 				}
 			}
 			mu.Lock()

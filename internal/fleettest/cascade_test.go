@@ -27,7 +27,7 @@ func TestOwnedChildrenDieAcrossHosts(t *testing.T) {
 		t.Helper()
 		ag, err := h.Client.Spawn(ctx, kin.SpawnRequest{
 			RegisterRequest: kin.RegisterRequest{Name: name, Parent: parent, Responsible: "Dr. Schmidt"},
-			Command:         []string{"sleep", "1000"}, Grace: &grace,
+			Command:         []string{"sleep", "1000"}, Grace: &grace, Host: h.Name,
 		})
 		if err != nil {
 			t.Fatalf("spawn %s on %s: %v", name, h.Name, err)

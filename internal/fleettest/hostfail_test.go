@@ -37,7 +37,7 @@ func spawnOn(t *testing.T, h *fleettest.Host, name string, parent kin.AgentID, g
 	g := kin.Duration(grace)
 	ag, err := h.Client.Spawn(ctx, kin.SpawnRequest{
 		RegisterRequest: kin.RegisterRequest{Name: name, Parent: parent, Responsible: "fleettest"},
-		Command:         command, Grace: &g,
+		Command:         command, Grace: &g, Host: h.Name,
 	})
 	if err != nil {
 		t.Fatalf("spawn %s on %s: %v", name, h.Name, err)

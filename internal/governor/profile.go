@@ -204,9 +204,9 @@ func Validate(p kin.Profile) error {
 			return fmt.Errorf("profile %s: roles: %w", p.Name, err)
 		}
 		switch rule.Cardinality {
-		case kin.CardinalityAny, kin.CardinalitySingleton, kin.CardinalityPerContext:
+		case kin.CardinalityAny, kin.CardinalitySingleton, kin.CardinalityPerContext, kin.CardinalityPerHost:
 		default:
-			return fmt.Errorf("profile %s: roles.%s.cardinality %q is not one of \"\", \"singleton\", \"per_context\"", p.Name, role, rule.Cardinality)
+			return fmt.Errorf("profile %s: roles.%s.cardinality %q is not one of \"\", \"singleton\", \"per_context\", \"per_host\"", p.Name, role, rule.Cardinality)
 		}
 		for _, child := range rule.Spawns {
 			if _, ok := p.Roles[child]; !ok {

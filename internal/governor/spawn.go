@@ -49,11 +49,14 @@ type SpawnFacts struct {
 	Parent       *kin.Agent  // nil if ParentID is 0 or the parent does not exist
 	Role         string      // the child's role, after Role()
 	Name         kin.Name
-	LiveChildren int  // the parent's live children (if Needs.LiveChildren)
-	LiveSameRole int  // live agents of Role (and of Name.Context when per_context)
-	WalletTaken  bool // the requested wallet is already registered
-	Life         kin.Life
-	Now          time.Time
+	LiveChildren int // the parent's live children (if Needs.LiveChildren)
+	LiveSameRole int // live agents of Role (and of Name.Context when per_context, on Host when per_host)
+	// Host is the host of the fleet the agent is placed on (per_host
+	// counts there).
+	Host        string
+	WalletTaken bool // the requested wallet is already registered
+	Life        kin.Life
+	Now         time.Time
 }
 
 // Generation is the generation a child of facts.Parent gets.
@@ -144,6 +147,10 @@ func checkCardinality(p kin.Profile, f SpawnFacts) *kin.Error {
 		}
 		if f.LiveSameRole > 0 {
 			return kin.Errorf(kin.ECodeCardinality, "role %s allows one live agent per context under profile %s, and %q already has one", f.Role, p.Name, f.Name.Context)
+		}
+	case kin.CardinalityPerHost:
+		if f.LiveSameRole > 0 {
+			return kin.Errorf(kin.ECodeCardinality, "role %s allows one live agent per host under profile %s, and host %q already runs one", f.Role, p.Name, f.Host)
 		}
 	}
 	return nil

@@ -127,10 +127,10 @@ func TestCheckSpawnRules(t *testing.T) {
 		{"GO spawns HO", hier, func() governor.SpawnFacts { return spawn(t, hier, agent(1, "GO", 0), "HO@Server1", "") }, "", ""},
 		{"one HO per host", hier, func() governor.SpawnFacts {
 			f := spawn(t, hier, agent(1, "GO", 0), "HO@Server1", "")
-			f.LiveSameRole = 1
+			f.LiveSameRole, f.Host = 1, "server1"
 			return f
-		}, kin.ECodeCardinality, `"Server1" already has one`},
-		{"HO needs a host", hier, func() governor.SpawnFacts { return spawn(t, hier, agent(1, "GO", 0), "HO", "") }, kin.ECodeInvalid, "one per context"},
+		}, kin.ECodeCardinality, `host "server1" already runs one`},
+		{"an HO is counted by host, not by name", hier, func() governor.SpawnFacts { return spawn(t, hier, agent(1, "GO", 0), "HO", "") }, "", ""},
 		{"GO spawns PO", hier, func() governor.SpawnFacts { return spawn(t, hier, agent(1, "GO", 0), "PO-MVP1", "") }, "", ""},
 		{"one PO per project", hier, func() governor.SpawnFacts {
 			f := spawn(t, hier, agent(1, "GO", 0), "PO-MVP1", "")

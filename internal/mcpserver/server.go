@@ -202,6 +202,7 @@ type SpawnInput struct {
 	Set              map[string]string `json:"set,omitempty" jsonschema:"with template: the values of its placeholders, e.g. {\"TOPIC\": \"lineage\"}"`
 	Env              []string          `json:"env,omitempty" jsonschema:"entries of the form KEY=VALUE added to the agent's environment (KIN_* are kin's own)"`
 	Dir              string            `json:"dir,omitempty" jsonschema:"the process's working directory (default: this server's, or inside an agent the child's own session)"`
+	Host             string            `json:"host,omitempty" jsonschema:"the host of kin's fleet to run the agent on (default: the parent's host when the parent runs on one, else the host this server talks to); command and dir then name paths on that host"`
 	Restart          string            `json:"restart,omitempty" jsonschema:"never (default), on-failure or always: whether kin replaces the process after it ends"`
 	Grace            string            `json:"grace,omitempty" jsonschema:"time between SIGTERM and SIGKILL when the agent is stopped, a duration like 5s (default: kin's; 0s kills at once)"`
 	Wallet           string            `json:"wallet,omitempty" jsonschema:"the wallet or account the agent's spend is charged to (seed 000's registration data)"`
@@ -228,7 +229,7 @@ func (t *tools) spawnRequest(in SpawnInput, readsFiles bool) (kin.SpawnRequest, 
 			Wallet: in.Wallet, Scope: in.Scope, SelfModifying: in.SelfModifying,
 			ConstitutionHash: in.ConstitutionHash, CapabilityHash: in.CapabilityHash,
 		},
-		Env: in.Env, Restart: kin.RestartPolicy(in.Restart),
+		Env: in.Env, Restart: kin.RestartPolicy(in.Restart), Host: in.Host,
 	}
 	grace, err := parseGrace(in.Grace)
 	if err != nil {
@@ -243,8 +244,12 @@ func (t *tools) spawnRequest(in SpawnInput, readsFiles bool) (kin.SpawnRequest, 
 		return req, invalid("command is empty: give the program to run and its arguments")
 	}
 	req.Command = slices.Clone(in.Command)
-	req.Command[0] = agentreq.ResolveCommand(req.Command[0], t.opts.LookPath)
+	if in.Host == "" { // on another host, its kin serve's PATH decides
+		req.Command[0] = agentreq.ResolveCommand(req.Command[0], t.opts.LookPath)
+	}
 	switch {
+	case in.Host != "" && in.Dir == "":
+		// On another host: its session directory there.
 	case in.Dir != "" && filepath.IsAbs(in.Dir):
 		req.Dir = filepath.Clean(in.Dir)
 	case in.Dir != "" && t.opts.Dir == "":

@@ -135,6 +135,6 @@ func (r *Registry) Superseded(ctx context.Context, tx store.Tx, a *kin.Agent) (b
 	if err != nil {
 		return false, nil
 	}
-	n, err := slotHolders(ctx, tx, rule.Cardinality, a.Role, name.Context, a.ID)
+	n, err := slotHolders(ctx, tx, rule.Cardinality, a.Role, name.Context, a.Host, a.ID)
 	return n > 0, err
 }

@@ -157,9 +157,13 @@ type SpawnExtra struct {
 	Grace    kin.Duration
 	Replaces kin.AgentID // the agent it restarts, or 0
 	Handoff  []byte      // JSON of a validated kin.Handoff, or nil
+	// Host is the host of the fleet asked to run it (kin.SpawnRequest.Host);
+	// "": the default placement (placeHost).
+	Host string
 	// InTx, when not nil, writes what the spawn keeps beside the agent in
 	// the registration's own transaction (its key's row): one durable
-	// commit for both. An error from it undoes the registration.
+	// commit for both. An error from it undoes the registration. The agent
+	// it is given names the host it was placed on.
 	InTx func(ctx context.Context, tx store.Tx, a *kin.Agent) error
 }
 
@@ -221,13 +225,25 @@ func (r *Registry) register(ctx context.Context, req kin.RegisterRequest, extra 
 			}
 		}
 		facts.Role = governor.Role(prof, req.Role, name)
+		// Where it runs: this host, or for a spawn another host of the
+		// fleet, checked here, under the write lock, to hold a live lease.
+		facts.Host = r.host
+		if extra != nil {
+			facts.Host = r.placeHost(extra.Host, facts.Parent)
+		}
+		placed := facts.Host != r.host
+		if placed {
+			if refused = r.checkPlacement(ctx, tx, facts.Host, &req, now); refused != nil {
+				return nil
+			}
+		}
 		needs := governor.NeedsFor(prof, facts.Role, facts.Parent != nil)
 		if needs.LiveChildren {
 			if facts.LiveChildren, err = tx.AgentCountLive(ctx, store.AgentCountLiveParams{Parent: req.Parent, HasParent: true}); err != nil {
 				return err
 			}
 		}
-		facts.LiveSameRole, err = slotHolders(ctx, tx, needs.Cardinality, facts.Role, name.Context, 0)
+		facts.LiveSameRole, err = slotHolders(ctx, tx, needs.Cardinality, facts.Role, name.Context, facts.Host, 0)
 		if err != nil {
 			return err
 		}
@@ -289,7 +305,7 @@ func (r *Registry) register(ctx context.Context, req kin.RegisterRequest, extra 
 			CreatedAt:        now,
 			CreatedBy:        by,
 			UpdatedAt:        now,
-			Host:             r.host,
+			Host:             facts.Host,
 		}
 		if a.Responsible == "" && facts.Parent != nil {
 			a.Responsible = facts.Parent.Responsible // seed 000: children inherit by default
@@ -310,8 +326,10 @@ func (r *Registry) register(ctx context.Context, req kin.RegisterRequest, extra 
 		if err != nil {
 			return err
 		}
-		if err := r.run.CheckAgentUID(out.ID); err != nil {
-			return err // rolls the insert back
+		if !placed { // a placed agent's uid is its host's to check, at its start
+			if err := r.run.CheckAgentUID(out.ID); err != nil {
+				return err // rolls the insert back
+			}
 		}
 		if err := tx.SpendSpawnAdd(ctx, ad.Counted); err != nil {
 			return err
@@ -332,8 +350,17 @@ func (r *Registry) register(ctx context.Context, req kin.RegisterRequest, extra 
 			return err
 		}
 		if out.Parent != 0 {
-			return store.AppendEvent(ctx, tx, now, kin.EventChildSpawned, out.ID, out.Parent, kin.ChildSpawnedData{
+			if err := store.AppendEvent(ctx, tx, now, kin.EventChildSpawned, out.ID, out.Parent, kin.ChildSpawnedData{
 				Parent: out.Parent, Child: out.ID, Generation: out.Generation,
+			}); err != nil {
+				return err
+			}
+		}
+		if placed {
+			// The placed host learns of it from the log (its follower);
+			// what it runs is in the agent's row, not in the event.
+			return store.AppendEvent(ctx, tx, now, kin.EventSpawnPlaced, out.ID, out.Parent, kin.SpawnPlacedData{
+				Agent: out.ID, Parent: out.Parent, Host: out.Host, By: r.host,
 			})
 		}
 		return nil
@@ -363,16 +390,19 @@ func (r *Registry) register(ctx context.Context, req kin.RegisterRequest, extra 
 
 // slotHolders counts the agents that hold the cardinality slot a role
 // rule gives (singleton: one for the fleet; per_context: one per name
-// context), leaving out except. An agent the fleet can no longer account
-// for (offline: its host's lease expired, or its heartbeats stopped) holds
-// no slot: seed 002's GO is a lease-renewed singleton, which a replacement
+// context; per_host: one per host of the fleet, host being the one the
+// agent is placed on), leaving out except. An agent the fleet can no
+// longer account for (offline: its host's lease expired, or its heartbeats
+// stopped) holds no slot: seed 002's GO is a lease-renewed singleton, which a replacement
 // may take over once the lease has run out, and never before.
-func slotHolders(ctx context.Context, tx store.Tx, card kin.Cardinality, role, nameContext string, except kin.AgentID) (int, error) {
+func slotHolders(ctx context.Context, tx store.Tx, card kin.Cardinality, role, nameContext, host string, except kin.AgentID) (int, error) {
 	p := store.AgentCountLiveParams{Role: role, Accountable: true, Except: except}
 	switch card {
 	case kin.CardinalitySingleton:
 	case kin.CardinalityPerContext:
 		p.NameContext = &nameContext
+	case kin.CardinalityPerHost:
+		p.Host = &host
 	default:
 		return 0, nil
 	}
@@ -386,6 +416,64 @@ var errRefusedInTx = errors.New("registry: refused in the transaction")
 // nameTaken is the refusal of a name a live agent holds.
 func nameTaken(name string) *kin.Error {
 	return kin.Errorf(kin.ECodeConflict, "name %q is taken by a live agent (names are unique among agents that are not terminated)", name)
+}
+
+// placeHost is the host a spawn runs on: the one asked for; else its
+// parent's when the parent is an agent running on a host of the fleet (a
+// child runs beside its parent unless told otherwise); else this host, the
+// one that received the request.
+func (r *Registry) placeHost(asked string, parent *kin.Agent) string {
+	switch {
+	case asked != "":
+		return asked
+	case r.host != "" && parent != nil && parent.Host != "" && parent.Running():
+		return parent.Host
+	}
+	return r.host
+}
+
+// checkPlacement refuses to place an agent on host (not this one) unless
+// it is a host of the fleet whose lease runs at now, read in the
+// registration's transaction, and unless the request names files that
+// only this host checked (a policy's mounts, a template).
+func (r *Registry) checkPlacement(ctx context.Context, tx store.Tx, host string, req *kin.RegisterRequest, now time.Time) *kin.Error {
+	if r.host == "" {
+		return kin.Errorf(kin.ECodeInvalid, "this daemon is not a host of a fleet: it cannot place an agent on host %q", host)
+	}
+	hosts, err := tx.HostList(ctx)
+	if err != nil {
+		return kin.Errorf(kin.ECodeInternal, "read the fleet's hosts: %v", err)
+	}
+	var names []string
+	for _, h := range hosts {
+		if h.Name != host {
+			names = append(names, h.Name)
+			continue
+		}
+		switch {
+		case h.LeaseUntil.IsZero():
+			return kin.Errorf(kin.ECodeUnavailable, "host %q is down: its daemon stopped (its lease was released at %s); nothing was started or registered",
+				host, h.RenewedAt.UTC().Format(time.RFC3339))
+		case !h.LeaseUntil.After(now):
+			return kin.Errorf(kin.ECodeUnavailable, "host %q is down: its lease expired at %s (its daemon died or lost the store); nothing was started or registered",
+				host, h.LeaseUntil.UTC().Format(time.RFC3339))
+		}
+		if req.Policy != nil && req.Policy.Mounts != nil {
+			return kin.Errorf(kin.ECodeInvalid, "the policy's mounts name files on host %q, which host %q cannot check: spawn the agent through %s's own API", r.host, host, host)
+		}
+		if req.Template != nil {
+			return kin.Errorf(kin.ECodeInvalid, "a template provisions the workspace on the host that receives the spawn (%q), not on %q: spawn the agent through %s's own API", r.host, host, host)
+		}
+		return nil
+	}
+	slices.Sort(names)
+	known := strings.Join(names, ", ")
+	if known == "" {
+		known = "none but " + r.host
+	} else if !slices.Contains(names, r.host) {
+		known += ", " + r.host
+	}
+	return kin.Errorf(kin.ECodeInvalid, "host %q is not a host of the fleet (its hosts: %s)", host, known)
 }
 
 // recordRejection writes seed 002's alert to the parent and runs the circuit

@@ -20,13 +20,21 @@ import (
 
 // FollowedTypes are the events the runner acts on when another host
 // commits them.
-var FollowedTypes = []string{kin.EventFleetCancel}
+var FollowedTypes = []string{kin.EventFleetCancel, kin.EventSpawnPlaced}
 
 // Followed is handed each event of FollowedTypes committed to the store,
 // by any host: a fleet.cancel for this host cancels the agents it names
-// (each with its owned subtree here), in the background.
+// (each with its owned subtree here), and a spawn.placed for this host
+// starts the agent it names (place.go), in the background.
 func (run *Runner) Followed(e kin.Event) {
-	if e.Type != kin.EventFleetCancel || run.cfg.Host == "" {
+	if run.cfg.Host == "" {
+		return
+	}
+	if e.Type == kin.EventSpawnPlaced {
+		run.followPlaced(e)
+		return
+	}
+	if e.Type != kin.EventFleetCancel {
 		return
 	}
 	var d kin.FleetCancelData
@@ -82,6 +90,30 @@ func (run *Runner) Followed(e kin.Event) {
 			}
 		}()
 	}
+}
+
+// followPlaced starts, in the background, the agent a spawn.placed names
+// when it is this host's.
+func (run *Runner) followPlaced(e kin.Event) {
+	var d kin.SpawnPlacedData
+	if err := json.Unmarshal(e.Data, &d); err != nil {
+		run.log.Error("spawn placed: bad event", "seq", e.Seq, "err", err)
+		return
+	}
+	if d.Host != run.cfg.Host {
+		return
+	}
+	run.rtMu.Lock()
+	if run.shuttingDown {
+		run.rtMu.Unlock()
+		return // its spawner withdraws it
+	}
+	run.exitWG.Add(1)
+	run.rtMu.Unlock()
+	go func() {
+		defer run.exitWG.Done()
+		run.startPlaced(d.Agent)
+	}()
 }
 
 // remoteSlack is how long, past the grace, a cancellation waits for the

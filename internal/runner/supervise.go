@@ -37,6 +37,7 @@ const (
 	reasonLost       = "lost"        // it ended while the daemon was down
 	reasonSuperseded = "superseded"  // back from offline, its role's slot taken by a replacement
 	reasonStartFail  = "start_failed"
+	reasonPlaceFail  = "placement_failed" // its host did not start it (place.go)
 )
 
 // runtime is the daemon's record of a running agent process.
@@ -121,8 +122,11 @@ func (run *Runner) spawn(ctx context.Context, req *kin.SpawnRequest) (recorded, 
 	}
 	key := &agentKey{pem: pair.PEM}
 	defer clear(pair.PEM) // the daemon keeps only the public key
-	extra := &registry.SpawnExtra{Command: req.Command, Env: req.Env, Dir: req.Dir, Restart: restart, Grace: grace, Handoff: handoffJSON,
+	extra := &registry.SpawnExtra{Command: req.Command, Env: req.Env, Dir: req.Dir, Restart: restart, Grace: grace, Handoff: handoffJSON, Host: req.Host,
 		InTx: func(ctx context.Context, tx store.Tx, a *kin.Agent) error {
+			if !run.ownsAgent(a) {
+				return nil // placed on another host, which makes its key as it starts it
+			}
 			row, err := run.ps.AgentKeyRow(ctx, tx, a, pair)
 			if err == nil {
 				err = tx.AgentKeyInsert(ctx, row)
@@ -134,7 +138,11 @@ func (run *Runner) spawn(ctx context.Context, req *kin.SpawnRequest) (recorded, 
 	if err != nil {
 		return nil, nil, err
 	}
-	out, err := run.startWithKey(context.WithoutCancel(ctx), a, store.ProcessSpec{Command: req.Command, Env: req.Env, Dir: req.Dir, Handoff: handoffJSON}, "", key)
+	if !run.ownsAgent(a) {
+		out, err := run.awaitPlaced(context.WithoutCancel(ctx), a)
+		return a, out, err
+	}
+	out, err := run.startWithKey(context.WithoutCancel(ctx), a, store.ProcessSpec{Command: req.Command, Env: req.Env, Dir: req.Dir, Handoff: handoffJSON}, "", key, false)
 	return a, out, err
 }
 
@@ -169,12 +177,14 @@ func defaultName(command string) string {
 // start runs a registered agent's process and records it. A process that
 // cannot start leaves the agent recorded as failed.
 func (run *Runner) start(ctx context.Context, a *kin.Agent, spec store.ProcessSpec, cursor string) (*kin.Agent, error) {
-	return run.startWithKey(ctx, a, spec, cursor, nil)
+	return run.startWithKey(ctx, a, spec, cursor, nil, false)
 }
 
 // startWithKey is start for an agent whose key was recorded with it (key
-// not nil), or start (nil: the key is made and recorded here).
-func (run *Runner) startWithKey(ctx context.Context, a *kin.Agent, spec store.ProcessSpec, cursor string, key *agentKey) (*kin.Agent, error) {
+// not nil), or start (nil: the key is made and recorded here). placed is
+// an agent another host registered for this one (place.go): its start is
+// recorded only if its spawner has not withdrawn it meanwhile.
+func (run *Runner) startWithKey(ctx context.Context, a *kin.Agent, spec store.ProcessSpec, cursor string, key *agentKey, placed bool) (*kin.Agent, error) {
 	// A child's group nests in its parent's, which a restarted daemon
 	// may not have taken back yet.
 	if err := run.awaitReconciled(ctx, a.Parent); err != nil {
@@ -284,6 +294,11 @@ func (run *Runner) startWithKey(ctx context.Context, a *kin.Agent, spec store.Pr
 	// machine may lose it, which also ends the process it records. The
 	// registration before it is durable.
 	err = store.UpdateAfterLazy(ctx, run.store, func(tx store.Tx, _ *store.AfterCommit) error {
+		if placed {
+			if err := checkNotWithdrawn(ctx, tx, a.ID); err != nil {
+				return err
+			}
+		}
 		if err := tx.AgentUpdate(ctx, store.AgentUpdateParams{ID: a.ID, At: now, PID: &pid, StartedAt: &started, Session: &session, Result: result}); err != nil {
 			return err
 		}
@@ -291,7 +306,11 @@ func (run *Runner) startWithKey(ctx context.Context, a *kin.Agent, spec store.Pr
 	})
 	if err != nil {
 		// The process runs but is not recorded: do not leave it unsupervised.
-		run.log.Error("record start", "agent", a.ID, "err", err)
+		if errors.Is(err, errWithdrawn) {
+			run.log.Warn("placed agent withdrawn by its spawner as it started: stopped", "agent", a.ID)
+		} else {
+			run.log.Error("record start", "agent", a.ID, "err", err)
+		}
 		run.sup.Kill(context.Background(), a.ID)
 		return nil, run.storeError(err)
 	}
@@ -311,6 +330,11 @@ func (run *Runner) failStart(ctx context.Context, a *kin.Agent, cause error) err
 	now := run.now()
 	status, state, reason := kin.StatusTerminated, kin.StateFailed, reasonStartFail
 	err := run.update(ctx, func(tx store.Tx, _ *store.AfterCommit) error {
+		if cur, err := tx.AgentGetByID(ctx, a.ID); err != nil {
+			return err
+		} else if !cur.EndedAt.IsZero() {
+			return nil // recorded already: a placed agent its spawner withdrew
+		}
 		p := store.AgentUpdateParams{ID: a.ID, At: now, Status: &status, State: &state, EndedAt: &now, EndReason: &reason}
 		run.ctxMu.Lock()
 		c := run.ctxAgents[a.ID]
@@ -868,7 +892,8 @@ func (run *Runner) maybeRestart(ctx context.Context, old *kin.Agent, reason stri
 		ConstitutionHash: old.ConstitutionHash, CapabilityHash: old.CapabilityHash,
 		Scope: old.Scope, SelfModifying: old.SelfModifying, Life: old.Life,
 	}
-	extra := &registry.SpawnExtra{Command: spec.Command, Env: spec.Env, Dir: spec.Dir, Restart: old.Restart, Grace: old.Grace, Replaces: old.ID, Handoff: spec.Handoff}
+	extra := &registry.SpawnExtra{Command: spec.Command, Env: spec.Env, Dir: spec.Dir, Restart: old.Restart, Grace: old.Grace, Replaces: old.ID, Handoff: spec.Handoff,
+		Host: run.cfg.Host} // where the old one ran, not its parent's host
 	began := run.obs.TraceBegan()
 	a, err := run.reg.RegisterSpawn(ctx, req, *extra) // the operator's context: the supervisor acts
 	if err != nil {

@@ -368,6 +368,7 @@ type AgentCountLiveParams struct {
 	HasParent   bool
 	Role        string
 	NameContext *string // nil: any context
+	Host        *string // nil: any host of the fleet
 	// Accountable leaves out agents in state offline: those the fleet can
 	// no longer account for (their host's lease expired, or their
 	// heartbeats stopped). A governor's cardinality slot is held only by

@@ -535,11 +535,14 @@ func (t *txn) AgentCountLive(ctx context.Context, p store.AgentCountLiveParams) 
 	if p.NameContext != nil {
 		args = append(args, *p.NameContext)
 	}
+	if p.Host != nil {
+		args = append(args, *p.Host)
+	}
 	if p.Except != 0 {
 		args = append(args, p.Except)
 	}
 	var n int
-	err := t.queryRow(ctx, countLiveSQL(p.HasParent, p.Role != "", p.NameContext != nil, p.Accountable, p.Except != 0), args...).Scan(&n)
+	err := t.queryRow(ctx, countLiveSQL(p.HasParent, p.Role != "", p.NameContext != nil, p.Host != nil, p.Accountable, p.Except != 0), args...).Scan(&n)
 	return n, interpretError(err)
 }
 

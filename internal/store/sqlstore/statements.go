@@ -58,7 +58,7 @@ func writerStatements() []string {
 	return []string{
 		sqlAgentByID, sqlAgentSubtree, sqlAgentLiveByName, sqlAgentWalletExists, sqlAgentInsert,
 		sqlAgentUpdateStatus, sqlAgentSpawnBlock, sqlEventAppend, sqlRejectionInsert, sqlRejectionCount,
-		sqlSettingList, sqlSettingSet, sqlSpendAdd, sqlSpendSubAdd, sqlSpawnAdd, sqlPermChain, LogSizeSQL, sqlAgentKeyInsert, sqlAuthTokenInsert, countLiveSQL(true, false, false, false, false), countLiveSQL(false, true, false, true, false), countLiveSQL(false, true, true, true, false),
+		sqlSettingList, sqlSettingSet, sqlSpendAdd, sqlSpendSubAdd, sqlSpawnAdd, sqlPermChain, LogSizeSQL, sqlAgentKeyInsert, sqlAuthTokenInsert, countLiveSQL(true, false, false, false, false, false), countLiveSQL(false, true, false, false, true, false), countLiveSQL(false, true, true, false, true, false),
 		sqlSavepoint, sqlRollbackTo, sqlRelease,
 	}
 }
@@ -132,7 +132,7 @@ func (s *stmts) close() error {
 }
 
 // countLiveSQL is the count of live agents with the given conditions.
-func countLiveSQL(parent, role, context, accountable, except bool) string {
+func countLiveSQL(parent, role, context, host, accountable, except bool) string {
 	where := []string{liveSQL}
 	if accountable {
 		where = append(where, "state <> '"+string(kin.StateOffline)+"'")
@@ -145,6 +145,9 @@ func countLiveSQL(parent, role, context, accountable, except bool) string {
 	}
 	if context {
 		where = append(where, "name_context = ?")
+	}
+	if host {
+		where = append(where, "host = ?")
 	}
 	if except {
 		where = append(where, "id <> ?")

@@ -310,6 +310,10 @@ func testCountLive(t *testing.T, s store.Store) {
 		context = nm.Context
 		a := NewAgent(n, r.ID, 1)
 		a.Role = role
+		a.Host = "h1" // HO@a and PO-x on h1, HO@b on h2
+		if n == "HO@b" {
+			a.Host = "h2"
+		}
 		update(t, s, func(tx store.Tx) error {
 			got, err := tx.AgentInsert(ctx, store.AgentInsertParams{Agent: a, NameContext: context})
 			if err == nil {
@@ -336,6 +340,11 @@ func testCountLive(t *testing.T, s store.Store) {
 	}
 	if n := count(store.AgentCountLiveParams{Role: "HO", NameContext: &a}); n != 1 {
 		t.Errorf("live HO@a = %d", n)
+	}
+	for host, want := range map[string]int{"h1": 1, "h2": 1, "h3": 0} {
+		if n := count(store.AgentCountLiveParams{Role: "HO", Host: &host}); n != want {
+			t.Errorf("live HO on host %s = %d, want %d", host, n, want)
+		}
 	}
 	// Offline agents are live but not accountable (a cardinality slot is
 	// an accountable agent's); Except leaves one out.
