@@ -145,6 +145,17 @@ type Config struct {
 	// Quota limits agents' heartbeats (nil: no limit). Their logs are
 	// bounded by the registry's profile (quotas.log_bytes, log_keep).
 	Quota *quota.Limiter
+	// Remote asks the other hosts of the fleet for what only the host
+	// running an agent holds (package peer); nil: such requests are
+	// refused, naming the host.
+	Remote Remote
+}
+
+// Remote reaches the hosts of the fleet that run other agents than this
+// host's.
+type Remote interface {
+	// Logs streams agent req.ID's log from host, which runs it.
+	Logs(ctx context.Context, host string, req kin.LogsRequest, fn func([]byte) error) error
 }
 
 // DefaultShutdownTimeout is Config.ShutdownTimeout's default: below the 90 s
