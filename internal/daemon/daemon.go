@@ -391,6 +391,7 @@ func (d *Daemon) operatorHandler(api *httpapi.Server) http.Handler {
 func (d *Daemon) webHandler(api *httpapi.Server) http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("/v1/", api.Handler(true))
+	mux.Handle("GET "+httpapi.PathHandoff, api.Protect(d.handoffHandler(api)))
 	mux.Handle(PathMCP, d.mcpHandler(api))
 	mux.Handle("GET /metrics", api.Protect(d.metrics.Handler()))
 	mux.Handle("/metrics", api.Protect(http.HandlerFunc(api.NotFound))) // another method: the API's answers, not the login page

@@ -2,11 +2,16 @@ package fleettest_test
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -147,3 +152,145 @@ func TestLogsFromAnyHost(t *testing.T) {
 		t.Errorf("Logs through a with b down: %v, want unavailable", err)
 	}
 }
+
+// seedFile reads one of seed 001's example files (the handoff package's
+// test data).
+func seedFile(t *testing.T, name string) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("..", "handoff", "testdata", "seed001", name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+// readFileT reads path, failing t.
+func readFileT(t *testing.T, path string) string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+// TestHandoffAcrossHosts is seed 001's handoff with the child on host b
+// and its parent on host a: a makes the child's folder in the parent's
+// context/child/ while it runs; b checks the result the child wrote
+// against the contract (computing its refs' hashes) and records the
+// outcome; a fetches the checked copy and installs it, so the parent's
+// folder holds what it holds on one host, owned by the parent. A result
+// that breaks its contract is kept and marked on a as on one host.
+func TestHandoffAcrossHosts(t *testing.T) {
+	f := fleettest.Start(t)
+	a, b := f.Host(t, "a"), f.Host(t, "b")
+	ctx := context.Background()
+	dir := sharedDir(t)
+	patch := seedFile(t, "patch.diff")
+	for name, body := range map[string]string{
+		"result.md": seedFile(t, "result.md"), "patch.diff": patch,
+		"bad-result.md": "Summary:\nonly a summary\n",
+		"refs.jsonl":    `{"path":"artifact/patch.diff","kind":"patch","summary":"suggested patch"}` + "\n",
+	} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	gate := filepath.Join(dir, "go-on")
+
+	coder := spawnOn(t, a, "coder", 0, time.Second, "sleep", "3600")
+	// The child writes seed 001's result into its output/ once let go.
+	write := `while [ ! -e "$1/go-on" ]; do sleep 0.05; done
+mkdir -p "$KIN_OUTPUT/artifact" && cp "$1/$2" "$KIN_OUTPUT/result.md" && cp "$1/patch.diff" "$KIN_OUTPUT/artifact/" && cp "$1/refs.jsonl" "$KIN_OUTPUT/"`
+	spawnChild := func(name, result string) *kin.Agent {
+		t.Helper()
+		g := kin.Duration(time.Second)
+		ag, err := b.Client.Spawn(ctx, kin.SpawnRequest{
+			RegisterRequest: kin.RegisterRequest{Name: name, Parent: coder.ID, Responsible: "fleettest"},
+			Command:         []string{"sh", "-c", write, "sh", dir, result}, Grace: &g,
+			Handoff: &kin.Handoff{Task: seedFile(t, "handoff.md"), Contract: []byte(seedFile(t, "contract.json"))},
+		})
+		if err != nil {
+			t.Fatalf("spawn %s on b: %v", name, err)
+		}
+		if ag.Host != "b" || ag.Result != kin.ResultRunning {
+			t.Fatalf("%s: host %q, result %q; want b, running", name, ag.Host, ag.Result)
+		}
+		return ag
+	}
+	rev := spawnChild("rev-123", "result.md")
+	bad := spawnChild("rev-bad", "bad-result.md")
+
+	// On a, in the parent's session: the child's folder, running.
+	var uidStart int
+	if _, err := fmt.Sscanf(a.Info().AgentUIDRange, "%d:", &uidStart); err != nil {
+		t.Fatalf("a's uid range %q: %v", a.Info().AgentUIDRange, err)
+	}
+	coderUID := uidStart + int(coder.ID)
+	session := filepath.Join(a.Home, "ctx", "home", strconv.Itoa(coderUID), "agent", "coder", "session", coder.Session)
+	childDir := filepath.Join(session, "context", "child", "rev-123")
+	kintest.WaitFor(t, 30*time.Second, "rev-123's folder on a, running", func() bool {
+		st, err := os.ReadFile(filepath.Join(childDir, "status"))
+		return err == nil && string(st) == "running\n"
+	})
+	for name, want := range map[string]string{"agent": rev.ID.String() + "\n", "handoff.md": seedFile(t, "handoff.md")} {
+		if got := readFileT(t, filepath.Join(childDir, name)); got != want {
+			t.Errorf("a's %s = %q, want %q", name, got, want)
+		}
+	}
+
+	if err := os.WriteFile(gate, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	res, err := a.Client.Wait(ctx, kin.WaitRequest{ID: rev.ID, Timeout: kin.Duration(time.Minute)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// kin wait on a returns once the result is in the parent's folder.
+	if res.Status != kin.ResultCompleted || len(res.Violations) != 0 || res.Dir != childDir || res.Result != seedFile(t, "result.md") || len(res.Refs) != 1 {
+		t.Errorf("a: result = %+v", res)
+	}
+	sum := sha256.Sum256([]byte(patch))
+	wantHash := "sha256:" + hex.EncodeToString(sum[:])
+	for name, want := range map[string]string{
+		"status": "completed\n", "session": rev.Session + "\n", "result.md": seedFile(t, "result.md"), "artifact/patch.diff": patch,
+		"refs.jsonl": `{"path":"artifact/patch.diff","hash":"` + wantHash + `","kind":"patch","summary":"suggested patch"}` + "\n",
+	} {
+		if got := readFileT(t, filepath.Join(childDir, name)); got != want {
+			t.Errorf("a's context/child/rev-123/%s = %q, want %q", name, got, want)
+		}
+	}
+	filepath.Walk(childDir, func(p string, fi os.FileInfo, err error) error {
+		if err == nil && int(fi.Sys().(*syscall.Stat_t).Uid) != coderUID {
+			t.Errorf("%s is uid %d's, not the parent's (%d)", p, fi.Sys().(*syscall.Stat_t).Uid, coderUID)
+		}
+		return nil
+	})
+	// b, which checked it, keeps the same result; the store says the same
+	// on every host.
+	resB, err := b.Client.Result(ctx, rev.ID)
+	if err != nil || resB.Status != kin.ResultCompleted || resB.Result != res.Result || len(resB.Refs) != 1 || resB.Refs[0].Hash != wantHash {
+		t.Errorf("b: result = %+v, %v", resB, err)
+	}
+	pack, err := a.Client.ContextPack(ctx, coder.ID)
+	if err != nil || !strings.Contains(pack.Text, "The mount ABI is mostly clear") {
+		t.Errorf("a: the parent's context pack lacks the child's result: %v\n%s", err, pack.Text)
+	}
+
+	// A result that breaks its contract: kept and marked, as on one host.
+	res, err = a.Client.Wait(ctx, kin.WaitRequest{ID: bad.ID, Timeout: kin.Duration(time.Minute)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	badDir := filepath.Join(session, "context", "child", "rev-bad")
+	if res.Status != kin.ResultContractViolated || res.Dir != badDir || !strings.Contains(strings.Join(res.Violations, "\n"), "Findings") {
+		t.Errorf("a: rev-bad's result = %+v", res)
+	}
+	if got := readFileT(t, filepath.Join(badDir, "status")); got != "contract_violated\n" {
+		t.Errorf("a: rev-bad's status = %q", got)
+	}
+	if got := readFileT(t, filepath.Join(badDir, "result.md")); got != "Summary:\nonly a summary\n" {
+		t.Errorf("a: rev-bad's result.md = %q", got)
+	}
+}
+

@@ -13,8 +13,19 @@ import (
 const PeerHeader = "Kin-Peer"
 
 // peerRoutes are what a peer may call: reads of an agent's files that only
-// the host running it holds, asked for a caller the peer already checked.
-var peerRoutes = regexp.MustCompile(`^/v1/agents/[0-9]+/logs$`)
+// the host running it holds, asked for a caller the peer already checked
+// (its log), or for the parent the peer runs (its checked result, served
+// by the daemon beside this API: PathHandoff).
+var peerRoutes = regexp.MustCompile(`^/v1/agents/[0-9]+/(logs|handoff)$`)
+
+// PathHandoff is the route of a child's checked result, for the host that
+// runs its parent (a tar).
+const PathHandoff = "/v1/agents/{id}/handoff"
+
+// WriteError answers err as every route does.
+func (s *Server) WriteError(w http.ResponseWriter, r *http.Request, err error) {
+	s.writeError(w, r, err)
+}
 
 // PeerRoute reports whether a peer may call r's method and path.
 func PeerRoute(r *http.Request) bool {
@@ -30,7 +41,7 @@ func (s *Server) servePeer(w http.ResponseWriter, r *http.Request, next http.Han
 	case s.Peer == nil:
 		err = kin.Errorf(kin.ECodeUnauthorized, "%s: this daemon takes no calls from other hosts (it is no host of a fleet)", PeerHeader)
 	case !PeerRoute(r):
-		err = kin.Errorf(kin.ECodeForbidden, "%s: another host may only read an agent's log here, not %s %s", PeerHeader, r.Method, r.URL.Path)
+		err = kin.Errorf(kin.ECodeForbidden, "%s: another host may only read an agent's log or result here, not %s %s", PeerHeader, r.Method, r.URL.Path)
 	case r.Header.Get(kin.HeaderActAs) != "":
 		err = kin.Errorf(kin.ECodeForbidden, "%s: a host's call acts for nobody (%s)", PeerHeader, kin.HeaderActAs)
 	default:

@@ -149,3 +149,14 @@ func (f *Fleet) Logs(ctx context.Context, host string, req kin.LogsRequest, fn f
 	}
 	return nil
 }
+
+// Handoff reads agent id's checked result from host, which runs it: a tar
+// of result.md, refs.jsonl and artifact/ (runner.WriteHandoff's). A
+// stream cut short fails the reader (the chunked body's end is missing).
+func (f *Fleet) Handoff(ctx context.Context, host string, id kin.AgentID) (io.ReadCloser, error) {
+	resp, err := f.get(ctx, host, fmt.Sprintf("agent %d's result", id), "/v1/agents/"+id.String()+"/handoff", nil)
+	if err != nil {
+		return nil, err
+	}
+	return resp.Body, nil
+}

@@ -74,6 +74,10 @@ func TestPeerRequests(t *testing.T) {
 	if st, b := send(r); st != http.StatusOK || !strings.Contains(b.Message, "has no log") {
 		t.Errorf("signed GET %s: %d %+v, want the route's own answer", logs, st, b)
 	}
+	// The other peer route: a child's checked result, for its parent's host.
+	if st, b := send(signed(fleet, "/v1/agents/"+ag.ID.String()+"/handoff")); st != http.StatusBadRequest || !strings.Contains(b.Message, "hands no result") {
+		t.Errorf("signed GET handoff: %d %+v, want the route's own answer", st, b)
+	}
 	// The same request again: a replay.
 	again := newReq(logs)
 	again.Header.Set(peer.Header, r.Header.Get(peer.Header))
@@ -98,7 +102,7 @@ func TestPeerRequests(t *testing.T) {
 	}
 	// A peer may call nothing but the peer routes, and acts for nobody.
 	for _, path := range []string{"/v1/status", "/v1/agents", "/metrics", "/v1/agents/" + ag.ID.String() + "/logs/x"} {
-		if st, b := send(signed(fleet, path)); st != http.StatusForbidden || !strings.Contains(b.Message, "another host may only") {
+		if st, b := send(signed(fleet, path)); st != http.StatusForbidden || !strings.Contains(b.Message, "another host may only read") {
 			t.Errorf("signed GET %s: %d %+v, want 403", path, st, b)
 		}
 	}

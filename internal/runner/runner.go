@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -156,6 +157,9 @@ type Config struct {
 type Remote interface {
 	// Logs streams agent req.ID's log from host, which runs it.
 	Logs(ctx context.Context, host string, req kin.LogsRequest, fn func([]byte) error) error
+	// Handoff reads the checked result of agent id from host, which runs
+	// it (a tar: Runner.WriteHandoff's).
+	Handoff(ctx context.Context, host string, id kin.AgentID) (io.ReadCloser, error)
 }
 
 // DefaultShutdownTimeout is Config.ShutdownTimeout's default: below the 90 s
