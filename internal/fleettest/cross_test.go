@@ -294,3 +294,70 @@ mkdir -p "$KIN_OUTPUT/artifact" && cp "$1/$2" "$KIN_OUTPUT/result.md" && cp "$1/
 	}
 }
 
+// TestMessagesAcrossHosts: messages between agents on different hosts go
+// through the store (the Bus): an agent on a sends to its child on b; b's
+// inbox (the API, followed too) has it, and b writes it into the child's
+// messages.jsonl, where the child's process reads it; the child answers,
+// and a writes the answer into the parent's.
+func TestMessagesAcrossHosts(t *testing.T) {
+	f := fleettest.Start(t)
+	a, b := f.Host(t, "a"), f.Host(t, "b")
+	ctx := context.Background()
+
+	parent := spawnOn(t, a, "parent", 0, time.Second, "sleep", "3600")
+	// The child waits for its parent's message in its session's
+	// messages.jsonl, and says so in its log.
+	child := spawnOn(t, b, "child", parent.ID, time.Second, "sh", "-c",
+		`until grep -q hello-from-a "$KIN_SESSION/messages.jsonl" 2>/dev/null; do sleep 0.05; done; echo got-hello; sleep 3600`)
+
+	// b's inbox, followed from before the message is sent.
+	followCtx, stop := context.WithCancel(ctx)
+	defer stop()
+	got := make(chan kin.Message, 4)
+	go b.Client.ActingAs(child.ID.String()).Inbox(followCtx, kin.InboxRequest{Follow: true}, func(m kin.Message) error {
+		got <- m
+		return nil
+	})
+	sent, err := a.Client.ActingAs(parent.ID.String()).Send(ctx, kin.SendRequest{To: child.ID.String(), Text: "hello-from-a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case m := <-got:
+		if m.From != parent.ID || m.To != child.ID || m.Text != "hello-from-a" || m.Seq != sent.Seq {
+			t.Errorf("b's inbox followed: %+v, want %+v", m, sent)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("b's followed inbox did not get the message from a within 30 s")
+	}
+	var inbox []kin.Message
+	if err := b.Client.Inbox(ctx, kin.InboxRequest{Agent: child.ID}, func(m kin.Message) error { inbox = append(inbox, m); return nil }); err != nil || len(inbox) != 1 || inbox[0].Text != "hello-from-a" {
+		t.Errorf("b's inbox of the child: %+v, %v", inbox, err)
+	}
+	// The child's process read it from its messages.jsonl on b (its log,
+	// read through a, says so).
+	kintest.WaitFor(t, 30*time.Second, "the child on b read the message in its messages.jsonl", func() bool {
+		var log logCollector
+		a.Client.Logs(ctx, kin.LogsRequest{ID: child.ID}, log.write)
+		return strings.Contains(log.String(), "got-hello")
+	})
+
+	// The answer, from b to the parent on a: a's inbox and the parent's
+	// messages.jsonl on a.
+	if _, err := b.Client.ActingAs(child.ID.String()).Send(ctx, kin.SendRequest{To: parent.ID.String(), Text: "answer-from-b"}); err != nil {
+		t.Fatal(err)
+	}
+	var uidStart int
+	if _, err := fmt.Sscanf(a.Info().AgentUIDRange, "%d:", &uidStart); err != nil {
+		t.Fatal(err)
+	}
+	msgs := filepath.Join(a.Home, "ctx", "home", strconv.Itoa(uidStart+int(parent.ID)), "agent", "parent", "session", parent.Session, "messages.jsonl")
+	kintest.WaitFor(t, 30*time.Second, "the answer in the parent's messages.jsonl on a", func() bool {
+		b, err := os.ReadFile(msgs)
+		return err == nil && strings.Contains(string(b), `"text":"answer-from-b"`) && strings.Contains(string(b), `"role":"agent:`+child.ID.String()+`"`)
+	})
+	inbox = nil
+	if err := a.Client.ActingAs(parent.ID.String()).Inbox(ctx, kin.InboxRequest{}, func(m kin.Message) error { inbox = append(inbox, m); return nil }); err != nil || len(inbox) != 1 || inbox[0].From != child.ID {
+		t.Errorf("a's inbox of the parent: %+v, %v", inbox, err)
+	}
+}
