@@ -1,11 +1,14 @@
 package fleettest_test
 
 import (
+	"bufio"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -360,4 +363,107 @@ func TestMessagesAcrossHosts(t *testing.T) {
 	if err := a.Client.ActingAs(parent.ID.String()).Inbox(ctx, kin.InboxRequest{}, func(m kin.Message) error { inbox = append(inbox, m); return nil }); err != nil || len(inbox) != 1 || inbox[0].From != child.ID {
 		t.Errorf("a's inbox of the parent: %+v, %v", inbox, err)
 	}
+}
+
+// metricOf is the value of the sample name{label="value"} in Prometheus
+// text, and whether there is one.
+func metricOf(text, name, label, value string) (string, bool) {
+	prefix := name + "{" + label + `="` + value + `"} `
+	for _, l := range strings.Split(text, "\n") {
+		if v, ok := strings.CutPrefix(l, prefix); ok {
+			return v, true
+		}
+	}
+	return "", false
+}
+
+// scrapeMetrics GETs h's /metrics over its HTTP address with its token.
+func scrapeMetrics(t *testing.T, h *fleettest.Host) string {
+	t.Helper()
+	req, err := http.NewRequest("GET", "http://"+h.HTTP+"/metrics", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+h.Token)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET /metrics on %s: %s, %v", h.Name, resp.Status, err)
+	}
+	return string(b)
+}
+
+// TestFleetSeenFromAnyHost: kin events (followed too) and /metrics on one
+// host show the whole fleet, with each agent's host: the events of an
+// agent spawned on b, followed on c, name b; c's /metrics counts each
+// host's agents and says which hosts are up.
+func TestFleetSeenFromAnyHost(t *testing.T) {
+	f := fleettest.Start(t, fenceArgs())
+	a, b, c := f.Host(t, "a"), f.Host(t, "b"), f.Host(t, "c")
+
+	// kin events --follow on c, from before b's spawn.
+	cmd := c.Command(f.Bin, "--home", c.Home, "events", "--follow", "--type", kin.EventAgentStarted)
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	lines := make(chan string, 16)
+	go func() {
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			lines <- sc.Text()
+		}
+		close(lines)
+	}()
+
+	root := spawnOn(t, a, "root", 0, time.Second, "sleep", "3600")
+	kid := spawnOn(t, b, "kid", root.ID, time.Second, "sleep", "3600")
+	want := map[kin.AgentID]string{root.ID: "host=a", kid.ID: "host=b"}
+	deadline := time.After(30 * time.Second)
+	for len(want) > 0 {
+		select {
+		case l, ok := <-lines:
+			if !ok {
+				t.Fatalf("kin events --follow on c ended; still waiting for %v", want)
+			}
+			for id, h := range want {
+				if strings.Contains(l, " agent="+id.String()+" ") {
+					if !strings.HasSuffix(l, " "+h) {
+						t.Errorf("kin events --follow on c: %q, want it to end with %q", l, h)
+					}
+					delete(want, id)
+				}
+			}
+		case <-deadline:
+			t.Fatalf("kin events --follow on c: no agent.started of %v within 30 s", want)
+		}
+	}
+	if got := c.Exec(t, "events", "--agent", kid.ID.String(), "--type", kin.EventAgentRegistered); !strings.HasSuffix(strings.TrimSpace(got), " host=b") {
+		t.Errorf("kin events --agent %d on c: %q, want host=b", kid.ID, got)
+	}
+
+	// c's /metrics: every host's agents, every host up.
+	m := scrapeMetrics(t, c)
+	for host, n := range map[string]string{"a": "1", "b": "1", "c": "0"} {
+		if v, ok := metricOf(m, "kin_host_agents", "host", host); !ok || v != n {
+			t.Errorf("c's kin_host_agents{host=%q} = %q (%v), want %s", host, v, ok, n)
+		}
+		if v, ok := metricOf(m, "kin_host_up", "host", host); !ok || v != "1" {
+			t.Errorf("c's kin_host_up{host=%q} = %q (%v), want 1", host, v, ok)
+		}
+	}
+	// b down: c's /metrics says so once its lease expired.
+	b.Kill9(t)
+	kintest.WaitFor(t, 30*time.Second, "kin_host_up{host=\"b\"} 0 on c", func() bool {
+		v, ok := metricOf(scrapeMetrics(t, c), "kin_host_up", "host", "b")
+		return ok && v == "0"
+	})
 }
