@@ -268,13 +268,16 @@ func (run *Runner) ctxAgentOf(ctx context.Context, a *kin.Agent) *ctxAgent {
 		return c
 	}
 	c = &ctxAgent{resultChan: a.Result != ""}
+	own := run.ownsAgent(a)
 	o := run.agentOwner(a.ID)
 	c.rt.UID, c.rt.GID = o.UID, o.GID
-	if a.Session != "" {
+	// Another host's agent has its session there: here it has at most its
+	// folder in a parent's session (fleethandoff.go).
+	if a.Session != "" && own {
 		c.session = ctxfs.Session{Owner: o, Agent: a.Name, ID: a.Session}
 	}
 	c.setHandoff(nil)
-	if spec, err := run.store.AgentProcessSpec(ctx, a.ID); err == nil {
+	if spec, err := run.store.AgentProcessSpec(ctx, a.ID); err == nil && own {
 		if hk, err := handoffOf(spec.Handoff); err == nil {
 			c.setHandoff(hk)
 		}
@@ -288,7 +291,7 @@ func (run *Runner) ctxAgentOf(ctx context.Context, a *kin.Agent) *ctxAgent {
 			case run.ownsAgent(p):
 				c.parent = ctxfs.Session{Owner: run.agentOwner(p.ID), Agent: p.Name, ID: p.Session}
 				c.childDir, _ = run.findChildDir(c.parent, a)
-			case run.ownsAgent(a):
+			case own:
 				c.remoteParent = p.Host
 			}
 		}
