@@ -467,3 +467,51 @@ func TestFleetSeenFromAnyHost(t *testing.T) {
 		return ok && v == "0"
 	})
 }
+
+// TestHandoffWhileParentHostDown: the parent's host (a) is down when the
+// child on b ends; b checks and keeps the result, and a, once restarted,
+// fetches and installs it.
+func TestHandoffWhileParentHostDown(t *testing.T) {
+	f := fleettest.Start(t, fenceArgs())
+	a, b := f.Host(t, "a"), f.Host(t, "b")
+	ctx := context.Background()
+	dir := sharedDir(t)
+	if err := os.WriteFile(filepath.Join(dir, "result.md"), []byte("Summary:\nmade while a was down\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	coder := spawnOn(t, a, "coder", 0, time.Second, "sleep", "3600")
+	kid := spawnOn(t, b, "kid", coder.ID, time.Second, "sh", "-c",
+		`while [ ! -e "$0/go-on" ]; do sleep 0.05; done; cp "$0/result.md" "$KIN_OUTPUT/"`, dir)
+	var uidStart int
+	if _, err := fmt.Sscanf(a.Info().AgentUIDRange, "%d:", &uidStart); err != nil {
+		t.Fatal(err)
+	}
+	childDir := filepath.Join(a.Home, "ctx", "home", strconv.Itoa(uidStart+int(coder.ID)), "agent", "coder", "session", coder.Session, "context", "child", "kid")
+	kintest.WaitFor(t, 30*time.Second, "kid's folder on a", func() bool {
+		_, err := os.Stat(filepath.Join(childDir, "status"))
+		return err == nil
+	})
+
+	a.Kill9(t)
+	if err := os.WriteFile(filepath.Join(dir, "go-on"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	kintest.WaitFor(t, 30*time.Second, "kid's result recorded by b", func() bool {
+		k := agentOn(b, kid.ID)
+		return k != nil && k.Result == kin.ResultCompleted
+	})
+	if st := readFileT(t, filepath.Join(childDir, "status")); st != "running\n" {
+		t.Fatalf("a's folder for kid says %q while a is down", st)
+	}
+	a.Restart(t)
+	res, err := a.Client.Wait(ctx, kin.WaitRequest{ID: kid.ID, Timeout: kin.Duration(time.Minute)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Status != kin.ResultCompleted || res.Result != "Summary:\nmade while a was down\n" || res.Dir != childDir {
+		t.Errorf("a, restarted: kid's result = %+v", res)
+	}
+	if st := readFileT(t, filepath.Join(childDir, "status")); st != "completed\n" {
+		t.Errorf("a's folder for kid says %q", st)
+	}
+}

@@ -137,6 +137,8 @@ func (run *Runner) remoteChild(ctx context.Context, a *kin.Agent) {
 	if a.Parent == 0 || a.Result == "" || a.Session == "" || run.cfg.Remote == nil {
 		return
 	}
+	run.remoteMu.Lock()
+	defer run.remoteMu.Unlock()
 	c := run.ctxAgentOf(ctx, a)
 	if c.parent.Agent == "" {
 		return // its parent is not this host's, or has no session
@@ -181,6 +183,68 @@ func (run *Runner) remoteChild(ctx context.Context, a *kin.Agent) {
 		defer close(c.fetch)
 		run.fetchHandoff(a, c)
 	}()
+}
+
+// resumeFetches, at start, fetches the results of the children on other
+// hosts of this host's agents that became final while no fetch here
+// finished (this daemon was down, or stopped during one): those whose
+// folder's status is not yet the store's. Only on a fleet of several
+// hosts; it reads every agent with a parent once.
+func (run *Runner) resumeFetches(ctx context.Context) {
+	if run.cfg.Remote == nil || run.cfg.Host == "" {
+		return
+	}
+	ctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancel()
+	go func() {
+		select {
+		case <-run.closing:
+		case <-ctx.Done():
+		}
+		cancel()
+	}()
+	if hosts, err := run.store.HostList(ctx); err != nil || len(hosts) < 2 {
+		return
+	}
+	kids, err := run.store.AgentList(ctx, kin.AgentFilter{HasParent: true})
+	if err != nil {
+		run.log.Warn("handoff across hosts: resume fetches", "err", err)
+		return
+	}
+	var cands []*kin.Agent
+	var parents []kin.AgentID
+	for _, a := range kids {
+		if !run.ownsAgent(a) && a.Result.Ended() && a.Session != "" {
+			cands, parents = append(cands, a), append(parents, a.Parent)
+		}
+	}
+	if len(cands) == 0 {
+		return
+	}
+	ps, err := run.store.AgentListByIDs(ctx, parents)
+	if err != nil {
+		run.log.Warn("handoff across hosts: resume fetches", "err", err)
+		return
+	}
+	mine := map[kin.AgentID]bool{}
+	for _, p := range ps {
+		mine[p.ID] = run.ownsAgent(p) && p.Session != ""
+	}
+	for _, a := range cands {
+		if !mine[a.Parent] || ctx.Err() != nil {
+			continue
+		}
+		c := run.ctxAgentOf(ctx, a)
+		run.ctxMu.Lock()
+		dir := c.childDir
+		run.ctxMu.Unlock()
+		if dir != "" && c.parent.Agent != "" {
+			if st, err := run.ctx.ChildStatusOf(c.parent, dir); err == nil && string(st) == string(a.Result) {
+				continue // installed before
+			}
+		}
+		run.remoteChild(ctx, a)
+	}
 }
 
 // fetchHandoff fetches a's checked result from its host and installs it,

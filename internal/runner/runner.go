@@ -54,6 +54,7 @@ type Runner struct {
 	ctxDir        string // the agent filesystem's root
 	ctx           *ctxfs.FS
 	ctxw          *ctxWriter
+	remoteMu      sync.Mutex // one remoteChild at a time (the writer's, the resume's)
 	ctxMu         sync.Mutex
 	ctxAgents     map[kin.AgentID]*ctxAgent
 	agentPath     string   // PATH of agent processes
@@ -347,6 +348,11 @@ func (run *Runner) Start(ctx context.Context, agents http.Handler) error {
 	}()
 	run.wg.Add(1)
 	go run.watchLiveness(reconciled)
+	run.wg.Add(1)
+	go func() {
+		defer run.wg.Done()
+		run.resumeFetches(ctx)
+	}()
 	return nil
 }
 
