@@ -2,7 +2,9 @@ package auditlog
 
 import (
 	"crypto/ed25519"
+	"crypto/hmac"
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/base64"
 	"errors"
 	"fmt"
@@ -71,6 +73,18 @@ func ParseCheckpoint(text string) (Checkpoint, error) {
 type Key struct {
 	signer note.Signer
 	vkey   string
+	skey   string
+}
+
+// Derive is a secret of the key's holders for another use than signing
+// (label names it): HMAC-SHA256 of label keyed with the private key, from
+// which the key cannot be learnt. The hosts of a fleet share one log key
+// and nothing else secret, so they authenticate their calls to one
+// another with Derive (package peer).
+func (k *Key) Derive(label string) []byte {
+	m := hmac.New(sha256.New, []byte(k.skey))
+	m.Write([]byte("kin log key derive\x00" + label))
+	return m.Sum(nil)
 }
 
 // Name is the key's name, which is also the log's origin.
@@ -189,7 +203,7 @@ func parseKey(skey string) (*Key, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Key{signer: s, vkey: vkey}, nil
+	return &Key{signer: s, vkey: vkey, skey: skey}, nil
 }
 
 func abbreviate(s string) string {

@@ -19,6 +19,10 @@ type Caller struct {
 	// Refused is set when a connection on an agent socket came from a
 	// process outside that agent: every request on it is forbidden.
 	Refused string
+	// Peer is the host of the fleet that forwarded the request (package
+	// peer), having checked its own caller: it is served as the operator
+	// on the few routes a peer may call, and never forwarded again.
+	Peer string
 }
 
 type key struct{}

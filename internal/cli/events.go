@@ -33,6 +33,9 @@ object per line.
 With --follow the command keeps running and prints each new event as it is
 committed, until interrupted (Ctrl-C exits with status 0).
 
+On a host of a fleet of several (kin hosts), the log is the fleet's: each
+text line ends with host=NAME, the host of the event's agent.
+
 Event types of the registry and the governor: ` + strings.Join([]string{kin.EventAgentRegistered, kin.EventChildSpawned}, ", ") + `,
 ` + strings.Join([]string{kin.EventAgentStatus, kin.EventSpawnRejected, kin.EventCircuitOpen, kin.EventGovernorChanged}, ", ") + `.
 Of the supervisor: ` + strings.Join([]string{kin.EventAgentStarted, kin.EventAgentExited, kin.EventChildCancel, kin.EventAgentStop}, ", ") + `,
@@ -53,7 +56,7 @@ Of the supervisor: ` + strings.Join([]string{kin.EventAgentStarted, kin.EventAge
 			if err != nil {
 				return err
 			}
-			write := a.eventWriter()
+			write := a.eventWriter(fleetHosts(cmd.Context(), svc))
 			if follow {
 				ctx := cmd.Context()
 				err := svc.FollowEvents(ctx, f, write)
@@ -83,8 +86,31 @@ Of the supervisor: ` + strings.Join([]string{kin.EventAgentStarted, kin.EventAge
 	return cmd
 }
 
-// eventWriter returns the function that prints one event.
-func (a *app) eventWriter() func(kin.Event) error {
+// fleetHosts names the host of each event's agent when the daemon is a
+// host of a fleet of several (kin.Host: each agent's own, read once per
+// agent); nil on one host, or for a caller who may not list the hosts, so
+// one host's lines are unchanged.
+func fleetHosts(ctx context.Context, svc kin.Service) func(kin.AgentID) string {
+	hosts, err := svc.Hosts(ctx)
+	if err != nil || len(hosts) < 2 {
+		return nil
+	}
+	known := map[kin.AgentID]string{}
+	return func(id kin.AgentID) string {
+		h, ok := known[id]
+		if !ok {
+			if a, err := svc.Agent(ctx, id); err == nil {
+				h = a.Host
+			}
+			known[id] = h // an agent's host never changes
+		}
+		return h
+	}
+}
+
+// eventWriter returns the function that prints one event; with hostOf,
+// the text line ends with the host of the event's agent (host=NAME).
+func (a *app) eventWriter(hostOf func(kin.AgentID) string) func(kin.Event) error {
 	w := a.env.Stdout
 	if a.jsonOut {
 		return func(e kin.Event) error {
@@ -97,7 +123,11 @@ func (a *app) eventWriter() func(kin.Event) error {
 		}
 	}
 	return func(e kin.Event) error {
-		_, err := io.WriteString(w, formatEvent(e)+"\n")
+		line := formatEvent(e)
+		if hostOf != nil && e.Agent != 0 {
+			line += " host=" + kvString(orDash(hostOf(e.Agent)))
+		}
+		_, err := io.WriteString(w, line+"\n")
 		return err
 	}
 }

@@ -23,6 +23,7 @@ import (
 	"github.com/kin-agents/kin/internal/keyring"
 	"github.com/kin-agents/kin/internal/lineage"
 	"github.com/kin-agents/kin/internal/logsigner"
+	"github.com/kin-agents/kin/internal/peer"
 	"github.com/kin-agents/kin/internal/personserver"
 	"github.com/kin-agents/kin/internal/quota"
 	"github.com/kin-agents/kin/internal/registry"
@@ -58,6 +59,8 @@ type Daemon struct {
 	*personserver.Server                    // AAuth: agent provider and person server: kin.IdentityService
 	*logsigner.Signer                       // the verifiable event log's key and checkpoints: kin.LogService
 	host                 *hosts.Hosts       // this daemon as a host of the fleet: kin.FleetService (fleet.go)
+	peerAuth             *peer.Auth         // signs this host's calls to other hosts, checks theirs
+	peers                *peer.Fleet        // the other hosts' APIs: agents' logs there
 	metrics              *telemetry.Metrics // Prometheus metrics
 	tracer               *telemetry.Tracer  // OpenTelemetry spans of spawns, nil when off
 	quota                *quota.Limiter     // the profile's rate limits on agents (issue 21)
@@ -215,6 +218,10 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("traces: %w", err)
 	}
+	// The hosts of a fleet share the log key, and so the key they sign
+	// their calls to one another with.
+	d.peerAuth = peer.NewAuth(hostName, d.Signer.Derive(peer.Label), d.now)
+	d.peers = peer.NewFleet(d.peerAuth, d.store.HostList, d.now)
 	d.Runner, err = runner.New(runner.Config{
 		Home: cfg.Home, CtxDir: cfg.ctxDir(), HTTPAddr: cfg.HTTPAddr, ListenAddr: d.HTTPAddr, SocketPath: d.SocketPath(),
 		AgentUIDs: cfg.AgentUIDs, UIDRange: cfg.UIDRange, UIDRangeDir: cfg.UIDRangeDir,
@@ -222,6 +229,7 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 		Containment: cfg.Containment, CgroupName: cfg.CgroupName, LeaveRunning: cfg.LeaveRunning, ShutdownTimeout: cfg.ShutdownTimeout, Host: hostName,
 		AgentOpenFiles: files.child, Store: d.store, Lineage: &d.lineage, Authority: d.Authority, Identity: d.Server,
 		Observer: telemetry.RunnerObserver{M: d.metrics, T: d.tracer}, Clock: d.now, Log: d.log, Quota: d.quota,
+		Remote: d.peers,
 	})
 	if err != nil {
 		return nil, err
@@ -254,6 +262,7 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 	api.Observe = d.metrics.ObserveHTTP
 	api.ActAs = d.actAs
 	api.OpenStream = d.streams.Open
+	api.Peer = d.peerAuth.Serve
 	if err := d.Runner.Start(ctx, api.Handler(false)); err != nil {
 		return nil, err
 	}
@@ -382,6 +391,7 @@ func (d *Daemon) operatorHandler(api *httpapi.Server) http.Handler {
 func (d *Daemon) webHandler(api *httpapi.Server) http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("/v1/", api.Handler(true))
+	mux.Handle("GET "+httpapi.PathHandoff, api.Protect(d.handoffHandler(api)))
 	mux.Handle(PathMCP, d.mcpHandler(api))
 	mux.Handle("GET /metrics", api.Protect(d.metrics.Handler()))
 	mux.Handle("/metrics", api.Protect(http.HandlerFunc(api.NotFound))) // another method: the API's answers, not the login page
@@ -452,6 +462,9 @@ func (d *Daemon) Close() error {
 			errs = append(errs, d.Runner.Close())
 		}
 		d.wg.Wait()
+		if d.peers != nil {
+			d.peers.Close()
+		}
 		if d.unixLn != nil {
 			os.Remove(d.SocketPath())
 		}

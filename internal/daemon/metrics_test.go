@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"io"
 	"net/http"
+	"os"
 	"strconv"
 	"strings"
 	"testing"
@@ -177,6 +178,11 @@ func TestMetricsAfterCascade(t *testing.T) {
 		t.Errorf("kin_event_log_size = %v", v)
 	}
 	wantSample(t, ss, 0, "kin_metrics_store_errors")
+	// One host: itself, up, with its one live agent (the fleet's view:
+	// internal/fleettest's TestFleetSeenFromAnyHost).
+	host, _ := os.Hostname()
+	wantSample(t, ss, 1, "kin_host_up", "host", host)
+	wantSample(t, ss, 1, "kin_host_agents", "host", host)
 	if v, _ := find(ss, "kin_http_request_duration_seconds_count", "route", "POST /v1/spawn", "code", "201"); v < 3 {
 		t.Errorf("latency of POST /v1/spawn counted %v times, want 3 or more", v)
 	}

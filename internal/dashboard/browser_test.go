@@ -394,3 +394,32 @@ func wideProfile(t testing.TB) string {
 	}
 	return p
 }
+
+// TestDashboardNamesHostsInAFleet: two daemons on one store are two hosts
+// of a fleet; the dashboard of either shows the whole family and, as its
+// agents span hosts, each node's host and a host row in the agent's panel.
+// One host's dashboard names none (TestDashboardInChromium's nodes carry no
+// data-host).
+func TestDashboardNamesHostsInAFleet(t *testing.T) {
+	ctx := browser(t)
+	db := "sqlite:" + filepath.Join(t.TempDir(), "fleet.db")
+	key := kintest.WithLogKeyDir(filepath.Join(t.TempDir(), "log-key"))
+	alpha := kintest.StartDaemon(t, kintest.WithHTTP(), kintest.WithStore(db), kintest.WithHostName("alpha"), key)
+	beta := kintest.StartDaemon(t, kintest.WithStore(db), kintest.WithHostName("beta"), key)
+	root, err := alpha.Client.Register(context.Background(), kin.RegisterRequest{Name: "root", Responsible: "ops"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	kid, err := beta.Client.Register(context.Background(), kin.RegisterRequest{Name: "kid", Parent: root.ID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	login(t, ctx, "http://"+alpha.HTTPAddr(), alpha.OperatorToken())
+	waitJS(t, ctx, "both hosts' agents, each node naming its host",
+		fmt.Sprintf(`document.querySelector('#graph .node[data-id="%d"]')?.dataset.host === "alpha" && document.querySelector('#graph .node[data-id="%d"]')?.dataset.host === "beta"`, root.ID, kid.ID))
+	if got := eval[string](t, ctx, fmt.Sprintf(`document.querySelector('#graph .node[data-id="%d"] .host').textContent`, kid.ID)); got != "beta" {
+		t.Errorf("kid's node shows host %q", got)
+	}
+	do(t, ctx, "open kid's panel", click(fmt.Sprintf(`#graph .node[data-id="%d"]`, kid.ID)))
+	waitJS(t, ctx, "the panel's host row", `[...document.querySelectorAll('#facts dt')].some((dt) => dt.textContent === 'host' && dt.nextElementSibling.textContent === 'beta')`)
+}

@@ -204,6 +204,13 @@ var packageMap = map[string]deptest.DepChecker{
 			mod + "internal/registry": whyDown,
 		}),
 	},
+	"internal/peer": {
+		BadDeps: withBans(map[string]string{
+			mod + "internal/runner":   "it carries a request the runner decided to make; " + whyDown,
+			mod + "internal/registry": "it decides no access: the asking host checked its caller; " + whyDown,
+			mod + "client":            "the daemon's side of a host-to-host call; the SDK is the daemon's callers'",
+		}),
+	},
 	"internal/store/postgres": {
 		BadDeps: map[string]string{
 			mod + "internal/governor":     "the driver keeps what the daemon decided; deciding is the governor's",

@@ -45,6 +45,10 @@ type Server struct {
 	// (logs, followed events, followed inbox): it counts the stream for the
 	// caller and returns its release, or refuses (quota.Streams).
 	OpenStream func(ctx context.Context) (release func(), err error)
+	// Peer, when set, checks a request another host of the fleet signed
+	// (PeerHeader) on a peer route (PeerRoute), in place of the token: the
+	// context it is served with, or why not.
+	Peer func(r *http.Request) (context.Context, error)
 }
 
 // openStream counts a long-lived answer for the caller. A refused one

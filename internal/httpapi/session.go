@@ -91,9 +91,14 @@ func sameOrigin(r *http.Request) bool {
 }
 
 // Protect lets through only the operator (Operator), answering others with
-// 401 and the JSON error every endpoint uses.
+// 401 and the JSON error every endpoint uses, and another host of the
+// fleet on the peer routes (PeerHeader, Server.Peer).
 func (s *Server) Protect(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get(PeerHeader) != "" {
+			s.servePeer(w, r, next)
+			return
+		}
 		if ok, why := s.Operator(r); !ok {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="kin"`)
 			s.writeError(w, r, kin.Errorf(kin.ECodeUnauthorized, "%s", why))

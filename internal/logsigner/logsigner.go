@@ -81,6 +81,10 @@ func (sg *Signer) now() time.Time { return sg.clock() }
 // VerifierKey is the log key's public verifier key (a note verifier key).
 func (sg *Signer) VerifierKey() string { return sg.key.VerifierKey() }
 
+// Derive is a secret derived from the log key (auditlog.Key.Derive): the
+// fleet's hosts, which share the key, share it.
+func (sg *Signer) Derive(label string) []byte { return sg.key.Derive(label) }
+
 // New loads the log key and the latest checkpoint, and checks that the
 // stored tree still has the root that checkpoint signed. Run signs on a
 // schedule until Close.

@@ -256,7 +256,10 @@ func (w *ctxWriter) sync() {
 				return
 			}
 			if !w.d.ownsAgent(a) {
-				continue // another host of the fleet keeps its agents' files
+				// Another host of the fleet keeps its agents' files; a
+				// child of one of this host's agents has its folder here.
+				w.d.remoteChild(ctx, a)
+				continue
 			}
 			w.apply(ctx, a, byAgent[a.ID])
 		}

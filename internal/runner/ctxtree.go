@@ -39,6 +39,15 @@ type ctxAgent struct {
 	state       kin.State        // last written to the session's state file
 	childStatus kin.ResultStatus // last written to the parent's status file
 	msgSeq      map[string]int64 // by session: the last message appended to its messages.jsonl
+
+	// remoteParent is the host of its parent, when that is another host
+	// of the fleet and the parent has a session: the result is checked
+	// here and kept in FleetHandoffDir for that host to fetch.
+	remoteParent string
+	// fetch is the fetch of the result of a child on another host whose
+	// parent runs here (closed when it is installed or given up); nil
+	// until one starts.
+	fetch chan struct{}
 }
 
 // agentOwner is who owns agent id's files: the uid and gid it runs as.
@@ -118,14 +127,18 @@ func (run *Runner) prepareCtx(ctx context.Context, a *kin.Agent, spec store.Proc
 			}
 			parentRef = ctxfs.ParentRef{Agent: p.Name, Session: p.Session, Run: runID(p.ID)}
 			// A parent on another host of the fleet has its session there:
-			// this host makes no folder for the child in it (a handoff
-			// back across hosts is not built yet).
-			if p.Session != "" && run.ownsAgent(p) {
+			// its host makes the child's folder in it, and fetches the
+			// result this host checks (fleethandoff.go).
+			switch {
+			case p.Session == "":
+			case run.ownsAgent(p):
 				c.parent = ctxfs.Session{Owner: run.agentOwner(p.ID), Agent: p.Name, ID: p.Session}
+			default:
+				c.remoteParent = p.Host
 			}
 		}
 	}
-	c.resultChan = c.parent.Agent != "" || c.hasHandoff
+	c.resultChan = c.parent.Agent != "" || c.hasHandoff || c.remoteParent != ""
 
 	task, files, err := run.handoffFiles(a, spec.Handoff)
 	if err != nil {
@@ -255,9 +268,12 @@ func (run *Runner) ctxAgentOf(ctx context.Context, a *kin.Agent) *ctxAgent {
 		return c
 	}
 	c = &ctxAgent{resultChan: a.Result != ""}
+	own := run.ownsAgent(a)
 	o := run.agentOwner(a.ID)
 	c.rt.UID, c.rt.GID = o.UID, o.GID
-	if a.Session != "" {
+	// Another host's agent has its session there: here it has at most its
+	// folder in a parent's session (fleethandoff.go).
+	if a.Session != "" && own {
 		c.session = ctxfs.Session{Owner: o, Agent: a.Name, ID: a.Session}
 	}
 	c.setHandoff(nil)
@@ -269,7 +285,7 @@ func (run *Runner) ctxAgentOf(ctx context.Context, a *kin.Agent) *ctxAgent {
 	if len(a.Command) > 0 {
 		spec, err = run.store.AgentProcessSpec(ctx, a.ID)
 	}
-	if err == nil {
+	if err == nil && own {
 		if hk, err := handoffOf(spec.Handoff); err == nil {
 			c.setHandoff(hk)
 		}
@@ -278,9 +294,13 @@ func (run *Runner) ctxAgentOf(ctx context.Context, a *kin.Agent) *ctxAgent {
 	if a.Parent != 0 {
 		if p, err := run.store.AgentGetByID(ctx, a.Parent); err == nil {
 			c.rt.Parent = ctxfs.ParentRef{Agent: p.Name, Session: p.Session, Run: runID(p.ID)}
-			if p.Session != "" && a.Result != "" {
+			switch {
+			case p.Session == "" || a.Result == "":
+			case run.ownsAgent(p):
 				c.parent = ctxfs.Session{Owner: run.agentOwner(p.ID), Agent: p.Name, ID: p.Session}
 				c.childDir, _ = run.findChildDir(c.parent, a)
+			case own:
+				c.remoteParent = p.Host
 			}
 		}
 	}
@@ -304,6 +324,9 @@ func (run *Runner) rememberCtx(id kin.AgentID, c *ctxAgent) {
 // resultDir is where an agent's result is kept: its folder in its parent's
 // session, or its own output/ when it has no parent session.
 func (run *Runner) resultDir(a *kin.Agent, c *ctxAgent) string {
+	if c.remoteParent != "" {
+		return run.ctx.FleetHandoffDir(a.ID.String())
+	}
 	if c.parent.Agent != "" && c.childDir != "" {
 		return run.ctx.ChildDir(c.parent.UID, c.parent.Agent, c.parent.ID, c.childDir)
 	}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/kin-agents/kin/internal/agentlog"
+	"github.com/kin-agents/kin/internal/caller"
 	"github.com/kin-agents/kin/kin"
 )
 
@@ -156,6 +157,9 @@ func (run *Runner) Logs(ctx context.Context, req kin.LogsRequest, fn func([]byte
 	if len(a.Command) == 0 {
 		return kin.Errorf(kin.ECodeInvalid, "agent %d was registered without a process: it has no log", req.ID)
 	}
+	if !run.ownsAgent(a) {
+		return run.remoteLogs(ctx, a, req, fn)
+	}
 	buf := make([]byte, 32<<10)
 	if req.Follow {
 		// Whether a restarted daemon's agent still runs, and so writes
@@ -194,6 +198,20 @@ func (run *Runner) Logs(ctx context.Context, req kin.LogsRequest, fn func([]byte
 		}
 		t.Stop()
 	}
+}
+
+// remoteLogs streams the log of an agent another host of the fleet runs
+// (and keeps its log), through that host's API (package peer): the caller
+// was checked here. A host's own peers are answered for its own agents
+// only, so a request never goes round.
+func (run *Runner) remoteLogs(ctx context.Context, a *kin.Agent, req kin.LogsRequest, fn func([]byte) error) error {
+	if p := caller.Of(ctx).Peer; p != "" {
+		return kin.Errorf(kin.ECodeNotFound, "agent %d runs on host %s, not on %s (asked by host %s)", a.ID, a.Host, run.cfg.Host, p)
+	}
+	if run.cfg.Remote == nil {
+		return kin.Errorf(kin.ECodeUnavailable, "agent %d runs on host %s, and its log is there: this daemon cannot reach other hosts", a.ID, a.Host)
+	}
+	return run.cfg.Remote.Logs(ctx, a.Host, req, fn)
 }
 
 // trimEndedLogs bounds the logs of the ended agents of a tree (issue 21),

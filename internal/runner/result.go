@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"os"
 	"path/filepath"
 	"strings"
 	"time"
@@ -44,7 +45,11 @@ func (run *Runner) collectResult(a *kin.Agent, c *ctxAgent, exit kin.Exit) outco
 	}
 	out, dir := run.ctx.OutputDir(c.session.UID, a.Name, c.session.ID), run.resultDir(a, c)
 	if dir != out {
-		if _, err := run.ctx.CopyResult(out, dir); err != nil {
+		_, err := run.makeFleetHandoff(c, dir)
+		if err == nil {
+			_, err = run.ctx.CopyResult(out, dir)
+		}
+		if err != nil {
 			run.log.Warn("copy result", "agent", a.ID, "err", err)
 			o := outcome{status: kin.ResultContractViolated, violations: []string{"the result could not be copied: " + err.Error()}}
 			if failed {
@@ -68,7 +73,11 @@ func (run *Runner) collectResult(a *kin.Agent, c *ctxAgent, exit kin.Exit) outco
 		}
 		if dir != out { // the parent's copy carries only hashes kin vouches for
 			if refs, err := handoff.MarshalRefs(rep.VerifiedRefs()); err == nil {
-				if err := run.ctx.WriteFile(filepath.Join(dir, handoff.FileRefs), refs, c.parent.Owner, ctxfs.ModeAgentFile); err != nil {
+				owner := c.parent.Owner
+				if c.remoteParent != "" {
+					owner = ctxfs.Owner{UID: os.Geteuid(), GID: os.Getegid()}
+				}
+				if err := run.ctx.WriteFile(filepath.Join(dir, handoff.FileRefs), refs, owner, ctxfs.ModeAgentFile); err != nil {
 					run.log.Warn("write verified refs", "agent", a.ID, "err", err)
 				}
 			}
@@ -149,6 +158,9 @@ func (run *Runner) Wait(ctx context.Context, req kin.WaitRequest) (*kin.AgentRes
 			seq, err := run.store.EventLastSeq(ctx)
 			if err == nil {
 				err = run.ctxw.waitApplied(ctx, seq)
+			}
+			if err == nil {
+				err = run.awaitFetch(ctx, a.ID) // a child on another host: its result fetched
 			}
 			if err != nil {
 				return nil, run.waitError(ctx, req, err)
@@ -299,6 +311,10 @@ func (run *Runner) keepPartial(ctx context.Context, a *kin.Agent) {
 	out, dir := run.ctx.OutputDir(c.session.UID, a.Name, c.session.ID), run.resultDir(a, c)
 	if dir == "" || dir == out {
 		return // kept where it is
+	}
+	if _, err := run.makeFleetHandoff(c, dir); err != nil {
+		run.log.Warn("keep partial result", "agent", a.ID, "err", err)
+		return
 	}
 	if _, err := run.ctx.CopyResult(out, dir); err != nil {
 		run.log.Warn("keep partial result", "agent", a.ID, "err", err)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -53,6 +54,7 @@ type Runner struct {
 	ctxDir        string // the agent filesystem's root
 	ctx           *ctxfs.FS
 	ctxw          *ctxWriter
+	remoteMu      sync.Mutex // one remoteChild at a time (the writer's, the resume's)
 	ctxMu         sync.Mutex
 	ctxAgents     map[kin.AgentID]*ctxAgent
 	agentPath     string   // PATH of agent processes
@@ -145,6 +147,20 @@ type Config struct {
 	// Quota limits agents' heartbeats (nil: no limit). Their logs are
 	// bounded by the registry's profile (quotas.log_bytes, log_keep).
 	Quota *quota.Limiter
+	// Remote asks the other hosts of the fleet for what only the host
+	// running an agent holds (package peer); nil: such requests are
+	// refused, naming the host.
+	Remote Remote
+}
+
+// Remote reaches the hosts of the fleet that run other agents than this
+// host's.
+type Remote interface {
+	// Logs streams agent req.ID's log from host, which runs it.
+	Logs(ctx context.Context, host string, req kin.LogsRequest, fn func([]byte) error) error
+	// Handoff reads the checked result of agent id from host, which runs
+	// it (a tar: Runner.WriteHandoff's).
+	Handoff(ctx context.Context, host string, id kin.AgentID) (io.ReadCloser, error)
 }
 
 // DefaultShutdownTimeout is Config.ShutdownTimeout's default: below the 90 s
@@ -332,6 +348,11 @@ func (run *Runner) Start(ctx context.Context, agents http.Handler) error {
 	}()
 	run.wg.Add(1)
 	go run.watchLiveness(reconciled)
+	run.wg.Add(1)
+	go func() {
+		defer run.wg.Done()
+		run.resumeFetches(ctx)
+	}()
 	return nil
 }
 

@@ -202,6 +202,12 @@ var (
 	descOldestHeartbeat = prometheus.NewDesc("kin_heartbeat_oldest_age_seconds",
 		"Seconds since the least recent heartbeat among active agents in state active or stale (0 when there is none): how close the laggiest agent is to going stale or offline.",
 		nil, nil)
+	descHostAgents = prometheus.NewDesc("kin_host_agents",
+		"Live agents (not terminated) of each host of the fleet, by the host that runs or registered them: every host's scrape shows the whole fleet's.",
+		[]string{"host"}, nil)
+	descHostUp = prometheus.NewDesc("kin_host_up",
+		"1 while the host's lease in the store is live (its daemon renews it), 0 once it expired or was released at a clean stop.",
+		[]string{"host"}, nil)
 	descScrapeError = prometheus.NewDesc("kin_metrics_store_errors",
 		"1 when this scrape could not read some of the store's metrics (the daemon's log says why), else 0.", nil, nil)
 )
@@ -211,6 +217,8 @@ func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- descRunning
 	ch <- descLogSize
 	ch <- descOldestHeartbeat
+	ch <- descHostAgents
+	ch <- descHostUp
 	ch <- descScrapeError
 }
 
@@ -247,6 +255,19 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	ch <- prometheus.MustNewConstMetric(descOldestHeartbeat, prometheus.GaugeValue, age)
 	ch <- prometheus.MustNewConstMetric(descRunning, prometheus.GaugeValue, float64(c.src.Running()))
+	if hosts, err := st.HostList(ctx); err != nil {
+		fail("kin_host_agents", err)
+	} else {
+		now := c.clock()
+		for _, h := range hosts {
+			up := 0.0
+			if h.LeaseUntil.After(now) {
+				up = 1
+			}
+			ch <- prometheus.MustNewConstMetric(descHostAgents, prometheus.GaugeValue, float64(h.Agents), h.Name)
+			ch <- prometheus.MustNewConstMetric(descHostUp, prometheus.GaugeValue, up, h.Name)
+		}
+	}
 	if size, err := st.LogSize(ctx); err != nil {
 		fail("kin_event_log_size", err)
 	} else {

@@ -37,6 +37,34 @@ func TestTopViewSeedTree(t *testing.T) {
 	}
 }
 
+// TestTopViewFleetHosts: when the agents span hosts of a fleet, a HOST
+// column names each one's, as kin ps does; on one host there is none
+// (seedScreen).
+func TestTopViewFleetHosts(t *testing.T) {
+	agents := seedTree()
+	for i, a := range agents {
+		a.Host = []string{"gpu-1", "b"}[i%2]
+	}
+	h := start(t, newFake(agents...), Options{}, 110, 16)
+	want := []string{
+		"  AGENT                       ROLE         STATUS  STATE       PID  HOST   RESPONSIBLE",
+		"> #1 Research-Coordinator     coordinator  active  registered    -  gpu-1  Dr. Schmidt, COAI Research",
+		"  ├── #2 Data-Collector       collector    active  registered    -  b",
+	}
+	lines := strings.Split(h.screen(), "\n")
+	for i, w := range want {
+		if got := strings.TrimRight(lines[i+1], " "); got != w {
+			t.Errorf("line %d:\n%q\nwant\n%q", i+1, got, w)
+		}
+	}
+	for _, a := range agents {
+		a.Host = "gpu-1"
+	}
+	if h := start(t, newFake(agents...), Options{}, 100, 16); strings.Contains(h.screen(), "HOST") {
+		t.Errorf("one host's agents, a HOST column:\n%s", h.screen())
+	}
+}
+
 func TestTopViewColoursStates(t *testing.T) {
 	agents := seedTree()
 	agents[1].State = kin.StateActive

@@ -26,11 +26,17 @@ func (m *Model) bodyHeight() int { return max(1, m.height-headLines-footLines) }
 
 // columns are the widths of the row's cells, measured over every row (not
 // only those on screen) so that scrolling does not shift them.
-type columns struct{ tree, role, status, state, pid int }
+// host is 0 when there is no HOST column: the agents shown run on one
+// host (as kin ps, a fleet's column appears only when they span hosts).
+type columns struct{ tree, role, status, state, pid, host int }
 
 // measure sizes the columns for m.rows.
 func (m *Model) measure() columns {
 	c := columns{tree: len("AGENT"), role: len("ROLE"), status: len("STATUS"), state: len("STATE"), pid: len("PID")}
+	fleet := m.spansHosts()
+	if fleet {
+		c.host = len("HOST")
+	}
 	for _, r := range m.rows {
 		a := m.f.agents[r.id]
 		tree, fold := treeCells(r, a)
@@ -39,8 +45,33 @@ func (m *Model) measure() columns {
 		c.status = max(c.status, len(a.Status))
 		c.state = max(c.state, len(a.State))
 		c.pid = max(c.pid, len(pidCell(a)))
+		if fleet {
+			c.host = max(c.host, lipgloss.Width(orDash(a.Host)))
+		}
 	}
 	return c
+}
+
+// spansHosts reports whether the agents loaded run on more than one host
+// of a fleet.
+func (m *Model) spansHosts() bool {
+	host, first := "", true
+	for _, a := range m.f.agents {
+		if first {
+			host, first = a.Host, false
+		} else if a.Host != host {
+			return true
+		}
+	}
+	return false
+}
+
+// hostCell is the HOST column's cell, with its gap ("" without the column).
+func (c columns) hostCell(s string) string {
+	if c.host == 0 {
+		return ""
+	}
+	return pad(s, c.host) + gap
 }
 
 // treeCells are the tree column's two parts: the glyphs and the agent, and
@@ -122,7 +153,7 @@ func (m *Model) header() string {
 func (m *Model) headings() string {
 	c := m.widths
 	return fit(m.width, seg{strings.Repeat(" ", len(marker)) + pad("AGENT", c.tree) + gap + pad("ROLE", c.role) + gap +
-		pad("STATUS", c.status) + gap + pad("STATE", c.state) + gap + padLeft("PID", c.pid) + gap + "RESPONSIBLE", headingStyle})
+		pad("STATUS", c.status) + gap + pad("STATE", c.state) + gap + padLeft("PID", c.pid) + gap + c.hostCell("HOST") + "RESPONSIBLE", headingStyle})
 }
 
 // rowLine draws row i: the selected one reversed across the screen, the
@@ -140,7 +171,7 @@ func (m *Model) rowLine(i int) string {
 		{pad(string(a.Status), c.status), styleOf(statusStyles, a.Status)},
 		{gap, plainStyle},
 		{pad(string(a.State), c.state), styleOf(stateStyles, a.State)},
-		{gap + padLeft(pidCell(a), c.pid) + gap + m.responsible(a), plainStyle},
+		{gap + padLeft(pidCell(a), c.pid) + gap + c.hostCell(orDash(a.Host)) + m.responsible(a), plainStyle},
 	}
 	if i != m.cursor {
 		return fit(m.width, segs...)

@@ -103,6 +103,7 @@ const S = {
   evBefore: 0,           // the events page: 0 follows the latest, else events before this seq
   evPages: [],           // the 'before' of each newer page, for Newer
   eventTypes: [],        // every event type kin has, from its OpenAPI document
+  fleet: false,          // the agents span hosts of a fleet: each node and panel names its host
 };
 
 // ---- the API ----
@@ -159,6 +160,7 @@ function refresh() {
 
 function setAgents(list) {
   S.agents = new Map(list.map((a) => [a.id, a]));
+  S.fleet = new Set(list.map((a) => a.host || '')).size > 1;
   S.kids = new Map();
   for (const a of list) {
     if (a.parent && S.agents.has(a.parent)) {
@@ -328,10 +330,11 @@ function render() {
       badge = `<g class="toggle" data-toggle="${id}" transform="translate(${NODE_W / 2},${NODE_H + 12})"><title>${folded ? 'Expand' : 'Collapse'} the subtree</title><rect x="-17" y="-9" width="34" height="18" rx="9"/><text y="4" text-anchor="middle">${folded ? '+' + n : '−'}</text></g>`;
     }
     const glyph = oc ? OUTCOMES.find(([o]) => o === oc)[1] : '';
-    nodes.push(`<g class="${cls.join(' ')}" data-id="${id}" data-state="${esc(a.state)}" data-outcome="${oc}" data-status="${esc(a.status)}" data-gen="${a.generation}" data-responsible="${esc(a.responsible)}" transform="translate(${p.x},${y})">` +
-      `<title>#${id} ${esc(a.name)}: ${esc(a.state)}${oc ? ' (' + oc + ')' : ''}${a.reconciling ? ', not yet checked since the daemon restarted' : ''}</title><rect width="${NODE_W}" height="${NODE_H}" rx="6"/>` +
+    nodes.push(`<g class="${cls.join(' ')}" data-id="${id}" data-state="${esc(a.state)}" data-outcome="${oc}" data-status="${esc(a.status)}" data-gen="${a.generation}" data-responsible="${esc(a.responsible)}"${S.fleet ? ` data-host="${esc(a.host || '')}"` : ''} transform="translate(${p.x},${y})">` +
+      `<title>#${id} ${esc(a.name)}: ${esc(a.state)}${oc ? ' (' + oc + ')' : ''}${S.fleet ? ' on host ' + esc(a.host || '-') : ''}${a.reconciling ? ', not yet checked since the daemon restarted' : ''}</title><rect width="${NODE_W}" height="${NODE_H}" rx="6"/>` +
       `<text class="name" x="10" y="18">${esc(trim(a.name, 20))}</text>${glyph ? `<text class="glyph" x="${NODE_W - 10}" y="18" text-anchor="end">${glyph}</text>` : ''}` +
       `<text class="meta" x="10" y="34">#${id} ${esc(trim(a.role || '-', 11))} · ${a.status === 'revoked' ? 'revoked' : esc(a.state)}${a.reconciling ? ' ?' : ''}</text>` +
+      (S.fleet ? `<text class="meta host" x="${NODE_W - 10}" y="50" text-anchor="end">${esc(trim(a.host || '-', 10))}</text>` : '') +
       `<text class="meta time" x="10" y="50" data-time="${id}"></text>${badge}</g>`);
   }
   const svg = $('#graph');
@@ -523,6 +526,7 @@ function panelHTML(a, x) {
   const rows = [
     ['role', a.role || '-'], ['status', a.status], ['generation', a.generation], ['life', a.life],
   ];
+  if (S.fleet) rows.push(['host', a.host || '-']);
   // A pid is shown only while it is the agent's: after the end it may be anyone's.
   if (a.pid && !ended) rows.push(['pid', a.pid]);
   rows.push(['created', new Date(a.created_at).toLocaleString()], ['by', a.created_by]);
