@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"sync"
 	"syscall"
@@ -191,6 +192,7 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 		SingleLevel: func() bool { return d.Registry.Profile().Name == "aauth" },
 		KeyPath:     func(id kin.AgentID) string { return d.Runner.AgentKeyPath(id) },
 		Quota:       d.quota,
+		Host:        hostName,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("identity: %w", err)
@@ -239,7 +241,15 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 	d.wg.Add(1)
 	go func() {
 		defer d.wg.Done()
-		d.Registry.FollowStore(followFrom, d.log, runner.FollowedTypes, d.Runner.Followed)
+		identityTypes := personserver.FollowedTypes
+		d.Registry.FollowStore(followFrom, d.log, append(slices.Clone(runner.FollowedTypes), identityTypes...), func(e kin.Event) {
+			if slices.Contains(runner.FollowedTypes, e.Type) {
+				d.Runner.Followed(e)
+			}
+			if slices.Contains(identityTypes, e.Type) {
+				d.Server.Followed(e)
+			}
+		})
 	}()
 	if d.token, err = loadOrCreateToken(filepath.Join(cfg.Home, TokenName)); err != nil {
 		return nil, err

@@ -41,14 +41,14 @@ func (srv *Server) Handler(next http.Handler) http.Handler {
 		srv.writeMetadata(w, aauth.Metadata{JWKSURI: srv.id.issuer + PathAgentJWKS})
 	})
 	mux.HandleFunc("GET "+PathAgentJWKS, func(w http.ResponseWriter, r *http.Request) {
-		writePublicJSON(w, http.StatusOK, srv.id.ap.JWKS())
+		writePublicJSON(w, http.StatusOK, srv.JWKS(kin.KeyRoleAgent))
 	})
 	mux.HandleFunc("GET "+PathPersonMetadata, func(w http.ResponseWriter, r *http.Request) {
 		srv.writeMetadata(w, aauth.Metadata{JWKSURI: srv.id.issuer + PathPersonJWKS,
 			AuthTokenEndpoint: srv.id.issuer + PathAuthToken, TokenStatusEndpoint: srv.id.issuer + PathTokenStatus})
 	})
 	mux.HandleFunc("GET "+PathPersonJWKS, func(w http.ResponseWriter, r *http.Request) {
-		writePublicJSON(w, http.StatusOK, srv.id.person.JWKS())
+		writePublicJSON(w, http.StatusOK, srv.JWKS(kin.KeyRolePerson))
 	})
 	mux.HandleFunc("POST "+PathAuthToken, srv.serveAuthToken)
 	mux.HandleFunc("GET "+PathTokenStatus, srv.serveTokenStatus)
@@ -82,12 +82,17 @@ type verifiedAgent struct {
 
 // verifyAgentToken checks an agent token against kin's keys and registry:
 // kin's issuer, a key some agent holds, the identifier kin gave that agent,
-// and the agent live and active. Errors are *httpsig.Error.
+// and the agent live and active. In a fleet, kin's keys are every host's
+// and its registry the store, so a token any host issued verifies here and
+// an agent revoked or ended on any host is refused; the agent's record is
+// cached while no event says it changed (Followed). Errors are
+// *httpsig.Error.
 func (srv *Server) verifyAgentToken(ctx context.Context, token string, now time.Time) (*verifiedAgent, error) {
 	c := srv.id.verifiedClaims(token, now)
 	if c == nil {
 		var err error
-		if c, err = identity.VerifyAgentToken(token, now, srv.id.ap.Public); err != nil {
+		keys := func(kid string) (ed25519.PublicKey, error) { return srv.publicKey(ctx, kin.KeyRoleAgent, kid) }
+		if c, err = identity.VerifyAgentToken(token, now, keys); err != nil {
 			var ie *identity.Error
 			if errors.As(err, &ie) {
 				return nil, &httpsig.Error{Code: httpsig.Code(ie.Code), Detail: ie.Detail}
@@ -99,19 +104,28 @@ func (srv *Server) verifyAgentToken(ctx context.Context, token string, now time.
 	if c.Iss != srv.id.issuer {
 		return nil, &httpsig.Error{Code: httpsig.CodeIssuerMismatch, Detail: "iss " + c.Iss + " is not this agent provider (" + srv.id.issuer + ")"}
 	}
-	row, err := srv.st.AgentKeyByJKT(ctx, identity.Thumbprint(c.Cnf.JWK))
-	if err != nil {
-		return nil, &httpsig.Error{Code: httpsig.CodeInvalidKey, Detail: "no agent holds the token's key"}
+	jkt := identity.Thumbprint(c.Cnf.JWK)
+	row, ok := srv.id.agentKey(jkt)
+	if !ok {
+		var err error
+		if row, err = srv.st.AgentKeyByJKT(ctx, jkt); err != nil {
+			return nil, &httpsig.Error{Code: httpsig.CodeInvalidKey, Detail: "no agent holds the token's key"}
+		}
+		srv.id.rememberKey(row)
 	}
 	if c.Sub != srv.sub(row.Local) {
 		return nil, &httpsig.Error{Code: httpsig.CodeInvalidJWT, Detail: "sub " + c.Sub + " is not the identifier of the key's agent"}
 	}
-	a, err := srv.st.AgentGetByID(ctx, row.Agent)
-	if err != nil {
-		return nil, &httpsig.Error{Code: httpsig.CodeInvalidKey, Detail: "the key's agent is not in the registry"}
-	}
-	if !a.Live() || a.Status != kin.StatusActive {
-		return nil, &httpsig.Error{Code: httpsig.CodeRevokedJWT, Detail: "agent " + a.ID.String() + " is " + string(a.Status) + " (" + string(a.State) + ")"}
+	a, gen := srv.id.activeAgent(row.Agent, now)
+	if a == nil {
+		var err error
+		if a, err = srv.st.AgentGetByID(ctx, row.Agent); err != nil {
+			return nil, &httpsig.Error{Code: httpsig.CodeInvalidKey, Detail: "the key's agent is not in the registry"}
+		}
+		if !a.Live() || a.Status != kin.StatusActive {
+			return nil, &httpsig.Error{Code: httpsig.CodeRevokedJWT, Detail: "agent " + a.ID.String() + " is " + string(a.Status) + " (" + string(a.State) + ")"}
+		}
+		srv.id.rememberActive(a, now, gen)
 	}
 	return &verifiedAgent{claims: c, agent: a, key: row}, nil
 }
