@@ -116,18 +116,49 @@ func (srv *Server) verifyAgentToken(ctx context.Context, token string, now time.
 	if c.Sub != srv.sub(row.Local) {
 		return nil, &httpsig.Error{Code: httpsig.CodeInvalidJWT, Detail: "sub " + c.Sub + " is not the identifier of the key's agent"}
 	}
-	a, gen := srv.id.activeAgent(row.Agent, now)
-	if a == nil {
-		var err error
-		if a, err = srv.st.AgentGetByID(ctx, row.Agent); err != nil {
-			return nil, &httpsig.Error{Code: httpsig.CodeInvalidKey, Detail: "the key's agent is not in the registry"}
+	a, err := srv.activeRecord(ctx, row.Agent, now)
+	if err != nil {
+		return nil, err
+	}
+	// A sub-agent's token derives from its parent's: it is good while
+	// every ancestor it derives from is (revocation follows the tree).
+	for p := a.Parent; c.ParentAgent != "" && p != 0; {
+		if _, ok, err := srv.localOf(ctx, p); err != nil {
+			return nil, &httpsig.Error{Code: httpsig.CodeInvalidKey, Detail: "the store failed"}
+		} else if !ok {
+			break // a top-level AAuth agent's parent: outside the chain
 		}
-		if !a.Live() || a.Status != kin.StatusActive {
-			return nil, &httpsig.Error{Code: httpsig.CodeRevokedJWT, Detail: "agent " + a.ID.String() + " is " + string(a.Status) + " (" + string(a.State) + ")"}
+		pa, err := srv.activeRecord(ctx, p, now)
+		if err != nil {
+			var se *httpsig.Error
+			if errors.As(err, &se) {
+				se.Detail = "agent " + a.ID.String() + "'s ancestor " + se.Detail
+			}
+			return nil, err
 		}
-		srv.id.rememberActive(a, now, gen)
+		p = pa.Parent
 	}
 	return &verifiedAgent{claims: c, agent: a, key: row}, nil
+}
+
+// activeRecord returns agent id's record when it is live and active (the
+// store's, or what was cached of it while no event said it changed), else
+// an *httpsig.Error: revoked_jwt naming its status.
+func (srv *Server) activeRecord(ctx context.Context, id kin.AgentID, now time.Time) (*kin.Agent, error) {
+	a, gen := srv.id.activeAgent(id, now)
+	if a != nil {
+		return a, nil
+	}
+	a, err := srv.st.AgentGetByID(ctx, id)
+	if err != nil {
+		return nil, &httpsig.Error{Code: httpsig.CodeInvalidKey, Detail: "the key's agent is not in the registry"}
+	}
+	if !a.Live() || a.Status != kin.StatusActive {
+		return nil, &httpsig.Error{Code: httpsig.CodeRevokedJWT, Detail: "agent " + a.ID.String() + " is " + string(a.Status) + " (" + string(a.State) + ")"}
+	}
+	srv.id.rememberActive(a, now, gen)
+	cp := *a
+	return &cp, nil
 }
 
 // refusal is an auth-token request kin turned down.
