@@ -226,6 +226,16 @@ func TestOneIdentityAcrossHosts(t *testing.T) {
 		t.Fatalf("the sub-agent's call with its auth token: %d %s", code, what)
 	}
 
+	// Each host has just verified both tokens (and cached their agents'
+	// records) when the parent is revoked.
+	for _, h := range hosts {
+		if code, what, _ := signedAt(t, h, parent, map[string]string{}); code != http.StatusBadRequest {
+			t.Fatalf("the parent at %s before the revocation: %d %s", h.Name, code, what)
+		}
+		if code, what, _ := signedAt(t, h, sub, map[string]string{}); code != http.StatusForbidden {
+			t.Fatalf("the sub-agent at %s before the revocation: %d %s", h.Name, code, what)
+		}
+	}
 	// Revoking the parent through c revokes, on every host and at once
 	// (each host drops what it cached when the event reaches it), the
 	// parent's token, its sub-agent's, and the auth token.
@@ -263,6 +273,24 @@ func TestOneIdentityAcrossHosts(t *testing.T) {
 		if st.Active {
 			t.Errorf("%s says the auth token is active after the revocation", h.Name)
 		}
+	}
+
+	// b rotates its agent-provider key: every host serves the new key at
+	// once, and a token b signs with it verifies on a.
+	before := kids(jwks(t, a, "/.well-known/jwks.json"))
+	if out, err := b.Kin("keys", "rotate", "--role", kin.KeyRoleAgent); err != nil {
+		t.Fatalf("kin keys rotate on b: %v\n%s", err, out)
+	}
+	kintest.WaitFor(t, 10*time.Second, "b's new key served by a, b and c", func() bool {
+		ka := kids(jwks(t, a, "/.well-known/jwks.json"))
+		return len(strings.Fields(ka)) == len(strings.Fields(before))+1 && ka == kids(jwks(t, b, "/.well-known/jwks.json")) && ka == kids(jwks(t, c, "/.well-known/jwks.json"))
+	})
+	fresh := spawnTokenAgent(t, b, "after-rotation", 0)
+	if _, kid, _, _ := identity.Peek(fresh.token); strings.Contains(before, kid) {
+		t.Errorf("b signed after its rotation with key %s, published before it (%s)", kid, before)
+	}
+	if code, what, _ := signedAt(t, a, fresh, map[string]string{}); code != http.StatusBadRequest {
+		t.Errorf("a token b signed with its new key, at a: %d %s", code, what)
 	}
 
 	// An ended agent's token (issued on a) is refused everywhere.
