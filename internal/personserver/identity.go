@@ -82,13 +82,6 @@ func New(c Config) (*Server, error) {
 	if err := srv.openIdentity(); err != nil {
 		return nil, err
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	for _, role := range []string{kin.KeyRoleAgent, kin.KeyRolePerson} {
-		if err := srv.publishKeys(ctx, role, false); err != nil {
-			return nil, err
-		}
-	}
 	srv.wg.Add(1)
 	go srv.pruneAuthTokens()
 	return srv, nil
@@ -258,7 +251,9 @@ func (srv *Server) openIdentity() error {
 //
 // In a fleet the issuer is the fleet's: the first host records its own in
 // the store, and the others take it (one given another --issuer is
-// refused), so that an agent's identifier is the same on every host.
+// refused), so that an agent's identifier is the same on every host. Then
+// the host publishes its public keys in the store, for every host to
+// verify and serve.
 func (srv *Server) SetIssuer(httpAddr string) error {
 	iss := srv.cfg.Issuer
 	if iss == "" && httpAddr != "" {
@@ -276,6 +271,12 @@ func (srv *Server) SetIssuer(httpAddr string) error {
 	iss, err := srv.fleetIssuer(ctx, iss, srv.cfg.Issuer != "")
 	if err != nil {
 		return err
+	}
+	// A host the fleet accepts publishes its keys.
+	for _, role := range []string{kin.KeyRoleAgent, kin.KeyRolePerson} {
+		if err := srv.publishKeys(ctx, role, false); err != nil {
+			return err
+		}
 	}
 	if iss == "" {
 		return nil // identity answers "no issuer" until configured
