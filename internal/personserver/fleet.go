@@ -42,8 +42,13 @@ type fleetKeys struct {
 	loaded time.Time
 }
 
-func (srv *Server) rings() map[string]*keyring.Ring {
-	return map[string]*keyring.Ring{kin.KeyRoleAgent: srv.id.ap, kin.KeyRolePerson: srv.id.person}
+// ring returns role's ring (the agent provider's unless role is the
+// person server's).
+func (srv *Server) ring(role string) *keyring.Ring {
+	if role == kin.KeyRolePerson {
+		return srv.id.person
+	}
+	return srv.id.ap
 }
 
 // keepOf is how long a role's replaced key stays published.
@@ -62,7 +67,7 @@ func (srv *Server) publishKeys(ctx context.Context, role string, rotated bool) e
 	if srv.cfg.Host == "" {
 		return nil
 	}
-	ring := srv.rings()[role]
+	ring := srv.ring(role)
 	entries := ring.Entries()
 	rows := make([]store.SigningKeyRow, 0, len(entries))
 	for _, e := range entries {
@@ -118,7 +123,7 @@ func (srv *Server) loadFleetKeys(ctx context.Context) error {
 func (srv *Server) published(role string) []store.SigningKeyRow {
 	now := srv.now()
 	var out []store.SigningKeyRow
-	for _, e := range srv.rings()[role].Entries() {
+	for _, e := range srv.ring(role).Entries() {
 		out = append(out, store.SigningKeyRow{KID: e.Key.KID, Host: srv.cfg.Host, Role: role,
 			PublicKey: e.Key.Private.Public().(ed25519.PublicKey), CreatedAt: e.Created, RetiredAt: e.Retired})
 	}
@@ -150,9 +155,15 @@ func (srv *Server) JWKS(role string) identity.JWKS {
 // the fleet. A kid this host has not seen makes it read the store again,
 // at most once a reloadEvery (a host that just started may have signed it).
 func (srv *Server) publicKey(ctx context.Context, role, kid string) (ed25519.PublicKey, error) {
+	if k, err := srv.ring(role).Public(kid); err == nil {
+		return k, nil
+	}
+	now := srv.now()
 	find := func() ed25519.PublicKey {
-		for _, r := range srv.published(role) {
-			if r.KID == kid {
+		srv.fleet.mu.RLock()
+		defer srv.fleet.mu.RUnlock()
+		for _, r := range srv.fleet.rows[role] {
+			if r.KID == kid && r.Host != srv.cfg.Host && (r.RetiredAt.IsZero() || now.Sub(r.RetiredAt) <= keepOf(role)) {
 				return r.PublicKey
 			}
 		}
@@ -161,9 +172,12 @@ func (srv *Server) publicKey(ctx context.Context, role, kid string) (ed25519.Pub
 	if k := find(); k != nil {
 		return k, nil
 	}
-	srv.fleet.mu.RLock()
+	srv.fleet.mu.Lock()
 	stale := srv.cfg.Host != "" && time.Since(srv.fleet.loaded) >= reloadEvery
-	srv.fleet.mu.RUnlock()
+	if stale {
+		srv.fleet.loaded = time.Now() // this reload is the one of the next second
+	}
+	srv.fleet.mu.Unlock()
 	if stale {
 		if err := srv.loadFleetKeys(ctx); err != nil {
 			srv.log.Error("identity: reload the fleet's keys", "err", err)
