@@ -708,8 +708,13 @@ func (srv *Server) RotateKeys(ctx context.Context, role string) (*kin.KeyRotatio
 		return nil, kin.Errorf(kin.ECodeInternal, "%v", err)
 	}
 	out := &kin.KeyRotation{Role: role, KID: k.KID}
-	for _, j := range ring.JWKS().Keys {
-		out.Published = append(out.Published, j.KID)
+	// What the JWKS publishes once the new key is: the fleet's keys, this
+	// host's and the others'.
+	done := func() (*kin.KeyRotation, error) {
+		for _, j := range srv.JWKS(role).Keys {
+			out.Published = append(out.Published, j.KID)
+		}
+		return out, nil
 	}
 	if role == kin.KeyRoleAgent {
 		srv.id.mu.Lock()
@@ -721,7 +726,7 @@ func (srv *Server) RotateKeys(ctx context.Context, role string) (*kin.KeyRotatio
 		if err := srv.publishKeys(ctx, role, true); err != nil {
 			return nil, kin.Errorf(kin.ECodeUnavailable, "%v", err)
 		}
-		return out, nil
+		return done()
 	}
 	err = store.UpdateAfter(ctx, srv.st, func(tx store.Tx, _ *store.AfterCommit) error {
 		return store.AppendEvent(ctx, tx, now, kin.EventKeysRotated, 0, 0, kin.KeysRotatedData{Role: role, KID: k.KID})
@@ -729,7 +734,7 @@ func (srv *Server) RotateKeys(ctx context.Context, role string) (*kin.KeyRotatio
 	if err != nil {
 		return nil, store.KinError(err)
 	}
-	return out, nil
+	return done()
 }
 
 // Auth tokens are kept past their expiry for a day, for kin auth-tokens
