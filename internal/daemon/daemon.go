@@ -264,6 +264,17 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 	api.Observe = d.metrics.ObserveHTTP
 	api.ActAs = d.actAs
 	api.OpenStream = d.streams.Open
+	// The HTTP address is the host's issuer unless configured: listen (not
+	// serve) first, and settle the fleet's issuer and publish this host's
+	// keys before reconciliation starts (it may hold the store's writer).
+	if cfg.HTTPAddr != "" && cfg.HTTPAddr != "off" {
+		if err := d.listenTCP(); err != nil {
+			return nil, err
+		}
+	}
+	if err := d.Server.SetIssuer(d.HTTPAddr()); err != nil {
+		return nil, err
+	}
 	if err := d.Runner.Start(ctx, api.Handler(false)); err != nil {
 		return nil, err
 	}
@@ -271,14 +282,6 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 	// Open both listeners before serving either, so no request sees a
 	// half-started daemon.
 	if err := d.listenUnix(); err != nil {
-		return nil, err
-	}
-	if cfg.HTTPAddr != "" && cfg.HTTPAddr != "off" {
-		if err := d.listenTCP(); err != nil {
-			return nil, err
-		}
-	}
-	if err := d.Server.SetIssuer(d.HTTPAddr()); err != nil {
 		return nil, err
 	}
 	d.started = d.now()
@@ -462,6 +465,12 @@ func (d *Daemon) Close() error {
 			errs = append(errs, d.Runner.Close())
 		}
 		d.wg.Wait()
+		// Listeners a failed start opened and never served.
+		for _, ln := range []net.Listener{d.tcpLn, d.unixLn} {
+			if ln != nil {
+				ln.Close()
+			}
+		}
 		if d.unixLn != nil {
 			os.Remove(d.SocketPath())
 		}
