@@ -252,6 +252,9 @@ type TokenRevokedData struct {
 type KeysRotatedData struct {
 	Role string `json:"role"`
 	KID  string `json:"kid"`
+	// Host is the host of the fleet whose keys changed (its new key, or
+	// its first at its first start).
+	Host string `json:"host,omitempty"`
 }
 
 // EventData returns a new value of the data type of event type typ, to

@@ -367,3 +367,43 @@ func TestAgentTokenRefreshedAtHalfLife(t *testing.T) {
 		t.Fatalf("past half-life: %+v; want a fresh token for the same key (first %+v)", fresh, first)
 	}
 }
+
+// TestRevocationFollowsTheTree: a sub-agent's token derives from its
+// parent's, so revoking an agent alone (no --cascade: its child stays
+// active in the registry) refuses its child's token too: the top-level
+// agent can no longer obtain an auth token for either.
+func TestRevocationFollowsTheTree(t *testing.T) {
+	d := kintest.StartDaemon(t, kintest.WithHTTP())
+	ctx := context.Background()
+	ps := "http://" + d.HTTPAddr()
+	apKeys := kinJWKS(t, ps, "/.well-known/jwks.json")
+	res := newTestResource(t, ps)
+	top := spawnWithToken(t, d, "planner", 0, apKeys)
+	sub := spawnWithToken(t, d, "search1", top.ID, apKeys)
+	deep := spawnWithToken(t, d, "fetch1", sub.ID, apKeys)
+	if _, err := d.Client.Grant(ctx, kin.GrantRequest{Agent: top.ID, Resource: res.url, Scope: "data.read"}); err != nil {
+		t.Fatal(err)
+	}
+	ask := func(bound *aauthAgent) error {
+		_, err := top.signer.RequestAuthToken(ctx, ps, aauth.AuthTokenRequest{ResourceToken: res.tokenFor(t, bound, "data.read"), SubagentToken: bound.token})
+		return err
+	}
+	for _, ag := range []*aauthAgent{sub, deep} {
+		if err := ask(ag); err != nil {
+			t.Fatalf("%s before the revocation: %v", ag.Name, err)
+		}
+	}
+	// The middle agent alone is revoked (the top-level one still signs).
+	if _, err := d.Client.SetStatus(ctx, kin.StatusRequest{ID: sub.ID, Action: kin.ActionRevoke}); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := d.Client.Agent(ctx, deep.ID); err != nil || got.Status != kin.StatusActive {
+		t.Fatalf("the revoked agent's child: %+v, %v; want still active (no --cascade)", got, err)
+	}
+	if err := ask(deep); problemCode(err) != "revoked_subagent_token" || !strings.Contains(err.Error(), "ancestor") {
+		t.Fatalf("an auth token for the child of a revoked sub-agent: %v; want revoked_subagent_token naming its ancestor", err)
+	}
+	if err := ask(sub); problemCode(err) != "revoked_subagent_token" {
+		t.Fatalf("an auth token for the revoked sub-agent: %v", err)
+	}
+}

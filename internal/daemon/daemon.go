@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"sync"
 	"syscall"
@@ -194,6 +195,7 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 		SingleLevel: func() bool { return d.Registry.Profile().Name == "aauth" },
 		KeyPath:     func(id kin.AgentID) string { return d.Runner.AgentKeyPath(id) },
 		Quota:       d.quota,
+		Host:        hostName,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("identity: %w", err)
@@ -247,7 +249,15 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 	d.wg.Add(1)
 	go func() {
 		defer d.wg.Done()
-		d.Registry.FollowStore(followFrom, d.log, runner.FollowedTypes, d.Runner.Followed)
+		identityTypes := personserver.FollowedTypes
+		d.Registry.FollowStore(followFrom, d.log, append(slices.Clone(runner.FollowedTypes), identityTypes...), func(e kin.Event) {
+			if slices.Contains(runner.FollowedTypes, e.Type) {
+				d.Runner.Followed(e)
+			}
+			if slices.Contains(identityTypes, e.Type) {
+				d.Server.Followed(e)
+			}
+		})
 	}()
 	if d.token, err = loadOrCreateToken(filepath.Join(cfg.Home, TokenName)); err != nil {
 		return nil, err
@@ -263,6 +273,17 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 	api.ActAs = d.actAs
 	api.OpenStream = d.streams.Open
 	api.Peer = d.peerAuth.Serve
+	// The HTTP address is the host's issuer unless configured: listen (not
+	// serve) first, and settle the fleet's issuer and publish this host's
+	// keys before reconciliation starts (it may hold the store's writer).
+	if cfg.HTTPAddr != "" && cfg.HTTPAddr != "off" {
+		if err := d.listenTCP(); err != nil {
+			return nil, err
+		}
+	}
+	if err := d.Server.SetIssuer(d.HTTPAddr()); err != nil {
+		return nil, err
+	}
 	if err := d.Runner.Start(ctx, api.Handler(false)); err != nil {
 		return nil, err
 	}
@@ -270,14 +291,6 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 	// Open both listeners before serving either, so no request sees a
 	// half-started daemon.
 	if err := d.listenUnix(); err != nil {
-		return nil, err
-	}
-	if cfg.HTTPAddr != "" && cfg.HTTPAddr != "off" {
-		if err := d.listenTCP(); err != nil {
-			return nil, err
-		}
-	}
-	if err := d.Server.SetIssuer(d.HTTPAddr()); err != nil {
 		return nil, err
 	}
 	d.started = d.now()
@@ -464,6 +477,12 @@ func (d *Daemon) Close() error {
 		d.wg.Wait()
 		if d.peers != nil {
 			d.peers.Close()
+		}
+		// Listeners a failed start opened and never served.
+		for _, ln := range []net.Listener{d.tcpLn, d.unixLn} {
+			if ln != nil {
+				ln.Close()
+			}
 		}
 		if d.unixLn != nil {
 			os.Remove(d.SocketPath())

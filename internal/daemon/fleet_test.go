@@ -1,7 +1,9 @@
 package daemon_test
 
 import (
+	"encoding/json"
 	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -319,5 +321,55 @@ func TestPlacedAgentKeepsItsAncestorsPolicy(t *testing.T) {
 				t.Errorf("%s asks %s for exec: %+v, %v; want denied by its parent's policy", ag.Name, d.Config.HostName, dec, err)
 			}
 		}
+	}
+}
+
+// TestFleetHasOneIssuer: the fleet issues tokens under one issuer and
+// serves one set of keys. The first host records its own address as the
+// fleet's issuer; a second host, given none, takes it (so an agent's
+// identifier is the same whichever host issued its token), and serves
+// both hosts' keys, as the first does; a host given another --issuer is
+// refused, naming the fleet's.
+func TestFleetHasOneIssuer(t *testing.T) {
+	dsn, key := pgtest.NewDatabase(t), kintest.WithLogKeyDir(filepath.Join(t.TempDir(), "log-key"))
+	a := kintest.StartDaemon(t, kintest.WithStore(dsn), kintest.WithHostName("alpha"), kintest.WithHTTP(), key)
+	b := kintest.StartDaemon(t, kintest.WithStore(dsn), kintest.WithHostName("beta"), kintest.WithHTTP(), key)
+	issuer := "http://" + a.HTTPAddr()
+	for _, d := range []*kintest.Daemon{a, b} {
+		resp, err := http.Get("http://" + d.HTTPAddr() + "/.well-known/aauth-agent.json")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var m struct{ Issuer string }
+		json.NewDecoder(resp.Body).Decode(&m)
+		resp.Body.Close()
+		if m.Issuer != issuer {
+			t.Errorf("%s's issuer is %q; want the fleet's, %s", d.Config.HostName, m.Issuer, issuer)
+		}
+	}
+	var sets [2]string
+	for i, d := range []*kintest.Daemon{a, b} {
+		kintest.WaitFor(t, 10*time.Second, d.Config.HostName+" serves both hosts' keys", func() bool {
+			set := kinJWKS(t, "http://"+d.HTTPAddr(), "/.well-known/jwks.json")
+			sets[i] = fmt.Sprint(set.Keys)
+			return len(set.Keys) == 2
+		})
+	}
+	if sets[0] != sets[1] {
+		t.Errorf("alpha serves %s, beta %s", sets[0], sets[1])
+	}
+
+	cfg := daemon.DefaultConfig()
+	cfg.Home, cfg.HTTPAddr, cfg.Store, cfg.HostName = kintest.TempHome(t), "127.0.0.1:0", dsn, "gamma"
+	cfg.UIDRangeDir, cfg.LogKeyDir, cfg.Issuer = t.TempDir(), a.Config.LogKeyDir, "https://kin.example"
+	if d, err := daemon.Start(ctx, cfg); err == nil {
+		d.Close()
+		t.Fatal("a host with another issuer joined the fleet")
+	} else if !strings.Contains(err.Error(), "is not the fleet's") || !strings.Contains(err.Error(), "--issuer "+issuer) {
+		t.Fatalf("the refusal: %v", err)
+	}
+	// A refused host published no key.
+	if set := kinJWKS(t, "http://"+a.HTTPAddr(), "/.well-known/jwks.json"); len(set.Keys) != 2 {
+		t.Errorf("after gamma's refusal alpha serves %d keys", len(set.Keys))
 	}
 }

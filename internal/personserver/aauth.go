@@ -41,14 +41,14 @@ func (srv *Server) Handler(next http.Handler) http.Handler {
 		srv.writeMetadata(w, aauth.Metadata{JWKSURI: srv.id.issuer + PathAgentJWKS})
 	})
 	mux.HandleFunc("GET "+PathAgentJWKS, func(w http.ResponseWriter, r *http.Request) {
-		writePublicJSON(w, http.StatusOK, srv.id.ap.JWKS())
+		writePublicJSON(w, http.StatusOK, srv.JWKS(kin.KeyRoleAgent))
 	})
 	mux.HandleFunc("GET "+PathPersonMetadata, func(w http.ResponseWriter, r *http.Request) {
 		srv.writeMetadata(w, aauth.Metadata{JWKSURI: srv.id.issuer + PathPersonJWKS,
 			AuthTokenEndpoint: srv.id.issuer + PathAuthToken, TokenStatusEndpoint: srv.id.issuer + PathTokenStatus})
 	})
 	mux.HandleFunc("GET "+PathPersonJWKS, func(w http.ResponseWriter, r *http.Request) {
-		writePublicJSON(w, http.StatusOK, srv.id.person.JWKS())
+		writePublicJSON(w, http.StatusOK, srv.JWKS(kin.KeyRolePerson))
 	})
 	mux.HandleFunc("POST "+PathAuthToken, srv.serveAuthToken)
 	mux.HandleFunc("GET "+PathTokenStatus, srv.serveTokenStatus)
@@ -82,12 +82,17 @@ type verifiedAgent struct {
 
 // verifyAgentToken checks an agent token against kin's keys and registry:
 // kin's issuer, a key some agent holds, the identifier kin gave that agent,
-// and the agent live and active. Errors are *httpsig.Error.
+// and the agent live and active. In a fleet, kin's keys are every host's
+// and its registry the store, so a token any host issued verifies here and
+// an agent revoked or ended on any host is refused; the agent's record is
+// cached while no event says it changed (Followed). Errors are
+// *httpsig.Error.
 func (srv *Server) verifyAgentToken(ctx context.Context, token string, now time.Time) (*verifiedAgent, error) {
 	c := srv.id.verifiedClaims(token, now)
 	if c == nil {
 		var err error
-		if c, err = identity.VerifyAgentToken(token, now, srv.id.ap.Public); err != nil {
+		keys := func(kid string) (ed25519.PublicKey, error) { return srv.publicKey(ctx, kin.KeyRoleAgent, kid) }
+		if c, err = identity.VerifyAgentToken(token, now, keys); err != nil {
 			var ie *identity.Error
 			if errors.As(err, &ie) {
 				return nil, &httpsig.Error{Code: httpsig.Code(ie.Code), Detail: ie.Detail}
@@ -99,21 +104,61 @@ func (srv *Server) verifyAgentToken(ctx context.Context, token string, now time.
 	if c.Iss != srv.id.issuer {
 		return nil, &httpsig.Error{Code: httpsig.CodeIssuerMismatch, Detail: "iss " + c.Iss + " is not this agent provider (" + srv.id.issuer + ")"}
 	}
-	row, err := srv.st.AgentKeyByJKT(ctx, identity.Thumbprint(c.Cnf.JWK))
-	if err != nil {
-		return nil, &httpsig.Error{Code: httpsig.CodeInvalidKey, Detail: "no agent holds the token's key"}
+	jkt := identity.Thumbprint(c.Cnf.JWK)
+	row, ok := srv.id.agentKey(jkt)
+	if !ok {
+		var err error
+		if row, err = srv.st.AgentKeyByJKT(ctx, jkt); err != nil {
+			return nil, &httpsig.Error{Code: httpsig.CodeInvalidKey, Detail: "no agent holds the token's key"}
+		}
+		srv.id.rememberKey(row)
 	}
 	if c.Sub != srv.sub(row.Local) {
 		return nil, &httpsig.Error{Code: httpsig.CodeInvalidJWT, Detail: "sub " + c.Sub + " is not the identifier of the key's agent"}
 	}
-	a, err := srv.st.AgentGetByID(ctx, row.Agent)
+	a, err := srv.activeRecord(ctx, row.Agent, now)
+	if err != nil {
+		return nil, err
+	}
+	// A sub-agent's token derives from its parent's: it is good while
+	// every ancestor it derives from is (revocation follows the tree).
+	for p := a.Parent; c.ParentAgent != "" && p != 0; {
+		if _, ok, err := srv.localOf(ctx, p); err != nil {
+			return nil, &httpsig.Error{Code: httpsig.CodeInvalidKey, Detail: "the store failed"}
+		} else if !ok {
+			break // a top-level AAuth agent's parent: outside the chain
+		}
+		pa, err := srv.activeRecord(ctx, p, now)
+		if err != nil {
+			var se *httpsig.Error
+			if errors.As(err, &se) {
+				se.Detail = "agent " + a.ID.String() + "'s ancestor " + se.Detail
+			}
+			return nil, err
+		}
+		p = pa.Parent
+	}
+	return &verifiedAgent{claims: c, agent: a, key: row}, nil
+}
+
+// activeRecord returns agent id's record when it is live and active (the
+// store's, or what was cached of it while no event said it changed), else
+// an *httpsig.Error: revoked_jwt naming its status.
+func (srv *Server) activeRecord(ctx context.Context, id kin.AgentID, now time.Time) (*kin.Agent, error) {
+	a, gen := srv.id.activeAgent(id, now)
+	if a != nil {
+		return a, nil
+	}
+	a, err := srv.st.AgentGetByID(ctx, id)
 	if err != nil {
 		return nil, &httpsig.Error{Code: httpsig.CodeInvalidKey, Detail: "the key's agent is not in the registry"}
 	}
 	if !a.Live() || a.Status != kin.StatusActive {
 		return nil, &httpsig.Error{Code: httpsig.CodeRevokedJWT, Detail: "agent " + a.ID.String() + " is " + string(a.Status) + " (" + string(a.State) + ")"}
 	}
-	return &verifiedAgent{claims: c, agent: a, key: row}, nil
+	srv.id.rememberActive(a, now, gen)
+	cp := *a
+	return &cp, nil
 }
 
 // refusal is an auth-token request kin turned down.

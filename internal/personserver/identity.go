@@ -36,6 +36,7 @@ type Server struct {
 	log      *slog.Logger
 	refusals *refusalLog // refusals not recorded
 	id       *identityState
+	fleet    fleetKeys // the fleet's published keys
 	closing  chan struct{}
 	wg       sync.WaitGroup
 	once     sync.Once
@@ -63,6 +64,10 @@ type Config struct {
 	// Quota limits how often an agent asks for auth tokens (each answer,
 	// issued or refused, is an event); nil: no limit.
 	Quota *quota.Limiter
+	// Host is this daemon's host in the fleet: its public keys are
+	// published in the store under it, and it verifies and serves every
+	// host's ("": its own keys alone, and its own issuer).
+	Host string
 }
 
 // New opens the signing keys under the home (making them the first time)
@@ -110,6 +115,74 @@ type identityState struct {
 	tokens   map[kin.AgentID]cachedToken      // agent tokens, reused until half-life
 	locals   map[kin.AgentID]string           // agents' local parts
 	verified map[string]*identity.AgentClaims // agent tokens whose signature verified
+	keys     map[string]store.AgentKeyRow     // agents' keys by thumbprint (never change)
+	active   map[kin.AgentID]activeAgent      // agents last read live and active
+	gen      uint64                           // counts forgetTokens: a read older is not cached
+	// forgotten are the agents forgetTokens dropped in the last
+	// activeFor: a record read meanwhile may predate the commit that
+	// changed them, so none is cached.
+	forgotten map[kin.AgentID]time.Time
+}
+
+// activeAgent is an agent read live and active from the store at a time:
+// kept until an event says it changed (Followed), and at most activeFor.
+type activeAgent struct {
+	agent *kin.Agent
+	at    time.Time
+}
+
+// activeFor bounds how long a live agent's record is trusted without an
+// event: the follower's own bound on a wake-up it missed.
+const activeFor = 5 * time.Second
+
+// activeAgent returns the agent's record while cached, or nil.
+func (s *identityState) activeAgent(id kin.AgentID, now time.Time) (*kin.Agent, uint64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e, ok := s.active[id]
+	if !ok || now.Sub(e.at) > activeFor || e.at.After(now) {
+		return nil, s.gen
+	}
+	a := *e.agent
+	return &a, s.gen
+}
+
+// mayCache reports whether what was read of id at now may be cached: it
+// was not forgotten in the last activeFor. s.mu is held.
+func (s *identityState) mayCache(id kin.AgentID, now time.Time) bool {
+	at, ok := s.forgotten[id]
+	return !ok || now.Sub(at) > activeFor || at.After(now)
+}
+
+// rememberActive caches a live, active agent read at now, unless an agent
+// was forgotten since the read began (gen).
+func (s *identityState) rememberActive(a *kin.Agent, now time.Time, gen uint64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.gen != gen || !s.mayCache(a.ID, now) {
+		return
+	}
+	if len(s.active) >= maxVerified {
+		clear(s.active)
+	}
+	s.active[a.ID] = activeAgent{agent: a, at: now}
+}
+
+// agentKey returns the key row with the thumbprint, cached.
+func (s *identityState) agentKey(jkt string) (store.AgentKeyRow, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	k, ok := s.keys[jkt]
+	return k, ok
+}
+
+func (s *identityState) rememberKey(k store.AgentKeyRow) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.keys) >= maxVerified {
+		clear(s.keys)
+	}
+	s.keys[k.JKT] = k
 }
 
 // maxVerified bounds the verified-token cache; it is emptied when full.
@@ -168,25 +241,51 @@ func (srv *Server) openIdentity() error {
 	if err != nil {
 		return err
 	}
-	srv.id = &identityState{ap: ap, person: ps, life: life, tokens: map[kin.AgentID]cachedToken{}, locals: map[kin.AgentID]string{}, verified: map[string]*identity.AgentClaims{}}
+	srv.id = &identityState{ap: ap, person: ps, life: life, tokens: map[kin.AgentID]cachedToken{}, locals: map[kin.AgentID]string{}, verified: map[string]*identity.AgentClaims{},
+		keys: map[string]store.AgentKeyRow{}, active: map[kin.AgentID]activeAgent{}, forgotten: map[kin.AgentID]time.Time{}}
 	return nil
 }
 
 // SetIssuer fixes the issuer once the HTTP address is known: Config.Issuer,
 // else http://<httpAddr> ("": no HTTP address).
+//
+// In a fleet the issuer is the fleet's: the first host records its own in
+// the store, and the others take it (one given another --issuer is
+// refused), so that an agent's identifier is the same on every host. Then
+// the host publishes its public keys in the store, for every host to
+// verify and serve.
 func (srv *Server) SetIssuer(httpAddr string) error {
 	iss := srv.cfg.Issuer
 	if iss == "" && httpAddr != "" {
 		iss = "http://" + httpAddr
 	}
+	if iss != "" {
+		u, err := url.Parse(iss)
+		if err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" || (u.Path != "" && u.Path != "/") || u.RawQuery != "" || u.Fragment != "" {
+			return fmt.Errorf("issuer %q: must be an http(s) URL with a host and no path", iss)
+		}
+		iss = strings.TrimSuffix(iss, "/")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	iss, err := srv.fleetIssuer(ctx, iss, srv.cfg.Issuer != "")
+	if err != nil {
+		return err
+	}
+	// A host the fleet accepts publishes its keys.
+	for _, role := range []string{kin.KeyRoleAgent, kin.KeyRolePerson} {
+		if err := srv.publishKeys(ctx, role, false); err != nil {
+			return err
+		}
+	}
 	if iss == "" {
 		return nil // identity answers "no issuer" until configured
 	}
 	u, err := url.Parse(iss)
-	if err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" || (u.Path != "" && u.Path != "/") || u.RawQuery != "" || u.Fragment != "" {
-		return fmt.Errorf("issuer %q: must be an http(s) URL with a host and no path", iss)
+	if err != nil {
+		return fmt.Errorf("the fleet's issuer %q: %w", iss, err)
 	}
-	srv.id.issuer = strings.TrimSuffix(iss, "/")
+	srv.id.issuer = iss
 	srv.id.domain = u.Hostname()
 	switch srv.cfg.PersonServer {
 	case "":
@@ -398,18 +497,39 @@ func (srv *Server) agentToken(ctx context.Context, id kin.AgentID) (string, *ide
 		c.ParentAgent = parent.Sub
 	}
 	srv.id.mu.Lock()
-	srv.id.tokens[id] = cachedToken{token: tok, claims: &c}
+	if srv.id.mayCache(id, now) {
+		srv.id.tokens[id] = cachedToken{token: tok, claims: &c}
+	}
 	srv.id.mu.Unlock()
 	return tok, &c, nil
 }
 
-// forgetTokens drops cached agent tokens, so a changed agent is asked again.
+// forgetTokens drops what is cached of agents (their agent tokens, their
+// records), so a changed agent is read again from the store.
 func (srv *Server) forgetTokens(ids []kin.AgentID) {
+	now := srv.now()
 	srv.id.mu.Lock()
+	srv.id.gen++
+	if len(srv.id.forgotten) >= maxVerified {
+		for id, at := range srv.id.forgotten {
+			if now.Sub(at) > activeFor || at.After(now) {
+				delete(srv.id.forgotten, id)
+			}
+		}
+	}
 	for _, id := range ids {
 		delete(srv.id.tokens, id)
+		delete(srv.id.active, id)
+		srv.id.forgotten[id] = now
 	}
 	srv.id.mu.Unlock()
+}
+
+// forgetAgent is forgetTokens of one agent (0: none).
+func (srv *Server) forgetAgent(id kin.AgentID) {
+	if id != 0 {
+		srv.forgetTokens([]kin.AgentID{id})
+	}
 }
 
 // topLevel reports whether an agent is a top-level AAuth agent: it has a key
@@ -588,13 +708,25 @@ func (srv *Server) RotateKeys(ctx context.Context, role string) (*kin.KeyRotatio
 		return nil, kin.Errorf(kin.ECodeInternal, "%v", err)
 	}
 	out := &kin.KeyRotation{Role: role, KID: k.KID}
-	for _, j := range ring.JWKS().Keys {
-		out.Published = append(out.Published, j.KID)
+	// What the JWKS publishes once the new key is: the fleet's keys, this
+	// host's and the others'.
+	done := func() (*kin.KeyRotation, error) {
+		for _, j := range srv.JWKS(role).Keys {
+			out.Published = append(out.Published, j.KID)
+		}
+		return out, nil
 	}
 	if role == kin.KeyRoleAgent {
 		srv.id.mu.Lock()
 		clear(srv.id.tokens) // new tokens are signed with the new key
 		srv.id.mu.Unlock()
+	}
+	if srv.cfg.Host != "" {
+		// Published with its event, which tells the fleet's other hosts.
+		if err := srv.publishKeys(ctx, role, true); err != nil {
+			return nil, kin.Errorf(kin.ECodeUnavailable, "%v", err)
+		}
+		return done()
 	}
 	err = store.UpdateAfter(ctx, srv.st, func(tx store.Tx, _ *store.AfterCommit) error {
 		return store.AppendEvent(ctx, tx, now, kin.EventKeysRotated, 0, 0, kin.KeysRotatedData{Role: role, KID: k.KID})
@@ -602,7 +734,7 @@ func (srv *Server) RotateKeys(ctx context.Context, role string) (*kin.KeyRotatio
 	if err != nil {
 		return nil, store.KinError(err)
 	}
-	return out, nil
+	return done()
 }
 
 // Auth tokens are kept past their expiry for a day, for kin auth-tokens

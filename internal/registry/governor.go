@@ -61,7 +61,7 @@ func (r *Registry) governorInTx(ctx context.Context, tx store.Tx) (kin.Profile, 
 		return kin.Profile{}, err
 	}
 	r.mu.Lock()
-	prof, same := r.profile, maps.Equal(settings, r.settings)
+	prof, same := r.profile, sameGovernor(settings, r.settings)
 	r.mu.Unlock()
 	if same {
 		return prof, nil
@@ -137,4 +137,27 @@ func (r *Registry) Superseded(ctx context.Context, tx store.Tx, a *kin.Agent) (b
 	}
 	n, err := slotHolders(ctx, tx, rule.Cardinality, a.Role, name.Context, a.Host, a.ID)
 	return n > 0, err
+}
+
+// sameGovernor reports whether two sets of settings hold the same
+// governor.* ones, the settings that change the profile: the store keeps
+// others (the fleet's log key and issuer), which another host may set
+// after this one read them, and which need no new profile.
+func sameGovernor(a, b map[string]string) bool {
+	n := 0
+	for k, v := range a {
+		if !strings.HasPrefix(k, "governor.") {
+			continue
+		}
+		if w, ok := b[k]; !ok || w != v {
+			return false
+		}
+		n++
+	}
+	for k := range b {
+		if strings.HasPrefix(k, "governor.") {
+			n--
+		}
+	}
+	return n == 0
 }

@@ -140,6 +140,9 @@ type Reader interface {
 	// since, newest first; with agent not 0, only those bound to it or
 	// obtained by it.
 	AuthTokenList(ctx context.Context, agent kin.AgentID, since time.Time) ([]AuthTokenRow, error)
+	// SigningKeyList returns the published public signing keys of every
+	// host of the fleet, by role, then kid.
+	SigningKeyList(ctx context.Context) ([]SigningKeyRow, error)
 
 	// The event log's stored side (auditlog.Source): every event with the
 	// tree hashes stored with it, the signed checkpoints, stored hashes by
@@ -215,6 +218,22 @@ type Tx interface {
 	LeaseTake(ctx context.Context, name, holder string, now, until time.Time) (bool, error)
 	// LeaseRelease ends holder's lease name at once (a clean stop).
 	LeaseRelease(ctx context.Context, name, holder string) error
+	// SigningKeyPublish makes keys host's published keys of role: those
+	// not among them are removed, new ones added, and each one's
+	// retired_at set. It reports whether anything changed.
+	SigningKeyPublish(ctx context.Context, host, role string, keys []SigningKeyRow) (bool, error)
+}
+
+// SigningKeyRow is the public half of one host's signing key (the agent
+// provider's or the person server's): one identity for the fleet, whose
+// private keys stay each on its host.
+type SigningKeyRow struct {
+	KID       string
+	Host      string
+	Role      string
+	PublicKey []byte
+	CreatedAt time.Time
+	RetiredAt time.Time // zero: its host's current key
 }
 
 // HostRow is a host of the fleet: a kin serve, its lease on its name, and

@@ -558,6 +558,8 @@ func TestOpenReadOnlyTakesAnyPath(t *testing.T) {
 // UndoHosts takes a database back to before migration 9 (the fleet's
 // hosts), for tests that make an older database.
 var UndoHosts = []string{
+	`DROP TABLE signing_keys`,
+	`DELETE FROM schema_migrations WHERE version >= 11`,
 	`DROP TABLE leases`,
 	`DELETE FROM schema_migrations WHERE version >= 10`,
 	`DROP INDEX agents_host`,

@@ -84,3 +84,72 @@ func (t *txn) LeaseRelease(ctx context.Context, name, holder string) error {
 	_, err := t.exec(ctx, `UPDATE leases SET until = 0 WHERE name = ? AND holder = ?`, name, holder)
 	return interpretError(err)
 }
+
+// The fleet's signing keys: the public half of every host's keys, each
+// host publishing its own (one identity for the fleet).
+
+func (r reader) SigningKeyList(ctx context.Context) ([]store.SigningKeyRow, error) {
+	rows, err := r.query(ctx, `SELECT kid, host, role, public_key, created_at, retired_at FROM signing_keys ORDER BY role, kid`)
+	if err != nil {
+		return nil, interpretError(err)
+	}
+	defer rows.Close()
+	var out []store.SigningKeyRow
+	for rows.Next() {
+		var k store.SigningKeyRow
+		var created, retired int64
+		if err := rows.Scan(&k.KID, &k.Host, &k.Role, &k.PublicKey, &created, &retired); err != nil {
+			return nil, interpretError(err)
+		}
+		k.CreatedAt, k.RetiredAt = unixTime(created), unixTime(retired)
+		out = append(out, k)
+	}
+	return out, interpretError(rows.Err())
+}
+
+func (t *txn) SigningKeyPublish(ctx context.Context, host, role string, keys []store.SigningKeyRow) (bool, error) {
+	rows, err := t.query(ctx, `SELECT kid, retired_at FROM signing_keys WHERE host = ? AND role = ?`, host, role)
+	if err != nil {
+		return false, interpretError(err)
+	}
+	had := map[string]int64{}
+	for rows.Next() {
+		var kid string
+		var retired int64
+		if err := rows.Scan(&kid, &retired); err != nil {
+			rows.Close()
+			return false, interpretError(err)
+		}
+		had[kid] = retired
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return false, interpretError(err)
+	}
+	changed := false
+	keep := map[string]bool{}
+	for _, k := range keys {
+		keep[k.KID] = true
+		retired, ok := had[k.KID]
+		if ok && retired == nanos(k.RetiredAt) {
+			continue
+		}
+		changed = true
+		_, err := t.exec(ctx, `INSERT INTO signing_keys (kid, host, role, public_key, created_at, retired_at) VALUES (?, ?, ?, ?, ?, ?)
+			ON CONFLICT (kid) DO UPDATE SET retired_at = excluded.retired_at WHERE signing_keys.host = excluded.host`,
+			k.KID, host, role, k.PublicKey, nanos(k.CreatedAt), nanos(k.RetiredAt))
+		if err != nil {
+			return false, interpretError(err)
+		}
+	}
+	for kid := range had {
+		if keep[kid] {
+			continue
+		}
+		changed = true
+		if _, err := t.exec(ctx, `DELETE FROM signing_keys WHERE kid = ? AND host = ?`, kid, host); err != nil {
+			return false, interpretError(err)
+		}
+	}
+	return changed, nil
+}

@@ -3,6 +3,8 @@ package storetest
 import (
 	"context"
 	"errors"
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -117,5 +119,68 @@ func testSingletonLeases(t *testing.T, s store.Store) {
 	update(t, s, func(tx store.Tx) error { return tx.LeaseRelease(ctx, "log-signer", "b") })
 	if !take("a", 18*time.Second) {
 		t.Fatal("a released lease was not free")
+	}
+}
+
+// testSigningKeys: each host publishes its own keys; publishing again
+// changes nothing, a rotation retires the old key and adds the new one, a
+// key its host dropped is removed, and another host's keys are untouched.
+func testSigningKeys(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	publish := func(host string, keys ...store.SigningKeyRow) bool {
+		t.Helper()
+		var changed bool
+		update(t, s, func(tx store.Tx) error {
+			var err error
+			changed, err = tx.SigningKeyPublish(ctx, host, "agent-provider", keys)
+			return err
+		})
+		return changed
+	}
+	key := func(kid string, retired time.Duration) store.SigningKeyRow {
+		k := store.SigningKeyRow{KID: kid, PublicKey: []byte("pub-" + kid), CreatedAt: t0}
+		if retired > 0 {
+			k.RetiredAt = t0.Add(retired)
+		}
+		return k
+	}
+	list := func() string {
+		t.Helper()
+		rows, err := s.SigningKeyList(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for _, r := range rows {
+			out = append(out, fmt.Sprintf("%s/%s/%s/%s/%v", r.Host, r.Role, r.KID, r.PublicKey, !r.RetiredAt.IsZero()))
+		}
+		return strings.Join(out, " ")
+	}
+	if !publish("a", key("ap-1", 0)) || !publish("b", key("ap-b1", 0)) {
+		t.Fatal("a first publication changed nothing")
+	}
+	if publish("a", key("ap-1", 0)) {
+		t.Error("publishing the same keys again changed something")
+	}
+	if !publish("a", key("ap-1", time.Hour), key("ap-2", 0)) {
+		t.Fatal("a rotation changed nothing")
+	}
+	if got, want := list(), "a/agent-provider/ap-1/pub-ap-1/true a/agent-provider/ap-2/pub-ap-2/false b/agent-provider/ap-b1/pub-ap-b1/false"; got != want {
+		t.Fatalf("after a's rotation:\n got %s\nwant %s", got, want)
+	}
+	if !publish("a", key("ap-2", 0)) {
+		t.Fatal("removing a key changed nothing")
+	}
+	if got, want := list(), "a/agent-provider/ap-2/pub-ap-2/false b/agent-provider/ap-b1/pub-ap-b1/false"; got != want {
+		t.Fatalf("after a dropped its old key:\n got %s\nwant %s", got, want)
+	}
+	var other bool
+	update(t, s, func(tx store.Tx) error {
+		var err error
+		other, err = tx.SigningKeyPublish(ctx, "a", "person-server", []store.SigningKeyRow{key("ps-1", 0)})
+		return err
+	})
+	if !other || !strings.HasPrefix(list(), "a/agent-provider/ap-2") || !strings.Contains(list(), "a/person-server/ps-1") {
+		t.Fatalf("another role's key: %s", list())
 	}
 }

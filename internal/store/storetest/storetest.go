@@ -61,6 +61,7 @@ func Exercise(t *testing.T, open Opener) {
 	t.Run("FollowAcrossHandles", func(t *testing.T) { two(t, testFollowAcrossHandles) })
 	t.Run("HostLeases", func(t *testing.T) { testHostLeases(t, one(t)) })
 	t.Run("SingletonLeases", func(t *testing.T) { testSingletonLeases(t, one(t)) })
+	t.Run("SigningKeys", func(t *testing.T) { testSigningKeys(t, one(t)) })
 	t.Run("TwoHandlesHoldALimit", func(t *testing.T) { two(t, testTwoHandlesHoldALimit) })
 	t.Run("TwoHandlesHoldACardinality", func(t *testing.T) { two(t, testTwoHandlesHoldACardinality) })
 	t.Run("TwoHandlesHoldASpawnBudget", func(t *testing.T) { two(t, testTwoHandlesHoldASpawnBudget) })
