@@ -116,4 +116,5 @@ func TestOwnedChildrenDieAcrossHosts(t *testing.T) {
 			t.Errorf("%s's events: %v", ag.Name, types)
 		}
 	}
+	verifyFleetLog(t, f, b, c, 0) // the cascade is in the fleet's one log
 }

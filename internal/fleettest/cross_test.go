@@ -212,6 +212,7 @@ mkdir -p "$KIN_OUTPUT/artifact" && cp "$1/$2" "$KIN_OUTPUT/result.md" && cp "$1/
 			RegisterRequest: kin.RegisterRequest{Name: name, Parent: coder.ID, Responsible: "fleettest"},
 			Command:         []string{"sh", "-c", write, "sh", dir, result}, Grace: &g,
 			Handoff: &kin.Handoff{Task: seedFile(t, "handoff.md"), Contract: []byte(seedFile(t, "contract.json"))},
+			Host:    b.Name, // not its parent's host, where it would run by default
 		})
 		if err != nil {
 			t.Fatalf("spawn %s on b: %v", name, err)

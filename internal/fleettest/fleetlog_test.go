@@ -19,15 +19,13 @@ import (
 	"github.com/kin-agents/kin/kin"
 )
 
-// checkFleetLog is issue 24's audit of the fleet's one log, after a fleet
-// scenario: kin log verify passes on a host; the log exported through
-// another host verifies offline (the kin binary alone, with the fleet's
-// public log key: no daemon, no store); a one-byte edit of leaf k fails the
-// export at the first leaf no good checkpoint covers (all an export can
-// pin), and the same edit in the store fails kin log verify at k itself
-// (the hashes stored with each event pin it). It edits the store: run it
-// last.
-func checkFleetLog(t *testing.T, f *fleettest.Fleet, verifyOn, exportFrom *fleettest.Host, k int64) {
+// verifyFleetLog is the first half of checkFleetLog, for the end of every
+// fleet scenario (issue 24: the log verifies after all of them): kin log
+// verify on verifyOn passes, holding more than k events, and the log
+// exported through exportFrom verifies offline with the fleet's public log
+// key alone. It returns the export's folder, the offline check, and the
+// reports' reader.
+func verifyFleetLog(t *testing.T, f *fleettest.Fleet, verifyOn, exportFrom *fleettest.Host, k int64) (string, func() (kin.LogReport, int), func(string, error, string) kin.LogReport) {
 	t.Helper()
 	report := func(out string, err error, what string) kin.LogReport {
 		t.Helper()
@@ -65,6 +63,20 @@ func checkFleetLog(t *testing.T, f *fleettest.Fleet, verifyOn, exportFrom *fleet
 	t.Logf("the fleet's log (%d events, %d checkpoints) verifies on %s, and exported from %s offline with the fleet's log key alone",
 		r.Events, r.Checkpoints, verifyOn.Name, exportFrom.Name)
 
+	return exp, offline, report
+}
+
+// checkFleetLog is issue 24's audit of the fleet's one log, after a fleet
+// scenario: kin log verify passes on a host; the log exported through
+// another host verifies offline (the kin binary alone, with the fleet's
+// public log key: no daemon, no store); a one-byte edit of leaf k fails the
+// export at the first leaf no good checkpoint covers (all an export can
+// pin), and the same edit in the store fails kin log verify at k itself
+// (the hashes stored with each event pin it). It edits the store: run it
+// last.
+func checkFleetLog(t *testing.T, f *fleettest.Fleet, verifyOn, exportFrom *fleettest.Host, k int64) {
+	t.Helper()
+	exp, offline, report := verifyFleetLog(t, f, verifyOn, exportFrom, k)
 	// One byte of leaf k's data changed in the export.
 	events := filepath.Join(exp, "events.jsonl")
 	b, err := os.ReadFile(events)
@@ -94,7 +106,7 @@ func checkFleetLog(t *testing.T, f *fleettest.Fleet, verifyOn, exportFrom *fleet
 	if want == 0 {
 		t.Fatalf("no checkpoint in the export is below leaf %d: the scenario signs one before it", k)
 	}
-	r, code = offline()
+	r, code := offline()
 	if code != 5 || r.OK || r.BadIndex == nil || *r.BadIndex != want || !strings.Contains(r.Problem, "differs from what was signed") {
 		t.Fatalf("the export with leaf %d edited: exit %d, bad index %v (want %d): %s", k, code, r.BadIndex, want, r.Problem)
 	}
@@ -115,7 +127,7 @@ func checkFleetLog(t *testing.T, f *fleettest.Fleet, verifyOn, exportFrom *fleet
 	if _, err := db.ExecContext(ctx, `UPDATE events SET data = $1 WHERE seq = $2`, edited, k+1); err != nil {
 		t.Fatal(err)
 	}
-	out, err = verifyOn.Kin("log", "verify", "--json")
+	out, err := verifyOn.Kin("log", "verify", "--json")
 	rv := report(out, err, "kin log verify after the store's edit")
 	if err == nil || rv.OK || rv.BadIndex == nil || *rv.BadIndex != k {
 		t.Fatalf("kin log verify on %s with event seq %d edited in the store: %v, bad index %v (want %d): %s", verifyOn.Name, k+1, err, rv.BadIndex, k, rv.Problem)

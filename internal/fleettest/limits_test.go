@@ -74,3 +74,52 @@ func TestLimitsHoldAcrossHosts(t *testing.T) {
 		}
 	}
 }
+
+// TestCardinalityHoldsAcrossHosts: a role's cardinality is counted in the
+// store's transaction, so it holds for the fleet. Under the hierarchy
+// profile GO is a singleton: each round, 64 concurrent spawns of a GO
+// spread over three hosts admit exactly one (the others are refused with
+// cardinality_exceeded), which is then stopped, freeing the slot for the
+// next round; 20 rounds.
+func TestCardinalityHoldsAcrossHosts(t *testing.T) {
+	f := fleettest.Start(t, fleettest.WithServeArgs("--profile", "hierarchy"))
+	hosts := []*fleettest.Host{f.Host(t, "a"), f.Host(t, "b"), f.Host(t, "c")}
+	ctx := context.Background()
+	const spawns, rounds = 64, 20
+	for r := range rounds {
+		var admitted, refused atomic.Int64
+		var winner atomic.Pointer[kin.Agent]
+		var wg sync.WaitGroup
+		start := make(chan struct{})
+		for g := range spawns {
+			wg.Go(func() {
+				<-start
+				ag, err := hosts[g%3].Client.Spawn(ctx, kin.SpawnRequest{
+					RegisterRequest: kin.RegisterRequest{Name: fmt.Sprintf("GO-%d-%d", r, g), Role: "GO", Responsible: "fleettest"},
+					Command:         []string{"sleep", "1000"},
+				})
+				switch code := kin.ErrorCodeOf(err); {
+				case err == nil:
+					admitted.Add(1)
+					winner.Store(ag)
+				case code == kin.ECodeCardinality:
+					refused.Add(1)
+				default:
+					t.Errorf("round %d, spawn %d on %s: %v", r, g, hosts[g%3].Name, err)
+				}
+			})
+		}
+		close(start)
+		wg.Wait()
+		if t.Failed() {
+			t.FailNow()
+		}
+		if admitted.Load() != 1 || refused.Load() != spawns-1 {
+			t.Fatalf("round %d: %d GOs admitted, %d refused; want exactly one", r, admitted.Load(), refused.Load())
+		}
+		if _, err := hosts[(r+1)%3].Client.Stop(ctx, kin.StopRequest{ID: winner.Load().ID}); err != nil {
+			t.Fatalf("round %d: stop: %v", r, err)
+		}
+	}
+	verifyFleetLog(t, f, hosts[0], hosts[2], 0)
+}

@@ -270,6 +270,7 @@ func TestSpawnPlacedOnAnotherHost(t *testing.T) {
 			t.Errorf("%s: %+v; want never started", ag.Name, ag)
 		}
 	}
+	verifyFleetLog(t, f, c, a, 0) // placements, withdrawals and the killed host are in the fleet's one log
 }
 
 // spawnDefault spawns through h with no host named: the default
