@@ -79,7 +79,7 @@ func TestRequestAuthToken_FakePersonServer(t *testing.T) {
 		}
 	})
 	t.Run("not JSON", func(t *testing.T) {
-		ps.setTokenHandler(func(w http.ResponseWriter, r *http.Request) { http.Error(w, "boom", 502) })
+		ps.setTokenHandler(func(w http.ResponseWriter, r *http.Request) { http.Error(w, "boom", http.StatusBadGateway) })
 		_, err := ag.RequestAuthToken(context.Background(), ps.URL, want)
 		var p *Problem
 		var se *SignatureError

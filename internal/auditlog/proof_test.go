@@ -262,10 +262,9 @@ func TestProveVerifyConsistency(t *testing.T) {
 // among other events, and one checkpoint covering them.
 type ancestryLog struct {
 	*testLog
-	reg  map[kin.AgentID]kin.Event // each agent's agent.registered event
-	cp   StoredCheckpoint
-	cp2  StoredCheckpoint // a later checkpoint
-	name map[kin.AgentID]string
+	reg map[kin.AgentID]kin.Event // each agent's agent.registered event
+	cp  StoredCheckpoint
+	cp2 StoredCheckpoint // a later checkpoint
 }
 
 func registration(agent, parent kin.AgentID, gen int, name, responsible string) kin.Event {

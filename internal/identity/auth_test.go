@@ -161,13 +161,11 @@ func TestWrongTyp(t *testing.T) {
 
 // authFixture is a person server and a resource, each with a known key.
 type authFixture struct {
-	ps, rs    Key
-	keys      func(string) (ed25519.PublicKey, error)
-	auth      AuthClaims
-	resource  ResourceClaims
-	agentJWK  JWK
-	agentSub  string
-	parentSub string
+	ps, rs   Key
+	keys     func(string) (ed25519.PublicKey, error)
+	auth     AuthClaims
+	resource ResourceClaims
+	agentJWK JWK
 }
 
 func newAuthFixture(t testing.TB) authFixture {

@@ -85,15 +85,19 @@ type callerKey struct{}
 // rebinding), are refused with 403.
 func NewHTTPHandler(opts Options) http.Handler {
 	srv := New(nil, opts)
-	h := mcp.NewStreamableHTTPHandler(func(r *http.Request) *mcp.Server {
+	var h http.Handler = mcp.NewStreamableHTTPHandler(func(r *http.Request) *mcp.Server {
 		if _, ok := r.Context().Value(callerKey{}).(Caller); !ok {
 			return nil
 		}
 		return srv
-	}, &mcp.StreamableHTTPOptions{Stateless: true, CrossOriginProtection: http.NewCrossOriginProtection(),
+	}, &mcp.StreamableHTTPOptions{Stateless: true,
 		// A client that goes away ends its call: a wait_agent without a
 		// timeout does not outlive the request that asked for it.
 		PropagateRequestCancellation: true})
+	// Browsers' cross-origin requests (CSRF, DNS rebinding) are refused
+	// before the SDK sees them: the middleware the SDK's deprecated option
+	// wrapped.
+	h = http.NewCrossOriginProtection().Handler(h)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if c, ok := r.Context().Value(callerKey{}).(Caller); !ok || c.Service == nil {
 			w.Header().Set("Content-Type", "application/json")
