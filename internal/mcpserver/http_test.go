@@ -145,3 +145,45 @@ func TestMCPHTTPCallEndsWhenItsClientGoesAway(t *testing.T) {
 	}
 	kintest.WaitFor(t, 10*time.Second, "the server's wait_agent to end", func() bool { return waiting.Load() == 0 })
 }
+
+// TestMCPHTTPRefusesCrossOriginBrowserRequests: a browser's cross-site
+// request (a page on another origin posting to kin's MCP endpoint, CSRF or
+// DNS rebinding) is refused with 403 before any tool runs, even with a
+// caller in its context; the same request from a non-browser client (no
+// Sec-Fetch-Site, no Origin) gets through.
+func TestMCPHTTPRefusesCrossOriginBrowserRequests(t *testing.T) {
+	d := kintest.StartDaemon(t)
+	mcpH := mcpserver.NewHTTPHandler(mcpserver.Options{Version: "test"})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mcpH.ServeHTTP(w, r.WithContext(mcpserver.WithCaller(r.Context(), mcpserver.Caller{Service: d.Client})))
+	}))
+	defer srv.Close()
+	body := `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`
+	post := func(header map[string]string) int {
+		t.Helper()
+		req, err := http.NewRequest("POST", srv.URL, strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", "application/json, text/event-stream")
+		for k, v := range header {
+			req.Header.Set(k, v)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	if code := post(map[string]string{"Sec-Fetch-Site": "cross-site", "Origin": "https://evil.example"}); code != http.StatusForbidden {
+		t.Errorf("a cross-site browser request: %d; want 403", code)
+	}
+	if code := post(map[string]string{"Origin": "https://evil.example"}); code != http.StatusForbidden {
+		t.Errorf("a request from another origin (no Sec-Fetch-Site): %d; want 403", code)
+	}
+	if code := post(nil); code != http.StatusOK {
+		t.Errorf("a non-browser client's request: %d; want 200", code)
+	}
+}
