@@ -2,9 +2,7 @@ package client
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"io"
 	"time"
 
 	"github.com/kin-agents/kin/internal/httpapi"
@@ -51,23 +49,10 @@ func (c *Client) Logs(ctx context.Context, req kin.LogsRequest, fn func([]byte) 
 		return err
 	}
 	defer resp.Body.Close()
-	buf := make([]byte, 32<<10)
-	for {
-		n, err := resp.Body.Read(buf)
-		if n > 0 {
-			if ferr := fn(buf[:n]); ferr != nil {
-				return ferr
-			}
-		}
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			if ctx.Err() != nil {
-				return ctx.Err()
-			}
-			return &kin.Error{Code: kin.ECodeUnavailable, Message: fmt.Sprintf("the log stream from %s broke: %v", c.where, err)}
-		}
+	if err := httpapi.ReadLogStream(ctx, resp.Body, fn, func(err error) error {
+		return &kin.Error{Code: kin.ECodeUnavailable, Message: fmt.Sprintf("the log stream from %s broke: %v", c.where, err)}
+	}); err != nil {
+		return err
 	}
 	// Trailers are read with the end of the body.
 	if t := resp.Trailer.Get(LogsErrorTrailer); t != "" {

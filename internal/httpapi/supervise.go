@@ -3,6 +3,7 @@ package httpapi
 import (
 	"bytes"
 	"context"
+	"errors"
 	"io"
 	"net/http"
 
@@ -13,6 +14,31 @@ import (
 // kin.Error, the error that ended the stream after its 200 answer was sent.
 // The client SDK reads it under the same name.
 const LogsErrorTrailer = "Kin-Error"
+
+// ReadLogStream calls fn with each chunk of a log stream's body as it
+// arrives, until its end (nil), fn's error, or a read that fails: ctx's
+// error when ctx is done, else broke(err) (the caller names the stream).
+// The stream's own error, if the server ended it with one, is then in the
+// response's LogsErrorTrailer.
+func ReadLogStream(ctx context.Context, body io.Reader, fn func([]byte) error, broke func(error) error) error {
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := body.Read(buf)
+		if n > 0 {
+			if ferr := fn(buf[:n]); ferr != nil {
+				return ferr
+			}
+		}
+		switch {
+		case errors.Is(err, io.EOF):
+			return nil
+		case err != nil && ctx.Err() != nil:
+			return ctx.Err()
+		case err != nil:
+			return broke(err)
+		}
+	}
+}
 
 func (s *Server) spawn(w http.ResponseWriter, r *http.Request) error {
 	var req kin.SpawnRequest

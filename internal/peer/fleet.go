@@ -122,23 +122,10 @@ func (f *Fleet) Logs(ctx context.Context, host string, req kin.LogsRequest, fn f
 		return err
 	}
 	defer resp.Body.Close()
-	buf := make([]byte, 32<<10)
-	for {
-		n, err := resp.Body.Read(buf)
-		if n > 0 {
-			if ferr := fn(buf[:n]); ferr != nil {
-				return ferr
-			}
-		}
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			if ctx.Err() != nil {
-				return ctx.Err()
-			}
-			return kin.Errorf(kin.ECodeUnavailable, "%s: the stream from host %s broke: %v", what, host, err)
-		}
+	if err := httpapi.ReadLogStream(ctx, resp.Body, fn, func(err error) error {
+		return kin.Errorf(kin.ECodeUnavailable, "%s: the stream from host %s broke: %v", what, host, err)
+	}); err != nil {
+		return err
 	}
 	if t := resp.Trailer.Get(httpapi.LogsErrorTrailer); t != "" {
 		var b httpapi.ErrorBody
