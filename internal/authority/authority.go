@@ -311,6 +311,28 @@ func (au *Authority) Learn(ctx context.Context, id kin.AgentID) error {
 	return nil
 }
 
+// Relearn re-reads agent id's own layer (its stage and policy) from the
+// store and replaces the cache's, whatever it held: after a promotion,
+// which any host of a fleet may have made.
+func (au *Authority) Relearn(ctx context.Context, id kin.AgentID) error {
+	rows, err := au.st.PermChain(ctx, id)
+	if err != nil || len(rows) == 0 {
+		return err
+	}
+	chain, err := au.chainOf(rows[:1])
+	if err != nil {
+		return err
+	}
+	au.mu.Lock()
+	defer au.mu.Unlock()
+	if own := chain[0].own; own != nil {
+		au.own[id] = own
+	} else {
+		delete(au.own, id)
+	}
+	return nil
+}
+
 // chainLocked is id's chain from the cache. perm.mu is held.
 func (au *Authority) chainLocked(id kin.AgentID) []permLink {
 	ids := au.chainIDs(id)

@@ -373,3 +373,59 @@ func TestFleetHasOneIssuer(t *testing.T) {
 		t.Errorf("after gamma's refusal alpha serves %d keys", len(set.Keys))
 	}
 }
+
+// TestPromotionReachesEveryHost: a stage changed on one host of the fleet
+// is what every host's permission checks use from then on. A parent
+// registered on alpha at stage supervised (exec allowed) has a child
+// spawned through beta (beta caches the parent's layer); alpha then moves
+// the parent to restricted (no exec): beta, which learns it through the
+// store's log, denies exec to the child it runs and to a child spawned
+// after the change. Without the follower's re-read, beta kept the old
+// stage and allowed exec beyond what the parent now has.
+func TestPromotionReachesEveryHost(t *testing.T) {
+	dsn, key := pgtest.NewDatabase(t), kintest.WithLogKeyDir(filepath.Join(t.TempDir(), "log-key"))
+	a := kintest.StartDaemon(t, kintest.WithStore(dsn), kintest.WithHostName("alpha"), key)
+	b := kintest.StartDaemon(t, kintest.WithStore(dsn), kintest.WithHostName("beta"), key)
+	parent, err := a.Client.Register(ctx, kin.RegisterRequest{Name: "teacher", Responsible: "t", Stage: "supervised"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	kintest.WaitFor(t, 10*time.Second, "beta knows the parent", func() bool {
+		_, err := b.Client.Children(ctx, parent.ID)
+		return err == nil
+	})
+	register := func(name string) *kin.Agent {
+		t.Helper()
+		c, err := b.Client.Register(ctx, kin.RegisterRequest{Name: name, Parent: parent.ID})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	exec := func(d *kintest.Daemon, id kin.AgentID) bool {
+		t.Helper()
+		dec, err := d.Client.Authorize(ctx, kin.AuthorizeRequest{Agent: id, Tool: "exec"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return dec.Allowed
+	}
+	first := register("student-1")
+	if !exec(b, first.ID) {
+		t.Fatal("a child of a supervised parent may not exec on beta")
+	}
+	if _, err := a.Client.Promote(ctx, kin.PromoteRequest{Agent: parent.ID, Stage: "restricted"}); err != nil {
+		t.Fatal(err)
+	}
+	kintest.WaitFor(t, 10*time.Second, "beta to deny exec to the child under the now restricted parent", func() bool {
+		return !exec(b, first.ID)
+	})
+	second := register("student-2")
+	for _, d := range []*kintest.Daemon{a, b} {
+		for _, c := range []*kin.Agent{first, second} {
+			if exec(d, c.ID) {
+				t.Errorf("%s allows %s exec under a restricted parent", d.Config.HostName, c.Name)
+			}
+		}
+	}
+}

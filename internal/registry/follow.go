@@ -18,8 +18,9 @@ import (
 // nothing (the lineage's Add of a known agent is a no-op; the profile is
 // re-read from the store).
 
-// followTypes are the events that change a cache.
-var followTypes = []string{kin.EventAgentRegistered, kin.EventGovernorChanged}
+// followTypes are the events that change a cache (the lineage, the
+// governor's profile, the permission cache's layers).
+var followTypes = []string{kin.EventAgentRegistered, kin.EventGovernorChanged, kin.EventAgentPromoted}
 
 // FollowStore applies the events committed after seq from on to the
 // caches, and hands the events of types others to fn (the runner's part of
@@ -41,6 +42,16 @@ func (r *Registry) FollowStore(from int64, log *slog.Logger, others []string, fn
 				r.lin.Add(e.Agent, e.Parent)
 			case kin.EventGovernorChanged:
 				governor = true
+			case kin.EventAgentPromoted:
+				// A stage changed (on any host): the permission cache's
+				// layer for it is re-read, so that what this host admits,
+				// sandboxes and answers under it from now on has its new
+				// stage.
+				if r.auth != nil {
+					if err := r.auth.Relearn(ctx, e.Agent); err != nil {
+						log.Error("follow the store: a promotion", "agent", e.Agent, "err", err)
+					}
+				}
 			default:
 				fn(e)
 			}
