@@ -381,7 +381,9 @@ func TestFleetHasOneIssuer(t *testing.T) {
 // the parent to restricted (no exec): beta, which learns it through the
 // store's log, denies exec to the child it runs and to a child spawned
 // after the change. Without the follower's re-read, beta kept the old
-// stage and allowed exec beyond what the parent now has.
+// stage and allowed exec beyond what the parent now has. Likewise an agent
+// registered on alpha with a policy of its own is answered for on beta with
+// that policy (beta had no layer for it, and allowed).
 func TestPromotionReachesEveryHost(t *testing.T) {
 	dsn, key := pgtest.NewDatabase(t), kintest.WithLogKeyDir(filepath.Join(t.TempDir(), "log-key"))
 	a := kintest.StartDaemon(t, kintest.WithStore(dsn), kintest.WithHostName("alpha"), key)
@@ -410,6 +412,17 @@ func TestPromotionReachesEveryHost(t *testing.T) {
 		}
 		return dec.Allowed
 	}
+	// An agent registered on alpha with a policy of its own: beta answers
+	// for it with that policy too.
+	strict, err := a.Client.Register(ctx, kin.RegisterRequest{Name: "strict", Responsible: "t",
+		Policy: &kin.Policy{Tools: &kin.ToolRules{Deny: []string{"exec"}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	kintest.WaitFor(t, 10*time.Second, "beta to deny exec to an agent alpha registered with a policy denying it", func() bool {
+		dec, err := b.Client.Authorize(ctx, kin.AuthorizeRequest{Agent: strict.ID, Tool: "exec"})
+		return err == nil && !dec.Allowed // not found: beta has not followed it yet
+	})
 	first := register("student-1")
 	if !exec(b, first.ID) {
 		t.Fatal("a child of a supervised parent may not exec on beta")

@@ -39,7 +39,15 @@ func (r *Registry) FollowStore(from int64, log *slog.Logger, others []string, fn
 		for _, e := range evs {
 			switch e.Type {
 			case kin.EventAgentRegistered:
+				foreign := !r.lin.Has(e.Agent) // registered by another host (or not yet added by this one)
 				r.lin.Add(e.Agent, e.Parent)
+				if foreign && r.auth != nil {
+					// Its stage and policy, for what this host answers
+					// about it (kin authorize, kin show) and admits under it.
+					if err := r.auth.Relearn(ctx, e.Agent); err != nil {
+						log.Error("follow the store: a registration's policy", "agent", e.Agent, "err", err)
+					}
+				}
 			case kin.EventGovernorChanged:
 				governor = true
 			case kin.EventAgentPromoted:
