@@ -12,7 +12,9 @@ import (
 	"time"
 
 	"github.com/kin-agents/kin/internal/daemon"
+	"github.com/kin-agents/kin/internal/httpsig"
 	"github.com/kin-agents/kin/internal/kintest"
+	"github.com/kin-agents/kin/internal/personserver"
 	"github.com/kin-agents/kin/internal/pgtest"
 	"github.com/kin-agents/kin/kin"
 )
@@ -440,5 +442,63 @@ func TestPromotionReachesEveryHost(t *testing.T) {
 				t.Errorf("%s allows %s exec under a restricted parent", d.Config.HostName, c.Name)
 			}
 		}
+	}
+}
+
+// TestSignedRequestsAreForOneHost: a signed request names the host it was
+// made for (its @authority), and each host of a fleet remembers only the
+// signatures it accepted itself. So a request an agent signed for alpha,
+// captured on its way and sent to beta instead, is refused by beta
+// (invalid_signature; the detail, naming alpha, in beta's log) and changes
+// nothing, while alpha accepts
+// it once; the agent's request signed for beta is accepted by beta.
+func TestSignedRequestsAreForOneHost(t *testing.T) {
+	dsn, key := pgtest.NewDatabase(t), kintest.WithLogKeyDir(filepath.Join(t.TempDir(), "log-key"))
+	a := kintest.StartDaemon(t, kintest.WithStore(dsn), kintest.WithHostName("alpha"), kintest.WithHTTP(), key)
+	b := kintest.StartDaemon(t, kintest.WithStore(dsn), kintest.WithHostName("beta"), kintest.WithHTTP(), key)
+	kintest.WaitFor(t, 20*time.Second, "beta to see alpha's announced address", func() bool {
+		hs, err := b.Client.Hosts(ctx)
+		if err != nil {
+			return false
+		}
+		for _, h := range hs {
+			if h.Name == "alpha" && h.Address == a.HTTPAddr() {
+				return true
+			}
+		}
+		return false
+	})
+	psA := "http://" + a.HTTPAddr()
+	lead := spawnWithToken(t, a, "lead", 0, kinJWKS(t, psA, personserver.PathAgentJWKS))
+	children := func() int {
+		t.Helper()
+		as, err := a.Client.Agents(ctx, kin.AgentFilter{Parent: lead.ID})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(as)
+	}
+	body := []byte(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"spawn_agent","arguments":{"command":["/bin/sh","-c","exec sleep 600"],"grace":"0s"}}}`)
+	captured := signPost(t, psA+daemon.PathMCP, body, lead.signer.Key, lead.token, time.Now())
+	toBeta := captured
+	toBeta.url = "http://" + b.HTTPAddr() + daemon.PathMCP
+	toBeta.host = a.HTTPAddr() // as signed: the bytes on the wire, sent to beta
+	// (Without the check beta answered 200 and spawned a second child.)
+	status, sigErr, err := toBeta.send()
+	if err != nil || status != http.StatusUnauthorized || !strings.Contains(sigErr, string(httpsig.CodeInvalidSignature)) {
+		t.Fatalf("alpha's signed request sent to beta: %d, Signature-Error %q, %v; want 401 invalid_signature", status, sigErr, err)
+	}
+	if n := children(); n != 0 {
+		t.Fatalf("lead has %d children after beta refused; want 0", n)
+	}
+	if status, sigErr, err := captured.send(); err != nil || status != http.StatusOK {
+		t.Fatalf("the signed request sent to alpha, which it was signed for: %d %q %v; want 200", status, sigErr, err)
+	}
+	if n := children(); n != 1 {
+		t.Fatalf("lead has %d children; want 1", n)
+	}
+	forBeta := signPost(t, "http://"+b.HTTPAddr()+daemon.PathMCP, body, lead.signer.Key, lead.token, time.Now())
+	if status, sigErr, err := forBeta.send(); err != nil || status != http.StatusOK {
+		t.Fatalf("the agent's request signed for beta, sent to beta: %d %q %v; want 200", status, sigErr, err)
 	}
 }

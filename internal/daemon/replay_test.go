@@ -27,6 +27,7 @@ import (
 // someone who saw it can send again, byte for byte.
 type capturedRequest struct {
 	url    string
+	host   string // the Host header when it is not url's (a request sent elsewhere than it was signed for)
 	header http.Header
 	body   []byte
 }
@@ -55,6 +56,9 @@ func (c capturedRequest) send() (int, string, error) {
 		return 0, "", err
 	}
 	req.Header = c.header.Clone()
+	if c.host != "" {
+		req.Host = c.host
+	}
 	req.Close = true
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {

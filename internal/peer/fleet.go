@@ -87,7 +87,7 @@ func (f *Fleet) get(ctx context.Context, host, what, path string, q url.Values) 
 	if len(q) > 0 {
 		u += "?" + q.Encode()
 	}
-	req, err := http.NewRequestWithContext(ctx, "GET", u, nil)
+	req, err := http.NewRequestWithContext(ForHost(ctx, host), "GET", u, nil)
 	if err != nil {
 		return nil, kin.Errorf(kin.ECodeInternal, "host %s's address %q: %v", host, row.Address, err)
 	}

@@ -32,7 +32,10 @@ import (
 	"github.com/kin-agents/kin/kin"
 )
 
-// Header carries a peer's signature: "HOST UNIXTIME NONCE MAC".
+// Header carries a peer's signature: "FROM TO UNIXTIME NONCE MAC", FROM
+// the signing host and TO the host it is for (covered by the MAC: each
+// host remembers only the nonces it accepted, so a request captured on
+// its way to one host must not be accepted by another).
 const Header = httpapi.PeerHeader
 
 // Label is what the peer key is derived from the log key for.
@@ -68,8 +71,9 @@ func NewAuth(host string, key []byte, clock func() time.Time) *Auth {
 // Host is the host this Auth signs as.
 func (a *Auth) Host() string { return a.host }
 
-// Sign signs r as this host: its method, target and request URI, now.
-func (a *Auth) Sign(r *http.Request) {
+// Sign signs r as this host, for host to: its method, target and request
+// URI, now.
+func (a *Auth) Sign(r *http.Request, to string) {
 	var n [12]byte
 	rand.Read(n[:])
 	nonce := hex.EncodeToString(n[:])
@@ -78,25 +82,37 @@ func (a *Auth) Sign(r *http.Request) {
 	if authority == "" {
 		authority = r.URL.Host
 	}
-	mac := a.mac(a.host, ts, nonce, r.Method, authority, r.URL.RequestURI())
-	r.Header.Set(Header, a.host+" "+ts+" "+nonce+" "+mac)
+	mac := a.mac(a.host, to, ts, nonce, r.Method, authority, r.URL.RequestURI())
+	r.Header.Set(Header, a.host+" "+to+" "+ts+" "+nonce+" "+mac)
+}
+
+// toKey is the context key of the host a request is for (ForHost).
+type toKey struct{}
+
+// ForHost returns ctx carrying the host a request made with it is for:
+// the signing transport signs it for that host.
+func ForHost(ctx context.Context, host string) context.Context {
+	return context.WithValue(ctx, toKey{}, host)
 }
 
 // Verify checks r's peer signature and returns the host that made it.
 func (a *Auth) Verify(r *http.Request) (string, error) {
 	f := strings.Fields(r.Header.Get(Header))
-	if len(f) != 4 {
-		return "", kin.Errorf(kin.ECodeUnauthorized, "%s: want HOST TIME NONCE MAC", Header)
+	if len(f) != 5 {
+		return "", kin.Errorf(kin.ECodeUnauthorized, "%s: want FROM TO TIME NONCE MAC", Header)
 	}
-	host, ts, nonce, mac := f[0], f[1], f[2], f[3]
+	host, to, ts, nonce, mac := f[0], f[1], f[2], f[3], f[4]
 	if err := kin.ValidateHostName(host); err != nil {
 		return "", kin.Errorf(kin.ECodeUnauthorized, "%s: %v", Header, kin.ErrorMessageOf(err))
+	}
+	if to != a.host {
+		return "", kin.Errorf(kin.ECodeUnauthorized, "%s: signed by host %q for host %q, not this one (%q): a host accepts a peer request made for itself only", Header, host, to, a.host)
 	}
 	t, err := strconv.ParseInt(ts, 10, 64)
 	if err != nil || len(nonce) != 24 {
 		return "", kin.Errorf(kin.ECodeUnauthorized, "%s: bad time or nonce", Header)
 	}
-	want := a.mac(host, ts, nonce, r.Method, r.Host, r.RequestURI)
+	want := a.mac(host, to, ts, nonce, r.Method, r.Host, r.RequestURI)
 	if !hmac.Equal([]byte(mac), []byte(want)) {
 		return "", kin.Errorf(kin.ECodeUnauthorized, "%s: the signature of host %q does not verify: is it a host of this fleet, with the fleet's log key (kin serve --log-key-dir)?", Header, host)
 	}
@@ -123,9 +139,9 @@ func (a *Auth) Verify(r *http.Request) (string, error) {
 	return host, nil
 }
 
-func (a *Auth) mac(host, ts, nonce, method, authority, uri string) string {
+func (a *Auth) mac(host, to, ts, nonce, method, authority, uri string) string {
 	m := hmac.New(sha256.New, a.key)
-	fmt.Fprintf(m, "%s\n%s\n%s\n%s\n%s\n%s\n", host, ts, nonce, method, authority, uri)
+	fmt.Fprintf(m, "%s\n%s\n%s\n%s\n%s\n%s\n%s\n", host, to, ts, nonce, method, authority, uri)
 	return base64.RawURLEncoding.EncodeToString(m.Sum(nil))
 }
 
@@ -137,7 +153,8 @@ type transport struct {
 
 func (t transport) RoundTrip(r *http.Request) (*http.Response, error) {
 	r = r.Clone(r.Context())
-	t.auth.Sign(r)
+	to, _ := r.Context().Value(toKey{}).(string)
+	t.auth.Sign(r, to)
 	return t.base.RoundTrip(r)
 }
 

@@ -22,7 +22,7 @@ import (
 // anything else (another route, another key, an altered or old request, a
 // replay) is refused.
 func TestPeerRequests(t *testing.T) {
-	d := kintest.StartDaemon(t, kintest.WithHTTP())
+	d := kintest.StartDaemon(t, kintest.WithHTTP(), kintest.WithHostName("here"))
 	ctx := context.Background()
 	ag, err := d.Client.Register(ctx, kin.RegisterRequest{Name: "no-process", Responsible: "test"})
 	if err != nil {
@@ -64,7 +64,7 @@ func TestPeerRequests(t *testing.T) {
 	}
 	signed := func(a *peer.Auth, path string) *http.Request {
 		r := newReq(path)
-		a.Sign(r)
+		a.Sign(r, "here")
 		return r
 	}
 
@@ -88,7 +88,10 @@ func TestPeerRequests(t *testing.T) {
 		"another key":       signed(peer.NewAuth("a", other.Derive(peer.Label), nil), logs),
 		"another label":     signed(peer.NewAuth("a", key.Derive("something else"), nil), logs),
 		"two minutes old":   signed(peer.NewAuth("a", key.Derive(peer.Label), func() time.Time { return time.Now().Add(-2 * time.Minute) }), logs),
-		"no signature part": func() *http.Request { r := newReq(logs); r.Header.Set(peer.Header, "a 1 2"); return r }(),
+		"no signature part": func() *http.Request { r := newReq(logs); r.Header.Set(peer.Header, "a here 1 2"); return r }(),
+		// Signed for another host of the fleet (captured on its way
+		// there, sent here): that host's nonces are not this one's.
+		"for another host": func() *http.Request { r := newReq(logs); fleet.Sign(r, "there"); return r }(),
 	} {
 		if st, b := send(req); st != http.StatusUnauthorized || b.Code != kin.ECodeUnauthorized {
 			t.Errorf("%s: %d %+v, want 401", name, st, b)
@@ -108,7 +111,7 @@ func TestPeerRequests(t *testing.T) {
 	}
 	actAs := newReq(logs)
 	actAs.Header.Set(kin.HeaderActAs, ag.ID.String())
-	fleet.Sign(actAs)
+	fleet.Sign(actAs, "here")
 	if st, b := send(actAs); st != http.StatusForbidden {
 		t.Errorf("signed, acting as an agent: %d %+v", st, b)
 	}

@@ -295,8 +295,12 @@ func (srv *Server) recordRefusal(parent, agent kin.AgentID, code, detail string)
 }
 
 func (srv *Server) authToken(ctx context.Context, r *http.Request, now time.Time, parentOut, boundOut **verifiedAgent) (*aauth.AuthTokenResponse, *refusal) {
-	// 1. The HTTP signature, against the key of the agent token it
-	// presents, accepted once.
+	// 1. The HTTP signature, made for this host, against the key of the
+	// agent token it presents, accepted once.
+	if err := srv.signedForAnotherHost(r); err != nil {
+		*parentOut = nil // whoever sent it need not be its signer
+		return nil, signatureRefusal(err)
+	}
 	_, err := srv.replays.Verify(r, now, func(sk httpsig.SignatureKey) (ed25519.PublicKey, error) {
 		v, err := srv.verifyAgentToken(ctx, sk.JWT, now)
 		if err != nil {
@@ -584,7 +588,8 @@ func (srv *Server) tokenStatus(ctx context.Context, jti string) aauth.TokenStatu
 	return st
 }
 
-// SignedAgent is the agent that signed r: the signature checked against
+// SignedAgent is the agent that signed r: the signature, made for this
+// host (not another of the fleet: signedForAnotherHost), checked against
 // the key its agent token names, the token against kin's keys and
 // registry (the agent live and active), and accepted once (a signature
 // already accepted is refused with httpsig.CodeReplayedRequest). Errors
@@ -592,6 +597,9 @@ func (srv *Server) tokenStatus(ctx context.Context, jti string) aauth.TokenStatu
 // remember another signature.
 func (srv *Server) SignedAgent(r *http.Request) (*kin.Agent, error) {
 	now := srv.now()
+	if err := srv.signedForAnotherHost(r); err != nil {
+		return nil, err
+	}
 	var agent *kin.Agent
 	_, err := srv.replays.Verify(r, now, func(sk httpsig.SignatureKey) (ed25519.PublicKey, error) {
 		v, err := srv.verifyAgentToken(r.Context(), sk.JWT, now)

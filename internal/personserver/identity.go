@@ -37,6 +37,7 @@ type Server struct {
 	refusals *refusalLog // refusals not recorded
 	id       *identityState
 	fleet    fleetKeys // the fleet's published keys
+	addrs    hostAddrs // the fleet's other hosts' addresses (signedForAnotherHost)
 	closing  chan struct{}
 	wg       sync.WaitGroup
 	once     sync.Once
