@@ -112,7 +112,9 @@ func Open(ctx context.Context, dsn string, opts Options) (*Store, error) {
 		return nil, fmt.Errorf("postgres: %w", err)
 	}
 	name := describe(cfg)
-	wdb := stdlib.OpenDB(*cfg.Copy())
+	// The writer's connection holds each savepoint for the next statement
+	// (pipeline.go).
+	wdb := sql.OpenDB(pipelineConnector{stdlib.GetConnector(*cfg.Copy())})
 	wdb.SetMaxOpenConns(1)
 	wdb.SetMaxIdleConns(1)
 	wdb.SetConnMaxLifetime(0)
