@@ -2,6 +2,7 @@ package registry
 
 import (
 	"context"
+	"encoding/json"
 	"log/slog"
 	"slices"
 	"time"
@@ -19,7 +20,7 @@ import (
 // re-read from the store).
 
 // followTypes are the events that change a cache.
-var followTypes = []string{kin.EventAgentRegistered, kin.EventGovernorChanged}
+var followTypes = []string{kin.EventAgentRegistered, kin.EventGovernorChanged, kin.EventSpawnEscalated}
 
 // FollowStore applies the events committed after seq from on to the
 // caches, and hands the events of types others to fn (the runner's part of
@@ -41,6 +42,15 @@ func (r *Registry) FollowStore(from int64, log *slog.Logger, others []string, fn
 				r.lin.Add(e.Agent, e.Parent)
 			case kin.EventGovernorChanged:
 				governor = true
+			case kin.EventSpawnEscalated:
+				// The escalated agent's permissions go through its
+				// asker's chain on every host (seed 002 §4.1).
+				var d kin.SpawnEscalatedData
+				if err := json.Unmarshal(e.Data, &d); err != nil {
+					log.Error("follow the store: spawn.escalated", "seq", e.Seq, "err", err)
+				} else if d.Child != 0 && d.RequestedBy != 0 {
+					r.auth.Escalated(d.Child, d.RequestedBy)
+				}
 			default:
 				fn(e)
 			}
