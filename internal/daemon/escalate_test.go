@@ -204,3 +204,58 @@ func TestEscalatedWorkerGetsNoMoreThanItsSpecialist(t *testing.T) {
 		t.Errorf("the Specialist's spawns = %d, want 1", sp.Spend.SubtreeSpawns)
 	}
 }
+
+// TestEscalatedWorkerSpendsItsSpecialistsBudget: the permission chain
+// through the Specialist survives a restart (the authority's cache is
+// rebuilt from requested_by) and the caches agree with the store. An
+// escalated Worker's usage counts in its Specialist's subtree budget (and
+// once in its PO's and GO's), and when it exhausts the Specialist's budget
+// the Worker is stopped, though it is not in the Specialist's subtree.
+func TestEscalatedWorkerSpendsItsSpecialistsBudget(t *testing.T) {
+	home := kintest.TempHome(t)
+	d := kintest.StartDaemon(t, kintest.WithProfile("hierarchy"), kintest.WithHome(home))
+	goA := register(t, d.Client, kin.RegisterRequest{Name: "GO", Responsible: "XIOPro"})
+	po := register(t, d.Client, kin.RegisterRequest{Name: "PO-MVP1", Parent: goA.ID})
+	hundred := int64(100)
+	spec := register(t, d.Client, kin.RegisterRequest{Name: "S-backend", Role: "Specialist", Parent: po.ID, Policy: &kin.Policy{
+		Tools: &kin.ToolRules{Deny: []string{"exec"}}, Budget: &kin.Budget{MaxTokens: &hundred}}})
+	w1 := register(t, d.Client.ActingAs(spec.ID.String()), kin.RegisterRequest{Name: "W-1", Role: "Worker"})
+	if w1.Parent != po.ID || w1.RequestedBy != spec.ID {
+		t.Fatalf("the Worker: parent %d requested_by %d", w1.Parent, w1.RequestedBy)
+	}
+	if diff, err := d.Daemon.CacheDiff(ctx); err != nil || diff != "" {
+		t.Fatalf("caches after an escalation (%v):\n%s", err, diff)
+	}
+	d.Close()
+	d = kintest.StartDaemon(t, kintest.WithProfile("hierarchy"), kintest.WithHome(home))
+	defer d.Close()
+	if dec := authorize(t, d, w1.ID, "exec"); dec.Allowed || dec.Agent != spec.ID {
+		t.Errorf("the Worker's exec after a restart: %+v, want denied by the Specialist's policy", dec)
+	}
+	if diff, err := d.Daemon.CacheDiff(ctx); err != nil || diff != "" {
+		t.Fatalf("caches after a restart (%v):\n%s", err, diff)
+	}
+
+	w := spawnAgent(t, d.Client.ActingAs(spec.ID.String()), "W-2", 0, "sleep", withRole("Worker"))
+	if _, err := d.Client.Usage(ctx, kin.UsageRequest{Agent: w.ID, Tokens: 60}); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []kin.AgentID{spec.ID, po.ID, goA.ID} {
+		if p, err := d.Client.Policy(ctx, id); err != nil || p.Spend.SubtreeTokens != 60 {
+			t.Fatalf("agent %d's subtree tokens after the Worker's 60: %+v, %v", id, p, err)
+		}
+	}
+	if _, err := d.Client.Usage(ctx, kin.UsageRequest{Agent: w.ID, Tokens: 50}); err != nil {
+		t.Fatal(err)
+	}
+	kintest.WaitFor(t, 20*time.Second, "the Worker to be stopped for its Specialist's budget", func() bool {
+		a, _ := d.Client.Agent(ctx, w.ID)
+		return a != nil && a.State.Terminal() && !alive(a.PID)
+	})
+	if a, _ := d.Client.Agent(ctx, po.ID); a.Status != kin.StatusActive {
+		t.Errorf("the PO after its Specialist's budget ran out: %s, want active (its budget is not the Specialist's)", a.Status)
+	}
+	if diff, err := d.Daemon.CacheDiff(ctx); err != nil || diff != "" {
+		t.Fatalf("caches after the budget stop (%v):\n%s", err, diff)
+	}
+}
