@@ -259,3 +259,37 @@ func TestEscalatedWorkerSpendsItsSpecialistsBudget(t *testing.T) {
 		t.Fatalf("caches after the budget stop (%v):\n%s", err, diff)
 	}
 }
+
+// TestEscalatedWorkersReplacementKeepsItsSpecialistsLimits: a Worker the
+// supervisor restarts after a crash is registered by the supervisor, under
+// the PO; it is held to the same Specialist's chain, or a crash would hand
+// the Specialist's command its PO's rights.
+func TestEscalatedWorkersReplacementKeepsItsSpecialistsLimits(t *testing.T) {
+	d := kintest.StartDaemon(t, kintest.WithProfile("hierarchy"))
+	goA := register(t, d.Client, kin.RegisterRequest{Name: "GO", Responsible: "XIOPro"})
+	po := register(t, d.Client, kin.RegisterRequest{Name: "PO-MVP1", Parent: goA.ID})
+	spec := register(t, d.Client, kin.RegisterRequest{Name: "S-backend", Role: "Specialist", Parent: po.ID,
+		Policy: &kin.Policy{Tools: &kin.ToolRules{Deny: []string{"exec"}}}})
+	w := spawnAgent(t, d.Client.ActingAs(spec.ID.String()), "W-1", 0, "exit 1", withRole("Worker"),
+		func(r *kin.SpawnRequest) { r.Restart = kin.RestartOnFailure })
+	var repl kin.AgentID
+	kintest.WaitFor(t, 20*time.Second, "the crashed Worker's replacement", func() bool {
+		evs, _ := d.Client.Events(ctx, kin.EventFilter{Types: []string{kin.EventAgentReplaced}, Agent: w.ID})
+		for _, e := range evs {
+			if e.Agent == w.ID {
+				_ = e.Field("replacement", &repl)
+			}
+		}
+		return repl != 0
+	})
+	r, err := d.Client.Agent(ctx, repl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Parent != po.ID || r.RequestedBy != spec.ID || r.Replaces != w.ID {
+		t.Fatalf("the replacement: parent %d requested_by %d replaces %d", r.Parent, r.RequestedBy, r.Replaces)
+	}
+	if dec := authorize(t, d, repl, "exec"); dec.Allowed || dec.Agent != spec.ID {
+		t.Errorf("the replacement's exec: %+v, want denied by the Specialist's policy", dec)
+	}
+}

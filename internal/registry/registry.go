@@ -156,7 +156,12 @@ type SpawnExtra struct {
 	Restart  kin.RestartPolicy
 	Grace    kin.Duration
 	Replaces kin.AgentID // the agent it restarts, or 0
-	Handoff  []byte      // JSON of a validated kin.Handoff, or nil
+	// RequestedBy is, for the replacement of an agent whose spawn was
+	// escalated (seed 002 §4.1), the agent that asked for that one: the
+	// replacement is held to the same asker's chain (and records it), or
+	// a crash would hand the asker's command its parent's rights.
+	RequestedBy kin.AgentID
+	Handoff     []byte // JSON of a validated kin.Handoff, or nil
 	// Host is the host of the fleet asked to run it (kin.SpawnRequest.Host);
 	// "": the default placement (placeHost).
 	Host string
@@ -259,6 +264,17 @@ func (r *Registry) register(ctx context.Context, req kin.RegisterRequest, extra 
 				return refuse(refusal, facts)
 			}
 			facts.ParentID, facts.Parent = target.ID, target
+		} else if extra != nil && extra.RequestedBy != 0 {
+			// A replacement keeps its asker's chain, though the asker
+			// asks nothing now (it may have ended: its layers stay).
+			chain, err := tx.PermChain(ctx, extra.RequestedBy)
+			if err != nil {
+				return err
+			}
+			if len(chain) == 0 {
+				return kin.Errorf(kin.ECodeNotFound, "agent %d, which asked for the agent being replaced, is not found", extra.RequestedBy)
+			}
+			asker, parentChain = chain[0].Agent, chain
 		}
 		// Where it runs: this host, or for a spawn another host of the
 		// fleet, checked here, under the write lock, to hold a live lease.
