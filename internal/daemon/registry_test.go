@@ -221,6 +221,9 @@ func TestHierarchyProfileEndToEnd(t *testing.T) {
 	wantCode(t, err, kin.ECodeSpawnNotAllowed) // Workers never spawn
 	_, err = d.Client.Register(ctx, kin.RegisterRequest{Name: "R:1", Role: "Reviewer", Parent: spec.ID})
 	wantCode(t, err, kin.ECodeSpawnNotAllowed) // a Specialist escalates Workers only
+	if !strings.Contains(err.Error(), "it asks its nearest ancestor that may to spawn Worker") {
+		t.Errorf("a Specialist's Reviewer: %v, want the refusal to say what it escalates", err)
+	}
 	_, err = d.Client.Register(ctx, kin.RegisterRequest{Name: "W:3", Role: "Worker", Parent: goA.ID})
 	wantCode(t, err, kin.ECodeSpawnNotAllowed)
 	register(t, d.Client, kin.RegisterRequest{Name: "W:4", Role: "Worker", Parent: po.ID})

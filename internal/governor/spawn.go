@@ -159,6 +159,13 @@ func checkRoles(p kin.Profile, f SpawnFacts) *kin.Error {
 			return nil
 		}
 	}
+	if len(parentRule.Escalates) > 0 {
+		escalates := fmt.Sprintf("it asks its nearest ancestor that may to spawn %s", strings.Join(parentRule.Escalates, ", "))
+		if len(parentRule.Spawns) == 0 {
+			return kin.Errorf(kin.ECodeSpawnNotAllowed, "role %q may not spawn role %s under profile %s (it spawns nothing itself; %s)", f.Parent.Role, f.Role, p.Name, escalates)
+		}
+		return kin.Errorf(kin.ECodeSpawnNotAllowed, "role %q may not spawn role %s under profile %s (it may spawn: %s; %s)", f.Parent.Role, f.Role, p.Name, strings.Join(parentRule.Spawns, ", "), escalates)
+	}
 	if len(parentRule.Spawns) == 0 {
 		return kin.Errorf(kin.ECodeSpawnNotAllowed, "role %q may not spawn agents under profile %s", f.Parent.Role, p.Name)
 	}
