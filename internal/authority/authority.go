@@ -357,7 +357,9 @@ func (au *Authority) ArmDeadlines(ctx context.Context) {
 	defer au.mu.Unlock()
 	for id, o := range au.own {
 		if !o.deadlineAt.IsZero() {
-			if a, err := au.st.AgentGetByID(ctx, id); err == nil && a.Live() {
+			// An ended agent's deadline still binds the agents escalated
+			// from its subtree (exhaust).
+			if a, err := au.st.AgentGetByID(ctx, id); err == nil && (a.Live() || len(au.escalatedFromLocked(id)) > 0) {
 				au.armDeadlineLocked(id, o.deadlineAt)
 			}
 		}
@@ -705,6 +707,26 @@ func (au *Authority) Admitted(id kin.AgentID, ad *Admission) {
 	}
 }
 
+// escalatedFrom lists the agents whose spawn id or one of its descendants
+// asked for and the governor escalated (the via links into id's subtree).
+func (au *Authority) escalatedFrom(id kin.AgentID) []kin.AgentID {
+	au.mu.Lock()
+	defer au.mu.Unlock()
+	return au.escalatedFromLocked(id)
+}
+
+// escalatedFromLocked is escalatedFrom with au.mu held.
+func (au *Authority) escalatedFromLocked(id kin.AgentID) []kin.AgentID {
+	var out []kin.AgentID
+	for e, asker := range au.via {
+		if asker == id || au.lin.IsDescendant(asker, id) {
+			out = append(out, e)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
 // armDeadlineLocked stops id's subtree when its deadline passes.
 func (au *Authority) armDeadlineLocked(id kin.AgentID, at time.Time) {
 	if t := au.timers[id]; t != nil {
@@ -733,6 +755,14 @@ func (au *Authority) goExhaust(id kin.AgentID, reason, why string) {
 // exhaust records that id's subtree ran out of budget or time and stops
 // it: grace, then kill, its partial results kept (cancelTree copies them).
 func (au *Authority) exhaust(id kin.AgentID, reason, why string) {
+	// An agent whose spawn id or one of its descendants asked for (seed
+	// 002 §4.1) spends id's budget and lives under id's deadline without
+	// being in id's subtree: it is stopped too, even when id has ended.
+	defer func() {
+		for _, e := range au.escalatedFrom(id) {
+			au.goExhaust(e, reason, why)
+		}
+	}()
 	ctx := context.Background()
 	a, err := au.st.AgentGetByID(ctx, id)
 	if err != nil || a.State.Terminal() && a.Status == kin.StatusTerminated {
@@ -999,10 +1029,9 @@ func (au *Authority) Usage(ctx context.Context, req kin.UsageRequest) (*kin.Spen
 	}
 	var over []kin.AgentID
 	var whys []string
-	var escalated []kin.AgentID // escalated agents in the chain below the highest exhausted one
 	var s kin.Spend
 	err = store.UpdateAfter(ctx, au.st, func(tx store.Tx, after *store.AfterCommit) error {
-		over, whys, escalated = nil, nil, nil
+		over, whys = nil, nil
 		if err := tx.SpendAdd(ctx, id, req.Tokens, req.Cost); err != nil {
 			return err
 		}
@@ -1015,16 +1044,11 @@ func (au *Authority) Usage(ctx context.Context, req kin.UsageRequest) (*kin.Spen
 		if err != nil {
 			return err
 		}
-		var vias []kin.AgentID
 		for _, l := range chain {
 			if l.spend.exhausted == "" {
 				if why := overBudget(l.own, &l.spend); why != "" {
 					over, whys = append(over, l.id), append(whys, why)
-					escalated = slices.Clone(vias)
 				}
-			}
-			if l.via != 0 {
-				vias = append(vias, l.id)
 			}
 		}
 		if len(chain) > 0 {
@@ -1051,15 +1075,10 @@ func (au *Authority) Usage(ctx context.Context, req kin.UsageRequest) (*kin.Spen
 	if err != nil {
 		return nil, store.KinError(err)
 	}
-	// The highest exhausted ancestor's stop covers the rest, but for an
-	// agent whose spawn was escalated (seed 002 §4.1): it spends its
-	// asker's budget without being in the asker's subtree, so it is
-	// stopped too.
+	// The highest exhausted ancestor's stop covers the rest (and the
+	// agents escalated from its subtree: exhaust).
 	if n := len(over); n > 0 {
 		au.goExhaust(over[n-1], ReasonBudget, whys[n-1])
-		for _, e := range escalated {
-			au.goExhaust(e, ReasonBudget, whys[n-1])
-		}
 		s.Exhausted = whys[n-1]
 	}
 	return &s, nil

@@ -293,3 +293,28 @@ func TestEscalatedWorkersReplacementKeepsItsSpecialistsLimits(t *testing.T) {
 		t.Errorf("the replacement's exec: %+v, want denied by the Specialist's policy", dec)
 	}
 }
+
+// TestSpecialistsDeadlineStopsItsEscalatedWorker: the Worker lives under
+// its Specialist's deadline, though it is the PO's child: when the
+// deadline passes, the Specialist's subtree is stopped and so is the
+// Worker; the PO runs on.
+func TestSpecialistsDeadlineStopsItsEscalatedWorker(t *testing.T) {
+	d := kintest.StartDaemon(t, kintest.WithProfile("hierarchy"))
+	_, po := hierarchyPO(t, d)
+	deadline := kin.Duration(2 * time.Second)
+	spec := spawnAgent(t, d.Client, "S-backend", po.ID, "sleep", withRole("Specialist"),
+		func(r *kin.SpawnRequest) { r.Policy = &kin.Policy{Budget: &kin.Budget{Deadline: &deadline}} })
+	w := spawnAgent(t, d.Client.ActingAs(spec.ID.String()), "W-1", 0, "sleep", withRole("Worker"))
+	if w.Parent != po.ID || w.RequestedBy != spec.ID {
+		t.Fatalf("the Worker: parent %d requested_by %d", w.Parent, w.RequestedBy)
+	}
+	for _, a := range []*kin.Agent{spec, w} {
+		kintest.WaitFor(t, 20*time.Second, a.Name+" stopped at the Specialist's deadline", func() bool {
+			got, _ := d.Client.Agent(ctx, a.ID)
+			return got != nil && got.State.Terminal() && !alive(a.PID)
+		})
+	}
+	if got, _ := d.Client.Agent(ctx, po.ID); got == nil || !got.Running() || !alive(po.PID) {
+		t.Errorf("the PO after its Specialist's deadline: %+v, want it running", got)
+	}
+}
