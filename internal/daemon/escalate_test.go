@@ -3,6 +3,8 @@ package daemon_test
 import (
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -316,5 +318,55 @@ func TestSpecialistsDeadlineStopsItsEscalatedWorker(t *testing.T) {
 	}
 	if got, _ := d.Client.Agent(ctx, po.ID); got == nil || !got.Running() || !alive(po.PID) {
 		t.Errorf("the PO after its Specialist's deadline: %+v, want it running", got)
+	}
+}
+
+// TestAnEscalatedAgentsOwnEscalationGoesToItsOwnAncestors: an escalated
+// agent that escalates in turn is placed under its own lineage ancestors,
+// never under its asker (which is not its ancestor, though its permission
+// chain runs through it), and its child is held to both askers' layers.
+func TestAnEscalatedAgentsOwnEscalationGoesToItsOwnAncestors(t *testing.T) {
+	profile := filepath.Join(t.TempDir(), "relay.json")
+	if err := os.WriteFile(profile, []byte(`{"name": "relay", "max_generation_depth": 5, "roles": {
+		"lead":   {"root": true, "spawns": ["spec", "worker", "helper"]},
+		"spec":   {"spawns": ["helper"], "escalates": ["worker"]},
+		"worker": {"spawns": [], "escalates": ["helper"]},
+		"helper": {"spawns": []}}}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	d := kintest.StartDaemon(t, kintest.WithProfile(profile))
+	lead := register(t, d.Client, kin.RegisterRequest{Name: "lead", Role: "lead", Responsible: "r"})
+	spec := register(t, d.Client, kin.RegisterRequest{Name: "spec", Role: "spec", Parent: lead.ID,
+		Policy: &kin.Policy{Tools: &kin.ToolRules{Deny: []string{"exec"}}}})
+	w := register(t, d.Client, kin.RegisterRequest{Name: "worker", Role: "worker", Parent: spec.ID,
+		Policy: &kin.Policy{Tools: &kin.ToolRules{Deny: []string{"exec", "web_*"}}}})
+	if w.Parent != lead.ID || w.RequestedBy != spec.ID {
+		t.Fatalf("worker: parent %d requested_by %d", w.Parent, w.RequestedBy)
+	}
+	// spec spawns helpers, but it is not the worker's ancestor: the
+	// worker's helper goes to lead.
+	h := register(t, d.Client, kin.RegisterRequest{Name: "helper", Role: "helper", Parent: w.ID})
+	if h.Parent != lead.ID || h.RequestedBy != w.ID {
+		t.Fatalf("helper: parent %d requested_by %d; want lead %d, asked by worker %d", h.Parent, h.RequestedBy, lead.ID, w.ID)
+	}
+	// The helper's chain: itself, worker, spec, lead.
+	if dec := authorize(t, d, h.ID, "web_fetch"); dec.Allowed || dec.Agent != w.ID {
+		t.Errorf("helper's web_fetch: %+v, want denied by the worker", dec)
+	}
+	if dec := authorize(t, d, h.ID, "exec"); dec.Allowed {
+		t.Errorf("helper's exec: %+v, want denied", dec)
+	}
+	pol, err := d.Client.Policy(ctx, h.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var by []kin.AgentID
+	for _, l := range pol.Effective.Layers {
+		if l.Agent != 0 {
+			by = append(by, l.Agent)
+		}
+	}
+	if fmt.Sprint(by) != fmt.Sprint([]kin.AgentID{spec.ID, w.ID}) {
+		t.Errorf("helper's layers come from agents %v, want spec %d then worker %d", by, spec.ID, w.ID)
 	}
 }
