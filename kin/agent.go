@@ -166,6 +166,13 @@ type Agent struct {
 	// agent without one, that registered it): its --host-name.
 	Host string `json:"host,omitempty"`
 
+	// RequestedBy is the agent that asked for this one's spawn when the
+	// governor placed it under an ancestor instead (seed 002 §4.1: a
+	// Specialist's Worker becomes its PO's child); 0 otherwise. The agent
+	// never has more than RequestedBy had: its permissions are evaluated
+	// through RequestedBy's chain.
+	RequestedBy AgentID `json:"requested_by,omitempty"`
+
 	// Reconciling is true while a restarted daemon has not yet checked
 	// whether this agent's process, which the store says runs, still does:
 	// its State is the store's last word, not yet confirmed. It is never

@@ -36,6 +36,10 @@ const (
 	// registered for it (issue 24's placement): agent, parent, host, by.
 	// The agent's process spec is in its row, never in the event.
 	EventSpawnPlaced = "spawn.placed"
+	// EventSpawnEscalated records a spawn the asker's role may not make
+	// itself, placed under the nearest ancestor whose role may (seed 002
+	// §4.1): requested_by, parent, child, role.
+	EventSpawnEscalated = "spawn.escalated"
 
 	// The permission authority's events (seed 001, seed 003).
 	EventAgentPromoted   = "agent.promoted"   // agent, from, to, by: a stage change
@@ -51,7 +55,7 @@ var EventTypes = []string{
 	EventGovernorChanged, EventAgentStarted, EventAgentExited, EventChildCancel, EventAgentStop,
 	EventAgentState, EventAgentOffline, EventAgentReplaced, EventAgentFailed, EventAgentAdopted,
 	EventAgentLost, EventAgentResult, EventAgentPromoted, EventToolDenied, EventAgentUsage,
-	EventBudgetExhausted, EventAgentMessage, EventFleetCancel, EventSpawnPlaced,
+	EventBudgetExhausted, EventAgentMessage, EventFleetCancel, EventSpawnPlaced, EventSpawnEscalated,
 	EventGrant, EventTokenIssued, EventTokenRefused, EventTokenRevoked, EventKeysRotated,
 }
 

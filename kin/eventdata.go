@@ -111,6 +111,16 @@ type SpawnPlacedData struct {
 	By     string  `json:"by"`
 }
 
+// SpawnEscalatedData is the data of an EventSpawnEscalated event: agent
+// RequestedBy asked for Child, of role Role, which the governor placed
+// under Parent.
+type SpawnEscalatedData struct {
+	RequestedBy AgentID `json:"requested_by"`
+	Parent      AgentID `json:"parent"`
+	Child       AgentID `json:"child"`
+	Role        string  `json:"role"`
+}
+
 // AgentStopData is the data of an EventAgentStop event.
 type AgentStopData struct {
 	Agent  AgentID `json:"agent"`
@@ -283,6 +293,8 @@ func EventData(typ string) any {
 		return new(FleetCancelData)
 	case EventSpawnPlaced:
 		return new(SpawnPlacedData)
+	case EventSpawnEscalated:
+		return new(SpawnEscalatedData)
 	case EventAgentStop:
 		return new(AgentStopData)
 	case EventAgentState:

@@ -89,6 +89,12 @@ type RestartIntensity struct {
 type RoleRule struct {
 	// Spawns lists the roles an agent of this role may spawn.
 	Spawns []string `json:"spawns"`
+	// Escalates lists the roles an agent of this role may ask for but not
+	// spawn itself (seed 002 §4.1: a Specialist escalates a Worker's spawn
+	// to its PO): the new agent is placed under the nearest ancestor whose
+	// rule spawns that role, recorded as requested by the asker, and gets
+	// no more than the asker has.
+	Escalates []string `json:"escalates,omitempty"`
 	// Root allows agents of this role to be registered without a parent.
 	Root bool `json:"root,omitempty"`
 	// Cardinality limits how many live agents of this role exist.

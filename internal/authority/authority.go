@@ -44,9 +44,13 @@ type Authority struct {
 	limits func(flat kin.Policy) []kin.ResourceLimit
 	quota  *quota.Limiter
 
-	mu     sync.Mutex // guards own, spend, timers and closed
-	own    map[kin.AgentID]*permOwn
-	spend  map[kin.AgentID]*spendRec
+	mu    sync.Mutex // guards own, spend, via, timers and closed
+	own   map[kin.AgentID]*permOwn
+	spend map[kin.AgentID]*spendRec
+	// via maps an agent whose spawn was escalated (seed 002 §4.1) to the
+	// agent that asked for it: its permission chain goes through that
+	// one's (chainIDs), so it never has more than its asker.
+	via    map[kin.AgentID]kin.AgentID
 	timers map[kin.AgentID]*time.Timer
 	closed bool
 	wg     sync.WaitGroup // exhausts running in the background
@@ -74,7 +78,7 @@ type Config struct {
 // New makes an Authority and loads its cache from the store.
 func New(ctx context.Context, c Config) (*Authority, error) {
 	au := &Authority{st: c.Store, lin: c.Lineage, cfg: c.Policy, clock: c.Clock, log: c.Log, stop: c.Stop, limits: c.Limits, quota: c.Quota,
-		timers: map[kin.AgentID]*time.Timer{}}
+		timers: map[kin.AgentID]*time.Timer{}, via: map[kin.AgentID]kin.AgentID{}}
 	if au.log == nil {
 		au.log = slog.New(slog.DiscardHandler)
 	}
@@ -138,55 +142,64 @@ func (au *Authority) rec(id kin.AgentID) *spendRec {
 
 // Load (re)builds the cache from the store.
 func (au *Authority) Load(ctx context.Context) error {
-	own, spend, err := readPerms(ctx, au.st)
+	own, spend, via, err := readPerms(ctx, au.st)
 	if err != nil {
 		return err
 	}
 	au.mu.Lock()
 	defer au.mu.Unlock()
-	au.own, au.spend = own, spend
+	au.own, au.spend, au.via = own, spend, via
 	return nil
 }
 
 // readPerms reads what perms caches: own policies, spends and the subtree
-// counters.
-func readPerms(ctx context.Context, st store.Reader) (map[kin.AgentID]*permOwn, map[kin.AgentID]*spendRec, error) {
+// counters, and the askers of escalated spawns.
+func readPerms(ctx context.Context, st store.Reader) (map[kin.AgentID]*permOwn, map[kin.AgentID]*spendRec, map[kin.AgentID]kin.AgentID, error) {
 	own := map[kin.AgentID]*permOwn{}
 	spend := map[kin.AgentID]*spendRec{}
+	via := map[kin.AgentID]kin.AgentID{}
 	rows, err := st.AgentPolicyList(ctx)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	for _, r := range rows {
 		o, err := ownOf(r.ID, r.Stage, r.Policy, r.DeadlineAt)
 		if err != nil {
-			return nil, nil, err
+			return nil, nil, nil, err
 		}
 		if o != nil {
 			own[r.ID] = o
 		}
+		if r.RequestedBy != 0 {
+			via[r.ID] = r.RequestedBy
+		}
 	}
 	spends, err := st.SpendList(ctx)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	for _, s := range spends {
 		spend[s.ID] = spendRecOf(s)
 	}
-	return own, spend, nil
+	return own, spend, via, nil
 }
 
 // CacheDiff lists how the cache differs from what the store holds: each
 // difference in words, none when they agree. Load would make them agree;
 // tests use it to show that no write leaves the cache ahead of the store.
 func (au *Authority) CacheDiff(ctx context.Context) ([]string, error) {
-	own, spend, err := readPerms(ctx, au.st)
+	own, spend, via, err := readPerms(ctx, au.st)
 	if err != nil {
 		return nil, err
 	}
 	au.mu.Lock()
 	defer au.mu.Unlock()
 	var diffs []string
+	for _, id := range unionKeys(via, au.via) {
+		if via[id] != au.via[id] {
+			diffs = append(diffs, fmt.Sprintf("authority: agent %d's asker cached %d, stored %d", id, au.via[id], via[id]))
+		}
+	}
 	for _, id := range unionKeys(own, au.own) {
 		a, b := own[id], au.own[id]
 		if (a == nil) != (b == nil) || a != nil && (a.stage != b.stage || !a.deadlineAt.Equal(b.deadlineAt) || !reflect.DeepEqual(a.policy, b.policy)) {
@@ -245,6 +258,7 @@ type permLink struct {
 	id    kin.AgentID
 	own   *permOwn // nil: it asked for nothing of its own
 	spend spendRec
+	via   kin.AgentID // the asker of its escalated spawn, or 0
 }
 
 // chainInTx reads id's chain (id first, then its ancestors) inside a
@@ -268,7 +282,7 @@ func (au *Authority) chainOf(rows []store.PermRow) ([]permLink, error) {
 	au.mu.Lock()
 	defer au.mu.Unlock()
 	for i, r := range rows {
-		chain[i] = permLink{id: r.ID, spend: *spendRecOf(r.Spend)}
+		chain[i] = permLink{id: r.ID, spend: *spendRecOf(r.Spend), via: r.RequestedBy}
 		if r.Stage == "" && len(r.Policy) == 0 && r.DeadlineAt.IsZero() {
 			continue
 		}
@@ -307,6 +321,9 @@ func (au *Authority) Learn(ctx context.Context, id kin.AgentID) error {
 		if l.own != nil {
 			au.own[l.id] = l.own
 		}
+		if l.via != 0 {
+			au.via[l.id] = l.via
+		}
 	}
 	return nil
 }
@@ -330,7 +347,19 @@ func (au *Authority) Relearn(ctx context.Context, id kin.AgentID) error {
 	} else {
 		delete(au.own, id)
 	}
+	if v := chain[0].via; v != 0 {
+		au.via[id] = v // asked for by another agent and escalated (seed 002 §4.1)
+	}
 	return nil
+}
+
+// Escalated records that agent id's spawn was asked for by agent by and
+// escalated (seed 002 §4.1), as another host of the fleet committed it:
+// id's permission chain goes through by's.
+func (au *Authority) Escalated(id, by kin.AgentID) {
+	au.mu.Lock()
+	defer au.mu.Unlock()
+	au.via[id] = by
 }
 
 // chainLocked is id's chain from the cache. perm.mu is held.
@@ -353,15 +382,37 @@ func (au *Authority) ArmDeadlines(ctx context.Context) {
 	defer au.mu.Unlock()
 	for id, o := range au.own {
 		if !o.deadlineAt.IsZero() {
-			if a, err := au.st.AgentGetByID(ctx, id); err == nil && a.Live() {
+			// An ended agent's deadline still binds the agents escalated
+			// from its subtree (exhaust).
+			if a, err := au.st.AgentGetByID(ctx, id); err == nil && (a.Live() || len(au.escalatedFromLocked(id)) > 0) {
 				au.armDeadlineLocked(id, o.deadlineAt)
 			}
 		}
 	}
 }
 
-// chainIDs is id and its ancestors, id first.
-func (au *Authority) chainIDs(id kin.AgentID) []kin.AgentID { return au.lin.Chain(id) }
+// chainIDs is id's permission chain, id first: its ancestors, except that
+// after an agent whose spawn was escalated comes the agent that asked for
+// it and that one's chain (a descendant of the escalated agent's parent,
+// so the chain still holds every ancestor). au.mu is held.
+func (au *Authority) chainIDs(id kin.AgentID) []kin.AgentID {
+	if len(au.via) == 0 {
+		return au.lin.Chain(id) // no escalation anywhere: the lineage's chain
+	}
+	var out []kin.AgentID
+	for a := id; a != 0 && au.lin.Has(a); {
+		if len(out) > au.lin.Len() {
+			break // never a loop, whatever the cache holds
+		}
+		out = append(out, a)
+		if v := au.via[a]; v != 0 {
+			a = v
+		} else {
+			a = au.lin.Parent(a)
+		}
+	}
+	return out
+}
 
 // layersOf is the effective policy's layers of the agent whose chain
 // (itself first, then its ancestors) is chain; an extra link is the agent
@@ -506,8 +557,11 @@ type Admission struct {
 	Policy     []byte        // the agent's own policy to store (with its mount ids), or nil
 	DeadlineAt time.Time     // its budget's absolute deadline, or zero
 	Counted    []kin.AgentID // budgeted ancestors whose spawn count this takes (store.Tx.SpendSpawnAdd)
-	own        *permOwn      // nil: the agent asks for nothing of its own
-	layers     []kin.PolicyLayer
+	// Via is the agent that asked for an escalated spawn (the registry
+	// sets it): the admitted agent's permission chain goes through it.
+	Via    kin.AgentID
+	own    *permOwn // nil: the agent asks for nothing of its own
+	layers []kin.PolicyLayer
 	// chain is the parent's chain as the transaction read it: what the
 	// cache lacks of it (ancestors another host of the fleet registered)
 	// is added at Admitted, so the agent's sandbox here has every layer.
@@ -663,6 +717,12 @@ func (au *Authority) Admitted(id kin.AgentID, ad *Admission) {
 		if l.own != nil && au.own[l.id] == nil {
 			au.own[l.id] = l.own // an ancestor registered by another host
 		}
+		if l.via != 0 {
+			au.via[l.id] = l.via
+		}
+	}
+	if ad.Via != 0 {
+		au.via[id] = ad.Via
 	}
 	if ad.own != nil {
 		au.own[id] = ad.own
@@ -670,6 +730,26 @@ func (au *Authority) Admitted(id kin.AgentID, ad *Admission) {
 			au.armDeadlineLocked(id, ad.own.deadlineAt)
 		}
 	}
+}
+
+// escalatedFrom lists the agents whose spawn id or one of its descendants
+// asked for and the governor escalated (the via links into id's subtree).
+func (au *Authority) escalatedFrom(id kin.AgentID) []kin.AgentID {
+	au.mu.Lock()
+	defer au.mu.Unlock()
+	return au.escalatedFromLocked(id)
+}
+
+// escalatedFromLocked is escalatedFrom with au.mu held.
+func (au *Authority) escalatedFromLocked(id kin.AgentID) []kin.AgentID {
+	var out []kin.AgentID
+	for e, asker := range au.via {
+		if asker == id || au.lin.IsDescendant(asker, id) {
+			out = append(out, e)
+		}
+	}
+	slices.Sort(out)
+	return out
 }
 
 // armDeadlineLocked stops id's subtree when its deadline passes.
@@ -700,6 +780,14 @@ func (au *Authority) goExhaust(id kin.AgentID, reason, why string) {
 // exhaust records that id's subtree ran out of budget or time and stops
 // it: grace, then kill, its partial results kept (cancelTree copies them).
 func (au *Authority) exhaust(id kin.AgentID, reason, why string) {
+	// An agent whose spawn id or one of its descendants asked for (seed
+	// 002 §4.1) spends id's budget and lives under id's deadline without
+	// being in id's subtree: it is stopped too, even when id has ended.
+	defer func() {
+		for _, e := range au.escalatedFrom(id) {
+			au.goExhaust(e, reason, why)
+		}
+	}()
 	ctx := context.Background()
 	a, err := au.st.AgentGetByID(ctx, id)
 	if err != nil || a.State.Terminal() && a.Status == kin.StatusTerminated {
@@ -1012,7 +1100,8 @@ func (au *Authority) Usage(ctx context.Context, req kin.UsageRequest) (*kin.Spen
 	if err != nil {
 		return nil, store.KinError(err)
 	}
-	// The highest exhausted ancestor's stop covers the rest.
+	// The highest exhausted ancestor's stop covers the rest (and the
+	// agents escalated from its subtree: exhaust).
 	if n := len(over); n > 0 {
 		au.goExhaust(over[n-1], ReasonBudget, whys[n-1])
 		s.Exhausted = whys[n-1]

@@ -197,7 +197,7 @@ func writeGovernor(w io.Writer, g *kin.GovernorInfo) error {
 	if len(p.Roles) > 0 {
 		fmt.Fprintln(w, "\nroles:")
 		tw = newTabWriter(w)
-		fmt.Fprintln(tw, "  ROLE\tROOT\tCARDINALITY\tSPAWNS")
+		fmt.Fprintln(tw, "  ROLE\tROOT\tCARDINALITY\tSPAWNS\tESCALATES")
 		for _, name := range slices.Sorted(maps.Keys(p.Roles)) {
 			r := p.Roles[name]
 			card := string(r.Cardinality)
@@ -208,7 +208,11 @@ func writeGovernor(w io.Writer, g *kin.GovernorInfo) error {
 			if spawns == "" {
 				spawns = "(none)"
 			}
-			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\n", name, yesNo(r.Root), card, spawns)
+			escalates := "-"
+			if len(r.Escalates) > 0 {
+				escalates = strings.Join(r.Escalates, ", ") + " (to an ancestor)"
+			}
+			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\n", name, yesNo(r.Root), card, spawns, escalates)
 		}
 		if err := tw.Flush(); err != nil {
 			return err

@@ -44,14 +44,14 @@ func TestGovernorShowRoles(t *testing.T) {
 		}
 	}
 	want := []string{
-		"ROLE ROOT CARDINALITY SPAWNS",
-		"GO yes singleton HO, PO, IO",
-		"HO no per_host (none)",
-		"IO no per_context (none)",
-		"PO no per_context Specialist, Reviewer, Worker",
-		"Reviewer no any (none)",
-		"Specialist no any Worker",
-		"Worker no any (none)",
+		"ROLE ROOT CARDINALITY SPAWNS ESCALATES",
+		"GO yes singleton HO, PO, IO -",
+		"HO no per_host (none) -",
+		"IO no per_context (none) -",
+		"PO no per_context Specialist, Reviewer, Worker -",
+		"Reviewer no any (none) -",
+		"Specialist no any (none) Worker (to an ancestor)",
+		"Worker no any (none) -",
 	}
 	if strings.Join(roles, "\n") != strings.Join(want, "\n") {
 		t.Errorf("roles:\n%s\nwant:\n%s\nfull output:\n%s", strings.Join(roles, "\n"), strings.Join(want, "\n"), r.stdout)

@@ -59,6 +59,10 @@ func writeAgentRows(w io.Writer, a *kin.Agent, more func(row func(k, v string)))
 	row("Name", a.Name)
 	row("Role", orDash(a.Role))
 	row("Parent", parentString(a.Parent))
+	if a.RequestedBy != 0 {
+		// Seed 002 §4.1: its spawn was escalated to its parent.
+		row("Requested by", fmt.Sprintf("agent %d (its spawn was escalated to its parent; it has no more than agent %d)", a.RequestedBy, a.RequestedBy))
+	}
 	row("Generation", strconv.Itoa(a.Generation))
 	row("Responsible", a.Responsible)
 	row("Status", string(a.Status))

@@ -70,9 +70,17 @@ shown: the text says why on a Policy line, and --json has "policy_error"
 				}
 				p := out.Policy
 				if ag.Stage == "" && p.Stage != "" {
-					row("Stage", oneLine(p.Stage)+" (its parent's)")
+					from := " (its parent's)"
+					if ag.RequestedBy != 0 {
+						from = " (inherited)"
+					}
+					row("Stage", oneLine(p.Stage)+from)
 				}
-				row("Policy", policySummary(p))
+				summary := policySummary(p)
+				if ag.RequestedBy != 0 && p.Requested == nil {
+					summary = strings.Replace(summary, "it keeps its parent's.", fmt.Sprintf("it keeps what both its parent and agent %d (which asked for it) have.", ag.RequestedBy), 1)
+				}
+				row("Policy", summary)
 				for i, l := range p.Effective.Limits {
 					key := ""
 					if i == 0 {

@@ -192,6 +192,19 @@ func TestShowPolicy(t *testing.T) {
 		t.Errorf("kin show --json = %+v, policy %+v", got.Agent, got.Policy)
 	}
 
+	// An escalated agent (seed 002 §4.1): who asked for it, and whose
+	// permissions it keeps.
+	svc.agents[9] = &kin.Agent{ID: 9, Name: "W-1", Parent: 3, RequestedBy: 5, Status: kin.StatusActive}
+	svc.policies[9] = &kin.AgentPolicy{Agent: 9}
+	r = runFake(t, svc, "", "show", "9")
+	wantOK(t, r)
+	for _, want := range []string{"Requested by    agent 5 (its spawn was escalated to its parent; it has no more than agent 5)\n",
+		"It has no policy of its own: it keeps what both its parent and agent 5 (which asked for it) have.\n"} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("output lacks %q:\n%s", want, r.stdout)
+		}
+	}
+
 	// An agent with a stage of its own and no policy: it keeps its parent's.
 	svc.agents[8] = &kin.Agent{ID: 8, Name: "plain", Parent: 3, Stage: "prod", Status: kin.StatusActive}
 	svc.policies[8] = &kin.AgentPolicy{Agent: 8, Stage: "prod"}

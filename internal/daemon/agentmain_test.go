@@ -123,6 +123,10 @@ func runDaemonProcess(home string) {
 //	                 "act-as own: <code>" and "act-as op: <code>", then wait
 //	spawn-under ID   try to spawn a child under agent ID and one under
 //	                 itself; write both outcomes, then wait
+//	escalate ROLE    spawn a child of ROLE (running sleep) through its own
+//	                 socket; write "escalated id=I parent=P requested_by=R"
+//	                 or "escalated: <code>", then what stopping that child
+//	                 and reading its parent answered; then wait
 //	heartbeat-crash  write KIN_RESUME_CURSOR, heartbeat with cursor
 //	                 "c<agent id>", exit 1
 //	daemon HOME      run a kin daemon on HOME until SIGTERM
@@ -286,6 +290,19 @@ func runAgent(mode string) int {
 		} else {
 			out("own: parent=%d", child.Parent)
 		}
+	case "escalate":
+		c := self()
+		me := os.Getenv("KIN_AGENT_NAME")
+		kid, err := c.Spawn(ctx, kin.SpawnRequest{RegisterRequest: kin.RegisterRequest{Name: me + "-w", Role: args[1]}, Command: []string{os.Args[0]}, Env: []string{"KINTEST_MODE=sleep"}})
+		if err != nil {
+			out("escalated: %s", kin.ErrorCodeOf(err))
+			break
+		}
+		out("escalated id=%d parent=%d requested_by=%d", kid.ID, kid.Parent, kid.RequestedBy)
+		_, err = c.Stop(ctx, kin.StopRequest{ID: kid.ID})
+		out("stop child: %s", kin.ErrorCodeOf(err))
+		_, err = c.Agent(ctx, kid.Parent)
+		out("read parent: %s", kin.ErrorCodeOf(err))
 	case "ask-kin":
 		// What an agent asks the permission authority about itself.
 		c := self()

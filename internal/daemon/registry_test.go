@@ -212,18 +212,25 @@ func TestHierarchyProfileEndToEnd(t *testing.T) {
 		t.Fatalf("another project is fine: %v", err)
 	}
 	spec := register(t, d.Client, kin.RegisterRequest{Name: "S:backend", Role: "Specialist", Parent: po.ID})
+	// Seed 002 §4.1: a Specialist's Worker is escalated to its PO.
 	worker := register(t, d.Client, kin.RegisterRequest{Name: "W:1", Role: "Worker", Parent: spec.ID})
-	if worker.Generation != 3 {
-		t.Fatalf("worker generation = %d", worker.Generation)
+	if worker.Generation != 2 || worker.Parent != po.ID || worker.RequestedBy != spec.ID {
+		t.Fatalf("escalated worker: generation %d parent %d requested_by %d", worker.Generation, worker.Parent, worker.RequestedBy)
 	}
 	_, err = d.Client.Register(ctx, kin.RegisterRequest{Name: "W:2", Role: "Worker", Parent: worker.ID})
-	wantCode(t, err, kin.ECodeSpawnDepth)
+	wantCode(t, err, kin.ECodeSpawnNotAllowed) // Workers never spawn
+	_, err = d.Client.Register(ctx, kin.RegisterRequest{Name: "R:1", Role: "Reviewer", Parent: spec.ID})
+	wantCode(t, err, kin.ECodeSpawnNotAllowed) // a Specialist escalates Workers only
+	if !strings.Contains(err.Error(), "it asks its nearest ancestor that may to spawn Worker") {
+		t.Errorf("a Specialist's Reviewer: %v, want the refusal to say what it escalates", err)
+	}
 	_, err = d.Client.Register(ctx, kin.RegisterRequest{Name: "W:3", Role: "Worker", Parent: goA.ID})
 	wantCode(t, err, kin.ECodeSpawnNotAllowed)
 	register(t, d.Client, kin.RegisterRequest{Name: "W:4", Role: "Worker", Parent: po.ID})
-	register(t, d.Client, kin.RegisterRequest{Name: "rev-1", Role: "Reviewer", Parent: po.ID})
-	_, err = d.Client.Register(ctx, kin.RegisterRequest{Name: "W:5", Role: "Worker", Parent: po.ID})
-	wantCode(t, err, kin.ECodeMaxChildren) // a fourth concurrent child
+	_, err = d.Client.Register(ctx, kin.RegisterRequest{Name: "rev-1", Role: "Reviewer", Parent: po.ID})
+	wantCode(t, err, kin.ECodeMaxChildren) // a fourth concurrent child: the escalated Worker counts
+	_, err = d.Client.Register(ctx, kin.RegisterRequest{Name: "W:5", Role: "Worker", Parent: spec.ID})
+	wantCode(t, err, kin.ECodeMaxChildren) // and so does a fourth escalated one
 }
 
 // race sends n registrations at once and counts what passed and why the

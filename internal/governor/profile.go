@@ -6,8 +6,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"math"
 	"os"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -213,6 +215,9 @@ func Validate(p kin.Profile) error {
 				return fmt.Errorf("profile %s: roles.%s.spawns names %q, which is not a role of the profile", p.Name, role, child)
 			}
 		}
+		if err := checkEscalates(p, role, rule); err != nil {
+			return err
+		}
 		if rule.Root {
 			roots++
 		}
@@ -221,6 +226,53 @@ func Validate(p kin.Profile) error {
 		return fmt.Errorf("profile %s: no role has \"root\": true, so no agent could ever be registered", p.Name)
 	}
 	return nil
+}
+
+// checkEscalates checks a role's escalates list: known roles, none it also
+// spawns, and for each one a role that can be an ancestor of role (through
+// spawns) and spawns it, so that an escalation has somewhere to go.
+func checkEscalates(p kin.Profile, role string, rule kin.RoleRule) error {
+	if len(rule.Escalates) == 0 {
+		return nil
+	}
+	ancestors := ancestorRoles(p, role)
+	for _, child := range rule.Escalates {
+		if _, ok := p.Roles[child]; !ok {
+			return fmt.Errorf("profile %s: roles.%s.escalates names %q, which is not a role of the profile", p.Name, role, child)
+		}
+		if slices.Contains(rule.Spawns, child) {
+			return fmt.Errorf("profile %s: roles.%s both spawns and escalates %q: a role either spawns a role itself or asks an ancestor to", p.Name, role, child)
+		}
+		target := false
+		for _, a := range ancestors {
+			if slices.Contains(p.Roles[a].Spawns, child) {
+				target = true
+				break
+			}
+		}
+		if !target {
+			return fmt.Errorf("profile %s: roles.%s.escalates names %q, but no role that can be an ancestor of %s spawns %q, so the escalation could never be placed", p.Name, role, child, role, child)
+		}
+	}
+	return nil
+}
+
+// ancestorRoles lists the roles from which role can be reached through
+// spawns: those an agent of role can have as an ancestor.
+func ancestorRoles(p kin.Profile, role string) []string {
+	seen := map[string]bool{}
+	queue := []string{role}
+	for len(queue) > 0 {
+		r := queue[0]
+		queue = queue[1:]
+		for name, rule := range p.Roles {
+			if !seen[name] && slices.Contains(rule.Spawns, r) {
+				seen[name] = true
+				queue = append(queue, name)
+			}
+		}
+	}
+	return slices.Sorted(maps.Keys(seen))
 }
 
 func checkRoleName(role string) error {

@@ -35,6 +35,20 @@ func TestShippedProfilesLoad(t *testing.T) {
 	if hier.Roles["GO"].Cardinality != kin.CardinalitySingleton || !hier.Roles["GO"].Root {
 		t.Errorf("GO rule: %+v", hier.Roles["GO"])
 	}
+	// Seed 002 §4.1: a Specialist spawns nothing itself; it escalates a
+	// Worker's spawn to its PO.
+	if sp := hier.Roles["Specialist"]; len(sp.Spawns) != 0 || len(sp.Escalates) != 1 || sp.Escalates[0] != "Worker" {
+		t.Errorf("Specialist rule: %+v", sp)
+	}
+	if !governor.Escalates(hier, "Specialist", "Worker") || governor.Escalates(hier, "PO", "Worker") {
+		t.Error("Escalates disagrees with the hierarchy profile")
+	}
+	if i, err := governor.EscalationTarget(hier, "Specialist", "Worker", []string{"Specialist", "PO", "GO"}); i != 1 || err != nil {
+		t.Errorf("EscalationTarget = %d, %v; want the PO (1)", i, err)
+	}
+	if i, err := governor.EscalationTarget(hier, "Specialist", "Worker", []string{"GO"}); i != -1 || err == nil || err.Code != kin.ECodeSpawnNotAllowed {
+		t.Errorf("EscalationTarget with no spawner = %d, %v", i, err)
+	}
 	if len(hier.Roles["Worker"].Spawns) != 0 {
 		t.Errorf("Workers never spawn: %+v", hier.Roles["Worker"])
 	}
@@ -102,6 +116,12 @@ func TestParseProfileRejectsBadProfiles(t *testing.T) {
 		{`{"name":"x","roles":{"GO":{"root":true,"spawns":[],"cardinality":"few"}}}`, `cardinality "few"`},
 		{`{"name":"x","roles":{"bad role":{"root":true,"spawns":[]}}}`, "roles:"},
 		{`{"name":"x","roles":{"GO":{"root":true,"spawns":[],"extra":1}}}`, `unknown field "extra"`},
+		{`{"name":"x","roles":{"GO":{"root":true,"spawns":[],"escalates":["W"]}}}`, `roles.GO.escalates names "W", which is not a role`},
+		{`{"name":"x","roles":{"GO":{"root":true,"spawns":["S"]},"S":{"spawns":["W"],"escalates":["W"]},"W":{"spawns":[]}}}`, `roles.S both spawns and escalates "W"`},
+		// Nobody above S spawns W (GO spawns S only): no target.
+		{`{"name":"x","roles":{"GO":{"root":true,"spawns":["S"]},"S":{"spawns":[],"escalates":["W"]},"W":{"spawns":[]}}}`, `no role that can be an ancestor of S spawns "W"`},
+		// A root escalates to nobody.
+		{`{"name":"x","roles":{"GO":{"root":true,"spawns":["S"],"escalates":["W"]},"S":{"spawns":["W"]},"W":{"spawns":[]}}}`, `no role that can be an ancestor of GO spawns "W"`},
 		{`{"name":"x"} {"name":"y"}`, "more than one JSON value"},
 		{`[1,2]`, "invalid profile JSON"},
 	}

@@ -2,6 +2,7 @@ package governor
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -42,6 +43,25 @@ func NeedsFor(p kin.Profile, role string, hasParent bool) Needs {
 	return Needs{LiveChildren: hasParent && p.MaxChildren > 0, Cardinality: p.Roles[role].Cardinality}
 }
 
+// Escalates reports whether an agent of role asker asks an ancestor to
+// spawn a child of role rather than spawning it itself (RoleRule.Escalates).
+func Escalates(p kin.Profile, asker, role string) bool {
+	return slices.Contains(p.Roles[asker].Escalates, role)
+}
+
+// EscalationTarget is the index in chainRoles (the roles of the asker's
+// ancestors, nearest first) of the ancestor a child of role is placed
+// under when its spawn is escalated: the nearest whose rule spawns role;
+// -1 and a refusal when none does.
+func EscalationTarget(p kin.Profile, asker, role string, chainRoles []string) (int, *kin.Error) {
+	for i, r := range chainRoles {
+		if slices.Contains(p.Roles[r].Spawns, role) {
+			return i, nil
+		}
+	}
+	return -1, kin.Errorf(kin.ECodeSpawnNotAllowed, "role %q escalates the spawn of role %s under profile %s, but none of its ancestors may spawn %s (spawned by %s)", asker, role, p.Name, role, spawnersOf(p, role))
+}
+
 // SpawnFacts is what the daemon read, inside the write transaction, about a
 // registration request.
 type SpawnFacts struct {
@@ -77,12 +97,8 @@ func CheckSpawn(p kin.Profile, f SpawnFacts) *kin.Error {
 		if f.Parent == nil {
 			return &kin.Error{Code: kin.ECodeParentNotFound, Message: MsgParentNotFound}
 		}
-		if f.Parent.Status != kin.StatusActive || f.Parent.State.Terminal() || f.Parent.State == kin.StateStopping {
-			return &kin.Error{Code: kin.ECodeParentNotActive, Message: MsgParentInactive}
-		}
-		if f.Now.Before(f.Parent.SpawnBlockedUntil) {
-			return kin.Errorf(kin.ECodeCircuitOpen, "spawns by agent %d are refused until %s: more than %d of its spawns were rejected within %s",
-				f.Parent.ID, f.Parent.SpawnBlockedUntil.Format(time.RFC3339), p.CircuitBreaker.MaxRejections, time.Duration(p.CircuitBreaker.Window))
+		if err := CheckAsker(p, f.Parent, f.Now); err != nil {
+			return err
 		}
 	}
 	if f.Generation() > p.MaxGenerationDepth {
@@ -102,6 +118,20 @@ func CheckSpawn(p kin.Profile, f SpawnFacts) *kin.Error {
 	}
 	if f.WalletTaken {
 		return &kin.Error{Code: kin.ECodeWalletTaken, Message: MsgWalletTaken}
+	}
+	return nil
+}
+
+// CheckAsker refuses a spawn asked by an agent that may not spawn now: one
+// not active, or whose circuit breaker is open. CheckSpawn applies it to
+// the parent; an escalated spawn (Escalates) to the asker as well.
+func CheckAsker(p kin.Profile, a *kin.Agent, now time.Time) *kin.Error {
+	if a.Status != kin.StatusActive || a.State.Terminal() || a.State == kin.StateStopping {
+		return &kin.Error{Code: kin.ECodeParentNotActive, Message: MsgParentInactive}
+	}
+	if now.Before(a.SpawnBlockedUntil) {
+		return kin.Errorf(kin.ECodeCircuitOpen, "spawns by agent %d are refused until %s: more than %d of its spawns were rejected within %s",
+			a.ID, a.SpawnBlockedUntil.Format(time.RFC3339), p.CircuitBreaker.MaxRejections, time.Duration(p.CircuitBreaker.Window))
 	}
 	return nil
 }
@@ -128,6 +158,13 @@ func checkRoles(p kin.Profile, f SpawnFacts) *kin.Error {
 		if r == f.Role {
 			return nil
 		}
+	}
+	if len(parentRule.Escalates) > 0 {
+		escalates := fmt.Sprintf("it asks its nearest ancestor that may to spawn %s", strings.Join(parentRule.Escalates, ", "))
+		if len(parentRule.Spawns) == 0 {
+			return kin.Errorf(kin.ECodeSpawnNotAllowed, "role %q may not spawn role %s under profile %s (it spawns nothing itself; %s)", f.Parent.Role, f.Role, p.Name, escalates)
+		}
+		return kin.Errorf(kin.ECodeSpawnNotAllowed, "role %q may not spawn role %s under profile %s (it may spawn: %s; %s)", f.Parent.Role, f.Role, p.Name, strings.Join(parentRule.Spawns, ", "), escalates)
 	}
 	if len(parentRule.Spawns) == 0 {
 		return kin.Errorf(kin.ECodeSpawnNotAllowed, "role %q may not spawn agents under profile %s", f.Parent.Role, p.Name)

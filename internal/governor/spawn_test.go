@@ -147,7 +147,9 @@ func TestCheckSpawnRules(t *testing.T) {
 		{"PO spawns Specialist", hier, func() governor.SpawnFacts { return spawn(t, hier, agent(2, "PO", 1), "S:backend", "Specialist") }, "", ""},
 		{"PO spawns Reviewer", hier, func() governor.SpawnFacts { return spawn(t, hier, agent(2, "PO", 1), "rev-1", "Reviewer") }, "", ""},
 		{"PO spawns Worker directly", hier, func() governor.SpawnFacts { return spawn(t, hier, agent(2, "PO", 1), "W:1", "Worker") }, "", ""},
-		{"Specialist spawns Worker at L4", hier, func() governor.SpawnFacts { return spawn(t, hier, agent(3, "Specialist", 2), "W:2", "Worker") }, "", ""},
+		// Seed 002 §4.1: a Specialist escalates a Worker's spawn to its PO
+		// (the registry places it there); under itself it is refused.
+		{"Specialist spawns no Worker itself", hier, func() governor.SpawnFacts { return spawn(t, hier, agent(3, "Specialist", 2), "W:2", "Worker") }, kin.ECodeSpawnNotAllowed, `"Specialist" may not spawn role Worker under profile hierarchy (it spawns nothing itself; it asks its nearest ancestor that may to spawn Worker)`},
 		{"Worker at L4 never spawns: depth", hier, func() governor.SpawnFacts { return spawn(t, hier, agent(4, "Worker", 3), "W:3", "Worker") }, kin.ECodeSpawnDepth, "Max generation depth exceeded"},
 		{"Worker at L3 never spawns: role", hier, func() governor.SpawnFacts { return spawn(t, hier, agent(4, "Worker", 2), "W:3", "Worker") }, kin.ECodeSpawnNotAllowed, `"Worker" may not spawn`},
 		{"HO spawns nothing", hier, func() governor.SpawnFacts { return spawn(t, hier, agent(2, "HO", 1), "W:3", "Worker") }, kin.ECodeSpawnNotAllowed, `"HO" may not spawn`},

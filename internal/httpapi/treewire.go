@@ -132,6 +132,7 @@ var intFields = []intField{
 	{"replaces", func(a *kin.Agent) int64 { return int64(a.Replaces) }, func(a *kin.Agent, v int64) { a.Replaces = kin.AgentID(v) }},
 	{"last_heartbeat", func(a *kin.Agent) int64 { return timeInt(a.LastHeartbeat) }, func(a *kin.Agent, v int64) { a.LastHeartbeat = intTime(v) }},
 	{"reconciling", func(a *kin.Agent) int64 { return boolInt(a.Reconciling) }, func(a *kin.Agent, v int64) { a.Reconciling = v != 0 }},
+	{"requested_by", func(a *kin.Agent) int64 { return int64(a.RequestedBy) }, func(a *kin.Agent, v int64) { a.RequestedBy = kin.AgentID(v) }},
 }
 
 var strFields = []strField{

@@ -2,6 +2,7 @@ package registry
 
 import (
 	"context"
+	"encoding/json"
 	"log/slog"
 	"slices"
 	"time"
@@ -19,8 +20,8 @@ import (
 // re-read from the store).
 
 // followTypes are the events that change a cache (the lineage, the
-// governor's profile, the permission cache's layers).
-var followTypes = []string{kin.EventAgentRegistered, kin.EventGovernorChanged, kin.EventAgentPromoted}
+// governor's profile, the permission cache's layers and escalations).
+var followTypes = []string{kin.EventAgentRegistered, kin.EventGovernorChanged, kin.EventAgentPromoted, kin.EventSpawnEscalated}
 
 // FollowStore applies the events committed after seq from on to the
 // caches, and hands the events of types others to fn (the runner's part of
@@ -59,6 +60,15 @@ func (r *Registry) FollowStore(from int64, log *slog.Logger, others []string, fn
 					if err := r.auth.Relearn(ctx, e.Agent); err != nil {
 						log.Error("follow the store: a promotion", "agent", e.Agent, "err", err)
 					}
+				}
+			case kin.EventSpawnEscalated:
+				// The escalated agent's permissions go through its
+				// asker's chain on every host (seed 002 §4.1).
+				var d kin.SpawnEscalatedData
+				if err := json.Unmarshal(e.Data, &d); err != nil {
+					log.Error("follow the store: spawn.escalated", "seq", e.Seq, "err", err)
+				} else if d.Child != 0 && d.RequestedBy != 0 {
+					r.auth.Escalated(d.Child, d.RequestedBy)
 				}
 			default:
 				fn(e)

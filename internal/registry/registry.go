@@ -156,7 +156,12 @@ type SpawnExtra struct {
 	Restart  kin.RestartPolicy
 	Grace    kin.Duration
 	Replaces kin.AgentID // the agent it restarts, or 0
-	Handoff  []byte      // JSON of a validated kin.Handoff, or nil
+	// RequestedBy is, for the replacement of an agent whose spawn was
+	// escalated (seed 002 §4.1), the agent that asked for that one: the
+	// replacement is held to the same asker's chain (and records it), or
+	// a crash would hand the asker's command its parent's rights.
+	RequestedBy kin.AgentID
+	Handoff     []byte // JSON of a validated kin.Handoff, or nil
 	// Host is the host of the fleet asked to run it (kin.SpawnRequest.Host);
 	// "": the default placement (placeHost).
 	Host string
@@ -212,6 +217,26 @@ func (r *Registry) register(ctx context.Context, req kin.RegisterRequest, extra 
 		if err != nil {
 			return err
 		}
+		// refuse answers with a rule's refusal; one of the governor's
+		// rules is recorded (an event, a row): it is one of the caller's
+		// reports, and past its quota it is refused with nothing written.
+		// Charged once, however often the transaction runs.
+		refuse := func(rf *kin.Error, facts governor.SpawnFacts) error {
+			refused = rf
+			if !governor.IsRuleCode(refused.Code) {
+				return nil
+			}
+			if !charged {
+				if err := r.quota.Allow(ctx, quota.Reports); err != nil {
+					if !errors.As(err, &refused) {
+						return err
+					}
+					return nil
+				}
+				charged = true
+			}
+			return r.recordRejection(ctx, tx, prof, req, facts, refused, by)
+		}
 		facts := governor.SpawnFacts{ParentID: req.Parent, Name: name, Life: req.Life, Now: now}
 		// The parent and its chain with the budget counters, in one read:
 		// the governor's facts and the authority's.
@@ -225,11 +250,41 @@ func (r *Registry) register(ctx context.Context, req kin.RegisterRequest, extra 
 			}
 		}
 		facts.Role = governor.Role(prof, req.Role, name)
+		// Seed 002 §4.1: a role that escalates the child's role asks its
+		// nearest ancestor that spawns it, whose child it becomes; every
+		// rule below is that ancestor's. Its chain came in the read above.
+		var asker *kin.Agent
+		if facts.Parent != nil && governor.Escalates(prof, facts.Parent.Role, facts.Role) {
+			asker = facts.Parent
+			target, refusal, err := r.escalationTarget(ctx, tx, prof, facts, parentChain)
+			if err != nil {
+				return err
+			}
+			if refusal != nil {
+				return refuse(refusal, facts)
+			}
+			facts.ParentID, facts.Parent = target.ID, target
+		} else if extra != nil && extra.RequestedBy != 0 {
+			// A replacement keeps its asker's chain, though the asker
+			// asks nothing now (it may have ended: its layers stay).
+			chain, err := tx.PermChain(ctx, extra.RequestedBy)
+			if err != nil {
+				return err
+			}
+			if len(chain) == 0 {
+				return kin.Errorf(kin.ECodeNotFound, "agent %d, which asked for the agent being replaced, is not found", extra.RequestedBy)
+			}
+			asker, parentChain = chain[0].Agent, chain
+		}
 		// Where it runs: this host, or for a spawn another host of the
 		// fleet, checked here, under the write lock, to hold a live lease.
 		facts.Host = r.host
 		if extra != nil {
-			facts.Host = r.placeHost(extra.Host, facts.Parent)
+			placeBy := facts.Parent
+			if asker != nil {
+				placeBy = asker // beside the one that asked, as its own child would be
+			}
+			facts.Host = r.placeHost(extra.Host, placeBy)
 		}
 		placed := facts.Host != r.host
 		if placed {
@@ -239,7 +294,7 @@ func (r *Registry) register(ctx context.Context, req kin.RegisterRequest, extra 
 		}
 		needs := governor.NeedsFor(prof, facts.Role, facts.Parent != nil)
 		if needs.LiveChildren {
-			if facts.LiveChildren, err = tx.AgentCountLive(ctx, store.AgentCountLiveParams{Parent: req.Parent, HasParent: true}); err != nil {
+			if facts.LiveChildren, err = tx.AgentCountLive(ctx, store.AgentCountLiveParams{Parent: facts.ParentID, HasParent: true}); err != nil {
 				return err
 			}
 		}
@@ -252,35 +307,24 @@ func (r *Registry) register(ctx context.Context, req kin.RegisterRequest, extra 
 				return err
 			}
 		}
-		if refused = governor.CheckSpawn(prof, facts); refused != nil {
-			if !governor.IsRuleCode(refused.Code) {
-				return nil
-			}
-			// A refusal is recorded (an event, a row): it is one of the
-			// caller's reports, and past its quota it is refused with
-			// nothing written. Charged once, however often the
-			// transaction runs.
-			if !charged {
-				if err := r.quota.Allow(ctx, quota.Reports); err != nil {
-					if !errors.As(err, &refused) {
-						return err
-					}
-					return nil
-				}
-				charged = true
-			}
-			return r.recordRejection(ctx, tx, prof, req, facts, refused, by)
+		if rf := governor.CheckSpawn(prof, facts); rf != nil {
+			return refuse(rf, facts)
 		}
 		var env []string
 		if extra != nil {
 			env = extra.Env
 		}
+		// An escalated spawn is admitted against its asker's chain, which
+		// holds the new parent's: it never gets more than either has.
 		if ad, denied = r.auth.Admit(ctx, tx, &req, parentChain, mountIDs, facts.Role, env, now); denied != nil {
 			if kin.ErrorCodeOf(denied) == kin.ECodeInternal {
 				err, denied = denied, nil
 				return err // the store failed: nothing is decided
 			}
 			return nil
+		}
+		if asker != nil {
+			ad.Via = asker.ID
 		}
 		if extra != nil && ad.NeedsSandbox() {
 			if denied = r.run.SandboxAvailable(); denied != nil {
@@ -291,7 +335,7 @@ func (r *Registry) register(ctx context.Context, req kin.RegisterRequest, extra 
 			Stage:            req.Stage,
 			Name:             req.Name,
 			Role:             facts.Role,
-			Parent:           req.Parent,
+			Parent:           facts.ParentID,
 			Generation:       facts.Generation(),
 			Responsible:      req.Responsible,
 			Wallet:           req.Wallet,
@@ -306,6 +350,9 @@ func (r *Registry) register(ctx context.Context, req kin.RegisterRequest, extra 
 			CreatedBy:        by,
 			UpdatedAt:        now,
 			Host:             facts.Host,
+		}
+		if asker != nil {
+			a.RequestedBy = asker.ID
 		}
 		if a.Responsible == "" && facts.Parent != nil {
 			a.Responsible = facts.Parent.Responsible // seed 000: children inherit by default
@@ -352,6 +399,13 @@ func (r *Registry) register(ctx context.Context, req kin.RegisterRequest, extra 
 		if out.Parent != 0 {
 			if err := store.AppendEvent(ctx, tx, now, kin.EventChildSpawned, out.ID, out.Parent, kin.ChildSpawnedData{
 				Parent: out.Parent, Child: out.ID, Generation: out.Generation,
+			}); err != nil {
+				return err
+			}
+		}
+		if asker != nil {
+			if err := store.AppendEvent(ctx, tx, now, kin.EventSpawnEscalated, out.ID, out.Parent, kin.SpawnEscalatedData{
+				RequestedBy: asker.ID, Parent: out.Parent, Child: out.ID, Role: out.Role,
 			}); err != nil {
 				return err
 			}
@@ -407,6 +461,43 @@ func slotHolders(ctx context.Context, tx store.Tx, card kin.Cardinality, role, n
 		return 0, nil
 	}
 	return tx.AgentCountLive(ctx, p)
+}
+
+// escalationTarget is the agent an escalated spawn is placed under (seed
+// 002 §4.1): the asker's nearest ancestor whose role spawns the child's,
+// read in the registration's transaction (the asker's chain came with the
+// registration's first read; the target's whole row is one more, only for
+// an escalation). The asker itself must be able to spawn: active, and its
+// own circuit breaker closed.
+func (r *Registry) escalationTarget(ctx context.Context, tx store.Tx, prof kin.Profile, f governor.SpawnFacts, chain []store.PermRow) (*kin.Agent, *kin.Error, error) {
+	if rf := governor.CheckAsker(prof, f.Parent, f.Now); rf != nil {
+		return nil, rf, nil
+	}
+	// The lineage ancestors of the asker: its chain, less the links an
+	// escalation of its own put in it (those are not its ancestors).
+	var roles []string
+	var ids []kin.AgentID
+	for i := 0; i < len(chain); i++ {
+		l := chain[i]
+		if i > 0 {
+			roles, ids = append(roles, l.Role), append(ids, l.ID)
+		}
+		if l.RequestedBy != 0 {
+			// Skip to l's parent: the links between are its asker's.
+			for i+1 < len(chain) && chain[i+1].ID != l.Parent {
+				i++
+			}
+		}
+	}
+	idx, rf := governor.EscalationTarget(prof, f.Parent.Role, f.Role, roles)
+	if rf != nil {
+		return nil, rf, nil
+	}
+	target, err := tx.AgentGetByID(ctx, ids[idx])
+	if err != nil {
+		return nil, nil, err
+	}
+	return target, nil, nil
 }
 
 // errRefusedInTx undoes a registration's transaction whose refusal was

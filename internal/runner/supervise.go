@@ -893,7 +893,8 @@ func (run *Runner) maybeRestart(ctx context.Context, old *kin.Agent, reason stri
 		Scope: old.Scope, SelfModifying: old.SelfModifying, Life: old.Life,
 	}
 	extra := &registry.SpawnExtra{Command: spec.Command, Env: spec.Env, Dir: spec.Dir, Restart: old.Restart, Grace: old.Grace, Replaces: old.ID, Handoff: spec.Handoff,
-		Host: run.cfg.Host} // where the old one ran, not its parent's host
+		Host:        run.cfg.Host,    // where the old one ran, not its parent's host
+		RequestedBy: old.RequestedBy} // an escalated agent's replacement is held to the same asker
 	began := run.obs.TraceBegan()
 	a, err := run.reg.RegisterSpawn(ctx, req, *extra) // the operator's context: the supervisor acts
 	if err != nil {

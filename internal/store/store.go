@@ -116,13 +116,15 @@ type Reader interface {
 	EventList(ctx context.Context, f kin.EventFilter) ([]kin.Event, error)
 	EventLastSeq(ctx context.Context) (int64, error)
 	SettingList(ctx context.Context) (map[string]string, error)
-	// AgentPolicyList returns every agent that has a stage, a policy or a
-	// deadline, by id.
+	// AgentPolicyList returns every agent that has a stage, a policy, a
+	// deadline or an asker (RequestedBy), by id.
 	AgentPolicyList(ctx context.Context) ([]AgentPolicyRow, error)
 	// SpendList returns every agent's spend and budget counters, by id.
 	SpendList(ctx context.Context) ([]SpendRow, error)
 	// PermChain returns the permission facts of an agent and each of its
-	// ancestors, the agent first (nothing for an unknown id). Inside a
+	// ancestors, the agent first (nothing for an unknown id); an agent
+	// whose spawn was escalated is followed by the agent that asked for it
+	// (kin.Agent.RequestedBy) and that one's chain. Inside a
 	// transaction it is what a budget check reads: the counters as every
 	// earlier Update left them.
 	PermChain(ctx context.Context, id kin.AgentID) ([]PermRow, error)
@@ -301,6 +303,8 @@ type AgentPolicyRow struct {
 	Stage      string
 	Policy     []byte // JSON of the kin.Policy it asked for, or nil
 	DeadlineAt time.Time
+	// RequestedBy is the agent that asked for its escalated spawn, or 0.
+	RequestedBy kin.AgentID
 }
 
 // SpendRow is an agent's own reported spend and its subtree's counters.
@@ -322,10 +326,14 @@ type PermRow struct {
 	// parent and the parent's chain in one query.
 	Agent      *kin.Agent
 	ID, Parent kin.AgentID
-	Stage      string
-	Policy     []byte // JSON of the kin.Policy it asked for, or nil
-	DeadlineAt time.Time
-	Spend      SpendRow
+	// RequestedBy is the agent that asked for this one's escalated spawn
+	// (0: none): the chain's next link when set, else Parent.
+	RequestedBy kin.AgentID
+	Role        string
+	Stage       string
+	Policy      []byte // JSON of the kin.Policy it asked for, or nil
+	DeadlineAt  time.Time
+	Spend       SpendRow
 }
 
 // AgentLink is one parent-child link of the family tree.

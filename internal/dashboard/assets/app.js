@@ -530,6 +530,8 @@ function panelHTML(a, x) {
   // A pid is shown only while it is the agent's: after the end it may be anyone's.
   if (a.pid && !ended) rows.push(['pid', a.pid]);
   rows.push(['created', new Date(a.created_at).toLocaleString()], ['by', a.created_by]);
+  // Seed 002 §4.1: its spawn was escalated to its parent by this agent.
+  if (a.requested_by) rows.push(['requested by', `#${a.requested_by} (escalated; it has no more than #${a.requested_by})`]);
   if (a.started_at) rows.push(['started', new Date(a.started_at).toLocaleString()]);
   if (ended && endOf(a)) rows.push(['ended', new Date(endOf(a)).toLocaleString()]);
   rows.push([ended ? 'duration' : 'uptime', `<span data-time="${a.id}" data-fmt="dur"></span>`]);

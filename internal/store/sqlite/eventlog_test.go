@@ -558,6 +558,8 @@ func TestOpenReadOnlyTakesAnyPath(t *testing.T) {
 // UndoHosts takes a database back to before migration 9 (the fleet's
 // hosts), for tests that make an older database.
 var UndoHosts = []string{
+	`ALTER TABLE agents DROP COLUMN requested_by`,
+	`DELETE FROM schema_migrations WHERE version >= 12`,
 	`DROP TABLE signing_keys`,
 	`DELETE FROM schema_migrations WHERE version >= 11`,
 	`DROP TABLE leases`,

@@ -37,6 +37,7 @@ var agentCols = []struct {
 	{"ended_at", colInt}, {"exit_state", colInt}, {"exit_code", colInt}, {"exit_signal", colText},
 	{"end_reason", colText}, {"replaces", colInt}, {"cursor", colText}, {"last_heartbeat", colInt},
 	{"session", colText}, {"result", colText}, {"stage", colText}, {"host", colText},
+	{"requested_by", colInt},
 }
 
 // agentColumns is the packed row, read from the agents table aliased "a".
@@ -168,6 +169,7 @@ func unpackAgent(packed string) (*kin.Agent, error) {
 	a.Result = kin.ResultStatus(r.text())
 	a.Stage = r.text()
 	a.Host = r.text()
+	a.RequestedBy = kin.AgentID(r.int())
 	if r.err == nil && r.s != "" {
 		r.err = fmt.Errorf("store: malformed agent row: %d bytes left over", len(r.s))
 	}

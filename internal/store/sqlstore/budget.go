@@ -15,12 +15,14 @@ import (
 const (
 	sqlSpendAdd = `INSERT INTO agent_spend (agent_id, tokens, cost) VALUES (?, ?, ?)
 		ON CONFLICT (agent_id) DO UPDATE SET tokens = agent_spend.tokens + excluded.tokens, cost = agent_spend.cost + excluded.cost`
-	// The agent and each ancestor: every subtree the usage lies in.
+	// The agent and each link of its permission chain (permParent): every
+	// subtree the usage lies in, and the budget of an agent that asked
+	// for an escalated spawn.
 	sqlSpendSubAdd = `
 		WITH RECURSIVE up(id) AS (
 			SELECT CAST(?1 AS BIGINT)
 			UNION ALL
-			SELECT a.parent_id FROM up JOIN agents a ON a.id = up.id WHERE a.parent_id <> 0
+			SELECT ` + permParent + ` FROM up JOIN agents a ON a.id = up.id WHERE a.parent_id <> 0
 		)
 		INSERT INTO agent_spend (agent_id, sub_tokens, sub_cost) SELECT id, CAST(?2 AS BIGINT), CAST(?3 AS DOUBLE PRECISION) FROM up WHERE true
 		ON CONFLICT (agent_id) DO UPDATE SET sub_tokens = agent_spend.sub_tokens + excluded.sub_tokens, sub_cost = agent_spend.sub_cost + excluded.sub_cost`
@@ -28,15 +30,22 @@ const (
 		ON CONFLICT (agent_id) DO UPDATE SET spawns = agent_spend.spawns + 1`
 )
 
-// sqlPermChain is the chain, the asked-for agent first with its whole row.
+// permParent is the next link of an agent's permission chain: the agent
+// that asked for its spawn when it was escalated (requested_by, itself a
+// descendant of parent_id, so the chain holds every ancestor too), else
+// its parent.
+const permParent = `CASE WHEN a.requested_by <> 0 THEN a.requested_by ELSE a.parent_id END`
+
+// sqlPermChain is the permission chain, the asked-for agent first with its
+// whole row.
 var sqlPermChain = `
 		WITH RECURSIVE up(id, depth) AS (
 			SELECT id, 0 FROM agents WHERE id = ?
 			UNION ALL
-			SELECT a.parent_id, up.depth + 1 FROM up JOIN agents a ON a.id = up.id WHERE a.parent_id <> 0
+			SELECT ` + permParent + `, up.depth + 1 FROM up JOIN agents a ON a.id = up.id WHERE a.parent_id <> 0
 		)
 		SELECT CASE WHEN up.depth = 0 THEN ` + agentColumns + ` ELSE '' END,
-			a.id, a.parent_id, a.stage, a.policy, a.deadline_at,
+			a.id, a.parent_id, a.requested_by, a.role, a.stage, a.policy, a.deadline_at,
 			COALESCE(s.tokens, 0), COALESCE(s.cost, 0), COALESCE(s.sub_tokens, 0), COALESCE(s.sub_cost, 0),
 			COALESCE(s.spawns, 0), COALESCE(s.exhausted, '')
 		FROM up JOIN agents a ON a.id = up.id LEFT JOIN agent_spend s ON s.agent_id = a.id
@@ -71,7 +80,7 @@ func (r reader) PermChain(ctx context.Context, id kin.AgentID) ([]store.PermRow,
 		var packed, pol string
 		var deadline int64
 		s := &p.Spend
-		if err := rows.Scan(&packed, &p.ID, &p.Parent, &p.Stage, &pol, &deadline,
+		if err := rows.Scan(&packed, &p.ID, &p.Parent, &p.RequestedBy, &p.Role, &p.Stage, &pol, &deadline,
 			&s.Tokens, &s.Cost, &s.SubTokens, &s.SubCost, &s.Spawns, &s.Exhausted); err != nil {
 			return nil, interpretError(err)
 		}

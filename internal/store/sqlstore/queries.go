@@ -394,7 +394,7 @@ func (t *txn) AgentInsert(ctx context.Context, p store.AgentInsertParams) (*kin.
 		a.ConstitutionHash, a.CapabilityHash, a.Scope, boolInt(a.SelfModifying), a.Life, a.Status, a.State,
 		a.CreatedAt.UnixNano(), a.CreatedBy, a.UpdatedAt.UnixNano(),
 		jsonList(a.Command), jsonList(p.Env), p.Dir, a.Restart, int64(a.Grace), a.Replaces, a.Result, string(p.Handoff),
-		a.Stage, string(p.Policy), nanos(p.DeadlineAt), a.Host).Scan(&id)
+		a.Stage, string(p.Policy), nanos(p.DeadlineAt), a.Host, a.RequestedBy).Scan(&id)
 	if err != nil {
 		return nil, interpretError(err)
 	}
@@ -619,7 +619,7 @@ func interpretError(err error) error {
 }
 
 func (r reader) AgentPolicyList(ctx context.Context) ([]store.AgentPolicyRow, error) {
-	rows, err := r.query(ctx, `SELECT id, stage, policy, deadline_at FROM agents WHERE stage <> '' OR policy <> '' OR deadline_at <> 0 ORDER BY id`)
+	rows, err := r.query(ctx, `SELECT id, stage, policy, deadline_at, requested_by FROM agents WHERE stage <> '' OR policy <> '' OR deadline_at <> 0 OR requested_by <> 0 ORDER BY id`)
 	if err != nil {
 		return nil, interpretError(err)
 	}
@@ -629,7 +629,7 @@ func (r reader) AgentPolicyList(ctx context.Context) ([]store.AgentPolicyRow, er
 		var p store.AgentPolicyRow
 		var pol string
 		var deadline int64
-		if err := rows.Scan(&p.ID, &p.Stage, &pol, &deadline); err != nil {
+		if err := rows.Scan(&p.ID, &p.Stage, &pol, &deadline, &p.RequestedBy); err != nil {
 			return nil, interpretError(err)
 		}
 		if pol != "" {

@@ -48,6 +48,7 @@ func Exercise(t *testing.T, open Opener) {
 	t.Run("RuntimeFieldsAndProcessSpec", func(t *testing.T) { testRuntime(t, one(t)) })
 	t.Run("PolicyAndSpend", func(t *testing.T) { testPolicyAndSpend(t, one(t)) })
 	t.Run("BudgetCounters", func(t *testing.T) { testBudgetCounters(t, one(t)) })
+	t.Run("EscalatedChain", func(t *testing.T) { testEscalatedChain(t, one(t)) })
 	t.Run("Identity", func(t *testing.T) { testIdentity(t, one(t)) })
 	t.Run("CloseTwiceAndUpdateAfterClose", func(t *testing.T) { testClose(t, one(t)) })
 
@@ -794,6 +795,48 @@ func testPolicyAndSpend(t *testing.T, s store.Store) {
 	if err != nil || len(spend) != 2 || spend[0] != (store.SpendRow{ID: plain.ID, SubTokens: 120, SubCost: 0.75, Exhausted: "max_tokens"}) ||
 		spend[1] != (store.SpendRow{ID: staged.ID, Tokens: 120, Cost: 0.75, SubTokens: 120, SubCost: 0.75}) {
 		t.Fatalf("spend = %+v, %v", spend, err)
+	}
+}
+
+// testEscalatedChain: an agent whose spawn was escalated (seed 002 §4.1)
+// keeps who asked for it (RequestedBy), and its permission chain and its
+// spend go through the asker, then on to every ancestor once.
+func testEscalatedChain(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	goA := Insert(t, s, "GO", 0)
+	po := Insert(t, s, "PO-1", goA.ID)
+	spec := Insert(t, s, "S-1", po.ID)
+	var w *kin.Agent
+	update(t, s, func(tx store.Tx) error {
+		a := NewAgent("W-1", po.ID, po.Generation+1)
+		a.Role, a.RequestedBy = "Worker", spec.ID
+		var err error
+		w, err = tx.AgentInsert(ctx, store.AgentInsertParams{Agent: a})
+		return err
+	})
+	if got, err := s.AgentGetByID(ctx, w.ID); err != nil || got.RequestedBy != spec.ID || got.Parent != po.ID {
+		t.Fatalf("the escalated agent = %+v, %v", got, err)
+	}
+	update(t, s, func(tx store.Tx) error { return tx.SpendAdd(ctx, w.ID, 7, 0) })
+	chain, err := s.PermChain(ctx, w.ID)
+	if err != nil || len(chain) != 4 {
+		t.Fatalf("PermChain = %+v, %v", chain, err)
+	}
+	for i, want := range []kin.AgentID{w.ID, spec.ID, po.ID, goA.ID} {
+		if chain[i].ID != want || chain[i].Spend.SubTokens != 7 {
+			t.Errorf("chain[%d] = %d with %d subtree tokens, want %d with 7", i, chain[i].ID, chain[i].Spend.SubTokens, want)
+		}
+	}
+	if chain[0].RequestedBy != spec.ID || chain[0].Parent != po.ID || chain[0].Role != "Worker" || chain[1].RequestedBy != 0 {
+		t.Errorf("the chain's links: %+v", chain)
+	}
+	// The lineage is the parent's: the asker is not an ancestor.
+	if anc, err := s.AgentAncestors(ctx, w.ID); err != nil || len(anc) != 3 || anc[1].ID != po.ID {
+		t.Errorf("ancestors = %v, %v", anc, err)
+	}
+	rows, err := s.AgentPolicyList(ctx)
+	if err != nil || len(rows) != 1 || rows[0].ID != w.ID || rows[0].RequestedBy != spec.ID {
+		t.Errorf("AgentPolicyList = %+v, %v; want the escalated agent with its asker", rows, err)
 	}
 }
 
