@@ -38,7 +38,20 @@ type Profile struct {
 	// Quotas bound what one agent makes kin write: its log, its messages,
 	// its reports (docs/POLICY.md, "Quotas").
 	Quotas Quotas `json:"quotas"`
+	// HostLoss is what a fleet does to the owned children, on other
+	// hosts, of the agents of a host whose lease expired (its daemon died,
+	// or it lost the store): HostLossRun (the default, "" too) leaves them
+	// to their parent, which may come back (seed 002 §5.2); HostLossCancel
+	// cancels them (seed 001's sequence, end reason parent_offline), so that
+	// no owned subtree runs on without a supervised parent.
+	HostLoss string `json:"host_loss,omitempty"`
 }
+
+// The values of Profile.HostLoss.
+const (
+	HostLossRun    = "run"
+	HostLossCancel = "cancel"
+)
 
 // AgentLimits are the limits every agent gets by default.
 type AgentLimits struct {

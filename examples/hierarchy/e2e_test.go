@@ -3,6 +3,7 @@ package hierarchy
 import (
 	"context"
 	"encoding/json"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -11,13 +12,13 @@ import (
 )
 
 // TestHierarchyEndToEnd runs seed 002's chain with run.sh on a running
-// kin serve --profile hierarchy: GO → PO-MVP1 → Specialist-backend → three
+// kin serve --profile profile.json (hierarchy-l4): GO → PO-MVP1 → Specialist-backend → three
 // Workers, real processes using only the kin CLI.
 func TestHierarchyEndToEnd(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds kin and runs real agents")
 	}
-	d := exampletest.Serve(t, exampletest.Kin(t), "--http", "off", "--profile", "hierarchy")
+	d := exampletest.Serve(t, exampletest.Kin(t), "--http", "off", "--profile", profilePath(t))
 	c, ctx := d.Client, context.Background()
 
 	out, err := exampletest.RunScript(t, d.Bin, "--home", d.Home)
@@ -112,7 +113,7 @@ func TestHierarchyEndToEnd(t *testing.T) {
 	if r := refusals[1]; r.Parent != spec.ID || r.Name != "Worker-4" || r.Code != kin.ECodeMaxChildren || !strings.Contains(r.Message, "already has 3 live children") {
 		t.Errorf("second refusal = %+v; want Specialist-backend's (agent %d) fourth Worker refused with %s", r, spec.ID, kin.ECodeMaxChildren)
 	}
-	if r := result(spec).Result; !strings.Contains(r, "Worker-4: kin: agent 3 already has 3 live children; profile hierarchy allows at most 3 (max_children_exceeded)") {
+	if r := result(spec).Result; !strings.Contains(r, "Worker-4: kin: agent 3 already has 3 live children; profile hierarchy-l4 allows at most 3 (max_children_exceeded)") {
 		t.Errorf("Specialist-backend's result lacks its refusal:\n%s", r)
 	}
 
@@ -156,7 +157,7 @@ func TestHierarchyEndToEnd(t *testing.T) {
 }
 
 // TestRunScript runs the example the way its README says, with nothing
-// running: run.sh starts its own kin serve --profile hierarchy on a
+// running: run.sh starts its own kin serve --profile profile.json on a
 // temporary home, runs the chain, and stops it.
 func TestRunScript(t *testing.T) {
 	if testing.Short() {
@@ -167,4 +168,15 @@ func TestRunScript(t *testing.T) {
 		t.Fatalf("run.sh: %v\n%s", err, out)
 	}
 	exampletest.WantAll(t, "run.sh's output", out, "agent 1 (GO): completed", "(spawn_depth_exceeded)", "(max_children_exceeded)", "resuming after cursor page=3")
+}
+
+// profilePath is the example's profile: the shipped hierarchy, with the
+// Specialist spawning its Workers itself (seed 002 §4.2's four levels).
+func profilePath(t *testing.T) string {
+	t.Helper()
+	p, err := filepath.Abs("profile.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
 }

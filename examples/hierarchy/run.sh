@@ -1,8 +1,8 @@
 #!/bin/sh
 # Runs seed 002's hierarchy end to end, with one command:
 #
-#   examples/hierarchy/run.sh                # on a fresh, temporary kin serve --profile hierarchy
-#   examples/hierarchy/run.sh --home DIR     # on the kin serve --profile hierarchy running on DIR
+#   examples/hierarchy/run.sh                # on a fresh, temporary kin serve --profile examples/hierarchy/profile.json
+#   examples/hierarchy/run.sh --home DIR     # on the kin serve --profile examples/hierarchy/profile.json running on DIR
 #
 # It spawns GO (Shai is responsible) with task.md as its handoff, waits for
 # its checked result, and prints the result, the refusals and replacements
@@ -14,7 +14,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 home=
 [ "${1:-}" = --home ] && home=$2
 . "$here/../lib/kin-example.sh"
-start_kin --profile hierarchy
+start_kin --profile "$here/profile.json"
 
 id=$(k spawn --name GO --responsible Shai --handoff "$here/task.md" -- "$here/go.sh" |
 	awk '$1 == "ID" { print $2 }')

@@ -1,6 +1,6 @@
 #!/bin/sh
 # Specialist-backend (L3, generation 2): spawns three Workers, the most a
-# parent may have live at once under the hierarchy profile; a fourth is
+# parent may have live at once under the example's profile; a fourth is
 # refused (max_children_exceeded). Worker-2 restarts on failure: it crashes
 # once, and kin replaces it, handing the replacement its last cursor.
 . "$(dirname "$0")/lib.sh"

@@ -169,10 +169,35 @@ func TestDashboardTimeline(t *testing.T) {
 		Outcome                   string
 	}
 	// One evaluation, so that the clock cannot move the bars between reads.
-	rows := eval[[]row](t, ctx, `(() => { const ax = document.querySelector('#tl-axis'), t0 = +ax.dataset.t0, t1 = +ax.dataset.t1;
+	readBars := `(() => { const ax = document.querySelector('#tl-axis'), t0 = +ax.dataset.t0, t1 = +ax.dataset.t1;
 		return [...document.querySelectorAll('#timeline .tl-row')].map(r => { const b = r.querySelector('.tl-bar'), tr = r.querySelector('.tl-track').getBoundingClientRect(), br = b.getBoundingClientRect();
 			return {id: +r.dataset.id, depth: +r.dataset.depth, indent: parseFloat(getComputedStyle(r.firstChild).paddingLeft), left: br.left, right: br.right, start: +b.dataset.start, end: +b.dataset.end,
-				wantLeft: tr.left + (b.dataset.start - t0) / (t1 - t0) * tr.width, wantRight: tr.left + (b.dataset.end - t0) / (t1 - t0) * tr.width, span: tr.width, outcome: b.dataset.outcome} }) })()`)
+				wantLeft: tr.left + (b.dataset.start - t0) / (t1 - t0) * tr.width, wantRight: tr.left + (b.dataset.end - t0) / (t1 - t0) * tr.width, span: tr.width, outcome: b.dataset.outcome} }) })()`
+	// Each bar where its start and end put it on the axis: a running
+	// agent's bar ends at the page's clock, which it moves on its own
+	// ticks, and under a loaded CI a tick may land between the bars' style
+	// and the axis's data (a few pixels apart, for any bar), so the bars
+	// are read again until they agree, for at most 3 s.
+	misplaced := func(rows []row) []string {
+		var bad []string
+		for _, r := range rows {
+			slack := 2.0
+			if _, done := ended[r.ID]; !done {
+				slack = 5
+			}
+			if abs(r.Left-r.WantLeft) > 2 || abs(r.Right-r.WantRight) > slack {
+				bad = append(bad, fmt.Sprintf("agent %d's bar spans %.1f-%.1f px, want %.1f-%.1f", r.ID, r.Left, r.Right, r.WantLeft, r.WantRight))
+			}
+		}
+		return bad
+	}
+	rows := eval[[]row](t, ctx, readBars)
+	for deadline := time.Now().Add(3 * time.Second); len(misplaced(rows)) > 0 && time.Now().Before(deadline); {
+		rows = eval[[]row](t, ctx, readBars)
+	}
+	for _, m := range misplaced(rows) {
+		t.Error(m)
+	}
 	order := []kin.AgentID{root.ID, mid.ID, quick.ID, leaf.ID, other.ID}
 	depth := []int{0, 1, 2, 2, 1}
 	parent := map[kin.AgentID]kin.AgentID{mid.ID: root.ID, quick.ID: mid.ID, leaf.ID: mid.ID, other.ID: root.ID}
@@ -187,16 +212,6 @@ func TestDashboardTimeline(t *testing.T) {
 		}
 		if i > 0 && r.Depth > rows[i-1].Depth && r.Indent <= rows[i-1].Indent {
 			t.Errorf("agent %d is not indented under its parent (%.0f px, parent %.0f px)", r.ID, r.Indent, rows[i-1].Indent)
-		}
-		// A running agent's bar ends at the page's clock, which it moves on
-		// its own ticks: under a loaded CI a tick may land between the
-		// bar's style and its data, a few pixels apart.
-		slack := 2.0
-		if _, done := ended[r.ID]; !done {
-			slack = 5
-		}
-		if abs(r.Left-r.WantLeft) > 2 || abs(r.Right-r.WantRight) > slack {
-			t.Errorf("agent %d's bar spans %.1f-%.1f px, want %.1f-%.1f", r.ID, r.Left, r.Right, r.WantLeft, r.WantRight)
 		}
 	}
 	for id, a := range ended {

@@ -410,3 +410,55 @@ func TestCutOffHostFreezes(t *testing.T) {
 	}
 	verifyFleetLog(t, f, b, a, 0) // the freeze and the rejoin are in the fleet's one log
 }
+
+// TestHostLossCancelsOwnedChildrenElsewhere is issue 24's "(per policy)
+// cancels their owned descendants on other hosts": under a profile with
+// host_loss cancel, when b's daemon is killed and its lease expires, the
+// owned child on c of b's agent, and that child's own child on a, are
+// cancelled (end reason parent_offline, their processes gone), while b's
+// agent itself runs on, offline, and the root on a is untouched. (Under the
+// default, host_loss run, TestHostKilledAgentsGoOfflineAndComeBack shows
+// them running on.)
+func TestHostLossCancelsOwnedChildrenElsewhere(t *testing.T) {
+	prof := filepath.Join(t.TempDir(), "host-loss.json")
+	if err := os.WriteFile(prof, []byte(`{"name":"host-loss-cancel","max_generation_depth":10,"host_loss":"cancel"}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	f := fleettest.Start(t, fenceArgs(), fleettest.WithServeArgs("--profile", prof))
+	a, b, c := f.Host(t, "a"), f.Host(t, "b"), f.Host(t, "c")
+	root := spawnOn(t, a, "root", 0, time.Second, "sleep", "1000")
+	kid := spawnOn(t, b, "kid-b", root.ID, time.Second, "sleep", "1000")
+	grand := spawnOn(t, c, "grand-c", kid.ID, time.Second, "sleep", "1000")
+	great := spawnOn(t, a, "great-a", grand.ID, time.Second, "sleep", "1000")
+	logOnFailure(t, a, root, kid, grand, great)
+
+	b.Kill9(t)
+	killed := time.Now()
+	kintest.WaitFor(t, 30*time.Second, "b's orphans on c and a cancelled", func() bool {
+		for _, ag := range []*kin.Agent{grand, great} {
+			got := agentOn(a, ag.ID)
+			if got == nil || got.EndedAt.IsZero() || alive(ag.PID) {
+				return false
+			}
+		}
+		return true
+	})
+	t.Logf("b's daemon killed: the owned subtree of its agent on c and a cancelled after %s (lease %s)", time.Since(killed).Round(time.Millisecond), testLease)
+	for _, ag := range []*kin.Agent{grand, great} {
+		if got := agentOn(a, ag.ID); got.State != kin.StateCancelled || got.EndReason != "parent_offline" {
+			t.Errorf("%s: %s, reason %q; want cancelled, parent_offline", ag.Name, got.State, got.EndReason)
+		}
+	}
+	if got := agentOn(a, kid.ID); got == nil || got.State != kin.StateOffline || !alive(kid.PID) {
+		t.Errorf("b's agent: %+v, alive %v; want offline and running", got, alive(kid.PID))
+	}
+	if got := agentOn(a, root.ID); got == nil || got.State.Terminal() || !alive(root.PID) {
+		t.Errorf("the root on a: %+v, alive %v; want untouched", got, alive(root.PID))
+	}
+	b.Restart(t)
+	kintest.WaitFor(t, 30*time.Second, "b's agent back from offline", func() bool {
+		got := agentOn(a, kid.ID)
+		return got != nil && got.State != kin.StateOffline
+	})
+	verifyFleetLog(t, f, a, c, 0)
+}

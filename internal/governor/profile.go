@@ -182,6 +182,11 @@ func Validate(p kin.Profile) error {
 	if p.Restart.MaxRestarts < 0 || p.Restart.Period <= 0 {
 		return fmt.Errorf("profile %s: restart needs max_restarts >= 0 and a positive period", p.Name)
 	}
+	switch p.HostLoss {
+	case "", kin.HostLossRun, kin.HostLossCancel:
+	default:
+		return fmt.Errorf("profile %s: host_loss %q is not %q (the default: owned children on other hosts run on) or %q (they are cancelled)", p.Name, p.HostLoss, kin.HostLossRun, kin.HostLossCancel)
+	}
 	if p.Limits.Pids < 1 {
 		return fmt.Errorf("profile %s: limits.pids %d must be at least 1", p.Name, p.Limits.Pids)
 	}

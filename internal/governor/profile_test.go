@@ -66,6 +66,12 @@ func TestProfileDefaults(t *testing.T) {
 		p.Quotas.Messages != (kin.Rate{PerSecond: 2, Burst: 100}) || p.Quotas.Reports != (kin.Rate{PerSecond: 20, Burst: 200}) {
 		t.Fatalf("limit and quota defaults = %+v %+v", p.Limits, p.Quotas)
 	}
+	if p.HostLoss != "" {
+		t.Fatalf("host_loss default = %q, want unset (run)", p.HostLoss)
+	}
+	if p, err := governor.Parse([]byte(`{"name":"x","host_loss":"cancel"}`)); err != nil || p.HostLoss != kin.HostLossCancel {
+		t.Fatalf("host_loss cancel: %q, %v", p.HostLoss, err)
+	}
 	// log_keep 0 is kept: only the current log, no rotated file.
 	if p, err := governor.Parse([]byte(`{"name":"x","quotas":{"log_keep":0}}`)); err != nil || p.Quotas.LogKeep != 0 || p.Quotas.LogBytes != 16<<20 {
 		t.Fatalf("log_keep 0: %+v, %v", p.Quotas, err)
@@ -80,6 +86,7 @@ func TestProfileDefaults(t *testing.T) {
 		{`{"name":"x","quotas":{"message_bytes":-1}}`, "quotas.message_bytes -1"},
 		{`{"name":"x","quotas":{"messages":{"per_second":-1,"burst":5}}}`, "quotas.messages needs per_second above 0"},
 		{`{"name":"x","quotas":{"reports":{"per_second":5,"burst":0}}}`, "quotas.reports needs"},
+		{`{"name":"x","host_loss":"kill"}`, `host_loss "kill" is not "run"`},
 	} {
 		if _, err := governor.Parse([]byte(bad.json)); err == nil || !strings.Contains(err.Error(), bad.want) {
 			t.Errorf("Parse(%s) = %v, want %q", bad.json, err, bad.want)

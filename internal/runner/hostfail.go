@@ -115,14 +115,46 @@ func (run *Runner) sweepHosts(ctx context.Context) {
 		if !markable[h.Name] {
 			continue
 		}
-		n, err := run.markHostOffline(ctx, h.Name)
+		marked, err := run.markHostOffline(ctx, h.Name)
 		if err != nil {
 			run.log.Error("fleet watch: mark a dead host's agents offline", "host", h.Name, "err", err)
 			continue
 		}
-		if n > 0 {
-			run.log.Warn("host lease expired: its agents are offline", "host", h.Name, "agents", n,
+		if len(marked) > 0 {
+			run.log.Warn("host lease expired: its agents are offline", "host", h.Name, "agents", len(marked),
 				"lease_until", h.LeaseUntil.Format(time.RFC3339Nano))
+			run.cancelOrphansOf(ctx, h.Name, marked)
+		}
+	}
+}
+
+// cancelOrphansOf cancels, when the governor's profile says host_loss
+// cancel, the owned children on other hosts of the agents the fleet just
+// marked offline with their dead host (each with its owned subtree, seed
+// 001's sequence, end reason parent_offline), so that no owned subtree
+// runs on without a supervised parent. Only the host that marked them
+// (one transaction decides which) does it. With host_loss run (the
+// default) their parents decide (seed 002 §5.2).
+func (run *Runner) cancelOrphansOf(ctx context.Context, dead string, marked []kin.AgentID) {
+	if run.reg == nil || run.reg.Profile().HostLoss != kin.HostLossCancel {
+		return
+	}
+	for _, id := range marked {
+		kids, err := run.store.AgentList(ctx, kin.AgentFilter{Parent: id})
+		if err != nil {
+			run.log.Error("host loss: read the children of an offline agent", "agent", id, "err", err)
+			continue
+		}
+		for _, c := range kids {
+			if c.Host == dead || c.Life == kin.LifeDetached || !c.Running() || c.State.Terminal() {
+				continue
+			}
+			run.log.Warn("host loss: cancelling an owned child whose parent's host died", "agent", c.ID, "host", c.Host, "parent", id, "dead_host", dead)
+			run.inBackground(func() {
+				if _, err := run.cancelTree(context.Background(), cancelParams{Root: c.ID, Reason: reasonParentOffline, IncludeRoot: true, ParentEnded: true}); err != nil {
+					run.log.Error("host loss: cancel an owned child of an offline agent", "agent", c.ID, "err", err)
+				}
+			})
 		}
 	}
 }
@@ -143,11 +175,11 @@ var offlineStates = []kin.State{kin.StateRegistered, kin.StateActive, kin.StateS
 // host whose lease has expired, each with agent.state and agent.offline
 // (addressed to its parent). It reads the lease and the agents inside the
 // transaction, so a host that came back, or another host that did it
-// first, leaves nothing to do. It returns how many it marked.
-func (run *Runner) markHostOffline(ctx context.Context, host string) (int, error) {
-	n := 0
+// first, leaves nothing to do. It returns the agents it marked.
+func (run *Runner) markHostOffline(ctx context.Context, host string) ([]kin.AgentID, error) {
+	var marked []kin.AgentID
 	err := run.update(ctx, func(tx store.Tx, _ *store.AfterCommit) error {
-		n = 0
+		marked = nil
 		rows, err := tx.HostList(ctx)
 		if err != nil {
 			return err
@@ -169,12 +201,12 @@ func (run *Runner) markHostOffline(ctx context.Context, host string) (int, error
 				if err := setLivenessTx(ctx, tx, a, kin.StateOffline, now, host); err != nil {
 					return err
 				}
-				n++
+				marked = append(marked, a.ID)
 			}
 		}
 		return nil
 	})
-	return n, err
+	return marked, err
 }
 
 // restoreOfflineTx brings back an agent the fleet marked offline because

@@ -27,17 +27,18 @@ import (
 
 // Why an agent ended: kin.Agent.EndReason values.
 const (
-	reasonExited     = "exited"      // its process exited with status 0
-	reasonCrashed    = "crashed"     // non-zero status or a signal
-	reasonParentDead = "parent_dead" // seed 001: its owning parent ended
-	reasonStopped    = "stopped"     // kin stop
-	reasonTerminated = "terminated"  // kin terminate of a running agent
-	reasonOffline    = "offline"     // stopped to be replaced after going offline
-	reasonShutdown   = "shutdown"    // the daemon shut down
-	reasonLost       = "lost"        // it ended while the daemon was down
-	reasonSuperseded = "superseded"  // back from offline, its role's slot taken by a replacement
-	reasonStartFail  = "start_failed"
-	reasonPlaceFail  = "placement_failed" // its host did not start it (place.go)
+	reasonExited        = "exited"         // its process exited with status 0
+	reasonCrashed       = "crashed"        // non-zero status or a signal
+	reasonParentDead    = "parent_dead"    // seed 001: its owning parent ended
+	reasonStopped       = "stopped"        // kin stop
+	reasonTerminated    = "terminated"     // kin terminate of a running agent
+	reasonOffline       = "offline"        // stopped to be replaced after going offline
+	reasonShutdown      = "shutdown"       // the daemon shut down
+	reasonLost          = "lost"           // it ended while the daemon was down
+	reasonSuperseded    = "superseded"     // back from offline, its role's slot taken by a replacement
+	reasonParentOffline = "parent_offline" // its owned parent's host died (profile host_loss cancel)
+	reasonStartFail     = "start_failed"
+	reasonPlaceFail     = "placement_failed" // its host did not start it (place.go)
 )
 
 // runtime is the daemon's record of a running agent process.
