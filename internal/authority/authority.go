@@ -456,6 +456,24 @@ func (au *Authority) Layers(id kin.AgentID) ([]kin.PolicyLayer, error) {
 	return au.layersOf(chain, nil)
 }
 
+// Own is what agent id asked for itself: its own stage and policy (not
+// inherited), "" and nil where it asked for none; what its replacement
+// asks for again.
+func (au *Authority) Own(id kin.AgentID) (string, *kin.Policy) {
+	au.mu.Lock()
+	defer au.mu.Unlock()
+	o := au.own[id]
+	if o == nil {
+		return "", nil
+	}
+	var p *kin.Policy
+	if o.policy != nil {
+		c := *o.policy
+		p = &c
+	}
+	return o.stage, p
+}
+
 // Stage is an agent's stage: its own, else its nearest ancestor's.
 func (au *Authority) Stage(id kin.AgentID) string {
 	au.mu.Lock()

@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -668,5 +669,48 @@ func TestShutdownStopsAgentsUnlessLeftRunning(t *testing.T) {
 	}
 	if alive(b.PID) {
 		t.Fatal("the re-adopting daemon's shutdown left the agent running")
+	}
+}
+
+// TestReplacementKeepsItsOwnPolicyAndStage: an agent that asked for less
+// than its parent has (its own policy, its stage) and crashed is replaced
+// with the same own policy and stage, not with its parent's: before, the
+// replacement registered with neither and got everything its parent had
+// (exec, here), what the agent itself had given up.
+func TestReplacementKeepsItsOwnPolicyAndStage(t *testing.T) {
+	d := kintest.StartDaemon(t)
+	parent := register(t, d.Client, kin.RegisterRequest{Name: "lead", Responsible: "t", Stage: "supervised"})
+	w := spawnAgent(t, d.Client, "narrow", parent.ID, "exit 1", func(r *kin.SpawnRequest) {
+		r.Restart = kin.RestartOnFailure
+		r.Stage = "restricted"
+		r.Policy = &kin.Policy{Tools: &kin.ToolRules{Allow: []string{"read"}}}
+	})
+	var repl kin.AgentID
+	kintest.WaitFor(t, 20*time.Second, "the crashed agent's replacement", func() bool {
+		evs, _ := d.Client.Events(ctx, kin.EventFilter{Types: []string{kin.EventAgentReplaced}, Agent: w.ID})
+		for _, e := range evs {
+			if e.Agent == w.ID {
+				_ = e.Field("replacement", &repl)
+			}
+		}
+		return repl != 0
+	})
+	if dec := authorize(t, d, parent.ID, "exec"); !dec.Allowed {
+		t.Fatalf("the supervised parent may not exec: %+v", dec)
+	}
+	for _, tool := range []string{"exec", "memory_search"} { // its stage denies exec; its own policy, all but read
+		if dec := authorize(t, d, repl, tool); dec.Allowed {
+			t.Errorf("the replacement may %s: %+v; the agent it replaces could not (stage restricted, its own policy)", tool, dec)
+		}
+	}
+	if dec := authorize(t, d, repl, "read"); !dec.Allowed {
+		t.Errorf("the replacement may not read: %+v", dec)
+	}
+	pol, err := d.Client.Policy(ctx, repl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pol.Stage != "restricted" || pol.Requested == nil || pol.Requested.Tools == nil || !slices.Equal(pol.Requested.Tools.Allow, []string{"read"}) {
+		t.Errorf("the replacement's stage %q and own policy %+v; want restricted and the original's", pol.Stage, pol.Requested)
 	}
 }

@@ -893,6 +893,10 @@ func (run *Runner) maybeRestart(ctx context.Context, old *kin.Agent, reason stri
 		ConstitutionHash: old.ConstitutionHash, CapabilityHash: old.CapabilityHash,
 		Scope: old.Scope, SelfModifying: old.SelfModifying, Life: old.Life,
 	}
+	// Its own stage and policy, as it has them now (a promotion included):
+	// without them the replacement would get all its parent has, which the
+	// agent itself had given up.
+	req.Stage, req.Policy = run.auth.Own(old.ID)
 	extra := &registry.SpawnExtra{Command: spec.Command, Env: spec.Env, Dir: spec.Dir, Restart: old.Restart, Grace: old.Grace, Replaces: old.ID, Handoff: spec.Handoff,
 		Host:        run.cfg.Host,    // where the old one ran, not its parent's host
 		RequestedBy: old.RequestedBy} // an escalated agent's replacement is held to the same asker
