@@ -181,6 +181,9 @@ func writeGovernor(w io.Writer, g *kin.GovernorInfo) error {
 			cb.MaxRejections, time.Duration(cb.Window), time.Duration(cb.Cooldown)))
 	}
 	row("allow_detach", yesNo(p.AllowDetach)+" (detached children, which outlive their parent)")
+	if p.HostLoss == kin.HostLossCancel { // the default (run) is not shown
+		row("host_loss", "cancel (when a host of the fleet dies, its agents' owned children on other hosts are cancelled)")
+	}
 	if hb := p.Heartbeat; hb.Window > 0 {
 		row("heartbeat", fmt.Sprintf("an agent that has heartbeated is stale after %s without one, offline after %d such windows",
 			time.Duration(hb.Window), hb.OfflineAfter))

@@ -1,6 +1,8 @@
 package cli
 
 import (
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -19,12 +21,28 @@ func TestGovernorShow(t *testing.T) {
 			t.Errorf("output lacks %q:\n%s", want, r.stdout)
 		}
 	}
+	if strings.Contains(r.stdout, "host_loss") {
+		t.Errorf("the default host_loss (run) is shown:\n%s", r.stdout)
+	}
 	r = kinAt(t, d, "governor", "show", "--json")
 	wantOK(t, r)
 	var g kin.GovernorInfo
 	decodeOne(t, r.stdout, &g)
 	if g.Source != "default" || g.Profile.MaxGenerationDepth != 10 {
 		t.Errorf("governor = %+v", g)
+	}
+}
+
+func TestGovernorShowHostLoss(t *testing.T) {
+	prof := filepath.Join(t.TempDir(), "fleet.json")
+	if err := os.WriteFile(prof, []byte(`{"name":"fleet","max_generation_depth":3,"host_loss":"cancel"}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	d := kintest.StartDaemon(t, kintest.WithProfile(prof))
+	r := kinAt(t, d, "governor", "show")
+	wantOK(t, r)
+	if !strings.Contains(r.stdout, "host_loss             cancel (when a host of the fleet dies") {
+		t.Errorf("output lacks host_loss cancel:\n%s", r.stdout)
 	}
 }
 
