@@ -11,6 +11,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/stdlib"
+
+	"github.com/kin-agents/kin/internal/store/sqlstore"
 )
 
 // The writer's savepoints ride with the next statement.
@@ -31,8 +33,8 @@ import (
 // the pipeline sends it (one statement a query: the extended protocol's
 // rule).
 var savepointStatements = map[string][]string{
-	"SAVEPOINT u":                      {"SAVEPOINT u"},
-	"RELEASE SAVEPOINT u; SAVEPOINT u": {"RELEASE SAVEPOINT u", "SAVEPOINT u"},
+	sqlstore.SavepointSQL:        {sqlstore.SavepointSQL},
+	sqlstore.ReleaseSavepointSQL: {sqlstore.ReleaseSQL, sqlstore.SavepointSQL},
 }
 
 // pipelineConnector opens the writer's connections, each wrapped.
@@ -56,6 +58,12 @@ func (c pipelineConnector) Connect(ctx context.Context) (driver.Conn, error) {
 type pipelineConn struct {
 	*stdlib.Conn
 	held []string // statements not yet sent, to go first with the next
+	// unsure: a held statement failed, or was never sent (the batch
+	// failed before it), so the savepoints are not where the writer
+	// thinks: a ROLLBACK TO would roll back to an earlier Update's
+	// savepoint, undoing writes already reported done. It is refused
+	// until the transaction ends (the writer then fails its batch).
+	unsure bool
 }
 
 var (
@@ -73,6 +81,7 @@ func (c *pipelineConn) flush(ctx context.Context) error {
 	c.held = nil
 	for _, q := range held {
 		if _, err := c.Conn.Conn().Exec(ctx, q); err != nil {
+			c.unsure = true
 			return err
 		}
 	}
@@ -80,6 +89,9 @@ func (c *pipelineConn) flush(ctx context.Context) error {
 }
 
 func (c *pipelineConn) ExecContext(ctx context.Context, query string, args []driver.NamedValue) (driver.Result, error) {
+	if query == sqlstore.RollbackToSQL && c.unsure {
+		return nil, errors.New("postgres: a savepoint sent ahead of a statement failed or was not sent: the transaction's savepoints are unknown, so nothing is rolled back to one")
+	}
 	if len(args) == 0 {
 		if qs, ok := savepointStatements[query]; ok && len(c.held) == 0 {
 			c.held = qs
@@ -94,7 +106,7 @@ func (c *pipelineConn) ExecContext(ctx context.Context, query string, args []dri
 	}
 	br, n := c.send(ctx, query, args)
 	defer br.Close()
-	if err := heldResults(br, n); err != nil {
+	if err := c.heldResults(br, n); err != nil {
 		return nil, err
 	}
 	tag, err := br.Exec()
@@ -112,7 +124,7 @@ func (c *pipelineConn) QueryContext(ctx context.Context, query string, args []dr
 		return c.Conn.QueryContext(ctx, query, args)
 	}
 	br, n := c.send(ctx, query, args)
-	if err := heldResults(br, n); err != nil {
+	if err := c.heldResults(br, n); err != nil {
 		br.Close()
 		return nil, err
 	}
@@ -142,10 +154,11 @@ func (c *pipelineConn) send(ctx context.Context, query string, args []driver.Nam
 }
 
 // heldResults reads the n held statements' results: the first error is
-// the statement's that followed them.
-func heldResults(br pgx.BatchResults, n int) error {
+// the statement's that followed them (and leaves c unsure).
+func (c *pipelineConn) heldResults(br pgx.BatchResults, n int) error {
 	for range n {
 		if _, err := br.Exec(); err != nil {
+			c.unsure = true
 			return err
 		}
 	}
@@ -171,7 +184,7 @@ func (c *pipelineConn) PrepareContext(ctx context.Context, query string) (driver
 }
 
 func (c *pipelineConn) ResetSession(ctx context.Context) error {
-	c.held = nil // a connection handed out again starts clean
+	c.held, c.unsure = nil, false // a connection handed out again starts clean
 	return c.Conn.ResetSession(ctx)
 }
 
@@ -183,8 +196,15 @@ type pipelineTx struct {
 	c *pipelineConn
 }
 
-func (t *pipelineTx) Commit() error   { t.c.held = nil; return t.Tx.Commit() }
-func (t *pipelineTx) Rollback() error { t.c.held = nil; return t.Tx.Rollback() }
+func (t *pipelineTx) Commit() error {
+	t.c.held, t.c.unsure = nil, false
+	return t.Tx.Commit()
+}
+
+func (t *pipelineTx) Rollback() error {
+	t.c.held, t.c.unsure = nil, false
+	return t.Tx.Rollback()
+}
 
 // pipelineRows are a batched query's rows as database/sql reads them:
 // each value as one of driver.Value's types.

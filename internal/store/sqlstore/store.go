@@ -334,9 +334,9 @@ func (s *Store) commit(batch []*update) {
 			errs[i] = err
 			continue
 		}
-		q := sqlSavepoint
+		q := SavepointSQL
 		if held {
-			q = sqlReleaseSavepoint
+			q = ReleaseSavepointSQL
 		}
 		if _, err := w.exec(ctx, q); err != nil {
 			// A failed RELEASE leaves the transaction failed: its
@@ -352,7 +352,7 @@ func (s *Store) commit(batch []*update) {
 			tree, size = saved, savedSize
 			cache.events = cache.events[:savedEvents] // its events go with its writes
 			cache.forget()                            // what it read may include its undone writes
-			if _, err := w.exec(ctx, sqlRollbackTo); err != nil {
+			if _, err := w.exec(ctx, RollbackToSQL); err != nil {
 				// The transaction is in an unknown state: fail the batch.
 				tx.Rollback()
 				for j := range errs {
@@ -369,7 +369,7 @@ func (s *Store) commit(batch []*update) {
 		}
 		if s.d.ChainSavepoints {
 			held = true
-		} else if _, err := w.exec(ctx, sqlRelease); err != nil {
+		} else if _, err := w.exec(ctx, ReleaseSQL); err != nil {
 			errs[i] = fmt.Errorf("%s: release savepoint: %w", s.d.Name, err)
 		}
 	}
@@ -407,14 +407,15 @@ func (s *Store) commit(batch []*update) {
 }
 
 // The savepoint each Update runs in: the same SQL on both engines,
-// prepared on the writer's connection like the hot statements.
+// prepared on the writer's connection like the hot statements. Exported
+// for a driver that treats them apart (PostgreSQL's pipeline.go).
 const (
-	sqlSavepoint  = "SAVEPOINT u"
-	sqlRollbackTo = "ROLLBACK TO SAVEPOINT u"
-	sqlRelease    = "RELEASE SAVEPOINT u"
-	// sqlReleaseSavepoint releases the previous Update's savepoint and
+	SavepointSQL  = "SAVEPOINT u"
+	RollbackToSQL = "ROLLBACK TO SAVEPOINT u"
+	ReleaseSQL    = "RELEASE SAVEPOINT u"
+	// ReleaseSavepointSQL releases the previous Update's savepoint and
 	// starts the next one's in one round trip (Dialect.ChainSavepoints).
-	sqlReleaseSavepoint = sqlRelease + "; " + sqlSavepoint
+	ReleaseSavepointSQL = ReleaseSQL + "; " + SavepointSQL
 )
 
 // edge returns the tree's committed edge as the transaction r sees it: the
