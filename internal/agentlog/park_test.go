@@ -87,3 +87,40 @@ func TestParkedDrainsHoldNoDescriptor(t *testing.T) {
 		t.Fatal("log 11: the large write is not there in order")
 	}
 }
+
+// TestEndedDrainsFreeTheirSlotOnce: a held drain that ends gives its
+// holder slot back once. (It was given back twice, by the poller's remove
+// and by unholdPipe: the next two drains then shared one slot, and the
+// second's pipe replaced the first's in the holder, so a parked drain
+// could lose its pipe and its agent's output.)
+func TestEndedDrainsFreeTheirSlotOnce(t *testing.T) {
+	p, err := agentlog.NewPoller()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	if !p.Holding() {
+		t.Skip("no pipe holder here (io_uring refused): drains keep their read ends")
+	}
+	dir := t.TempDir()
+	const n = 3
+	for i := range n {
+		d, out, err := p.Open(agentlog.Config{Path: filepath.Join(dir, fmt.Sprintf("%d.log", i)), Bytes: 1 << 20, Keep: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		out.Close() // the writer gone: the drain ends
+		<-d.Done()
+	}
+	free := p.FreeSlots()
+	seen := map[uint32]bool{}
+	for _, s := range free {
+		if seen[s] {
+			t.Fatalf("slot %d is free twice (free list %v): two drains would share it", s, free)
+		}
+		seen[s] = true
+	}
+	if len(free) == 0 {
+		t.Fatal("no slot came back to the free list")
+	}
+}

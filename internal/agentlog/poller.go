@@ -299,19 +299,16 @@ func (p *Poller) rearm(d *Drain) error {
 	return unix.EpollCtl(p.epfd, unix.EPOLL_CTL_MOD, d.r, &ev)
 }
 
+// remove takes d out of the poller. A held drain's watch and holder slot
+// are unholdPipe's to release (once: the slot goes back to the free list,
+// and a second release would hand it to two drains).
 func (p *Poller) remove(d *Drain) {
 	p.mu.Lock()
 	delete(p.drains, d.key)
-	if d.held {
-		delete(p.wds, d.wd)
-		unix.InotifyRmWatch(p.ino, uint32(d.wd))
-	}
 	p.mu.Unlock()
-	if d.held {
-		p.hold.release(d.slot)
-		return
+	if d.r >= 0 { // not parked: its read end is registered
+		unix.EpollCtl(p.epfd, unix.EPOLL_CTL_DEL, d.r, nil)
 	}
-	unix.EpollCtl(p.epfd, unix.EPOLL_CTL_DEL, d.r, nil)
 }
 
 // The epoll event's 64 bits of data carry the drain's key (never its

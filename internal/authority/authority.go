@@ -301,10 +301,13 @@ func (au *Authority) chainOf(rows []store.PermRow) ([]permLink, error) {
 	return chain, nil
 }
 
-// Learn caches the own policies of agent id's chain (itself and its
-// ancestors) as the store has them: an agent another host of the fleet
-// admitted and placed here (kin spawn --host) starts with the policy that
-// host admitted, its ancestors' on other hosts included. Its deadline
+// Learn caches the own layers (stage, policy) of agent id's chain (itself
+// and its ancestors, through an escalated agent's asker) as the store has
+// them now, replacing what the cache held: an agent another host of the
+// fleet admitted and placed here (kin spawn --host) starts with the policy
+// that host admitted, its ancestors' on other hosts included; the store's
+// follower calls it for an agent another host registered and for any
+// promotion, so every host answers with the same layers. Its deadline
 // stays armed on the host that admitted it.
 func (au *Authority) Learn(ctx context.Context, id kin.AgentID) error {
 	rows, err := au.st.PermChain(ctx, id)
@@ -320,35 +323,12 @@ func (au *Authority) Learn(ctx context.Context, id kin.AgentID) error {
 	for _, l := range chain {
 		if l.own != nil {
 			au.own[l.id] = l.own
+		} else {
+			delete(au.own, l.id) // promoted back to no stage of its own
 		}
 		if l.via != 0 {
 			au.via[l.id] = l.via
 		}
-	}
-	return nil
-}
-
-// Relearn re-reads agent id's own layer (its stage and policy) from the
-// store and replaces the cache's, whatever it held: after a promotion,
-// which any host of a fleet may have made.
-func (au *Authority) Relearn(ctx context.Context, id kin.AgentID) error {
-	rows, err := au.st.PermChain(ctx, id)
-	if err != nil || len(rows) == 0 {
-		return err
-	}
-	chain, err := au.chainOf(rows[:1])
-	if err != nil {
-		return err
-	}
-	au.mu.Lock()
-	defer au.mu.Unlock()
-	if own := chain[0].own; own != nil {
-		au.own[id] = own
-	} else {
-		delete(au.own, id)
-	}
-	if v := chain[0].via; v != 0 {
-		au.via[id] = v // asked for by another agent and escalated (seed 002 §4.1)
 	}
 	return nil
 }

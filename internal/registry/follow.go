@@ -45,7 +45,7 @@ func (r *Registry) FollowStore(from int64, log *slog.Logger, others []string, fn
 				if foreign && r.auth != nil {
 					// Its stage and policy, for what this host answers
 					// about it (kin authorize, kin show) and admits under it.
-					if err := r.auth.Relearn(ctx, e.Agent); err != nil {
+					if err := r.auth.Learn(ctx, e.Agent); err != nil {
 						log.Error("follow the store: a registration's policy", "agent", e.Agent, "err", err)
 					}
 				}
@@ -57,7 +57,7 @@ func (r *Registry) FollowStore(from int64, log *slog.Logger, others []string, fn
 				// sandboxes and answers under it from now on has its new
 				// stage.
 				if r.auth != nil {
-					if err := r.auth.Relearn(ctx, e.Agent); err != nil {
+					if err := r.auth.Learn(ctx, e.Agent); err != nil {
 						log.Error("follow the store: a promotion", "agent", e.Agent, "err", err)
 					}
 				}
