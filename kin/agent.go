@@ -1,6 +1,7 @@
 package kin
 
 import (
+	"iter"
 	"strconv"
 	"strings"
 	"time"
@@ -184,6 +185,20 @@ type Agent struct {
 
 // Running reports whether the agent has a process that has not ended.
 func (a *Agent) Running() bool { return a.PID != 0 && a.EndedAt.IsZero() }
+
+// SpansHosts reports whether agents run on more than one host of a fleet:
+// where the views (kin ps, kin tree, kin top) name each agent's host.
+func SpansHosts(agents iter.Seq[*Agent]) bool {
+	host, first := "", true
+	for a := range agents {
+		if first {
+			host, first = a.Host, false
+		} else if a.Host != host {
+			return true
+		}
+	}
+	return false
+}
 
 // Live reports whether the agent counts against its parent's children limit
 // and its role's cardinality: not revoked or terminated, and still running or

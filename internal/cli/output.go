@@ -3,6 +3,7 @@ package cli
 import (
 	"fmt"
 	"io"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -191,7 +192,7 @@ func endString(a *kin.Agent) string {
 // writeAgentTable prints agents as the table of `kin ps`.
 func writeAgentTable(w io.Writer, agents []*kin.Agent) error {
 	tw := newTabWriter(w)
-	fleet := spansHosts(agents)
+	fleet := kin.SpansHosts(slices.Values(agents))
 	head := "ID\tNAME\tROLE\tPARENT\tGEN\tSTATUS\tSTATE\tPID\tEND\tRESPONSIBLE"
 	if fleet {
 		head += "\tHOST"
@@ -207,18 +208,6 @@ func writeAgentTable(w io.Writer, agents []*kin.Agent) error {
 		fmt.Fprintln(tw)
 	}
 	return tw.Flush()
-}
-
-// spansHosts reports whether agents run on more than one host of a fleet:
-// the text views then name each agent's host (one host's views stay as
-// they were).
-func spansHosts(agents []*kin.Agent) bool {
-	for _, a := range agents {
-		if a.Host != agents[0].Host {
-			return true
-		}
-	}
-	return false
 }
 
 // stateString is an agent's state, marked "unchecked" while a restarted

@@ -72,7 +72,7 @@ func renderTreeText(w io.Writer, forest []*kin.TreeNode) {
 		all = append(all, &n.Agent)
 		return n.Children
 	})
-	fleet := spansHosts(all)
+	fleet := kin.SpansHosts(slices.Values(all))
 	treetext.Walk(byID(forest), func(n *kin.TreeNode, prefix string) []*kin.TreeNode {
 		line := fmt.Sprintf("#%d %s  role=%s gen=%d status=%s state=%s",
 			n.ID, n.Name, orDash(n.Role), n.Generation, n.Status, stateString(&n.Agent))

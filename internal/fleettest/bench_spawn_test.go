@@ -1,6 +1,7 @@
 package fleettest_test
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"os/exec"
@@ -56,7 +57,7 @@ func BenchmarkFleetSpawn(b *testing.B) {
 			b.Errorf("spawn %s (host %q): %v", name, host, err) // Error: the clients' goroutines call it too
 			return nil, took
 		}
-		if want := cmpOr(host, "a"); ag.PID == 0 || ag.Host != want {
+		if want := cmp.Or(host, "a"); ag.PID == 0 || ag.Host != want {
 			b.Errorf("spawn %s: host %q pid %d; want host %s and a pid", name, ag.Host, ag.PID, want)
 			return nil, took
 		}
@@ -139,13 +140,6 @@ func BenchmarkFleetSpawn(b *testing.B) {
 	b.Logf("latency (one client, %d of each): same host p50 %s p90 %s, placed p50 %s p90 %s, fork/exec p50 %s; throughput (%d clients × %d): same host %.0f/s, placed %.0f/s",
 		len(local), lp.Round(time.Microsecond), pct(local, 90).Round(time.Microsecond), pp.Round(time.Microsecond), pct(placed, 90).Round(time.Microsecond),
 		fp.Round(time.Microsecond), clients, spawnsPerClient, lr, pr)
-}
-
-func cmpOr(s, def string) string {
-	if s == "" {
-		return def
-	}
-	return s
 }
 
 func p50(ds []time.Duration) time.Duration { return pct(ds, 50) }

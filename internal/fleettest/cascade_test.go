@@ -25,17 +25,7 @@ func TestOwnedChildrenDieAcrossHosts(t *testing.T) {
 	grace := kin.Duration(500 * time.Millisecond)
 	spawn := func(h *fleettest.Host, name string, parent kin.AgentID) *kin.Agent {
 		t.Helper()
-		ag, err := h.Client.Spawn(ctx, kin.SpawnRequest{
-			RegisterRequest: kin.RegisterRequest{Name: name, Parent: parent, Responsible: "Dr. Schmidt"},
-			Command:         []string{"sleep", "1000"}, Grace: &grace, Host: h.Name,
-		})
-		if err != nil {
-			t.Fatalf("spawn %s on %s: %v", name, h.Name, err)
-		}
-		if ag.PID == 0 {
-			t.Fatalf("%s on %s has no process: %+v", name, h.Name, ag)
-		}
-		return ag
+		return spawnOn(t, h, name, parent, time.Duration(grace), "sleep", "1000")
 	}
 	root := spawn(a, "root", 0)
 	kb := spawn(b, "kid-b", root.ID)

@@ -23,21 +23,6 @@ import (
 	"github.com/kin-agents/kin/kin"
 )
 
-// sharedDir is a directory every agent's uid may read, for files a test
-// hands its agents; removed when t ends.
-func sharedDir(t *testing.T) string {
-	t.Helper()
-	dir, err := os.MkdirTemp("", "kincross-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	if err := os.Chmod(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	return dir
-}
-
 // logCollector gathers a followed log's bytes.
 type logCollector struct {
 	mu  sync.Mutex
@@ -65,7 +50,7 @@ func TestLogsFromAnyHost(t *testing.T) {
 	f := fleettest.Start(t, fenceArgs())
 	a, b, c := f.Host(t, "a"), f.Host(t, "b"), f.Host(t, "c")
 	ctx := context.Background()
-	dir := sharedDir(t)
+	dir := kintest.SharedDir(t)
 	gate := filepath.Join(dir, "go-on")
 
 	root := spawnOn(t, a, "root", 0, time.Second, "sleep", "3600")
@@ -188,7 +173,7 @@ func TestHandoffAcrossHosts(t *testing.T) {
 	f := fleettest.Start(t)
 	a, b := f.Host(t, "a"), f.Host(t, "b")
 	ctx := context.Background()
-	dir := sharedDir(t)
+	dir := kintest.SharedDir(t)
 	patch := seedFile(t, "patch.diff")
 	for name, body := range map[string]string{
 		"result.md": seedFile(t, "result.md"), "patch.diff": patch,
@@ -476,7 +461,7 @@ func TestHandoffWhileParentHostDown(t *testing.T) {
 	f := fleettest.Start(t, fenceArgs())
 	a, b := f.Host(t, "a"), f.Host(t, "b")
 	ctx := context.Background()
-	dir := sharedDir(t)
+	dir := kintest.SharedDir(t)
 	if err := os.WriteFile(filepath.Join(dir, "result.md"), []byte("Summary:\nmade while a was down\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}

@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -198,7 +199,7 @@ func (h *Host) start() error {
 		return fmt.Errorf("kin serve --json said %q (%v); stderr: %s", p.Line, err, p.Stderr())
 	}
 	h.info = info
-	if info.CgroupRoot != "" && !contains(h.cgroups, info.CgroupRoot) {
+	if info.CgroupRoot != "" && !slices.Contains(h.cgroups, info.CgroupRoot) {
 		h.cgroups = append(h.cgroups, info.CgroupRoot)
 		if err := appendLine(filepath.Join(f.Dir, "cgroups"), info.CgroupRoot); err != nil {
 			return err
@@ -467,15 +468,6 @@ func appendLine(path, line string) error {
 		return err
 	}
 	return f.Close()
-}
-
-func contains(ss []string, s string) bool {
-	for _, x := range ss {
-		if x == s {
-			return true
-		}
-	}
-	return false
 }
 
 func tail(s string) string {

@@ -25,9 +25,10 @@ const hostAddrsEvery = 2 * time.Second
 
 // hostAddrs caches the fleet's hosts' announced addresses.
 type hostAddrs struct {
-	mu    sync.Mutex
-	read  time.Time
-	other map[string]string // lower-case address → the other host's name
+	mu      sync.Mutex
+	read    time.Time
+	reading bool              // a request is reading them from the store
+	other   map[string]string // lower-case address → the other host's name
 }
 
 // signedForAnotherHost returns an *httpsig.Error when r's authority is the
@@ -48,15 +49,31 @@ func (srv *Server) signedForAnotherHost(r *http.Request) error {
 
 // otherHosts is the fleet's other hosts by address, read again at most
 // every hostAddrsEvery.
+// Once read, the addresses are read again outside the lock: a slow store
+// delays the one request that reads them, not every signed request
+// meanwhile (they check against the addresses read before). The first
+// read is waited for.
 func (srv *Server) otherHosts(ctx context.Context) map[string]string {
 	c := &srv.addrs
-	c.mu.Lock()
-	defer c.mu.Unlock()
 	now := time.Now()
-	if c.other != nil && now.Sub(c.read) < hostAddrsEvery {
-		return c.other
+	c.mu.Lock()
+	refresh := c.other != nil
+	if refresh {
+		if now.Sub(c.read) < hostAddrsEvery || c.reading {
+			other := c.other
+			c.mu.Unlock()
+			return other
+		}
+		c.reading = true // a refresh: read with the lock let go
+		c.mu.Unlock()
 	}
+	// (Never read: the lock is held, so every request waits for this one.)
 	hosts, err := srv.st.HostList(ctx)
+	if refresh {
+		c.mu.Lock()
+		c.reading = false
+	}
+	defer c.mu.Unlock()
 	if err != nil {
 		return c.other // nil before the first read: nothing refused
 	}

@@ -278,11 +278,11 @@ func (run *Runner) ctxAgentOf(ctx context.Context, a *kin.Agent) *ctxAgent {
 	}
 	c.setHandoff(nil)
 	// Only a spawn stores a process spec (its command, env, dir, handoff):
-	// a registered agent's is empty, and not read (a round trip on a
-	// server's store, for every registration the agent filesystem shows).
+	// a registered agent's is empty, and another host's is that host's to
+	// use; neither is read (a round trip on a server's store).
 	var spec store.ProcessSpec
 	var err error
-	if len(a.Command) > 0 {
+	if own && len(a.Command) > 0 {
 		spec, err = run.store.AgentProcessSpec(ctx, a.ID)
 	}
 	if err == nil && own {

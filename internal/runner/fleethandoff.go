@@ -206,15 +206,17 @@ func (run *Runner) resumeFetches(ctx context.Context) {
 	if hosts, err := run.store.HostList(ctx); err != nil || len(hosts) < 2 {
 		return
 	}
-	kids, err := run.store.AgentList(ctx, kin.AgentFilter{HasParent: true})
+	// Every agent (HasParent with Parent 0 would select the roots only,
+	// which have no parent to fetch for).
+	all, err := run.store.AgentList(ctx, kin.AgentFilter{})
 	if err != nil {
 		run.log.Warn("handoff across hosts: resume fetches", "err", err)
 		return
 	}
 	var cands []*kin.Agent
 	var parents []kin.AgentID
-	for _, a := range kids {
-		if !run.ownsAgent(a) && a.Result.Ended() && a.Session != "" {
+	for _, a := range all {
+		if a.Parent != 0 && !run.ownsAgent(a) && a.Result.Ended() && a.Session != "" {
 			cands, parents = append(cands, a), append(parents, a.Parent)
 		}
 	}

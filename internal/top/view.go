@@ -2,6 +2,7 @@ package top
 
 import (
 	"fmt"
+	"maps"
 	"strconv"
 	"strings"
 
@@ -33,7 +34,7 @@ type columns struct{ tree, role, status, state, pid, host int }
 // measure sizes the columns for m.rows.
 func (m *Model) measure() columns {
 	c := columns{tree: len("AGENT"), role: len("ROLE"), status: len("STATUS"), state: len("STATE"), pid: len("PID")}
-	fleet := m.spansHosts()
+	fleet := kin.SpansHosts(maps.Values(m.f.agents))
 	if fleet {
 		c.host = len("HOST")
 	}
@@ -50,20 +51,6 @@ func (m *Model) measure() columns {
 		}
 	}
 	return c
-}
-
-// spansHosts reports whether the agents loaded run on more than one host
-// of a fleet.
-func (m *Model) spansHosts() bool {
-	host, first := "", true
-	for _, a := range m.f.agents {
-		if first {
-			host, first = a.Host, false
-		} else if a.Host != host {
-			return true
-		}
-	}
-	return false
 }
 
 // hostCell is the HOST column's cell, with its gap ("" without the column).
