@@ -108,4 +108,15 @@ func TestPipelineSavepointsRideWithTheNextStatement(t *testing.T) {
 	if err := exec(tx, sqlstore.RollbackToSQL); err != nil {
 		t.Fatalf("rollback in a new transaction: %v", err)
 	}
+	// A held savepoint pair followed by a statement without arguments is
+	// sent ahead of it, as one simple query.
+	if err := exec(tx, sqlstore.ReleaseSavepointSQL); err != nil {
+		t.Fatal(err)
+	}
+	if err := exec(tx, `INSERT INTO t VALUES (5)`); err != nil {
+		t.Fatalf("a statement without arguments after a held savepoint: %v", err)
+	}
+	if n := count(tx); n != 1 { // the first transaction was rolled back
+		t.Fatalf("%d rows, want the one just inserted", n)
+	}
 }
