@@ -200,6 +200,9 @@ func (f EventFilter) Validate() error {
 	if f.Agent < 0 {
 		return Errorf(ECodeInvalid, "agent %d is not an agent id", f.Agent)
 	}
+	if f.Subject && f.Agent == 0 {
+		return Errorf(ECodeInvalid, "subject narrows an agent's events: give the agent too")
+	}
 	if f.Limit < 0 || f.Limit > MaxEventLimit {
 		return Errorf(ECodeInvalid, "limit %d is outside 0..%d", f.Limit, MaxEventLimit)
 	}
@@ -210,7 +213,10 @@ func (f EventFilter) Validate() error {
 // number greater than Since, so a reader passes back the last seq it saw.
 type EventFilter struct {
 	Agent AgentID `json:"agent,omitempty"` // events concerning this agent (as subject or parent)
-	Since int64   `json:"since,omitempty"`
+	// Subject narrows Agent to the events whose subject it is, leaving out
+	// those addressed to it as the parent of their subject.
+	Subject bool  `json:"subject,omitempty"`
+	Since   int64 `json:"since,omitempty"`
 	// Before, when set, selects events with a sequence number less than
 	// it and, with Limit, the last Limit of them: a page of history read
 	// backwards (still returned oldest first).

@@ -79,6 +79,7 @@ Of the supervisor: ` + strings.Join([]string{kin.EventAgentStarted, kin.EventAge
 	}
 	fl := cmd.Flags()
 	fl.Var(a.idFlag(&f.Agent, "agent", false), "agent", "only events concerning this agent `ID` (as subject or parent)")
+	fl.BoolVar(&f.Subject, "subject", false, "with --agent: only the events about that agent itself, not those about its children")
 	fl.Var(nonNegFlag{n: &f.Since}, "since", "only events after this sequence number (exclusive)")
 	fl.StringArrayVar(&f.Types, "type", nil, "only events of this `type` (repeatable)")
 	fl.Var(nonNegFlag{n: &limit}, "limit", "at most this many events (0: no limit)")

@@ -44,6 +44,9 @@ func EventQuery(f kin.EventFilter, follow bool) url.Values {
 	if f.Agent != 0 {
 		q.Set("agent", f.Agent.String())
 	}
+	if f.Subject {
+		q.Set("subject", "true")
+	}
 	if f.Since != 0 {
 		q.Set("since", strconv.FormatInt(f.Since, 10))
 	}

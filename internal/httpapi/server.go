@@ -476,13 +476,15 @@ func (s *Server) setStatus(w http.ResponseWriter, r *http.Request) error {
 // ParseEventQuery reads an event filter and the follow flag from query
 // parameters.
 func ParseEventQuery(q map[string][]string) (f kin.EventFilter, follow bool, err error) {
-	err = eachQueryParam(q, []string{"agent", "since", "before", "type", "limit", "follow"}, "type", func(key string, vals []string) error {
+	err = eachQueryParam(q, []string{"agent", "subject", "since", "before", "type", "limit", "follow"}, "type", func(key string, vals []string) error {
 		v := vals[0]
 		switch key {
 		case "agent":
 			if f.Agent, err = kin.ParseAgentID(v); err != nil {
 				return err
 			}
+		case "subject":
+			f.Subject, err = queryBool(key, v)
 		case "since":
 			f.Since, err = querySeq(key, v)
 		case "before":

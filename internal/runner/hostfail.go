@@ -223,17 +223,14 @@ func (run *Runner) restoreOfflineTx(ctx context.Context, tx store.Tx, id kin.Age
 		return false, false, err
 	}
 
-	// Its last agent.offline (the filter also selects its children's:
-	// those addressed to it as their parent).
-	evs, err := tx.EventList(ctx, kin.EventFilter{Agent: id, Types: []string{kin.EventAgentOffline}, Before: math.MaxInt64, Limit: 64})
+	// Its last agent.offline (its own: not one of its children's, however
+	// many of those came after it).
+	evs, err := tx.EventList(ctx, kin.EventFilter{Agent: id, Subject: true, Types: []string{kin.EventAgentOffline}, Before: math.MaxInt64, Limit: 1})
 	if err != nil {
 		return false, false, err
 	}
 	var last *kin.AgentOfflineData
 	for _, e := range evs {
-		if e.Agent != id {
-			continue
-		}
 		var d kin.AgentOfflineData
 		if json.Unmarshal(e.Data, &d) == nil {
 			last = &d

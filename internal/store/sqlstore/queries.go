@@ -320,7 +320,10 @@ func (r reader) EventList(ctx context.Context, f kin.EventFilter) ([]kin.Event, 
 	if f.Before > 0 {
 		where, args = append(where, "seq < ?"), append(args, f.Before)
 	}
-	if f.Agent != 0 {
+	switch {
+	case f.Agent != 0 && f.Subject:
+		where, args = append(where, "agent_id = ?"), append(args, f.Agent)
+	case f.Agent != 0:
 		where, args = append(where, "(agent_id = ? OR parent_id = ?)"), append(args, f.Agent, f.Agent)
 	}
 	if len(f.Types) > 0 {
