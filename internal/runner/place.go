@@ -98,10 +98,10 @@ func (run *Runner) placedOutcome(ctx context.Context, got *kin.Agent) (out *kin.
 		return nil, false, nil
 	}
 	detail := got.EndReason
-	evs, _ := run.store.EventList(ctx, kin.EventFilter{Agent: got.ID, Types: []string{kin.EventAgentFailed}})
+	evs, _ := run.store.EventList(ctx, kin.EventFilter{Agent: got.ID, Subject: true, Types: []string{kin.EventAgentFailed}})
 	for _, e := range evs {
 		var d kin.AgentFailedData
-		if json.Unmarshal(e.Data, &d) == nil && d.Agent == got.ID && d.Detail != "" {
+		if json.Unmarshal(e.Data, &d) == nil && d.Detail != "" {
 			detail = d.Detail
 		}
 	}

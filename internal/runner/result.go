@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -232,19 +233,16 @@ func (run *Runner) result(ctx context.Context, a *kin.Agent) (*kin.AgentResult, 
 		}
 	}
 	if a.Result.Ended() {
-		evs, err := run.store.EventList(ctx, kin.EventFilter{Agent: a.ID, Types: []string{kin.EventAgentResult}})
+		// Its own last agent.result.
+		evs, err := run.store.EventList(ctx, kin.EventFilter{Agent: a.ID, Subject: true, Types: []string{kin.EventAgentResult}, Before: math.MaxInt64, Limit: 1})
 		if err != nil {
 			return nil, run.storeError(err)
 		}
-		for i := len(evs) - 1; i >= 0; i-- {
-			if evs[i].Agent != a.ID {
-				continue
-			}
+		for _, e := range evs {
 			var rd kin.AgentResultData
-			if err := json.Unmarshal(evs[i].Data, &rd); err == nil {
+			if err := json.Unmarshal(e.Data, &rd); err == nil {
 				r.Violations = append(r.Violations, rd.Violations...)
 			}
-			break
 		}
 	}
 	return r, nil
