@@ -404,7 +404,7 @@ func (h *Hosts) Hosts(ctx context.Context) ([]kin.Host, error) {
 	now := h.cfg.Clock()
 	out := make([]kin.Host, len(rows))
 	for i, r := range rows {
-		out[i] = kin.Host{Name: r.Name, Live: r.LeaseUntil.After(now), Self: r.Name == h.cfg.Name && r.Home == h.id,
+		out[i] = kin.Host{Name: r.Name, Live: r.Live(now), Self: r.Name == h.cfg.Name && r.Home == h.id,
 			Address: r.Address, Containment: r.Containment, Version: r.Version,
 			StartedAt: r.StartedAt, RenewedAt: r.RenewedAt, LeaseUntil: r.LeaseUntil, Agents: r.Agents}
 	}

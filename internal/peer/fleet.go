@@ -54,7 +54,7 @@ func (f *Fleet) reach(ctx context.Context, host, what string) (store.HostRow, er
 		}
 		now := f.clock()
 		switch {
-		case r.LeaseUntil.IsZero() || !r.LeaseUntil.After(now):
+		case !r.Live(now):
 			return r, kin.Errorf(kin.ECodeUnavailable, "%s is on host %s, which is down: its lease %s", what, host, LeaseState(r, now))
 		case r.Address == "":
 			return r, kin.Errorf(kin.ECodeUnavailable, "%s is on host %s, which serves no HTTP API (its kin serve runs with --http off): ask there", what, host)
@@ -70,7 +70,7 @@ func LeaseState(r store.HostRow, now time.Time) string {
 	switch {
 	case r.LeaseUntil.IsZero():
 		return "was released at a clean stop (last renewed " + at(r.RenewedAt) + ")"
-	case r.LeaseUntil.After(now):
+	case r.Live(now):
 		return "is live until " + at(r.LeaseUntil)
 	}
 	return fmt.Sprintf("expired %s ago (last renewed %s): its daemon is down or cut off from the store", now.Sub(r.LeaseUntil).Round(time.Second), at(r.RenewedAt))

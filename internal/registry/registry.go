@@ -545,7 +545,7 @@ func (r *Registry) checkPlacement(ctx context.Context, tx store.Tx, host string,
 		case h.LeaseUntil.IsZero():
 			return kin.Errorf(kin.ECodeUnavailable, "host %q is down: its daemon stopped (its lease was released at %s); nothing was started or registered",
 				host, h.RenewedAt.UTC().Format(time.RFC3339))
-		case !h.LeaseUntil.After(now):
+		case !h.Live(now):
 			return kin.Errorf(kin.ECodeUnavailable, "host %q is down: its lease expired at %s (its daemon died or lost the store); nothing was started or registered",
 				host, h.LeaseUntil.UTC().Format(time.RFC3339))
 		}

@@ -127,7 +127,7 @@ func (run *Runner) hostDown(ctx context.Context, host string) string {
 		switch {
 		case h.LeaseUntil.IsZero():
 			return fmt.Sprintf("host %q went down: its daemon stopped", host)
-		case !h.LeaseUntil.After(run.now()):
+		case !h.Live(run.now()):
 			return fmt.Sprintf("host %q went down: its lease expired at %s (its daemon died or lost the store)", host, h.LeaseUntil.UTC().Format(time.RFC3339))
 		}
 		return ""

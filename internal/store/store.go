@@ -252,6 +252,10 @@ type HostRow struct {
 	Agents      int       // HostList's: its live agents
 }
 
+// Live reports whether h's lease runs at now: taken and not yet expired
+// (a released lease is zero).
+func (h HostRow) Live(now time.Time) bool { return h.LeaseUntil.After(now) }
+
 // AgentKeyRow is an agent's AAuth identity: its Ed25519 public key, the key's
 // RFC 7638 thumbprint and its identifier's local part.
 type AgentKeyRow struct {

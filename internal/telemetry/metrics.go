@@ -261,7 +261,7 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 		now := c.clock()
 		for _, h := range hosts {
 			up := 0.0
-			if h.LeaseUntil.After(now) {
+			if h.Live(now) {
 				up = 1
 			}
 			ch <- prometheus.MustNewConstMetric(descHostAgents, prometheus.GaugeValue, float64(h.Agents), h.Name)
