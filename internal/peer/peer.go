@@ -54,6 +54,7 @@ type Auth struct {
 	host  string
 	key   []byte
 	clock func() time.Time
+	start int64 // unix time it was made: older requests are refused
 
 	mu   sync.Mutex
 	seen map[string]int64 // nonce -> unix time it may be forgotten
@@ -65,7 +66,7 @@ func NewAuth(host string, key []byte, clock func() time.Time) *Auth {
 	if clock == nil {
 		clock = time.Now
 	}
-	return &Auth{host: host, key: key, clock: clock, seen: map[string]int64{}}
+	return &Auth{host: host, key: key, clock: clock, start: clock().Unix(), seen: map[string]int64{}}
 }
 
 // Host is the host this Auth signs as.
@@ -119,6 +120,12 @@ func (a *Auth) Verify(r *http.Request) (string, error) {
 	now := a.clock()
 	if d := now.Sub(time.Unix(t, 0)); d > Window || d < -Window {
 		return "", kin.Errorf(kin.ECodeUnauthorized, "%s: signed %s from this host's clock (at most %s): are the hosts' clocks set?", Header, d.Round(time.Second), Window)
+	}
+	// The nonces are remembered in memory: one signed before this Auth
+	// was made (by a previous run of this daemon) may have been accepted
+	// then, within the window, so it is refused now.
+	if t < a.start {
+		return "", kin.Errorf(kin.ECodeUnauthorized, "%s: signed %d s before this host started: it may have been accepted by its previous run; sign it again", Header, a.start-t)
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()

@@ -116,3 +116,40 @@ func TestPeerRequests(t *testing.T) {
 		t.Errorf("signed, acting as an agent: %d %+v", st, b)
 	}
 }
+
+// TestPeerReplayAfterRestart: the nonces a host accepted are in its
+// memory, so a request signed before it started (accepted, perhaps, by its
+// previous run within the window) is refused by the new one, and a request
+// signed after it started is accepted once.
+func TestPeerReplayAfterRestart(t *testing.T) {
+	key := []byte("0123456789abcdef0123456789abcdef")
+	now := time.Unix(1_800_000_000, 0)
+	clock := func() time.Time { return now }
+	a := peer.NewAuth("a", key, clock)
+	here := peer.NewAuth("here", key, clock)
+	req := func() *http.Request {
+		r, err := http.NewRequest("GET", "http://here.example/v1/agents/7/logs", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		a.Sign(r, "here")
+		r.RequestURI = r.URL.RequestURI() // as the server sees it
+		return r
+	}
+	r := req()
+	if host, err := here.Verify(r); err != nil || host != "a" {
+		t.Fatalf("first run: Verify = %q, %v", host, err)
+	}
+	now = now.Add(10 * time.Second) // the host restarts, well within the window
+	restarted := peer.NewAuth("here", key, clock)
+	if _, err := restarted.Verify(r); err == nil || !strings.Contains(kin.ErrorMessageOf(err), "before this host started") {
+		t.Errorf("the captured request replayed after a restart: %v; want refused", err)
+	}
+	fresh := req()
+	if host, err := restarted.Verify(fresh); err != nil || host != "a" {
+		t.Errorf("a request signed after the restart: %q, %v", host, err)
+	}
+	if _, err := restarted.Verify(fresh); err == nil {
+		t.Error("the fresh request accepted twice")
+	}
+}
