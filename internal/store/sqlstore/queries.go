@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"math"
 	"runtime"
 	"slices"
 	"strconv"
@@ -181,6 +182,11 @@ func (r reader) AgentList(ctx context.Context, f kin.AgentFilter) ([]*kin.Agent,
 	if f.Name != "" {
 		where, args = append(where, "name = ?"), append(args, f.Name)
 	}
+	if len(where) == 0 && f.Limit <= 0 {
+		if out, ok, err := r.agentsByRange(ctx); ok {
+			return out, err
+		}
+	}
 	q := `SELECT ` + agentColumns + ` FROM agents a`
 	if len(where) > 0 {
 		q += " WHERE " + strings.Join(where, " AND ")
@@ -240,36 +246,26 @@ func (r reader) AgentListByIDs(ctx context.Context, ids []kin.AgentID) ([]*kin.A
 		return []*kin.Agent{}, nil
 	}
 	var out []*kin.Agent
-	chunks := min(runtime.GOMAXPROCS(0), 8)
+	chunks := readChunks()
 	if r.tx != nil || len(ids) < parallelReadMin || chunks < 2 {
 		var err error
 		if out, err = r.agents(ctx, sqlAgentListByIDs, idArray(ids)); err != nil {
 			return nil, err
 		}
 	} else {
-		// A large subtree is read in parallel chunks. Each chunk may see a
-		// slightly later snapshot than the one before; a tree view does not
-		// promise more than each row being committed.
-		parts := make([][]*kin.Agent, chunks)
-		errs := make([]error, chunks)
+		// A large subtree is read in parallel chunks.
 		size := (len(ids) + chunks - 1) / chunks
-		var wg sync.WaitGroup
-		for c := range chunks {
+		var err error
+		out, err = r.inParallel(chunks, func(c int) ([]*kin.Agent, error) {
 			lo, hi := c*size, min((c+1)*size, len(ids))
 			if lo >= hi {
-				continue
+				return nil, nil
 			}
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				parts[c], errs[c] = r.agents(ctx, sqlAgentListByIDs, idArray(ids[lo:hi]))
-			}()
-		}
-		wg.Wait()
-		if err := errors.Join(errs...); err != nil {
+			return r.agents(ctx, sqlAgentListByIDs, idArray(ids[lo:hi]))
+		})
+		if err != nil {
 			return nil, err
 		}
-		out = slices.Concat(parts...)
 	}
 	// Put the rows in the caller's order here: an ORDER BY would copy
 	// every wide row through SQLite's sorter. Each row goes to the slot of
@@ -292,6 +288,61 @@ func (r reader) AgentListByIDs(ctx context.Context, ids []kin.AgentID) ([]*kin.A
 		}
 	}
 	return out, nil
+}
+
+// readChunks is how many connections one large read is split over.
+func readChunks() int { return min(runtime.GOMAXPROCS(0), 8) }
+
+// inParallel runs read for chunks 0..n-1 at once and returns their rows in
+// chunk order. Each chunk may see a slightly later snapshot than the one
+// before; a list or a tree view does not promise more than each row being
+// committed. Only outside a transaction (each chunk takes a connection of
+// the read pool).
+func (r reader) inParallel(n int, read func(c int) ([]*kin.Agent, error)) ([]*kin.Agent, error) {
+	parts := make([][]*kin.Agent, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for c := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			parts[c], errs[c] = read(c)
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	return slices.Concat(parts...), nil
+}
+
+// agentsByRange reads every agent, by id, in parallel ranges of ids when
+// there are many (the forest of kin tree, kin ps): ok false when it did
+// not (a transaction, one processor, or few agents), for the caller's one
+// statement.
+func (r reader) agentsByRange(ctx context.Context) (out []*kin.Agent, ok bool, err error) {
+	chunks := readChunks()
+	if r.tx != nil || chunks < 2 {
+		return nil, false, nil
+	}
+	var top int64
+	if err := r.queryRow(ctx, `SELECT COALESCE(MAX(id), 0) FROM agents`).Scan(&top); err != nil {
+		return nil, true, interpretError(err)
+	}
+	if top < parallelReadMin {
+		return nil, false, nil
+	}
+	// The last range is open above: an agent registered after the MAX
+	// is read if its range's statement sees it, as one statement would.
+	size := (top + int64(chunks) - 1) / int64(chunks)
+	out, err = r.inParallel(chunks, func(c int) ([]*kin.Agent, error) {
+		lo, hi := int64(c)*size, int64(c+1)*size
+		if c == chunks-1 {
+			hi = math.MaxInt64
+		}
+		return r.agents(ctx, `SELECT `+agentColumns+` FROM agents a WHERE a.id > ? AND a.id <= ? ORDER BY a.id`, lo, hi)
+	})
+	return out, true, err
 }
 
 // idArray writes ids as a JSON array, which SQLite unnests with json_each:

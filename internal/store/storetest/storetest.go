@@ -36,6 +36,7 @@ func Exercise(t *testing.T, open Opener) {
 	}
 	t.Run("AgentInsertAndGet", func(t *testing.T) { testAgentInsertAndGet(t, one(t)) })
 	t.Run("AgentList", func(t *testing.T) { testAgentList(t, one(t)) })
+	t.Run("AgentListMany", func(t *testing.T) { testAgentListMany(t, one(t)) })
 	t.Run("AncestorsAndSubtree", func(t *testing.T) { testAncestorsAndSubtree(t, one(t)) })
 	t.Run("NameUniqueAmongNonTerminated", func(t *testing.T) { testNameUnique(t, one(t)) })
 	t.Run("WalletUnique", func(t *testing.T) { testWalletUnique(t, one(t)) })
@@ -174,6 +175,45 @@ func testAgentList(t *testing.T, s store.Store) {
 	check(kin.AgentFilter{State: kin.StateRegistered, Limit: 2}, "r", "c1")
 	check(kin.AgentFilter{Responsible: "nobody"})
 	check(kin.AgentFilter{Name: "c1"}, "c1")
+}
+
+// testAgentListMany: an unfiltered list of more agents than a driver
+// reads in one statement (sqlstore reads ranges of ids in parallel) holds
+// every agent once, in id order; a filtered one and a limited one are
+// unchanged.
+func testAgentListMany(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	const n = 5000
+	update(t, s, func(tx store.Tx) error {
+		for i := range n {
+			parent := kin.AgentID(0)
+			if i > 0 {
+				parent = kin.AgentID(1 + (i-1)/10) // ten children each
+			}
+			if _, err := tx.AgentInsert(ctx, store.AgentInsertParams{Agent: NewAgent(fmt.Sprintf("m%d", i), parent, 0)}); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	all, err := s.AgentList(ctx, kin.AgentFilter{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(all) != n {
+		t.Fatalf("AgentList of %d agents: %d rows", n, len(all))
+	}
+	for i, a := range all {
+		if a.ID != kin.AgentID(i+1) || a.Name != fmt.Sprintf("m%d", i) {
+			t.Fatalf("row %d: agent %d %q; want %d m%d (every agent once, by id)", i, a.ID, a.Name, i+1, i)
+		}
+	}
+	if got, err := s.AgentList(ctx, kin.AgentFilter{Limit: 3}); err != nil || len(got) != 3 || got[2].ID != 3 {
+		t.Errorf("AgentList limit 3: %d rows, %v", len(got), err)
+	}
+	if got, err := s.AgentList(ctx, kin.AgentFilter{Parent: 1, HasParent: true}); err != nil || len(got) != 10 {
+		t.Errorf("AgentList of agent 1's children: %d rows, %v", len(got), err)
+	}
 }
 
 func testAncestorsAndSubtree(t *testing.T, s store.Store) {
