@@ -436,6 +436,10 @@ func TestPromotionReachesEveryHost(t *testing.T) {
 		return !exec(b, first.ID)
 	})
 	second := register("student-2")
+	kintest.WaitFor(t, 10*time.Second, "beta to follow student-2's registration", func() bool {
+		_, err := b.Client.Authorize(ctx, kin.AuthorizeRequest{Agent: second.ID, Tool: "exec"})
+		return err == nil // not found until beta's follower has read it
+	})
 	for _, d := range []*kintest.Daemon{a, b} {
 		for _, c := range []*kin.Agent{first, second} {
 			if exec(d, c.ID) {

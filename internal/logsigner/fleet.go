@@ -35,23 +35,9 @@ func (sg *Signer) fleetKey(ctx context.Context, keyDir string) error {
 	var refuse error
 	err := sg.st.Update(ctx, func(tx store.Tx) error {
 		refuse = nil
-		settings, err := tx.SettingList(ctx)
-		if err != nil {
+		fleet, others, err := store.FleetSetting(ctx, tx, settingLogVerifier, sg.host)
+		if err != nil || fleet == ours {
 			return err
-		}
-		fleet := settings[settingLogVerifier]
-		if fleet == ours {
-			return nil
-		}
-		hosts, err := tx.HostList(ctx)
-		if err != nil {
-			return err
-		}
-		others := []string{}
-		for _, h := range hosts {
-			if h.Name != sg.host {
-				others = append(others, h.Name)
-			}
 		}
 		if fleet != "" && len(others) > 0 {
 			refuse = kin.Errorf(kin.ECodeConflict, "this host's log key (%s) is not the fleet's (%s, the key of hosts %v): "+

@@ -199,23 +199,9 @@ func (srv *Server) fleetIssuer(ctx context.Context, own string, configured bool)
 	var refuse error
 	err := srv.st.Update(ctx, func(tx store.Tx) error {
 		out, refuse = own, nil
-		settings, err := tx.SettingList(ctx)
-		if err != nil {
+		fleet, others, err := store.FleetSetting(ctx, tx, settingIssuer, srv.cfg.Host)
+		if err != nil || fleet == own {
 			return err
-		}
-		fleet := settings[settingIssuer]
-		if fleet == own {
-			return nil
-		}
-		hosts, err := tx.HostList(ctx)
-		if err != nil {
-			return err
-		}
-		var others []string
-		for _, h := range hosts {
-			if h.Name != srv.cfg.Host {
-				others = append(others, h.Name)
-			}
 		}
 		switch {
 		case fleet != "" && len(others) > 0 && configured:
