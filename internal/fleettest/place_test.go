@@ -345,3 +345,47 @@ func TestOneHOPerPlacedHost(t *testing.T) {
 		}
 	}
 }
+
+// TestPlacedWhileItsHostRestarts: a spawn placed on a host whose daemon
+// was killed, its lease still running, is started by that host's next
+// daemon: the spawn.placed event came while no daemon followed the store
+// there, and the restarted one reads the recent placements for itself
+// (Runner.resumePlaced) instead of leaving its spawner to withdraw the
+// agent at the placement's timeout.
+func TestPlacedWhileItsHostRestarts(t *testing.T) {
+	f := fleettest.Start(t, fleettest.WithServeArgs("--host-lease", "30s"))
+	a, b := f.Host(t, "a"), f.Host(t, "b")
+	ctx := context.Background()
+	sleep, err := exec.LookPath("sleep")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.Kill9(t)
+	type result struct {
+		ag  *kin.Agent
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		ag, err := a.Client.Spawn(ctx, kin.SpawnRequest{RegisterRequest: kin.RegisterRequest{Name: "placed-on-restarting-b", Responsible: "fleettest"},
+			Command: []string{sleep, "1000"}, Host: "b"})
+		done <- result{ag, err}
+	}()
+	kintest.WaitFor(t, 10*time.Second, "the spawn placed on b registered (b's lease runs)", func() bool {
+		ags, err := a.Client.Agents(ctx, kin.AgentFilter{Name: "placed-on-restarting-b"})
+		return err == nil && len(ags) == 1
+	})
+	b.Restart(t)
+	var r result
+	select {
+	case r = <-done:
+	case <-time.After(60 * time.Second):
+		t.Fatal("the spawn placed on b did not return")
+	}
+	if r.err != nil || r.ag == nil || r.ag.Host != "b" || r.ag.PID == 0 || !inCgroupRootOf(r.ag.PID, b) {
+		t.Fatalf("a spawn placed on b across b's restart: %+v, %v; want started by b's new daemon", r.ag, r.err)
+	}
+	if got := agentOn(a, r.ag.ID); got == nil || got.PID != r.ag.PID || got.State.Terminal() {
+		t.Errorf("the placed agent as recorded: %+v", got)
+	}
+}

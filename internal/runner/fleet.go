@@ -3,6 +3,7 @@ package runner
 import (
 	"context"
 	"encoding/json"
+	"math"
 	"slices"
 	"time"
 
@@ -104,17 +105,48 @@ func (run *Runner) followPlaced(e kin.Event) {
 		return
 	}
 	run.rtMu.Lock()
-	if run.shuttingDown {
+	if run.shuttingDown || run.placing[d.Agent] {
 		run.rtMu.Unlock()
-		return // its spawner withdraws it
+		return // its spawner withdraws it; or it is being started
 	}
+	run.placing[d.Agent] = true
 	run.exitWG.Add(1)
 	run.rtMu.Unlock()
 	go func() {
 		defer run.exitWG.Done()
-		run.startPlaced(d.Agent)
+		run.startPlaced(d.Agent) // then its pid or its end is recorded: another start returns at once
+		run.rtMu.Lock()
+		delete(run.placing, d.Agent)
+		run.rtMu.Unlock()
 	}()
 }
+
+// resumePlaced, at start, starts the agents placed on this host whose
+// spawn.placed came while this daemon was down (or stopping): the follower
+// reads from the log's size at start on. Only those placed within
+// placeTimeout, which their spawners may still be waiting for; startPlaced
+// skips any withdrawn, started or ended meanwhile, and the write lock
+// orders a start against its spawner's withdrawal as for any placement.
+func (run *Runner) resumePlaced(ctx context.Context) {
+	if run.cfg.Host == "" {
+		return
+	}
+	evs, err := run.store.EventList(ctx, kin.EventFilter{Types: []string{kin.EventSpawnPlaced}, Before: math.MaxInt64, Limit: resumePlacedMax})
+	if err != nil {
+		run.log.Warn("placement: resume what was placed here while this daemon was down", "err", err)
+		return
+	}
+	since := run.now().Add(-placeTimeout)
+	for _, e := range evs {
+		if e.Time.After(since) {
+			run.followPlaced(e)
+		}
+	}
+}
+
+// resumePlacedMax bounds the spawn.placed events read at start (the last
+// ones, of every host).
+const resumePlacedMax = 1000
 
 // remoteSlack is how long, past the grace, a cancellation waits for the
 // other hosts of the fleet to record their agents of it.

@@ -73,6 +73,9 @@ type Runner struct {
 	// checked; each channel is closed once its agent is re-adopted or
 	// recorded lost.
 	pending map[kin.AgentID]chan struct{}
+	// placing holds the agents placed on this host whose start is under
+	// way (followPlaced): the follower and resumePlaced may both hand one.
+	placing map[kin.AgentID]bool
 	// deadline is when a shutdown kills whatever is left (Shutdown sets
 	// it: Config.ShutdownTimeout from then); killTimer does it.
 	deadline  time.Time
@@ -198,6 +201,7 @@ func New(c Config) (*Runner, error) {
 		adopted:   map[kin.AgentID]*os.File{},
 		drains:    map[kin.AgentID]*agentlog.Drain{},
 		pending:   map[kin.AgentID]chan struct{}{},
+		placing:   map[kin.AgentID]bool{},
 		endedLogs: map[kin.AgentID]*agentlog.Ended{},
 		closing:   make(chan struct{}),
 	}
@@ -353,6 +357,7 @@ func (run *Runner) Start(ctx context.Context, agents http.Handler) error {
 		defer run.wg.Done()
 		run.resumeFetches(ctx)
 	}()
+	run.resumePlaced(ctx)
 	return nil
 }
 
