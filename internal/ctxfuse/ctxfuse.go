@@ -297,6 +297,12 @@ func (r *root) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs
 		out.SetAttrTimeout(forever)
 		return r.NewInode(ctx, s, fs.StableAttr{Mode: syscall.S_IFSOCK, Ino: s.ino}), 0
 	}
+	if strings.HasSuffix(name, ".sock") {
+		// A socket not bound (yet): bind(2) and the daemon's removal of a
+		// stale one look it up first, on every spawn. Not the store's to
+		// answer (an agent named "x.sock" has no id file here).
+		return nil, syscall.ENOENT
+	}
 	agent, isDir := name, false
 	if n, ok := strings.CutSuffix(name, ".d"); ok {
 		if _, err := kin.ParseName(n); err == nil {

@@ -1,4 +1,4 @@
-package ctxfuse
+package ctxfuse_test
 
 import (
 	"bufio"
@@ -21,6 +21,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/kin-agents/kin/internal/ctxfs"
+	"github.com/kin-agents/kin/internal/ctxfuse"
 	"github.com/kin-agents/kin/internal/kintest"
 	"github.com/kin-agents/kin/kin"
 )
@@ -52,7 +53,7 @@ func TestMain(m *testing.M) {
 		os.Exit(0)
 	case "mount":
 		src := newTableSource()
-		m, err := New(os.Args[len(os.Args)-1], src, nil)
+		m, err := ctxfuse.New(os.Args[len(os.Args)-1], src, nil)
 		if err != nil {
 			fmt.Println(err)
 			os.Exit(1)
@@ -105,12 +106,12 @@ func (s *tableSource) Control(id kin.AgentID) (ctxfs.ControlValues, error) {
 	return v, nil
 }
 
-func (s *tableSource) Names() ([]Entry, error) {
+func (s *tableSource) Names() ([]ctxfuse.Entry, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	var es []Entry
+	var es []ctxfuse.Entry
 	for n, id := range s.byName {
-		es = append(es, Entry{n, id})
+		es = append(es, ctxfuse.Entry{Name: n, ID: id})
 	}
 	return es, nil
 }
@@ -126,16 +127,16 @@ func agentValues(id kin.AgentID, name string, gid int) (kin.Agent, ctxfs.Runtime
 
 // mountAt serves src at a new directory and checks, when the test ends,
 // that nothing is left mounted there.
-func mountAt(t *testing.T, src Source) (*Mount, string) {
+func mountAt(t *testing.T, src ctxfuse.Source) (*ctxfuse.Mount, string) {
 	t.Helper()
-	if err := Available(); err != nil {
+	if err := ctxfuse.Available(); err != nil {
 		t.Skipf("FUSE: %v", err)
 	}
 	dir := filepath.Join(shortDir(t), "agent")
 	if err := os.Mkdir(dir, 0o711); err != nil {
 		t.Fatal(err)
 	}
-	m, err := New(dir, src, nil)
+	m, err := ctxfuse.New(dir, src, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -145,16 +146,16 @@ func mountAt(t *testing.T, src Source) (*Mount, string) {
 
 // noMountLeft closes m and fails the test if a mount is left at dir
 // (detaching it then, so that nothing outlives the test).
-func noMountLeft(t *testing.T, m *Mount, dir string) {
+func noMountLeft(t *testing.T, m *ctxfuse.Mount, dir string) {
 	t.Helper()
 	if m != nil {
 		if err := m.Close(); err != nil {
 			t.Error(err)
 		}
 	}
-	if n, err := Mounted(dir); err != nil || n != 0 {
+	if n, err := ctxfuse.Mounted(dir); err != nil || n != 0 {
 		t.Errorf("%d mounts left at %s (%v)", n, dir, err)
-		DetachStale(dir)
+		ctxfuse.DetachStale(dir)
 	}
 }
 
@@ -167,7 +168,7 @@ func shortDir(t *testing.T) string {
 	}
 	os.Chmod(d, 0o755)
 	t.Cleanup(func() {
-		if n, _ := Mounted(filepath.Join(d, "agent")); n == 0 {
+		if n, _ := ctxfuse.Mounted(filepath.Join(d, "agent")); n == 0 {
 			os.RemoveAll(d)
 		}
 	})
@@ -404,7 +405,7 @@ func TestSocketInMount(t *testing.T) {
 // TestDeadMountReplaced: a daemon killed with -9 leaves a mount answering
 // ENOTCONN; the next New detaches it and serves again.
 func TestDeadMountReplaced(t *testing.T) {
-	if err := Available(); err != nil {
+	if err := ctxfuse.Available(); err != nil {
 		t.Skipf("FUSE: %v", err)
 	}
 	dir := filepath.Join(shortDir(t), "agent")
@@ -437,12 +438,12 @@ func TestDeadMountReplaced(t *testing.T) {
 	src := newTableSource()
 	a, rt := agentValues(7, "coder", 4001)
 	src.set(t, a, rt)
-	m, err := New(dir, src, nil)
+	m, err := ctxfuse.New(dir, src, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer m.Close()
-	if n, _ := Mounted(dir); n != 1 {
+	if n, _ := ctxfuse.Mounted(dir); n != 1 {
 		t.Errorf("%d mounts at %s, want 1", n, dir)
 	}
 	if b, err := os.ReadFile(filepath.Join(dir, "coder")); err != nil || string(b) != "7\n" {

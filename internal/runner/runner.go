@@ -18,6 +18,7 @@ import (
 	"github.com/kin-agents/kin/internal/authority"
 	"github.com/kin-agents/kin/internal/caller"
 	"github.com/kin-agents/kin/internal/ctxfs"
+	"github.com/kin-agents/kin/internal/ctxfuse"
 	"github.com/kin-agents/kin/internal/lineage"
 	"github.com/kin-agents/kin/internal/personserver"
 	"github.com/kin-agents/kin/internal/quota"
@@ -54,7 +55,9 @@ type Runner struct {
 	ctxDir        string // the agent filesystem's root
 	ctx           *ctxfs.FS
 	ctxw          *ctxWriter
-	remoteMu      sync.Mutex // one remoteChild at a time (the writer's, the resume's)
+	served        *ctxfuse.Mount // the control files served (ctxserve.go); nil: written by ctxw
+	ctlSrc        *ctlSource     // what served answers from
+	remoteMu      sync.Mutex     // one remoteChild at a time (the writer's, the resume's)
 	ctxMu         sync.Mutex
 	ctxAgents     map[kin.AgentID]*ctxAgent
 	agentPath     string   // PATH of agent processes
@@ -312,6 +315,7 @@ func (run *Runner) Open() error {
 		Peers:   run.sup,
 		Log:     run.log,
 	})
+	run.serveControl()
 	return nil
 }
 
@@ -429,6 +433,9 @@ func (run *Runner) Close() error {
 	run.wg.Wait()
 	if run.ctxw != nil {
 		run.ctxw.stop() // the tree reflects the store, shutdown included
+	}
+	if err := run.unserveControl(); err != nil {
+		errs = append(errs, err)
 	}
 	if run.ctx != nil {
 		run.ctx.Close()
