@@ -158,30 +158,55 @@ func (m *Mount) Close() error {
 	return m.err
 }
 
-// Mounted lists the mount points of kin's served agent/ at dir (0, 1, or
-// more when mounts were stacked), from /proc/self/mountinfo.
+// Mounted counts kin's served agent/ mounts at dir (0, 1, or more when
+// mounts were stacked), from /proc/self/mountinfo.
 func Mounted(dir string) (int, error) {
+	points, err := mountPoints(func(p string) bool { return p == dir })
+	return len(points), err
+}
+
+// mountPoints lists the mount points of kin's served agent/ that keep
+// keep, once for each mount (stacked mounts repeat a point).
+func mountPoints(keep func(string) bool) ([]string, error) {
 	f, err := os.Open("/proc/self/mountinfo")
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
 	defer f.Close()
-	n := 0
+	var points []string
 	sc := bufio.NewScanner(f)
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
 	for sc.Scan() {
 		// id parent major:minor root mountpoint options ... - type source super
 		fields := strings.Fields(sc.Text())
-		if len(fields) < 5 || unescape(fields[4]) != dir {
+		if len(fields) < 5 || !keep(unescape(fields[4])) {
 			continue
 		}
 		for i, fl := range fields {
 			if fl == "-" && i+1 < len(fields) && fields[i+1] == "fuse."+FSName {
-				n++
+				points = append(points, unescape(fields[4]))
 			}
 		}
 	}
-	return n, sc.Err()
+	return points, sc.Err()
+}
+
+// DetachUnder lazily unmounts every served agent/ mounted at or below dir
+// (tests' cleanups: a daemon they killed left its mount) and returns the
+// mount points.
+func DetachUnder(dir string) ([]string, error) {
+	dir = strings.TrimSuffix(dir, "/")
+	points, err := mountPoints(func(p string) bool { return p == dir || strings.HasPrefix(p, dir+"/") })
+	if err != nil {
+		return nil, fmt.Errorf("ctxfuse: %w", err)
+	}
+	var errs []error
+	for _, p := range points {
+		if err := unix.Unmount(p, unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) {
+			errs = append(errs, fmt.Errorf("ctxfuse: detach the mount at %s: %w", p, err))
+		}
+	}
+	return points, errors.Join(errs...)
 }
 
 // unescape undoes mountinfo's octal escapes (\040 for a space).

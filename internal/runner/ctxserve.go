@@ -43,12 +43,6 @@ func (run *Runner) serveControl() {
 		}
 		why = err.Error()
 	}
-	// A dead mount an earlier (root) daemon left would hide the disk.
-	if n, err := ctxfuse.DetachStale(dir); err != nil {
-		run.log.Warn("agent filesystem: an earlier daemon's mount", "err", err)
-	} else if n > 0 {
-		run.log.Info("agent filesystem: detached a mount an earlier daemon left", "dir", dir)
-	}
 	run.log.Info("agent filesystem: control files written to disk", "dir", dir, "because", why)
 }
 

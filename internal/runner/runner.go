@@ -266,6 +266,13 @@ func (run *Runner) Open() error {
 	if err != nil {
 		return err
 	}
+	// A root daemon killed with -9 leaves its served agent/ mounted and
+	// dead (ENOTCONN): detached before anything touches it.
+	if n, err := ctxfuse.DetachStale(filepath.Join(run.ctxDir, "agent")); err != nil {
+		return err
+	} else if n > 0 {
+		run.log.Info("agent filesystem: detached the served agent/ an earlier daemon left", "dir", filepath.Join(run.ctxDir, "agent"))
+	}
 	if err := run.prepareDirs(); err != nil {
 		return err
 	}
