@@ -60,8 +60,9 @@ func TestControlFilesServed(t *testing.T) {
 		"list:" + agentDir,
 		"append:" + filepath.Join(own, ctxfs.CtlStatus),
 	}
-	// Its own control files: the default view does not grant them today
-	// (on disk or served alike); logged, not asserted.
+	// Its own control files: the default view is everything but kin's
+	// home and agent filesystem (sandbox's view.go), so they are out of
+	// its reach too, on disk or served alike; logged, not asserted.
 	mine := []string{"read:" + filepath.Join(own, ctxfs.CtlStatus), "read:" + filepath.Join(agentDir, "served-reader")}
 	out := outPath(t)
 	mode := "trespass " + strings.Join(append(append([]string{}, mine...), denied...), " ")
