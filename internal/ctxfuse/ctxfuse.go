@@ -109,7 +109,7 @@ func New(dir string, src Source, log *slog.Logger) (*Mount, error) {
 	} else if n > 0 {
 		log.Info("agent filesystem: detached a mount an earlier daemon left", "dir", dir, "mounts", n)
 	}
-	r := &root{src: src, log: log, uid: uint32(os.Geteuid()), gid: uint32(os.Getegid()), socks: map[string]*sockNode{}, born: time.Now()}
+	r := &root{src: src, log: log, uid: uint32(os.Geteuid()), gid: uint32(os.Getegid()), socks: map[string]*sockState{}, born: time.Now()}
 	srv, err := fs.Mount(dir, r, &fs.Options{
 		MountOptions: fuse.MountOptions{
 			DirectMountStrict:  true,
@@ -272,7 +272,7 @@ type root struct {
 	born     time.Time
 
 	mu       sync.Mutex
-	socks    map[string]*sockNode
+	socks    map[string]*sockState
 	nextSock uint64
 }
 
@@ -320,7 +320,7 @@ func (r *root) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs
 		s.attr(&out.Attr)
 		out.SetEntryTimeout(forever)
 		out.SetAttrTimeout(forever)
-		return r.NewInode(ctx, s, fs.StableAttr{Mode: syscall.S_IFSOCK, Ino: s.ino}), 0
+		return r.NewInode(ctx, &sockNode{sockState: s}, fs.StableAttr{Mode: syscall.S_IFSOCK, Ino: s.ino}), 0
 	}
 	if strings.HasSuffix(name, ".sock") {
 		// A socket not bound (yet): bind(2) and the daemon's removal of a
@@ -403,13 +403,13 @@ func (r *root) Mknod(ctx context.Context, name string, mode, dev uint32, out *fu
 		return nil, syscall.EEXIST
 	}
 	r.nextSock++
-	s := &sockNode{ino: inoSocket + r.nextSock, mode: mode &^ syscall.S_IFMT & 0o7777, uid: caller.Uid, gid: caller.Gid, t: time.Now()}
+	s := &sockState{ino: inoSocket + r.nextSock, mode: mode &^ syscall.S_IFMT & 0o7777, uid: caller.Uid, gid: caller.Gid, t: time.Now()}
 	r.socks[name] = s
 	r.mu.Unlock()
 	s.attr(&out.Attr)
 	out.SetEntryTimeout(forever)
 	out.SetAttrTimeout(forever)
-	return r.NewInode(ctx, s, fs.StableAttr{Mode: syscall.S_IFSOCK, Ino: s.ino}), 0
+	return r.NewInode(ctx, &sockNode{sockState: s}, fs.StableAttr{Mode: syscall.S_IFSOCK, Ino: s.ino}), 0
 }
 
 // Unlink removes a socket's node (the daemon closing an agent's socket).
@@ -435,9 +435,8 @@ func (r *root) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAttrIn,
 	return syscall.EROFS
 }
 
-// sockNode is an agent's socket, bound by the daemon.
-type sockNode struct {
-	fs.Inode
+// sockState is an agent's socket, bound by the daemon: what its node says.
+type sockState struct {
 	ino uint64
 	t   time.Time
 
@@ -447,9 +446,16 @@ type sockNode struct {
 	changedAt time.Time
 }
 
+// sockNode is a socket's node: a new one for each lookup, sharing the
+// state (go-fuse keeps the first while the kernel holds the inode).
+type sockNode struct {
+	fs.Inode
+	*sockState
+}
+
 var _ fs.NodeSetattrer = (*sockNode)(nil)
 
-func (s *sockNode) attr(a *fuse.Attr) {
+func (s *sockState) attr(a *fuse.Attr) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	a.Ino = s.ino
@@ -658,6 +664,10 @@ func (n *ctlFile) Getattr(ctx context.Context, f fs.FileHandle, out *fuse.AttrOu
 	if errno := n.fill(&out.Attr); errno != 0 {
 		return errno
 	}
+	// The size is the content's now, also for an open file's fstat (go-fuse
+	// passes an open handle even to a stat by path, so the two cannot be
+	// told apart): a reader reads its snapshot to EOF all the same (direct
+	// I/O).
 	out.SetTimeout(notCached)
 	return 0
 }

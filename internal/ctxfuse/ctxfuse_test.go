@@ -274,6 +274,9 @@ func TestServedFilesLive(t *testing.T) {
 	if b, _ := bufio.NewReader(f).ReadString('\n'); b != "active\n" {
 		t.Errorf("the file opened before the change: %q", b)
 	}
+	if st, err := os.Stat(status); err != nil || st.Size() != int64(len("suspended\n")) {
+		t.Errorf("stat after the change: %v %v", st, err)
+	}
 	// The name taken again, by an agent of another group.
 	b, rtb := agentValues(12, "coder", 4005)
 	src.set(t, b, rtb)
