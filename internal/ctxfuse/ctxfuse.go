@@ -119,7 +119,10 @@ func New(dir string, src Source, log *slog.Logger) (*Mount, error) {
 			Name:               FSName,
 			DisableXAttrs:      true,
 			DisableReadDirPlus: true,
-			MaxReadAhead:       0,
+			// Nothing is written here and a control file is small: a read
+			// request of 16 KiB keeps each request buffer ~20 KiB (go-fuse's
+			// default, 128 KiB, made them ~132 KiB each).
+			MaxWrite: 16 << 10,
 		},
 		NullPermissions: true,
 		RootStableAttr:  &fs.StableAttr{Ino: 1},

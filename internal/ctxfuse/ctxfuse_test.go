@@ -277,6 +277,12 @@ func TestServedFilesLive(t *testing.T) {
 	if st, err := os.Stat(status); err != nil || st.Size() != int64(len("suspended\n")) {
 		t.Errorf("stat after the change: %v %v", st, err)
 	}
+	// A file larger than one read request (16 KiB) reads whole.
+	rt.Policy = json.RawMessage(`{"note":"` + strings.Repeat("x", 40<<10) + `"}`)
+	big := src.set(t, a, rt)
+	if b, err := os.ReadFile(filepath.Join(dir, "coder.d", ctxfs.CtlPolicy)); err != nil || string(b) != string(big.Policy)+"\n" {
+		t.Errorf("a 40 KiB policy: %d bytes, %v", len(b), err)
+	}
 	// The name taken again, by an agent of another group.
 	b, rtb := agentValues(12, "coder", 4005)
 	src.set(t, b, rtb)

@@ -50,8 +50,7 @@ func (run *Runner) serveControl() {
 // rather than written.
 func (run *Runner) ServedControl() bool { return run.served != nil }
 
-// unserveControl unmounts the served control files (Close, and Open's
-// failures after the mount).
+// unserveControl unmounts the served control files (Close).
 func (run *Runner) unserveControl() error {
 	if run.served == nil {
 		return nil
