@@ -79,6 +79,15 @@
 // Options.NoSync (which trades power-loss durability; atomicity stays)
 // BenchmarkNewAgent took as long (docs/PERFORMANCE.md says why).
 //
+// # Served instead of written
+//
+// A daemon running as root with /dev/fuse does not write agent/: package
+// ctxfuse mounts it and serves agent/<name>, agent/<name>.d/ and its files
+// from the store, rendered by ControlValues.Files with the owners and modes
+// above, one snapshot per open. WriteControl, ReadControl and RemoveControl
+// are then not used on it; everything else here is unchanged, and
+// RemoveTemps does not walk into the mount.
+//
 // # Lifetimes
 //
 // kin keeps an ended agent's control files (they then say how it ended)

@@ -677,11 +677,18 @@ func (f *FS) splitFile(path string) (dir []string, base string, err error) {
 // this FS's writes (a daemon runs it in the background: a large tree takes
 // a while to walk). It does not descend more than 32 levels. Entries an
 // agent named like kin's temporaries (".<name>.kin-tmp-...") go too.
+//
+// It stays on the root's filesystem: a served agent/ (ctxfuse) holds no
+// temporaries, and walking it would ask the daemon for every agent.
 func (f *FS) RemoveTemps() (int, error) {
-	return f.removeTemps(f.rootFD, 0)
+	var st unix.Stat_t
+	if err := unix.Fstat(f.rootFD, &st); err != nil {
+		return 0, err
+	}
+	return f.removeTemps(f.rootFD, 0, st.Dev)
 }
 
-func (f *FS) removeTemps(dirfd int, depth int) (int, error) {
+func (f *FS) removeTemps(dirfd int, depth int, dev uint64) (int, error) {
 	names, err := listAt(dirfd)
 	if err != nil {
 		return 0, err
@@ -699,14 +706,14 @@ func (f *FS) removeTemps(dirfd int, depth int) (int, error) {
 			continue
 		}
 		var st unix.Stat_t
-		if unix.Fstatat(dirfd, n, &st, unix.AT_SYMLINK_NOFOLLOW) != nil || st.Mode&unix.S_IFMT != unix.S_IFDIR || depth >= maxResultDepth {
+		if unix.Fstatat(dirfd, n, &st, unix.AT_SYMLINK_NOFOLLOW) != nil || st.Mode&unix.S_IFMT != unix.S_IFDIR || depth >= maxResultDepth || st.Dev != dev {
 			continue
 		}
 		fd, err := openDirAt(dirfd, n)
 		if err != nil {
 			continue // replaced by a link meanwhile: not ours to walk
 		}
-		k, err := f.removeTemps(fd, depth+1)
+		k, err := f.removeTemps(fd, depth+1, dev)
 		unix.Close(fd)
 		removed += k
 		if err != nil {

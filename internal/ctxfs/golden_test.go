@@ -286,9 +286,17 @@ const (
 
 // TestReadmeListing keeps the listing in the README's section "The agent
 // filesystem" true to the tree.
-func TestReadmeListing(t *testing.T) {
+func TestReadmeListing(t *testing.T) { readmeListing(t, false) }
+
+// TestReadmeListingServed: the same, the control files served (ctxfuse).
+func TestReadmeListingServed(t *testing.T) { readmeListing(t, true) }
+
+func readmeListing(t *testing.T, served bool) {
 	requireRoot(t)
 	f, parent, child := buildTwoAgents(t, filepath.Join(t.TempDir(), "ctx"))
+	if served {
+		serveOver(t, f, "coder", "rev-123")
+	}
 	var b bytes.Buffer
 	for _, c := range []struct {
 		dir       string

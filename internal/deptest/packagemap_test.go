@@ -333,6 +333,14 @@ var packageMap = map[string]deptest.DepChecker{
 			mod + "internal/handoff": "whether a result is acceptable is handoff's to decide; ctxfs only copies it",
 		},
 	},
+	"internal/ctxfuse": {
+		BadDeps: withBans(map[string]string{
+			mod + "internal/store":          "what it serves comes through ctxfuse.Source (the runner's): it never reads the store itself",
+			mod + "internal/runner":         "the runner mounts it and answers it through ctxfuse.Source; " + whyDown,
+			mod + "internal/supervisor/...": "it serves files; processes are the supervisor's",
+			mod + "internal/handoff":        "it serves the control files only",
+		}),
+	},
 	"internal/handoff": {
 		OnlyDeps: map[string]string{
 			"std":       "parsing and hashing need nothing else",

@@ -40,6 +40,7 @@ import (
 	"time"
 
 	"github.com/kin-agents/kin/internal/auditlog"
+	"github.com/kin-agents/kin/internal/ctxfuse"
 	"github.com/kin-agents/kin/internal/exampletest"
 	"github.com/kin-agents/kin/internal/pgtest"
 )
@@ -162,6 +163,13 @@ func Start(t testing.TB, opts ...Option) *Fleet {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
+		// A host's daemon killed (Kill9, or by teardown) leaves its served
+		// agent/ mounted and dead: detached before the directory goes.
+		if points, err := ctxfuse.DetachUnder(dir); err != nil {
+			t.Errorf("fleettest: %v", err)
+		} else if len(points) > 0 {
+			t.Logf("fleettest: detached the served agent/ its killed daemons left: %v", points)
+		}
 		if err := os.RemoveAll(dir); err != nil {
 			t.Errorf("fleettest: %v", err)
 		}

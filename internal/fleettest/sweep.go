@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/kin-agents/kin/internal/ctxfuse"
 	"github.com/kin-agents/kin/internal/pgtest"
 )
 
@@ -71,6 +72,7 @@ func sweep() {
 		ipCmd("netns", "del", ns)
 	}
 	for _, dir := range dirs {
+		ctxfuse.DetachUnder(dir) // its daemons' served agent/, dead with them
 		os.RemoveAll(dir)
 	}
 	pgtest.Sweep() // the store's cluster: its server died with the binary (PDEATHSIG)

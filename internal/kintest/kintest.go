@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/kin-agents/kin/client"
+	"github.com/kin-agents/kin/internal/ctxfuse"
 	"github.com/kin-agents/kin/internal/daemon"
 	"github.com/kin-agents/kin/internal/pgtest"
 	"github.com/kin-agents/kin/internal/sandbox"
@@ -172,6 +173,9 @@ func StartDaemon(t testing.TB, opts ...Option) *Daemon {
 		if err := d.Close(); err != nil {
 			t.Errorf("close daemon: %v", err)
 		}
+		if n, err := ctxfuse.Mounted(filepath.Join(d.CtxRoot(), "agent")); n > 0 || err != nil {
+			t.Errorf("the daemon left its served agent/ mounted (%d, %v)", n, err)
+		}
 		if cgroupRoot != "" && !cfg.LeaveRunning {
 			if _, err := os.Stat(cgroupRoot); err == nil {
 				t.Errorf("the daemon left its cgroup %s behind", cgroupRoot)
@@ -194,7 +198,13 @@ func shortTempDir(t testing.TB) string {
 	if err := os.Chmod(dir, 0o711); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
+	t.Cleanup(func() {
+		// A daemon the test killed leaves its served agent/ mounted, dead.
+		if _, err := ctxfuse.DetachUnder(dir); err != nil {
+			t.Error(err)
+		}
+		os.RemoveAll(dir)
+	})
 	return filepath.Join(dir, "home")
 }
 

@@ -291,7 +291,9 @@ func (w *ctxWriter) apply(ctx context.Context, a *kin.Agent, evs []kin.Event) {
 		w.repaired[a.ID] = true
 		run.repairCtx(ctx, a, c)
 	}
-	if w.holdsName(a) {
+	if src := run.ctlSrc; src != nil {
+		src.remember(a) // served: read from the store when opened (ctxserve.go)
+	} else if w.holdsName(a) {
 		v, err := ctxfs.ControlFor(a, c.rt)
 		if err == nil {
 			err = run.ctx.WriteControl(a.Name, v)

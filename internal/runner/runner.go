@@ -18,6 +18,7 @@ import (
 	"github.com/kin-agents/kin/internal/authority"
 	"github.com/kin-agents/kin/internal/caller"
 	"github.com/kin-agents/kin/internal/ctxfs"
+	"github.com/kin-agents/kin/internal/ctxfuse"
 	"github.com/kin-agents/kin/internal/lineage"
 	"github.com/kin-agents/kin/internal/personserver"
 	"github.com/kin-agents/kin/internal/quota"
@@ -54,7 +55,9 @@ type Runner struct {
 	ctxDir        string // the agent filesystem's root
 	ctx           *ctxfs.FS
 	ctxw          *ctxWriter
-	remoteMu      sync.Mutex // one remoteChild at a time (the writer's, the resume's)
+	served        *ctxfuse.Mount // the control files served (ctxserve.go); nil: written by ctxw
+	ctlSrc        *ctlSource     // what served answers from
+	remoteMu      sync.Mutex     // one remoteChild at a time (the writer's, the resume's)
 	ctxMu         sync.Mutex
 	ctxAgents     map[kin.AgentID]*ctxAgent
 	agentPath     string   // PATH of agent processes
@@ -267,6 +270,13 @@ func (run *Runner) Open() error {
 	if err != nil {
 		return err
 	}
+	// A root daemon killed with -9 leaves its served agent/ mounted and
+	// dead (ENOTCONN): detached before anything touches it.
+	if n, err := ctxfuse.DetachStale(filepath.Join(run.ctxDir, "agent")); err != nil {
+		return err
+	} else if n > 0 {
+		run.log.Info("agent filesystem: detached the served agent/ an earlier daemon left", "dir", filepath.Join(run.ctxDir, "agent"))
+	}
 	if err := run.prepareDirs(); err != nil {
 		return err
 	}
@@ -316,6 +326,7 @@ func (run *Runner) Open() error {
 		Peers:   run.sup,
 		Log:     run.log,
 	})
+	run.serveControl()
 	return nil
 }
 
@@ -434,6 +445,9 @@ func (run *Runner) Close() error {
 	run.wg.Wait()
 	if run.ctxw != nil {
 		run.ctxw.stop() // the tree reflects the store, shutdown included
+	}
+	if err := run.unserveControl(); err != nil {
+		errs = append(errs, err)
 	}
 	if run.ctx != nil {
 		run.ctx.Close()

@@ -1,0 +1,705 @@
+// Package ctxfuse serves <ctx>/agent, the control files of seed 001's
+// agent filesystem, from the daemon's memory and store through FUSE, the way
+// procfs serves a process's files: no inode on disk per agent and no rewrite
+// when an agent changes, and a read always sees the agent as the store has
+// it now (no writer lag). What agents and tools see is what ctxfs writes on
+// disk when this is not mounted (ctxfs's doc and golden tests): the same
+// names, contents, owners and modes:
+//
+//	agent/              0711 daemon
+//	  <name>            0644 daemon            the agent's id ("7\n")
+//	  <name>.d/         0750 daemon:<gid>      its control files (ctxfs.ControlFiles), 0640 daemon:<gid>
+//	  <name>.sock                              its socket: bound by the daemon in the mount
+//
+// The kernel enforces the modes (default_permissions) for every uid
+// (allow_other): an agent reads its own control files through its gid and
+// cannot read another agent's or write any. The mount refuses every change
+// except the daemon's own sockets (mknod of a socket by bind(2), its chown
+// and chmod, its unlink): a bound Unix socket holds its dentry and inode,
+// so a process connecting by path reaches it for as long as it is bound.
+//
+// Each node is one agent's (its inode number holds the agent id), so its
+// owner and mode never change; a name taken again by a later agent is a new
+// node (agent/<name> and agent/<name>.d are looked up again every time: no
+// entry cache). A file's content is rendered when it is opened, from one
+// read of the agent, and served from that snapshot until it is closed: a
+// reader never sees half of a change.
+//
+// Nothing here is a record: the store is. A daemon killed with -9 leaves a
+// dead mount (ENOTCONN); Mount detaches whatever is mounted at its directory
+// first.
+package ctxfuse
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/hanwen/go-fuse/v2/fs"
+	"github.com/hanwen/go-fuse/v2/fuse"
+	"golang.org/x/sys/unix"
+
+	"github.com/kin-agents/kin/internal/ctxfs"
+	"github.com/kin-agents/kin/kin"
+)
+
+// FSName is the mount's source and type suffix in /proc/self/mountinfo
+// ("fuse.kin-ctl").
+const FSName = "kin-ctl"
+
+// Source is what the mount serves: the daemon's registry.
+type Source interface {
+	// Resolve returns the agent agent/<name> names now (0: none).
+	Resolve(name string) (kin.AgentID, error)
+	// Control returns agent id's control values as they are now;
+	// fs.ErrNotExist (wrapped) when the agent has no control files here.
+	Control(id kin.AgentID) (ctxfs.ControlValues, error)
+	// Names lists every agent agent/ holds, each name once with the agent
+	// it names.
+	Names() ([]Entry, error)
+}
+
+// Entry is one name of agent/ and the agent it names.
+type Entry struct {
+	Name string
+	ID   kin.AgentID
+}
+
+// Mount is a mounted agent/.
+type Mount struct {
+	dir string
+	srv *fuse.Server
+	log *slog.Logger
+
+	once sync.Once
+	err  error
+}
+
+// Available reports why FUSE cannot be served here, or nil: a mount needs
+// root (no fusermount: go-fuse mounts with mount(2)) and /dev/fuse.
+func Available() error {
+	if os.Geteuid() != 0 {
+		return errors.New("not root (an ordinary user needs fusermount3, which kin does not use)")
+	}
+	f, err := os.OpenFile("/dev/fuse", os.O_RDWR, 0)
+	if err != nil {
+		return fmt.Errorf("/dev/fuse: %w", err)
+	}
+	f.Close()
+	return nil
+}
+
+// New mounts the served agent/ at dir (an existing directory; whatever is
+// in it is hidden while mounted) after detaching anything mounted there (a
+// killed daemon's dead mount).
+func New(dir string, src Source, log *slog.Logger) (*Mount, error) {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	if n, err := DetachStale(dir); err != nil {
+		return nil, err
+	} else if n > 0 {
+		log.Info("agent filesystem: detached a mount an earlier daemon left", "dir", dir, "mounts", n)
+	}
+	r := &root{src: src, log: log, uid: uint32(os.Geteuid()), gid: uint32(os.Getegid()), socks: map[string]*sockState{}, born: time.Now()}
+	srv, err := fs.Mount(dir, r, &fs.Options{
+		MountOptions: fuse.MountOptions{
+			DirectMountStrict:  true,
+			AllowOther:         true,
+			Options:            []string{"default_permissions"},
+			FsName:             FSName,
+			Name:               FSName,
+			DisableXAttrs:      true,
+			DisableReadDirPlus: true,
+			// Nothing is written here and a control file is small: a read
+			// request of 16 KiB keeps each request buffer ~20 KiB (go-fuse's
+			// default, 128 KiB, made them ~132 KiB each).
+			MaxWrite: 16 << 10,
+		},
+		NullPermissions: true,
+		RootStableAttr:  &fs.StableAttr{Ino: 1},
+		Logger:          nil,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("ctxfuse: mount %s: %w", dir, err)
+	}
+	if err := srv.WaitMount(); err != nil {
+		unix.Unmount(dir, unix.MNT_DETACH)
+		return nil, fmt.Errorf("ctxfuse: mount %s: %w", dir, err)
+	}
+	return &Mount{dir: dir, srv: srv, log: log}, nil
+}
+
+// Dir is where it is mounted.
+func (m *Mount) Dir() string { return m.dir }
+
+// Close unmounts it. The mount is detached at once (MNT_DETACH: an agent's
+// open file or working directory inside does not keep it in the tree);
+// Close then waits up to a second for the kernel to end the connection.
+func (m *Mount) Close() error {
+	m.once.Do(func() {
+		if err := unix.Unmount(m.dir, unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) {
+			m.err = fmt.Errorf("ctxfuse: unmount %s: %w", m.dir, err)
+			return
+		}
+		done := make(chan struct{})
+		go func() { m.srv.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(time.Second):
+			m.log.Info("agent filesystem: the detached mount is still in use; it ends when its last user lets go", "dir", m.dir)
+		}
+	})
+	return m.err
+}
+
+// Mounted counts kin's served agent/ mounts at dir (0, 1, or more when
+// mounts were stacked), from /proc/self/mountinfo.
+func Mounted(dir string) (int, error) {
+	points, err := mountPoints(func(p string) bool { return p == dir })
+	return len(points), err
+}
+
+// mountPoints lists the mount points of kin's served agent/ that keep
+// keep, once for each mount (stacked mounts repeat a point).
+func mountPoints(keep func(string) bool) ([]string, error) {
+	f, err := os.Open("/proc/self/mountinfo")
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	var points []string
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		// id parent major:minor root mountpoint options ... - type source super
+		fields := strings.Fields(sc.Text())
+		if len(fields) < 5 || !keep(unescape(fields[4])) {
+			continue
+		}
+		for i, fl := range fields {
+			if fl == "-" && i+1 < len(fields) && fields[i+1] == "fuse."+FSName {
+				points = append(points, unescape(fields[4]))
+			}
+		}
+	}
+	return points, sc.Err()
+}
+
+// DetachUnder lazily unmounts every served agent/ mounted at or below dir
+// (tests' cleanups: a daemon they killed left its mount) and returns the
+// mount points.
+func DetachUnder(dir string) ([]string, error) {
+	dir = strings.TrimSuffix(dir, "/")
+	points, err := mountPoints(func(p string) bool { return p == dir || strings.HasPrefix(p, dir+"/") })
+	if err != nil {
+		return nil, fmt.Errorf("ctxfuse: %w", err)
+	}
+	var errs []error
+	for _, p := range points {
+		if err := unix.Unmount(p, unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) {
+			errs = append(errs, fmt.Errorf("ctxfuse: detach the mount at %s: %w", p, err))
+		}
+	}
+	return points, errors.Join(errs...)
+}
+
+// unescape undoes mountinfo's octal escapes (\040 for a space).
+func unescape(s string) string {
+	if !strings.Contains(s, `\`) {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+3 < len(s) {
+			if v, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
+				b.WriteByte(byte(v))
+				i += 3
+				continue
+			}
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
+}
+
+// DetachStale lazily unmounts every served agent/ mounted at dir (a killed
+// daemon leaves one that answers ENOTCONN) and returns how many.
+func DetachStale(dir string) (int, error) {
+	n, err := Mounted(dir)
+	if err != nil {
+		return 0, fmt.Errorf("ctxfuse: %w", err)
+	}
+	for i := 0; i < n; i++ {
+		if err := unix.Unmount(dir, unix.MNT_DETACH); err != nil {
+			return i, fmt.Errorf("ctxfuse: detach the mount at %s: %w", dir, err)
+		}
+	}
+	return n, nil
+}
+
+// Inode numbers: an agent's nodes hold its id, so a name taken again is a
+// new node and the kernel never reuses a node across agents.
+const (
+	inoShift  = 5 // kinds below: the id file, the directory, the 19 files
+	kindID    = 0
+	kindDir   = 1
+	kindFile0 = 2
+	inoSocket = 1 << 62 // sockets count up from here
+)
+
+func ino(id kin.AgentID, kind int) uint64 { return uint64(id)<<inoShift | uint64(kind) }
+
+// How long the kernel may keep what it was told. agent/<name> and
+// agent/<name>.d are looked up every time (a name moves to a later agent);
+// a node's owner and mode never change; a control file's size does.
+const (
+	forever   = time.Hour
+	notCached = 0
+)
+
+// root is agent/.
+type root struct {
+	fs.Inode
+	src      Source
+	log      *slog.Logger
+	uid, gid uint32 // the daemon's
+	born     time.Time
+
+	mu       sync.Mutex
+	socks    map[string]*sockState
+	nextSock uint64
+}
+
+var (
+	_ fs.NodeLookuper  = (*root)(nil)
+	_ fs.NodeReaddirer = (*root)(nil)
+	_ fs.NodeGetattrer = (*root)(nil)
+	_ fs.NodeMknoder   = (*root)(nil)
+	_ fs.NodeUnlinker  = (*root)(nil)
+	_ fs.NodeCreater   = (*root)(nil)
+	_ fs.NodeMkdirer   = (*root)(nil)
+	_ fs.NodeSetattrer = (*root)(nil)
+)
+
+func (r *root) dirAttr(a *fuse.Attr, mode uint32, gid uint32) {
+	a.Mode = syscall.S_IFDIR | mode
+	a.Nlink = 2
+	a.Size = 4096 // as a directory on ext4 says
+	a.Uid, a.Gid = r.uid, gid
+	t := r.born
+	a.SetTimes(&t, &t, &t)
+}
+
+func (r *root) Getattr(ctx context.Context, f fs.FileHandle, out *fuse.AttrOut) syscall.Errno {
+	r.dirAttr(&out.Attr, uint32(ctxfs.ModeKinDir), r.gid)
+	out.Ino = 1
+	out.SetTimeout(forever)
+	return 0
+}
+
+// fail logs a failure of the source and answers EIO.
+func (r *root) fail(what string, err error) syscall.Errno {
+	if errors.Is(err, os.ErrNotExist) {
+		return syscall.ENOENT
+	}
+	r.log.Warn("agent filesystem: serve", "what", what, "err", err)
+	return syscall.EIO
+}
+
+func (r *root) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	r.mu.Lock()
+	s := r.socks[name]
+	r.mu.Unlock()
+	if s != nil {
+		s.attr(&out.Attr)
+		out.SetEntryTimeout(forever)
+		out.SetAttrTimeout(forever)
+		return r.NewInode(ctx, &sockNode{sockState: s}, fs.StableAttr{Mode: syscall.S_IFSOCK, Ino: s.ino}), 0
+	}
+	if strings.HasSuffix(name, ".sock") {
+		// A socket not bound (yet): bind(2) and the daemon's removal of a
+		// stale one look it up first, on every spawn. Not the store's to
+		// answer (an agent named "x.sock" has no id file here).
+		return nil, syscall.ENOENT
+	}
+	agent, isDir := name, false
+	if n, ok := strings.CutSuffix(name, ".d"); ok {
+		if _, err := kin.ParseName(n); err == nil {
+			agent, isDir = n, true
+		}
+	}
+	if _, err := kin.ParseName(agent); err != nil {
+		return nil, syscall.ENOENT
+	}
+	id, err := r.src.Resolve(agent)
+	if err != nil {
+		return nil, r.fail("resolve "+agent, err)
+	}
+	if id == 0 && isDir {
+		// agent/<n>.d where no agent <n> exists: maybe the id file of an
+		// agent named "<n>.d".
+		if id, err = r.src.Resolve(name); err != nil {
+			return nil, r.fail("resolve "+name, err)
+		}
+		isDir = false
+	}
+	if id == 0 {
+		return nil, syscall.ENOENT
+	}
+	out.SetEntryTimeout(notCached)
+	out.SetAttrTimeout(forever)
+	if !isDir {
+		n := &idNode{r: r, id: id}
+		n.attr(&out.Attr)
+		return r.NewInode(ctx, n, fs.StableAttr{Mode: syscall.S_IFREG, Ino: ino(id, kindID)}), 0
+	}
+	v, err := r.src.Control(id)
+	if err != nil {
+		return nil, r.fail("control "+agent, err)
+	}
+	d := &ctlDir{r: r, id: id, gid: uint32(v.GID)}
+	d.attr(&out.Attr)
+	return r.NewInode(ctx, d, fs.StableAttr{Mode: syscall.S_IFDIR, Ino: ino(id, kindDir)}), 0
+}
+
+func (r *root) Readdir(ctx context.Context) (fs.DirStream, syscall.Errno) {
+	es, err := r.src.Names()
+	if err != nil {
+		return nil, r.fail("list", err)
+	}
+	list := make([]fuse.DirEntry, 0, 2*len(es))
+	for _, e := range es {
+		list = append(list,
+			fuse.DirEntry{Name: e.Name, Mode: syscall.S_IFREG, Ino: ino(e.ID, kindID)},
+			fuse.DirEntry{Name: e.Name + ".d", Mode: syscall.S_IFDIR, Ino: ino(e.ID, kindDir)})
+	}
+	r.mu.Lock()
+	for name, s := range r.socks {
+		list = append(list, fuse.DirEntry{Name: name, Mode: syscall.S_IFSOCK, Ino: s.ino})
+	}
+	r.mu.Unlock()
+	return fs.NewListDirStream(list), 0
+}
+
+// Mknod makes a socket's node: bind(2) by the daemon. Nothing else is made
+// here.
+func (r *root) Mknod(ctx context.Context, name string, mode, dev uint32, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	if mode&syscall.S_IFMT != syscall.S_IFSOCK {
+		return nil, syscall.EPERM
+	}
+	caller, ok := fuse.FromContext(ctx)
+	if !ok || caller.Uid != r.uid {
+		return nil, syscall.EACCES
+	}
+	r.mu.Lock()
+	if r.socks[name] != nil {
+		r.mu.Unlock()
+		return nil, syscall.EEXIST
+	}
+	r.nextSock++
+	s := &sockState{ino: inoSocket + r.nextSock, mode: mode &^ syscall.S_IFMT & 0o7777, uid: caller.Uid, gid: caller.Gid, t: time.Now()}
+	r.socks[name] = s
+	r.mu.Unlock()
+	s.attr(&out.Attr)
+	out.SetEntryTimeout(forever)
+	out.SetAttrTimeout(forever)
+	return r.NewInode(ctx, &sockNode{sockState: s}, fs.StableAttr{Mode: syscall.S_IFSOCK, Ino: s.ino}), 0
+}
+
+// Unlink removes a socket's node (the daemon closing an agent's socket).
+func (r *root) Unlink(ctx context.Context, name string) syscall.Errno {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.socks[name] == nil {
+		return syscall.EROFS
+	}
+	delete(r.socks, name)
+	return 0
+}
+
+func (r *root) Create(ctx context.Context, name string, flags uint32, mode uint32, out *fuse.EntryOut) (*fs.Inode, fs.FileHandle, uint32, syscall.Errno) {
+	return nil, nil, 0, syscall.EROFS
+}
+
+func (r *root) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	return nil, syscall.EROFS
+}
+
+func (r *root) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
+	return syscall.EROFS
+}
+
+// sockState is an agent's socket, bound by the daemon: what its node says.
+type sockState struct {
+	ino uint64
+	t   time.Time
+
+	mu        sync.Mutex
+	mode      uint32
+	uid, gid  uint32
+	changedAt time.Time
+}
+
+// sockNode is a socket's node: a new one for each lookup, sharing the
+// state (go-fuse keeps the first while the kernel holds the inode).
+type sockNode struct {
+	fs.Inode
+	*sockState
+}
+
+var _ fs.NodeSetattrer = (*sockNode)(nil)
+
+func (s *sockState) attr(a *fuse.Attr) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	a.Ino = s.ino
+	a.Mode = syscall.S_IFSOCK | s.mode
+	a.Nlink = 1
+	a.Uid, a.Gid = s.uid, s.gid
+	c := s.t
+	if !s.changedAt.IsZero() {
+		c = s.changedAt
+	}
+	a.SetTimes(&s.t, &s.t, &c)
+}
+
+func (s *sockNode) Getattr(ctx context.Context, f fs.FileHandle, out *fuse.AttrOut) syscall.Errno {
+	s.attr(&out.Attr)
+	out.SetTimeout(forever)
+	return 0
+}
+
+// Setattr takes the owner and mode the daemon gives a socket (the kernel
+// checked the caller may: default_permissions).
+func (s *sockNode) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
+	if _, ok := in.GetSize(); ok {
+		return syscall.EINVAL
+	}
+	s.mu.Lock()
+	if m, ok := in.GetMode(); ok {
+		s.mode = m & 0o7777
+	}
+	if u, ok := in.GetUID(); ok {
+		s.uid = u
+	}
+	if g, ok := in.GetGID(); ok {
+		s.gid = g
+	}
+	s.changedAt = time.Now()
+	s.mu.Unlock()
+	s.attr(&out.Attr)
+	out.SetTimeout(forever)
+	return 0
+}
+
+// idNode is agent/<name>: the agent's id.
+type idNode struct {
+	fs.Inode
+	r  *root
+	id kin.AgentID
+}
+
+var (
+	_ fs.NodeOpener    = (*idNode)(nil)
+	_ fs.NodeReader    = (*idNode)(nil)
+	_ fs.NodeGetattrer = (*idNode)(nil)
+)
+
+func (n *idNode) data() []byte { return []byte(n.id.String() + "\n") }
+
+func (n *idNode) attr(a *fuse.Attr) {
+	a.Ino = ino(n.id, kindID)
+	a.Mode = syscall.S_IFREG | uint32(ctxfs.ModeIDFile)
+	a.Nlink = 1
+	a.Uid, a.Gid = n.r.uid, n.r.gid
+	a.Size = uint64(len(n.data()))
+	t := n.r.born
+	a.SetTimes(&t, &t, &t)
+}
+
+func (n *idNode) Getattr(ctx context.Context, f fs.FileHandle, out *fuse.AttrOut) syscall.Errno {
+	n.attr(&out.Attr)
+	out.SetTimeout(forever)
+	return 0
+}
+
+func (n *idNode) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
+	if flags&(syscall.O_ACCMODE|syscall.O_TRUNC) != syscall.O_RDONLY {
+		return nil, 0, syscall.EROFS
+	}
+	return nil, fuse.FOPEN_KEEP_CACHE, 0
+}
+
+func (n *idNode) Read(ctx context.Context, f fs.FileHandle, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
+	return readAt(n.data(), dest, off), 0
+}
+
+func readAt(b, dest []byte, off int64) fuse.ReadResult {
+	if off >= int64(len(b)) {
+		return fuse.ReadResultData(nil)
+	}
+	end := min(int64(len(b)), off+int64(len(dest)))
+	return fuse.ReadResultData(b[off:end])
+}
+
+// ctlDir is agent/<name>.d/.
+type ctlDir struct {
+	fs.Inode
+	r   *root
+	id  kin.AgentID
+	gid uint32
+}
+
+var (
+	_ fs.NodeLookuper  = (*ctlDir)(nil)
+	_ fs.NodeReaddirer = (*ctlDir)(nil)
+	_ fs.NodeGetattrer = (*ctlDir)(nil)
+	_ fs.NodeSetattrer = (*ctlDir)(nil)
+	_ fs.NodeCreater   = (*ctlDir)(nil)
+	_ fs.NodeMkdirer   = (*ctlDir)(nil)
+	_ fs.NodeUnlinker  = (*ctlDir)(nil)
+)
+
+func (d *ctlDir) attr(a *fuse.Attr) {
+	d.r.dirAttr(a, uint32(ctxfs.ModeControlDir), d.gid)
+	a.Ino = ino(d.id, kindDir)
+}
+
+func (d *ctlDir) Getattr(ctx context.Context, f fs.FileHandle, out *fuse.AttrOut) syscall.Errno {
+	d.attr(&out.Attr)
+	out.SetTimeout(forever)
+	return 0
+}
+
+func (d *ctlDir) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	for i, f := range ctxfs.ControlFiles {
+		if f != name {
+			continue
+		}
+		n := &ctlFile{d: d, idx: i}
+		if errno := n.fill(&out.Attr); errno != 0 {
+			return nil, errno
+		}
+		out.SetEntryTimeout(forever)
+		out.SetAttrTimeout(notCached)
+		return d.NewInode(ctx, n, fs.StableAttr{Mode: syscall.S_IFREG, Ino: ino(d.id, kindFile0+i)}), 0
+	}
+	return nil, syscall.ENOENT
+}
+
+func (d *ctlDir) Readdir(ctx context.Context) (fs.DirStream, syscall.Errno) {
+	list := make([]fuse.DirEntry, len(ctxfs.ControlFiles))
+	for i, f := range ctxfs.ControlFiles {
+		list[i] = fuse.DirEntry{Name: f, Mode: syscall.S_IFREG, Ino: ino(d.id, kindFile0+i)}
+	}
+	return fs.NewListDirStream(list), 0
+}
+
+func (d *ctlDir) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
+	return syscall.EROFS
+}
+
+func (d *ctlDir) Create(ctx context.Context, name string, flags uint32, mode uint32, out *fuse.EntryOut) (*fs.Inode, fs.FileHandle, uint32, syscall.Errno) {
+	return nil, nil, 0, syscall.EROFS
+}
+
+func (d *ctlDir) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	return nil, syscall.EROFS
+}
+
+func (d *ctlDir) Unlink(ctx context.Context, name string) syscall.Errno { return syscall.EROFS }
+
+// ctlFile is one control file of agent/<name>.d/.
+type ctlFile struct {
+	fs.Inode
+	d   *ctlDir
+	idx int // in ctxfs.ControlFiles
+}
+
+var (
+	_ fs.NodeOpener    = (*ctlFile)(nil)
+	_ fs.NodeReader    = (*ctlFile)(nil)
+	_ fs.NodeGetattrer = (*ctlFile)(nil)
+	_ fs.NodeSetattrer = (*ctlFile)(nil)
+)
+
+// render is the file's content now.
+func (n *ctlFile) render() ([]byte, time.Time, syscall.Errno) {
+	v, err := n.d.r.src.Control(n.d.id)
+	if err != nil {
+		return nil, time.Time{}, n.d.r.fail("control "+n.d.id.String(), err)
+	}
+	files, err := v.Files()
+	if err != nil {
+		return nil, time.Time{}, n.d.r.fail("render "+n.d.id.String(), err)
+	}
+	return files[n.idx].Data, v.Meta.UpdatedAt, 0
+}
+
+// fill sets a's attributes, the size of the content now included.
+func (n *ctlFile) fill(a *fuse.Attr) syscall.Errno {
+	b, t, errno := n.render()
+	if errno != 0 {
+		return errno
+	}
+	a.Ino = ino(n.d.id, kindFile0+n.idx)
+	a.Mode = syscall.S_IFREG | uint32(ctxfs.ModeControl)
+	a.Nlink = 1
+	a.Uid, a.Gid = n.d.r.uid, n.d.gid
+	a.Size = uint64(len(b))
+	if t.IsZero() {
+		t = n.d.r.born
+	}
+	a.SetTimes(&t, &t, &t)
+	return 0
+}
+
+func (n *ctlFile) Getattr(ctx context.Context, f fs.FileHandle, out *fuse.AttrOut) syscall.Errno {
+	if errno := n.fill(&out.Attr); errno != 0 {
+		return errno
+	}
+	// The size is the content's now, also for an open file's fstat (go-fuse
+	// passes an open handle even to a stat by path, so the two cannot be
+	// told apart): a reader reads its snapshot to EOF all the same (direct
+	// I/O).
+	out.SetTimeout(notCached)
+	return 0
+}
+
+func (n *ctlFile) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
+	return syscall.EROFS
+}
+
+// snapshot is an open control file: its content when it was opened.
+type snapshot struct{ data []byte }
+
+// Open renders the file once: every read of this open sees that content
+// (direct I/O: the kernel neither caches it nor cuts it at a size it was
+// told earlier).
+func (n *ctlFile) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
+	if flags&(syscall.O_ACCMODE|syscall.O_TRUNC) != syscall.O_RDONLY {
+		return nil, 0, syscall.EROFS
+	}
+	b, _, errno := n.render()
+	if errno != 0 {
+		return nil, 0, errno
+	}
+	return &snapshot{data: b}, fuse.FOPEN_DIRECT_IO, 0
+}
+
+func (n *ctlFile) Read(ctx context.Context, f fs.FileHandle, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
+	s, ok := f.(*snapshot)
+	if !ok {
+		return nil, syscall.EBADF
+	}
+	return readAt(s.data, dest, off), 0
+}

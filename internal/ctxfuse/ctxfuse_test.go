@@ -1,0 +1,461 @@
+package ctxfuse_test
+
+import (
+	"bufio"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/kin-agents/kin/internal/ctxfs"
+	"github.com/kin-agents/kin/internal/ctxfuse"
+	"github.com/kin-agents/kin/internal/kintest"
+	"github.com/kin-agents/kin/kin"
+)
+
+// The test binary doubles as a helper run as another uid or killed with -9
+// (KIN_CTXFUSE_HELPER).
+func TestMain(m *testing.M) {
+	switch os.Getenv("KIN_CTXFUSE_HELPER") {
+	case "":
+		code := m.Run()
+		kintest.RemoveAgentBinary()
+		os.Exit(code)
+	case "connect":
+		c, err := net.Dial("unix", os.Args[len(os.Args)-1])
+		if err != nil {
+			fmt.Println(err)
+			os.Exit(1)
+		}
+		c.Close()
+		fmt.Println("connected")
+		os.Exit(0)
+	case "read":
+		b, err := os.ReadFile(os.Args[len(os.Args)-1])
+		if err != nil {
+			fmt.Println(err)
+			os.Exit(1)
+		}
+		os.Stdout.Write(b)
+		os.Exit(0)
+	case "mount":
+		src := newTableSource()
+		m, err := ctxfuse.New(os.Args[len(os.Args)-1], src, nil)
+		if err != nil {
+			fmt.Println(err)
+			os.Exit(1)
+		}
+		_ = m
+		fmt.Println("ready")
+		select {} // until killed
+	}
+	os.Exit(2)
+}
+
+// tableSource is a Source over a table in memory: the registry stand-in
+// these tests serve (the daemon's is in internal/runner).
+type tableSource struct {
+	mu     sync.Mutex
+	byName map[string]kin.AgentID
+	values map[kin.AgentID]ctxfs.ControlValues
+}
+
+func newTableSource() *tableSource {
+	return &tableSource{byName: map[string]kin.AgentID{}, values: map[kin.AgentID]ctxfs.ControlValues{}}
+}
+
+func (s *tableSource) set(t *testing.T, a kin.Agent, rt ctxfs.Runtime) ctxfs.ControlValues {
+	t.Helper()
+	v, err := ctxfs.ControlFor(&a, rt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.byName[a.Name] = a.ID
+	s.values[a.ID] = v
+	return v
+}
+
+func (s *tableSource) Resolve(name string) (kin.AgentID, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.byName[name], nil
+}
+
+func (s *tableSource) Control(id kin.AgentID) (ctxfs.ControlValues, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	v, ok := s.values[id]
+	if !ok {
+		return v, fs.ErrNotExist
+	}
+	return v, nil
+}
+
+func (s *tableSource) Names() ([]ctxfuse.Entry, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var es []ctxfuse.Entry
+	for n, id := range s.byName {
+		es = append(es, ctxfuse.Entry{Name: n, ID: id})
+	}
+	return es, nil
+}
+
+func agentValues(id kin.AgentID, name string, gid int) (kin.Agent, ctxfs.Runtime) {
+	a := kin.Agent{ID: id, Name: name, Role: "worker", Status: kin.StatusActive, State: kin.StateActive, PID: 4242,
+		Life: kin.LifeOwned, Responsible: "ops@example.com", CreatedAt: time.Date(2026, 3, 30, 12, 0, 0, 0, time.UTC)}
+	a.UpdatedAt = a.CreatedAt
+	rt := ctxfs.Runtime{UID: gid, GID: gid, Iso: "cgroup2", Cwd: "/work", Env: []string{"PATH=/bin", "HOME=/x"},
+		Path: []string{"/bin"}, Policy: json.RawMessage(`{"allow": ["read"]}`), Log: "/var/log/x.log"}
+	return a, rt
+}
+
+// mountAt serves src at a new directory and checks, when the test ends,
+// that nothing is left mounted there.
+func mountAt(t *testing.T, src ctxfuse.Source) (*ctxfuse.Mount, string) {
+	t.Helper()
+	if err := ctxfuse.Available(); err != nil {
+		t.Skipf("FUSE: %v", err)
+	}
+	dir := filepath.Join(shortDir(t), "agent")
+	if err := os.Mkdir(dir, 0o711); err != nil {
+		t.Fatal(err)
+	}
+	m, err := ctxfuse.New(dir, src, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { noMountLeft(t, m, dir) })
+	return m, dir
+}
+
+// noMountLeft closes m and fails the test if a mount is left at dir
+// (detaching it then, so that nothing outlives the test).
+func noMountLeft(t *testing.T, m *ctxfuse.Mount, dir string) {
+	t.Helper()
+	if m != nil {
+		if err := m.Close(); err != nil {
+			t.Error(err)
+		}
+	}
+	if n, err := ctxfuse.Mounted(dir); err != nil || n != 0 {
+		t.Errorf("%d mounts left at %s (%v)", n, dir, err)
+		ctxfuse.DetachStale(dir)
+	}
+}
+
+// shortDir is a temporary directory whose paths fit a socket's sun_path.
+func shortDir(t *testing.T) string {
+	t.Helper()
+	d, err := os.MkdirTemp("/tmp", "kcf")
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.Chmod(d, 0o755)
+	t.Cleanup(func() {
+		if n, _ := ctxfuse.Mounted(filepath.Join(d, "agent")); n == 0 {
+			os.RemoveAll(d)
+		}
+	})
+	return d
+}
+
+// TestServedFilesAsWritten: what the mount serves is what ctxfs writes on
+// disk for the same values: names, contents, owners and modes.
+func TestServedFilesAsWritten(t *testing.T) {
+	src := newTableSource()
+	a, rt := agentValues(7, "coder", 4001)
+	v := src.set(t, a, rt)
+	b, rtb := agentValues(9, "critic", 4002)
+	src.set(t, b, rtb)
+	_, dir := mountAt(t, src)
+
+	disk, err := ctxfs.Open(filepath.Join(shortDir(t), "ctx"), ctxfs.Options{NoSync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer disk.Close()
+	if err := disk.WriteControl("coder", v); err != nil {
+		t.Fatal(err)
+	}
+	want, got := describe(t, disk.AgentDir(), "coder"), describe(t, dir, "coder")
+	if !slices.Equal(got, want) {
+		t.Errorf("served:\n%s\non disk:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	st, err := os.Stat(dir)
+	if err != nil || st.Mode() != fs.ModeDir|ctxfs.ModeKinDir {
+		t.Errorf("agent/: %v %v", st.Mode(), err)
+	}
+	names, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ls []string
+	for _, e := range names {
+		ls = append(ls, e.Name())
+	}
+	if want := []string{"coder", "coder.d", "critic", "critic.d"}; !slices.Equal(ls, want) {
+		t.Errorf("ls agent/ = %v, want %v", ls, want)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "nobody.d")); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("an unknown agent: %v", err)
+	}
+}
+
+// describe lists agent/<name> and agent/<name>.d/* as "path mode uid:gid
+// content".
+func describe(t *testing.T, agentDir, name string) []string {
+	t.Helper()
+	var out []string
+	add := func(rel string) {
+		p := filepath.Join(agentDir, rel)
+		st, err := os.Lstat(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sys := st.Sys().(*syscall.Stat_t)
+		line := fmt.Sprintf("%s %v %d:%d size=%d", rel, st.Mode(), sys.Uid, sys.Gid, st.Size())
+		if !st.IsDir() {
+			b, err := os.ReadFile(p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			line += fmt.Sprintf(" %q", b)
+		}
+		out = append(out, line)
+	}
+	add(name)
+	add(name + ".d")
+	es, err := os.ReadDir(filepath.Join(agentDir, name+".d"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range es {
+		add(filepath.Join(name+".d", e.Name()))
+	}
+	sort.Strings(out)
+	return out
+}
+
+// TestServedFilesLive: a change is seen by the next open, an open file
+// keeps the content it was opened with, and a name taken by a later agent
+// is that agent's at once.
+func TestServedFilesLive(t *testing.T) {
+	src := newTableSource()
+	a, rt := agentValues(7, "coder", 4001)
+	src.set(t, a, rt)
+	_, dir := mountAt(t, src)
+	status := filepath.Join(dir, "coder.d", ctxfs.CtlStatus)
+	f, err := os.Open(status)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	a.Status = kin.StatusSuspended
+	src.set(t, a, rt)
+	if b, _ := os.ReadFile(status); string(b) != "suspended\n" {
+		t.Errorf("after the change: %q", b)
+	}
+	if b, _ := bufio.NewReader(f).ReadString('\n'); b != "active\n" {
+		t.Errorf("the file opened before the change: %q", b)
+	}
+	if st, err := os.Stat(status); err != nil || st.Size() != int64(len("suspended\n")) {
+		t.Errorf("stat after the change: %v %v", st, err)
+	}
+	// A file larger than one read request (16 KiB) reads whole.
+	rt.Policy = json.RawMessage(`{"note":"` + strings.Repeat("x", 40<<10) + `"}`)
+	big := src.set(t, a, rt)
+	if b, err := os.ReadFile(filepath.Join(dir, "coder.d", ctxfs.CtlPolicy)); err != nil || string(b) != string(big.Policy)+"\n" {
+		t.Errorf("a 40 KiB policy: %d bytes, %v", len(b), err)
+	}
+	// The name taken again, by an agent of another group.
+	b, rtb := agentValues(12, "coder", 4005)
+	src.set(t, b, rtb)
+	if got, _ := os.ReadFile(filepath.Join(dir, "coder")); string(got) != "12\n" {
+		t.Errorf("agent/coder = %q", got)
+	}
+	st, err := os.Stat(filepath.Join(dir, "coder.d", ctxfs.CtlGID))
+	if err != nil || st.Sys().(*syscall.Stat_t).Gid != 4005 {
+		t.Errorf("the new agent's gid file: %v %v", st, err)
+	}
+}
+
+// TestServedFilesReadOnly: nobody changes a served file, root included.
+func TestServedFilesReadOnly(t *testing.T) {
+	src := newTableSource()
+	a, rt := agentValues(7, "coder", 4001)
+	src.set(t, a, rt)
+	_, dir := mountAt(t, src)
+	for _, try := range []struct {
+		what string
+		do   func() error
+	}{
+		{"write a control file", func() error {
+			return os.WriteFile(filepath.Join(dir, "coder.d", ctxfs.CtlStatus), []byte("revoked\n"), 0o640)
+		}},
+		{"create a file", func() error { return os.WriteFile(filepath.Join(dir, "coder.d", "x"), nil, 0o640) }},
+		{"create in agent/", func() error { return os.WriteFile(filepath.Join(dir, "x"), nil, 0o640) }},
+		{"remove a control file", func() error { return os.Remove(filepath.Join(dir, "coder.d", ctxfs.CtlPID)) }},
+		{"remove the id file", func() error { return os.Remove(filepath.Join(dir, "coder")) }},
+		{"chmod", func() error { return os.Chmod(filepath.Join(dir, "coder.d", ctxfs.CtlPID), 0o666) }},
+		{"mkdir", func() error { return os.Mkdir(filepath.Join(dir, "new.d"), 0o750) }},
+		{"a fifo", func() error { return unix.Mkfifo(filepath.Join(dir, "p"), 0o600) }},
+	} {
+		if err := try.do(); err == nil {
+			t.Errorf("%s: allowed", try.what)
+		}
+	}
+	if b, _ := os.ReadFile(filepath.Join(dir, "coder.d", ctxfs.CtlStatus)); string(b) != "active\n" {
+		t.Errorf("status = %q", b)
+	}
+}
+
+// helper runs the test binary as u (nil: root) in a helper mode.
+func helper(t *testing.T, u *kintest.User, mode, arg string) (string, error) {
+	t.Helper()
+	cmd := exec.Command(kintest.AgentBinary(t), "-test.run=^$", arg)
+	cmd.Env = append(os.Environ(), "KIN_CTXFUSE_HELPER="+mode)
+	if u != nil {
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: u.Credential()}
+	}
+	out, err := cmd.CombinedOutput()
+	return strings.TrimSpace(string(out)), err
+}
+
+// TestOtherAgentRefused: as an ordinary user, an agent reads its own
+// control files (its group) and is refused another agent's, and cannot
+// list agent/.
+func TestOtherAgentRefused(t *testing.T) {
+	src := newTableSource()
+	_, dir := mountAt(t, src)
+	u := kintest.NewUser(t)
+	a, rt := agentValues(7, "mine", u.GID)
+	src.set(t, a, rt)
+	b, rtb := agentValues(9, "theirs", u.GID+1)
+	src.set(t, b, rtb)
+	if out, err := helper(t, &u, "read", filepath.Join(dir, "mine.d", ctxfs.CtlLabel)); err != nil || out != "worker" {
+		t.Errorf("its own label: %q %v", out, err)
+	}
+	if out, err := helper(t, &u, "read", filepath.Join(dir, "theirs.d", ctxfs.CtlLabel)); err == nil || !strings.Contains(out, "permission denied") {
+		t.Errorf("another agent's label: %q %v", out, err)
+	}
+	if out, err := helper(t, &u, "read", filepath.Join(dir, "theirs")); err != nil || out != "9" {
+		t.Errorf("another agent's id file (0644): %q %v", out, err)
+	}
+	if _, err := helper(t, &u, "read", dir); err == nil {
+		t.Errorf("listing agent/ (0711) as an agent was allowed")
+	}
+}
+
+// TestSocketInMount: a socket the daemon binds in the mount, given to an
+// agent's uid, is reached by path from that uid, also after the kernel was
+// told to drop its dentry and inode caches; a closed one is gone.
+func TestSocketInMount(t *testing.T) {
+	src := newTableSource()
+	_, dir := mountAt(t, src)
+	u := kintest.NewUser(t)
+	path := filepath.Join(dir, "coder.sock")
+	fd, err := unix.Socket(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(fd)
+	if err := unix.Bind(fd, &unix.SockaddrUnix{Name: path}); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chown(path, u.UID, u.GID); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(path, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Listen(fd, 8); err != nil {
+		t.Fatal(err)
+	}
+	st, err := os.Lstat(path)
+	if err != nil || st.Mode() != fs.ModeSocket|0o600 || st.Sys().(*syscall.Stat_t).Uid != uint32(u.UID) {
+		t.Fatalf("the socket: %v %v", st, err)
+	}
+	for i := range 2 {
+		if out, err := helper(t, &u, "connect", path); err != nil || out != "connected" {
+			t.Fatalf("connect %d as the agent's uid: %q %v", i, out, err)
+		}
+		if err := os.WriteFile("/proc/sys/vm/drop_caches", []byte("2"), 0); err != nil {
+			t.Logf("drop caches: %v", err)
+		}
+	}
+	other := kintest.NewUser(t)
+	if out, err := helper(t, &other, "connect", path); err == nil {
+		t.Errorf("another uid connected: %q", out)
+	}
+	if err := unix.Unlink(path); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Lstat(path); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("after unlink: %v", err)
+	}
+}
+
+// TestDeadMountReplaced: a daemon killed with -9 leaves a mount answering
+// ENOTCONN; the next New detaches it and serves again.
+func TestDeadMountReplaced(t *testing.T) {
+	if err := ctxfuse.Available(); err != nil {
+		t.Skipf("FUSE: %v", err)
+	}
+	dir := filepath.Join(shortDir(t), "agent")
+	if err := os.Mkdir(dir, 0o711); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { noMountLeft(t, nil, dir) })
+	cmd := exec.Command(os.Args[0], "-test.run=^$", dir)
+	cmd.Env = append(os.Environ(), "KIN_CTXFUSE_HELPER=mount")
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		cmd.Process.Kill()
+		cmd.Wait()
+	}()
+	line, _ := bufio.NewReader(out).ReadString('\n')
+	if line != "ready\n" {
+		t.Fatalf("the mounting helper: %q", line)
+	}
+	cmd.Process.Signal(syscall.SIGKILL)
+	cmd.Wait()
+	if _, err := os.Stat(filepath.Join(dir, "x")); !errors.Is(err, syscall.ENOTCONN) {
+		t.Fatalf("the dead mount: %v, want ENOTCONN", err)
+	}
+	src := newTableSource()
+	a, rt := agentValues(7, "coder", 4001)
+	src.set(t, a, rt)
+	m, err := ctxfuse.New(dir, src, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	if n, _ := ctxfuse.Mounted(dir); n != 1 {
+		t.Errorf("%d mounts at %s, want 1", n, dir)
+	}
+	if b, err := os.ReadFile(filepath.Join(dir, "coder")); err != nil || string(b) != "7\n" {
+		t.Errorf("served again: %q %v", b, err)
+	}
+}
