@@ -60,9 +60,9 @@ func TestControlFilesServed(t *testing.T) {
 		"list:" + agentDir,
 		"append:" + filepath.Join(own, ctxfs.CtlStatus),
 	}
-	// Its own control files: the default view is everything but kin's
-	// home and agent filesystem (sandbox's view.go), so they are out of
-	// its reach too, on disk or served alike; logged, not asserted.
+	// Its own control files: the default view hides kin's home and agent
+	// filesystem (sandbox's view.go) but grants each agent its own
+	// control directory and id file, read-only.
 	mine := []string{"read:" + filepath.Join(own, ctxfs.CtlStatus), "read:" + filepath.Join(agentDir, "served-reader")}
 	out := outPath(t)
 	mode := "trespass " + strings.Join(append(append([]string{}, mine...), denied...), " ")
@@ -80,7 +80,9 @@ func TestControlFilesServed(t *testing.T) {
 		}
 	}
 	for _, p := range mine {
-		t.Logf("the agent's own %s: %s", p, res[p])
+		if r := res[p]; r != "ok" {
+			t.Errorf("the agent's own %s: %q; want ok", p, r)
+		}
 	}
 	// Its socket in agent/, named by its Landlock rules, answers it.
 	who := outPath(t)

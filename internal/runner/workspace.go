@@ -115,6 +115,10 @@ func (run *Runner) sandboxArgv(a *kin.Agent, c *ctxAgent, argv []string, view *v
 			spec.RO = append(spec.RO, filepath.Join(run.ctxDir, "bin"))
 		}
 		spec.RW = append(spec.RW, run.socks.Path(a.Name))
+		// Its own control files (seed 001: an agent reads its policy,
+		// mounts and status there; the modes let it read them and no
+		// other's), read-only like everything of kin's.
+		spec.RO = append(spec.RO, run.ctx.ControlDir(a.Name), run.ctx.AgentFile(a.Name))
 		var seen []string
 		seen, groups = run.visibleTo(a)
 		spec.RO = append(spec.RO, seen...)
