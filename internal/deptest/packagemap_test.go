@@ -304,6 +304,11 @@ var packageMap = map[string]deptest.DepChecker{
 		},
 	},
 	"internal/deptest": {},
+	"internal/fakemodel": {
+		BadDeps: map[string]string{
+			mod + "...": "a fake provider on the standard library alone (kin's binary carries it for kin dev fake-model): it knows nothing of kin",
+		},
+	},
 	"internal/supervisor": {
 		BadDeps: map[string]string{
 			mod + "internal/store/...": "the supervisor runs processes; the daemon records them",
