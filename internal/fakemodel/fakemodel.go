@@ -2,6 +2,7 @@ package fakemodel
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -27,8 +28,9 @@ import (
 // it, and the reply is cut to as many runes.
 type Options struct {
 	// Key is the API key every call must carry (OpenAI: "Authorization:
-	// Bearer KEY"; Anthropic: "x-api-key: KEY"). Empty, any key or none is
-	// taken.
+	// Bearer KEY"; Anthropic: "x-api-key: KEY" or, as @anthropic-ai/sdk
+	// 1.x sends it, "Authorization: Bearer KEY"). Empty, any key or none
+	// is taken.
 	Key string
 
 	InputTokens         int
@@ -311,11 +313,14 @@ func (s *Server) authorized(r *http.Request, p api) bool {
 	if s.opts.Key == "" {
 		return true
 	}
+	bearer, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	bearer = cmp.Or(bearer, "\x00") // no header is no key
 	if p == anthropic {
-		return r.Header.Get("x-api-key") == s.opts.Key
+		// @anthropic-ai/sdk 1.x (API version 2026-10-21) sends the API
+		// key as a bearer token; older clients and curl send x-api-key.
+		return r.Header.Get("x-api-key") == s.opts.Key || ok && bearer == s.opts.Key
 	}
-	key, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-	return ok && key == s.opts.Key
+	return ok && bearer == s.opts.Key
 }
 
 // modelAllowed says whether a call may name model, and answers it when not.

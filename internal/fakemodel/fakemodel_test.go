@@ -486,13 +486,17 @@ func TestWrongKey(t *testing.T) {
 	for _, h := range [][]string{
 		{"x-api-key", "wrong"},
 		{"x-api-key", ""},
-		{"x-api-key", "", "Authorization", "Bearer " + key},
+		{"x-api-key", "", "Authorization", key}, // no Bearer
+		{"x-api-key", "", "Authorization", "Bearer wrong"},
 	} {
 		v := jsonOf(t, call(t, s, "POST", "/v1/messages", `{"model":"m","max_tokens":1,"messages":[{"role":"user","content":"x"}]}`, h...), 401)
 		wantStr(t, v, "error", "type")
 		wantStr(t, v, "authentication_error", "error", "type")
 		wantStr(t, v, "invalid x-api-key", "error", "message")
 	}
+	// Anthropic's SDK 1.x sends the key as a bearer token.
+	jsonOf(t, call(t, s, "POST", "/v1/messages", `{"model":"m","max_tokens":1,"messages":[{"role":"user","content":"x"}]}`,
+		"x-api-key", "", "Authorization", "Bearer "+key), 200)
 	// Without a Key, anything goes.
 	open := fakemodel.Start(t, fakemodel.Options{})
 	jsonOf(t, call(t, open, "POST", "/v1/chat/completions", `{"model":"m","messages":[]}`, "Authorization", ""), 200)
