@@ -20,6 +20,7 @@ var testOnly = map[string]string{
 	"internal/kintest":         "test helpers (its init makes a test binary the sandbox shim)",
 	"internal/proctest":        "test helpers",
 	"internal/pgtest":          "test helpers (a throw-away PostgreSQL server)",
+	"internal/modelsdktest":    "test helpers (the official model SDKs, run by Node)",
 	"internal/exampletest":     "the examples' end-to-end tests",
 	"internal/fleettest":       "test helpers (a fleet of kin serve hosts in network namespaces on one PostgreSQL)",
 	"internal/readmetest":      "the README's test",
@@ -303,7 +304,13 @@ var packageMap = map[string]deptest.DepChecker{
 			mod + "internal/store/...": "it runs a server and makes databases; what is stored in them is the drivers'",
 		},
 	},
-	"internal/deptest": {},
+	"internal/deptest":      {},
+	"internal/modelsdktest": {},
+	"internal/fakemodel": {
+		BadDeps: map[string]string{
+			mod + "...": "a fake provider on the standard library alone (kin's binary carries it for kin dev fake-model): it knows nothing of kin",
+		},
+	},
 	"internal/supervisor": {
 		BadDeps: map[string]string{
 			mod + "internal/store/...": "the supervisor runs processes; the daemon records them",
