@@ -791,7 +791,18 @@ func (au *Authority) exhaust(id kin.AgentID, reason, why string) {
 	if err != nil || a.State.Terminal() && a.Status == kin.StatusTerminated {
 		return
 	}
+	// Calls that crossed the cap together each ask for the stop: the
+	// first to commit records it (its reason in the store and the cache
+	// alike, one budget.exhausted event) and stops the subtree.
+	already := false
 	err = store.UpdateAfter(ctx, au.st, func(tx store.Tx, after *store.AfterCommit) error {
+		already = false
+		if chain, err := au.chainInTx(ctx, tx, id); err != nil {
+			return err
+		} else if len(chain) > 0 && chain[0].spend.exhausted != "" {
+			already = true
+			return nil
+		}
 		if err := tx.SpendSetExhausted(ctx, id, why); err != nil {
 			return err
 		}
@@ -804,6 +815,8 @@ func (au *Authority) exhaust(id kin.AgentID, reason, why string) {
 	})
 	if err != nil {
 		au.log.Error("record exhausted budget", "agent", id, "err", err)
+	} else if already {
+		return
 	}
 	au.log.Info("budget exhausted: stopping the subtree", "agent", id, "why", why)
 	if err := au.stop(ctx, id, reason); err != nil {

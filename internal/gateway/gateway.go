@@ -294,6 +294,12 @@ func (g *Gateway) authenticate(r *http.Request, ep endpoint, onSocket bool) (kin
 		}
 	}
 	if !g.cfg.Runs(id) {
+		// An agent stopped because its subtree spent its budget is told
+		// so (the refusal it would have seen a moment earlier), not that
+		// its credential lapsed.
+		if _, err := g.cfg.Authority.ModelAdmit(id, ""); kin.ErrorCodeOf(err) == kin.ECodeBudget {
+			return 0, apiErrorOf(err)
+		}
 		return 0, &apiError{status: http.StatusUnauthorized, code: kin.ECodeUnauthorized,
 			msg: fmt.Sprintf("the credential is agent %d's, which does not run on this host (an ended agent's credential is revoked)", id)}
 	}
