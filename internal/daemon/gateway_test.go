@@ -104,7 +104,22 @@ func spendOf(t *testing.T, d *kintest.Daemon, id kin.AgentID) kin.Spend {
 // the upstream's answer, the upstream sees only the operator's key, and
 // the agent's environment, files and log hold no upstream key.
 func TestModelGatewayAgentCallsThroughKin(t *testing.T) {
-	d, up := gatewayDaemon(t, fakemodel.Options{InputTokens: 10, OutputTokens: 5, CachedTokens: 4})
+	// Agents share the host's network namespace under every containment
+	// kin has (none makes a network namespace), so the HTTP address on
+	// loopback is reachable from inside each.
+	for _, containment := range []string{"cgroup2", "pid-namespaces", "process-groups"} {
+		t.Run(containment, func(t *testing.T) { testAgentCallsThroughKin(t, containment) })
+	}
+}
+
+func testAgentCallsThroughKin(t *testing.T, containment string) {
+	if containment == "cgroup2" && os.Geteuid() != 0 {
+		t.Skip("cgroup2 containment here needs root")
+	}
+	d, up := gatewayDaemon(t, fakemodel.Options{InputTokens: 10, OutputTokens: 5, CachedTokens: 4}, kintest.WithContainment(containment))
+	if got := d.Runner.Supervisor().Containment(); got != containment {
+		t.Skipf("containment %s is not available here (got %s)", containment, got)
+	}
 	max := int64(1000)
 	script := `set -e
 env | grep -E '^(OPENAI|ANTHROPIC|KIN_MODEL)' | sort | sed 's/^/ENV /'
@@ -390,5 +405,56 @@ func TestModelGatewayConcurrentChildrenStayWithinBudget(t *testing.T) {
 	}
 	if diff, err := d.CacheDiff(ctx); err != nil || diff != "" {
 		t.Fatalf("the caches and the store differ: %v\n%s", err, diff)
+	}
+}
+
+// TestModelGatewayRateLimits: the profile's quotas.model_requests and
+// quotas.model_tokens bound each agent's calls and its subtree's (an
+// ancestor's bucket for its descendants), refused with 429 rate_limited
+// and Retry-After, which the SDKs wait for (no X-Should-Retry: false).
+func TestModelGatewayRateLimits(t *testing.T) {
+	d, up := gatewayDaemon(t, fakemodel.Options{InputTokens: 10, OutputTokens: 5},
+		kintest.WithProfile(quotaProfile(t, `{"model_requests": {"per_second": 0.001, "burst": 3}, "model_tokens": {"per_second": 0.001, "burst": 20}}`)))
+	lead, err := sh(t, d, "lead", 0, nil, "sleep 600")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cred := d.ModelCredential(lead.ID)
+	// 20 tokens: the first call (15) fits, the second is admitted on the
+	// 5 left and leaves the bucket in debt, the third waits.
+	for i, want := range []int{200, 200, 429} {
+		code, h, b := modelCall(t, d, "/v1/chat/completions", cred, chatBody)
+		if code != want {
+			t.Fatalf("call %d: %d %s", i, code, b)
+		}
+		if code == 429 {
+			var oe struct{ Error struct{ Type, Code, Message string } }
+			json.Unmarshal(b, &oe)
+			if oe.Error.Code != "rate_limited" || oe.Error.Type != "rate_limit_error" || !strings.Contains(oe.Error.Message, "quotas.model_tokens") ||
+				h.Get("Retry-After") == "" || h.Get("X-Should-Retry") != "" {
+				t.Fatalf("the refusal: %s %v", b, h)
+			}
+		}
+	}
+	// The subtree shares its ancestor's bucket: four children, one call
+	// of 10 tokens each, each its own first; the lead's bucket for its
+	// descendants (model_tokens, burst 20) refuses the third and fourth.
+	var codes []int
+	for i := range 4 {
+		kid, err := sh(t, d, fmt.Sprintf("kid%d", i), lead.ID, nil, "sleep 600")
+		if err != nil {
+			t.Fatal(err)
+		}
+		code, _, b := modelCall(t, d, "/v1/embeddings", d.ModelCredential(kid.ID), `{"model":"text-embedding-3-small","input":"hi"}`)
+		if code == 429 && !strings.Contains(string(b), fmt.Sprintf("ancestor agent %d", lead.ID)) {
+			t.Fatalf("kid %d refused by its own bucket: %s", i, b)
+		}
+		codes = append(codes, code)
+	}
+	if fmt.Sprint(codes) != "[200 200 429 429]" {
+		t.Fatalf("the children's calls: %v", codes)
+	}
+	if n := len(up.Requests()); n != 4 {
+		t.Fatalf("%d calls reached the upstream", n)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"net/http"
 	"net/url"
 	"slices"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/kin-agents/kin/internal/authority"
 	"github.com/kin-agents/kin/internal/caller"
+	"github.com/kin-agents/kin/internal/quota"
 	"github.com/kin-agents/kin/kin"
 )
 
@@ -71,6 +73,9 @@ type Config struct {
 	// Addr is the daemon's HTTP address ("" when it has none), read at
 	// each spawn: the base URL agents' SDKs are given.
 	Addr func() string
+	// Quota limits each agent's and each subtree's calls and tokens (the
+	// profile's quotas.model_requests, quotas.model_tokens); nil: none.
+	Quota *quota.Limiter
 	// Transport reaches the upstreams (nil: a transport of the gateway's
 	// own).
 	Transport http.RoundTripper
@@ -375,6 +380,11 @@ func (g *Gateway) serve(w http.ResponseWriter, r *http.Request, ep endpoint, onS
 		return
 	}
 	lim, err := g.cfg.Authority.ModelAdmit(id, model)
+	if err == nil && ep.metered {
+		if err = g.cfg.Quota.AllowAgent(id, quota.ModelRequests); err == nil {
+			err = g.cfg.Quota.AllowAgent(id, quota.ModelTokens)
+		}
+	}
 	if err != nil {
 		apiErrorOf(err).write(w, ep.api)
 		return
@@ -580,6 +590,8 @@ func (g *Gateway) meter(ctx context.Context, c *call, u usage) {
 		c.data.Cost = c.limit.Price.Cost(u.input, u.cached, u.output)
 	}
 	c.data.LatencyMS = float64(g.now().Sub(c.began).Microseconds()) / 1000
+	// The token quota took one token to admit the call: the rest now.
+	g.cfg.Quota.Charge(c.data.Agent, quota.ModelTokens, int(min(c.data.Tokens, math.MaxInt32))-1)
 	// Recorded even when the client went away: the upstream charged.
 	if _, err := g.cfg.Authority.ModelCall(context.WithoutCancel(ctx), c.data); err != nil {
 		g.log.Error("model gateway: recording a call failed", "agent", c.data.Agent, "model", c.data.Model, "tokens", c.data.Tokens, "err", err)
