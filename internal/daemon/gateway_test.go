@@ -350,6 +350,30 @@ func TestModelGatewayModelsAllowList(t *testing.T) {
 	if n := len(up.Requests()); n != 1 {
 		t.Fatalf("%d calls reached the upstream, want 1", n)
 	}
+	// The models list holds only what the agent may call.
+	req, _ := http.NewRequest("GET", "http://"+d.HTTPAddr()+"/v1/models", nil)
+	req.Header.Set("Authorization", "Bearer "+cred)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var list struct{ Data []struct{ ID string } }
+	json.NewDecoder(resp.Body).Decode(&list)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || len(list.Data) != 1 || list.Data[0].ID != "gpt-4o-mini" {
+		t.Fatalf("GET /v1/models: %d %+v", resp.StatusCode, list)
+	}
+	// count_tokens is forwarded and counts against nothing.
+	free, err := sh(t, d, "free", 0, nil, "sleep 600")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if code, _, b := modelCall(t, d, "/v1/messages/count_tokens", d.ModelCredential(free.ID), messagesBody); code != 200 || !strings.Contains(string(b), "input_tokens") {
+		t.Fatalf("count_tokens: %d %s", code, b)
+	}
+	if s := spendOf(t, d, free.ID); s.Tokens != 0 || len(modelCalls(t, d)) != 1 {
+		t.Fatalf("count_tokens was counted: %+v", s)
+	}
 }
 
 func asEscalation(err error, out **kin.EscalationError) bool {

@@ -336,6 +336,7 @@ type call struct {
 	began    time.Time
 	limit    *authority.ModelLimit
 	metered  bool
+	counted  bool // an endpoint that counts against budgets (not count_tokens)
 	wantUsag bool // the client asked for the usage chunk itself
 }
 
@@ -389,7 +390,7 @@ func (g *Gateway) serve(w http.ResponseWriter, r *http.Request, ep endpoint, onS
 		apiErrorOf(err).write(w, ep.api)
 		return
 	}
-	c := &call{began: began, limit: lim, data: kin.ModelCallData{Agent: id, API: string(ep.api), Path: ep.path, Upstream: up.Name, Model: model}}
+	c := &call{began: began, limit: lim, counted: ep.metered, data: kin.ModelCallData{Agent: id, API: string(ep.api), Path: ep.path, Upstream: up.Name, Model: model}}
 	if upModel != model {
 		req["model"], _ = json.Marshal(upModel)
 	}
@@ -580,7 +581,7 @@ func upstreamError(err error, up Upstream) string {
 // meter records the call: its tokens and cost against the agent's
 // budgets and a model.call event (Authority.ModelCall), once.
 func (g *Gateway) meter(ctx context.Context, c *call, u usage) {
-	if c.metered {
+	if c.metered || !c.counted {
 		return
 	}
 	c.metered = true

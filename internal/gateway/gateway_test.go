@@ -128,7 +128,7 @@ func streamThrough(t testing.TB, ep endpoint, wantUsage bool, body string) (*moc
 	}
 	resp := &http.Response{StatusCode: 200, Header: http.Header{"Content-Type": {"text/event-stream"}}, Body: io.NopCloser(strings.NewReader(body))}
 	rec := httptest.NewRecorder()
-	g.stream(rec, httptest.NewRequest("POST", ep.path, nil), ep, resp, &call{wantUsag: wantUsage})
+	g.stream(rec, httptest.NewRequest("POST", ep.path, nil), ep, resp, &call{wantUsag: wantUsage, counted: true})
 	return m, rec.Body.String()
 }
 
