@@ -374,6 +374,21 @@ func TestModelGatewayModelsAllowList(t *testing.T) {
 	if s := spendOf(t, d, free.ID); s.Tokens != 0 || len(modelCalls(t, d)) != 1 {
 		t.Fatalf("count_tokens was counted: %+v", s)
 	}
+	// /metrics counts the call by model.
+	req, _ = http.NewRequest("GET", "http://"+d.HTTPAddr()+"/metrics", nil)
+	req.Header.Set("Authorization", "Bearer "+d.OperatorToken())
+	resp, err = http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	metrics, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	for _, want := range []string{`kin_model_tokens_total{kind="input",model="gpt-4o-mini"} 10`, `kin_model_tokens_total{kind="output",model="gpt-4o-mini"} 5`,
+		`kin_model_calls_total{api="openai",code="200",model="gpt-4o-mini"} 1`, `kin_model_cost_total{model="gpt-4o-mini"} 2e-05`} {
+		if !strings.Contains(string(metrics), want) {
+			t.Errorf("/metrics lacks %s", want)
+		}
+	}
 }
 
 func asEscalation(err error, out **kin.EscalationError) bool {

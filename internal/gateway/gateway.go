@@ -73,6 +73,8 @@ type Config struct {
 	// Addr is the daemon's HTTP address ("" when it has none), read at
 	// each spawn: the base URL agents' SDKs are given.
 	Addr func() string
+	// Observe is told of every call metered (metrics); nil: nobody.
+	Observe func(kin.ModelCallData)
 	// Quota limits each agent's and each subtree's calls and tokens (the
 	// profile's quotas.model_requests, quotas.model_tokens); nil: none.
 	Quota *quota.Limiter
@@ -596,6 +598,9 @@ func (g *Gateway) meter(ctx context.Context, c *call, u usage) {
 	// Recorded even when the client went away: the upstream charged.
 	if _, err := g.cfg.Authority.ModelCall(context.WithoutCancel(ctx), c.data); err != nil {
 		g.log.Error("model gateway: recording a call failed", "agent", c.data.Agent, "model", c.data.Model, "tokens", c.data.Tokens, "err", err)
+	}
+	if g.cfg.Observe != nil {
+		g.cfg.Observe(c.data)
 	}
 }
 
