@@ -332,8 +332,20 @@ func TestModelGatewayModelsAllowList(t *testing.T) {
 	if !asEscalation(err, &esc) || esc.Excess[0].Field != "models" {
 		t.Fatalf("a child asking for a model its parent may not use: %v", err)
 	}
-	if _, err := sh(t, d, "modest", root.ID, &kin.Policy{Models: &kin.ToolRules{Allow: []string{"gpt-4o*"}}}, "sleep 600"); err != nil {
+	modest, err := sh(t, d, "modest", root.ID, &kin.Policy{Models: &kin.ToolRules{Allow: []string{"gpt-4o*"}}}, "sleep 600")
+	if err != nil {
 		t.Fatalf("a narrower list: %v", err)
+	}
+	heir, err := sh(t, d, "heir", root.ID, nil, "sleep 600")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A child with a list of its own, and one without (its parent's
+	// binds it), may not call what the parent may not.
+	for _, kid := range []*kin.Agent{modest, heir} {
+		if code, _, b := modelCall(t, d, "/v1/messages", d.ModelCredential(kid.ID), messagesBody); code != 403 || !strings.Contains(string(b), "agent "+root.ID.String()) {
+			t.Fatalf("child %s calling a model its parent may not: %d %s", kid.Name, code, b)
+		}
 	}
 	cred := d.ModelCredential(root.ID)
 	code, h, b := modelCall(t, d, "/v1/messages", cred, messagesBody)
@@ -467,7 +479,9 @@ func TestModelGatewayRateLimits(t *testing.T) {
 			t.Fatalf("call %d: %d %s", i, code, b)
 		}
 		if code == 429 {
-			var oe struct{ Error struct{ Type, Code, Message string } }
+			var oe struct {
+				Error struct{ Type, Code, Message string }
+			}
 			json.Unmarshal(b, &oe)
 			if oe.Error.Code != "rate_limited" || oe.Error.Type != "rate_limit_error" || !strings.Contains(oe.Error.Message, "quotas.model_tokens") ||
 				h.Get("Retry-After") == "" || h.Get("X-Should-Retry") != "" {

@@ -434,6 +434,11 @@ func capOutput(req map[string]json.RawMessage, ep endpoint, lim *authority.Model
 	if left == nil {
 		return
 	}
+	if ep == epResponses {
+		// OpenAI refuses a max_output_tokens below 16: the call may then
+		// go past what was left by at most that much.
+		*left = max(*left, 16)
+	}
 	set := false
 	for _, k := range []string{ep.capKey, ep.alt} {
 		if k == "" {
