@@ -2,17 +2,22 @@ package daemon_test
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
 	"io/fs"
 	"math"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/kin-agents/kin/internal/fakemodel"
 	"github.com/kin-agents/kin/internal/kintest"
@@ -42,9 +47,55 @@ func gatewayDaemon(t *testing.T, o fakemodel.Options, opts ...kintest.Option) (*
 	return kintest.StartDaemon(t, opts...), up
 }
 
+// asUID is an HTTP client whose connections are made as uid (the socket's
+// owner, which the kernel lists in /proc/net/tcp and the gateway checks
+// against the agent's): each is created on a locked thread whose fsuid is
+// uid for that moment.
+func asUID(uid uint32) *http.Client {
+	c, ok := clients.Load(uid)
+	if !ok {
+		dial := (&net.Dialer{}).DialContext
+		c, _ = clients.LoadOrStore(uid, &http.Client{Transport: &http.Transport{
+			DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+				runtime.LockOSThread()
+				defer runtime.UnlockOSThread()
+				prev, err := unix.SetfsuidRetUid(int(uid))
+				if err != nil {
+					return nil, err
+				}
+				defer unix.Setfsuid(prev)
+				return dial(ctx, network, addr)
+			},
+			MaxIdleConnsPerHost: 16,
+		}})
+	}
+	return c.(*http.Client)
+}
+
+var clients sync.Map // uid → *http.Client
+
+// clientFor is the client an agent's process would call with: its
+// connections made as the uid of the agent cred names (when agents run as
+// their own uids), else as the test's.
+func clientFor(d *kintest.Daemon, cred string) *http.Client {
+	var id int64
+	if _, err := fmt.Sscanf(cred, "kin-gw1-%d-", &id); err == nil {
+		if uid, ok := d.Runner.AgentUID(kin.AgentID(id)); ok {
+			return asUID(uid)
+		}
+	}
+	return http.DefaultClient
+}
+
 // modelCall posts body to the gateway on the HTTP address with cred, as
-// an OpenAI (bearer) or Anthropic (x-api-key) SDK would.
+// an OpenAI (bearer) or Anthropic (x-api-key) SDK in the agent cred names
+// would.
 func modelCall(t *testing.T, d *kintest.Daemon, path, cred, body string) (int, http.Header, []byte) {
+	t.Helper()
+	return modelCallWith(t, clientFor(d, cred), d, path, cred, body)
+}
+
+func modelCallWith(t *testing.T, client *http.Client, d *kintest.Daemon, path, cred, body string) (int, http.Header, []byte) {
 	t.Helper()
 	req, err := http.NewRequest("POST", "http://"+d.HTTPAddr()+path, strings.NewReader(body))
 	if err != nil {
@@ -57,7 +108,7 @@ func modelCall(t *testing.T, d *kintest.Daemon, path, cred, body string) (int, h
 	} else {
 		req.Header.Set("Authorization", "Bearer "+cred)
 	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := client.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -285,6 +336,17 @@ echo "OWN $(curl -s -o /dev/null -w '%{http_code}' --unix-socket "$KIN_SOCKET" -
 	if code, _, b := modelCall(t, d, "/v1/chat/completions", d.ModelCredential(thief.ID), chatBody); code != 401 || !strings.Contains(string(b), "does not run") {
 		t.Fatalf("an ended agent's credential: %d %s", code, b)
 	}
+	// On the HTTP address a credential works only from the agent's uid,
+	// where agents run as their own.
+	if _, ok := d.Runner.AgentUID(other.ID); ok {
+		code, _, b := modelCallWith(t, asUID(uint32(os.Geteuid())), d, "/v1/chat/completions", otherCred, chatBody)
+		if code != 403 || !strings.Contains(string(b), "not the agent's") {
+			t.Fatalf("another uid with agent %d's credential: %d %s", other.ID, code, b)
+		}
+		if code, _, b := modelCall(t, d, "/v1/chat/completions", otherCred, chatBody); code != 200 {
+			t.Fatalf("the agent's own uid: %d %s", code, b)
+		}
+	}
 	// A forged one, and the operator's token, are not credentials.
 	forged := otherCred[:len(otherCred)-2] + "xx"
 	for _, c := range []string{forged, d.OperatorToken(), upstreamKey, ""} {
@@ -313,9 +375,18 @@ echo "OWN $(curl -s -o /dev/null -w '%{http_code}' --unix-socket "$KIN_SOCKET" -
 	if !strings.Contains(out, "KEY "+d.ModelCredential(own.ID)+"\n") || !strings.Contains(out, "TOKEN []") {
 		t.Fatalf("the spawner's model variables were not replaced:\n%s", out)
 	}
-	if n := len(up.Requests()); n != 1 {
-		t.Fatalf("%d calls reached the upstream, want 1", n)
+	if n := len(up.Requests()); n != 1+ownCalls(d, other.ID) {
+		t.Fatalf("%d calls reached the upstream", n)
 	}
+}
+
+// ownCalls is 1 where the test called as agent id's uid (agents run as
+// their own uids), else 0.
+func ownCalls(d *kintest.Daemon, id kin.AgentID) int {
+	if _, ok := d.Runner.AgentUID(id); ok {
+		return 1
+	}
+	return 0
 }
 
 // TestModelGatewayModelsAllowList: models lists attenuate down the tree
@@ -365,7 +436,7 @@ func TestModelGatewayModelsAllowList(t *testing.T) {
 	// The models list holds only what the agent may call.
 	req, _ := http.NewRequest("GET", "http://"+d.HTTPAddr()+"/v1/models", nil)
 	req.Header.Set("Authorization", "Bearer "+cred)
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := clientFor(d, cred).Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}

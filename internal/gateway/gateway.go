@@ -70,6 +70,12 @@ type Config struct {
 	// Runs says whether agent id runs on this host now: a credential is
 	// honoured only while its agent runs here.
 	Runs func(id kin.AgentID) bool
+	// AgentUID is the uid agent id's processes run as, when agents run as
+	// uids of their own (a root daemon): a call on the HTTP address with
+	// its credential must then come from a socket of that uid on this
+	// machine. false: agents share the daemon's uid, and the credential
+	// alone names the agent there.
+	AgentUID func(id kin.AgentID) (uint32, bool)
 	// Addr is the daemon's HTTP address ("" when it has none), read at
 	// each spawn: the base URL agents' SDKs are given.
 	Addr func() string
@@ -298,6 +304,22 @@ func (g *Gateway) authenticate(r *http.Request, ep endpoint, onSocket bool) (kin
 		if c.Agent != id {
 			return 0, &apiError{status: http.StatusForbidden, code: kin.ECodeForbidden,
 				msg: fmt.Sprintf("the credential is agent %d's, and this is agent %d's socket: an agent calls with its own", id, c.Agent)}
+		}
+	}
+	if !onSocket && g.cfg.AgentUID != nil {
+		if want, ok := g.cfg.AgentUID(id); ok {
+			got, err := peerUID(r)
+			switch {
+			case errors.Is(err, errNotLocal):
+				return 0, &apiError{status: http.StatusForbidden, code: kin.ECodeForbidden,
+					msg: fmt.Sprintf("the credential is agent %d's, and agent %d runs on this machine: its calls come from here, this one does not", id, id)}
+			case err != nil:
+				g.log.Error("model gateway: the connection's peer", "agent", id, "err", err)
+				return 0, &apiError{status: http.StatusForbidden, code: kin.ECodeForbidden, msg: "kin could not tell which user the connection comes from"}
+			case got != want:
+				return 0, &apiError{status: http.StatusForbidden, code: kin.ECodeForbidden,
+					msg: fmt.Sprintf("the credential is agent %d's, and the connection comes from uid %d, not the agent's (%d): an agent calls with its own", id, got, want)}
+			}
 		}
 	}
 	if !g.cfg.Runs(id) {

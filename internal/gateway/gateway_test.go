@@ -4,8 +4,11 @@ import (
 	"context"
 	"errors"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/netip"
+	"os"
 	"strings"
 	"testing"
 
@@ -191,4 +194,41 @@ func FuzzParseSpecs(f *testing.F) {
 		}
 		credentials{key: []byte("k")}.Check(s)
 	})
+}
+
+// TestPeerUID: the kernel's table names the uid holding the other end of a
+// real loopback connection, over IPv4 and IPv6.
+func TestPeerUID(t *testing.T) {
+	for _, network := range []string{"127.0.0.1:0", "[::1]:0"} {
+		ln, err := net.Listen("tcp", network)
+		if err != nil {
+			t.Logf("%s: %v (skipped)", network, err)
+			continue
+		}
+		c, err := net.Dial("tcp", ln.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		s, err := ln.Accept()
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := httptest.NewRequest("GET", "/", nil).WithContext(ConnContext(context.Background(), s))
+		uid, err := peerUID(r)
+		if err != nil || uid != uint32(os.Geteuid()) {
+			t.Errorf("%s: peer uid %d, %v; want %d", network, uid, err, os.Geteuid())
+		}
+		// A connection that is not in the table (another machine's).
+		if _, err := lookupTCPUID(netip.MustParseAddrPort("192.0.2.1:1234"), netip.MustParseAddrPort("192.0.2.2:80")); !errors.Is(err, errNotLocal) {
+			t.Errorf("an unknown connection: %v", err)
+		}
+		c.Close()
+		s.Close()
+		ln.Close()
+	}
+	for _, bad := range []string{"", "0100007F", "0100007F:XYZ", "01:0050", "zz00007F:0050"} {
+		if _, err := parseProcAddr([]byte(bad)); err == nil {
+			t.Errorf("parseProcAddr(%q) took it", bad)
+		}
+	}
 }
