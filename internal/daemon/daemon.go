@@ -233,7 +233,7 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 		d.gateway, err = gateway.New(gateway.Config{Upstreams: cfg.ModelUpstreams, Key: d.Signer.Derive("model gateway credentials"),
 			Authority: d.Authority, Runs: func(id kin.AgentID) bool { return d.Runner != nil && d.Runner.Runs(id) },
 			AgentUID: func(id kin.AgentID) (uint32, bool) { return d.Runner.AgentUID(id) },
-			Addr:     d.HTTPAddr, Quota: d.quota, Observe: d.metrics.ObserveModelCall, Transport: cfg.ModelTransport, Clock: d.now, Log: d.log})
+			Addr:     d.HTTPAddr, Quota: d.quota, Observe: func(c kin.ModelCallData) { d.metrics.ObserveModelCall(c); d.tracer.ModelCall(c) }, Transport: cfg.ModelTransport, Clock: d.now, Log: d.log})
 		if err != nil {
 			return nil, err
 		}

@@ -582,3 +582,43 @@ func TestModelGatewayRateLimits(t *testing.T) {
 		t.Fatalf("%d calls reached the upstream", n)
 	}
 }
+
+// TestModelGatewaySpans: with traces on, each model call is a span under
+// the calling agent's spawn span, in its tree's trace, without content.
+func TestModelGatewaySpans(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "spans.jsonl")
+	d, _ := gatewayDaemon(t, fakemodel.Options{InputTokens: 10, OutputTokens: 5, Reply: "secret completion"}, withTraces("file:"+path))
+	root, err := sh(t, d, "lead", 0, nil, "sleep 600")
+	if err != nil {
+		t.Fatal(err)
+	}
+	kid, err := sh(t, d, "kid", root.ID, nil, "sleep 600")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if code, _, b := modelCall(t, d, "/v1/chat/completions", d.ModelCredential(kid.ID), chatBody); code != 200 {
+		t.Fatalf("%d %s", code, b)
+	}
+	if err := d.Close(); err != nil { // flushes the spans
+		t.Fatal(err)
+	}
+	var spawn, call *jsonSpan
+	for _, s := range readSpans(t, path) {
+		switch {
+		case s.Name == "kin.model.call":
+			call = &s
+		case s.attr("kin.agent.id") == kid.ID.String():
+			spawn = &s
+		}
+	}
+	if spawn == nil || call == nil {
+		t.Fatalf("spans: spawn %v, call %v", spawn, call)
+	}
+	if call.Parent.SpanID != spawn.SpanContext.SpanID || call.SpanContext.TraceID != spawn.SpanContext.TraceID ||
+		call.attr("gen_ai.request.model") != "gpt-4o-mini" || call.attr("gen_ai.usage.input_tokens") != "10" || call.attr("kin.root") != root.ID.String() {
+		t.Fatalf("the call's span %+v, the kid's spawn %+v", call, spawn)
+	}
+	if b, _ := os.ReadFile(path); bytes.Contains(b, []byte("secret completion")) || bytes.Contains(b, []byte(`"hi"`)) {
+		t.Fatal("a span holds the prompt or the completion")
+	}
+}
