@@ -622,3 +622,45 @@ func TestModelGatewaySpans(t *testing.T) {
 		t.Fatal("a span holds the prompt or the completion")
 	}
 }
+
+// TestModelGatewayUpstreamFailures: an upstream's error passes through in
+// its shape (and is recorded, without tokens); one that refuses the
+// operator's key is a 502 that quotes nothing of its answer; one that is
+// down is a 502 in the provider's shape, recorded with status 0.
+func TestModelGatewayUpstreamFailures(t *testing.T) {
+	d, up := gatewayDaemon(t, fakemodel.Options{InputTokens: 10, OutputTokens: 5})
+	a, err := sh(t, d, "caller", 0, nil, "sleep 600")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cred := d.ModelCredential(a.ID)
+	up.FailNext(1, 529, "", "overloaded")
+	if code, _, b := modelCall(t, d, "/v1/messages", cred, messagesBody); code != 529 || !strings.Contains(string(b), "overloaded_error") {
+		t.Fatalf("an upstream error: %d %s", code, b)
+	}
+	// The operator's key is wrong: a second daemon on the same fake.
+	d2 := kintest.StartDaemon(t, kintest.WithHTTP(), kintest.WithModelUpstream("openai", "openai", up.URL, "sk-wrong-key-0000"))
+	b2, err := sh(t, d2, "caller", 0, nil, "sleep 600")
+	if err != nil {
+		t.Fatal(err)
+	}
+	code, h, b := modelCall(t, d2, "/v1/chat/completions", d2.ModelCredential(b2.ID), chatBody)
+	if code != 502 || !strings.Contains(string(b), "refused the key") || strings.Contains(string(b), "sk-wrong") || h.Get("X-Should-Retry") != "false" {
+		t.Fatalf("a refused operator key: %d %s", code, b)
+	}
+	up.Close()
+	code, _, b = modelCall(t, d, "/v1/chat/completions", cred, chatBody)
+	var oe struct {
+		Error struct{ Type, Code, Message string }
+	}
+	if code != 502 || json.Unmarshal(b, &oe) != nil || oe.Error.Type != "api_error" || oe.Error.Code != "unavailable" {
+		t.Fatalf("the upstream down: %d %s", code, b)
+	}
+	calls := modelCalls(t, d)
+	if len(calls) != 2 || calls[0].Status != 529 || calls[0].Tokens != 0 || calls[1].Status != 0 || calls[1].Error == "" {
+		t.Fatalf("model.call events %+v", calls)
+	}
+	if s := spendOf(t, d, a.ID); s.Tokens != 0 {
+		t.Fatalf("spend %+v", s)
+	}
+}

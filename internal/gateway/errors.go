@@ -6,6 +6,7 @@ import (
 	"math"
 	"net/http"
 	"strconv"
+	"strings"
 
 	"github.com/kin-agents/kin/kin"
 )
@@ -95,7 +96,7 @@ func (e *apiError) write(w http.ResponseWriter, api API) {
 	if e.code == kin.ECodeRateLimited {
 		h.Set("Retry-After", strconv.Itoa(int(math.Ceil(e.retryAfter))))
 		h.Set("Retry-After-Ms", strconv.Itoa(int(math.Ceil(e.retryAfter*1000))))
-	} else if e.status < 500 {
+	} else if e.status < 500 || e.code == kin.ECodeUnavailable && strings.Contains(e.msg, "refused the key") {
 		h.Set("X-Should-Retry", "false")
 	}
 	h.Set("Kin-Error-Code", string(e.code))

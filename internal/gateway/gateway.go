@@ -585,6 +585,17 @@ func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, ep endpoint, u
 		(&apiError{status: http.StatusBadGateway, code: kin.ECodeUnavailable, msg: c.data.Error}).write(w, ep.api)
 		return
 	}
+	if resp.StatusCode == http.StatusUnauthorized {
+		// The upstream refused the operator's key: its answer may quote
+		// the key (providers echo a masked one), and the agent can do
+		// nothing about it. The operator's log has it.
+		g.log.Warn("model gateway: the upstream refused kin's key for it", "upstream", up.Name, "status", resp.StatusCode, "answer", string(b[:min(len(b), 512)]))
+		c.data.Error = "the upstream refused the operator's key"
+		g.meter(r.Context(), c, usage{})
+		(&apiError{status: http.StatusBadGateway, code: kin.ECodeUnavailable,
+			msg: fmt.Sprintf("the upstream %s refused the key kin holds for it (HTTP 401): the operator must fix kin serve --model-key %s", up.Name, up.Name)}).write(w, ep.api)
+		return
+	}
 	var u usage
 	if resp.StatusCode/100 == 2 {
 		u = usageOfBody(ep.api, b)
