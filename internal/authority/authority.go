@@ -1063,7 +1063,7 @@ func (au *Authority) Usage(ctx context.Context, req kin.UsageRequest) (*kin.Spen
 	if err := au.quota.Allow(ctx, quota.Reports); err != nil {
 		return nil, err
 	}
-	return au.addSpend(ctx, a, req.Tokens, req.Cost, kin.EventAgentUsage, kin.AgentUsageData{Agent: id, Tokens: req.Tokens, Cost: req.Cost})
+	return au.addSpend(ctx, a, req.Tokens, req.Cost, kin.EventAgentUsage, kin.AgentUsageData{Agent: id, Tokens: req.Tokens, Cost: req.Cost}, false)
 }
 
 // addSpend adds tokens and cost to agent a's spend and to every subtree
@@ -1072,12 +1072,16 @@ func (au *Authority) Usage(ctx context.Context, req kin.UsageRequest) (*kin.Spen
 // model.call for what the model gateway metered. The caps are checked
 // against the sums as the transaction left them, and the highest
 // budgeted ancestor that reached one has its subtree stopped.
-func (au *Authority) addSpend(ctx context.Context, a *kin.Agent, tokens int64, cost float64, eventType string, data any) (*kin.Spend, error) {
+func (au *Authority) addSpend(ctx context.Context, a *kin.Agent, tokens int64, cost float64, eventType string, data any, lazy bool) (*kin.Spend, error) {
 	id := a.ID
 	var over []kin.AgentID
 	var whys []string
 	var s kin.Spend
-	err := store.UpdateAfter(ctx, au.st, func(tx store.Tx, after *store.AfterCommit) error {
+	update := store.UpdateAfter
+	if lazy {
+		update = store.UpdateAfterLazy
+	}
+	err := update(ctx, au.st, func(tx store.Tx, after *store.AfterCommit) error {
 		over, whys = nil, nil
 		if tokens != 0 || cost != 0 {
 			if err := tx.SpendAdd(ctx, id, tokens, cost); err != nil {
@@ -1193,7 +1197,12 @@ func (au *Authority) ModelCall(ctx context.Context, call kin.ModelCallData) (*ki
 		return nil, kin.Errorf(kin.ECodeNotFound, "agent %d not found", call.Agent)
 	}
 	a := &kin.Agent{ID: call.Agent, Parent: au.lin.Parent(call.Agent)}
-	return au.addSpend(ctx, a, call.Tokens, call.Cost, kin.EventModelCall, call)
+	// Lazily durable (store.LazyUpdater): committed and visible, so the
+	// agent's next call and every check see it, when this returns; only a
+	// crash of the machine (not of the daemon) in the next moments may
+	// lose it. A durable commit per call would add a disk flush to every
+	// model call (about 1.5 ms on SQLite here, 4 ms on PostgreSQL).
+	return au.addSpend(ctx, a, call.Tokens, call.Cost, kin.EventModelCall, call, true)
 }
 
 // Promote changes an agent's stage; only its parent or the operator may,

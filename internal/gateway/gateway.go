@@ -587,9 +587,9 @@ func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, ep endpoint, u
 	}
 	if resp.StatusCode == http.StatusUnauthorized {
 		// The upstream refused the operator's key: its answer may quote
-		// the key (providers echo a masked one), and the agent can do
-		// nothing about it. The operator's log has it.
-		g.log.Warn("model gateway: the upstream refused kin's key for it", "upstream", up.Name, "status", resp.StatusCode, "answer", string(b[:min(len(b), 512)]))
+		// the key (providers echo a masked one), so neither the agent nor
+		// the log gets it; the agent can do nothing about it anyway.
+		g.log.Warn("model gateway: the upstream refused kin's key for it (HTTP 401): check kin serve --model-key", "upstream", up.Name)
 		c.data.Error = "the upstream refused the operator's key"
 		g.meter(r.Context(), c, usage{})
 		(&apiError{status: http.StatusBadGateway, code: kin.ECodeUnavailable,
