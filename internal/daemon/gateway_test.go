@@ -664,3 +664,40 @@ func TestModelGatewayUpstreamFailures(t *testing.T) {
 		t.Fatalf("spend %+v", s)
 	}
 }
+
+// TestConcurrentSpendCrossingACapStopsOnce: usage reports that cross a
+// cap together each ask for the subtree's stop; it is recorded once (one
+// budget.exhausted event, the same reason in the store and the cache).
+func TestConcurrentSpendCrossingACapStopsOnce(t *testing.T) {
+	d := kintest.StartDaemon(t)
+	max := int64(100)
+	lead, err := sh(t, d, "lead", 0, &kin.Policy{Budget: &kin.Budget{MaxTokens: &max}}, "sleep 600")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var kids []kin.AgentID
+	for i := range 8 {
+		k, err := sh(t, d, fmt.Sprintf("kid%d", i), lead.ID, nil, "sleep 600")
+		if err != nil {
+			t.Fatal(err)
+		}
+		kids = append(kids, k.ID)
+	}
+	var wg sync.WaitGroup
+	for _, k := range kids {
+		wg.Go(func() {
+			if _, err := d.Client.Usage(ctx, kin.UsageRequest{Agent: k, Tokens: 60}); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	wg.Wait()
+	ended(t, d, lead.ID)
+	evs, err := d.Client.Events(ctx, kin.EventFilter{Types: []string{kin.EventBudgetExhausted}})
+	if err != nil || len(evs) != 1 {
+		t.Fatalf("%d budget.exhausted events (%v)", len(evs), err)
+	}
+	if diff, err := d.CacheDiff(ctx); err != nil || diff != "" {
+		t.Fatalf("the caches and the store differ: %v\n%s", err, diff)
+	}
+}
