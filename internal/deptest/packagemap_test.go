@@ -138,6 +138,19 @@ var packageMap = map[string]deptest.DepChecker{
 			mod + "internal/supervisor/...": "sharing starts and stops no process",
 		}),
 	},
+	"internal/gateway": {
+		BadDeps: withBans(map[string]string{
+			mod + "internal/registry":       "the gateway asks only the authority, handed in as gateway.Authority; " + whyDown,
+			mod + "internal/runner":         "whether an agent runs here is handed in (gateway.Config.Runs); " + whyDown,
+			mod + "internal/exchange":       whyDown,
+			mod + "internal/personserver":   whyDown,
+			mod + "internal/httpapi":        "kin's own API is handed in as the http.Handler the gateway stands in front of",
+			mod + "internal/supervisor/...": "the gateway starts and stops no process",
+		}),
+		BadImports: map[string]string{
+			"os/exec": "the gateway starts no process",
+		},
+	},
 	"internal/logsigner": {
 		BadDeps: withBans(map[string]string{
 			mod + "internal/registry":       "who may ask for an ancestry proof is handed in (logsigner.Config.Ancestors); " + whyDown,

@@ -1,0 +1,394 @@
+package daemon_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"io/fs"
+	"math"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/kin-agents/kin/internal/fakemodel"
+	"github.com/kin-agents/kin/internal/kintest"
+	"github.com/kin-agents/kin/kin"
+)
+
+// upstreamKey is the operator's key the fake upstream checks: no agent may
+// ever see it.
+const upstreamKey = "sk-upstream-secret-4f1b9c27e0"
+
+// gatewayDaemon starts a fake upstream speaking both APIs and a daemon
+// with the gateway on it, the HTTP address on, and a price table.
+func gatewayDaemon(t *testing.T, o fakemodel.Options, opts ...kintest.Option) (*kintest.Daemon, *fakemodel.Server) {
+	t.Helper()
+	o.Key = upstreamKey
+	up := fakemodel.Start(t, o)
+	prices := filepath.Join(t.TempDir(), "policy.json")
+	if err := os.WriteFile(prices, []byte(`{"prices": {
+		"gpt-4o-mini": {"input": 1, "output": 2},
+		"claude-*": {"input": 3, "output": 15, "cached_input": 0.3}
+	}}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	opts = append([]kintest.Option{kintest.WithHTTP(), kintest.WithPolicyConfig(prices),
+		kintest.WithModelUpstream("openai", "openai", up.URL, upstreamKey),
+		kintest.WithModelUpstream("anthropic", "anthropic", up.URL, upstreamKey)}, opts...)
+	return kintest.StartDaemon(t, opts...), up
+}
+
+// modelCall posts body to the gateway on the HTTP address with cred, as
+// an OpenAI (bearer) or Anthropic (x-api-key) SDK would.
+func modelCall(t *testing.T, d *kintest.Daemon, path, cred, body string) (int, http.Header, []byte) {
+	t.Helper()
+	req, err := http.NewRequest("POST", "http://"+d.HTTPAddr()+path, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	if strings.HasPrefix(path, "/v1/messages") {
+		req.Header.Set("x-api-key", cred)
+		req.Header.Set("anthropic-version", "2023-06-01")
+	} else {
+		req.Header.Set("Authorization", "Bearer "+cred)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.StatusCode, resp.Header, b
+}
+
+const chatBody = `{"model":"gpt-4o-mini","messages":[{"role":"user","content":"hi"}]}`
+const messagesBody = `{"model":"claude-3-5-haiku-latest","max_tokens":100,"messages":[{"role":"user","content":"hi"}]}`
+
+func modelCalls(t *testing.T, d *kintest.Daemon) []kin.ModelCallData {
+	t.Helper()
+	evs, err := d.Client.Events(ctx, kin.EventFilter{Types: []string{kin.EventModelCall}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []kin.ModelCallData
+	for _, e := range evs {
+		var c kin.ModelCallData
+		if err := json.Unmarshal(e.Data, &c); err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, c)
+	}
+	return out
+}
+
+func spendOf(t *testing.T, d *kintest.Daemon, id kin.AgentID) kin.Spend {
+	t.Helper()
+	pol, err := d.Client.Policy(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pol.Spend
+}
+
+// TestModelGatewayAgentCallsThroughKin: an agent under a budget calls both
+// APIs with curl and the environment kin gave it, on the HTTP address and
+// on its socket, streaming and not; every call is metered exactly from
+// the upstream's answer, the upstream sees only the operator's key, and
+// the agent's environment, files and log hold no upstream key.
+func TestModelGatewayAgentCallsThroughKin(t *testing.T) {
+	d, up := gatewayDaemon(t, fakemodel.Options{InputTokens: 10, OutputTokens: 5, CachedTokens: 4})
+	max := int64(1000)
+	script := `set -e
+env | grep -E '^(OPENAI|ANTHROPIC|KIN_MODEL)' | sort | sed 's/^/ENV /'
+j='Content-Type: application/json'
+echo "CHAT $(curl -sS -H "Authorization: Bearer $OPENAI_API_KEY" -H "$j" -d '` + chatBody + `' "$OPENAI_BASE_URL/chat/completions")"
+curl -sSN -H "Authorization: Bearer $OPENAI_API_KEY" -H "$j" -d '{"model":"gpt-4o-mini","stream":true,"messages":[{"role":"user","content":"hi"}]}' "$OPENAI_BASE_URL/chat/completions" | sed 's/^/SSE /'
+curl -sSN -H "x-api-key: $ANTHROPIC_API_KEY" -H 'anthropic-version: 2023-06-01' -H "$j" -d '{"model":"claude-3-5-haiku-latest","max_tokens":100,"stream":true,"messages":[{"role":"user","content":"hi"}]}' "$ANTHROPIC_BASE_URL/v1/messages" | sed 's/^/ASSE /'
+echo "EMB $(curl -sS --unix-socket "$KIN_SOCKET" -H "Authorization: Bearer $KIN_MODEL_KEY" -H "$j" -d '{"model":"text-embedding-3-small","input":"hi"}' http://kin/v1/embeddings | head -c 40)"
+echo END`
+	a, err := sh(t, d, "caller", 0, &kin.Policy{Budget: &kin.Budget{MaxTokens: &max}}, script)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, out := ended(t, d, a.ID)
+	if got.State == kin.StateFailed || got.State == kin.StateCancelled || !strings.Contains(out, "\nEND") {
+		t.Fatalf("the agent ended %s:\n%s", got.State, out)
+	}
+	if strings.Contains(out, upstreamKey) {
+		t.Fatalf("the agent saw the upstream key:\n%s", out)
+	}
+	for _, want := range []string{"ENV OPENAI_BASE_URL=http://" + d.HTTPAddr() + "/v1\n", "ENV ANTHROPIC_BASE_URL=http://" + d.HTTPAddr() + "\n",
+		"ENV OPENAI_API_KEY=kin-gw1-", "ENV ANTHROPIC_API_KEY=kin-gw1-", `"prompt_tokens":10`, "ASSE event: message_stop", "SSE data: [DONE]", `EMB {"data":`} {
+		if !strings.Contains(out, want) {
+			t.Errorf("the agent's output lacks %q:\n%s", want, out)
+		}
+	}
+	// The client did not ask for the usage chunk: kin asked for it and
+	// kept it.
+	var sseUsage bool
+	for _, l := range strings.Split(out, "\n") {
+		sseUsage = sseUsage || strings.HasPrefix(l, "SSE ") && strings.Contains(l, `"usage":{`)
+	}
+	if sseUsage || !strings.Contains(out, "SSE data: [DONE]") {
+		t.Errorf("the stream passed on kin's usage chunk:\n%s", out)
+	}
+	// chat 15 + chat stream 15 + messages stream (10 + 4 cached read + 5)
+	// 19 + embeddings 10.
+	s := spendOf(t, d, a.ID)
+	if s.Tokens != 59 || s.SubtreeTokens != 59 {
+		t.Fatalf("spend = %+v, want 59 tokens", s)
+	}
+	wantCost := 2*(10*1+5*2)/1e6 + (10*3+4*0.3+5*15)/1e6
+	if math.Abs(s.Cost-wantCost) > 1e-12 {
+		t.Fatalf("cost = %v, want %v", s.Cost, wantCost)
+	}
+	calls := modelCalls(t, d)
+	if len(calls) != 4 {
+		t.Fatalf("%d model.call events: %+v", len(calls), calls)
+	}
+	for _, c := range calls {
+		if c.Agent != a.ID || c.Status != 200 || c.Tokens == 0 || c.LatencyMS <= 0 {
+			t.Errorf("model.call %+v", c)
+		}
+	}
+	if c := calls[2]; c.API != "anthropic" || !c.Stream || c.InputTokens != 14 || c.CachedTokens != 4 || c.OutputTokens != 5 {
+		t.Errorf("the streamed messages call = %+v", c)
+	}
+	// The upstream saw the operator's key, never the agent's credential,
+	// and the stream asked for its usage.
+	reqs := up.Requests()
+	if len(reqs) != 4 {
+		t.Fatalf("%d upstream requests", len(reqs))
+	}
+	for _, r := range reqs {
+		auth := r.Header.Get("Authorization") + r.Header.Get("X-Api-Key")
+		if !strings.Contains(auth, upstreamKey) || strings.Contains(string(r.Body), "kin-gw1-") {
+			t.Errorf("upstream request %s %s: auth %q", r.Method, r.Path, auth)
+		}
+	}
+	if !bytes.Contains(reqs[1].Body, []byte(`"include_usage":true`)) {
+		t.Errorf("the stream did not ask for usage: %s", reqs[1].Body)
+	}
+	// No file kin keeps for agents holds the key.
+	filepath.WalkDir(d.Home, func(path string, e fs.DirEntry, err error) error {
+		if err != nil || !e.Type().IsRegular() || strings.HasSuffix(path, ".db") || strings.Contains(path, "kin.db") {
+			return nil
+		}
+		if b, err := os.ReadFile(path); err == nil && bytes.Contains(b, []byte(upstreamKey)) {
+			t.Errorf("%s holds the upstream key", path)
+		}
+		return nil
+	})
+}
+
+// TestModelGatewayRefusesInTheProvidersShape: a subtree at its cap gets
+// 429 in each provider's error shape with kin's code (and is stopped, as
+// an exhausted subtree is); the call before it had its output capped to
+// what was left.
+func TestModelGatewayRefusesInTheProvidersShape(t *testing.T) {
+	d, up := gatewayDaemon(t, fakemodel.Options{InputTokens: 10, OutputTokens: 5})
+	max := int64(20)
+	a, err := sh(t, d, "spender", 0, &kin.Policy{Budget: &kin.Budget{MaxTokens: &max}}, "sleep 600")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cred := d.ModelCredential(a.ID)
+	if code, _, b := modelCall(t, d, "/v1/chat/completions", cred, chatBody); code != 200 {
+		t.Fatalf("first call: %d %s", code, b)
+	}
+	if code, _, b := modelCall(t, d, "/v1/chat/completions", cred, chatBody); code != 200 {
+		t.Fatalf("second call: %d %s", code, b)
+	}
+	// 5 tokens were left for the second: its output was capped to 5.
+	if r := up.Requests()[1]; !bytes.Contains(r.Body, []byte(`"max_completion_tokens":5`)) {
+		t.Fatalf("the second call was not capped: %s", r.Body)
+	}
+	code, h, b := modelCall(t, d, "/v1/chat/completions", cred, chatBody)
+	var oe struct {
+		Error struct{ Message, Type, Code string }
+	}
+	if code != 429 || json.Unmarshal(b, &oe) != nil || oe.Error.Code != "budget_exhausted" || oe.Error.Type != "insufficient_quota" ||
+		!strings.Contains(oe.Error.Message, "max_tokens") || h.Get("X-Should-Retry") != "false" {
+		t.Fatalf("OpenAI refusal: %d %s %v", code, b, h)
+	}
+	code, _, b = modelCall(t, d, "/v1/messages", cred, messagesBody)
+	var ae struct {
+		Type  string
+		Error struct{ Type, Message, Code string }
+	}
+	if code != 429 || json.Unmarshal(b, &ae) != nil || ae.Type != "error" || ae.Error.Type != "rate_limit_error" || ae.Error.Code != "budget_exhausted" {
+		t.Fatalf("Anthropic refusal: %d %s", code, b)
+	}
+	if n := len(up.Requests()); n != 2 {
+		t.Fatalf("%d calls reached the upstream, want 2", n)
+	}
+	if got, _ := ended(t, d, a.ID); got.EndReason != "budget_exhausted" {
+		t.Fatalf("end reason %q", got.EndReason)
+	}
+	// Once ended, its credential is still refused with the budget (the
+	// refusal an agent sees first), never forwarded.
+	if code, _, b := modelCall(t, d, "/v1/chat/completions", cred, chatBody); code != 429 {
+		t.Fatalf("after the stop: %d %s", code, b)
+	}
+	if s := spendOf(t, d, a.ID); s.Tokens != 30 {
+		t.Fatalf("spend %+v, want 30", s)
+	}
+}
+
+// TestModelGatewayCredentials: a credential works only for its agent,
+// only while it runs, and only on its own socket; a spawn carrying an
+// upstream key is refused; a forged one is refused.
+func TestModelGatewayCredentials(t *testing.T) {
+	d, up := gatewayDaemon(t, fakemodel.Options{InputTokens: 10, OutputTokens: 5})
+	other, err := sh(t, d, "other", 0, nil, "sleep 600")
+	if err != nil {
+		t.Fatal(err)
+	}
+	otherCred := d.ModelCredential(other.ID)
+	// Another agent's credential on this agent's socket.
+	req := kin.SpawnRequest{RegisterRequest: kin.RegisterRequest{Name: "thief", Responsible: "Dr. Schmidt"},
+		Command: []string{"/bin/sh", "-c", `echo "CODE $(curl -s -o /dev/null -w '%{http_code}' --unix-socket "$KIN_SOCKET" -H "Authorization: Bearer $STOLEN" -H 'Content-Type: application/json' -d '` + chatBody + `' http://kin/v1/chat/completions)"
+echo "OWN $(curl -s -o /dev/null -w '%{http_code}' --unix-socket "$KIN_SOCKET" -H "Authorization: Bearer $OPENAI_API_KEY" -H 'Content-Type: application/json' -d '` + chatBody + `' http://kin/v1/chat/completions)"`},
+		Env: []string{"STOLEN=" + otherCred}}
+	thief, err := d.Client.Spawn(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, out := ended(t, d, thief.ID)
+	if !strings.Contains(out, "CODE 403") || !strings.Contains(out, "OWN 200") {
+		t.Fatalf("another agent's credential on the socket:\n%s", out)
+	}
+	// The ended agent's credential is revoked.
+	if code, _, b := modelCall(t, d, "/v1/chat/completions", d.ModelCredential(thief.ID), chatBody); code != 401 || !strings.Contains(string(b), "does not run") {
+		t.Fatalf("an ended agent's credential: %d %s", code, b)
+	}
+	// A forged one, and the operator's token, are not credentials.
+	forged := otherCred[:len(otherCred)-2] + "xx"
+	for _, c := range []string{forged, d.OperatorToken(), upstreamKey, ""} {
+		if code, _, b := modelCall(t, d, "/v1/chat/completions", c, chatBody); code != 401 {
+			t.Fatalf("credential %q: %d %s", c, code, b)
+		}
+	}
+	// A spawn handing down the upstream key is refused; kin's variables
+	// replace the spawner's.
+	_, err = sh(t, d, "leaky", 0, nil, "true")
+	if err != nil {
+		t.Fatal(err)
+	}
+	req = kin.SpawnRequest{RegisterRequest: kin.RegisterRequest{Name: "leak", Responsible: "Dr. Schmidt"},
+		Command: []string{"/bin/true"}, Env: []string{"MY_KEY=x" + upstreamKey}}
+	if _, err := d.Client.Spawn(ctx, req); kin.ErrorCodeOf(err) != kin.ECodeDenied || strings.Contains(err.Error(), upstreamKey) {
+		t.Fatalf("a spawn with the upstream key: %v", err)
+	}
+	req = kin.SpawnRequest{RegisterRequest: kin.RegisterRequest{Name: "own", Responsible: "Dr. Schmidt"},
+		Command: []string{"/bin/sh", "-c", `echo "KEY $OPENAI_API_KEY"; echo "TOKEN [$ANTHROPIC_AUTH_TOKEN]"`}, Env: []string{"OPENAI_API_KEY=" + otherCred, "ANTHROPIC_AUTH_TOKEN=" + otherCred}}
+	own, err := d.Client.Spawn(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, out = ended(t, d, own.ID)
+	if !strings.Contains(out, "KEY "+d.ModelCredential(own.ID)+"\n") || !strings.Contains(out, "TOKEN []") {
+		t.Fatalf("the spawner's model variables were not replaced:\n%s", out)
+	}
+	if n := len(up.Requests()); n != 1 {
+		t.Fatalf("%d calls reached the upstream, want 1", n)
+	}
+}
+
+// TestModelGatewayModelsAllowList: models lists attenuate down the tree
+// like tools, and a call to a model the policy does not allow is 403 in
+// the provider's shape.
+func TestModelGatewayModelsAllowList(t *testing.T) {
+	d, up := gatewayDaemon(t, fakemodel.Options{InputTokens: 10, OutputTokens: 5})
+	root, err := sh(t, d, "lead", 0, &kin.Policy{Models: &kin.ToolRules{Allow: []string{"gpt-*"}}}, "sleep 600")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = sh(t, d, "greedy", root.ID, &kin.Policy{Models: &kin.ToolRules{Allow: []string{"claude-*"}}}, "sleep 600")
+	var esc *kin.EscalationError
+	if !asEscalation(err, &esc) || esc.Excess[0].Field != "models" {
+		t.Fatalf("a child asking for a model its parent may not use: %v", err)
+	}
+	if _, err := sh(t, d, "modest", root.ID, &kin.Policy{Models: &kin.ToolRules{Allow: []string{"gpt-4o*"}}}, "sleep 600"); err != nil {
+		t.Fatalf("a narrower list: %v", err)
+	}
+	cred := d.ModelCredential(root.ID)
+	code, h, b := modelCall(t, d, "/v1/messages", cred, messagesBody)
+	var ae struct {
+		Type  string
+		Error struct{ Type, Message, Code string }
+	}
+	if code != 403 || json.Unmarshal(b, &ae) != nil || ae.Error.Type != "permission_error" || ae.Error.Code != "permission_denied" || h.Get("X-Should-Retry") != "false" {
+		t.Fatalf("a model not allowed: %d %s", code, b)
+	}
+	if code, _, b := modelCall(t, d, "/v1/chat/completions", cred, chatBody); code != 200 {
+		t.Fatalf("an allowed model: %d %s", code, b)
+	}
+	if n := len(up.Requests()); n != 1 {
+		t.Fatalf("%d calls reached the upstream, want 1", n)
+	}
+}
+
+func asEscalation(err error, out **kin.EscalationError) bool {
+	e, ok := err.(*kin.EscalationError)
+	if ok {
+		*out = e
+	}
+	return ok && len(e.Excess) > 0
+}
+
+// TestModelGatewayConcurrentChildrenStayWithinBudget: a tree whose
+// children spend concurrently never exceeds max_tokens by more than one
+// call's tokens per agent (20 rounds, each a fresh tree).
+func TestModelGatewayConcurrentChildrenStayWithinBudget(t *testing.T) {
+	d, _ := gatewayDaemon(t, fakemodel.Options{InputTokens: 10, OutputTokens: 5, NoRecord: true})
+	const children, callTokens = 4, 15
+	max := int64(200)
+	for round := range 20 {
+		root, err := sh(t, d, fmt.Sprintf("lead%d", round), 0, &kin.Policy{Budget: &kin.Budget{MaxTokens: &max}}, "sleep 600")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var creds []string
+		for i := range children {
+			c, err := sh(t, d, fmt.Sprintf("kid%d-%d", round, i), root.ID, nil, "sleep 600")
+			if err != nil {
+				t.Fatal(err)
+			}
+			creds = append(creds, d.ModelCredential(c.ID))
+		}
+		var wg sync.WaitGroup
+		for _, cred := range creds {
+			wg.Go(func() {
+				for range 100 {
+					code, _, b := modelCall(t, d, "/v1/chat/completions", cred, chatBody)
+					if code == 429 || code == 401 {
+						return // refused, or stopped with its subtree
+					}
+					if code != 200 {
+						t.Errorf("call: %d %s", code, b)
+						return
+					}
+				}
+				t.Errorf("100 calls of %d tokens under a budget of %d", callTokens, max)
+			})
+		}
+		wg.Wait()
+		s := spendOf(t, d, root.ID)
+		if s.SubtreeTokens < max || s.SubtreeTokens > max+children*callTokens {
+			t.Fatalf("round %d: the subtree spent %d tokens: max_tokens %d, at most %d over", round, s.SubtreeTokens, max, children*callTokens)
+		}
+		ended(t, d, root.ID)
+	}
+	if diff, err := d.CacheDiff(ctx); err != nil || diff != "" {
+		t.Fatalf("the caches and the store differ: %v\n%s", err, diff)
+	}
+}
