@@ -5,8 +5,9 @@
 // ANTHROPIC_API_KEY) makes one call and prints what the SDK returned.
 //
 // The packages are installed with "npm ci" from the committed lock file
-// into a cache outside the repository ($KIN_NODE_CACHE, else the user's
-// cache directory), once per lock file. Where node or npm is missing, or
+// into a cache outside the repository ($KIN_NODE_CACHE; as root
+// /var/cache/kin-test, so agents running as other uids can read it; else
+// the user's cache directory), once per lock file. Where node or npm is missing, or
 // the install fails, a test skips naming what is missing, unless
 // KIN_TEST_REQUIRE_NODE=1 (CI): then it fails.
 //
@@ -87,13 +88,9 @@ func install() (*Node, error) {
 		return nil, err
 	}
 	sum := sha256.Sum256(lock)
-	root := os.Getenv(EnvCache)
-	if root == "" {
-		c, err := os.UserCacheDir()
-		if err != nil {
-			return nil, fmt.Errorf("no cache directory for the npm packages (set %s): %w", EnvCache, err)
-		}
-		root = filepath.Join(c, "kin-test")
+	root, err := cacheRoot()
+	if err != nil {
+		return nil, err
 	}
 	dir := filepath.Join(root, "node-sdk-"+hex.EncodeToString(sum[:8]))
 	if err := os.MkdirAll(root, 0o755); err != nil {
@@ -139,6 +136,24 @@ func install() (*Node, error) {
 		return nil, err
 	}
 	return &Node{Bin: bin, Dir: dir}, nil
+}
+
+// cacheRoot is where the packages are installed: $KIN_NODE_CACHE; as root
+// /var/cache/kin-test, which agents running as their own uids can read
+// (root's own cache directory is under /root, which they cannot); else the
+// user's cache directory.
+func cacheRoot() (string, error) {
+	if root := os.Getenv(EnvCache); root != "" {
+		return root, nil
+	}
+	if os.Geteuid() == 0 {
+		return "/var/cache/kin-test", nil
+	}
+	c, err := os.UserCacheDir()
+	if err != nil {
+		return "", fmt.Errorf("no cache directory for the npm packages (set %s): %w", EnvCache, err)
+	}
+	return filepath.Join(c, "kin-test"), nil
 }
 
 // writeFiles copies the embedded package files and scripts into dir.
