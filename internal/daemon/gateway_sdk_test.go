@@ -214,3 +214,65 @@ func lineAfter(out, prefix string) string {
 	}
 	return ""
 }
+
+// TestModelGatewayAgentCLIs runs Claude Code and Codex, the real CLIs from
+// npm, inside an agent under a budget: each answers through kin with the
+// environment kin gave it, offline, and the agent is metered exactly what
+// the upstream reported. Claude Code reads ANTHROPIC_BASE_URL and
+// ANTHROPIC_API_KEY unchanged; Codex 0.171 reads no OPENAI_BASE_URL, so
+// the agent names kin's URL in a provider of its own with -c flags (the
+// key still comes from OPENAI_API_KEY).
+func TestModelGatewayAgentCLIs(t *testing.T) {
+	clis := modelsdktest.InstallCLIs(t)
+	for _, c := range []struct {
+		name, script, path string
+	}{
+		{"claude-code", `exec "$CLI" -p "say ok" </dev/null`, "/v1/messages"},
+		{"codex", `exec "$CLI" exec --skip-git-repo-check -m gpt-4o-mini -c model_provider='"kin"' \
+	-c "model_providers.kin={name=\"kin\",base_url=\"$OPENAI_BASE_URL\",env_key=\"OPENAI_API_KEY\",wire_api=\"responses\"}" "say ok" </dev/null`, "/v1/responses"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			d, up := gatewayDaemon(t, fakemodel.Options{InputTokens: 10, OutputTokens: 5, Reply: "ok"})
+			bin := clis.ClaudeCode
+			if c.name == "codex" {
+				bin = clis.Codex
+			}
+			// A home and a temporary directory of its own: the daemon's
+			// are not the agent's to write.
+			home := kintest.SharedDir(t)
+			max := int64(1000)
+			a, err := sh(t, d, c.name, 0, &kin.Policy{Budget: &kin.Budget{MaxTokens: &max}},
+				"export HOME="+shellQuote(home)+" TMPDIR="+shellQuote(home)+" CLI="+shellQuote(bin)+"\ncd \"$HOME\"\n"+c.script)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, out := endedWithin(t, d, a.ID, 3*time.Minute)
+			if got.EndReason != "exited" || got.Exit == nil || got.Exit.Code != 0 || !strings.Contains(out, "ok") {
+				t.Fatalf("%s ended %s (%s, exit %v):\n%s", c.name, got.State, got.EndReason, got.Exit, out)
+			}
+			if strings.Contains(out, upstreamKey) {
+				t.Fatalf("the agent saw the upstream key:\n%s", out)
+			}
+			var calls int64
+			for _, r := range up.Requests() {
+				auth := r.Header.Get("Authorization") + r.Header.Get("X-Api-Key")
+				if !strings.Contains(auth, upstreamKey) {
+					t.Errorf("upstream request %s: auth %q", r.Path, auth)
+				}
+				if r.Method == "POST" && r.Path == c.path {
+					calls++
+				}
+			}
+			if calls == 0 {
+				t.Fatalf("no %s call reached the upstream:\n%s", c.path, out)
+			}
+			if s := spendOf(t, d, a.ID); s.Tokens != 15*calls || s.Cost <= 0 {
+				t.Fatalf("spend %+v for %d calls of 15 tokens", s, calls)
+			}
+			if mc := modelCalls(t, d); int64(len(mc)) != calls {
+				t.Fatalf("%d model.call events for %d calls", len(mc), calls)
+			}
+			t.Logf("%s: %d model calls through kin, metered %d tokens", c.name, calls, 15*calls)
+		})
+	}
+}
