@@ -232,7 +232,8 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 	if len(cfg.ModelUpstreams) > 0 {
 		d.gateway, err = gateway.New(gateway.Config{Upstreams: cfg.ModelUpstreams, Key: d.Signer.Derive("model gateway credentials"),
 			Authority: d.Authority, Runs: func(id kin.AgentID) bool { return d.Runner != nil && d.Runner.Runs(id) },
-			Addr: d.HTTPAddr, Transport: cfg.ModelTransport, Clock: d.now, Log: d.log})
+			AgentUID: func(id kin.AgentID) (uint32, bool) { return d.Runner.AgentUID(id) },
+			Addr:     d.HTTPAddr, Quota: d.quota, Observe: func(c kin.ModelCallData) { d.metrics.ObserveModelCall(c); d.tracer.ModelCall(c) }, Transport: cfg.ModelTransport, Clock: d.now, Log: d.log})
 		if err != nil {
 			return nil, err
 		}
@@ -314,7 +315,11 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 	d.started = d.now()
 	d.serve(d.unixLn, d.operatorHandler(api), d.Runner.OperatorConnContext)
 	if d.tcpLn != nil {
-		d.serve(d.tcpLn, d.Server.Handler(d.webHandler(api)), nil)
+		var connContext func(context.Context, net.Conn) context.Context
+		if d.gateway != nil {
+			connContext = gateway.ConnContext // which uid a model call comes from
+		}
+		d.serve(d.tcpLn, d.Server.Handler(d.webHandler(api)), connContext)
 	}
 	d.Signer.Start()
 	sup := d.Runner.Supervisor()

@@ -2,17 +2,22 @@ package daemon_test
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
 	"io/fs"
 	"math"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/kin-agents/kin/internal/fakemodel"
 	"github.com/kin-agents/kin/internal/kintest"
@@ -42,9 +47,55 @@ func gatewayDaemon(t *testing.T, o fakemodel.Options, opts ...kintest.Option) (*
 	return kintest.StartDaemon(t, opts...), up
 }
 
+// asUID is an HTTP client whose connections are made as uid (the socket's
+// owner, which the kernel lists in /proc/net/tcp and the gateway checks
+// against the agent's): each is created on a locked thread whose fsuid is
+// uid for that moment.
+func asUID(uid uint32) *http.Client {
+	c, ok := clients.Load(uid)
+	if !ok {
+		dial := (&net.Dialer{}).DialContext
+		c, _ = clients.LoadOrStore(uid, &http.Client{Transport: &http.Transport{
+			DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+				runtime.LockOSThread()
+				defer runtime.UnlockOSThread()
+				prev, err := unix.SetfsuidRetUid(int(uid))
+				if err != nil {
+					return nil, err
+				}
+				defer unix.Setfsuid(prev)
+				return dial(ctx, network, addr)
+			},
+			MaxIdleConnsPerHost: 16,
+		}})
+	}
+	return c.(*http.Client)
+}
+
+var clients sync.Map // uid → *http.Client
+
+// clientFor is the client an agent's process would call with: its
+// connections made as the uid of the agent cred names (when agents run as
+// their own uids), else as the test's.
+func clientFor(d *kintest.Daemon, cred string) *http.Client {
+	var id int64
+	if _, err := fmt.Sscanf(cred, "kin-gw1-%d-", &id); err == nil {
+		if uid, ok := d.Runner.AgentUID(kin.AgentID(id)); ok {
+			return asUID(uid)
+		}
+	}
+	return http.DefaultClient
+}
+
 // modelCall posts body to the gateway on the HTTP address with cred, as
-// an OpenAI (bearer) or Anthropic (x-api-key) SDK would.
+// an OpenAI (bearer) or Anthropic (x-api-key) SDK in the agent cred names
+// would.
 func modelCall(t *testing.T, d *kintest.Daemon, path, cred, body string) (int, http.Header, []byte) {
+	t.Helper()
+	return modelCallWith(t, clientFor(d, cred), d, path, cred, body)
+}
+
+func modelCallWith(t *testing.T, client *http.Client, d *kintest.Daemon, path, cred, body string) (int, http.Header, []byte) {
 	t.Helper()
 	req, err := http.NewRequest("POST", "http://"+d.HTTPAddr()+path, strings.NewReader(body))
 	if err != nil {
@@ -57,7 +108,7 @@ func modelCall(t *testing.T, d *kintest.Daemon, path, cred, body string) (int, h
 	} else {
 		req.Header.Set("Authorization", "Bearer "+cred)
 	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := client.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -104,7 +155,22 @@ func spendOf(t *testing.T, d *kintest.Daemon, id kin.AgentID) kin.Spend {
 // the upstream's answer, the upstream sees only the operator's key, and
 // the agent's environment, files and log hold no upstream key.
 func TestModelGatewayAgentCallsThroughKin(t *testing.T) {
-	d, up := gatewayDaemon(t, fakemodel.Options{InputTokens: 10, OutputTokens: 5, CachedTokens: 4})
+	// Agents share the host's network namespace under every containment
+	// kin has (none makes a network namespace), so the HTTP address on
+	// loopback is reachable from inside each.
+	for _, containment := range []string{"cgroup2", "pid-namespaces", "process-groups"} {
+		t.Run(containment, func(t *testing.T) { testAgentCallsThroughKin(t, containment) })
+	}
+}
+
+func testAgentCallsThroughKin(t *testing.T, containment string) {
+	if containment == "cgroup2" && os.Geteuid() != 0 {
+		t.Skip("cgroup2 containment here needs root")
+	}
+	d, up := gatewayDaemon(t, fakemodel.Options{InputTokens: 10, OutputTokens: 5, CachedTokens: 4}, kintest.WithContainment(containment))
+	if got := d.Runner.Supervisor().Containment(); got != containment {
+		t.Skipf("containment %s is not available here (got %s)", containment, got)
+	}
 	max := int64(1000)
 	script := `set -e
 env | grep -E '^(OPENAI|ANTHROPIC|KIN_MODEL)' | sort | sed 's/^/ENV /'
@@ -270,6 +336,17 @@ echo "OWN $(curl -s -o /dev/null -w '%{http_code}' --unix-socket "$KIN_SOCKET" -
 	if code, _, b := modelCall(t, d, "/v1/chat/completions", d.ModelCredential(thief.ID), chatBody); code != 401 || !strings.Contains(string(b), "does not run") {
 		t.Fatalf("an ended agent's credential: %d %s", code, b)
 	}
+	// On the HTTP address a credential works only from the agent's uid,
+	// where agents run as their own.
+	if _, ok := d.Runner.AgentUID(other.ID); ok {
+		code, _, b := modelCallWith(t, asUID(uint32(os.Geteuid())), d, "/v1/chat/completions", otherCred, chatBody)
+		if code != 403 || !strings.Contains(string(b), "not the agent's") {
+			t.Fatalf("another uid with agent %d's credential: %d %s", other.ID, code, b)
+		}
+		if code, _, b := modelCall(t, d, "/v1/chat/completions", otherCred, chatBody); code != 200 {
+			t.Fatalf("the agent's own uid: %d %s", code, b)
+		}
+	}
 	// A forged one, and the operator's token, are not credentials.
 	forged := otherCred[:len(otherCred)-2] + "xx"
 	for _, c := range []string{forged, d.OperatorToken(), upstreamKey, ""} {
@@ -298,9 +375,18 @@ echo "OWN $(curl -s -o /dev/null -w '%{http_code}' --unix-socket "$KIN_SOCKET" -
 	if !strings.Contains(out, "KEY "+d.ModelCredential(own.ID)+"\n") || !strings.Contains(out, "TOKEN []") {
 		t.Fatalf("the spawner's model variables were not replaced:\n%s", out)
 	}
-	if n := len(up.Requests()); n != 1 {
-		t.Fatalf("%d calls reached the upstream, want 1", n)
+	if n := len(up.Requests()); n != 1+ownCalls(d, other.ID) {
+		t.Fatalf("%d calls reached the upstream", n)
 	}
+}
+
+// ownCalls is 1 where the test called as agent id's uid (agents run as
+// their own uids), else 0.
+func ownCalls(d *kintest.Daemon, id kin.AgentID) int {
+	if _, ok := d.Runner.AgentUID(id); ok {
+		return 1
+	}
+	return 0
 }
 
 // TestModelGatewayModelsAllowList: models lists attenuate down the tree
@@ -317,8 +403,20 @@ func TestModelGatewayModelsAllowList(t *testing.T) {
 	if !asEscalation(err, &esc) || esc.Excess[0].Field != "models" {
 		t.Fatalf("a child asking for a model its parent may not use: %v", err)
 	}
-	if _, err := sh(t, d, "modest", root.ID, &kin.Policy{Models: &kin.ToolRules{Allow: []string{"gpt-4o*"}}}, "sleep 600"); err != nil {
+	modest, err := sh(t, d, "modest", root.ID, &kin.Policy{Models: &kin.ToolRules{Allow: []string{"gpt-4o*"}}}, "sleep 600")
+	if err != nil {
 		t.Fatalf("a narrower list: %v", err)
+	}
+	heir, err := sh(t, d, "heir", root.ID, nil, "sleep 600")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A child with a list of its own, and one without (its parent's
+	// binds it), may not call what the parent may not.
+	for _, kid := range []*kin.Agent{modest, heir} {
+		if code, _, b := modelCall(t, d, "/v1/messages", d.ModelCredential(kid.ID), messagesBody); code != 403 || !strings.Contains(string(b), "agent "+root.ID.String()) {
+			t.Fatalf("child %s calling a model its parent may not: %d %s", kid.Name, code, b)
+		}
 	}
 	cred := d.ModelCredential(root.ID)
 	code, h, b := modelCall(t, d, "/v1/messages", cred, messagesBody)
@@ -334,6 +432,45 @@ func TestModelGatewayModelsAllowList(t *testing.T) {
 	}
 	if n := len(up.Requests()); n != 1 {
 		t.Fatalf("%d calls reached the upstream, want 1", n)
+	}
+	// The models list holds only what the agent may call.
+	req, _ := http.NewRequest("GET", "http://"+d.HTTPAddr()+"/v1/models", nil)
+	req.Header.Set("Authorization", "Bearer "+cred)
+	resp, err := clientFor(d, cred).Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var list struct{ Data []struct{ ID string } }
+	json.NewDecoder(resp.Body).Decode(&list)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || len(list.Data) != 1 || list.Data[0].ID != "gpt-4o-mini" {
+		t.Fatalf("GET /v1/models: %d %+v", resp.StatusCode, list)
+	}
+	// count_tokens is forwarded and counts against nothing.
+	free, err := sh(t, d, "free", 0, nil, "sleep 600")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if code, _, b := modelCall(t, d, "/v1/messages/count_tokens", d.ModelCredential(free.ID), messagesBody); code != 200 || !strings.Contains(string(b), "input_tokens") {
+		t.Fatalf("count_tokens: %d %s", code, b)
+	}
+	if s := spendOf(t, d, free.ID); s.Tokens != 0 || len(modelCalls(t, d)) != 1 {
+		t.Fatalf("count_tokens was counted: %+v", s)
+	}
+	// /metrics counts the call by model.
+	req, _ = http.NewRequest("GET", "http://"+d.HTTPAddr()+"/metrics", nil)
+	req.Header.Set("Authorization", "Bearer "+d.OperatorToken())
+	resp, err = http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	metrics, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	for _, want := range []string{`kin_model_tokens_total{kind="input",model="gpt-4o-mini"} 10`, `kin_model_tokens_total{kind="output",model="gpt-4o-mini"} 5`,
+		`kin_model_calls_total{api="openai",code="200",model="gpt-4o-mini"} 1`, `kin_model_cost_total{model="gpt-4o-mini"} 2e-05`} {
+		if !strings.Contains(string(metrics), want) {
+			t.Errorf("/metrics lacks %s", want)
+		}
 	}
 }
 
@@ -390,5 +527,140 @@ func TestModelGatewayConcurrentChildrenStayWithinBudget(t *testing.T) {
 	}
 	if diff, err := d.CacheDiff(ctx); err != nil || diff != "" {
 		t.Fatalf("the caches and the store differ: %v\n%s", err, diff)
+	}
+}
+
+// TestModelGatewayRateLimits: the profile's quotas.model_requests and
+// quotas.model_tokens bound each agent's calls and its subtree's (an
+// ancestor's bucket for its descendants), refused with 429 rate_limited
+// and Retry-After, which the SDKs wait for (no X-Should-Retry: false).
+func TestModelGatewayRateLimits(t *testing.T) {
+	d, up := gatewayDaemon(t, fakemodel.Options{InputTokens: 10, OutputTokens: 5},
+		kintest.WithProfile(quotaProfile(t, `{"model_requests": {"per_second": 0.001, "burst": 3}, "model_tokens": {"per_second": 0.001, "burst": 20}}`)))
+	lead, err := sh(t, d, "lead", 0, nil, "sleep 600")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cred := d.ModelCredential(lead.ID)
+	// 20 tokens: the first call (15) fits, the second is admitted on the
+	// 5 left and leaves the bucket in debt, the third waits.
+	for i, want := range []int{200, 200, 429} {
+		code, h, b := modelCall(t, d, "/v1/chat/completions", cred, chatBody)
+		if code != want {
+			t.Fatalf("call %d: %d %s", i, code, b)
+		}
+		if code == 429 {
+			var oe struct {
+				Error struct{ Type, Code, Message string }
+			}
+			json.Unmarshal(b, &oe)
+			if oe.Error.Code != "rate_limited" || oe.Error.Type != "rate_limit_error" || !strings.Contains(oe.Error.Message, "quotas.model_tokens") ||
+				h.Get("Retry-After") == "" || h.Get("X-Should-Retry") != "" {
+				t.Fatalf("the refusal: %s %v", b, h)
+			}
+		}
+	}
+	// The subtree shares its ancestor's bucket: four children, one call
+	// of 10 tokens each, each its own first; the lead's bucket for its
+	// descendants (model_tokens, burst 20) refuses the third and fourth.
+	var codes []int
+	for i := range 4 {
+		kid, err := sh(t, d, fmt.Sprintf("kid%d", i), lead.ID, nil, "sleep 600")
+		if err != nil {
+			t.Fatal(err)
+		}
+		code, _, b := modelCall(t, d, "/v1/embeddings", d.ModelCredential(kid.ID), `{"model":"text-embedding-3-small","input":"hi"}`)
+		if code == 429 && !strings.Contains(string(b), fmt.Sprintf("ancestor agent %d", lead.ID)) {
+			t.Fatalf("kid %d refused by its own bucket: %s", i, b)
+		}
+		codes = append(codes, code)
+	}
+	if fmt.Sprint(codes) != "[200 200 429 429]" {
+		t.Fatalf("the children's calls: %v", codes)
+	}
+	if n := len(up.Requests()); n != 4 {
+		t.Fatalf("%d calls reached the upstream", n)
+	}
+}
+
+// TestModelGatewaySpans: with traces on, each model call is a span under
+// the calling agent's spawn span, in its tree's trace, without content.
+func TestModelGatewaySpans(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "spans.jsonl")
+	d, _ := gatewayDaemon(t, fakemodel.Options{InputTokens: 10, OutputTokens: 5, Reply: "secret completion"}, withTraces("file:"+path))
+	root, err := sh(t, d, "lead", 0, nil, "sleep 600")
+	if err != nil {
+		t.Fatal(err)
+	}
+	kid, err := sh(t, d, "kid", root.ID, nil, "sleep 600")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if code, _, b := modelCall(t, d, "/v1/chat/completions", d.ModelCredential(kid.ID), chatBody); code != 200 {
+		t.Fatalf("%d %s", code, b)
+	}
+	if err := d.Close(); err != nil { // flushes the spans
+		t.Fatal(err)
+	}
+	var spawn, call *jsonSpan
+	for _, s := range readSpans(t, path) {
+		switch {
+		case s.Name == "kin.model.call":
+			call = &s
+		case s.attr("kin.agent.id") == kid.ID.String():
+			spawn = &s
+		}
+	}
+	if spawn == nil || call == nil {
+		t.Fatalf("spans: spawn %v, call %v", spawn, call)
+	}
+	if call.Parent.SpanID != spawn.SpanContext.SpanID || call.SpanContext.TraceID != spawn.SpanContext.TraceID ||
+		call.attr("gen_ai.request.model") != "gpt-4o-mini" || call.attr("gen_ai.usage.input_tokens") != "10" || call.attr("kin.root") != root.ID.String() {
+		t.Fatalf("the call's span %+v, the kid's spawn %+v", call, spawn)
+	}
+	if b, _ := os.ReadFile(path); bytes.Contains(b, []byte("secret completion")) || bytes.Contains(b, []byte(`"hi"`)) {
+		t.Fatal("a span holds the prompt or the completion")
+	}
+}
+
+// TestModelGatewayUpstreamFailures: an upstream's error passes through in
+// its shape (and is recorded, without tokens); one that refuses the
+// operator's key is a 502 that quotes nothing of its answer; one that is
+// down is a 502 in the provider's shape, recorded with status 0.
+func TestModelGatewayUpstreamFailures(t *testing.T) {
+	d, up := gatewayDaemon(t, fakemodel.Options{InputTokens: 10, OutputTokens: 5})
+	a, err := sh(t, d, "caller", 0, nil, "sleep 600")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cred := d.ModelCredential(a.ID)
+	up.FailNext(1, 529, "", "overloaded")
+	if code, _, b := modelCall(t, d, "/v1/messages", cred, messagesBody); code != 529 || !strings.Contains(string(b), "overloaded_error") {
+		t.Fatalf("an upstream error: %d %s", code, b)
+	}
+	// The operator's key is wrong: a second daemon on the same fake.
+	d2 := kintest.StartDaemon(t, kintest.WithHTTP(), kintest.WithModelUpstream("openai", "openai", up.URL, "sk-wrong-key-0000"))
+	b2, err := sh(t, d2, "caller", 0, nil, "sleep 600")
+	if err != nil {
+		t.Fatal(err)
+	}
+	code, h, b := modelCall(t, d2, "/v1/chat/completions", d2.ModelCredential(b2.ID), chatBody)
+	if code != 502 || !strings.Contains(string(b), "refused the key") || strings.Contains(string(b), "sk-wrong") || h.Get("X-Should-Retry") != "false" {
+		t.Fatalf("a refused operator key: %d %s", code, b)
+	}
+	up.Close()
+	code, _, b = modelCall(t, d, "/v1/chat/completions", cred, chatBody)
+	var oe struct {
+		Error struct{ Type, Code, Message string }
+	}
+	if code != 502 || json.Unmarshal(b, &oe) != nil || oe.Error.Type != "api_error" || oe.Error.Code != "unavailable" {
+		t.Fatalf("the upstream down: %d %s", code, b)
+	}
+	calls := modelCalls(t, d)
+	if len(calls) != 2 || calls[0].Status != 529 || calls[0].Tokens != 0 || calls[1].Status != 0 || calls[1].Error == "" {
+		t.Fatalf("model.call events %+v", calls)
+	}
+	if s := spendOf(t, d, a.ID); s.Tokens != 0 {
+		t.Fatalf("spend %+v", s)
 	}
 }

@@ -2,7 +2,11 @@ package gateway
 
 import (
 	"encoding/json"
+	"errors"
+	"math"
 	"net/http"
+	"strconv"
+	"strings"
 
 	"github.com/kin-agents/kin/kin"
 )
@@ -19,6 +23,10 @@ type apiError struct {
 	status int
 	code   kin.ErrorCode
 	msg    string
+	// retryAfter, in seconds, is when a rate_limited call may be made
+	// again (sent as Retry-After and retry-after-ms, which the SDKs
+	// honour).
+	retryAfter float64
 }
 
 // apiErrorOf maps a kin error to its status: budget_exhausted 429,
@@ -26,6 +34,10 @@ type apiError struct {
 func apiErrorOf(err error) *apiError {
 	code := kin.ErrorCodeOf(err)
 	e := &apiError{code: code, msg: kin.ErrorMessageOf(err)}
+	var ke *kin.Error
+	if errors.As(err, &ke) {
+		e.retryAfter = ke.RetryAfter
+	}
 	switch code {
 	case kin.ECodeBudget, kin.ECodeRateLimited:
 		e.status = http.StatusTooManyRequests
@@ -79,8 +91,12 @@ func (e *apiError) write(w http.ResponseWriter, api API) {
 	h := w.Header()
 	h.Set("Content-Type", "application/json")
 	// The official SDKs retry 429 and 5xx unless told not to: a refusal
-	// by kin does not change by retrying soon.
-	if e.status != http.StatusBadGateway && e.status < 500 {
+	// by kin does not change by retrying soon, but a rate limit's does,
+	// after the wait it names.
+	if e.code == kin.ECodeRateLimited {
+		h.Set("Retry-After", strconv.Itoa(int(math.Ceil(e.retryAfter))))
+		h.Set("Retry-After-Ms", strconv.Itoa(int(math.Ceil(e.retryAfter*1000))))
+	} else if e.status < 500 || e.code == kin.ECodeUnavailable && strings.Contains(e.msg, "refused the key") {
 		h.Set("X-Should-Retry", "false")
 	}
 	h.Set("Kin-Error-Code", string(e.code))

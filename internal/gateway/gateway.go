@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"net/http"
 	"net/url"
 	"slices"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/kin-agents/kin/internal/authority"
 	"github.com/kin-agents/kin/internal/caller"
+	"github.com/kin-agents/kin/internal/quota"
 	"github.com/kin-agents/kin/kin"
 )
 
@@ -68,9 +70,20 @@ type Config struct {
 	// Runs says whether agent id runs on this host now: a credential is
 	// honoured only while its agent runs here.
 	Runs func(id kin.AgentID) bool
+	// AgentUID is the uid agent id's processes run as, when agents run as
+	// uids of their own (a root daemon): a call on the HTTP address with
+	// its credential must then come from a socket of that uid on this
+	// machine. false: agents share the daemon's uid, and the credential
+	// alone names the agent there.
+	AgentUID func(id kin.AgentID) (uint32, bool)
 	// Addr is the daemon's HTTP address ("" when it has none), read at
 	// each spawn: the base URL agents' SDKs are given.
 	Addr func() string
+	// Observe is told of every call metered (metrics); nil: nobody.
+	Observe func(kin.ModelCallData)
+	// Quota limits each agent's and each subtree's calls and tokens (the
+	// profile's quotas.model_requests, quotas.model_tokens); nil: none.
+	Quota *quota.Limiter
 	// Transport reaches the upstreams (nil: a transport of the gateway's
 	// own).
 	Transport http.RoundTripper
@@ -293,6 +306,22 @@ func (g *Gateway) authenticate(r *http.Request, ep endpoint, onSocket bool) (kin
 				msg: fmt.Sprintf("the credential is agent %d's, and this is agent %d's socket: an agent calls with its own", id, c.Agent)}
 		}
 	}
+	if !onSocket && g.cfg.AgentUID != nil {
+		if want, ok := g.cfg.AgentUID(id); ok {
+			got, err := peerUID(r)
+			switch {
+			case errors.Is(err, errNotLocal):
+				return 0, &apiError{status: http.StatusForbidden, code: kin.ECodeForbidden,
+					msg: fmt.Sprintf("the credential is agent %d's, and agent %d runs on this machine: its calls come from here, this one does not", id, id)}
+			case err != nil:
+				g.log.Error("model gateway: the connection's peer", "agent", id, "err", err)
+				return 0, &apiError{status: http.StatusForbidden, code: kin.ECodeForbidden, msg: "kin could not tell which user the connection comes from"}
+			case got != want:
+				return 0, &apiError{status: http.StatusForbidden, code: kin.ECodeForbidden,
+					msg: fmt.Sprintf("the credential is agent %d's, and the connection comes from uid %d, not the agent's (%d): an agent calls with its own", id, got, want)}
+			}
+		}
+	}
 	if !g.cfg.Runs(id) {
 		// An agent stopped because its subtree spent its budget is told
 		// so (the refusal it would have seen a moment earlier), not that
@@ -331,6 +360,7 @@ type call struct {
 	began    time.Time
 	limit    *authority.ModelLimit
 	metered  bool
+	counted  bool // an endpoint that counts against budgets (not count_tokens)
 	wantUsag bool // the client asked for the usage chunk itself
 }
 
@@ -375,11 +405,16 @@ func (g *Gateway) serve(w http.ResponseWriter, r *http.Request, ep endpoint, onS
 		return
 	}
 	lim, err := g.cfg.Authority.ModelAdmit(id, model)
+	if err == nil && ep.metered {
+		if err = g.cfg.Quota.AllowAgent(id, quota.ModelRequests); err == nil {
+			err = g.cfg.Quota.AllowAgent(id, quota.ModelTokens)
+		}
+	}
 	if err != nil {
 		apiErrorOf(err).write(w, ep.api)
 		return
 	}
-	c := &call{began: began, limit: lim, data: kin.ModelCallData{Agent: id, API: string(ep.api), Path: ep.path, Upstream: up.Name, Model: model}}
+	c := &call{began: began, limit: lim, counted: ep.metered, data: kin.ModelCallData{Agent: id, API: string(ep.api), Path: ep.path, Upstream: up.Name, Model: model}}
 	if upModel != model {
 		req["model"], _ = json.Marshal(upModel)
 	}
@@ -420,6 +455,11 @@ func capOutput(req map[string]json.RawMessage, ep endpoint, lim *authority.Model
 	}
 	if left == nil {
 		return
+	}
+	if ep == epResponses {
+		// OpenAI refuses a max_output_tokens below 16: the call may then
+		// go past what was left by at most that much.
+		*left = max(*left, 16)
 	}
 	set := false
 	for _, k := range []string{ep.capKey, ep.alt} {
@@ -545,6 +585,17 @@ func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, ep endpoint, u
 		(&apiError{status: http.StatusBadGateway, code: kin.ECodeUnavailable, msg: c.data.Error}).write(w, ep.api)
 		return
 	}
+	if resp.StatusCode == http.StatusUnauthorized {
+		// The upstream refused the operator's key: its answer may quote
+		// the key (providers echo a masked one), and the agent can do
+		// nothing about it. The operator's log has it.
+		g.log.Warn("model gateway: the upstream refused kin's key for it", "upstream", up.Name, "status", resp.StatusCode, "answer", string(b[:min(len(b), 512)]))
+		c.data.Error = "the upstream refused the operator's key"
+		g.meter(r.Context(), c, usage{})
+		(&apiError{status: http.StatusBadGateway, code: kin.ECodeUnavailable,
+			msg: fmt.Sprintf("the upstream %s refused the key kin holds for it (HTTP 401): the operator must fix kin serve --model-key %s", up.Name, up.Name)}).write(w, ep.api)
+		return
+	}
 	var u usage
 	if resp.StatusCode/100 == 2 {
 		u = usageOfBody(ep.api, b)
@@ -570,7 +621,7 @@ func upstreamError(err error, up Upstream) string {
 // meter records the call: its tokens and cost against the agent's
 // budgets and a model.call event (Authority.ModelCall), once.
 func (g *Gateway) meter(ctx context.Context, c *call, u usage) {
-	if c.metered {
+	if c.metered || !c.counted {
 		return
 	}
 	c.metered = true
@@ -580,9 +631,14 @@ func (g *Gateway) meter(ctx context.Context, c *call, u usage) {
 		c.data.Cost = c.limit.Price.Cost(u.input, u.cached, u.output)
 	}
 	c.data.LatencyMS = float64(g.now().Sub(c.began).Microseconds()) / 1000
+	// The token quota took one token to admit the call: the rest now.
+	g.cfg.Quota.Charge(c.data.Agent, quota.ModelTokens, int(min(c.data.Tokens, math.MaxInt32))-1)
 	// Recorded even when the client went away: the upstream charged.
 	if _, err := g.cfg.Authority.ModelCall(context.WithoutCancel(ctx), c.data); err != nil {
 		g.log.Error("model gateway: recording a call failed", "agent", c.data.Agent, "model", c.data.Model, "tokens", c.data.Tokens, "err", err)
+	}
+	if g.cfg.Observe != nil {
+		g.cfg.Observe(c.data)
 	}
 }
 

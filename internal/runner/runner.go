@@ -475,6 +475,15 @@ func (run *Runner) graceWithin(grace time.Duration) time.Duration {
 // Supervisor is the supervisor agents run under (after Open).
 func (run *Runner) Supervisor() *supervisor.Supervisor { return run.sup }
 
+// AgentUID is the uid agent id's processes run as, when agents run as
+// uids of their own (a root daemon); false when they run as the daemon's.
+func (run *Runner) AgentUID(id kin.AgentID) (uint32, bool) {
+	if run.uids == nil {
+		return 0, false
+	}
+	return run.agentCredential(id).Uid, true
+}
+
 // Runs reports whether agent id runs on this host now (its process
 // started or starting, not yet ended): the model gateway honours an
 // agent's credential only then.
