@@ -31,8 +31,9 @@ const fakeModelEnvKey = "KIN_FAKE_MODEL_KEY"
 
 func (a *app) fakeModelCommand() *cobra.Command {
 	var (
-		listen string
-		o      fakemodel.Options
+		listen  string
+		verbose bool
+		o       fakemodel.Options
 	)
 	cmd := &cobra.Command{
 		Use:   "fake-model",
@@ -52,6 +53,9 @@ against without a real provider.`,
 		RunE: run(func(cmd *cobra.Command, _ []string) error {
 			o.Key = cmp.Or(o.Key, os.Getenv(fakeModelEnvKey))
 			o.NoRecord = true // nobody reads them
+			if verbose {
+				o.Log = a.env.Stderr
+			}
 			s, err := fakemodel.Listen(listen, o)
 			if err != nil {
 				return err
@@ -84,5 +88,6 @@ against without a real provider.`,
 	f.IntVar(&o.Chunks, "chunks", 0, "content deltas a streamed reply is cut into (default one per character)")
 	f.DurationVar(&o.ChunkDelay, "chunk-delay", 0, "wait before each streamed content delta")
 	f.StringSliceVar(&o.Models, "model", nil, "a model calls may name (repeatable; default any)")
+	f.BoolVar(&verbose, "verbose", false, "print each call (method, path, status, body) on stderr")
 	return cmd
 }

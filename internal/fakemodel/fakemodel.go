@@ -52,6 +52,10 @@ type Options struct {
 
 	// NoRecord keeps no Requests (for benchmarks).
 	NoRecord bool
+
+	// Log, when set, gets a line per call: its method, path, status and
+	// body (for seeing what a tool sends).
+	Log io.Writer
 }
 
 // DefaultModels are listed by /v1/models when Options.Models is empty.
@@ -242,7 +246,37 @@ func apiOf(r *http.Request) api {
 
 // ServeHTTP answers one call.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if s.opts.Log == nil {
+		s.serve(w, r)
+		return
+	}
+	sw := &statusWriter{ResponseWriter: w, status: http.StatusOK}
+	s.serve(sw, r)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	fmt.Fprintf(s.opts.Log, "%s %s %d %s\n", r.Method, r.URL.RequestURI(), sw.status, sw.body)
+}
+
+// statusWriter remembers a response's status and the request's body, for
+// Options.Log.
+type statusWriter struct {
+	http.ResponseWriter
+	status int
+	body   []byte
+}
+
+func (w *statusWriter) WriteHeader(status int) {
+	w.status = status
+	w.ResponseWriter.WriteHeader(status)
+}
+
+func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBody))
+	if sw, ok := w.(*statusWriter); ok {
+		sw.body = body
+	}
 	p := apiOf(r)
 	if p == anthropic {
 		w.Header().Set("request-id", "req_"+randomID())
@@ -256,15 +290,6 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	if err != nil {
 		writeError(w, p, http.StatusRequestEntityTooLarge, "", "request body: "+err.Error(), "")
-		return
-	}
-	if !s.authorized(r, p) {
-		if p == anthropic {
-			writeError(w, p, http.StatusUnauthorized, "authentication_error", "invalid x-api-key", "")
-		} else {
-			writeError(w, p, http.StatusUnauthorized, "invalid_request_error",
-				"Incorrect API key provided. You can find your API key at https://platform.openai.com/account/api-keys.", "invalid_api_key")
-		}
 		return
 	}
 	var handle func(http.ResponseWriter, *http.Request, []byte)
@@ -291,6 +316,16 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			writeError(w, p, http.StatusNotFound, "not_found_error", "Not Found", "")
 		} else {
 			writeError(w, p, http.StatusNotFound, "invalid_request_error", fmt.Sprintf("Invalid URL (%s %s)", r.Method, r.URL.Path), "")
+		}
+		return
+	}
+	// The path is known: now the key, then the method.
+	if !s.authorized(r, p) {
+		if p == anthropic {
+			writeError(w, p, http.StatusUnauthorized, "authentication_error", "invalid x-api-key", "")
+		} else {
+			writeError(w, p, http.StatusUnauthorized, "invalid_request_error",
+				"Incorrect API key provided. You can find your API key at https://platform.openai.com/account/api-keys.", "invalid_api_key")
 		}
 		return
 	}

@@ -12,6 +12,7 @@ import (
 	"net/http/httptest"
 	"reflect"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -510,6 +511,12 @@ func TestBadRequests(t *testing.T) {
 	wantStr(t, v, "model", "error", "param")
 	v = jsonOf(t, call(t, s, "POST", "/v1/messages", `[]`), 400)
 	wantStr(t, v, "invalid_request_error", "error", "type")
+	// An unknown path is a 404 before any key is looked at (Claude Code
+	// probes HEAD /api/hello).
+	resp404 := call(t, s, "HEAD", "/api/hello", "", "Authorization", "")
+	if resp404.StatusCode != 404 {
+		t.Errorf("HEAD /api/hello: %d, want 404", resp404.StatusCode)
+	}
 	v = jsonOf(t, call(t, s, "POST", "/v1/completions", `{}`), 404)
 	wantStr(t, v, "Invalid URL (POST /v1/completions)", "error", "message")
 	v = jsonOf(t, call(t, s, "POST", "/v1/messages/batches", `{}`), 404)
@@ -525,6 +532,42 @@ func TestBadRequests(t *testing.T) {
 			t.Errorf("Listen(%+v): %v, want an error naming the negative field", o, err)
 		}
 	}
+}
+
+// TestLog: a line per call, with its status and body, and streams still
+// flushed through the logging writer.
+func TestLog(t *testing.T) {
+	var log syncBuffer
+	s := start(t, fakemodel.Options{Log: &log, InputTokens: 1, OutputTokens: 1, ChunkDelay: time.Hour})
+	jsonOf(t, call(t, s, "POST", "/v1/chat/completions?x=1", `{"model":"m","messages":[]}`), 200)
+	jsonOf(t, call(t, s, "POST", "/v1/messages", `{}`, "x-api-key", "wrong"), 401)
+	resp := call(t, s, "POST", "/v1/messages", `{"model":"m","stream":true,"max_tokens":9,"messages":[{"role":"user","content":"hi"}]}`)
+	line, err := bufio.NewReader(resp.Body).ReadString('\n')
+	if err != nil || line != "event: message_start\n" {
+		t.Errorf("first line %q, %v: the stream is not flushed through the log's writer", line, err)
+	}
+	resp.Body.Close()
+	want := "POST /v1/chat/completions?x=1 200 {\"model\":\"m\",\"messages\":[]}\nPOST /v1/messages 401 {}\n"
+	if got := log.String(); !strings.HasPrefix(got, want) {
+		t.Errorf("log:\n%s\nwant it to start with:\n%s", got, want)
+	}
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
 }
 
 func TestFailNext(t *testing.T) {

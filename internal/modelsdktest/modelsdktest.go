@@ -5,8 +5,9 @@
 // ANTHROPIC_API_KEY) makes one call and prints what the SDK returned.
 //
 // The packages are installed with "npm ci" from the committed lock file
-// into a cache outside the repository ($KIN_NODE_CACHE, else the user's
-// cache directory), once per lock file. Where node or npm is missing, or
+// into a cache outside the repository ($KIN_NODE_CACHE; as root
+// /var/cache/kin-test, so agents running as other uids can read it; else
+// the user's cache directory), once per lock file. Where node or npm is missing, or
 // the install fails, a test skips naming what is missing, unless
 // KIN_TEST_REQUIRE_NODE=1 (CI): then it fails.
 //
@@ -26,6 +27,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
 	"syscall"
@@ -41,6 +43,7 @@ const EnvRequire = "KIN_TEST_REQUIRE_NODE"
 const EnvCache = "KIN_NODE_CACHE"
 
 //go:embed testdata/node/package.json testdata/node/package-lock.json testdata/node/call.mjs
+//go:embed testdata/cli/package.json testdata/cli/package-lock.json
 var files embed.FS
 
 // Node is an installed copy of the scripts and the pinned packages.
@@ -58,12 +61,12 @@ var (
 	installErr  error
 )
 
-// Install finds node and npm and installs the packages (once per test
+// Install finds node and npm and installs the SDKs (once per test
 // binary), or skips the test naming what is missing (fails under
 // KIN_TEST_REQUIRE_NODE=1).
 func Install(t testing.TB) *Node {
 	t.Helper()
-	installOnce.Do(func() { installed, installErr = install() })
+	installOnce.Do(func() { installed, installErr = install("node") })
 	if installErr != nil {
 		if os.Getenv(EnvRequire) == "1" {
 			t.Fatalf("the model SDKs (%s=1): %v", EnvRequire, installErr)
@@ -73,7 +76,69 @@ func Install(t testing.TB) *Node {
 	return installed
 }
 
-func install() (*Node, error) {
+// EnvRequireCLIs, set to 1, turns a skip for Claude Code or Codex not
+// installing into a failure. CI leaves it unset: their packages are
+// 400 MB and 315 MB of native binaries from npm's registry.
+const EnvRequireCLIs = "KIN_TEST_REQUIRE_AGENT_CLIS"
+
+// CLIs are the installed agent CLIs: the native binaries of
+// @anthropic-ai/claude-code and @openai/codex at the versions
+// testdata/cli pins, for this machine.
+type CLIs struct {
+	ClaudeCode string
+	Codex      string
+}
+
+var (
+	clisOnce sync.Once
+	clis     CLIs
+	clisErr  error
+)
+
+// InstallCLIs installs Claude Code and Codex (once per test binary, into
+// the same cache as the SDKs), or skips naming what is missing (fails
+// under KIN_TEST_REQUIRE_AGENT_CLIS=1). Their install scripts are not run:
+// the binaries are taken from the platform packages npm installs.
+func InstallCLIs(t testing.TB) CLIs {
+	t.Helper()
+	clisOnce.Do(func() {
+		var n *Node
+		if n, clisErr = install("cli"); clisErr != nil {
+			return
+		}
+		nm := filepath.Join(n.Dir, "node_modules")
+		var platform, triple string
+		switch runtime.GOARCH {
+		case "amd64":
+			platform, triple = "linux-x64", "x86_64-unknown-linux-musl"
+		case "arm64":
+			platform, triple = "linux-arm64", "aarch64-unknown-linux-musl"
+		default:
+			clisErr = fmt.Errorf("no Claude Code or Codex package for linux/%s", runtime.GOARCH)
+			return
+		}
+		clis = CLIs{
+			ClaudeCode: filepath.Join(nm, "@anthropic-ai", "claude-code-"+platform, "claude"),
+			Codex:      filepath.Join(nm, "@openai", "codex-"+platform, "vendor", triple, "bin", "codex"),
+		}
+		for _, p := range []string{clis.ClaudeCode, clis.Codex} {
+			if _, err := os.Stat(p); err != nil {
+				clisErr = fmt.Errorf("npm installed no %s: %w", p, err)
+				return
+			}
+		}
+	})
+	if clisErr != nil {
+		if os.Getenv(EnvRequireCLIs) == "1" {
+			t.Fatalf("Claude Code and Codex (%s=1): %v", EnvRequireCLIs, clisErr)
+		}
+		t.Skipf("Claude Code and Codex are not available: %v", clisErr)
+	}
+	return clis
+}
+
+// install installs testdata/SET's packages from its lock file.
+func install(set string) (*Node, error) {
 	bin, err := exec.LookPath("node")
 	if err != nil {
 		return nil, errors.New("node is not in PATH (apt-get install nodejs npm)")
@@ -82,20 +147,16 @@ func install() (*Node, error) {
 	if err != nil {
 		return nil, errors.New("npm is not in PATH (apt-get install npm)")
 	}
-	lock, err := files.ReadFile("testdata/node/package-lock.json")
+	lock, err := files.ReadFile("testdata/" + set + "/package-lock.json")
 	if err != nil {
 		return nil, err
 	}
 	sum := sha256.Sum256(lock)
-	root := os.Getenv(EnvCache)
-	if root == "" {
-		c, err := os.UserCacheDir()
-		if err != nil {
-			return nil, fmt.Errorf("no cache directory for the npm packages (set %s): %w", EnvCache, err)
-		}
-		root = filepath.Join(c, "kin-test")
+	root, err := cacheRoot()
+	if err != nil {
+		return nil, err
 	}
-	dir := filepath.Join(root, "node-sdk-"+hex.EncodeToString(sum[:8]))
+	dir := filepath.Join(root, set+"-"+hex.EncodeToString(sum[:8]))
 	if err := os.MkdirAll(root, 0o755); err != nil {
 		return nil, err
 	}
@@ -115,16 +176,16 @@ func install() (*Node, error) {
 			return nil, err
 		}
 		defer os.RemoveAll(tmp)
-		if err := writeFiles(tmp); err != nil {
+		if err := writeFiles(set, tmp); err != nil {
 			return nil, err
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 		defer cancel()
 		cmd := exec.CommandContext(ctx, npm, "ci", "--ignore-scripts", "--no-audit", "--no-fund", "--loglevel=error")
 		cmd.Dir = tmp
 		cmd.Env = append(os.Environ(), "npm_config_update_notifier=false")
 		if out, err := cmd.CombinedOutput(); err != nil {
-			return nil, fmt.Errorf("npm ci of testdata/node/package-lock.json into %s: %v\n%s", tmp, err, out)
+			return nil, fmt.Errorf("npm ci of testdata/%s/package-lock.json into %s: %v\n%s", set, tmp, err, out)
 		}
 		_ = os.RemoveAll(dir)
 		if err := os.Chmod(tmp, 0o755); err != nil {
@@ -135,15 +196,33 @@ func install() (*Node, error) {
 		}
 	}
 	// The scripts are written each time: they change without the lock.
-	if err := writeFiles(dir); err != nil {
+	if err := writeFiles(set, dir); err != nil {
 		return nil, err
 	}
 	return &Node{Bin: bin, Dir: dir}, nil
 }
 
-// writeFiles copies the embedded package files and scripts into dir.
-func writeFiles(dir string) error {
-	return fs.WalkDir(files, "testdata/node", func(p string, d fs.DirEntry, err error) error {
+// cacheRoot is where the packages are installed: $KIN_NODE_CACHE; as root
+// /var/cache/kin-test, which agents running as their own uids can read
+// (root's own cache directory is under /root, which they cannot); else the
+// user's cache directory.
+func cacheRoot() (string, error) {
+	if root := os.Getenv(EnvCache); root != "" {
+		return root, nil
+	}
+	if os.Geteuid() == 0 {
+		return "/var/cache/kin-test", nil
+	}
+	c, err := os.UserCacheDir()
+	if err != nil {
+		return "", fmt.Errorf("no cache directory for the npm packages (set %s): %w", EnvCache, err)
+	}
+	return filepath.Join(c, "kin-test"), nil
+}
+
+// writeFiles copies testdata/SET's embedded files into dir.
+func writeFiles(set, dir string) error {
+	return fs.WalkDir(files, "testdata/"+set, func(p string, d fs.DirEntry, err error) error {
 		if err != nil || d.IsDir() {
 			return err
 		}
