@@ -30,6 +30,7 @@ type gatewayTarget struct {
 	name   string
 	base   string // up to and without /v1
 	key    string
+	client *http.Client // kin's: its connections made as the agent's uid (clientFor)
 	calls  []time.Duration
 	ttfb   []time.Duration
 	models []time.Duration
@@ -68,31 +69,38 @@ func BenchmarkGateway(b *testing.B) {
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 2 * benchStreams, MaxIdleConns: 4 * benchStreams}}
 	b.Cleanup(client.CloseIdleConnections)
 
-	direct := &gatewayTarget{name: "direct", base: fast.URL, key: upstreamKey}
-	kinT := &gatewayTarget{name: "kin", base: "http://" + d.HTTPAddr(), key: cred}
+	// kin's calls come from the agent's uid where agents run as their own
+	// (the gateway binds a credential to it on TCP).
+	kinClient := client
+	if uid, ok := d.Runner.AgentUID(a.ID); ok {
+		kinClient = asUIDWith(uid, 2*benchStreams)
+		b.Cleanup(kinClient.CloseIdleConnections)
+	}
+	direct := &gatewayTarget{name: "direct", base: fast.URL, key: upstreamKey, client: client}
+	kinT := &gatewayTarget{name: "kin", base: "http://" + d.HTTPAddr(), key: cred, client: kinClient}
 	slowDirect := slow.URL
 	targets := []*gatewayTarget{direct, kinT}
 
 	// Warm both paths (connections, the agent's caches).
 	for _, t := range targets {
-		if _, err := chatCall(client, t.base, t.key, false); err != nil {
+		if _, err := chatCall(t.client, t.base, t.key, false); err != nil {
 			b.Fatalf("%s: %v", t.name, err)
 		}
 	}
 	for b.Loop() {
 		for range latencyCalls {
 			for _, t := range targets {
-				lat, err := chatCall(client, t.base, t.key, false)
+				lat, err := chatCall(t.client, t.base, t.key, false)
 				if err != nil {
 					b.Fatalf("%s call: %v", t.name, err)
 				}
 				t.calls = append(t.calls, lat)
-				ttfb, err := chatCall(client, t.base, t.key, true)
+				ttfb, err := chatCall(t.client, t.base, t.key, true)
 				if err != nil {
 					b.Fatalf("%s stream: %v", t.name, err)
 				}
 				t.ttfb = append(t.ttfb, ttfb)
-				lat, err = modelsCall(client, t.base, t.key)
+				lat, err = modelsCall(t.client, t.base, t.key)
 				if err != nil {
 					b.Fatalf("%s models: %v", t.name, err)
 				}
@@ -100,7 +108,7 @@ func BenchmarkGateway(b *testing.B) {
 			}
 		}
 		for _, t := range targets {
-			n, took, err := concurrentStreams(client, t.base, t.key, func(c *http.Client, base, key string) error {
+			n, took, err := concurrentStreams(t.client, t.base, t.key, func(c *http.Client, base, key string) error {
 				_, err := chatCall(c, base, key, true)
 				return err
 			})
@@ -112,7 +120,7 @@ func BenchmarkGateway(b *testing.B) {
 			if t == direct {
 				base = slowDirect
 			}
-			n, took, err = concurrentStreams(client, base, t.key, messagesStream)
+			n, took, err = concurrentStreams(t.client, base, t.key, messagesStream)
 			if err != nil {
 				b.Fatalf("%s slow streams: %v", t.name, err)
 			}

@@ -140,16 +140,24 @@ func TestModelGatewayRealSDKsRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	cred := d.ModelCredential(a.ID)
+	// The calls come from the agent's uid, as its own would (the gateway
+	// binds a credential to it on the HTTP address).
+	run := n.Run
+	if uid, ok := d.Runner.AgentUID(a.ID); ok {
+		run = func(t testing.TB, env []string, args ...string) modelsdktest.Result {
+			return n.RunAsUID(t, uid, env, args...)
+		}
+	}
 	env := []string{
 		"OPENAI_BASE_URL=http://" + d.HTTPAddr() + "/v1", "OPENAI_API_KEY=" + cred,
 		"ANTHROPIC_BASE_URL=http://" + d.HTTPAddr(), "ANTHROPIC_API_KEY=" + cred,
 	}
 	// 15 tokens, then the rest: the second call's output is capped to the
 	// 5 left, which the SDK sees as a cut answer.
-	if r := n.Run(t, env, "chat-stream"); !r.OK || r.Text != "ok" {
+	if r := run(t, env, "chat-stream"); !r.OK || r.Text != "ok" {
 		t.Fatalf("first call: %+v", r)
 	}
-	if r := n.Run(t, env, "chat"); !r.OK {
+	if r := run(t, env, "chat"); !r.OK {
 		t.Fatalf("second call: %+v", r)
 	}
 	for _, c := range []struct {
@@ -161,7 +169,7 @@ func TestModelGatewayRealSDKsRefused(t *testing.T) {
 		{"messages", "rate_limit_error"},
 		{"messages-stream", "rate_limit_error"},
 	} {
-		r := n.Run(t, env, c.kind)
+		r := run(t, env, c.kind)
 		if r.OK || r.Exit != 3 || r.HTTPStatus() != 429 {
 			t.Errorf("%s at the cap: %+v", c.kind, r)
 			continue

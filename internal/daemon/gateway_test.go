@@ -54,22 +54,28 @@ func gatewayDaemon(t *testing.T, o fakemodel.Options, opts ...kintest.Option) (*
 func asUID(uid uint32) *http.Client {
 	c, ok := clients.Load(uid)
 	if !ok {
-		dial := (&net.Dialer{}).DialContext
-		c, _ = clients.LoadOrStore(uid, &http.Client{Transport: &http.Transport{
-			DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
-				runtime.LockOSThread()
-				defer runtime.UnlockOSThread()
-				prev, err := unix.SetfsuidRetUid(int(uid))
-				if err != nil {
-					return nil, err
-				}
-				defer unix.Setfsuid(prev)
-				return dial(ctx, network, addr)
-			},
-			MaxIdleConnsPerHost: 16,
-		}})
+		c, _ = clients.LoadOrStore(uid, asUIDWith(uid, 16))
 	}
 	return c.(*http.Client)
+}
+
+// asUIDWith is a new asUID client keeping idle connections open.
+func asUIDWith(uid uint32, idle int) *http.Client {
+	dial := (&net.Dialer{}).DialContext
+	return &http.Client{Transport: &http.Transport{
+		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			runtime.LockOSThread()
+			defer runtime.UnlockOSThread()
+			prev, err := unix.SetfsuidRetUid(int(uid))
+			if err != nil {
+				return nil, err
+			}
+			defer unix.Setfsuid(prev)
+			return dial(ctx, network, addr)
+		},
+		MaxIdleConnsPerHost: idle,
+		MaxIdleConns:        2 * idle,
+	}}
 }
 
 var clients sync.Map // uid → *http.Client

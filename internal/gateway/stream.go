@@ -99,6 +99,11 @@ func (g *Gateway) onEvent(r *http.Request, ep endpoint, c *call, u *usage, data 
 		g.meter(r.Context(), c, *u)
 		return true
 	}
+	// Most events are content deltas with nothing to meter: only those
+	// that can carry usage or end the stream are decoded.
+	if !mayMatter(data) {
+		return true
+	}
 	var e streamEvent
 	if json.Unmarshal(data, &e) != nil {
 		return true
@@ -136,4 +141,27 @@ func (g *Gateway) onEvent(r *http.Request, ep endpoint, c *call, u *usage, data 
 		}
 	}
 	return true
+}
+
+// mayMatter says whether an event's data can hold usage or end a stream:
+// a usage object (not null), or one of the types the gateway acts on.
+func mayMatter(data []byte) bool {
+	for rest := data; ; {
+		i := bytes.Index(rest, []byte(`"usage"`))
+		if i < 0 {
+			break
+		}
+		rest = bytes.TrimLeft(rest[i+len(`"usage"`):], " \t\r\n")
+		if rest, ok := bytes.CutPrefix(rest, []byte(":")); ok {
+			if bytes.HasPrefix(bytes.TrimLeft(rest, " \t\r\n"), []byte("{")) {
+				return true
+			}
+		}
+	}
+	for _, t := range [][]byte{[]byte("message_start"), []byte("message_stop"), []byte("response.completed"), []byte("response.incomplete"), []byte("response.failed")} {
+		if bytes.Contains(data, t) {
+			return true
+		}
+	}
+	return false
 }

@@ -300,10 +300,25 @@ func Parse(out []byte, exit int) (Result, error) {
 // the test's environment), within a minute.
 func (n *Node) Run(t testing.TB, env []string, args ...string) Result {
 	t.Helper()
+	return n.run(t, nil, env, args...)
+}
+
+// RunAsUID is Run as user uid (and group uid): an agent's calls on kin's
+// HTTP address must come from its own uid where agents run as their own.
+func (n *Node) RunAsUID(t testing.TB, uid uint32, env []string, args ...string) Result {
+	t.Helper()
+	return n.run(t, &syscall.Credential{Uid: uid, Gid: uid}, env, args...)
+}
+
+func (n *Node) run(t testing.TB, cred *syscall.Credential, env []string, args ...string) Result {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	argv := n.Argv(args...)
 	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
+	if cred != nil {
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
+	}
 	cmd.Env = env
 	cmd.WaitDelay = 5 * time.Second
 	out, err := cmd.CombinedOutput()
