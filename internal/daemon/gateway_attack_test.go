@@ -19,8 +19,8 @@ import (
 
 // TestModelGatewayAttackDenyListByUpstreamPrefix: a model denied by name
 // is denied too when the agent names it through its upstream
-// ("openai/gpt-4o-mini" reaches the upstream as "gpt-4o-mini"), or with
-// whitespace around it.
+// ("openai/gpt-4o-mini" reaches the upstream as "gpt-4o-mini"), in
+// another case, or with whitespace around it.
 func TestModelGatewayAttackDenyListByUpstreamPrefix(t *testing.T) {
 	d, up := gatewayDaemon(t, fakemodel.Options{InputTokens: 10, OutputTokens: 5})
 	a, err := sh(t, d, "sly", 0, &kin.Policy{Models: &kin.ToolRules{Deny: []string{"gpt-4o-mini"}}}, "sleep 600")
@@ -28,7 +28,7 @@ func TestModelGatewayAttackDenyListByUpstreamPrefix(t *testing.T) {
 		t.Fatal(err)
 	}
 	cred := d.ModelCredential(a.ID)
-	for _, model := range []string{"gpt-4o-mini", "openai/gpt-4o-mini", " gpt-4o-mini", "gpt-4o-mini\n", "openai/ gpt-4o-mini"} {
+	for _, model := range []string{"gpt-4o-mini", "openai/gpt-4o-mini", " gpt-4o-mini", "gpt-4o-mini\n", "openai/ gpt-4o-mini", "GPT-4o-Mini", "openai/GPT-4O-MINI"} {
 		body := fmt.Sprintf(`{"model":%q,"messages":[{"role":"user","content":"hi"}]}`, model)
 		if code, _, b := modelCall(t, d, "/v1/chat/completions", cred, body); code != 403 && code != 400 {
 			t.Errorf("model %q denied by name: %d %s", model, code, b)

@@ -14,6 +14,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/kin-agents/kin/internal/authority"
 	"github.com/kin-agents/kin/internal/caller"
@@ -399,12 +401,24 @@ func (g *Gateway) serve(w http.ResponseWriter, r *http.Request, ep endpoint, onS
 		(&apiError{status: http.StatusBadRequest, code: kin.ECodeInvalid, msg: "the request names no model (\"model\": a string)"}).write(w, ep.api)
 		return
 	}
+	if why := badModelName(model); why != "" {
+		(&apiError{status: http.StatusBadRequest, code: kin.ECodeInvalid, msg: fmt.Sprintf("the model name %q %s", model, why)}).write(w, ep.api)
+		return
+	}
 	up, upModel, ok := g.pick(ep.api, model)
 	if !ok {
 		(&apiError{status: http.StatusNotFound, code: kin.ECodeNotFound, msg: fmt.Sprintf("kin serve has no %s upstream (--model-upstream, --model-api)", ep.api)}).write(w, ep.api)
 		return
 	}
 	lim, err := g.cfg.Authority.ModelAdmit(id, model)
+	if err == nil && upModel != model {
+		// "NAME/model" reaches upstream NAME as "model": the policy
+		// must allow it under both names (a deny list naming the model
+		// is not passed by naming its upstream too).
+		if _, err = g.cfg.Authority.ModelAdmit(id, upModel); err != nil {
+			err = kin.Errorf(kin.ErrorCodeOf(err), "%s (the upstream %s gets model %q)", kin.ErrorMessageOf(err), up.Name, upModel)
+		}
+	}
 	if err == nil && ep.metered {
 		if err = g.cfg.Quota.AllowAgent(id, quota.ModelRequests); err == nil {
 			err = g.cfg.Quota.AllowAgent(id, quota.ModelTokens)
@@ -434,6 +448,25 @@ func (g *Gateway) serve(w http.ResponseWriter, r *http.Request, ep endpoint, onS
 		return
 	}
 	g.forward(w, r, ep, up, body, c)
+}
+
+// badModelName says what is wrong with a model name, "" when nothing:
+// kin's policy compares names as they are written, so a name the
+// upstream might read otherwise (with spaces or control characters
+// around or in it) is refused rather than forwarded.
+func badModelName(model string) string {
+	if len(model) > 256 {
+		return "is longer than 256 bytes"
+	}
+	if !utf8.ValidString(model) {
+		return "is not UTF-8"
+	}
+	for _, r := range model {
+		if unicode.IsSpace(r) || unicode.IsControl(r) || r == unicode.ReplacementChar {
+			return "holds a space or a control character"
+		}
+	}
+	return ""
 }
 
 // capOutput bounds the request's output tokens by what the agent's
