@@ -3,6 +3,7 @@ package daemon_test
 import (
 	"bufio"
 	"fmt"
+	"math"
 	"net/http"
 	"strings"
 	"sync"
@@ -36,6 +37,18 @@ func TestModelGatewayAttackDenyListByUpstreamPrefix(t *testing.T) {
 	}
 	if n := len(up.Requests()); n != 0 {
 		t.Fatalf("%d calls to a denied model reached the upstream", n)
+	}
+	// An allowed model named through its upstream costs what it costs
+	// under its own name (gpt-4o-mini: 1 and 2 per million).
+	free, err := sh(t, d, "free", 0, nil, "sleep 600")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if code, _, b := modelCall(t, d, "/v1/chat/completions", d.ModelCredential(free.ID), `{"model":"openai/gpt-4o-mini","messages":[]}`); code != 200 {
+		t.Fatalf("openai/gpt-4o-mini: %d %s", code, b)
+	}
+	if s := spendOf(t, d, free.ID); s.Tokens != 15 || math.Abs(s.Cost-20e-6) > 1e-12 {
+		t.Fatalf("openai/gpt-4o-mini was metered %d tokens costing %v, want 15 costing 2e-05", s.Tokens, s.Cost)
 	}
 }
 

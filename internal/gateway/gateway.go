@@ -415,8 +415,12 @@ func (g *Gateway) serve(w http.ResponseWriter, r *http.Request, ep endpoint, onS
 		// "NAME/model" reaches upstream NAME as "model": the policy
 		// must allow it under both names (a deny list naming the model
 		// is not passed by naming its upstream too).
-		if _, err = g.cfg.Authority.ModelAdmit(id, upModel); err != nil {
+		var as *authority.ModelLimit
+		if as, err = g.cfg.Authority.ModelAdmit(id, upModel); err != nil {
 			err = kin.Errorf(kin.ErrorCodeOf(err), "%s (the upstream %s gets model %q)", kin.ErrorMessageOf(err), up.Name, upModel)
+		} else if !lim.Priced && as != nil && as.Priced {
+			// Priced as the model the upstream bills.
+			lim.Price, lim.Priced = as.Price, true
 		}
 	}
 	if err == nil && ep.metered {
