@@ -80,9 +80,13 @@ func TestModelGatewayAttackAbandonedStream(t *testing.T) {
 		}
 	}
 	resp.Body.Close() // gone, with the content, before the usage
-	kintest.WaitFor(t, 10*time.Second, "the abandoned call to be recorded", func() bool { return ownCalls(d, a.ID) == 1 })
-	if s := spendOf(t, d, a.ID); s.Tokens != 15 {
-		t.Fatalf("an abandoned stream was metered %d tokens, the upstream's usage says 15", s.Tokens)
+	var got []kin.ModelCallData
+	kintest.WaitFor(t, 10*time.Second, "the abandoned call to be recorded", func() bool {
+		got = modelCalls(t, d)
+		return len(got) == 1
+	})
+	if s := spendOf(t, d, a.ID); s.Tokens != 15 || got[0].Tokens != 15 {
+		t.Fatalf("an abandoned stream was metered %d tokens (%+v), the upstream's usage says 15", s.Tokens, got[0])
 	}
 }
 

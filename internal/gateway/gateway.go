@@ -593,8 +593,32 @@ func copyResponseHeaders(w http.ResponseWriter, resp *http.Response) {
 	}
 }
 
+// DrainLimit is how long the gateway goes on reading an upstream's
+// answer after the agent hung up: the usage comes last (a chat stream's
+// final chunk, message_delta), and an agent that takes the content and
+// leaves before it is metered all the same.
+const DrainLimit = 5 * time.Minute
+
+// upstreamContext is the context of a call to the upstream: not ended by
+// the agent's leaving (client) but DrainLimit after it, and by cancel.
+func upstreamContext(client context.Context) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancel(context.WithoutCancel(client))
+	stop := context.AfterFunc(client, func() {
+		t := time.NewTimer(DrainLimit)
+		defer t.Stop()
+		select {
+		case <-t.C:
+			cancel()
+		case <-ctx.Done():
+		}
+	})
+	return ctx, func() { stop(); cancel() }
+}
+
 func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, ep endpoint, up Upstream, body []byte, c *call) {
-	out, err := g.upstreamRequest(r.Context(), r, up, ep.path, body)
+	ctx, cancel := upstreamContext(r.Context())
+	defer cancel()
+	out, err := g.upstreamRequest(ctx, r, up, ep.path, body)
 	if err != nil {
 		(&apiError{status: http.StatusBadGateway, code: kin.ECodeUnavailable, msg: "the upstream request: " + err.Error()}).write(w, ep.api)
 		return
