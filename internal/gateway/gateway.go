@@ -13,6 +13,7 @@ import (
 	"net/url"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 	"unicode"
 	"unicode/utf8"
@@ -105,6 +106,9 @@ type Gateway struct {
 	log    *slog.Logger
 	now    func() time.Time
 	keys   []string // the upstreams' keys, for CheckEnv
+
+	mu   sync.Mutex
+	held map[kin.AgentID]int64 // tokens held by each agent's calls in flight under a budget (hold)
 }
 
 // New makes a Gateway.
@@ -118,7 +122,7 @@ func New(cfg Config) (*Gateway, error) {
 	if cfg.Authority == nil || cfg.Runs == nil {
 		return nil, errors.New("model gateway: no authority or runner")
 	}
-	g := &Gateway{cfg: cfg, creds: credentials{key: cfg.Key}, log: cfg.Log, now: cfg.Clock}
+	g := &Gateway{cfg: cfg, creds: credentials{key: cfg.Key}, log: cfg.Log, now: cfg.Clock, held: map[kin.AgentID]int64{}}
 	if g.log == nil {
 		g.log = slog.New(slog.DiscardHandler)
 	}
@@ -442,7 +446,12 @@ func (g *Gateway) serve(w http.ResponseWriter, r *http.Request, ep endpoint, onS
 	}
 	c.data.Stream = stream
 	if ep.metered {
-		capOutput(req, ep, lim)
+		release, aerr := g.hold(id, req, ep, lim, len(body))
+		if aerr != nil {
+			aerr.write(w, ep.api)
+			return
+		}
+		defer release()
 		if stream && ep == epChat {
 			c.wantUsag = setIncludeUsage(req)
 		}
@@ -473,11 +482,12 @@ func badModelName(model string) string {
 	return ""
 }
 
-// capOutput bounds the request's output tokens by what the agent's
-// subtree has left: its tokens, and its cost at the model's output price.
-func capOutput(req map[string]json.RawMessage, ep endpoint, lim *authority.ModelLimit) {
-	if ep.capKey == "" || lim == nil {
-		return
+// tokensLeft is the least number of tokens the agent's chain has left:
+// its tokens, and its cost at the model's output price (nil: no budget
+// binds it).
+func tokensLeft(lim *authority.ModelLimit) *int64 {
+	if lim == nil {
+		return nil
 	}
 	var left *int64
 	if lim.Tokens != nil {
@@ -490,15 +500,54 @@ func capOutput(req map[string]json.RawMessage, ep endpoint, lim *authority.Model
 			left = &t
 		}
 	}
+	return left
+}
+
+// hold admits a metered call against what the agent's calls in flight
+// may still spend, and caps its output: each call in flight under a
+// budget holds its output bound and an estimate of its input (a quarter
+// of its body's bytes) until it is metered, and a call finding that its
+// agent's calls in flight hold all its chain has left is refused (429
+// rate_limited, retry in a second), so that one agent starting many calls
+// together spends at most about one call past its budget, as calls one
+// after another do. release gives the hold back.
+func (g *Gateway) hold(id kin.AgentID, req map[string]json.RawMessage, ep endpoint, lim *authority.ModelLimit, bodyBytes int) (release func(), aerr *apiError) {
+	left := tokensLeft(lim)
 	if left == nil {
-		return
+		return func() {}, nil
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	held := g.held[id]
+	avail := *left - held
+	if avail <= 0 {
+		return nil, &apiError{status: http.StatusTooManyRequests, code: kin.ECodeRateLimited, retryAfter: 1,
+			msg: fmt.Sprintf("agent %d's calls in flight may spend the %d tokens its budget has left: this call may be made when they end", id, *left)}
+	}
+	n := capOutput(req, ep, avail) + int64(bodyBytes/4)
+	g.held[id] = held + n
+	return func() {
+		g.mu.Lock()
+		defer g.mu.Unlock()
+		if g.held[id] -= n; g.held[id] <= 0 {
+			delete(g.held, id)
+		}
+	}, nil
+}
+
+// capOutput bounds the request's output tokens by left, what the agent's
+// subtree has left, and returns the bound the call goes with (0 for an
+// endpoint without one).
+func capOutput(req map[string]json.RawMessage, ep endpoint, left int64) int64 {
+	if ep.capKey == "" {
+		return 0
 	}
 	if ep == epResponses {
 		// OpenAI refuses a max_output_tokens below 16: the call may then
 		// go past what was left by at most that much.
-		*left = max(*left, 16)
+		left = max(left, 16)
 	}
-	set := false
+	set, bound := false, int64(0)
 	for _, k := range []string{ep.capKey, ep.alt} {
 		if k == "" {
 			continue
@@ -508,16 +557,21 @@ func capOutput(req map[string]json.RawMessage, ep endpoint, lim *authority.Model
 			continue
 		}
 		var n int64
-		if json.Unmarshal(raw, &n) == nil && n > 0 && n <= *left {
+		if json.Unmarshal(raw, &n) == nil && n > 0 && n <= left {
 			set = true // the client's own bound is within what is left
+			if bound == 0 || n < bound {
+				bound = n
+			}
 			continue
 		}
-		req[k], _ = json.Marshal(*left)
-		set = true
+		req[k], _ = json.Marshal(left)
+		set, bound = true, left
 	}
 	if !set {
-		req[ep.capKey], _ = json.Marshal(*left)
+		req[ep.capKey], _ = json.Marshal(left)
+		bound = left
 	}
+	return bound
 }
 
 // setIncludeUsage asks an OpenAI chat stream for its usage chunk
