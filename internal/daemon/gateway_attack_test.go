@@ -2,6 +2,7 @@ package daemon_test
 
 import (
 	"bufio"
+	"encoding/json"
 	"fmt"
 	"math"
 	"net/http"
@@ -116,5 +117,53 @@ func TestModelGatewayAttackConcurrentCallsOneAgent(t *testing.T) {
 	wg.Wait()
 	if s := spendOf(t, d, a.ID); s.Tokens > max+15 {
 		t.Fatalf("%d calls together spent %d tokens under max_tokens %d (answers %v): more than one call past it", n, s.Tokens, max, codes)
+	}
+}
+
+// TestModelGatewayAttackFanOutAndLooseTypes: a chat call asking for n
+// choices gets what is left shared among them; fields that decide how a
+// call is metered must have their types ("stream": "true" would stream
+// without the usage chunk kin asks for on an upstream lenient with
+// types), and a background response (answered before its usage exists)
+// is refused; none of these reaches the upstream.
+func TestModelGatewayAttackFanOutAndLooseTypes(t *testing.T) {
+	d, up := gatewayDaemon(t, fakemodel.Options{InputTokens: 10, OutputTokens: 1})
+	max := int64(20)
+	a, err := sh(t, d, "fan", 0, &kin.Policy{Budget: &kin.Budget{MaxTokens: &max}}, "sleep 600")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cred := d.ModelCredential(a.ID)
+	for _, body := range []string{
+		`{"model":"gpt-4o-mini","stream":"true","messages":[]}`,
+		`{"model":"gpt-4o-mini","stream":1,"messages":[]}`,
+		`{"model":"gpt-4o-mini","stream":true,"stream_options":"x","messages":[]}`,
+		`{"model":"gpt-4o-mini","n":"8","messages":[]}`,
+		`{"model":"gpt-4o-mini","n":100000,"messages":[]}`,
+	} {
+		if code, _, b := modelCall(t, d, "/v1/chat/completions", cred, body); code != 400 {
+			t.Errorf("%s: %d %s", body, code, b)
+		}
+	}
+	if code, _, b := modelCall(t, d, "/v1/responses", cred, `{"model":"gpt-4o-mini","background":true,"input":"hi"}`); code != 400 || !strings.Contains(string(b), "background") {
+		t.Errorf("a background response: %d %s", code, b)
+	}
+	if n := len(up.Requests()); n != 0 {
+		t.Fatalf("%d refused calls reached the upstream", n)
+	}
+	if code, _, b := modelCall(t, d, "/v1/chat/completions", cred, `{"model":"gpt-4o-mini","n":8,"max_tokens":1000,"messages":[]}`); code != 200 {
+		t.Fatalf("n 8: %d %s", code, b)
+	}
+	var sent struct {
+		N                   int
+		MaxTokens           int64 `json:"max_tokens"`
+		MaxCompletionTokens int64 `json:"max_completion_tokens"`
+	}
+	reqs := up.Requests()
+	if len(reqs) != 1 || json.Unmarshal(reqs[0].Body, &sent) != nil {
+		t.Fatalf("the upstream got %d requests", len(reqs))
+	}
+	if sent.N != 8 || sent.MaxTokens*8 > max || sent.MaxCompletionTokens*8 > max {
+		t.Fatalf("8 choices with %d tokens left went with max_tokens %d, max_completion_tokens %d per choice", max, sent.MaxTokens, sent.MaxCompletionTokens)
 	}
 }

@@ -440,6 +440,10 @@ func (g *Gateway) serve(w http.ResponseWriter, r *http.Request, ep endpoint, onS
 	if upModel != model {
 		req["model"], _ = json.Marshal(upModel)
 	}
+	if why := badFields(req, ep); why != "" {
+		(&apiError{status: http.StatusBadRequest, code: kin.ECodeInvalid, msg: why}).write(w, ep.api)
+		return
+	}
 	var stream bool
 	if raw, ok := req["stream"]; ok {
 		json.Unmarshal(raw, &stream)
@@ -461,6 +465,38 @@ func (g *Gateway) serve(w http.ResponseWriter, r *http.Request, ep endpoint, onS
 		return
 	}
 	g.forward(w, r, ep, up, body, c)
+}
+
+// badFields says what is wrong with the fields of a request that decide
+// how it is metered, "" when nothing: an upstream lenient with types
+// (many OpenAI-compatible servers read "true" as true) would otherwise
+// stream or fan out a call kin took for another, and a background
+// response answers before its usage exists.
+func badFields(req map[string]json.RawMessage, ep endpoint) string {
+	if raw, ok := req["stream"]; ok && string(raw) != "null" {
+		var b bool
+		if json.Unmarshal(raw, &b) != nil {
+			return `"stream" must be true or false`
+		}
+	}
+	if raw, ok := req["stream_options"]; ok && string(raw) != "null" {
+		var o map[string]json.RawMessage
+		if json.Unmarshal(raw, &o) != nil || o == nil {
+			return `"stream_options" must be an object`
+		}
+	}
+	if raw, ok := req["n"]; ok && string(raw) != "null" {
+		var n int64
+		if json.Unmarshal(raw, &n) != nil || n < 1 || n > 128 {
+			return `"n" must be a whole number from 1 to 128`
+		}
+	}
+	if ep == epResponses {
+		if raw, ok := req["background"]; ok && string(raw) != "null" && string(raw) != "false" {
+			return `kin's gateway does not serve background responses ("background": true): it meters a response from its answer, and a background one answers before it is made`
+		}
+	}
+	return ""
 }
 
 // badModelName says what is wrong with a model name, "" when nothing:
@@ -536,8 +572,8 @@ func (g *Gateway) hold(id kin.AgentID, req map[string]json.RawMessage, ep endpoi
 }
 
 // capOutput bounds the request's output tokens by left, what the agent's
-// subtree has left, and returns the bound the call goes with (0 for an
-// endpoint without one).
+// subtree has left, and returns the bound the call goes with, all its
+// choices together (0 for an endpoint without one).
 func capOutput(req map[string]json.RawMessage, ep endpoint, left int64) int64 {
 	if ep.capKey == "" {
 		return 0
@@ -546,6 +582,15 @@ func capOutput(req map[string]json.RawMessage, ep endpoint, left int64) int64 {
 		// OpenAI refuses a max_output_tokens below 16: the call may then
 		// go past what was left by at most that much.
 		left = max(left, 16)
+	}
+	// A chat call's output bound is per choice: n choices share what is
+	// left.
+	choices := int64(1)
+	if raw, ok := req["n"]; ok && ep == epChat {
+		if json.Unmarshal(raw, &choices) != nil || choices < 1 {
+			choices = 1
+		}
+		left = max(left/choices, 1)
 	}
 	set, bound := false, int64(0)
 	for _, k := range []string{ep.capKey, ep.alt} {
@@ -571,7 +616,7 @@ func capOutput(req map[string]json.RawMessage, ep endpoint, left int64) int64 {
 		req[ep.capKey], _ = json.Marshal(left)
 		bound = left
 	}
-	return bound
+	return bound * choices
 }
 
 // setIncludeUsage asks an OpenAI chat stream for its usage chunk
