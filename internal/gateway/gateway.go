@@ -13,7 +13,10 @@ import (
 	"net/url"
 	"slices"
 	"strings"
+	"sync"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/kin-agents/kin/internal/authority"
 	"github.com/kin-agents/kin/internal/caller"
@@ -103,6 +106,9 @@ type Gateway struct {
 	log    *slog.Logger
 	now    func() time.Time
 	keys   []string // the upstreams' keys, for CheckEnv
+
+	mu   sync.Mutex
+	held map[kin.AgentID]int64 // tokens held by each agent's calls in flight under a budget (hold)
 }
 
 // New makes a Gateway.
@@ -116,7 +122,7 @@ func New(cfg Config) (*Gateway, error) {
 	if cfg.Authority == nil || cfg.Runs == nil {
 		return nil, errors.New("model gateway: no authority or runner")
 	}
-	g := &Gateway{cfg: cfg, creds: credentials{key: cfg.Key}, log: cfg.Log, now: cfg.Clock}
+	g := &Gateway{cfg: cfg, creds: credentials{key: cfg.Key}, log: cfg.Log, now: cfg.Clock, held: map[kin.AgentID]int64{}}
 	if g.log == nil {
 		g.log = slog.New(slog.DiscardHandler)
 	}
@@ -399,12 +405,28 @@ func (g *Gateway) serve(w http.ResponseWriter, r *http.Request, ep endpoint, onS
 		(&apiError{status: http.StatusBadRequest, code: kin.ECodeInvalid, msg: "the request names no model (\"model\": a string)"}).write(w, ep.api)
 		return
 	}
+	if why := badModelName(model); why != "" {
+		(&apiError{status: http.StatusBadRequest, code: kin.ECodeInvalid, msg: fmt.Sprintf("the model name %q %s", model, why)}).write(w, ep.api)
+		return
+	}
 	up, upModel, ok := g.pick(ep.api, model)
 	if !ok {
 		(&apiError{status: http.StatusNotFound, code: kin.ECodeNotFound, msg: fmt.Sprintf("kin serve has no %s upstream (--model-upstream, --model-api)", ep.api)}).write(w, ep.api)
 		return
 	}
 	lim, err := g.cfg.Authority.ModelAdmit(id, model)
+	if err == nil && upModel != model {
+		// "NAME/model" reaches upstream NAME as "model": the policy
+		// must allow it under both names (a deny list naming the model
+		// is not passed by naming its upstream too).
+		var as *authority.ModelLimit
+		if as, err = g.cfg.Authority.ModelAdmit(id, upModel); err != nil {
+			err = kin.Errorf(kin.ErrorCodeOf(err), "%s (the upstream %s gets model %q)", kin.ErrorMessageOf(err), up.Name, upModel)
+		} else if !lim.Priced && as != nil && as.Priced {
+			// Priced as the model the upstream bills.
+			lim.Price, lim.Priced = as.Price, true
+		}
+	}
 	if err == nil && ep.metered {
 		if err = g.cfg.Quota.AllowAgent(id, quota.ModelRequests); err == nil {
 			err = g.cfg.Quota.AllowAgent(id, quota.ModelTokens)
@@ -418,13 +440,22 @@ func (g *Gateway) serve(w http.ResponseWriter, r *http.Request, ep endpoint, onS
 	if upModel != model {
 		req["model"], _ = json.Marshal(upModel)
 	}
+	if why := badFields(req, ep); why != "" {
+		(&apiError{status: http.StatusBadRequest, code: kin.ECodeInvalid, msg: why}).write(w, ep.api)
+		return
+	}
 	var stream bool
 	if raw, ok := req["stream"]; ok {
 		json.Unmarshal(raw, &stream)
 	}
 	c.data.Stream = stream
 	if ep.metered {
-		capOutput(req, ep, lim)
+		release, aerr := g.hold(id, req, ep, lim, len(body))
+		if aerr != nil {
+			aerr.write(w, ep.api)
+			return
+		}
+		defer release()
 		if stream && ep == epChat {
 			c.wantUsag = setIncludeUsage(req)
 		}
@@ -436,11 +467,63 @@ func (g *Gateway) serve(w http.ResponseWriter, r *http.Request, ep endpoint, onS
 	g.forward(w, r, ep, up, body, c)
 }
 
-// capOutput bounds the request's output tokens by what the agent's
-// subtree has left: its tokens, and its cost at the model's output price.
-func capOutput(req map[string]json.RawMessage, ep endpoint, lim *authority.ModelLimit) {
-	if ep.capKey == "" || lim == nil {
-		return
+// badFields says what is wrong with the fields of a request that decide
+// how it is metered, "" when nothing: an upstream lenient with types
+// (many OpenAI-compatible servers read "true" as true) would otherwise
+// stream or fan out a call kin took for another, and a background
+// response answers before its usage exists.
+func badFields(req map[string]json.RawMessage, ep endpoint) string {
+	if raw, ok := req["stream"]; ok && string(raw) != "null" {
+		var b bool
+		if json.Unmarshal(raw, &b) != nil {
+			return `"stream" must be true or false`
+		}
+	}
+	if raw, ok := req["stream_options"]; ok && string(raw) != "null" {
+		var o map[string]json.RawMessage
+		if json.Unmarshal(raw, &o) != nil || o == nil {
+			return `"stream_options" must be an object`
+		}
+	}
+	if raw, ok := req["n"]; ok && string(raw) != "null" {
+		var n int64
+		if json.Unmarshal(raw, &n) != nil || n < 1 || n > 128 {
+			return `"n" must be a whole number from 1 to 128`
+		}
+	}
+	if ep == epResponses {
+		if raw, ok := req["background"]; ok && string(raw) != "null" && string(raw) != "false" {
+			return `kin's gateway does not serve background responses ("background": true): it meters a response from its answer, and a background one answers before it is made`
+		}
+	}
+	return ""
+}
+
+// badModelName says what is wrong with a model name, "" when nothing:
+// kin's policy compares names as they are written, so a name the
+// upstream might read otherwise (with spaces or control characters
+// around or in it) is refused rather than forwarded.
+func badModelName(model string) string {
+	if len(model) > 256 {
+		return "is longer than 256 bytes"
+	}
+	if !utf8.ValidString(model) {
+		return "is not UTF-8"
+	}
+	for _, r := range model {
+		if unicode.IsSpace(r) || unicode.IsControl(r) || r == unicode.ReplacementChar {
+			return "holds a space or a control character"
+		}
+	}
+	return ""
+}
+
+// tokensLeft is the least number of tokens the agent's chain has left:
+// its tokens, and its cost at the model's output price (nil: no budget
+// binds it).
+func tokensLeft(lim *authority.ModelLimit) *int64 {
+	if lim == nil {
+		return nil
 	}
 	var left *int64
 	if lim.Tokens != nil {
@@ -453,15 +536,63 @@ func capOutput(req map[string]json.RawMessage, ep endpoint, lim *authority.Model
 			left = &t
 		}
 	}
+	return left
+}
+
+// hold admits a metered call against what the agent's calls in flight
+// may still spend, and caps its output: each call in flight under a
+// budget holds its output bound and an estimate of its input (a quarter
+// of its body's bytes) until it is metered, and a call finding that its
+// agent's calls in flight hold all its chain has left is refused (429
+// rate_limited, retry in a second), so that one agent starting many calls
+// together spends at most about one call past its budget, as calls one
+// after another do. release gives the hold back.
+func (g *Gateway) hold(id kin.AgentID, req map[string]json.RawMessage, ep endpoint, lim *authority.ModelLimit, bodyBytes int) (release func(), aerr *apiError) {
+	left := tokensLeft(lim)
 	if left == nil {
-		return
+		return func() {}, nil
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	held := g.held[id]
+	avail := *left - held
+	if avail <= 0 {
+		return nil, &apiError{status: http.StatusTooManyRequests, code: kin.ECodeRateLimited, retryAfter: 1,
+			msg: fmt.Sprintf("agent %d's calls in flight may spend the %d tokens its budget has left: this call may be made when they end", id, *left)}
+	}
+	n := capOutput(req, ep, avail) + int64(bodyBytes/4)
+	g.held[id] = held + n
+	return func() {
+		g.mu.Lock()
+		defer g.mu.Unlock()
+		if g.held[id] -= n; g.held[id] <= 0 {
+			delete(g.held, id)
+		}
+	}, nil
+}
+
+// capOutput bounds the request's output tokens by left, what the agent's
+// subtree has left, and returns the bound the call goes with, all its
+// choices together (0 for an endpoint without one).
+func capOutput(req map[string]json.RawMessage, ep endpoint, left int64) int64 {
+	if ep.capKey == "" {
+		return 0
 	}
 	if ep == epResponses {
 		// OpenAI refuses a max_output_tokens below 16: the call may then
 		// go past what was left by at most that much.
-		*left = max(*left, 16)
+		left = max(left, 16)
 	}
-	set := false
+	// A chat call's output bound is per choice: n choices share what is
+	// left.
+	choices := int64(1)
+	if raw, ok := req["n"]; ok && ep == epChat {
+		if json.Unmarshal(raw, &choices) != nil || choices < 1 {
+			choices = 1
+		}
+		left = max(left/choices, 1)
+	}
+	set, bound := false, int64(0)
 	for _, k := range []string{ep.capKey, ep.alt} {
 		if k == "" {
 			continue
@@ -471,16 +602,21 @@ func capOutput(req map[string]json.RawMessage, ep endpoint, lim *authority.Model
 			continue
 		}
 		var n int64
-		if json.Unmarshal(raw, &n) == nil && n > 0 && n <= *left {
+		if json.Unmarshal(raw, &n) == nil && n > 0 && n <= left {
 			set = true // the client's own bound is within what is left
+			if bound == 0 || n < bound {
+				bound = n
+			}
 			continue
 		}
-		req[k], _ = json.Marshal(*left)
-		set = true
+		req[k], _ = json.Marshal(left)
+		set, bound = true, left
 	}
 	if !set {
-		req[ep.capKey], _ = json.Marshal(*left)
+		req[ep.capKey], _ = json.Marshal(left)
+		bound = left
 	}
+	return bound * choices
 }
 
 // setIncludeUsage asks an OpenAI chat stream for its usage chunk
@@ -556,8 +692,32 @@ func copyResponseHeaders(w http.ResponseWriter, resp *http.Response) {
 	}
 }
 
+// DrainLimit is how long the gateway goes on reading an upstream's
+// answer after the agent hung up: the usage comes last (a chat stream's
+// final chunk, message_delta), and an agent that takes the content and
+// leaves before it is metered all the same.
+const DrainLimit = 5 * time.Minute
+
+// upstreamContext is the context of a call to the upstream: not ended by
+// the agent's leaving (client) but DrainLimit after it, and by cancel.
+func upstreamContext(client context.Context) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancel(context.WithoutCancel(client))
+	stop := context.AfterFunc(client, func() {
+		t := time.NewTimer(DrainLimit)
+		defer t.Stop()
+		select {
+		case <-t.C:
+			cancel()
+		case <-ctx.Done():
+		}
+	})
+	return ctx, func() { stop(); cancel() }
+}
+
 func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, ep endpoint, up Upstream, body []byte, c *call) {
-	out, err := g.upstreamRequest(r.Context(), r, up, ep.path, body)
+	ctx, cancel := upstreamContext(r.Context())
+	defer cancel()
+	out, err := g.upstreamRequest(ctx, r, up, ep.path, body)
 	if err != nil {
 		(&apiError{status: http.StatusBadGateway, code: kin.ECodeUnavailable, msg: "the upstream request: " + err.Error()}).write(w, ep.api)
 		return

@@ -114,7 +114,8 @@ func AllowModel(layers []kin.PolicyLayer, model string) kin.Decision {
 			continue
 		}
 		for _, d := range m.Deny {
-			if MatchTool(d, model) {
+			// Case aside: an upstream may read "GPT-4o" as "gpt-4o".
+			if MatchTool(d, model) || MatchTool(strings.ToLower(d), strings.ToLower(model)) {
 				return decision(l, false, "deny "+d, fmt.Sprintf("model %s is denied by the models.deny list of %s (%s)", quote(model), describe(l), d))
 			}
 		}

@@ -46,13 +46,22 @@ func TestAllowModel(t *testing.T) {
 		own(2, kin.Policy{Models: &kin.ToolRules{Deny: []string{"claude-3-opus*"}}}),
 		own(3, kin.Policy{}),
 	}
-	for model, want := range map[string]bool{"gpt-4o": true, "claude-3-5-haiku": true, "claude-3-opus-latest": false, "llama-3": false, "": false} {
+	for model, want := range map[string]bool{"gpt-4o": true, "claude-3-5-haiku": true, "claude-3-opus-latest": false, "llama-3": false, "": false,
+		"Claude-3-Opus-latest": false, "CLAUDE-3-OPUS": false, "GPT-4o": false} {
 		d := AllowModel(layers, model)
 		if d.Allowed != want || d.Reason == "" {
 			t.Errorf("AllowModel(%q) = %+v", model, d)
 		}
 		if !want && model != "" && d.Agent == 0 {
 			t.Errorf("AllowModel(%q) names no layer: %+v", model, d)
+		}
+	}
+	// A deny list alone binds whatever the case (an upstream may not
+	// care); an allow list matches as written.
+	denyOnly := []kin.PolicyLayer{own(1, kin.Policy{Models: &kin.ToolRules{Deny: []string{"gpt-4o*"}}})}
+	for model, want := range map[string]bool{"GPT-4o": false, "Gpt-4O-mini": false, "gpt-4o": false, "gpt-5": true} {
+		if d := AllowModel(denyOnly, model); d.Allowed != want {
+			t.Errorf("deny list alone: AllowModel(%q) = %+v", model, d)
 		}
 	}
 	if d := AllowModel(nil, "anything"); !d.Allowed {
