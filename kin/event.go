@@ -47,6 +47,10 @@ const (
 	EventAgentUsage      = "agent.usage"      // agent, tokens, cost: reported spend
 	EventBudgetExhausted = "budget.exhausted" // agent, reason, detail: its subtree is being stopped
 	EventAgentMessage    = "agent.message"    // from, to, session, text (seed 003 §5); Agent is the recipient
+	// EventModelCall is one call an agent made to a model through kin's
+	// gateway (issue 25): agent, api, upstream, model, tokens, cost,
+	// latency, status; never the prompt or the completion.
+	EventModelCall = "model.call"
 )
 
 // EventTypes are every event type kin records, for checking a filter.
@@ -55,7 +59,7 @@ var EventTypes = []string{
 	EventGovernorChanged, EventAgentStarted, EventAgentExited, EventChildCancel, EventAgentStop,
 	EventAgentState, EventAgentOffline, EventAgentReplaced, EventAgentFailed, EventAgentAdopted,
 	EventAgentLost, EventAgentResult, EventAgentPromoted, EventToolDenied, EventAgentUsage,
-	EventBudgetExhausted, EventAgentMessage, EventFleetCancel, EventSpawnPlaced, EventSpawnEscalated,
+	EventBudgetExhausted, EventAgentMessage, EventModelCall, EventFleetCancel, EventSpawnPlaced, EventSpawnEscalated,
 	EventGrant, EventTokenIssued, EventTokenRefused, EventTokenRevoked, EventKeysRotated,
 }
 

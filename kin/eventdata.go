@@ -206,6 +206,33 @@ type AgentUsageData struct {
 	Cost   float64 `json:"cost,omitempty"`
 }
 
+// ModelCallData is the data of an EventModelCall event: what the upstream's
+// response said the call used, priced by the operator's price table.
+type ModelCallData struct {
+	Agent AgentID `json:"agent"`
+	// API is "openai" or "anthropic"; Path the endpoint called
+	// ("/v1/chat/completions").
+	API      string `json:"api"`
+	Path     string `json:"path"`
+	Upstream string `json:"upstream"`
+	Model    string `json:"model,omitempty"`
+	Stream   bool   `json:"stream,omitempty"`
+	// InputTokens counts every prompt token, CachedTokens those of them
+	// read from the provider's cache; Tokens is what the call counts
+	// against max_tokens (input plus output).
+	InputTokens  int64   `json:"input_tokens,omitempty"`
+	OutputTokens int64   `json:"output_tokens,omitempty"`
+	CachedTokens int64   `json:"cached_tokens,omitempty"`
+	Tokens       int64   `json:"tokens,omitempty"`
+	Cost         float64 `json:"cost,omitempty"`
+	// LatencyMS is from the call's arrival to the end of the upstream's
+	// answer; Status the upstream's HTTP status (0: it never answered).
+	LatencyMS float64 `json:"latency_ms"`
+	Status    int     `json:"status"`
+	// Error says why a call that reached no answer failed.
+	Error string `json:"error,omitempty"`
+}
+
 // BudgetExhaustedData is the data of an EventBudgetExhausted event.
 type BudgetExhaustedData struct {
 	Agent  AgentID `json:"agent"`
@@ -319,6 +346,8 @@ func EventData(typ string) any {
 		return new(AgentUsageData)
 	case EventBudgetExhausted:
 		return new(BudgetExhaustedData)
+	case EventModelCall:
+		return new(ModelCallData)
 	case EventAgentMessage:
 		return new(AgentMessageData)
 	case EventGrant:

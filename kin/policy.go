@@ -18,6 +18,10 @@ import "time"
 type Policy struct {
 	// Tools are glob patterns over tool names ("read", "exec", "web_*").
 	Tools *ToolRules `json:"tools,omitempty"`
+	// Models are glob patterns over model names ("gpt-4o*",
+	// "claude-*") the agent may call through kin's model gateway, allowed
+	// and denied as tools are, and attenuated down the tree the same way.
+	Models *ToolRules `json:"models,omitempty"`
 	// Mounts maps absolute paths to a mode; a path not listed (and not
 	// under a listed one) is hidden. The mode of a path is that of its
 	// longest listed prefix.
@@ -89,7 +93,8 @@ type Budget struct {
 	Deadline *Duration `json:"deadline,omitempty"`
 	// MaxDescendants is the number of spawns over the subtree's life.
 	MaxDescendants *int64 `json:"max_descendants,omitempty"`
-	// MaxTokens and MaxCost cap reported usage (kin usage).
+	// MaxTokens and MaxCost cap usage: what agents report (kin usage) and
+	// what kin's model gateway metered from the upstream's answers.
 	MaxTokens *int64   `json:"max_tokens,omitempty"`
 	MaxCost   *float64 `json:"max_cost,omitempty"`
 	// Process limits of each of the agent's processes: CPU seconds,

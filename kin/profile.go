@@ -77,6 +77,12 @@ type Quotas struct {
 	// Reports is the rate of everything else an agent makes kin record
 	// (usage reports, heartbeats, status and progress changes, events).
 	Reports Rate `json:"reports"`
+	// ModelRequests and ModelTokens bound calls through kin's model
+	// gateway: requests, and the tokens the upstreams' answers reported
+	// (charged after each call, so a bucket in debt refuses the next
+	// call until it refills). Absent (zero): no limit.
+	ModelRequests Rate `json:"model_requests,omitzero"`
+	ModelTokens   Rate `json:"model_tokens,omitzero"`
 }
 
 // Rate is a token bucket: Burst requests at once, then PerSecond.

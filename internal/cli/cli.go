@@ -219,6 +219,7 @@ exits 0 with its decision (2 when it cannot answer at all).`,
 		a.hostsCommand(),
 		a.topCommand(),
 		a.sandboxCommand(),
+		a.devCommand(),
 		a.mcpCommand(),
 		a.versionCommand(),
 	)

@@ -18,6 +18,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/kin-agents/kin/internal/daemon"
+	"github.com/kin-agents/kin/internal/gateway"
 	"github.com/kin-agents/kin/internal/governor"
 	"github.com/kin-agents/kin/internal/hosts"
 	"github.com/kin-agents/kin/internal/policy"
@@ -35,6 +36,7 @@ type serveFlags struct {
 	traces, defaultResponsible, logFile                        string
 	uidRange, shutdownTimeout, hostName, logKeyDir             string
 	hostLease, fenceAfter, fenceMode                           string
+	modelUpstreams, modelAPIs, modelKeys                       []string
 }
 
 // Containment choices of --containment; "auto" is the daemon's "".
@@ -136,6 +138,29 @@ unsupervised; when the store answers again it renews its lease, records
 what ended and thaws what it froze. See docs/ARCHITECTURE.md, "The fleet:
 hosts, leases, failure and fencing".
 
+Model gateway: --model-upstream NAME=URL (repeatable) makes kin the agents'
+only way to their models. kin then serves the OpenAI API
+(/v1/chat/completions, /v1/responses, /v1/embeddings, /v1/models) and
+Anthropic's (/v1/messages, /v1/messages/count_tokens) on each agent's socket
+and on the HTTP address, and forwards each call to the upstream with the
+operator's key, which no agent ever sees. Each agent's environment gets
+OPENAI_BASE_URL (http://<the --http address>/v1), ANTHROPIC_BASE_URL
+(without /v1), and OPENAI_API_KEY, ANTHROPIC_API_KEY and KIN_MODEL_KEY set
+to a credential of its own, honoured only from that agent and only while it
+runs; a spawn whose environment holds an upstream's key is refused. Each
+call is admitted against the agent's budget (max_tokens, max_cost: a spent
+subtree gets HTTP 429 in the provider's error shape) and its policy's models
+list (403), its output tokens capped to what is left, and metered from the
+upstream's answer (streams included): tokens and cost (the policy config's
+prices, per million tokens) added to the agent and every ancestor in one
+transaction with a model.call event. An upstream named openai or anthropic
+speaks that API; any other needs --model-api NAME=openai|anthropic. Its key:
+--model-key NAME=@FILE (the file's content) or NAME=$VARIABLE (the daemon's
+environment), or NAME=none; never the key itself on the command line. The
+URL is the provider's base, with or without /v1. A request goes to the first
+upstream of its API, or to upstream NAME when its model is "NAME/model"
+(sent on as "model"). See docs/POLICY.md, "Models".
+
 MCP: the HTTP address serves kin's MCP tools at /mcp (streamable HTTP) to
 the operator's token and to agents that sign their requests with their own
 key; see "kin mcp --help".
@@ -144,7 +169,9 @@ Configuration: built-in defaults, overridden by KIN_HOME, KIN_HTTP,
 KIN_PROFILE, KIN_STORE, KIN_HOST_NAME, KIN_HOST_LEASE, KIN_FENCE_AFTER,
 KIN_FENCE_MODE, KIN_LOG_KEY_DIR, KIN_CTX, KIN_CONTAINMENT, KIN_LEAVE_RUNNING,
 KIN_POLICY_CONFIG, KIN_SANDBOX_BEST_EFFORT, KIN_TRACES, KIN_UID_RANGE,
-KIN_UID_RANGE_DIR and KIN_SHUTDOWN_TIMEOUT, overridden by
+KIN_UID_RANGE_DIR, KIN_SHUTDOWN_TIMEOUT and KIN_MODEL_UPSTREAMS,
+KIN_MODEL_APIS, KIN_MODEL_KEYS (each a list separated by spaces or commas
+of what the repeatable flag takes), overridden by
 the flags. The HTTP API listens on
 ` + daemon.DefaultHTTPAddr + ` unless --http says otherwise ("--http off" serves
 the socket only). Shipped profiles: ` + strings.Join(governor.ShippedProfiles(), ", ") + `; see
@@ -161,7 +188,10 @@ the socket only). Shipped profiles: ` + strings.Join(governor.ShippedProfiles(),
   kin serve --policy-config /etc/kin/policy.yaml
   OTEL_EXPORTER_OTLP_ENDPOINT=http://localhost:4318 kin serve --traces otlp
   kin serve --traces file:/var/log/kin/spans.jsonl
-  kin serve --uid-range 300000:65536`,
+  kin serve --uid-range 300000:65536
+  kin serve --model-upstream openai=https://api.openai.com --model-key 'openai=$OPENAI_API_KEY'
+  kin serve --model-upstream anthropic=https://api.anthropic.com --model-key anthropic=@/etc/kin/anthropic.key
+  kin serve --model-upstream local=http://127.0.0.1:8000 --model-api local=openai --model-key local=none`,
 		Args: cobra.NoArgs,
 		RunE: run(func(cmd *cobra.Command, _ []string) error {
 			fl.home = a.home
@@ -256,7 +286,22 @@ the socket only). Shipped profiles: ` + strings.Join(governor.ShippedProfiles(),
 	f.StringVar(&fl.traces, "traces", "", "where OpenTelemetry spans of spawns, registrations and replacements go (`mode`): off, otlp (OTLP over HTTP, set by the OTEL_EXPORTER_OTLP_* environment) or file:PATH (JSON lines appended to PATH) (default $KIN_TRACES, else off)")
 	f.StringVar(&fl.logFile, "log-file", "", "append the daemon's log (JSON lines) to this `file` (created 0600) instead of stderr; the start-up and stopping lines stay on stderr (default $KIN_LOG_FILE, else stderr)")
 	f.StringVar(&fl.uidRange, "uid-range", "", "a root daemon's agent uid `range`, START:COUNT, recorded in the home at first start (default $KIN_UID_RANGE, else the range the home recorded, else a free one of "+strconv.Itoa(uidrange.DefaultCount)+" uids)")
+	f.StringArrayVar(&fl.modelUpstreams, "model-upstream", nil, "serve the model gateway, forwarding to this upstream: `NAME=URL` (repeatable; NAME openai or anthropic speaks that API, any other needs --model-api) (default $KIN_MODEL_UPSTREAMS, else no gateway)")
+	f.StringArrayVar(&fl.modelAPIs, "model-api", nil, "the API upstream NAME speaks: `NAME=openai|anthropic` (repeatable) (default $KIN_MODEL_APIS)")
+	f.StringArrayVar(&fl.modelKeys, "model-key", nil, "upstream NAME's key: `NAME=@FILE` (read from FILE), NAME=$VARIABLE (from the daemon's environment) or NAME=none; never the key itself (repeatable) (default $KIN_MODEL_KEYS)")
 	return cmd
+}
+
+// modelSetting is one of the model gateway's list settings: the flag's
+// values, else the environment variable's list (spaces or commas).
+func modelSetting(getenv func(string) string, env, flag string, values []string) ([]string, string) {
+	if len(values) > 0 {
+		return values, "--" + flag
+	}
+	if v := getenv(env); v != "" {
+		return strings.FieldsFunc(v, func(r rune) bool { return r == ',' || r == ' ' || r == '\t' || r == '\n' }), env
+	}
+	return nil, ""
 }
 
 // serveConfig builds the daemon's configuration: defaults, then the KIN_*
@@ -426,6 +471,23 @@ func serveConfig(getenv func(string) string, fl serveFlags) (daemon.Config, erro
 	}
 	if _, _, err := governor.Load(cfg.Profile); err != nil {
 		return cfg, bad(profile, err)
+	}
+	ups, upsFrom := modelSetting(getenv, "KIN_MODEL_UPSTREAMS", "model-upstream", fl.modelUpstreams)
+	apis, apisFrom := modelSetting(getenv, "KIN_MODEL_APIS", "model-api", fl.modelAPIs)
+	keys, keysFrom := modelSetting(getenv, "KIN_MODEL_KEYS", "model-key", fl.modelKeys)
+	if len(ups) > 0 || len(apis) > 0 || len(keys) > 0 {
+		if len(ups) == 0 {
+			return cfg, usageErrorf("--model-api and --model-key name upstreams, and no --model-upstream (nor KIN_MODEL_UPSTREAMS) is given")
+		}
+		cfg.ModelUpstreams, err = gateway.Build(ups, apis, keys, getenv, os.ReadFile)
+		if err != nil {
+			// The message names the upstream, never a key's value.
+			from := strings.Join(slices.DeleteFunc([]string{upsFrom, apisFrom, keysFrom}, func(s string) bool { return s == "" }), ", ")
+			if strings.HasPrefix(from, "--") {
+				return cfg, usageErrorf("%v (from %s)", err, from)
+			}
+			return cfg, kin.Errorf(kin.ECodeInvalid, "%v (from %s)", err, from)
+		}
 	}
 	if err := cfg.Validate(); err != nil {
 		return cfg, kin.Errorf(kin.ECodeInvalid, "%v", err)

@@ -459,3 +459,82 @@ func TestServeLogFileAndStoppingLine(t *testing.T) {
 	}
 	wantUsage(t, runCLI(t, "serve", "--home", kintest.TempHome(t), "--http", "off", "--log-file", "/no/such/dir/kin.log"), "--log-file", "/no/such/dir/kin.log")
 }
+
+// TestServeModelGatewayConfig: kin serve's model flags and their
+// environment variables, every bad value named, and a key never taken
+// from the command line nor shown in an error.
+func TestServeModelGatewayConfig(t *testing.T) {
+	home := kintest.TempHome(t)
+	keyFile := filepath.Join(t.TempDir(), "openai.key")
+	if err := os.WriteFile(keyFile, []byte("sk-file-key-123456\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	env := func(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
+	cfg, err := serveConfig(env(map[string]string{"LOCAL_KEY": "sk-env-key-abcdef"}), serveFlags{home: home,
+		modelUpstreams: []string{"openai=https://api.openai.com/v1", "local=http://127.0.0.1:8000"},
+		modelAPIs:      []string{"local=anthropic"},
+		modelKeys:      []string{"openai=@" + keyFile, "local=$LOCAL_KEY"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(cfg.ModelUpstreams) != 2 {
+		t.Fatalf("upstreams %+v", cfg.ModelUpstreams)
+	}
+	o, l := cfg.ModelUpstreams[0], cfg.ModelUpstreams[1]
+	if o.API != "openai" || o.URL.String() != "https://api.openai.com" || o.Key.Reveal() != "sk-file-key-123456" ||
+		l.API != "anthropic" || l.Key.Reveal() != "sk-env-key-abcdef" {
+		t.Fatalf("upstreams %+v %+v", o, l)
+	}
+	if s := fmt.Sprintf("%v %+v %#v", o, o, o.Key); strings.Contains(s, "sk-file") {
+		t.Fatalf("a key printed: %s", s)
+	}
+	// The environment's lists.
+	cfg, err = serveConfig(env(map[string]string{"KIN_MODEL_UPSTREAMS": "anthropic=https://api.anthropic.com, x=http://h:1",
+		"KIN_MODEL_APIS": "x=openai", "KIN_MODEL_KEYS": "anthropic=$AK x=none", "AK": "sk-ant-0123456789"}), serveFlags{home: home})
+	if err != nil || len(cfg.ModelUpstreams) != 2 || cfg.ModelUpstreams[1].Key.Reveal() != "" {
+		t.Fatalf("from the environment: %+v, %v", cfg.ModelUpstreams, err)
+	}
+
+	serve := func(getenv func(string) string, args ...string) result {
+		var out, errb syncBuffer
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel()
+		code := Env{Stdout: &out, Stderr: &errb, Getenv: ownUIDRangeDir(t, getenv)}.Run(ctx, append([]string{"serve", "--home", home}, args...))
+		return result{code: code, stdout: out.String(), stderr: errb.String()}
+	}
+	for _, c := range []struct {
+		args []string
+		want []string
+	}{
+		{[]string{"--model-upstream", "openai=https://x", "--model-key", "openai=sk-literal-123456"}, []string{"--model-key", "on the command line"}},
+		{[]string{"--model-upstream", "openai=ftp://x", "--model-key", "openai=none"}, []string{"--model-upstream", "not an http or https URL"}},
+		{[]string{"--model-upstream", "openai=https://user:pw@x", "--model-key", "openai=none"}, []string{"user information"}},
+		{[]string{"--model-upstream", "openai"}, []string{"not NAME=VALUE"}},
+		{[]string{"--model-upstream", "Bad Name=http://x"}, []string{"upstream name"}},
+		{[]string{"--model-upstream", "mine=http://x", "--model-key", "mine=none"}, []string{"--model-api mine=openai"}},
+		{[]string{"--model-upstream", "openai=http://x"}, []string{"--model-key openai=@FILE"}},
+		{[]string{"--model-upstream", "openai=http://x", "--model-key", "openai=@/no/such/key"}, []string{"model key openai", "/no/such/key"}},
+		{[]string{"--model-upstream", "openai=http://x", "--model-key", "openai=$NO_SUCH_VAR"}, []string{"NO_SUCH_VAR is not set"}},
+		{[]string{"--model-upstream", "openai=http://x", "--model-key", "other=none"}, []string{"no --model-upstream is named other"}},
+		{[]string{"--model-upstream", "openai=http://x", "--model-api", "openai=gemini", "--model-key", "openai=none"}, []string{"not openai or anthropic"}},
+		{[]string{"--model-upstream", "openai=http://x", "--model-upstream", "openai=http://y", "--model-key", "openai=none"}, []string{"given twice"}},
+		{[]string{"--model-key", "openai=none"}, []string{"no --model-upstream"}},
+	} {
+		r := serve(noEnv, c.args...)
+		wantUsage(t, r, c.want...)
+		if strings.Contains(r.stderr, "sk-literal") {
+			t.Errorf("%v: the error shows the key:\n%s", c.args, r.stderr)
+		}
+	}
+	msg := wantError(t, serve(env(map[string]string{"KIN_MODEL_UPSTREAMS": "openai=http://x", "KIN_MODEL_KEYS": "openai=sk-literal-123456"}), "--json"), kin.ECodeInvalid)
+	if !strings.Contains(msg, "KIN_MODEL_KEYS") || strings.Contains(msg, "sk-literal") {
+		t.Errorf("message %q", msg)
+	}
+	var out, errb syncBuffer
+	Env{Stdout: &out, Stderr: &errb, Getenv: noEnv}.Run(context.Background(), []string{"serve", "--help"})
+	for _, want := range []string{"--model-upstream NAME=URL", "--model-key", "OPENAI_BASE_URL", "ANTHROPIC_BASE_URL", "KIN_MODEL_UPSTREAMS"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("kin serve --help lacks %q", want)
+		}
+	}
+}

@@ -3,12 +3,14 @@ package daemon
 import (
 	"fmt"
 	"log/slog"
+	"net/http"
 	"os"
 	"os/user"
 	"path/filepath"
 	"strings"
 	"time"
 
+	"github.com/kin-agents/kin/internal/gateway"
 	"github.com/kin-agents/kin/internal/hosts"
 	"github.com/kin-agents/kin/internal/runner"
 	"github.com/kin-agents/kin/internal/store"
@@ -126,6 +128,11 @@ type Config struct {
 	// configured by the standard OTEL_EXPORTER_OTLP_* environment), or
 	// "file:PATH" (JSON lines of spans appended to PATH).
 	Traces string
+	// ModelUpstreams are the model gateway's upstreams (kin serve
+	// --model-upstream, --model-api, --model-key): none, no gateway.
+	ModelUpstreams []gateway.Upstream
+	// ModelTransport reaches them (nil: the gateway's own transport).
+	ModelTransport http.RoundTripper
 	// Logger receives the daemon's structured logs; nil discards them.
 	Logger *slog.Logger
 	// Clock returns the current time; tests inject their own.
@@ -226,6 +233,9 @@ func (c *Config) Validate() error {
 	}
 	if c.ReplayCapacity < 0 {
 		return fmt.Errorf("config: replay capacity %d is negative", c.ReplayCapacity)
+	}
+	if err := gateway.Check(c.ModelUpstreams); err != nil {
+		return fmt.Errorf("config: %w", err)
 	}
 	return nil
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/kin-agents/kin/internal/authority"
 	"github.com/kin-agents/kin/internal/dashboard"
 	"github.com/kin-agents/kin/internal/exchange"
+	"github.com/kin-agents/kin/internal/gateway"
 	"github.com/kin-agents/kin/internal/governor"
 	"github.com/kin-agents/kin/internal/hosts"
 	"github.com/kin-agents/kin/internal/httpapi"
@@ -66,6 +67,7 @@ type Daemon struct {
 	tracer               *telemetry.Tracer  // OpenTelemetry spans of spawns, nil when off
 	quota                *quota.Limiter     // the profile's rate limits on agents (issue 21)
 	streams              quota.Streams      // the long-lived answers each agent holds open
+	gateway              *gateway.Gateway   // the model gateway, nil without upstreams (issue 25)
 
 	pid     int
 	started time.Time
@@ -224,6 +226,19 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 	// their calls to one another with.
 	d.peerAuth = peer.NewAuth(hostName, d.Signer.Derive(peer.Label), d.now)
 	d.peers = peer.NewFleet(d.peerAuth, d.store.HostList, d.now)
+	// The model gateway: agents' credentials are HMACs under a secret
+	// derived from the log key, which every host of a fleet shares.
+	var models runner.ModelGateway
+	if len(cfg.ModelUpstreams) > 0 {
+		d.gateway, err = gateway.New(gateway.Config{Upstreams: cfg.ModelUpstreams, Key: d.Signer.Derive("model gateway credentials"),
+			Authority: d.Authority, Runs: func(id kin.AgentID) bool { return d.Runner != nil && d.Runner.Runs(id) },
+			AgentUID: func(id kin.AgentID) (uint32, bool) { return d.Runner.AgentUID(id) },
+			Addr:     d.HTTPAddr, Quota: d.quota, Observe: func(c kin.ModelCallData) { d.metrics.ObserveModelCall(c); d.tracer.ModelCall(c) }, Transport: cfg.ModelTransport, Clock: d.now, Log: d.log})
+		if err != nil {
+			return nil, err
+		}
+		models = d.gateway
+	}
 	d.Runner, err = runner.New(runner.Config{
 		Home: cfg.Home, CtxDir: cfg.ctxDir(), HTTPAddr: cfg.HTTPAddr, ListenAddr: d.HTTPAddr, SocketPath: d.SocketPath(),
 		AgentUIDs: cfg.AgentUIDs, UIDRange: cfg.UIDRange, UIDRangeDir: cfg.UIDRangeDir,
@@ -231,7 +246,7 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 		Containment: cfg.Containment, CgroupName: cfg.CgroupName, LeaveRunning: cfg.LeaveRunning, ShutdownTimeout: cfg.ShutdownTimeout, Host: hostName,
 		AgentOpenFiles: files.child, Store: d.store, Lineage: &d.lineage, Authority: d.Authority, Identity: d.Server,
 		Observer: telemetry.RunnerObserver{M: d.metrics, T: d.tracer}, Clock: d.now, Log: d.log, Quota: d.quota,
-		Remote: d.peers,
+		Remote: d.peers, Models: models,
 	})
 	if err != nil {
 		return nil, err
@@ -284,7 +299,11 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 	if err := d.Server.SetIssuer(d.HTTPAddr()); err != nil {
 		return nil, err
 	}
-	if err := d.Runner.Start(ctx, api.Handler(false)); err != nil {
+	agents := api.Handler(false)
+	if d.gateway != nil {
+		agents = d.gateway.Socket(agents)
+	}
+	if err := d.Runner.Start(ctx, agents); err != nil {
 		return nil, err
 	}
 	d.Authority.ArmDeadlines(ctx)
@@ -296,7 +315,11 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 	d.started = d.now()
 	d.serve(d.unixLn, d.operatorHandler(api), d.Runner.OperatorConnContext)
 	if d.tcpLn != nil {
-		d.serve(d.tcpLn, d.Server.Handler(d.webHandler(api)), nil)
+		var connContext func(context.Context, net.Conn) context.Context
+		if d.gateway != nil {
+			connContext = gateway.ConnContext // which uid a model call comes from
+		}
+		d.serve(d.tcpLn, d.Server.Handler(d.webHandler(api)), connContext)
 	}
 	d.Signer.Start()
 	sup := d.Runner.Supervisor()
@@ -309,6 +332,14 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 		"agent_uids", d.Runner.UIDRangeString(), "running", d.Runner.RunningCount())
 	for _, l := range d.Runner.HostLimits() {
 		d.log.Info("limit", "budget", l.Name, "binds", l.Scope, "by", l.By, "note", l.Note)
+	}
+	if d.gateway != nil {
+		for _, u := range d.gateway.Upstreams() {
+			d.log.Info("model upstream", "name", u.Name, "api", u.API, "url", u.URL.Redacted(), "key", u.Key)
+		}
+		if d.HTTPAddr() == "" {
+			d.log.Warn("the model gateway serves agents' sockets only: without an HTTP address (--http off) agents' SDKs get no base URL")
+		}
 	}
 	for _, m := range d.Runner.MissingGuarantees() {
 		d.log.Warn("guarantee missing", "what", m)
@@ -403,7 +434,11 @@ func (d *Daemon) operatorHandler(api *httpapi.Server) http.Handler {
 // logged in with the token, and the login page for everyone else.
 func (d *Daemon) webHandler(api *httpapi.Server) http.Handler {
 	mux := http.NewServeMux()
-	mux.Handle("/v1/", api.Handler(true))
+	var v1 http.Handler = api.Handler(true)
+	if d.gateway != nil {
+		v1 = d.gateway.TCP(v1) // the model APIs, for agents' credentials
+	}
+	mux.Handle("/v1/", v1)
 	mux.Handle("GET "+httpapi.PathHandoff, api.Protect(d.handoffHandler(api)))
 	mux.Handle(PathMCP, d.mcpHandler(api))
 	mux.Handle("GET /metrics", api.Protect(d.metrics.Handler()))

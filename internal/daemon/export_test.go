@@ -3,6 +3,8 @@ package daemon
 import (
 	"context"
 	"strings"
+
+	"github.com/kin-agents/kin/kin"
 )
 
 // CacheDiff says how the daemon's caches (the registry's lineage and
@@ -20,3 +22,7 @@ func (d *Daemon) CacheDiff(ctx context.Context) (string, error) {
 	}
 	return strings.Join(append(reg, auth...), "\n"), nil
 }
+
+// ModelCredential is agent id's model gateway credential (what its
+// environment holds as OPENAI_API_KEY).
+func (d *Daemon) ModelCredential(id kin.AgentID) string { return d.gateway.Credential(id) }

@@ -20,6 +20,7 @@ var testOnly = map[string]string{
 	"internal/kintest":         "test helpers (its init makes a test binary the sandbox shim)",
 	"internal/proctest":        "test helpers",
 	"internal/pgtest":          "test helpers (a throw-away PostgreSQL server)",
+	"internal/modelsdktest":    "test helpers (the official model SDKs, run by Node)",
 	"internal/exampletest":     "the examples' end-to-end tests",
 	"internal/fleettest":       "test helpers (a fleet of kin serve hosts in network namespaces on one PostgreSQL)",
 	"internal/readmetest":      "the README's test",
@@ -136,6 +137,19 @@ var packageMap = map[string]deptest.DepChecker{
 			mod + "internal/runner":         "the agent filesystem and workspaces are handed in (exchange.Config); " + whyDown,
 			mod + "internal/supervisor/...": "sharing starts and stops no process",
 		}),
+	},
+	"internal/gateway": {
+		BadDeps: withBans(map[string]string{
+			mod + "internal/registry":       "the gateway asks only the authority, handed in as gateway.Authority; " + whyDown,
+			mod + "internal/runner":         "whether an agent runs here is handed in (gateway.Config.Runs); " + whyDown,
+			mod + "internal/exchange":       whyDown,
+			mod + "internal/personserver":   whyDown,
+			mod + "internal/httpapi":        "kin's own API is handed in as the http.Handler the gateway stands in front of",
+			mod + "internal/supervisor/...": "the gateway starts and stops no process",
+		}),
+		BadImports: map[string]string{
+			"os/exec": "the gateway starts no process",
+		},
 	},
 	"internal/logsigner": {
 		BadDeps: withBans(map[string]string{
@@ -303,7 +317,13 @@ var packageMap = map[string]deptest.DepChecker{
 			mod + "internal/store/...": "it runs a server and makes databases; what is stored in them is the drivers'",
 		},
 	},
-	"internal/deptest": {},
+	"internal/deptest":      {},
+	"internal/modelsdktest": {},
+	"internal/fakemodel": {
+		BadDeps: map[string]string{
+			mod + "...": "a fake provider on the standard library alone (kin's binary carries it for kin dev fake-model): it knows nothing of kin",
+		},
+	},
 	"internal/supervisor": {
 		BadDeps: map[string]string{
 			mod + "internal/store/...": "the supervisor runs processes; the daemon records them",

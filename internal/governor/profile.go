@@ -205,6 +205,15 @@ func Validate(p kin.Profile) error {
 			return fmt.Errorf("profile %s: quotas.%s needs per_second above 0 (at most 1e6) and burst of at least 1, got %v and %d", p.Name, key, r.PerSecond, r.Burst)
 		}
 	}
+	for _, key := range []string{"model_requests", "model_tokens"} {
+		r := q.ModelRequests
+		if key == "model_tokens" {
+			r = q.ModelTokens
+		}
+		if r != (kin.Rate{}) && (!(r.PerSecond > 0) || r.PerSecond > 1e9 || r.Burst < 1) {
+			return fmt.Errorf("profile %s: quotas.%s needs per_second above 0 (at most 1e9) and burst of at least 1 (or is left out: no limit), got %v and %d", p.Name, key, r.PerSecond, r.Burst)
+		}
+	}
 	roots := 0
 	for role, rule := range p.Roles {
 		if err := checkRoleName(role); err != nil {

@@ -5,6 +5,7 @@ package kintest
 import (
 	"context"
 	"io"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -17,6 +18,7 @@ import (
 	"github.com/kin-agents/kin/client"
 	"github.com/kin-agents/kin/internal/ctxfuse"
 	"github.com/kin-agents/kin/internal/daemon"
+	"github.com/kin-agents/kin/internal/gateway"
 	"github.com/kin-agents/kin/internal/pgtest"
 	"github.com/kin-agents/kin/internal/sandbox"
 )
@@ -101,6 +103,26 @@ func WithLogKeyDir(dir string) Option { return func(c *daemon.Config) { c.LogKey
 // WithHostLease sets the host's lease on its name (kin serve's default is
 // 15 s).
 func WithHostLease(d time.Duration) Option { return func(c *daemon.Config) { c.HostLease = d } }
+
+// WithModelUpstream adds a model gateway upstream (kin serve
+// --model-upstream NAME=URL --model-api NAME=API --model-key NAME=...):
+// api is "openai" or "anthropic", url the upstream's base (without /v1),
+// key the operator's key for it ("" for none). The gateway is on once a
+// daemon has one; agents get OPENAI_BASE_URL etc. only when the daemon has
+// an HTTP address too (WithHTTP).
+func WithModelUpstream(name, api, rawURL, key string) Option {
+	return func(c *daemon.Config) {
+		u, err := url.Parse(rawURL)
+		if err != nil {
+			panic("kintest.WithModelUpstream: " + err.Error())
+		}
+		c.ModelUpstreams = append(c.ModelUpstreams, gateway.Upstream{Name: name, API: gateway.API(api), URL: u, Key: gateway.NewSecret(key)})
+	}
+}
+
+// WithPolicyConfig uses the permission authority's configuration file
+// path (kin serve --policy-config: global_deny, presets, prices).
+func WithPolicyConfig(path string) Option { return func(c *daemon.Config) { c.PolicyConfig = path } }
 
 // WithHome uses the given home instead of a fresh temporary one (to restart
 // a daemon on the same store).

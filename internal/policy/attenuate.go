@@ -39,6 +39,7 @@ type Remaining struct {
 //     is exact, and the child's deny list counts: allow ["*"] deny ["exec"]
 //     fits under a parent that denies only exec. Asked gives a witness.
 //     Patterns too costly to compare (ErrTooComplex) are refused.
+//   - models: as tools, over model names (the model gateway's allow list).
 //   - mounts: at each path the child lists (and each the parent lists), the
 //     child's mode must not be above the parent's: rw may become ro,
 //     visible may become hidden, never the reverse.
@@ -71,6 +72,9 @@ func Exceeds(parent []kin.PolicyLayer, rem Remaining, now time.Time, child kin.P
 		if childPreset != nil {
 			out = append(out, toolExcess("preset", parent, childPreset)...)
 		}
+		if child.Models != nil {
+			out = append(out, ruleExcess("models", parent, child.Models, modelsOf)...)
+		}
 		out = append(out, mountExcess(parent, child.Mounts)...)
 		out = append(out, groupExcess(flat, child.Groups)...)
 		out = append(out, envExcess(parent, child.Env)...)
@@ -94,17 +98,21 @@ type gap struct {
 	err     error
 }
 
+// toolsOf and modelsOf select the rules a check compares: tools, or models.
+func toolsOf(p *kin.Policy) *kin.ToolRules  { return p.Tools }
+func modelsOf(p *kin.Policy) *kin.ToolRules { return p.Models }
+
 // toolGaps checks each of the child's allow patterns against each parent
 // layer, and reports a pattern once, with the first layer that lacks it.
-func toolGaps(parent []kin.PolicyLayer, rules *kin.ToolRules) []gap {
+func toolGaps(parent []kin.PolicyLayer, rules *kin.ToolRules, of func(*kin.Policy) *kin.ToolRules) []gap {
 	allow := rules.Allow
 	if allow == nil {
 		allow = []string{"*"}
 	}
 	var out []gap
 	for _, a := range allow {
-		for i, l := range parent {
-			t := l.Policy.Tools
+		for i := range parent {
+			t := of(&parent[i].Policy)
 			if t == nil {
 				continue
 			}
@@ -119,14 +127,19 @@ func toolGaps(parent []kin.PolicyLayer, rules *kin.ToolRules) []gap {
 }
 
 func toolExcess(field string, parent []kin.PolicyLayer, rules *kin.ToolRules) []kin.Excess {
+	return ruleExcess(field, parent, rules, toolsOf)
+}
+
+// ruleExcess is toolExcess over the rules of selects (tools or models).
+func ruleExcess(field string, parent []kin.PolicyLayer, rules *kin.ToolRules, of func(*kin.Policy) *kin.ToolRules) []kin.Excess {
 	var out []kin.Excess
-	for _, g := range toolGaps(parent, rules) {
+	for _, g := range toolGaps(parent, rules, of) {
 		l := parent[g.layer]
-		e := kin.Excess{Field: field, Asked: askedPattern(rules, g.pattern, g.witness)}
+		e := kin.Excess{Field: field, Asked: askedPattern(rules, g.pattern, g.witness, field)}
 		if g.err != nil {
-			e.Parent = fmt.Sprintf("%s has %s: %v", describe(l), ruleWords(l.Policy.Tools), g.err)
+			e.Parent = fmt.Sprintf("%s has %s: %v", describe(l), ruleWords(of(&l.Policy)), g.err)
 		} else {
-			e.Parent = toolParent(l, g.witness)
+			e.Parent = toolParent(l, of(&l.Policy), g.witness)
 		}
 		out = append(out, e)
 	}
@@ -152,10 +165,13 @@ func beyond(a string, childDeny []string, t *kin.ToolRules) (string, bool, error
 	return w, found, err
 }
 
-func askedPattern(rules *kin.ToolRules, a, witness string) string {
+func askedPattern(rules *kin.ToolRules, a, witness, field string) string {
 	what := a
 	if rules.Allow == nil {
 		what = "every tool"
+		if field == "models" {
+			what = "every model"
+		}
 	}
 	// Only the deny patterns that carve something out of this one.
 	var carved []string
@@ -173,8 +189,7 @@ func askedPattern(rules *kin.ToolRules, a, witness string) string {
 	return fmt.Sprintf("%s (e.g. %q)", what, witness)
 }
 
-func toolParent(l kin.PolicyLayer, w string) string {
-	t := l.Policy.Tools
+func toolParent(l kin.PolicyLayer, t *kin.ToolRules, w string) string {
 	for _, d := range t.Deny {
 		if MatchTool(d, w) {
 			if l.Source == kin.SourceGlobal {
@@ -380,7 +395,7 @@ func FormatExcess(items []kin.Excess) string {
 
 // Merge returns base with every field that over sets replaced by over's:
 // a template's policy fragment merged with the spawner's --policy, the
-// spawner winning. Tools, Spawn, Budget and Visibility merge field by field
+// spawner winning. Tools, Models, Spawn, Budget and Visibility merge field by field
 // (over's tools.deny replaces only base's deny); Mounts replace wholly, as
 // a mount map means "only these". The result shares nothing with either.
 func Merge(base, over kin.Policy) kin.Policy {
@@ -392,6 +407,13 @@ func Merge(base, over kin.Policy) kin.Policy {
 		}
 		out.Tools.Allow = pickList(out.Tools.Allow, o.Tools.Allow)
 		out.Tools.Deny = pickList(out.Tools.Deny, o.Tools.Deny)
+	}
+	if o.Models != nil {
+		if out.Models == nil {
+			out.Models = &kin.ToolRules{}
+		}
+		out.Models.Allow = pickList(out.Models.Allow, o.Models.Allow)
+		out.Models.Deny = pickList(out.Models.Deny, o.Models.Deny)
 	}
 	if o.Mounts != nil {
 		out.Mounts = o.Mounts
@@ -461,6 +483,9 @@ func clonePolicy(p kin.Policy) kin.Policy {
 	}
 	if p.Tools != nil {
 		out.Tools = &kin.ToolRules{Allow: slices.Clone(p.Tools.Allow), Deny: slices.Clone(p.Tools.Deny)}
+	}
+	if p.Models != nil {
+		out.Models = &kin.ToolRules{Allow: slices.Clone(p.Models.Allow), Deny: slices.Clone(p.Models.Deny)}
 	}
 	if p.UID != nil {
 		out.UID = ptr(*p.UID)

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"math"
 	"slices"
 	"strings"
 
@@ -18,6 +19,48 @@ type Config struct {
 	GlobalDeny []string `json:"global_deny,omitempty"`
 	// Presets are the tool rules of each stage, by stage name.
 	Presets map[string]kin.ToolRules `json:"presets,omitempty"`
+	// Prices are what model calls through kin's model gateway cost, by
+	// model name or glob pattern ("gpt-4o*"): the exact name first, else
+	// the longest pattern that matches.
+	Prices map[string]ModelPrice `json:"prices,omitempty"`
+}
+
+// ModelPrice is a model's price per million tokens, in the operator's
+// currency (the unit of budget.max_cost).
+type ModelPrice struct {
+	// Input is the price of prompt tokens not read from the cache.
+	Input float64 `json:"input"`
+	// Output is the price of completion tokens (reasoning included).
+	Output float64 `json:"output"`
+	// CachedInput is the price of prompt tokens read from the provider's
+	// cache; absent, they cost Input.
+	CachedInput *float64 `json:"cached_input,omitempty"`
+}
+
+// Cost is what a call of input prompt tokens (cached of them read from
+// the cache) and output completion tokens costs at p.
+func (p ModelPrice) Cost(input, cached, output int64) float64 {
+	cachedPrice := p.Input
+	if p.CachedInput != nil {
+		cachedPrice = *p.CachedInput
+	}
+	cached = min(max(cached, 0), max(input, 0))
+	return (float64(input-cached)*p.Input + float64(cached)*cachedPrice + float64(output)*p.Output) / 1e6
+}
+
+// Price is model's price: its exact entry, else that of the longest
+// pattern matching it; false when none does.
+func (c Config) Price(model string) (ModelPrice, bool) {
+	if p, ok := c.Prices[model]; ok {
+		return p, true
+	}
+	best, found := "", false
+	for pat := range c.Prices {
+		if MatchTool(pat, model) && (!found || len(pat) > len(best) || len(pat) == len(best) && pat < best) {
+			best, found = pat, true
+		}
+	}
+	return c.Prices[best], found
 }
 
 // DefaultConfig is seed 003's three stages and no global deny list.
@@ -36,7 +79,7 @@ func DefaultConfig() Config {
 }
 
 // ParseConfig reads an operator's config, JSON or YAML, strictly (keys
-// "global_deny" and "presets"). Its presets are added to the shipped ones,
+// "global_deny", "presets" and "prices"). Its presets are added to the shipped ones,
 // replacing a shipped one of the same name.
 func ParseConfig(data []byte) (Config, error) {
 	var c Config
@@ -46,6 +89,7 @@ func ParseConfig(data []byte) (Config, error) {
 	out := DefaultConfig()
 	out.GlobalDeny = c.GlobalDeny
 	maps.Copy(out.Presets, c.Presets)
+	out.Prices = c.Prices
 	if err := out.Validate(); err != nil {
 		return Config{}, err
 	}
@@ -64,6 +108,16 @@ func (c Config) Validate() error {
 		p := c.Presets[name]
 		errs = append(errs, validatePatterns("presets."+name+".allow", p.Allow))
 		errs = append(errs, validatePatterns("presets."+name+".deny", p.Deny))
+	}
+	for _, name := range slices.Sorted(maps.Keys(c.Prices)) {
+		errs = append(errs, validatePatterns("prices", []string{name}))
+		p := c.Prices[name]
+		for i, v := range []*float64{&p.Input, &p.Output, p.CachedInput} {
+			field := [...]string{"input", "output", "cached_input"}[i]
+			if v != nil && (*v < 0 || math.IsNaN(*v) || math.IsInf(*v, 0) || *v > 1e6) {
+				errs = append(errs, fmt.Errorf("prices.%s.%s: %v is not a price per million tokens from 0 to 1000000", name, field, *v))
+			}
+		}
 	}
 	return errors.Join(errs...)
 }

@@ -99,6 +99,42 @@ func AllowTool(layers []kin.PolicyLayer, tool string) (kin.Decision, []kin.Decis
 	return kin.Decision{Allowed: true, Reason: fmt.Sprintf("tool %s is allowed by %s", quote(tool), joinAnd(by))}, steps
 }
 
+// AllowModel decides whether model may be called through kin's model
+// gateway under layers: only if every layer that lists models allows it
+// (the tool rules' glob language over model names). A layer without
+// models restricts nothing.
+func AllowModel(layers []kin.PolicyLayer, model string) kin.Decision {
+	if model == "" {
+		return kin.Decision{Reason: "the request names no model"}
+	}
+	var by []string
+	for _, l := range layers {
+		m := l.Policy.Models
+		if m == nil {
+			continue
+		}
+		for _, d := range m.Deny {
+			// Case aside: an upstream may read "GPT-4o" as "gpt-4o".
+			if MatchTool(d, model) || MatchTool(strings.ToLower(d), strings.ToLower(model)) {
+				return decision(l, false, "deny "+d, fmt.Sprintf("model %s is denied by the models.deny list of %s (%s)", quote(model), describe(l), d))
+			}
+		}
+		if m.Allow == nil {
+			continue
+		}
+		i := slices.IndexFunc(m.Allow, func(a string) bool { return MatchTool(a, model) })
+		if i < 0 {
+			return decision(l, false, "not in models.allow "+list(m.Allow),
+				fmt.Sprintf("model %s is not in the models.allow list %s of %s", quote(model), list(m.Allow), describe(l)))
+		}
+		by = append(by, fmt.Sprintf("%s (%s)", describe(l), m.Allow[i]))
+	}
+	if len(by) == 0 {
+		return kin.Decision{Allowed: true, Reason: fmt.Sprintf("model %s is allowed: no layer restricts models", quote(model))}
+	}
+	return kin.Decision{Allowed: true, Reason: fmt.Sprintf("model %s is allowed by %s", quote(model), joinAnd(by))}
+}
+
 // AllowEnv decides whether a spawner may pass the environment variable name
 // down: every layer that lists env patterns must have one matching it.
 func AllowEnv(layers []kin.PolicyLayer, name string) kin.Decision {

@@ -61,6 +61,9 @@ func canonical(p *kin.Policy) {
 	if p.Tools != nil && len(p.Tools.Deny) == 0 {
 		p.Tools.Deny = nil
 	}
+	if p.Models != nil && len(p.Models.Deny) == 0 {
+		p.Models.Deny = nil
+	}
 	if v := p.Visibility; v != nil {
 		if len(v.ReadFrom) == 0 {
 			v.ReadFrom = nil
@@ -445,6 +448,10 @@ func Validate(p kin.Policy) error {
 	if t := p.Tools; t != nil {
 		add(validatePatterns("tools.allow", t.Allow))
 		add(validatePatterns("tools.deny", t.Deny))
+	}
+	if m := p.Models; m != nil {
+		add(validatePatterns("models.allow", m.Allow))
+		add(validatePatterns("models.deny", m.Deny))
 	}
 	add(validateMounts(p.Mounts))
 	if len(p.Groups) > MaxListLen {

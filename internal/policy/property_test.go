@@ -318,7 +318,7 @@ func checkAttenuation(t *testing.T, c attenuationCase) {
 			if field == "preset" {
 				r = c.preset
 			}
-			for _, g := range toolGaps(c.parent, r) {
+			for _, g := range toolGaps(c.parent, r, toolsOf) {
 				if g.err != nil {
 					t.Fatalf("%v on a small case\n%v", g.err, c)
 				}

@@ -22,7 +22,15 @@ const (
 	// initiative: usage, heartbeats, status changes of its descendants,
 	// stage promotions, tool authorizations (quotas.reports).
 	Reports Kind = "reports"
+	// ModelRequests are calls through the model gateway
+	// (quotas.model_requests); ModelTokens the tokens they used
+	// (quotas.model_tokens, charged after each call: Charge).
+	ModelRequests Kind = "model_requests"
+	ModelTokens   Kind = "model_tokens"
 )
+
+// kinds are every Kind, for Forget.
+var kinds = []Kind{Messages, Reports, ModelRequests, ModelTokens}
 
 // pruneEvery bounds how often the buckets are swept for full ones.
 const pruneEvery = time.Minute
@@ -196,7 +204,7 @@ func (l *Limiter) Forget(id kin.AgentID) {
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	for _, kind := range []Kind{Messages, Reports} {
+	for _, kind := range kinds {
 		delete(l.buckets, key{id, kind, false})
 		delete(l.buckets, key{id, kind, true})
 	}
@@ -226,17 +234,57 @@ func (l *Limiter) pruneLocked(now time.Time) {
 
 func (l *Limiter) rate(kind Kind) kin.Rate {
 	q := l.Quotas()
-	if kind == Messages {
+	switch kind {
+	case Messages:
 		return q.Messages
+	case ModelRequests:
+		return q.ModelRequests
+	case ModelTokens:
+		return q.ModelTokens
 	}
 	return q.Reports
 }
 
 func what(kind Kind) string {
-	if kind == Messages {
+	switch kind {
+	case Messages:
 		return "messages"
+	case ModelRequests:
+		return "model calls"
+	case ModelTokens:
+		return "model tokens"
 	}
 	return "reports (usage, heartbeats, status changes, promotions, authorizations)"
+}
+
+// Charge takes n tokens of kind from agent id's bucket and from each
+// ancestor's bucket for its descendants, whatever they hold: what a model
+// call used, known only after it. A bucket left in debt refuses the next
+// Allow until it refills. n is capped at the burst (a bucket is never
+// more than one burst in debt).
+func (l *Limiter) Charge(id kin.AgentID, kind Kind, n int) {
+	if l == nil || id == 0 || n <= 0 {
+		return
+	}
+	r := l.rate(kind)
+	if r.Burst < 1 || !(r.PerSecond > 0) {
+		return
+	}
+	n = min(n, r.Burst)
+	keys := []key{{id, kind, false}}
+	if l.chain != nil {
+		for _, a := range l.chain(id) {
+			if a != id {
+				keys = append(keys, key{a, kind, true})
+			}
+		}
+	}
+	now := l.now()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, k := range keys {
+		l.bucketLocked(k, r, now).ReserveN(now, n)
+	}
 }
 
 // CheckMessage refuses a message text that takes more than

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/kin-agents/kin/internal/exampletest"
+	"github.com/kin-agents/kin/internal/fakemodel"
 	"github.com/kin-agents/kin/internal/pgtest"
 )
 
@@ -44,7 +45,19 @@ func runReadme(t *testing.T, serveArgs ...string) {
 		t.Fatal(err)
 	}
 	bin := exampletest.Kin(t)
-	d := exampletest.Serve(t, bin, append([]string{"--http", "off"}, serveArgs...)...)
+	// "Budgets nobody can lie to": the model gateway, on the fake upstream
+	// the README starts with kin dev fake-model.
+	up := fakemodel.Start(t, fakemodel.Options{Key: "upstream-secret", InputTokens: 10, OutputTokens: 5, Reply: "ok"})
+	key := filepath.Join(t.TempDir(), "upstream.key")
+	if err := os.WriteFile(key, []byte("upstream-secret\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// The HTTP address on a free port: agents reach the gateway there with
+	// $OPENAI_BASE_URL, as their SDKs do.
+	serveArgs = append([]string{"--http", "127.0.0.1:0",
+		"--model-upstream", "openai=" + up.URL, "--model-upstream", "anthropic=" + up.URL,
+		"--model-key", "openai=@" + key, "--model-key", "anthropic=@" + key}, serveArgs...)
+	d := exampletest.Serve(t, bin, serveArgs...)
 	r := Runner{Dir: workDir(t, root), Env: readerEnv(bin, d.Home), Within: 15 * time.Second}
 	ran := 0
 	for _, b := range Parse(string(text)) {

@@ -157,6 +157,20 @@ type Config struct {
 	// running an agent holds (package peer); nil: such requests are
 	// refused, naming the host.
 	Remote Remote
+	// Models is the model gateway (package gateway), nil when kin serve
+	// has no --model-upstream: it rewrites each agent's environment
+	// (AgentEnv) and refuses a spawn whose environment holds an
+	// upstream's key (CheckEnv).
+	Models ModelGateway
+}
+
+// ModelGateway is what the runner asks of the model gateway.
+type ModelGateway interface {
+	// CheckEnv refuses a requested environment that holds a provider key.
+	CheckEnv(env []string) error
+	// AgentEnv is env without the variables the gateway owns, then those
+	// (base URLs and agent id's own credential).
+	AgentEnv(id kin.AgentID, env []string) []string
 }
 
 // Remote reaches the hosts of the fleet that run other agents than this
@@ -479,6 +493,20 @@ func (run *Runner) graceWithin(grace time.Duration) time.Duration {
 
 // Supervisor is the supervisor agents run under (after Open).
 func (run *Runner) Supervisor() *supervisor.Supervisor { return run.sup }
+
+// AgentUID is the uid agent id's processes run as, when agents run as
+// uids of their own (a root daemon); false when they run as the daemon's.
+func (run *Runner) AgentUID(id kin.AgentID) (uint32, bool) {
+	if run.uids == nil {
+		return 0, false
+	}
+	return run.agentCredential(id).Uid, true
+}
+
+// Runs reports whether agent id runs on this host now (its process
+// started or starting, not yet ended): the model gateway honours an
+// agent's credential only then.
+func (run *Runner) Runs(id kin.AgentID) bool { return run.runtimeOf(id) != nil }
 
 // RunningCount is how many agent processes the runner supervises now.
 func (run *Runner) RunningCount() int { return run.runningCount() }

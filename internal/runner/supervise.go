@@ -91,6 +91,11 @@ func (run *Runner) spawn(ctx context.Context, req *kin.SpawnRequest) (recorded, 
 	if err := req.ValidateProcess(); err != nil {
 		return nil, nil, err
 	}
+	if run.cfg.Models != nil {
+		if err := run.cfg.Models.CheckEnv(req.Env); err != nil {
+			return nil, nil, err
+		}
+	}
 	if req.Name == "" {
 		req.Name = defaultName(req.Command[0])
 	}
@@ -385,6 +390,11 @@ func (run *Runner) agentEnv(a *kin.Agent, sock, cursor string, extra []string) [
 	)
 	if cursor != "" {
 		env = append(env, "KIN_RESUME_CURSOR="+cursor)
+	}
+	if run.cfg.Models != nil {
+		// The spawner's model variables are replaced by kin's: the
+		// gateway's URLs and this agent's own credential.
+		extra = run.cfg.Models.AgentEnv(a.ID, extra)
 	}
 	return append(env, extra...)
 }

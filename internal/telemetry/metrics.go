@@ -67,7 +67,18 @@ type Metrics struct {
 	heartbeat  prometheus.Histogram
 	httpDur    *prometheus.HistogramVec
 	httpObs    sync.Map // httpKey → httpDur's child (prometheus.Observer)
+	// The model gateway's calls (issue 25), by model: at most maxModels
+	// distinct names are labelled (agents name models), the rest "other".
+	modelCalls  *prometheus.CounterVec
+	modelTokens *prometheus.CounterVec
+	modelCost   *prometheus.CounterVec
+	modelDur    *prometheus.HistogramVec
+	modelMu     sync.Mutex
+	models      map[string]bool
 }
+
+// maxModels bounds the distinct model labels: agents choose the names.
+const maxModels = 100
 
 // httpKey is what a request's latency is filed under, before labelling.
 type httpKey struct {
@@ -109,8 +120,27 @@ func NewMetrics(src Source, clock func() time.Time, log *slog.Logger) *Metrics {
 			Help:    "Seconds to answer an API request (operator socket, agent sockets and the HTTP address), by route pattern and status code.",
 			Buckets: prometheus.DefBuckets,
 		}, []string{"route", "code"}),
+		modelCalls: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "kin_model_calls_total",
+			Help: "Calls through kin's model gateway, by API (openai, anthropic), model (as agents named it; past 100 distinct names, other) and the upstream's HTTP status (0: no answer).",
+		}, []string{"api", "model", "code"}),
+		modelTokens: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "kin_model_tokens_total",
+			Help: "Tokens the model upstreams' answers reported, by model and kind: input (every prompt token), cached (those of them read from the provider's cache), output.",
+		}, []string{"model", "kind"}),
+		modelCost: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "kin_model_cost_total",
+			Help: "What the model gateway's calls cost at the policy config's prices (the unit of budget.max_cost), by model.",
+		}, []string{"model"}),
+		modelDur: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "kin_model_call_duration_seconds",
+			Help:    "Seconds from a model call's arrival at the gateway to the end of the upstream's answer (a stream's last event), by API.",
+			Buckets: []float64{.05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120, 300},
+		}, []string{"api"}),
+		models: map[string]bool{},
 	}
 	reg := prometheus.NewRegistry()
+	reg.MustRegister(m.modelCalls, m.modelTokens, m.modelCost, m.modelDur)
 	reg.MustRegister(
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
@@ -170,6 +200,34 @@ func (m *Metrics) ObserveHTTP(pattern string, status int, d time.Duration) {
 		o, _ = m.httpObs.LoadOrStore(k, m.httpDur.WithLabelValues(routeLabel(pattern), strconv.Itoa(status)))
 	}
 	o.(prometheus.Observer).Observe(d.Seconds())
+}
+
+// ObserveModelCall counts one call through the model gateway.
+func (m *Metrics) ObserveModelCall(c kin.ModelCallData) {
+	model := c.Model
+	m.modelMu.Lock()
+	if !m.models[model] {
+		if len(m.models) < maxModels && c.Status/100 == 2 {
+			m.models[model] = true
+		} else {
+			model = "other"
+		}
+	}
+	m.modelMu.Unlock()
+	m.modelCalls.WithLabelValues(c.API, model, strconv.Itoa(c.Status)).Inc()
+	if c.InputTokens > 0 {
+		m.modelTokens.WithLabelValues(model, "input").Add(float64(c.InputTokens))
+	}
+	if c.CachedTokens > 0 {
+		m.modelTokens.WithLabelValues(model, "cached").Add(float64(c.CachedTokens))
+	}
+	if c.OutputTokens > 0 {
+		m.modelTokens.WithLabelValues(model, "output").Add(float64(c.OutputTokens))
+	}
+	if c.Cost > 0 {
+		m.modelCost.WithLabelValues(model).Add(c.Cost)
+	}
+	m.modelDur.WithLabelValues(c.API).Observe(c.LatencyMS / 1000)
 }
 
 // routeLabel is the route label of a request the mux matched with pattern:

@@ -223,6 +223,51 @@ func (t *Tracer) Spawn(ctx context.Context, kind string, parent kin.AgentID, nam
 	span.End()
 }
 
+// ModelCall records the span of one call through the model gateway
+// (issue 25), under the span of the calling agent's spawn, in its tree's
+// trace: the model, the tokens, the cost, the upstream's status; never
+// the prompt or the completion. With traces off it is a nil check.
+func (t *Tracer) ModelCall(c kin.ModelCallData) {
+	if t == nil {
+		return
+	}
+	end := time.Now()
+	began := end.Add(-time.Duration(c.LatencyMS * float64(time.Millisecond)))
+	chain := t.lin.Chain(c.Agent)
+	if len(chain) == 0 {
+		return
+	}
+	root := chain[len(chain)-1]
+	sctx := trace.ContextWithRemoteSpanContext(context.Background(), trace.NewSpanContext(trace.SpanContextConfig{
+		TraceID:    t.traceID(root),
+		SpanID:     t.spanID(c.Agent),
+		TraceFlags: trace.FlagsSampled,
+		Remote:     true,
+	}))
+	_, span := t.tr.Start(sctx, "kin.model.call", trace.WithTimestamp(began), trace.WithSpanKind(trace.SpanKindClient), trace.WithAttributes(
+		attribute.Int64("kin.agent.id", int64(c.Agent)),
+		attribute.Int64("kin.root", int64(root)),
+		attribute.String("gen_ai.system", c.API),
+		attribute.String("gen_ai.request.model", c.Model),
+		attribute.String("kin.model.upstream", c.Upstream),
+		attribute.String("kin.model.path", c.Path),
+		attribute.Bool("kin.model.stream", c.Stream),
+		attribute.Int64("gen_ai.usage.input_tokens", c.InputTokens),
+		attribute.Int64("gen_ai.usage.output_tokens", c.OutputTokens),
+		attribute.Int64("kin.model.cached_tokens", c.CachedTokens),
+		attribute.Float64("kin.model.cost", c.Cost),
+		attribute.Int("http.response.status_code", c.Status),
+	))
+	if c.Status/100 != 2 {
+		msg := c.Error
+		if msg == "" {
+			msg = fmt.Sprintf("the upstream answered %d", c.Status)
+		}
+		span.SetStatus(codes.Error, msg)
+	}
+	span.End(trace.WithTimestamp(end))
+}
+
 // wantIDs are the ids derivedIDs gives the next span started with the
 // context that carries them.
 type wantIDs struct {

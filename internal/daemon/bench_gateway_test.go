@@ -1,0 +1,279 @@
+package daemon_test
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/kin-agents/kin/internal/fakemodel"
+	"github.com/kin-agents/kin/internal/kintest"
+	"github.com/kin-agents/kin/kin"
+)
+
+// Gateway benchmark sizes: per iteration, latencyCalls sequential calls
+// each way (direct and through kin, alternating), and one round of
+// benchStreams concurrent streams, streamsEach in a row, each way.
+const (
+	latencyCalls = 100
+	benchStreams = 200
+	streamsEach  = 3
+)
+
+// gatewayTarget is where a benchmark's calls go: the fake upstream
+// itself (with its key) or kin's gateway (with an agent's credential).
+type gatewayTarget struct {
+	name   string
+	base   string // up to and without /v1
+	key    string
+	client *http.Client // kin's: its connections made as the agent's uid (clientFor)
+	calls  []time.Duration
+	ttfb   []time.Duration
+	models []time.Duration
+	// streams: completed, and the time they took, per kind.
+	fast, slow struct {
+		n    int
+		took time.Duration
+	}
+}
+
+// BenchmarkGateway is the gateway's overhead per call against calling
+// the fake upstream directly in the same run: a non-streaming chat
+// completion's latency (p50), a streamed one's time to its first byte
+// (p50), listing the models (the proxy alone: no admission, no metering),
+// and the throughput of 200 concurrent streams: Anthropic message
+// streams of 20 chunks 5 ms apart (what a provider's stream looks like:
+// the gateway must keep up) and OpenAI chat streams with no delay (the
+// gateway's own cost, CPU-bound on this machine, where kin and the fake
+// share two cores).
+func BenchmarkGateway(b *testing.B) {
+	fast := fakemodel.Start(b, fakemodel.Options{Key: upstreamKey, InputTokens: 10, OutputTokens: 5, Reply: "hello world", NoRecord: true})
+	slow := fakemodel.Start(b, fakemodel.Options{Key: upstreamKey, InputTokens: 10, OutputTokens: 20,
+		Reply: strings.Repeat("x", 20), Chunks: 20, ChunkDelay: 5 * time.Millisecond, NoRecord: true})
+	d := kintest.StartDaemon(b, kintest.WithHTTP(),
+		kintest.WithModelUpstream("openai", "openai", fast.URL, upstreamKey),
+		kintest.WithModelUpstream("anthropic", "anthropic", slow.URL, upstreamKey))
+	// The agent whose credential the calls carry (the daemon's cleanup
+	// stops it).
+	a, err := d.Client.Spawn(ctx, kin.SpawnRequest{
+		RegisterRequest: kin.RegisterRequest{Name: "bench-agent", Responsible: "Dr. Schmidt"},
+		Command:         []string{"/bin/sleep", "3600"}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	cred := d.ModelCredential(a.ID)
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 2 * benchStreams, MaxIdleConns: 4 * benchStreams}}
+	b.Cleanup(client.CloseIdleConnections)
+
+	// kin's calls come from the agent's uid where agents run as their own
+	// (the gateway binds a credential to it on TCP).
+	kinClient := client
+	if uid, ok := d.Runner.AgentUID(a.ID); ok {
+		kinClient = asUIDWith(uid, 2*benchStreams)
+		b.Cleanup(kinClient.CloseIdleConnections)
+	}
+	direct := &gatewayTarget{name: "direct", base: fast.URL, key: upstreamKey, client: client}
+	kinT := &gatewayTarget{name: "kin", base: "http://" + d.HTTPAddr(), key: cred, client: kinClient}
+	slowDirect := slow.URL
+	targets := []*gatewayTarget{direct, kinT}
+
+	// Warm both paths (connections, the agent's caches).
+	for _, t := range targets {
+		if _, err := chatCall(t.client, t.base, t.key, false); err != nil {
+			b.Fatalf("%s: %v", t.name, err)
+		}
+	}
+	for b.Loop() {
+		for range latencyCalls {
+			for _, t := range targets {
+				lat, err := chatCall(t.client, t.base, t.key, false)
+				if err != nil {
+					b.Fatalf("%s call: %v", t.name, err)
+				}
+				t.calls = append(t.calls, lat)
+				ttfb, err := chatCall(t.client, t.base, t.key, true)
+				if err != nil {
+					b.Fatalf("%s stream: %v", t.name, err)
+				}
+				t.ttfb = append(t.ttfb, ttfb)
+				lat, err = modelsCall(t.client, t.base, t.key)
+				if err != nil {
+					b.Fatalf("%s models: %v", t.name, err)
+				}
+				t.models = append(t.models, lat)
+			}
+		}
+		for _, t := range targets {
+			n, took, err := concurrentStreams(t.client, t.base, t.key, func(c *http.Client, base, key string) error {
+				_, err := chatCall(c, base, key, true)
+				return err
+			})
+			if err != nil {
+				b.Fatalf("%s fast streams: %v", t.name, err)
+			}
+			t.fast.n, t.fast.took = t.fast.n+n, t.fast.took+took
+			base := t.base
+			if t == direct {
+				base = slowDirect
+			}
+			n, took, err = concurrentStreams(t.client, base, t.key, messagesStream)
+			if err != nil {
+				b.Fatalf("%s slow streams: %v", t.name, err)
+			}
+			t.slow.n, t.slow.took = t.slow.n+n, t.slow.took+took
+		}
+	}
+	b.ReportMetric(0, "ns/op") // an iteration is a batch: the figures say it
+	us := func(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
+	for _, m := range []struct {
+		name string
+		of   func(*gatewayTarget) []time.Duration
+	}{{"call", func(t *gatewayTarget) []time.Duration { return t.calls }}, {"ttfb", func(t *gatewayTarget) []time.Duration { return t.ttfb }},
+		// The proxy alone: kin forwards GET /v1/models without admitting
+		// or metering it.
+		{"models", func(t *gatewayTarget) []time.Duration { return t.models }}} {
+		dp, kp := percentile(m.of(direct), 0.5), percentile(m.of(kinT), 0.5)
+		b.ReportMetric(us(dp), m.name+"-direct-p50-µs")
+		b.ReportMetric(us(kp), m.name+"-kin-p50-µs")
+		b.ReportMetric(us(kp-dp), m.name+"-added-p50-µs")
+		b.ReportMetric(us(percentile(m.of(kinT), 0.99)-percentile(m.of(direct), 0.99)), m.name+"-added-p99-µs")
+	}
+	for _, s := range []struct {
+		name string
+		of   func(*gatewayTarget) (int, time.Duration)
+	}{
+		{"streams200-slow", func(t *gatewayTarget) (int, time.Duration) { return t.slow.n, t.slow.took }},
+		{"streams200-fast", func(t *gatewayTarget) (int, time.Duration) { return t.fast.n, t.fast.took }},
+	} {
+		dn, dt := s.of(direct)
+		kn, kt := s.of(kinT)
+		dr, kr := float64(dn)/dt.Seconds(), float64(kn)/kt.Seconds()
+		b.ReportMetric(dr, s.name+"-direct-per-s")
+		b.ReportMetric(kr, s.name+"-kin-per-s")
+		b.ReportMetric(100*(1-kr/dr), s.name+"-loss-%")
+	}
+}
+
+// chatCall makes one chat completion, streamed or not. Its duration is
+// the whole call's (not streamed) or the time to the first byte of the
+// body (streamed; the rest is read, not timed).
+func chatCall(c *http.Client, base, key string, stream bool) (time.Duration, error) {
+	body := `{"model":"gpt-4o-mini","messages":[{"role":"user","content":"hi"}]}`
+	if stream {
+		body = `{"model":"gpt-4o-mini","stream":true,"messages":[{"role":"user","content":"hi"}]}`
+	}
+	req, err := http.NewRequest("POST", base+"/v1/chat/completions", strings.NewReader(body))
+	if err != nil {
+		return 0, err
+	}
+	req.Header.Set("Authorization", "Bearer "+key)
+	req.Header.Set("Content-Type", "application/json")
+	t0 := time.Now()
+	resp, err := c.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != 200 {
+		b, _ := io.ReadAll(resp.Body)
+		return 0, fmt.Errorf("status %d: %s", resp.StatusCode, b)
+	}
+	if !stream {
+		if _, err := io.Copy(io.Discard, resp.Body); err != nil {
+			return 0, err
+		}
+		return time.Since(t0), nil
+	}
+	br := bufio.NewReader(resp.Body)
+	if _, err := br.ReadByte(); err != nil {
+		return 0, err
+	}
+	ttfb := time.Since(t0)
+	rest, err := io.ReadAll(br)
+	if err != nil {
+		return 0, err
+	}
+	if !strings.Contains(string(rest), "data: [DONE]") {
+		return 0, fmt.Errorf("a stream without its end: %s", rest)
+	}
+	return ttfb, nil
+}
+
+// modelsCall lists the models and reads the answer whole.
+func modelsCall(c *http.Client, base, key string) (time.Duration, error) {
+	req, err := http.NewRequest("GET", base+"/v1/models", nil)
+	if err != nil {
+		return 0, err
+	}
+	req.Header.Set("Authorization", "Bearer "+key)
+	t0 := time.Now()
+	resp, err := c.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return 0, err
+	}
+	if resp.StatusCode != 200 {
+		return 0, fmt.Errorf("status %d: %s", resp.StatusCode, b)
+	}
+	return time.Since(t0), nil
+}
+
+// messagesStream makes one streamed Anthropic message and reads it whole.
+func messagesStream(c *http.Client, base, key string) error {
+	req, err := http.NewRequest("POST", base+"/v1/messages",
+		strings.NewReader(`{"model":"claude-3-5-haiku-latest","max_tokens":100,"stream":true,"messages":[{"role":"user","content":"hi"}]}`))
+	if err != nil {
+		return err
+	}
+	req.Header.Set("x-api-key", key)
+	req.Header.Set("anthropic-version", "2023-06-01")
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := c.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return err
+	}
+	if resp.StatusCode != 200 || !strings.Contains(string(b), "event: message_stop") {
+		return fmt.Errorf("status %d: %s", resp.StatusCode, b)
+	}
+	return nil
+}
+
+// concurrentStreams runs benchStreams workers, each making streamsEach
+// calls in a row, and returns how many completed and the time it took.
+func concurrentStreams(c *http.Client, base, key string, call func(*http.Client, string, string) error) (int, time.Duration, error) {
+	var (
+		wg    sync.WaitGroup
+		mu    sync.Mutex
+		first error
+	)
+	t0 := time.Now()
+	for range benchStreams {
+		wg.Go(func() {
+			for range streamsEach {
+				if err := call(c, base, key); err != nil {
+					mu.Lock()
+					if first == nil {
+						first = err
+					}
+					mu.Unlock()
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	return benchStreams * streamsEach, time.Since(t0), first
+}

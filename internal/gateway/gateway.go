@@ -1,0 +1,850 @@
+package gateway
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math"
+	"net/http"
+	"net/url"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/kin-agents/kin/internal/authority"
+	"github.com/kin-agents/kin/internal/caller"
+	"github.com/kin-agents/kin/internal/quota"
+	"github.com/kin-agents/kin/kin"
+)
+
+// The environment variables an agent's SDKs read, which kin sets to its
+// gateway and the agent's own credential (AgentEnv).
+const (
+	EnvOpenAIBase    = "OPENAI_BASE_URL"
+	EnvOpenAIKey     = "OPENAI_API_KEY"
+	EnvAnthropicBase = "ANTHROPIC_BASE_URL"
+	EnvAnthropicKey  = "ANTHROPIC_API_KEY"
+	// EnvAnthropicToken is Claude Code's bearer-token variable: kin
+	// strips it from what a spawner passes (an agent has no other
+	// credential than its own) and does not set it.
+	EnvAnthropicToken = "ANTHROPIC_AUTH_TOKEN"
+	// EnvKey is the agent's credential under kin's own name, set even
+	// where no base URL can be (the daemon has no HTTP address): it works
+	// on the agent's socket.
+	EnvKey = "KIN_MODEL_KEY"
+)
+
+// envNames are the variables AgentEnv owns: a spawner's are dropped.
+var envNames = []string{EnvOpenAIBase, EnvOpenAIKey, EnvAnthropicBase, EnvAnthropicKey, EnvAnthropicToken, EnvKey}
+
+// Limits on what the gateway reads.
+const (
+	// MaxRequestBytes bounds a request body (images travel inline).
+	MaxRequestBytes = 32 << 20
+	// MaxResponseBytes bounds a non-streamed answer the gateway reads
+	// whole to meter it.
+	MaxResponseBytes = 64 << 20
+	// maxEventBytes bounds one server-sent event.
+	maxEventBytes = 16 << 20
+)
+
+// Authority is what the gateway asks of the permission authority.
+type Authority interface {
+	ModelAdmit(id kin.AgentID, model string) (*authority.ModelLimit, error)
+	ModelCall(ctx context.Context, call kin.ModelCallData) (*kin.Spend, error)
+}
+
+// Config is what a Gateway is built from.
+type Config struct {
+	Upstreams []Upstream
+	// Key is the secret agents' credentials are HMACs under (the daemon
+	// derives it from the log key, so every host of a fleet accepts the
+	// same credential for an agent).
+	Key []byte
+	// Authority admits and meters calls.
+	Authority Authority
+	// Runs says whether agent id runs on this host now: a credential is
+	// honoured only while its agent runs here.
+	Runs func(id kin.AgentID) bool
+	// AgentUID is the uid agent id's processes run as, when agents run as
+	// uids of their own (a root daemon): a call on the HTTP address with
+	// its credential must then come from a socket of that uid on this
+	// machine. false: agents share the daemon's uid, and the credential
+	// alone names the agent there.
+	AgentUID func(id kin.AgentID) (uint32, bool)
+	// Addr is the daemon's HTTP address ("" when it has none), read at
+	// each spawn: the base URL agents' SDKs are given.
+	Addr func() string
+	// Observe is told of every call metered (metrics); nil: nobody.
+	Observe func(kin.ModelCallData)
+	// Quota limits each agent's and each subtree's calls and tokens (the
+	// profile's quotas.model_requests, quotas.model_tokens); nil: none.
+	Quota *quota.Limiter
+	// Transport reaches the upstreams (nil: a transport of the gateway's
+	// own).
+	Transport http.RoundTripper
+	Clock     func() time.Time
+	Log       *slog.Logger
+}
+
+// Gateway is kin's model gateway (issue 25): the OpenAI and Anthropic
+// APIs on each agent's socket and on the HTTP address, forwarded to the
+// operator's upstreams with the operator's key, each call admitted
+// against the agent's budget and model list first and metered from the
+// upstream's answer after.
+type Gateway struct {
+	cfg    Config
+	creds  credentials
+	client *http.Client
+	log    *slog.Logger
+	now    func() time.Time
+	keys   []string // the upstreams' keys, for CheckEnv
+
+	mu   sync.Mutex
+	held map[kin.AgentID]int64 // tokens held by each agent's calls in flight under a budget (hold)
+}
+
+// New makes a Gateway.
+func New(cfg Config) (*Gateway, error) {
+	if err := Check(cfg.Upstreams); err != nil {
+		return nil, err
+	}
+	if len(cfg.Key) < 16 {
+		return nil, errors.New("model gateway: no credential key")
+	}
+	if cfg.Authority == nil || cfg.Runs == nil {
+		return nil, errors.New("model gateway: no authority or runner")
+	}
+	g := &Gateway{cfg: cfg, creds: credentials{key: cfg.Key}, log: cfg.Log, now: cfg.Clock, held: map[kin.AgentID]int64{}}
+	if g.log == nil {
+		g.log = slog.New(slog.DiscardHandler)
+	}
+	if g.now == nil {
+		g.now = time.Now
+	}
+	if g.cfg.Addr == nil {
+		g.cfg.Addr = func() string { return "" }
+	}
+	tr := cfg.Transport
+	if tr == nil {
+		t := http.DefaultTransport.(*http.Transport).Clone()
+		t.MaxIdleConnsPerHost = 256
+		t.ResponseHeaderTimeout = 10 * time.Minute
+		t.Proxy = nil // never through the daemon's proxy settings by surprise
+		tr = t
+	}
+	g.client = &http.Client{Transport: tr, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	for _, u := range cfg.Upstreams {
+		if k := u.Key.Reveal(); k != "" {
+			g.keys = append(g.keys, k)
+		}
+	}
+	return g, nil
+}
+
+// Upstreams are the configured upstreams.
+func (g *Gateway) Upstreams() []Upstream { return slices.Clone(g.cfg.Upstreams) }
+
+// Credential is agent id's credential.
+func (g *Gateway) Credential(id kin.AgentID) string { return g.creds.For(id) }
+
+// AgentEnv is env (what the spawner asked for) without the variables the
+// gateway owns, then those, pointing the agent's SDKs at kin with its own
+// credential. The base URLs are the HTTP address's (the agents' SDKs
+// speak TCP, not Unix sockets); without one only KIN_MODEL_KEY is set,
+// for calls on the agent's socket.
+func (g *Gateway) AgentEnv(id kin.AgentID, env []string) []string {
+	out := make([]string, 0, len(env)+len(envNames))
+	for _, kv := range env {
+		name, _, _ := strings.Cut(kv, "=")
+		if !slices.Contains(envNames, name) {
+			out = append(out, kv)
+		}
+	}
+	cred := g.creds.For(id)
+	out = append(out, EnvKey+"="+cred)
+	if base := baseURL(g.cfg.Addr()); base != "" {
+		out = append(out,
+			EnvOpenAIBase+"="+base+"/v1",
+			EnvOpenAIKey+"="+cred,
+			EnvAnthropicBase+"="+base,
+			EnvAnthropicKey+"="+cred,
+		)
+	}
+	return out
+}
+
+// CheckEnv refuses a spawn whose requested environment holds an
+// upstream's key, in any variable: an agent never gets a provider key.
+func (g *Gateway) CheckEnv(env []string) error {
+	for _, kv := range env {
+		name, v, _ := strings.Cut(kv, "=")
+		for _, k := range g.keys {
+			if len(k) >= 8 && strings.Contains(v, k) {
+				return kin.Errorf(kin.ECodeDenied, "the environment variable %s holds a model upstream's key: agents reach models through kin's gateway with their own credential, never the operator's key", name)
+			}
+		}
+	}
+	return nil
+}
+
+// endpoint is one API path the gateway serves.
+type endpoint struct {
+	api     API
+	path    string
+	metered bool   // counts against budgets
+	capKey  string // the request's field bounding output tokens ("" none)
+	alt     string // another field that also does (chat's legacy max_tokens)
+}
+
+var (
+	epChat       = endpoint{api: OpenAI, path: "/v1/chat/completions", metered: true, capKey: "max_completion_tokens", alt: "max_tokens"}
+	epResponses  = endpoint{api: OpenAI, path: "/v1/responses", metered: true, capKey: "max_output_tokens"}
+	epEmbeddings = endpoint{api: OpenAI, path: "/v1/embeddings", metered: true}
+	epModels     = endpoint{api: OpenAI, path: "/v1/models"}
+	epAModels    = endpoint{api: Anthropic, path: "/v1/models"}
+	epMessages   = endpoint{api: Anthropic, path: "/v1/messages", metered: true, capKey: "max_tokens"}
+	epCount      = endpoint{api: Anthropic, path: "/v1/messages/count_tokens"}
+)
+
+// route is the endpoint r calls, or false when it is not the gateway's.
+// POST /v1/messages is also kin's own API (kin send): a request with
+// Anthropic's headers (anthropic-version, which its SDKs always send, or
+// x-api-key) or a gateway credential is the model's, any other kin's.
+func route(r *http.Request) (endpoint, bool) {
+	anthropicHeaders := r.Header.Get("anthropic-version") != "" || r.Header.Get("x-api-key") != ""
+	switch r.URL.Path {
+	case epChat.path:
+		return epChat, true
+	case epResponses.path:
+		return epResponses, true
+	case epEmbeddings.path:
+		return epEmbeddings, true
+	case epModels.path:
+		if anthropicHeaders {
+			return epAModels, true
+		}
+		return epModels, true
+	case epCount.path:
+		return epCount, true
+	case epMessages.path:
+		if anthropicHeaders || strings.HasPrefix(bearer(r), credPrefix) {
+			return epMessages, true
+		}
+	}
+	return endpoint{}, false
+}
+
+// Socket serves the gateway on agents' sockets in front of next (kin's
+// API there): the connection's agent (in the request's caller) must be
+// the one its credential names.
+func (g *Gateway) Socket(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ep, ok := route(r)
+		if !ok {
+			next.ServeHTTP(w, r)
+			return
+		}
+		g.serve(w, r, ep, true)
+	})
+}
+
+// TCP serves the gateway on the HTTP address in front of next: the
+// credential alone names the agent (see docs/ARCHITECTURE.md, "The model
+// gateway", for what that binds and what it does not).
+func (g *Gateway) TCP(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ep, ok := route(r)
+		if !ok {
+			next.ServeHTTP(w, r)
+			return
+		}
+		g.serve(w, r, ep, false)
+	})
+}
+
+func bearer(r *http.Request) string {
+	h := r.Header.Get("Authorization")
+	if len(h) > 7 && strings.EqualFold(h[:7], "bearer ") {
+		return strings.TrimSpace(h[7:])
+	}
+	return ""
+}
+
+// credentialOf is the credential r carries: OpenAI's bearer token, or
+// Anthropic's x-api-key (or its bearer token, as Claude Code sends
+// ANTHROPIC_AUTH_TOKEN).
+func credentialOf(r *http.Request, api API) string {
+	if api == Anthropic {
+		if k := r.Header.Get("x-api-key"); k != "" {
+			return k
+		}
+	}
+	return bearer(r)
+}
+
+// authenticate is the agent r acts as, or an error in words the agent's
+// SDK shows.
+func (g *Gateway) authenticate(r *http.Request, ep endpoint, onSocket bool) (kin.AgentID, *apiError) {
+	tok := credentialOf(r, ep.api)
+	if tok == "" {
+		return 0, &apiError{status: http.StatusUnauthorized, code: kin.ECodeUnauthorized,
+			msg: "no credential: kin's model gateway takes the agent's own key, which kin puts in its environment (" + EnvOpenAIKey + ", " + EnvAnthropicKey + ", " + EnvKey + ")"}
+	}
+	id := g.creds.Check(tok)
+	if id == 0 {
+		return 0, &apiError{status: http.StatusUnauthorized, code: kin.ECodeUnauthorized, msg: "the credential is not one kin gave an agent"}
+	}
+	if onSocket {
+		c := caller.Of(r.Context())
+		if err := c.Forbidden(); err != nil {
+			return 0, &apiError{status: http.StatusForbidden, code: kin.ECodeForbidden, msg: kin.ErrorMessageOf(err)}
+		}
+		if c.Agent != id {
+			return 0, &apiError{status: http.StatusForbidden, code: kin.ECodeForbidden,
+				msg: fmt.Sprintf("the credential is agent %d's, and this is agent %d's socket: an agent calls with its own", id, c.Agent)}
+		}
+	}
+	if !onSocket && g.cfg.AgentUID != nil {
+		if want, ok := g.cfg.AgentUID(id); ok {
+			got, err := peerUID(r)
+			switch {
+			case errors.Is(err, errNotLocal):
+				return 0, &apiError{status: http.StatusForbidden, code: kin.ECodeForbidden,
+					msg: fmt.Sprintf("the credential is agent %d's, and agent %d runs on this machine: its calls come from here, this one does not", id, id)}
+			case err != nil:
+				g.log.Error("model gateway: the connection's peer", "agent", id, "err", err)
+				return 0, &apiError{status: http.StatusForbidden, code: kin.ECodeForbidden, msg: "kin could not tell which user the connection comes from"}
+			case got != want:
+				return 0, &apiError{status: http.StatusForbidden, code: kin.ECodeForbidden,
+					msg: fmt.Sprintf("the credential is agent %d's, and the connection comes from uid %d, not the agent's (%d): an agent calls with its own", id, got, want)}
+			}
+		}
+	}
+	if !g.cfg.Runs(id) {
+		// An agent stopped because its subtree spent its budget is told
+		// so (the refusal it would have seen a moment earlier), not that
+		// its credential lapsed.
+		if _, err := g.cfg.Authority.ModelAdmit(id, ""); kin.ErrorCodeOf(err) == kin.ECodeBudget {
+			return 0, apiErrorOf(err)
+		}
+		return 0, &apiError{status: http.StatusUnauthorized, code: kin.ECodeUnauthorized,
+			msg: fmt.Sprintf("the credential is agent %d's, which does not run on this host (an ended agent's credential is revoked)", id)}
+	}
+	return id, nil
+}
+
+// pick is the upstream that serves model on api: a model "NAME/rest"
+// where NAME is an upstream of that API goes to it as "rest"; any other
+// to the first upstream of the API configured.
+func (g *Gateway) pick(api API, model string) (Upstream, string, bool) {
+	if name, rest, ok := strings.Cut(model, "/"); ok && rest != "" {
+		for _, u := range g.cfg.Upstreams {
+			if u.API == api && u.Name == name {
+				return u, rest, true
+			}
+		}
+	}
+	for _, u := range g.cfg.Upstreams {
+		if u.API == api {
+			return u, model, true
+		}
+	}
+	return Upstream{}, "", false
+}
+
+// call is one request through the gateway, as it is metered.
+type call struct {
+	data     kin.ModelCallData
+	began    time.Time
+	limit    *authority.ModelLimit
+	metered  bool
+	counted  bool // an endpoint that counts against budgets (not count_tokens)
+	wantUsag bool // the client asked for the usage chunk itself
+}
+
+func (g *Gateway) serve(w http.ResponseWriter, r *http.Request, ep endpoint, onSocket bool) {
+	began := g.now()
+	id, aerr := g.authenticate(r, ep, onSocket)
+	if aerr != nil {
+		aerr.write(w, ep.api)
+		return
+	}
+	if r.Method == http.MethodGet && ep.path == "/v1/models" {
+		g.models(w, r, ep, id)
+		return
+	}
+	if r.Method != http.MethodPost {
+		(&apiError{status: http.StatusMethodNotAllowed, code: kin.ECodeInvalid, msg: r.Method + " " + ep.path + " is not served: use POST"}).write(w, ep.api)
+		return
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxRequestBytes))
+	if err != nil {
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			(&apiError{status: http.StatusRequestEntityTooLarge, code: kin.ECodeInvalid, msg: fmt.Sprintf("the request body is larger than %d bytes", MaxRequestBytes)}).write(w, ep.api)
+			return
+		}
+		(&apiError{status: http.StatusBadRequest, code: kin.ECodeInvalid, msg: "reading the request body: " + err.Error()}).write(w, ep.api)
+		return
+	}
+	var req map[string]json.RawMessage
+	if err := json.Unmarshal(body, &req); err != nil || req == nil {
+		(&apiError{status: http.StatusBadRequest, code: kin.ECodeInvalid, msg: "the request body is not a JSON object"}).write(w, ep.api)
+		return
+	}
+	var model string
+	if raw, ok := req["model"]; !ok || json.Unmarshal(raw, &model) != nil || model == "" {
+		(&apiError{status: http.StatusBadRequest, code: kin.ECodeInvalid, msg: "the request names no model (\"model\": a string)"}).write(w, ep.api)
+		return
+	}
+	if why := badModelName(model); why != "" {
+		(&apiError{status: http.StatusBadRequest, code: kin.ECodeInvalid, msg: fmt.Sprintf("the model name %q %s", model, why)}).write(w, ep.api)
+		return
+	}
+	up, upModel, ok := g.pick(ep.api, model)
+	if !ok {
+		(&apiError{status: http.StatusNotFound, code: kin.ECodeNotFound, msg: fmt.Sprintf("kin serve has no %s upstream (--model-upstream, --model-api)", ep.api)}).write(w, ep.api)
+		return
+	}
+	lim, err := g.cfg.Authority.ModelAdmit(id, model)
+	if err == nil && upModel != model {
+		// "NAME/model" reaches upstream NAME as "model": the policy
+		// must allow it under both names (a deny list naming the model
+		// is not passed by naming its upstream too).
+		var as *authority.ModelLimit
+		if as, err = g.cfg.Authority.ModelAdmit(id, upModel); err != nil {
+			err = kin.Errorf(kin.ErrorCodeOf(err), "%s (the upstream %s gets model %q)", kin.ErrorMessageOf(err), up.Name, upModel)
+		} else if !lim.Priced && as != nil && as.Priced {
+			// Priced as the model the upstream bills.
+			lim.Price, lim.Priced = as.Price, true
+		}
+	}
+	if err == nil && ep.metered {
+		if err = g.cfg.Quota.AllowAgent(id, quota.ModelRequests); err == nil {
+			err = g.cfg.Quota.AllowAgent(id, quota.ModelTokens)
+		}
+	}
+	if err != nil {
+		apiErrorOf(err).write(w, ep.api)
+		return
+	}
+	c := &call{began: began, limit: lim, counted: ep.metered, data: kin.ModelCallData{Agent: id, API: string(ep.api), Path: ep.path, Upstream: up.Name, Model: model}}
+	if upModel != model {
+		req["model"], _ = json.Marshal(upModel)
+	}
+	if why := badFields(req, ep); why != "" {
+		(&apiError{status: http.StatusBadRequest, code: kin.ECodeInvalid, msg: why}).write(w, ep.api)
+		return
+	}
+	var stream bool
+	if raw, ok := req["stream"]; ok {
+		json.Unmarshal(raw, &stream)
+	}
+	c.data.Stream = stream
+	if ep.metered {
+		release, aerr := g.hold(id, req, ep, lim, len(body))
+		if aerr != nil {
+			aerr.write(w, ep.api)
+			return
+		}
+		defer release()
+		if stream && ep == epChat {
+			c.wantUsag = setIncludeUsage(req)
+		}
+	}
+	if body, err = json.Marshal(req); err != nil {
+		(&apiError{status: http.StatusBadRequest, code: kin.ECodeInvalid, msg: "the request body: " + err.Error()}).write(w, ep.api)
+		return
+	}
+	g.forward(w, r, ep, up, body, c)
+}
+
+// badFields says what is wrong with the fields of a request that decide
+// how it is metered, "" when nothing: an upstream lenient with types
+// (many OpenAI-compatible servers read "true" as true) would otherwise
+// stream or fan out a call kin took for another, and a background
+// response answers before its usage exists.
+func badFields(req map[string]json.RawMessage, ep endpoint) string {
+	if raw, ok := req["stream"]; ok && string(raw) != "null" {
+		var b bool
+		if json.Unmarshal(raw, &b) != nil {
+			return `"stream" must be true or false`
+		}
+	}
+	if raw, ok := req["stream_options"]; ok && string(raw) != "null" {
+		var o map[string]json.RawMessage
+		if json.Unmarshal(raw, &o) != nil || o == nil {
+			return `"stream_options" must be an object`
+		}
+	}
+	if raw, ok := req["n"]; ok && string(raw) != "null" {
+		var n int64
+		if json.Unmarshal(raw, &n) != nil || n < 1 || n > 128 {
+			return `"n" must be a whole number from 1 to 128`
+		}
+	}
+	if ep == epResponses {
+		if raw, ok := req["background"]; ok && string(raw) != "null" && string(raw) != "false" {
+			return `kin's gateway does not serve background responses ("background": true): it meters a response from its answer, and a background one answers before it is made`
+		}
+	}
+	return ""
+}
+
+// badModelName says what is wrong with a model name, "" when nothing:
+// kin's policy compares names as they are written, so a name the
+// upstream might read otherwise (with spaces or control characters
+// around or in it) is refused rather than forwarded.
+func badModelName(model string) string {
+	if len(model) > 256 {
+		return "is longer than 256 bytes"
+	}
+	if !utf8.ValidString(model) {
+		return "is not UTF-8"
+	}
+	for _, r := range model {
+		if unicode.IsSpace(r) || unicode.IsControl(r) || r == unicode.ReplacementChar {
+			return "holds a space or a control character"
+		}
+	}
+	return ""
+}
+
+// tokensLeft is the least number of tokens the agent's chain has left:
+// its tokens, and its cost at the model's output price (nil: no budget
+// binds it).
+func tokensLeft(lim *authority.ModelLimit) *int64 {
+	if lim == nil {
+		return nil
+	}
+	var left *int64
+	if lim.Tokens != nil {
+		t := max(*lim.Tokens, 1)
+		left = &t
+	}
+	if lim.Cost != nil && lim.Priced && lim.Price.Output > 0 {
+		t := max(int64(*lim.Cost/lim.Price.Output*1e6), 1)
+		if left == nil || t < *left {
+			left = &t
+		}
+	}
+	return left
+}
+
+// hold admits a metered call against what the agent's calls in flight
+// may still spend, and caps its output: each call in flight under a
+// budget holds its output bound and an estimate of its input (a quarter
+// of its body's bytes) until it is metered, and a call finding that its
+// agent's calls in flight hold all its chain has left is refused (429
+// rate_limited, retry in a second), so that one agent starting many calls
+// together spends at most about one call past its budget, as calls one
+// after another do. release gives the hold back.
+func (g *Gateway) hold(id kin.AgentID, req map[string]json.RawMessage, ep endpoint, lim *authority.ModelLimit, bodyBytes int) (release func(), aerr *apiError) {
+	left := tokensLeft(lim)
+	if left == nil {
+		return func() {}, nil
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	held := g.held[id]
+	avail := *left - held
+	if avail <= 0 {
+		return nil, &apiError{status: http.StatusTooManyRequests, code: kin.ECodeRateLimited, retryAfter: 1,
+			msg: fmt.Sprintf("agent %d's calls in flight may spend the %d tokens its budget has left: this call may be made when they end", id, *left)}
+	}
+	n := capOutput(req, ep, avail) + int64(bodyBytes/4)
+	g.held[id] = held + n
+	return func() {
+		g.mu.Lock()
+		defer g.mu.Unlock()
+		if g.held[id] -= n; g.held[id] <= 0 {
+			delete(g.held, id)
+		}
+	}, nil
+}
+
+// capOutput bounds the request's output tokens by left, what the agent's
+// subtree has left, and returns the bound the call goes with, all its
+// choices together (0 for an endpoint without one).
+func capOutput(req map[string]json.RawMessage, ep endpoint, left int64) int64 {
+	if ep.capKey == "" {
+		return 0
+	}
+	if ep == epResponses {
+		// OpenAI refuses a max_output_tokens below 16: the call may then
+		// go past what was left by at most that much.
+		left = max(left, 16)
+	}
+	// A chat call's output bound is per choice: n choices share what is
+	// left.
+	choices := int64(1)
+	if raw, ok := req["n"]; ok && ep == epChat {
+		if json.Unmarshal(raw, &choices) != nil || choices < 1 {
+			choices = 1
+		}
+		left = max(left/choices, 1)
+	}
+	set, bound := false, int64(0)
+	for _, k := range []string{ep.capKey, ep.alt} {
+		if k == "" {
+			continue
+		}
+		raw, ok := req[k]
+		if !ok || string(raw) == "null" {
+			continue
+		}
+		var n int64
+		if json.Unmarshal(raw, &n) == nil && n > 0 && n <= left {
+			set = true // the client's own bound is within what is left
+			if bound == 0 || n < bound {
+				bound = n
+			}
+			continue
+		}
+		req[k], _ = json.Marshal(left)
+		set, bound = true, left
+	}
+	if !set {
+		req[ep.capKey], _ = json.Marshal(left)
+		bound = left
+	}
+	return bound * choices
+}
+
+// setIncludeUsage asks an OpenAI chat stream for its usage chunk
+// (stream_options.include_usage), and says whether the client had asked
+// for it itself (else the gateway drops the chunk from what it passes on).
+func setIncludeUsage(req map[string]json.RawMessage) bool {
+	opts := map[string]json.RawMessage{}
+	if raw, ok := req["stream_options"]; ok && string(raw) != "null" {
+		if json.Unmarshal(raw, &opts) != nil || opts == nil {
+			opts = map[string]json.RawMessage{}
+		}
+	}
+	var asked bool
+	if raw, ok := opts["include_usage"]; ok {
+		json.Unmarshal(raw, &asked)
+	}
+	opts["include_usage"] = json.RawMessage("true")
+	req["stream_options"], _ = json.Marshal(opts)
+	return asked
+}
+
+// hopHeaders and the credentials are never passed on, either way.
+var dropRequestHeaders = []string{
+	"Authorization", "X-Api-Key", "Cookie", "Proxy-Authorization", "Openai-Organization", "Openai-Project",
+	"Connection", "Keep-Alive", "Proxy-Connection", "Te", "Trailer", "Transfer-Encoding", "Upgrade",
+	"Content-Length", "Accept-Encoding", "Host", "Forwarded", "X-Forwarded-For", "X-Forwarded-Host", "X-Forwarded-Proto",
+}
+
+var dropResponseHeaders = []string{
+	"Connection", "Keep-Alive", "Proxy-Connection", "Te", "Trailer", "Transfer-Encoding", "Upgrade",
+	"Content-Length", "Set-Cookie",
+}
+
+func (g *Gateway) upstreamRequest(ctx context.Context, r *http.Request, up Upstream, path string, body []byte) (*http.Request, error) {
+	u := *up.URL
+	u.Path = strings.TrimSuffix(u.Path, "/") + path
+	u.RawQuery = r.URL.RawQuery
+	var rd io.Reader
+	if body != nil {
+		rd = bytes.NewReader(body)
+	}
+	out, err := http.NewRequestWithContext(ctx, r.Method, u.String(), rd)
+	if err != nil {
+		return nil, err
+	}
+	for k, vs := range r.Header {
+		if slices.ContainsFunc(dropRequestHeaders, func(d string) bool { return strings.EqualFold(d, k) }) ||
+			strings.HasPrefix(strings.ToLower(k), "kin-") {
+			continue
+		}
+		out.Header[k] = slices.Clone(vs)
+	}
+	if k := up.Key.Reveal(); k != "" {
+		switch up.API {
+		case OpenAI:
+			out.Header.Set("Authorization", "Bearer "+k)
+		case Anthropic:
+			out.Header.Set("X-Api-Key", k)
+		}
+	}
+	if up.API == Anthropic && out.Header.Get("Anthropic-Version") == "" {
+		out.Header.Set("Anthropic-Version", "2023-06-01")
+	}
+	return out, nil
+}
+
+func copyResponseHeaders(w http.ResponseWriter, resp *http.Response) {
+	for k, vs := range resp.Header {
+		if slices.ContainsFunc(dropResponseHeaders, func(d string) bool { return strings.EqualFold(d, k) }) {
+			continue
+		}
+		w.Header()[k] = slices.Clone(vs)
+	}
+}
+
+// DrainLimit is how long the gateway goes on reading an upstream's
+// answer after the agent hung up: the usage comes last (a chat stream's
+// final chunk, message_delta), and an agent that takes the content and
+// leaves before it is metered all the same.
+const DrainLimit = 5 * time.Minute
+
+// upstreamContext is the context of a call to the upstream: not ended by
+// the agent's leaving (client) but DrainLimit after it, and by cancel.
+func upstreamContext(client context.Context) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancel(context.WithoutCancel(client))
+	stop := context.AfterFunc(client, func() {
+		t := time.NewTimer(DrainLimit)
+		defer t.Stop()
+		select {
+		case <-t.C:
+			cancel()
+		case <-ctx.Done():
+		}
+	})
+	return ctx, func() { stop(); cancel() }
+}
+
+func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, ep endpoint, up Upstream, body []byte, c *call) {
+	ctx, cancel := upstreamContext(r.Context())
+	defer cancel()
+	out, err := g.upstreamRequest(ctx, r, up, ep.path, body)
+	if err != nil {
+		(&apiError{status: http.StatusBadGateway, code: kin.ECodeUnavailable, msg: "the upstream request: " + err.Error()}).write(w, ep.api)
+		return
+	}
+	resp, err := g.client.Do(out)
+	if err != nil {
+		c.data.Error = upstreamError(err, up)
+		g.meter(r.Context(), c, usage{})
+		(&apiError{status: http.StatusBadGateway, code: kin.ECodeUnavailable, msg: c.data.Error}).write(w, ep.api)
+		return
+	}
+	defer resp.Body.Close()
+	c.data.Status = resp.StatusCode
+	if resp.StatusCode/100 == 2 && strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
+		g.stream(w, r, ep, resp, c)
+		return
+	}
+	b, err := io.ReadAll(io.LimitReader(resp.Body, MaxResponseBytes+1))
+	if err == nil && len(b) > MaxResponseBytes {
+		err = fmt.Errorf("the answer is larger than %d bytes", MaxResponseBytes)
+	}
+	if err != nil {
+		c.data.Error = "reading the upstream's answer: " + err.Error()
+		g.meter(r.Context(), c, usage{})
+		(&apiError{status: http.StatusBadGateway, code: kin.ECodeUnavailable, msg: c.data.Error}).write(w, ep.api)
+		return
+	}
+	if resp.StatusCode == http.StatusUnauthorized {
+		// The upstream refused the operator's key: its answer may quote
+		// the key (providers echo a masked one), so neither the agent nor
+		// the log gets it; the agent can do nothing about it anyway.
+		g.log.Warn("model gateway: the upstream refused kin's key for it (HTTP 401): check kin serve --model-key", "upstream", up.Name)
+		c.data.Error = "the upstream refused the operator's key"
+		g.meter(r.Context(), c, usage{})
+		(&apiError{status: http.StatusBadGateway, code: kin.ECodeUnavailable,
+			msg: fmt.Sprintf("the upstream %s refused the key kin holds for it (HTTP 401): the operator must fix kin serve --model-key %s", up.Name, up.Name)}).write(w, ep.api)
+		return
+	}
+	var u usage
+	if resp.StatusCode/100 == 2 {
+		u = usageOfBody(ep.api, b)
+	}
+	// Metered before the answer goes out: the agent's next call sees
+	// this one's spend.
+	g.meter(r.Context(), c, u)
+	copyResponseHeaders(w, resp)
+	w.WriteHeader(resp.StatusCode)
+	w.Write(b)
+}
+
+// upstreamError describes a failed call to an upstream without its key
+// (the URL holds none).
+func upstreamError(err error, up Upstream) string {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		err = ue.Err
+	}
+	return fmt.Sprintf("the upstream %s (%s) did not answer: %v", up.Name, up.URL.Redacted(), err)
+}
+
+// meter records the call: its tokens and cost against the agent's
+// budgets and a model.call event (Authority.ModelCall), once.
+func (g *Gateway) meter(ctx context.Context, c *call, u usage) {
+	if c.metered || !c.counted {
+		return
+	}
+	c.metered = true
+	c.data.InputTokens, c.data.OutputTokens, c.data.CachedTokens = u.input, u.output, u.cached
+	c.data.Tokens = u.input + u.output
+	if c.limit != nil && c.limit.Priced {
+		c.data.Cost = c.limit.Price.Cost(u.input, u.cached, u.output)
+	}
+	c.data.LatencyMS = float64(g.now().Sub(c.began).Microseconds()) / 1000
+	// The token quota took one token to admit the call: the rest now.
+	g.cfg.Quota.Charge(c.data.Agent, quota.ModelTokens, int(min(c.data.Tokens, math.MaxInt32))-1)
+	// Recorded even when the client went away: the upstream charged.
+	if _, err := g.cfg.Authority.ModelCall(context.WithoutCancel(ctx), c.data); err != nil {
+		g.log.Error("model gateway: recording a call failed", "agent", c.data.Agent, "model", c.data.Model, "tokens", c.data.Tokens, "err", err)
+	}
+	if g.cfg.Observe != nil {
+		g.cfg.Observe(c.data)
+	}
+}
+
+// models answers GET /v1/models: the upstream's list, without the models
+// the agent's policy does not allow.
+func (g *Gateway) models(w http.ResponseWriter, r *http.Request, ep endpoint, id kin.AgentID) {
+	up, _, ok := g.pick(ep.api, "")
+	if !ok {
+		(&apiError{status: http.StatusNotFound, code: kin.ECodeNotFound, msg: fmt.Sprintf("kin serve has no %s upstream (--model-upstream, --model-api)", ep.api)}).write(w, ep.api)
+		return
+	}
+	out, err := g.upstreamRequest(r.Context(), r, up, ep.path, nil)
+	if err != nil {
+		(&apiError{status: http.StatusBadGateway, code: kin.ECodeUnavailable, msg: "the upstream request: " + err.Error()}).write(w, ep.api)
+		return
+	}
+	resp, err := g.client.Do(out)
+	if err != nil {
+		(&apiError{status: http.StatusBadGateway, code: kin.ECodeUnavailable, msg: upstreamError(err, up)}).write(w, ep.api)
+		return
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, MaxResponseBytes))
+	if err != nil {
+		(&apiError{status: http.StatusBadGateway, code: kin.ECodeUnavailable, msg: "reading the upstream's answer: " + err.Error()}).write(w, ep.api)
+		return
+	}
+	if resp.StatusCode == http.StatusOK {
+		var list map[string]json.RawMessage
+		var data []map[string]json.RawMessage
+		if json.Unmarshal(b, &list) == nil && json.Unmarshal(list["data"], &data) == nil {
+			kept := data[:0]
+			for _, m := range data {
+				var name string
+				json.Unmarshal(m["id"], &name)
+				if _, err := g.cfg.Authority.ModelAdmit(id, name); kin.ErrorCodeOf(err) != kin.ECodeDenied {
+					kept = append(kept, m)
+				}
+			}
+			list["data"], _ = json.Marshal(kept)
+			if nb, err := json.Marshal(list); err == nil {
+				b = nb
+			}
+		}
+	}
+	copyResponseHeaders(w, resp)
+	w.WriteHeader(resp.StatusCode)
+	w.Write(b)
+}

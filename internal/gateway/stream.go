@@ -1,0 +1,167 @@
+package gateway
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+)
+
+// stream passes a server-sent event stream on as it comes, one event at a
+// time, flushed after each, reading the usage on the way: OpenAI chat's
+// last chunk (which the gateway asked for with
+// stream_options.include_usage, and drops when the client did not ask
+// for it), OpenAI responses' response.completed, Anthropic's
+// message_start and message_delta. The call is metered before the event
+// that ends the stream goes out ([DONE], response.completed,
+// message_stop), so that the agent's next call sees its spend.
+func (g *Gateway) stream(w http.ResponseWriter, r *http.Request, ep endpoint, resp *http.Response, c *call) {
+	copyResponseHeaders(w, resp)
+	w.WriteHeader(resp.StatusCode)
+	rc := http.NewResponseController(w)
+	rc.Flush()
+	rd := bufio.NewReaderSize(resp.Body, 64<<10)
+	var u usage
+	var ev bytes.Buffer // the event's raw lines, as they go on
+	var data bytes.Buffer
+	var readErr error
+	for {
+		line, err := readLine(rd, maxEventBytes-ev.Len())
+		if len(line) > 0 {
+			ev.Write(line)
+			if field, value := sseField(line); field == "data" {
+				if data.Len() > 0 {
+					data.WriteByte('\n')
+				}
+				data.Write(value)
+			}
+		}
+		end := len(bytes.TrimRight(line, "\r\n")) == 0 && len(line) > 0
+		if (end || err != nil) && ev.Len() > 0 {
+			forward := g.onEvent(r, ep, c, &u, data.Bytes())
+			if forward {
+				if _, werr := w.Write(ev.Bytes()); werr == nil {
+					rc.Flush()
+				}
+			}
+			ev.Reset()
+			data.Reset()
+		}
+		if err != nil {
+			if !errors.Is(err, io.EOF) {
+				readErr = err
+			}
+			break
+		}
+	}
+	if readErr != nil && c.data.Error == "" {
+		c.data.Error = "the upstream's stream broke off: " + readErr.Error()
+	}
+	g.meter(r.Context(), c, u)
+}
+
+// readLine reads one line (with its end) of at most limit bytes.
+func readLine(rd *bufio.Reader, limit int) ([]byte, error) {
+	var out []byte
+	for {
+		chunk, err := rd.ReadSlice('\n')
+		out = append(out, chunk...)
+		if len(out) > limit {
+			return nil, errors.New("an event is larger than the gateway reads")
+		}
+		if errors.Is(err, bufio.ErrBufferFull) {
+			continue
+		}
+		return out, err
+	}
+}
+
+// sseField splits an event-stream line into its field and value.
+func sseField(line []byte) (string, []byte) {
+	line = bytes.TrimRight(line, "\r\n")
+	name, value, ok := bytes.Cut(line, []byte(":"))
+	if !ok {
+		return string(line), nil
+	}
+	value, _ = bytes.CutPrefix(value, []byte(" "))
+	return string(name), value
+}
+
+// onEvent reads one event's data for usage, meters the call before the
+// event that ends the stream, and says whether to pass the event on.
+func (g *Gateway) onEvent(r *http.Request, ep endpoint, c *call, u *usage, data []byte) bool {
+	if len(data) == 0 {
+		return true
+	}
+	if ep.api == OpenAI && bytes.Equal(data, []byte("[DONE]")) {
+		g.meter(r.Context(), c, *u)
+		return true
+	}
+	// Most events are content deltas with nothing to meter: only those
+	// that can carry usage or end the stream are decoded.
+	if !mayMatter(data) {
+		return true
+	}
+	var e streamEvent
+	if json.Unmarshal(data, &e) != nil {
+		return true
+	}
+	switch ep.api {
+	case OpenAI:
+		if e.Response != nil && e.Response.Usage != nil {
+			u.merge(e.Response.Usage, OpenAI)
+		}
+		if e.Usage != nil {
+			u.merge(e.Usage, OpenAI)
+			if ep == epChat {
+				g.meter(r.Context(), c, *u)
+				// The usage chunk has no choices; one the client did not
+				// ask for is kin's alone.
+				if !c.wantUsag && (e.Choices == nil || string(*e.Choices) == "[]") {
+					return false
+				}
+			}
+		}
+		switch e.Type {
+		case "response.completed", "response.incomplete", "response.failed":
+			g.meter(r.Context(), c, *u)
+		}
+	case Anthropic:
+		switch e.Type {
+		case "message_start":
+			if e.Message != nil {
+				u.merge(e.Message.Usage, Anthropic)
+			}
+		case "message_delta":
+			u.merge(e.Usage, Anthropic)
+		case "message_stop":
+			g.meter(r.Context(), c, *u)
+		}
+	}
+	return true
+}
+
+// mayMatter says whether an event's data can hold usage or end a stream:
+// a usage object (not null), or one of the types the gateway acts on.
+func mayMatter(data []byte) bool {
+	for rest := data; ; {
+		i := bytes.Index(rest, []byte(`"usage"`))
+		if i < 0 {
+			break
+		}
+		rest = bytes.TrimLeft(rest[i+len(`"usage"`):], " \t\r\n")
+		if rest, ok := bytes.CutPrefix(rest, []byte(":")); ok {
+			if bytes.HasPrefix(bytes.TrimLeft(rest, " \t\r\n"), []byte("{")) {
+				return true
+			}
+		}
+	}
+	for _, t := range [][]byte{[]byte("message_start"), []byte("message_stop"), []byte("response.completed"), []byte("response.incomplete"), []byte("response.failed")} {
+		if bytes.Contains(data, t) {
+			return true
+		}
+	}
+	return false
+}
