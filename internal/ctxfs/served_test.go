@@ -60,7 +60,7 @@ func serveOver(t *testing.T, f *ctxfs.FS, names ...string) {
 		}
 		if n, err := ctxfuse.Mounted(f.AgentDir()); n != 0 || err != nil {
 			t.Errorf("%d mounts left at %s (%v)", n, f.AgentDir(), err)
-			ctxfuse.DetachStale(f.AgentDir())
+			ctxfuse.DetachStale(f.AgentDir(), nil)
 		}
 	})
 }

@@ -37,6 +37,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -104,12 +105,18 @@ func New(dir string, src Source, log *slog.Logger) (*Mount, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	if n, err := DetachStale(dir); err != nil {
+	if n, err := DetachStale(dir, log); err != nil {
 		return nil, err
 	} else if n > 0 {
 		log.Info("agent filesystem: detached a mount an earlier daemon left", "dir", dir, "mounts", n)
 	}
 	r := &root{src: src, log: log, uid: uint32(os.Geteuid()), gid: uint32(os.Getegid()), socks: map[string]*sockState{}, born: time.Now()}
+	// go-fuse opens /dev/fuse (and, for its poll hack, a file in the
+	// mount) without O_CLOEXEC and sets the flag afterwards: a process
+	// forked meanwhile (an agent starting) would hold the connection, so
+	// that it outlived a killed daemon and a request the dead daemon had
+	// read left its caller unkillable. No fork runs while it mounts.
+	syscall.ForkLock.RLock()
 	srv, err := fs.Mount(dir, r, &fs.Options{
 		MountOptions: fuse.MountOptions{
 			DirectMountStrict:  true,
@@ -128,6 +135,7 @@ func New(dir string, src Source, log *slog.Logger) (*Mount, error) {
 		RootStableAttr:  &fs.StableAttr{Ino: 1},
 		Logger:          nil,
 	})
+	syscall.ForkLock.RUnlock()
 	if err != nil {
 		return nil, fmt.Errorf("ctxfuse: mount %s: %w", dir, err)
 	}
@@ -171,12 +179,26 @@ func Mounted(dir string) (int, error) {
 // mountPoints lists the mount points of kin's served agent/ that keep
 // keep, once for each mount (stacked mounts repeat a point).
 func mountPoints(keep func(string) bool) ([]string, error) {
+	ms, err := mounts(keep)
+	points := make([]string, len(ms))
+	for i, m := range ms {
+		points[i] = m.point
+	}
+	return points, err
+}
+
+// mountEntry is one served agent/ in /proc/self/mountinfo: where it is
+// mounted and its device ("0:39"), which names its FUSE connection.
+type mountEntry struct{ point, dev string }
+
+// mounts lists kin's served agent/ mounts whose point keep keeps.
+func mounts(keep func(string) bool) ([]mountEntry, error) {
 	f, err := os.Open("/proc/self/mountinfo")
 	if err != nil {
 		return nil, err
 	}
 	defer f.Close()
-	var points []string
+	var out []mountEntry
 	sc := bufio.NewScanner(f)
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
 	for sc.Scan() {
@@ -187,11 +209,41 @@ func mountPoints(keep func(string) bool) ([]string, error) {
 		}
 		for i, fl := range fields {
 			if fl == "-" && i+1 < len(fields) && fields[i+1] == "fuse."+FSName {
-				points = append(points, unescape(fields[4]))
+				out = append(out, mountEntry{point: unescape(fields[4]), dev: fields[2]})
 			}
 		}
 	}
-	return points, sc.Err()
+	return out, sc.Err()
+}
+
+// fusectl is where the kernel lists FUSE connections (the fusectl file
+// system; kin mounts it there when it is not).
+const fusectl = "/sys/fs/fuse/connections"
+
+// abort ends the FUSE connection of a dead daemon's mount (its device
+// "0:N" is connection N): every request waiting on it fails, so no
+// process is left blocked on it, even one that holds the connection's
+// descriptor itself and so kept it from ending with its daemon. An error
+// where the connection is gone already, or fusectl cannot be had, is
+// returned for the log only: the mount is detached anyway.
+func abort(dev string) error {
+	major, minor, ok := strings.Cut(dev, ":")
+	if !ok || major != "0" {
+		return fmt.Errorf("device %q is not a FUSE connection's", dev)
+	}
+	if _, err := strconv.ParseUint(minor, 10, 32); err != nil {
+		return fmt.Errorf("device %q is not a FUSE connection's", dev)
+	}
+	if _, err := os.Stat(filepath.Join(fusectl, minor)); errors.Is(err, os.ErrNotExist) {
+		if err := unix.Mount("fusectl", fusectl, "fusectl", 0, ""); err != nil && !errors.Is(err, unix.EBUSY) {
+			return fmt.Errorf("mount fusectl at %s: %w", fusectl, err)
+		}
+	}
+	err := os.WriteFile(filepath.Join(fusectl, minor, "abort"), []byte("1"), 0)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil // ended already
+	}
+	return err
 }
 
 // DetachUnder lazily unmounts every served agent/ mounted at or below dir
@@ -199,14 +251,17 @@ func mountPoints(keep func(string) bool) ([]string, error) {
 // mount points.
 func DetachUnder(dir string) ([]string, error) {
 	dir = strings.TrimSuffix(dir, "/")
-	points, err := mountPoints(func(p string) bool { return p == dir || strings.HasPrefix(p, dir+"/") })
+	ms, err := mounts(func(p string) bool { return p == dir || strings.HasPrefix(p, dir+"/") })
 	if err != nil {
 		return nil, fmt.Errorf("ctxfuse: %w", err)
 	}
 	var errs []error
-	for _, p := range points {
-		if err := unix.Unmount(p, unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) {
-			errs = append(errs, fmt.Errorf("ctxfuse: detach the mount at %s: %w", p, err))
+	var points []string
+	for _, m := range ms {
+		points = append(points, m.point)
+		abort(m.dev) // its daemon was killed: nothing may stay blocked on it
+		if err := unix.Unmount(m.point, unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) {
+			errs = append(errs, fmt.Errorf("ctxfuse: detach the mount at %s: %w", m.point, err))
 		}
 	}
 	return points, errors.Join(errs...)
@@ -231,19 +286,28 @@ func unescape(s string) string {
 	return b.String()
 }
 
-// DetachStale lazily unmounts every served agent/ mounted at dir (a killed
-// daemon leaves one that answers ENOTCONN) and returns how many.
-func DetachStale(dir string) (int, error) {
-	n, err := Mounted(dir)
+// DetachStale ends the connection of every served agent/ mounted at dir
+// (a killed daemon leaves one that answers ENOTCONN, or, were its
+// connection held by another process, one that never answers), lazily
+// unmounts it and returns how many. Only for the home's own daemon, at
+// its start: no live daemon serves them.
+func DetachStale(dir string, log *slog.Logger) (int, error) {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	ms, err := mounts(func(p string) bool { return p == dir })
 	if err != nil {
 		return 0, fmt.Errorf("ctxfuse: %w", err)
 	}
-	for i := 0; i < n; i++ {
+	for i, m := range ms {
+		if err := abort(m.dev); err != nil {
+			log.Warn("agent filesystem: end a dead daemon's connection", "dir", dir, "device", m.dev, "err", err)
+		}
 		if err := unix.Unmount(dir, unix.MNT_DETACH); err != nil {
 			return i, fmt.Errorf("ctxfuse: detach the mount at %s: %w", dir, err)
 		}
 	}
-	return n, nil
+	return len(ms), nil
 }
 
 // Inode numbers: an agent's nodes hold its id, so a name taken again is a

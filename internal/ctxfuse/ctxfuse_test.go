@@ -155,7 +155,7 @@ func noMountLeft(t *testing.T, m *ctxfuse.Mount, dir string) {
 	}
 	if n, err := ctxfuse.Mounted(dir); err != nil || n != 0 {
 		t.Errorf("%d mounts left at %s (%v)", n, dir, err)
-		ctxfuse.DetachStale(dir)
+		ctxfuse.DetachStale(dir, nil)
 	}
 }
 
@@ -457,5 +457,68 @@ func TestDeadMountReplaced(t *testing.T) {
 	}
 	if b, err := os.ReadFile(filepath.Join(dir, "coder")); err != nil || string(b) != "7\n" {
 		t.Errorf("served again: %q %v", b, err)
+	}
+}
+
+// TestStuckMountReplaced: a mount whose server is alive but answers
+// nothing (stopped here; a killed daemon whose connection another process
+// held did the same) leaves a reader blocked in it. The next daemon's New
+// ends that connection before detaching it, so the reader gets an error
+// at once instead of hanging for as long as the connection lives.
+func TestStuckMountReplaced(t *testing.T) {
+	if err := ctxfuse.Available(); err != nil {
+		t.Skipf("FUSE: %v", err)
+	}
+	dir := filepath.Join(shortDir(t), "agent")
+	if err := os.Mkdir(dir, 0o711); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { noMountLeft(t, nil, dir) })
+	server := exec.Command(os.Args[0], "-test.run=^$", dir)
+	server.Env = append(os.Environ(), "KIN_CTXFUSE_HELPER=mount")
+	out, err := server.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := server.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		server.Process.Kill()
+		server.Wait()
+	}()
+	if line, _ := bufio.NewReader(out).ReadString('\n'); line != "ready\n" {
+		t.Fatalf("the mounting helper: %q", line)
+	}
+	if err := server.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	reader := exec.Command(os.Args[0], "-test.run=^$", filepath.Join(dir, "anyone"))
+	reader.Env = append(os.Environ(), "KIN_CTXFUSE_HELPER=read")
+	var got strings.Builder
+	reader.Stdout = &got
+	if err := reader.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- reader.Wait() }()
+	defer reader.Process.Kill()
+	// The reader is blocked on the stopped server.
+	kintest.WaitFor(t, 10*time.Second, "the reader blocked in the mount", func() bool {
+		b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/wchan", reader.Process.Pid))
+		return strings.Contains(string(b), "fuse") || strings.Contains(string(b), "request_wait")
+	})
+	m, err := ctxfuse.New(dir, newTableSource(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	select {
+	case <-exited:
+		if !strings.Contains(got.String(), "not connected") && !strings.Contains(got.String(), "connection abort") {
+			t.Errorf("the blocked reader: %q; want the connection's end", got.String())
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the reader is still blocked in the stuck mount after the next New")
 	}
 }

@@ -286,7 +286,7 @@ func (run *Runner) Open() error {
 	}
 	// A root daemon killed with -9 leaves its served agent/ mounted and
 	// dead (ENOTCONN): detached before anything touches it.
-	if n, err := ctxfuse.DetachStale(filepath.Join(run.ctxDir, "agent")); err != nil {
+	if n, err := ctxfuse.DetachStale(filepath.Join(run.ctxDir, "agent"), run.log); err != nil {
 		return err
 	} else if n > 0 {
 		run.log.Info("agent filesystem: detached the served agent/ an earlier daemon left", "dir", filepath.Join(run.ctxDir, "agent"))
