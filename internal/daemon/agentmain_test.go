@@ -52,6 +52,7 @@ func daemonProcessEnv(t testing.TB, home string, extra ...string) []string {
 }
 
 func runDaemonProcess(home string) {
+	runtime.MemProfileRate = 0 // as kin serve: no heap profile is served
 	if os.Getenv("KIN_TEST_DAEMON_HEAPPROFILE") != "" {
 		runtime.MemProfileRate = 1 // every allocation, for a profile of a few MiB
 	}
