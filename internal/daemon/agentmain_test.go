@@ -9,6 +9,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime"
+	"runtime/metrics"
 	"runtime/pprof"
 	"strconv"
 	"strings"
@@ -51,6 +52,7 @@ func daemonProcessEnv(t testing.TB, home string, extra ...string) []string {
 }
 
 func runDaemonProcess(home string) {
+	runtime.MemProfileRate = 0 // as kin serve: no heap profile is served
 	if os.Getenv("KIN_TEST_DAEMON_HEAPPROFILE") != "" {
 		runtime.MemProfileRate = 1 // every allocation, for a profile of a few MiB
 	}
@@ -79,6 +81,9 @@ func runDaemonProcess(home string) {
 		os.Exit(1)
 	}
 	<-ctx.Done()
+	if path := os.Getenv("KIN_TEST_DAEMON_MEMSTATS"); path != "" { // where its memory is, its agents running, no profiling
+		writeMemClasses(path + "." + strconv.Itoa(os.Getpid()))
+	}
 	if path := os.Getenv("KIN_TEST_DAEMON_HEAPPROFILE"); path != "" { // what its memory holds, its agents running
 		runtime.GC()
 		writeProfile(path+"."+strconv.Itoa(os.Getpid()), "heap", 0)
@@ -97,6 +102,34 @@ func runDaemonProcess(home string) {
 		}
 	}
 	d.Close()
+}
+
+// writeMemClasses writes the Go runtime's memory classes
+// (runtime/metrics) and the process's RssAnon and RssFile to path: what
+// RssAnon holds beyond the Go runtime's memory is C's (SQLite's page
+// caches and its allocator).
+func writeMemClasses(path string) {
+	var samples []metrics.Sample
+	for _, d := range metrics.All() {
+		if strings.HasPrefix(d.Name, "/memory/classes/") || strings.HasPrefix(d.Name, "/gc/heap/goal") || d.Name == "/sched/goroutines:goroutines" {
+			samples = append(samples, metrics.Sample{Name: d.Name})
+		}
+	}
+	metrics.Read(samples)
+	var b strings.Builder
+	for _, s := range samples {
+		if s.Value.Kind() == metrics.KindUint64 {
+			fmt.Fprintf(&b, "%-50s %10d\n", s.Name, s.Value.Uint64())
+		}
+	}
+	if st, err := os.ReadFile("/proc/self/status"); err == nil {
+		for _, l := range strings.Split(string(st), "\n") {
+			if strings.HasPrefix(l, "Rss") || strings.HasPrefix(l, "VmRSS") {
+				fmt.Fprintln(&b, l)
+			}
+		}
+	}
+	os.WriteFile(path, []byte(b.String()), 0o600)
 }
 
 // Agent programs. Each writes what the test needs to KINTEST_OUT (a file)

@@ -23,6 +23,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -215,6 +216,7 @@ func BenchmarkCascade1000(b *testing.B) {
 			b.Fatalf("the root's group: %v", err)
 		}
 
+		stopProfile := cascadeProfile(b, iter)
 		b.StartTimer()
 		cpu0 := processCPU()
 		t0 := time.Now()
@@ -233,6 +235,7 @@ func BenchmarkCascade1000(b *testing.B) {
 		took := time.Since(t0)
 		cpu += processCPU() - cpu0
 		b.StopTimer()
+		stopProfile()
 		if err != nil {
 			b.Fatalf("cascade: %v", err)
 		}
@@ -264,6 +267,30 @@ func BenchmarkCascade1000(b *testing.B) {
 	// follows the load, the CPU one much less.
 	b.ReportMetric(ms(cpu)/float64(b.N), "cpu-ms")
 	b.ReportMetric(ms(rawCPU)/float64(b.N), "raw-cpu-ms")
+}
+
+// cascadeProfile starts a CPU profile of this process (the daemon runs
+// in it) for the timed part of BenchmarkCascade1000's iteration iter when
+// $KIN_TEST_CASCADE_CPUPROFILE is set (written to that path and .<iter>):
+// where the daemon's CPU of a cascade goes, without the tree's building.
+// It returns what stops it.
+func cascadeProfile(b *testing.B, iter int) (stop func()) {
+	path := os.Getenv("KIN_TEST_CASCADE_CPUPROFILE")
+	if path == "" {
+		return func() {}
+	}
+	f, err := os.Create(fmt.Sprintf("%s.%d", path, iter))
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		b.Fatal(err)
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		f.Close()
+	}
 }
 
 // BenchmarkDaemonMemory2000 runs the daemon as a process of its own (the
@@ -308,6 +335,7 @@ func benchDaemonMemory(b *testing.B, agents int) {
 		if err != nil {
 			b.Fatal(err)
 		}
+		saveSmaps(b, p.pid, "before")
 		if need := before.fds + agents*fdsPerAgent + min(agents, fdsUnparked); before.nofile < need {
 			b.Skipf("the daemon may open %d descriptors (RLIMIT_NOFILE), and %d agents need about %d (%d each, and one more for each of up to %d agents whose log is not parked yet): that holds about %d agents; it could not raise its limit (its log says why: without CAP_SYS_RESOURCE the hard limit stays)", before.nofile, agents, need, fdsPerAgent, fdsUnparked, (before.nofile-before.fds-fdsUnparked)/fdsPerAgent)
 		}
@@ -329,6 +357,7 @@ func benchDaemonMemory(b *testing.B, agents int) {
 		if err != nil {
 			b.Fatal(err)
 		}
+		saveSmaps(b, p.pid, "loaded")
 		base, loaded = base.max(before), loaded.max(after)
 
 		took, err := p.stop(120 * time.Second)
@@ -354,6 +383,24 @@ func benchDaemonMemory(b *testing.B, agents int) {
 	b.ReportMetric(float64(loaded.anonKB)/1024, "anon-MiB")
 	b.ReportMetric(float64(base.anonKB)/1024, "base-anon-MiB")
 	b.ReportMetric(ms(shutdown), "shutdown-ms")
+}
+
+// saveSmaps copies the daemon's /proc/<pid>/smaps to
+// $KIN_TEST_MEMORY_SMAPS.<when>.<pid> when that is set: where its memory
+// is (the binary's pages, the heap, the stacks, SQLite's), before any agent
+// and with them all.
+func saveSmaps(b *testing.B, pid int, when string) {
+	prefix := os.Getenv("KIN_TEST_MEMORY_SMAPS")
+	if prefix == "" {
+		return
+	}
+	data, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/smaps")
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := os.WriteFile(fmt.Sprintf("%s.%s.%d", prefix, when, pid), data, 0o600); err != nil {
+		b.Fatal(err)
+	}
 }
 
 // TestStopClosesManySockets stops a root with 150 children: enough for the

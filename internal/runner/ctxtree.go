@@ -228,11 +228,33 @@ func (run *Runner) setRuntime(c *ctxAgent, a *kin.Agent, spec store.ProcessSpec,
 	c.rt.Policy, _, c.rt.Mount = run.auth.Control(a.ID)
 	c.rt.Iso, c.rt.Log, c.rt.Path = run.sup.Containment(), run.logPath(a.ID), run.agentPathList
 	c.rt.Cwd = run.agentCwd(spec, c.session)
-	c.rt.Env = nil
-	for _, kv := range append(run.agentEnv(a, sock, "", spec.Env), run.ctxEnv(a, c)...) {
-		k, _, _ := strings.Cut(kv, "=")
-		c.rt.Env = append(c.rt.Env, k)
+	c.rt.Env = run.sharedEnvKeys(append(run.agentEnv(a, sock, "", spec.Env), run.ctxEnv(a, c)...))
+}
+
+// sharedEnvKeys is the names of env (KEY=VALUE each), in its order, for an
+// agent's env control file: the slice the previous agent got when the names
+// are the same (they mostly are: the same variables, other values), else a
+// new one holding copies of the names only. Keeping the names as they were
+// cut from env kept every agent's whole environment in memory (some 700
+// bytes an agent: issue 22's memory).
+func (run *Runner) sharedEnvKeys(env []string) []string {
+	run.envKeysMu.Lock()
+	defer run.envKeysMu.Unlock()
+	same := len(env) == len(run.envKeys)
+	for i := 0; same && i < len(env); i++ {
+		k, _, _ := strings.Cut(env[i], "=")
+		same = k == run.envKeys[i]
 	}
+	if same && run.envKeys != nil {
+		return run.envKeys
+	}
+	keys := make([]string, len(env))
+	for i, kv := range env {
+		k, _, _ := strings.Cut(kv, "=")
+		keys[i] = strings.Clone(k)
+	}
+	run.envKeys = keys
+	return keys
 }
 
 // childDirNames are the names an agent's folder in its parent's

@@ -229,6 +229,15 @@ func (run *Runner) remoteLogs(ctx context.Context, a *kin.Agent, req kin.LogsReq
 // its agent's files (a few lstats) and removes the oldest past the quota.
 // (It read the whole tree from the store and the disk on every end.)
 func (run *Runner) trimEndedLogs(ctx context.Context, ended ...kin.AgentID) {
+	run.trimEnded(ctx, nil, ended)
+}
+
+// trimEnded is trimEndedLogs given, in known, the rows of agents as they
+// were just recorded ended (a cancellation's): a tree's first trim in this
+// daemon run then reads from the store only the agents below its root that
+// are not among them (a cascade's or a shutdown's trim read every agent of
+// the subtree it had just recorded).
+func (run *Runner) trimEnded(ctx context.Context, known map[kin.AgentID]*kin.Agent, ended []kin.AgentID) {
 	run.trimMu.Lock() // two ends in one tree must not both decide on the same files
 	defer run.trimMu.Unlock()
 	roots := map[kin.AgentID]bool{}
@@ -245,7 +254,7 @@ func (run *Runner) trimEndedLogs(ctx context.Context, ended ...kin.AgentID) {
 		}
 		t, loaded := run.endedLogs[root]
 		if !loaded {
-			t = run.loadEndedLogs(ctx, root) // finds id too
+			t = run.loadEndedLogs(ctx, root, known) // finds id too
 			run.endedLogs[root] = t
 		} else {
 			t.Add(run.logPath(id))
@@ -265,17 +274,33 @@ func (run *Runner) trimEndedLogs(ctx context.Context, ended ...kin.AgentID) {
 }
 
 // loadEndedLogs reads the ended agents below root whose output is all in
-// their logs, in the order they ended.
-func (run *Runner) loadEndedLogs(ctx context.Context, root kin.AgentID) *agentlog.Ended {
+// their logs, in the order they ended: those in known as they are there,
+// the others from the store.
+func (run *Runner) loadEndedLogs(ctx context.Context, root kin.AgentID, known map[kin.AgentID]*kin.Agent) *agentlog.Ended {
 	t := &agentlog.Ended{}
 	below := run.lineage.Subtree(root)
 	if len(below) < 2 {
 		return t
 	}
-	as, err := run.store.AgentListByIDs(ctx, below[1:])
-	if err != nil {
-		run.log.Warn("agent logs: read the ended agents'", "root", root, "err", err)
-		return t
+	var as []*kin.Agent
+	ask := below[1:]
+	if len(known) > 0 {
+		ask = nil
+		for _, id := range below[1:] {
+			if a := known[id]; a != nil {
+				as = append(as, a)
+			} else {
+				ask = append(ask, id)
+			}
+		}
+	}
+	if len(ask) > 0 {
+		read, err := run.store.AgentListByIDs(ctx, ask)
+		if err != nil {
+			run.log.Warn("agent logs: read the ended agents'", "root", root, "err", err)
+			return t
+		}
+		as = append(as, read...)
 	}
 	ended := as[:0]
 	for _, a := range as {

@@ -62,6 +62,8 @@ type Runner struct {
 	ctxAgents     map[kin.AgentID]*ctxAgent
 	agentPath     string   // PATH of agent processes
 	agentPathList []string // the same, split: every agent's path control file (read-only)
+	envKeysMu     sync.Mutex
+	envKeys       []string // the names of the last agent's environment (read-only: agents with the same names share it)
 	rtMu          sync.Mutex
 	runtimes      map[kin.AgentID]*runtime
 	adopted       map[kin.AgentID]*os.File // pidfds of re-adopted processes

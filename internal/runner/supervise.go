@@ -784,12 +784,26 @@ func (run *Runner) stopAndRecord(ctx context.Context, c *cancellation) ([]*kin.A
 	// 7-8: record.
 	now := run.now()
 	var done []*kin.Agent
+	ids := make([]kin.AgentID, len(mine))
+	for i, a := range mine {
+		ids[i] = a.ID
+	}
 	err := run.update(ctx, func(tx store.Tx, _ *store.AfterCommit) error {
 		done = done[:0]
+		// Their rows in one read (a read per agent was a third of the
+		// record's CPU in a 1,000-agent cascade).
+		rows, err := tx.AgentListByIDs(ctx, ids)
+		if err != nil {
+			return err
+		}
+		curs := make(map[kin.AgentID]*kin.Agent, len(rows))
+		for _, r := range rows {
+			curs[r.ID] = r
+		}
 		for _, a := range mine {
-			cur, err := tx.AgentGetByID(ctx, a.ID)
-			if err != nil {
-				return err
+			cur := curs[a.ID]
+			if cur == nil {
+				return fmt.Errorf("%w: agent %d", store.ErrNotFound, a.ID)
 			}
 			if cur.State.Terminal() && (cur.PID == 0 || !cur.EndedAt.IsZero()) {
 				continue // recorded by someone else (a concurrent cancellation of an overlapping subtree)
@@ -837,11 +851,11 @@ func (run *Runner) stopAndRecord(ctx context.Context, c *cancellation) ([]*kin.A
 			}
 			done = append(done, cur)
 		}
-		ids := make([]kin.AgentID, len(done))
+		ended := make([]kin.AgentID, len(done))
 		for i, a := range done {
-			ids[i] = a.ID
+			ended[i] = a.ID
 		}
-		return run.ps.RevokeAgentsTx(ctx, tx, now, ids, "agent stopped: "+reason)
+		return run.ps.RevokeAgentsTx(ctx, tx, now, ended, "agent stopped: "+reason)
 	})
 	for _, a := range mine {
 		run.removeRuntime(a.ID)
@@ -850,10 +864,12 @@ func (run *Runner) stopAndRecord(ctx context.Context, c *cancellation) ([]*kin.A
 		return nil, run.storeError(err)
 	}
 	ended := make([]kin.AgentID, len(done))
+	known := make(map[kin.AgentID]*kin.Agent, len(done))
 	for i, a := range done {
 		ended[i] = a.ID
+		known[a.ID] = a
 	}
-	run.trimEndedLogs(context.WithoutCancel(ctx), ended...)
+	run.trimEnded(context.WithoutCancel(ctx), known, ended)
 	if len(done) > 0 {
 		run.obs.Cascade(reason, len(done), began)
 		run.log.Info("cancelled", "root", root, "agents", len(done), "reason", reason)
