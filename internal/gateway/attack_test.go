@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"bufio"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -105,4 +106,43 @@ func TestHeadersBetweenAgentAndUpstream(t *testing.T) {
 			t.Errorf("the agent got the upstream's %s: %s", h, resp.Header.Get(h))
 		}
 	}
+}
+
+// FuzzRequestFields: whatever a request's fields, checking them and
+// capping its output never panics, and a request they let through goes
+// with output bounds within what is left, shared among its choices.
+func FuzzRequestFields(f *testing.F) {
+	f.Add(`{"model":"m","n":8,"max_tokens":1000}`, int64(20), 0)
+	f.Add(`{"model":"m","stream":"true","max_completion_tokens":"5"}`, int64(1), 0)
+	f.Add(`{"model":"m","max_output_tokens":3,"background":false}`, int64(5), 1)
+	f.Add(`{"model":"m","max_tokens":null}`, int64(100), 2)
+	f.Fuzz(func(t *testing.T, body string, left int64, which int) {
+		eps := []endpoint{epChat, epResponses, epMessages, epEmbeddings}
+		ep := eps[(which%4+4)%4]
+		var req map[string]json.RawMessage
+		if json.Unmarshal([]byte(body), &req) != nil || req == nil || left < 1 {
+			return
+		}
+		_ = badModelName(body)
+		if badFields(req, ep) != "" {
+			return
+		}
+		bound := capOutput(req, ep, left)
+		if bound < 0 {
+			t.Fatalf("bound %d", bound)
+		}
+		if ep.capKey == "" {
+			return
+		}
+		var n int64 = 1
+		if raw, ok := req["n"]; ok && ep == epChat {
+			json.Unmarshal(raw, &n)
+		}
+		for _, k := range []string{ep.capKey, ep.alt} {
+			var v int64
+			if raw, ok := req[k]; ok && k != "" && json.Unmarshal(raw, &v) == nil && v*n > max(left, 16, n) {
+				t.Fatalf("%s %d x %d choices with %d left: %s", k, v, n, left, body)
+			}
+		}
+	})
 }
