@@ -167,3 +167,43 @@ func TestModelGatewayAttackFanOutAndLooseTypes(t *testing.T) {
 		t.Fatalf("8 choices with %d tokens left went with max_tokens %d, max_completion_tokens %d per choice", max, sent.MaxTokens, sent.MaxCompletionTokens)
 	}
 }
+
+// TestModelGatewayAttackCredentialsAcrossRestart: after the daemon
+// restarts, an agent it re-adopted calls with the credential it was
+// given (the key is derived from the log key, which persists), and an
+// agent that ended before the restart stays refused.
+func TestModelGatewayAttackCredentialsAcrossRestart(t *testing.T) {
+	home := kintest.TempHome(t)
+	removeHomeCgroup(t, home)
+	up := fakemodel.Start(t, fakemodel.Options{Key: upstreamKey, InputTokens: 10, OutputTokens: 5})
+	opts := []kintest.Option{kintest.WithHome(home), kintest.WithHTTP(),
+		kintest.WithModelUpstream("openai", "openai", up.URL, upstreamKey)}
+	d1 := kintest.StartDaemon(t, append(opts, kintest.WithLeaveRunning())...)
+	live, err := sh(t, d1, "live", 0, nil, "sleep 600")
+	if err != nil {
+		t.Fatal(err)
+	}
+	gone, err := sh(t, d1, "gone", 0, nil, "true")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ended(t, d1, gone.ID)
+	liveCred, goneCred := d1.ModelCredential(live.ID), d1.ModelCredential(gone.ID)
+	if err := d1.Close(); err != nil {
+		t.Fatal(err)
+	}
+	d2 := kintest.StartDaemon(t, opts...)
+	kintest.WaitFor(t, 20*time.Second, "the agent to be re-adopted", func() bool {
+		a, _ := d2.Client.Agent(ctx, live.ID)
+		return a != nil && !a.Reconciling && a.Running()
+	})
+	if d2.ModelCredential(live.ID) != liveCred {
+		t.Fatalf("the credential changed across the restart")
+	}
+	if code, _, b := modelCall(t, d2, "/v1/chat/completions", liveCred, chatBody); code != 200 {
+		t.Fatalf("a re-adopted agent's credential: %d %s", code, b)
+	}
+	if code, _, b := modelCall(t, d2, "/v1/chat/completions", goneCred, chatBody); code != 401 {
+		t.Fatalf("an agent that ended before the restart: %d %s", code, b)
+	}
+}

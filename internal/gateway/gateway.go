@@ -9,6 +9,7 @@ import (
 	"io"
 	"log/slog"
 	"math"
+	"net"
 	"net/http"
 	"net/url"
 	"slices"
@@ -51,6 +52,9 @@ const (
 	// MaxResponseBytes bounds a non-streamed answer the gateway reads
 	// whole to meter it.
 	MaxResponseBytes = 64 << 20
+	// DefaultBodyTimeout bounds how long a request body may take to
+	// arrive (Config.BodyTimeout).
+	DefaultBodyTimeout = time.Minute
 	// maxEventBytes bounds one server-sent event.
 	maxEventBytes = 16 << 20
 )
@@ -87,6 +91,10 @@ type Config struct {
 	// Quota limits each agent's and each subtree's calls and tokens (the
 	// profile's quotas.model_requests, quotas.model_tokens); nil: none.
 	Quota *quota.Limiter
+	// BodyTimeout bounds how long a request's body may take to arrive
+	// (0: DefaultBodyTimeout): a body dripped slowly holds a connection
+	// before any rate limit can count the call.
+	BodyTimeout time.Duration
 	// Transport reaches the upstreams (nil: a transport of the gateway's
 	// own).
 	Transport http.RoundTripper
@@ -385,9 +393,25 @@ func (g *Gateway) serve(w http.ResponseWriter, r *http.Request, ep endpoint, onS
 		(&apiError{status: http.StatusMethodNotAllowed, code: kin.ECodeInvalid, msg: r.Method + " " + ep.path + " is not served: use POST"}).write(w, ep.api)
 		return
 	}
+	bodyTimeout := g.cfg.BodyTimeout
+	if bodyTimeout <= 0 {
+		bodyTimeout = DefaultBodyTimeout
+	}
+	rc := http.NewResponseController(w)
+	deadlineSet := rc.SetReadDeadline(g.now().Add(bodyTimeout)) == nil
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxRequestBytes))
+	if deadlineSet && err == nil {
+		rc.SetReadDeadline(time.Time{})
+	}
 	if err != nil {
 		var tooBig *http.MaxBytesError
+		var ne net.Error
+		if errors.As(err, &ne) && ne.Timeout() {
+			// The deadline stays: the rest of the body is not waited for.
+			w.Header().Set("Connection", "close")
+			(&apiError{status: http.StatusRequestTimeout, code: kin.ECodeInvalid, msg: fmt.Sprintf("the request body did not arrive within %v", bodyTimeout)}).write(w, ep.api)
+			return
+		}
 		if errors.As(err, &tooBig) {
 			(&apiError{status: http.StatusRequestEntityTooLarge, code: kin.ECodeInvalid, msg: fmt.Sprintf("the request body is larger than %d bytes", MaxRequestBytes)}).write(w, ep.api)
 			return
@@ -642,12 +666,28 @@ func setIncludeUsage(req map[string]json.RawMessage) bool {
 var dropRequestHeaders = []string{
 	"Authorization", "X-Api-Key", "Cookie", "Proxy-Authorization", "Openai-Organization", "Openai-Project",
 	"Connection", "Keep-Alive", "Proxy-Connection", "Te", "Trailer", "Transfer-Encoding", "Upgrade",
-	"Content-Length", "Accept-Encoding", "Host", "Forwarded", "X-Forwarded-For", "X-Forwarded-Host", "X-Forwarded-Proto",
+	"Content-Length", "Accept-Encoding", "Host", "Forwarded", "X-Forwarded-For", "X-Forwarded-Host", "X-Forwarded-Proto", "X-Real-Ip",
 }
 
 var dropResponseHeaders = []string{
 	"Connection", "Keep-Alive", "Proxy-Connection", "Te", "Trailer", "Transfer-Encoding", "Upgrade",
 	"Content-Length", "Set-Cookie",
+	// The operator's account at the provider is none of the agent's.
+	"Openai-Organization", "Openai-Project", "Anthropic-Organization-Id",
+}
+
+// connectionHeaders are the headers a message's Connection header names:
+// hop-by-hop, never passed on.
+func connectionHeaders(h http.Header) []string {
+	var out []string
+	for _, v := range h.Values("Connection") {
+		for _, name := range strings.Split(v, ",") {
+			if name = strings.TrimSpace(name); name != "" {
+				out = append(out, name)
+			}
+		}
+	}
+	return out
 }
 
 func (g *Gateway) upstreamRequest(ctx context.Context, r *http.Request, up Upstream, path string, body []byte) (*http.Request, error) {
@@ -662,8 +702,10 @@ func (g *Gateway) upstreamRequest(ctx context.Context, r *http.Request, up Upstr
 	if err != nil {
 		return nil, err
 	}
+	hop := connectionHeaders(r.Header)
 	for k, vs := range r.Header {
 		if slices.ContainsFunc(dropRequestHeaders, func(d string) bool { return strings.EqualFold(d, k) }) ||
+			slices.ContainsFunc(hop, func(d string) bool { return strings.EqualFold(d, k) }) ||
 			strings.HasPrefix(strings.ToLower(k), "kin-") {
 			continue
 		}
@@ -684,8 +726,10 @@ func (g *Gateway) upstreamRequest(ctx context.Context, r *http.Request, up Upstr
 }
 
 func copyResponseHeaders(w http.ResponseWriter, resp *http.Response) {
+	hop := connectionHeaders(resp.Header)
 	for k, vs := range resp.Header {
-		if slices.ContainsFunc(dropResponseHeaders, func(d string) bool { return strings.EqualFold(d, k) }) {
+		if slices.ContainsFunc(dropResponseHeaders, func(d string) bool { return strings.EqualFold(d, k) }) ||
+			slices.ContainsFunc(hop, func(d string) bool { return strings.EqualFold(d, k) }) {
 			continue
 		}
 		w.Header()[k] = slices.Clone(vs)

@@ -1,0 +1,148 @@
+package gateway
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/kin-agents/kin/kin"
+)
+
+// gatewayServer is a gateway with the mock authority on a real HTTP
+// server, in front of a real upstream (up), as the daemon serves it.
+func gatewayServer(t *testing.T, cfg Config, up http.HandlerFunc) (*Gateway, *httptest.Server) {
+	t.Helper()
+	us := httptest.NewServer(up)
+	t.Cleanup(us.Close)
+	u, _ := url.Parse(us.URL)
+	cfg.Upstreams = []Upstream{{Name: "openai", API: OpenAI, URL: u}}
+	cfg.Key = make([]byte, 32)
+	cfg.Authority = &mockAuthority{}
+	cfg.Runs = func(kin.AgentID) bool { return true }
+	g, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := httptest.NewServer(g.TCP(http.NotFoundHandler()))
+	t.Cleanup(s.Close)
+	return g, s
+}
+
+// TestSlowBodyIsCutOff: a body dripped slowly (which holds a connection
+// before any rate limit counts the call) is answered 408 once
+// BodyTimeout has passed, in the provider's shape.
+func TestSlowBodyIsCutOff(t *testing.T) {
+	g, s := gatewayServer(t, Config{BodyTimeout: 200 * time.Millisecond}, func(w http.ResponseWriter, r *http.Request) {
+		t.Errorf("a slow body reached the upstream")
+	})
+	conn, err := net.Dial("tcp", s.Listener.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	fmt.Fprintf(conn, "POST /v1/chat/completions HTTP/1.1\r\nHost: kin\r\nAuthorization: Bearer %s\r\nContent-Length: 1000\r\n\r\n{\"model\":", g.Credential(1))
+	conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		t.Fatalf("no answer to a slow body: %v", err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusRequestTimeout || !strings.Contains(string(b), "did not arrive within") {
+		t.Fatalf("a slow body: %d %s", resp.StatusCode, b)
+	}
+}
+
+// TestHeadersBetweenAgentAndUpstream: hop-by-hop headers (those the
+// Connection header names too) and X-Real-Ip do not reach the upstream;
+// the upstream's headers naming the operator's account do not reach the
+// agent.
+func TestHeadersBetweenAgentAndUpstream(t *testing.T) {
+	var mu sync.Mutex
+	var got http.Header
+	g, s := gatewayServer(t, Config{}, func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		got = r.Header.Clone()
+		mu.Unlock()
+		w.Header().Set("Openai-Organization", "operators-org")
+		w.Header().Set("Openai-Project", "proj_operator")
+		w.Header().Set("Anthropic-Organization-Id", "org-uuid")
+		w.Header().Set("Connection", "X-Upstream-Hop")
+		w.Header().Set("X-Upstream-Hop", "1")
+		w.Header().Set("Content-Type", "application/json")
+		io.WriteString(w, `{"usage":{"prompt_tokens":1,"completion_tokens":1}}`)
+	})
+	req, _ := http.NewRequest("POST", s.URL+"/v1/chat/completions", strings.NewReader(`{"model":"m","messages":[]}`))
+	req.Header.Set("Authorization", "Bearer "+g.Credential(1))
+	req.Header.Set("Connection", "keep-alive, X-Hop")
+	req.Header.Set("X-Hop", "secret")
+	req.Header.Set("X-Real-Ip", "203.0.113.9")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Fatalf("status %d", resp.StatusCode)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for _, h := range []string{"X-Hop", "X-Real-Ip"} {
+		if got.Get(h) != "" {
+			t.Errorf("the upstream got the agent's %s", h)
+		}
+	}
+	for _, h := range []string{"Openai-Organization", "Openai-Project", "Anthropic-Organization-Id", "X-Upstream-Hop"} {
+		if resp.Header.Get(h) != "" {
+			t.Errorf("the agent got the upstream's %s: %s", h, resp.Header.Get(h))
+		}
+	}
+}
+
+// FuzzRequestFields: whatever a request's fields, checking them and
+// capping its output never panics, and a request they let through goes
+// with output bounds within what is left, shared among its choices.
+func FuzzRequestFields(f *testing.F) {
+	f.Add(`{"model":"m","n":8,"max_tokens":1000}`, int64(20), 0)
+	f.Add(`{"model":"m","stream":"true","max_completion_tokens":"5"}`, int64(1), 0)
+	f.Add(`{"model":"m","max_output_tokens":3,"background":false}`, int64(5), 1)
+	f.Add(`{"model":"m","max_tokens":null}`, int64(100), 2)
+	f.Fuzz(func(t *testing.T, body string, left int64, which int) {
+		eps := []endpoint{epChat, epResponses, epMessages, epEmbeddings}
+		ep := eps[(which%4+4)%4]
+		var req map[string]json.RawMessage
+		if json.Unmarshal([]byte(body), &req) != nil || req == nil || left < 1 {
+			return
+		}
+		_ = badModelName(body)
+		if badFields(req, ep) != "" {
+			return
+		}
+		bound := capOutput(req, ep, left)
+		if bound < 0 {
+			t.Fatalf("bound %d", bound)
+		}
+		if ep.capKey == "" {
+			return
+		}
+		var n int64 = 1
+		if raw, ok := req["n"]; ok && ep == epChat {
+			json.Unmarshal(raw, &n)
+		}
+		for _, k := range []string{ep.capKey, ep.alt} {
+			var v int64
+			if raw, ok := req[k]; ok && k != "" && json.Unmarshal(raw, &v) == nil && v*n > max(left, 16, n) {
+				t.Fatalf("%s %d x %d choices with %d left: %s", k, v, n, left, body)
+			}
+		}
+	})
+}
