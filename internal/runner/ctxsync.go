@@ -62,8 +62,10 @@ type ctxWriter struct {
 // to date once its agents are stopped (stopping 2,000 agents rewrites some
 // 10,000 files, and the writer may still be behind on their spawns); what
 // is left is applied by the next daemon, from .kin-synced. A few agents'
-// changes take milliseconds.
-const shutdownDrain = 500 * time.Millisecond
+// changes take milliseconds; 2,000 agents' ends (each session's state and
+// events.jsonl) take longer than any bound worth waiting for, and the
+// shutdown of 2,000 agents has a second in all (issue 22).
+const shutdownDrain = 100 * time.Millisecond
 
 // syncedFile holds the last event the tree reflects.
 const syncedFile = ".kin-synced"
