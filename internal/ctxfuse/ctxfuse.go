@@ -111,11 +111,12 @@ func New(dir string, src Source, log *slog.Logger) (*Mount, error) {
 		log.Info("agent filesystem: detached a mount an earlier daemon left", "dir", dir, "mounts", n)
 	}
 	r := &root{src: src, log: log, uid: uint32(os.Geteuid()), gid: uint32(os.Getegid()), socks: map[string]*sockState{}, born: time.Now()}
-	// go-fuse opens /dev/fuse (and, for its poll hack, a file in the
-	// mount) without O_CLOEXEC and sets the flag afterwards: a process
-	// forked meanwhile (an agent starting) would hold the connection, so
-	// that it outlived a killed daemon and a request the dead daemon had
-	// read left its caller unkillable. No fork runs while it mounts.
+	// go-fuse's direct mount opens /dev/fuse (and, for its poll hack, a
+	// file in the mount) without O_CLOEXEC and never sets the flag on the
+	// connection: every agent's shim held the connection until its exec,
+	// so a daemon killed meanwhile left it alive and the shim blocked on a
+	// request nobody would answer. No fork runs while it mounts, and the
+	// flag is set before any can (cloexecConnections).
 	syscall.ForkLock.RLock()
 	srv, err := fs.Mount(dir, r, &fs.Options{
 		MountOptions: fuse.MountOptions{
@@ -135,6 +136,9 @@ func New(dir string, src Source, log *slog.Logger) (*Mount, error) {
 		RootStableAttr:  &fs.StableAttr{Ino: 1},
 		Logger:          nil,
 	})
+	if err == nil {
+		err = cloexecConnections()
+	}
 	syscall.ForkLock.RUnlock()
 	if err != nil {
 		return nil, fmt.Errorf("ctxfuse: mount %s: %w", dir, err)
@@ -214,6 +218,28 @@ func mounts(keep func(string) bool) ([]mountEntry, error) {
 		}
 	}
 	return out, sc.Err()
+}
+
+// cloexecConnections sets close-on-exec on every descriptor of this
+// process open on /dev/fuse (go-fuse leaves its connection's without).
+func cloexecConnections() error {
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		return fmt.Errorf("ctxfuse: %w", err)
+	}
+	for _, e := range ents {
+		fd, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		if l, _ := os.Readlink("/proc/self/fd/" + e.Name()); l != "/dev/fuse" {
+			continue
+		}
+		if _, err := unix.FcntlInt(uintptr(fd), unix.F_SETFD, unix.FD_CLOEXEC); err != nil && !errors.Is(err, unix.EBADF) {
+			return fmt.Errorf("ctxfuse: close-on-exec on /dev/fuse (descriptor %d): %w", fd, err)
+		}
+	}
+	return nil
 }
 
 // fusectl is where the kernel lists FUSE connections (the fusectl file

@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -520,5 +521,32 @@ func TestStuckMountReplaced(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("the reader is still blocked in the stuck mount after the next New")
+	}
+}
+
+// TestConnectionClosedOnExec: the mount's /dev/fuse descriptor is not
+// inherited by what the daemon starts (go-fuse leaves it without
+// close-on-exec): an agent's shim holding it kept a killed daemon's
+// connection alive and blocked on it.
+func TestConnectionClosedOnExec(t *testing.T) {
+	mountAt(t, newTableSource())
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, e := range ents {
+		if l, _ := os.Readlink("/proc/self/fd/" + e.Name()); l != "/dev/fuse" {
+			continue
+		}
+		n++
+		fd, _ := strconv.Atoi(e.Name())
+		flags, err := unix.FcntlInt(uintptr(fd), unix.F_GETFD, 0)
+		if err != nil || flags&unix.FD_CLOEXEC == 0 {
+			t.Errorf("/dev/fuse on descriptor %d: flags %#x, %v; want close-on-exec", fd, flags, err)
+		}
+	}
+	if n == 0 {
+		t.Fatal("no /dev/fuse descriptor found while mounted")
 	}
 }
