@@ -17,7 +17,6 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
-	"golang.org/x/sys/unix"
 
 	"github.com/kin-agents/kin/internal/daemon"
 	"github.com/kin-agents/kin/internal/gateway"
@@ -219,14 +218,6 @@ the socket only). Shipped profiles: ` + strings.Join(governor.ShippedProfiles(),
 			// only grows the runtime's profile records (about 1.5 MiB with
 			// 2,000 agents; issue 22's memory).
 			runtime.MemProfileRate = 0
-			// The daemon holds the operator token and the model upstreams'
-			// keys (--model-key NAME=$VAR: in its environment). No other
-			// process of its uid (an ordinary user's agents, where the
-			// kernel has no Landlock to keep them off /proc) may read its
-			// memory, environment or descriptors through /proc.
-			if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
-				return fmt.Errorf("kin serve: prctl(PR_SET_DUMPABLE, 0): %w", err)
-			}
 			d, err := daemon.Start(ctx, cfg)
 			if err != nil {
 				return kin.Errorf(kin.ECodeUnavailable, "kin serve cannot start: %v", err)

@@ -68,7 +68,6 @@ try op-socket-setsid setsid -w env -i "$KIN" --home "$H" governor set max_genera
 try tcp-stolen-token env -u KIN_SOCKET KIN_ADDR="$ADDR" KIN_TOKEN="$(cat "$H/operator.token" 2>/dev/null || echo none)" "$KIN" governor set max_generation_depth=44
 try read-daemon-environ sh -c 'cat "/proc/$DPID/environ" | grep -q PATH'
 try read-daemon-maps sh -c 'cat "/proc/$DPID/maps" | grep -q kin'
-try list-daemon-fds ls "/proc/$DPID/fd"
 try kill-daemon kill -9 "$DPID"
 try kill-other-tree kill -9 "$VICTIM"
 echo done

@@ -192,21 +192,34 @@ func TestRlimitsAreTheLimitsShown(t *testing.T) {
 	if _, ok := want["Max address space"]; !ok {
 		want["Max address space"] = fmt.Sprint(1 << 30)
 	}
+	// The shim sets them before its exec, after the spawn has returned:
+	// read until they are all there (or the deadline says which is not).
 	var limits string
-	kintest.WaitFor(t, 20*time.Second, "the agent's command to run with its limits", func() bool {
-		b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/limits", a.PID))
-		limits = string(b)
-		return strings.Contains(limits, "Max open files            99 ")
-	})
-	for name, v := range want {
-		found := false
-		for line := range strings.Lines(limits) {
-			if f := strings.Fields(strings.TrimPrefix(line, name)); strings.HasPrefix(line, name) && len(f) >= 2 && f[0] == v && f[1] == v {
-				found = true
+	missing := func() []string {
+		var out []string
+		for name, v := range want {
+			found := false
+			for line := range strings.Lines(limits) {
+				if f := strings.Fields(strings.TrimPrefix(line, name)); strings.HasPrefix(line, name) && len(f) >= 2 && f[0] == v && f[1] == v {
+					found = true
+				}
+			}
+			if !found {
+				out = append(out, fmt.Sprintf("%s %s", name, v))
 			}
 		}
-		if !found {
-			t.Errorf("%s is not %s (soft and hard) for agent %d, as its limits %+v say:\n%s", name, v, a.ID, pol.Effective.Limits, limits)
+		return out
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/limits", a.PID))
+		limits = string(b)
+		if len(missing()) == 0 {
+			return
 		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after 20 s, not (soft and hard) for agent %d: %v, as its limits %+v say:\n%s", a.ID, missing(), pol.Effective.Limits, limits)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }
