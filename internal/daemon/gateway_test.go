@@ -473,7 +473,9 @@ func TestModelGatewayModelsAllowList(t *testing.T) {
 	metrics, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
 	for _, want := range []string{`kin_model_tokens_total{kind="input",model="gpt-4o-mini"} 10`, `kin_model_tokens_total{kind="output",model="gpt-4o-mini"} 5`,
-		`kin_model_calls_total{api="openai",code="200",model="gpt-4o-mini"} 1`, `kin_model_cost_total{model="gpt-4o-mini"} 2e-05`} {
+		`kin_model_calls_total{api="openai",code="200",model="gpt-4o-mini"} 1`, `kin_model_cost_total{model="gpt-4o-mini"} 2e-05`,
+		// and by tree: the lead's is its own.
+		`kin_model_root_tokens_total{kind="input",root="` + root.ID.String() + `"} 10`, `kin_model_root_cost_total{root="` + root.ID.String() + `"} 2e-05`} {
 		if !strings.Contains(string(metrics), want) {
 			t.Errorf("/metrics lacks %s", want)
 		}

@@ -73,9 +73,17 @@ type Metrics struct {
 	modelTokens *prometheus.CounterVec
 	modelCost   *prometheus.CounterVec
 	modelDur    *prometheus.HistogramVec
-	modelMu     sync.Mutex
-	models      map[string]bool
+	// The same tokens and cost by the calling agent's tree (its root's
+	// id): at most maxRoots roots labelled, the rest "other".
+	rootTokens *prometheus.CounterVec
+	rootCost   *prometheus.CounterVec
+	modelMu    sync.Mutex
+	models     map[string]bool
+	roots      map[kin.AgentID]bool
 }
+
+// maxRoots bounds the distinct root labels of the model metrics.
+const maxRoots = 100
 
 // maxModels bounds the distinct model labels: agents choose the names.
 const maxModels = 100
@@ -137,10 +145,19 @@ func NewMetrics(src Source, clock func() time.Time, log *slog.Logger) *Metrics {
 			Help:    "Seconds from a model call's arrival at the gateway to the end of the upstream's answer (a stream's last event), by API.",
 			Buckets: []float64{.05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120, 300},
 		}, []string{"api"}),
+		rootTokens: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "kin_model_root_tokens_total",
+			Help: "Tokens of the model gateway's calls by the calling agent's tree (its root's id; past 100 roots, other) and kind: input, cached, output.",
+		}, []string{"root", "kind"}),
+		rootCost: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "kin_model_root_cost_total",
+			Help: "What the model gateway's calls cost, by the calling agent's tree (its root's id; past 100 roots, other).",
+		}, []string{"root"}),
 		models: map[string]bool{},
+		roots:  map[kin.AgentID]bool{},
 	}
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(m.modelCalls, m.modelTokens, m.modelCost, m.modelDur)
+	reg.MustRegister(m.modelCalls, m.modelTokens, m.modelCost, m.modelDur, m.rootTokens, m.rootCost)
 	reg.MustRegister(
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
@@ -202,9 +219,11 @@ func (m *Metrics) ObserveHTTP(pattern string, status int, d time.Duration) {
 	o.(prometheus.Observer).Observe(d.Seconds())
 }
 
-// ObserveModelCall counts one call through the model gateway.
-func (m *Metrics) ObserveModelCall(c kin.ModelCallData) {
+// ObserveModelCall counts one call through the model gateway, made by an
+// agent of the tree whose root is root.
+func (m *Metrics) ObserveModelCall(c kin.ModelCallData, root kin.AgentID) {
 	model := c.Model
+	rootLabel := "other"
 	m.modelMu.Lock()
 	if !m.models[model] {
 		if len(m.models) < maxModels && c.Status/100 == 2 {
@@ -213,7 +232,19 @@ func (m *Metrics) ObserveModelCall(c kin.ModelCallData) {
 			model = "other"
 		}
 	}
+	if m.roots[root] || len(m.roots) < maxRoots && root != 0 {
+		m.roots[root] = true
+		rootLabel = root.String()
+	}
 	m.modelMu.Unlock()
+	for kind, n := range map[string]int64{"input": c.InputTokens, "cached": c.CachedTokens, "output": c.OutputTokens} {
+		if n > 0 {
+			m.rootTokens.WithLabelValues(rootLabel, kind).Add(float64(n))
+		}
+	}
+	if c.Cost > 0 {
+		m.rootCost.WithLabelValues(rootLabel).Add(c.Cost)
+	}
 	m.modelCalls.WithLabelValues(c.API, model, strconv.Itoa(c.Status)).Inc()
 	if c.InputTokens > 0 {
 		m.modelTokens.WithLabelValues(model, "input").Add(float64(c.InputTokens))
