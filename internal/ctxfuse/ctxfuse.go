@@ -56,16 +56,20 @@ import (
 // ("fuse.kin-ctl").
 const FSName = "kin-ctl"
 
-// Source is what the mount serves: the daemon's registry.
+// Source is what the mount serves: the daemon's registry. Each call has
+// the context of the request it answers, which ends when the reader is
+// interrupted (a signal: FUSE's INTERRUPT): a reader waiting on a slow
+// store is killable then, since the kernel waits for the answer to a
+// request the server has read.
 type Source interface {
 	// Resolve returns the agent agent/<name> names now (0: none).
-	Resolve(name string) (kin.AgentID, error)
+	Resolve(ctx context.Context, name string) (kin.AgentID, error)
 	// Control returns agent id's control values as they are now;
 	// fs.ErrNotExist (wrapped) when the agent has no control files here.
-	Control(id kin.AgentID) (ctxfs.ControlValues, error)
+	Control(ctx context.Context, id kin.AgentID) (ctxfs.ControlValues, error)
 	// Names lists every agent agent/ holds, each name once with the agent
 	// it names.
-	Names() ([]Entry, error)
+	Names(ctx context.Context) ([]Entry, error)
 }
 
 // Entry is one name of agent/ and the agent it names.
@@ -430,14 +434,14 @@ func (r *root) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs
 	if _, err := kin.ParseName(agent); err != nil {
 		return nil, syscall.ENOENT
 	}
-	id, err := r.src.Resolve(agent)
+	id, err := r.src.Resolve(ctx, agent)
 	if err != nil {
 		return nil, r.fail("resolve "+agent, err)
 	}
 	if id == 0 && isDir {
 		// agent/<n>.d where no agent <n> exists: maybe the id file of an
 		// agent named "<n>.d".
-		if id, err = r.src.Resolve(name); err != nil {
+		if id, err = r.src.Resolve(ctx, name); err != nil {
 			return nil, r.fail("resolve "+name, err)
 		}
 		isDir = false
@@ -452,7 +456,7 @@ func (r *root) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs
 		n.attr(&out.Attr)
 		return r.NewInode(ctx, n, fs.StableAttr{Mode: syscall.S_IFREG, Ino: ino(id, kindID)}), 0
 	}
-	v, err := r.src.Control(id)
+	v, err := r.src.Control(ctx, id)
 	if err != nil {
 		return nil, r.fail("control "+agent, err)
 	}
@@ -462,7 +466,7 @@ func (r *root) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs
 }
 
 func (r *root) Readdir(ctx context.Context) (fs.DirStream, syscall.Errno) {
-	es, err := r.src.Names()
+	es, err := r.src.Names(ctx)
 	if err != nil {
 		return nil, r.fail("list", err)
 	}
@@ -676,7 +680,7 @@ func (d *ctlDir) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*
 			continue
 		}
 		n := &ctlFile{d: d, idx: i}
-		if errno := n.fill(&out.Attr); errno != 0 {
+		if errno := n.fill(ctx, &out.Attr); errno != 0 {
 			return nil, errno
 		}
 		out.SetEntryTimeout(forever)
@@ -723,8 +727,8 @@ var (
 )
 
 // render is the file's content now.
-func (n *ctlFile) render() ([]byte, time.Time, syscall.Errno) {
-	v, err := n.d.r.src.Control(n.d.id)
+func (n *ctlFile) render(ctx context.Context) ([]byte, time.Time, syscall.Errno) {
+	v, err := n.d.r.src.Control(ctx, n.d.id)
 	if err != nil {
 		return nil, time.Time{}, n.d.r.fail("control "+n.d.id.String(), err)
 	}
@@ -736,8 +740,8 @@ func (n *ctlFile) render() ([]byte, time.Time, syscall.Errno) {
 }
 
 // fill sets a's attributes, the size of the content now included.
-func (n *ctlFile) fill(a *fuse.Attr) syscall.Errno {
-	b, t, errno := n.render()
+func (n *ctlFile) fill(ctx context.Context, a *fuse.Attr) syscall.Errno {
+	b, t, errno := n.render(ctx)
 	if errno != 0 {
 		return errno
 	}
@@ -754,7 +758,7 @@ func (n *ctlFile) fill(a *fuse.Attr) syscall.Errno {
 }
 
 func (n *ctlFile) Getattr(ctx context.Context, f fs.FileHandle, out *fuse.AttrOut) syscall.Errno {
-	if errno := n.fill(&out.Attr); errno != 0 {
+	if errno := n.fill(ctx, &out.Attr); errno != 0 {
 		return errno
 	}
 	// The size is the content's now, also for an open file's fstat (go-fuse
@@ -779,7 +783,7 @@ func (n *ctlFile) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32
 	if flags&(syscall.O_ACCMODE|syscall.O_TRUNC) != syscall.O_RDONLY {
 		return nil, 0, syscall.EROFS
 	}
-	b, _, errno := n.render()
+	b, _, errno := n.render(ctx)
 	if errno != 0 {
 		return nil, 0, errno
 	}

@@ -2,6 +2,7 @@ package ctxfuse_test
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -91,13 +92,13 @@ func (s *tableSource) set(t *testing.T, a kin.Agent, rt ctxfs.Runtime) ctxfs.Con
 	return v
 }
 
-func (s *tableSource) Resolve(name string) (kin.AgentID, error) {
+func (s *tableSource) Resolve(_ context.Context, name string) (kin.AgentID, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.byName[name], nil
 }
 
-func (s *tableSource) Control(id kin.AgentID) (ctxfs.ControlValues, error) {
+func (s *tableSource) Control(_ context.Context, id kin.AgentID) (ctxfs.ControlValues, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	v, ok := s.values[id]
@@ -107,7 +108,7 @@ func (s *tableSource) Control(id kin.AgentID) (ctxfs.ControlValues, error) {
 	return v, nil
 }
 
-func (s *tableSource) Names() ([]ctxfuse.Entry, error) {
+func (s *tableSource) Names(context.Context) ([]ctxfuse.Entry, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	var es []ctxfuse.Entry
@@ -548,5 +549,52 @@ func TestConnectionClosedOnExec(t *testing.T) {
 	}
 	if n == 0 {
 		t.Fatal("no /dev/fuse descriptor found while mounted")
+	}
+}
+
+// stallSource answers control values only once release is closed (a store
+// that does not answer), or ends the request when its context does.
+type stallSource struct {
+	*tableSource
+	release chan struct{}
+}
+
+func (s stallSource) Control(ctx context.Context, id kin.AgentID) (ctxfs.ControlValues, error) {
+	select {
+	case <-s.release:
+	case <-ctx.Done():
+		return ctxfs.ControlValues{}, ctx.Err()
+	}
+	return s.tableSource.Control(ctx, id)
+}
+
+// TestKilledReaderNotHeldByTheStore: a reader waiting on a control file
+// whose answer waits on the store is killable: the kernel waits for the
+// answer to a request the server has read, and the signal's INTERRUPT ends
+// the source's context, so the answer comes at once (a host cut off from
+// its store fences its agents within fence-after and grace).
+func TestKilledReaderNotHeldByTheStore(t *testing.T) {
+	src := stallSource{tableSource: newTableSource(), release: make(chan struct{})}
+	a, rt := agentValues(7, "coder", 4001)
+	src.set(t, a, rt)
+	_, dir := mountAt(t, src)
+	defer close(src.release)
+	reader := exec.Command(os.Args[0], "-test.run=^$", filepath.Join(dir, "coder.d", ctxfs.CtlStatus))
+	reader.Env = append(os.Environ(), "KIN_CTXFUSE_HELPER=read")
+	if err := reader.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan struct{})
+	go func() { reader.Wait(); close(exited) }()
+	defer reader.Process.Kill()
+	kintest.WaitFor(t, 10*time.Second, "the reader waiting on the stalled store", func() bool {
+		b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/wchan", reader.Process.Pid))
+		return strings.Contains(string(b), "request_wait")
+	})
+	reader.Process.Signal(syscall.SIGKILL)
+	select {
+	case <-exited:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the killed reader is still held by a request the stalled store has not answered")
 	}
 }

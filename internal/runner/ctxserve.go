@@ -69,15 +69,17 @@ type ctlSource struct {
 	names map[string]kin.AgentID // the latest agent of each name this daemon saw
 }
 
-// srcTimeout bounds one answer: a reader waits on it in the kernel.
-const srcTimeout = 10 * time.Second
+// srcTimeout bounds one answer: a reader waits on it in the kernel (and
+// a reader that is killed, only until the store's read sees its request
+// interrupted). A host cut off from its store answers EIO after it.
+const srcTimeout = 2 * time.Second
 
 // Resolve: the live agent of that name; else the latest this host had of
 // it (names are unique among live agents only, and an ended agent's files
 // stay until its name is taken again).
-func (s *ctlSource) Resolve(name string) (kin.AgentID, error) {
+func (s *ctlSource) Resolve(ctx context.Context, name string) (kin.AgentID, error) {
 	run := s.run
-	ctx, cancel := context.WithTimeout(context.Background(), srcTimeout)
+	ctx, cancel := context.WithTimeout(ctx, srcTimeout)
 	defer cancel()
 	a, err := run.store.AgentLiveByName(ctx, name)
 	switch {
@@ -118,9 +120,9 @@ func (s *ctlSource) remember(a *kin.Agent) {
 	s.mu.Unlock()
 }
 
-func (s *ctlSource) Control(id kin.AgentID) (ctxfs.ControlValues, error) {
+func (s *ctlSource) Control(ctx context.Context, id kin.AgentID) (ctxfs.ControlValues, error) {
 	run := s.run
-	ctx, cancel := context.WithTimeout(context.Background(), srcTimeout)
+	ctx, cancel := context.WithTimeout(ctx, srcTimeout)
 	defer cancel()
 	a, err := run.store.AgentGetByID(ctx, id)
 	if errors.Is(err, store.ErrNotFound) || (err == nil && !run.ownsAgent(a)) {
@@ -136,9 +138,9 @@ func (s *ctlSource) Control(id kin.AgentID) (ctxfs.ControlValues, error) {
 	return ctxfs.ControlFor(a, rt)
 }
 
-func (s *ctlSource) Names() ([]ctxfuse.Entry, error) {
+func (s *ctlSource) Names(ctx context.Context) ([]ctxfuse.Entry, error) {
 	run := s.run
-	ctx, cancel := context.WithTimeout(context.Background(), srcTimeout)
+	ctx, cancel := context.WithTimeout(ctx, srcTimeout)
 	defer cancel()
 	all, err := run.store.AgentList(ctx, kin.AgentFilter{})
 	if err != nil {
