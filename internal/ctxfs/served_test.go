@@ -1,6 +1,7 @@
 package ctxfs_test
 
 import (
+	"context"
 	"io/fs"
 	"path/filepath"
 	"testing"
@@ -16,9 +17,11 @@ type servedValues struct {
 	values map[kin.AgentID]ctxfs.ControlValues
 }
 
-func (s servedValues) Resolve(name string) (kin.AgentID, error) { return s.byName[name], nil }
+func (s servedValues) Resolve(_ context.Context, name string) (kin.AgentID, error) {
+	return s.byName[name], nil
+}
 
-func (s servedValues) Control(id kin.AgentID) (ctxfs.ControlValues, error) {
+func (s servedValues) Control(_ context.Context, id kin.AgentID) (ctxfs.ControlValues, error) {
 	v, ok := s.values[id]
 	if !ok {
 		return v, fs.ErrNotExist
@@ -26,7 +29,7 @@ func (s servedValues) Control(id kin.AgentID) (ctxfs.ControlValues, error) {
 	return v, nil
 }
 
-func (s servedValues) Names() ([]ctxfuse.Entry, error) {
+func (s servedValues) Names(context.Context) ([]ctxfuse.Entry, error) {
 	var es []ctxfuse.Entry
 	for n, id := range s.byName {
 		es = append(es, ctxfuse.Entry{Name: n, ID: id})
