@@ -220,15 +220,16 @@ func openComponents(p string) (int, error) {
 
 // openCanonical opens p with O_PATH when p, resolved, is p itself. It
 // returns fd -1 for a path to skip: one that is not there, or one in a
-// file system whose server went away (kin's served agent/, when the daemon
-// that started this agent died while it was being set up: a grant left out
-// only takes away).
+// file system whose server went away or cannot answer (kin's served
+// agent/, when the daemon that started this agent died, or lost its store,
+// while it was being set up: EIO after the daemon's timeout). A grant left
+// out only takes away.
 func openCanonical(p string) (fd int, isDir bool, err error) {
 	fd, err = OpenNoLinks(p)
 	switch {
 	case err == nil:
 	case errors.Is(err, unix.ENOENT), errors.Is(err, unix.ENOTDIR), errors.Is(err, unix.EACCES),
-		errors.Is(err, unix.ENOTCONN), errors.Is(err, unix.ECONNABORTED):
+		errors.Is(err, unix.ENOTCONN), errors.Is(err, unix.ECONNABORTED), errors.Is(err, unix.EIO):
 		return -1, false, nil
 	case errors.Is(err, unix.ELOOP):
 		return -1, false, symlinkError(p)
