@@ -154,9 +154,6 @@ func New(dir string, src Source, log *slog.Logger) (*Mount, error) {
 	return &Mount{dir: dir, srv: srv, log: log}, nil
 }
 
-// Dir is where it is mounted.
-func (m *Mount) Dir() string { return m.dir }
-
 // Close unmounts it. The mount is detached at once (MNT_DETACH: an agent's
 // open file or working directory inside does not keep it in the tree);
 // Close then waits up to a second for the kernel to end the connection.

@@ -416,31 +416,7 @@ func TestSocketInMount(t *testing.T) {
 // TestDeadMountReplaced: a daemon killed with -9 leaves a mount answering
 // ENOTCONN; the next New detaches it and serves again.
 func TestDeadMountReplaced(t *testing.T) {
-	if err := ctxfuse.Available(); err != nil {
-		t.Skipf("FUSE: %v", err)
-	}
-	dir := filepath.Join(shortDir(t), "agent")
-	if err := os.Mkdir(dir, 0o711); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { noMountLeft(t, nil, dir) })
-	cmd := exec.Command(os.Args[0], "-test.run=^$", dir)
-	cmd.Env = append(os.Environ(), "KIN_CTXFUSE_HELPER=mount")
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		cmd.Process.Kill()
-		cmd.Wait()
-	}()
-	line, _ := bufio.NewReader(out).ReadString('\n')
-	if line != "ready\n" {
-		t.Fatalf("the mounting helper: %q", line)
-	}
+	dir, cmd := mountInHelper(t)
 	cmd.Process.Signal(syscall.SIGKILL)
 	cmd.Wait()
 	if _, err := os.Stat(filepath.Join(dir, "x")); !errors.Is(err, syscall.ENOTCONN) {
@@ -468,30 +444,7 @@ func TestDeadMountReplaced(t *testing.T) {
 // ends that connection before detaching it, so the reader gets an error
 // at once instead of hanging for as long as the connection lives.
 func TestStuckMountReplaced(t *testing.T) {
-	if err := ctxfuse.Available(); err != nil {
-		t.Skipf("FUSE: %v", err)
-	}
-	dir := filepath.Join(shortDir(t), "agent")
-	if err := os.Mkdir(dir, 0o711); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { noMountLeft(t, nil, dir) })
-	server := exec.Command(os.Args[0], "-test.run=^$", dir)
-	server.Env = append(os.Environ(), "KIN_CTXFUSE_HELPER=mount")
-	out, err := server.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := server.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		server.Process.Kill()
-		server.Wait()
-	}()
-	if line, _ := bufio.NewReader(out).ReadString('\n'); line != "ready\n" {
-		t.Fatalf("the mounting helper: %q", line)
-	}
+	dir, server := mountInHelper(t)
 	if err := server.Process.Signal(syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
@@ -597,4 +550,37 @@ func TestKilledReaderNotHeldByTheStore(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("the killed reader is still held by a request the stalled store has not answered")
 	}
+}
+
+// mountInHelper mounts a served agent/ in a fresh directory from a helper
+// process (the test binary, KIN_CTXFUSE_HELPER=mount), which the test may
+// stop or kill; the helper is killed and the mount checked gone at the
+// test's end.
+func mountInHelper(t *testing.T) (string, *exec.Cmd) {
+	t.Helper()
+	if err := ctxfuse.Available(); err != nil {
+		t.Skipf("FUSE: %v", err)
+	}
+	dir := filepath.Join(shortDir(t), "agent")
+	if err := os.Mkdir(dir, 0o711); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { noMountLeft(t, nil, dir) })
+	cmd := exec.Command(os.Args[0], "-test.run=^$", dir)
+	cmd.Env = append(os.Environ(), "KIN_CTXFUSE_HELPER=mount")
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		cmd.Process.Kill()
+		cmd.Wait()
+	})
+	if line, _ := bufio.NewReader(out).ReadString('\n'); line != "ready\n" {
+		t.Fatalf("the mounting helper: %q", line)
+	}
+	return dir, cmd
 }

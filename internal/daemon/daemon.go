@@ -233,7 +233,10 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 		d.gateway, err = gateway.New(gateway.Config{Upstreams: cfg.ModelUpstreams, Key: d.Signer.Derive("model gateway credentials"),
 			Authority: d.Authority, Runs: func(id kin.AgentID) bool { return d.Runner != nil && d.Runner.Runs(id) },
 			AgentUID: func(id kin.AgentID) (uint32, bool) { return d.Runner.AgentUID(id) },
-			Addr:     d.HTTPAddr, Quota: d.quota, Observe: func(c kin.ModelCallData) { d.metrics.ObserveModelCall(c, d.rootOf(c.Agent)); d.tracer.ModelCall(c) }, Transport: cfg.ModelTransport, Clock: d.now, Log: d.log})
+			Addr:     d.HTTPAddr, Quota: d.quota, Observe: func(c kin.ModelCallData) {
+				d.metrics.ObserveModelCall(c, d.lineage.Root(c.Agent))
+				d.tracer.ModelCall(c)
+			}, Transport: cfg.ModelTransport, Clock: d.now, Log: d.log})
 		if err != nil {
 			return nil, err
 		}
@@ -539,14 +542,4 @@ func (d *Daemon) Close() error {
 		d.log.Info("kin serve stopped")
 	})
 	return d.closeErr
-}
-
-// rootOf is the root of id's tree (id itself for a root, 0 for an agent
-// this daemon's lineage does not know).
-func (d *Daemon) rootOf(id kin.AgentID) kin.AgentID {
-	chain := d.lineage.Chain(id)
-	if len(chain) == 0 {
-		return 0
-	}
-	return chain[len(chain)-1]
 }

@@ -253,28 +253,22 @@ func route(r *http.Request) (endpoint, bool) {
 // Socket serves the gateway on agents' sockets in front of next (kin's
 // API there): the connection's agent (in the request's caller) must be
 // the one its credential names.
-func (g *Gateway) Socket(next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		ep, ok := route(r)
-		if !ok {
-			next.ServeHTTP(w, r)
-			return
-		}
-		g.serve(w, r, ep, true)
-	})
-}
+func (g *Gateway) Socket(next http.Handler) http.Handler { return g.in(next, true) }
 
 // TCP serves the gateway on the HTTP address in front of next: the
 // credential alone names the agent (see docs/ARCHITECTURE.md, "The model
 // gateway", for what that binds and what it does not).
-func (g *Gateway) TCP(next http.Handler) http.Handler {
+func (g *Gateway) TCP(next http.Handler) http.Handler { return g.in(next, false) }
+
+// in serves the gateway's routes and hands every other request to next.
+func (g *Gateway) in(next http.Handler, socket bool) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		ep, ok := route(r)
 		if !ok {
 			next.ServeHTTP(w, r)
 			return
 		}
-		g.serve(w, r, ep, false)
+		g.serve(w, r, ep, socket)
 	})
 }
 

@@ -160,6 +160,18 @@ func (l *Tree) Chain(id kin.AgentID) []kin.AgentID {
 	return out
 }
 
+// Root is the root of id's tree (id itself for a root); 0 for an unknown
+// id. One walk under the lock, without Chain's slice.
+func (l *Tree) Root(id kin.AgentID) kin.AgentID {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	root := kin.AgentID(0)
+	for a := id; a != 0 && l.hasLocked(a); a = l.parent[a] {
+		root = a
+	}
+	return root
+}
+
 // Len is the number of agents known: the largest id.
 func (l *Tree) Len() int {
 	l.mu.RLock()

@@ -37,6 +37,9 @@ func TestLineageSubtreeAndDescendants(t *testing.T) {
 	if got := fmt.Sprint(l.Chain(6)); got != "[6 2 1]" {
 		t.Errorf("Chain(6) = %s", got)
 	}
+	if l.Root(6) != 1 || l.Root(1) != 1 || l.Root(9) != 0 {
+		t.Errorf("Root(6), Root(1), Root(9) = %d %d %d; want 1 1 0", l.Root(6), l.Root(1), l.Root(9))
+	}
 	if l.Chain(9) != nil || l.Parent(5) != 2 || l.Parent(8) != 0 || l.Len() != 8 {
 		t.Error("Chain, Parent or Len is wrong")
 	}

@@ -67,7 +67,7 @@ func (r *Registry) FollowStore(from int64, log *slog.Logger, others []string, fn
 				var d kin.SpawnEscalatedData
 				if err := json.Unmarshal(e.Data, &d); err != nil {
 					log.Error("follow the store: spawn.escalated", "seq", e.Seq, "err", err)
-				} else if d.Child != 0 && d.RequestedBy != 0 {
+				} else if d.Child != 0 && d.RequestedBy != 0 && r.auth != nil {
 					r.auth.Escalated(d.Child, d.RequestedBy)
 				}
 			default:

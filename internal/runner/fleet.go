@@ -131,6 +131,11 @@ func (run *Runner) resumePlaced(ctx context.Context) {
 	if run.cfg.Host == "" {
 		return
 	}
+	// Only in a fleet of several hosts (a lone host places nothing on
+	// itself this way): the read below scans the log back for its type.
+	if hosts, err := run.store.HostList(ctx); err != nil || len(hosts) < 2 {
+		return
+	}
 	evs, err := run.store.EventList(ctx, kin.EventFilter{Types: []string{kin.EventSpawnPlaced}, Before: math.MaxInt64, Limit: resumePlacedMax})
 	if err != nil {
 		run.log.Warn("placement: resume what was placed here while this daemon was down", "err", err)

@@ -384,7 +384,11 @@ func (run *Runner) Start(ctx context.Context, agents http.Handler) error {
 		defer run.wg.Done()
 		run.resumeFetches(ctx)
 	}()
-	run.resumePlaced(ctx)
+	run.wg.Add(1)
+	go func() {
+		defer run.wg.Done()
+		run.resumePlaced(ctx)
+	}()
 	return nil
 }
 

@@ -174,10 +174,7 @@ func (t *Tracer) Spawn(ctx context.Context, kind string, parent kin.AgentID, nam
 	// span, in its tree's trace. The root is the last of the parent's
 	// chain, the agent itself for a root.
 	sctx := context.Background()
-	root := kin.AgentID(0)
-	if chain := t.lin.Chain(parent); len(chain) > 0 {
-		root = chain[len(chain)-1]
-	}
+	root := t.lin.Root(parent)
 	var tid trace.TraceID
 	if root != 0 {
 		tid = t.traceID(root)
@@ -233,11 +230,10 @@ func (t *Tracer) ModelCall(c kin.ModelCallData) {
 	}
 	end := time.Now()
 	began := end.Add(-time.Duration(c.LatencyMS * float64(time.Millisecond)))
-	chain := t.lin.Chain(c.Agent)
-	if len(chain) == 0 {
+	root := t.lin.Root(c.Agent)
+	if root == 0 {
 		return
 	}
-	root := chain[len(chain)-1]
 	sctx := trace.ContextWithRemoteSpanContext(context.Background(), trace.NewSpanContext(trace.SpanContextConfig{
 		TraceID:    t.traceID(root),
 		SpanID:     t.spanID(c.Agent),
