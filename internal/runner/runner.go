@@ -512,7 +512,12 @@ func (run *Runner) AgentUID(id kin.AgentID) (uint32, bool) {
 // Runs reports whether agent id runs on this host now (its process
 // started or starting, not yet ended): the model gateway honours an
 // agent's credential only then.
-func (run *Runner) Runs(id kin.AgentID) bool { return run.runtimeOf(id) != nil }
+func (run *Runner) Runs(id kin.AgentID) bool {
+	run.rtMu.Lock()
+	defer run.rtMu.Unlock()
+	rt := run.runtimes[id]
+	return rt != nil && !rt.exited // an exited process's credential is revoked before its end is recorded
+}
 
 // RunningCount is how many agent processes the runner supervises now.
 func (run *Runner) RunningCount() int { return run.runningCount() }

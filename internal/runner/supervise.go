@@ -51,6 +51,7 @@ type runtime struct {
 	ctx     *ctxAgent     // its place in the agent filesystem
 	ready   chan struct{} // closed once the start is recorded (or failed)
 	ending  bool          // guarded by Daemon.rtMu: a stop or cancellation records the end
+	exited  bool          // guarded by Daemon.rtMu: its process ended (its end may not be recorded yet)
 }
 
 func (run *Runner) runtimeOf(id kin.AgentID) *runtime {
@@ -456,7 +457,7 @@ func (run *Runner) handleExit(id kin.AgentID, exit kin.Exit) {
 	<-rt.ready
 	run.rtMu.Lock()
 	owned := rt.ending
-	rt.ending = true
+	rt.ending, rt.exited = true, true
 	run.rtMu.Unlock()
 	if owned {
 		return // a stop or cancellation records this end
