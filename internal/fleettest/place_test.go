@@ -122,7 +122,12 @@ func TestSpawnPlacedOnAnotherHost(t *testing.T) {
 	if !inCgroupRootOf(placed.PID, c) {
 		t.Errorf("placed-c's cgroup %s is not under c's cgroup root %v", cgroupOf(placed.PID), c.CgroupRoots())
 	}
-	if env, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", placed.PID)); err != nil || !strings.Contains(string(env), "PLACED_SECRET="+secret) {
+	// The pid is kin's shim until it has set the sandbox up and exec'd
+	// sleep (the spawn answers once the process is started and
+	// recorded); the environment read is the program's once it runs.
+	if exe := waitExe(placed.PID, sleep, 5*time.Second); exe == "" || filepath.Base(exe) != filepath.Base(sleep) {
+		t.Errorf("placed-c's process %d runs %q, want %s", placed.PID, exe, sleep)
+	} else if env, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", placed.PID)); err != nil || !strings.Contains(string(env), "PLACED_SECRET="+secret) {
 		t.Errorf("placed-c's environment lacks PLACED_SECRET (%v)", err)
 	}
 	for _, h := range []*fleettest.Host{a, b, c} {
@@ -387,5 +392,21 @@ func TestPlacedWhileItsHostRestarts(t *testing.T) {
 	}
 	if got := agentOn(a, r.ag.ID); got == nil || got.PID != r.ag.PID || got.State.Terminal() {
 		t.Errorf("the placed agent as recorded: %+v", got)
+	}
+}
+
+// waitExe waits until pid runs the program want (it has exec'd past
+// kin's shim), or until the deadline, and returns what it runs then.
+func waitExe(pid int, want string, within time.Duration) string {
+	if real, err := filepath.EvalSymlinks(want); err == nil {
+		want = real
+	}
+	deadline := time.Now().Add(within)
+	for {
+		exe, _ := os.Readlink(fmt.Sprintf("/proc/%d/exe", pid))
+		if exe == want || time.Now().After(deadline) {
+			return exe
+		}
+		time.Sleep(5 * time.Millisecond)
 	}
 }
