@@ -92,6 +92,7 @@ var dialect = &sqlstore.Dialect{
 	CachesStatements: true,
 	// Each Update's RELEASE rides with the next SAVEPOINT, or the COMMIT.
 	ChainSavepoints: true,
+	Lateral:         true,
 	// A batch's events in one statement.
 	InsertEvents: insertEvents,
 }

@@ -85,6 +85,10 @@ type Dialect struct {
 	// round trip is a trip to a server (PostgreSQL's simple query runs
 	// both, and stops at the first that fails). What commits is the same.
 	ChainSavepoints bool
+	// Lateral runs the walks over the agents (chains, subtrees, lists of
+	// ids) in their LATERAL forms (lateral.go): where the engine keeps a
+	// statement's plan made while the tables were small (PostgreSQL).
+	Lateral bool
 
 	rebound sync.Map // query → Rebind(query)
 }
@@ -94,15 +98,23 @@ func (d *Dialect) lost(err error) bool {
 	return err != nil && d != nil && d.Lost != nil && d.Lost(err)
 }
 
-// rebind is Rebind(q), computed once per query.
+// rebind is Rebind(q) of q's form on this engine (Lateral), computed
+// once per query.
 func (d *Dialect) rebind(q string) string {
-	if d == nil || d.Rebind == nil {
+	if d == nil || (d.Rebind == nil && !d.Lateral) {
 		return q
 	}
 	if v, ok := d.rebound.Load(q); ok {
 		return v.(string)
 	}
-	v, _ := d.rebound.LoadOrStore(q, d.Rebind(q))
+	form := q
+	if l, ok := lateralForms[q]; ok && d.Lateral {
+		form = l
+	}
+	if d.Rebind != nil {
+		form = d.Rebind(form)
+	}
+	v, _ := d.rebound.LoadOrStore(q, form)
 	return v.(string)
 }
 
