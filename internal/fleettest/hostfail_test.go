@@ -316,7 +316,11 @@ func TestCutOffHostFences(t *testing.T) {
 			t.Errorf("%s: %s/%s, reason %q; want terminated, reason fenced", ag.Name, got.Status, got.State, got.EndReason)
 		}
 	}
-	// b serves again: a new agent runs there.
+	// b serves again once it has rejoined (its fence lifts after it has
+	// recorded what ended while fenced): a new agent runs there.
+	kintest.WaitFor(t, time.Minute, "b's log says it rejoined the fleet", func() bool {
+		return strings.Contains(b.Stderr(), "rejoined the fleet")
+	})
 	again := spawnOn(t, b, "after-rejoin", root.ID, grace, "sleep", "1000")
 	if !alive(again.PID) {
 		t.Error("an agent spawned on b after its rejoin does not run")
