@@ -7,6 +7,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/kin-agents/kin/internal/store"
 	"github.com/kin-agents/kin/kin"
 )
 
@@ -30,6 +31,7 @@ var followTypes = []string{kin.EventAgentRegistered, kin.EventGovernorChanged, k
 func (r *Registry) FollowStore(from int64, log *slog.Logger, others []string, fn func(kin.Event)) {
 	ctx := context.Background()
 	types := append(slices.Clone(followTypes), others...)
+	here, _ := r.st.(store.AppendedHere)
 	for {
 		wake := r.wait()
 		evs, err := r.st.EventList(ctx, kin.EventFilter{Since: from, Types: types, Limit: 1000})
@@ -40,7 +42,12 @@ func (r *Registry) FollowStore(from int64, log *slog.Logger, others []string, fn
 		for _, e := range evs {
 			switch e.Type {
 			case kin.EventAgentRegistered:
-				foreign := !r.lin.Has(e.Agent) // registered by another host (or not yet added by this one)
+				// Registered by another host: not in the lineage, and not
+				// appended by this daemon's own commits (whose registering
+				// goroutine may not have added it yet: its admission is
+				// cached after its commit, and reading the chain again here
+				// was a chain read for every other registration).
+				foreign := !r.lin.Has(e.Agent) && (here == nil || !here.AppendedHere(e.Seq))
 				r.lin.Add(e.Agent, e.Parent)
 				if foreign && r.auth != nil {
 					// Its stage and policy, for what this host answers

@@ -81,6 +81,16 @@ type Notifier interface {
 	Wait() <-chan struct{}
 }
 
+// AppendedHere is a Store that knows which events its own handle's commits
+// appended: a follower of the log skips what this process already applied
+// after its own commits, though it may read the event before the
+// committing goroutine has applied it. It may forget old commits (false:
+// the follower applies the event again, which must be harmless), never
+// claim another handle's.
+type AppendedHere interface {
+	AppendedHere(seq int64) bool
+}
+
 // Reader is the read side, used outside transactions and inside them.
 type Reader interface {
 	AgentGetByID(ctx context.Context, id kin.AgentID) (*kin.Agent, error)

@@ -151,7 +151,18 @@ type Store struct {
 
 	hub      *inmem.Hub   // wakes this handle's waiters
 	notified atomic.Int64 // the largest log size waiters were woken for
+
+	hereMu sync.Mutex
+	here   []seqRange // the seqs this handle's commits appended, oldest first (AppendedHere)
 }
+
+// seqRange is the events (from, to] by seq.
+type seqRange struct{ from, to int64 }
+
+// maxHere bounds the ranges AppendedHere remembers: one per run of this
+// handle's commits not interleaved with another handle's (a daemon alone
+// on its store needs one).
+const maxHere = 256
 
 type update struct {
 	ctx  context.Context
@@ -412,10 +423,39 @@ func (s *Store) commit(batch []*update) {
 	} else if ok > 0 {
 		s.setLog(tree)
 		if appended > 0 {
+			s.appendedHere(size-int64(appended), size)
 			s.Woken(size)
 		}
 	}
 	answer()
+}
+
+// appendedHere records that this handle's commit appended the events
+// (from, to], before its waiters are woken.
+func (s *Store) appendedHere(from, to int64) {
+	s.hereMu.Lock()
+	defer s.hereMu.Unlock()
+	if n := len(s.here); n > 0 && s.here[n-1].to == from {
+		s.here[n-1].to = to // no other handle's commit in between
+		return
+	}
+	if len(s.here) == maxHere {
+		s.here = append(s.here[:0], s.here[1:]...)
+	}
+	s.here = append(s.here, seqRange{from, to})
+}
+
+// AppendedHere reports whether this handle's commits appended the event
+// seq (store.AppendedHere), as far as it remembers.
+func (s *Store) AppendedHere(seq int64) bool {
+	s.hereMu.Lock()
+	defer s.hereMu.Unlock()
+	for i := len(s.here) - 1; i >= 0; i-- {
+		if r := s.here[i]; seq > r.from && seq <= r.to {
+			return true
+		}
+	}
+	return false
 }
 
 // The savepoint each Update runs in: the same SQL on both engines,

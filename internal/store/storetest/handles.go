@@ -448,3 +448,45 @@ func raceHandles(t *testing.T, a, b store.Store, perHandle int, fn func(s store.
 	}
 	return ok.Load(), full.Load()
 }
+
+// testAppendedHere: a handle that says which events it appended
+// (store.AppendedHere) claims its own commits' events, rolled-back appends
+// excluded, and never another handle's, however the two interleave.
+func testAppendedHere(t *testing.T, a store.Store, second func() store.Store) {
+	ha, ok := a.(store.AppendedHere)
+	if !ok {
+		t.Skipf("%T does not say which events it appended (store.AppendedHere)", a)
+	}
+	b := second()
+	hb := b.(store.AppendedHere)
+	mine := map[int64]store.AppendedHere{}
+	for round := range 6 {
+		by, h := a, ha
+		if round%3 == 2 { // a, a, b, a, a, b: runs of one handle, and turns
+			by, h = b, hb
+		}
+		got, err := AppendEvents(t, by, 2*round, 2*round+2, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range got {
+			mine[e.Seq] = h
+		}
+		// An Update that fails appends nothing, and claims nothing.
+		if _, err := AppendEvents(t, by, 100, 101, errors.New("undone")); err == nil {
+			t.Fatal("a failing Update committed")
+		}
+	}
+	for seq, h := range mine {
+		for _, c := range []store.AppendedHere{ha, hb} {
+			if got, want := c.AppendedHere(seq), c == h; got != want {
+				t.Errorf("AppendedHere(%d) = %v on the handle that %s it", seq, got, map[bool]string{true: "appended", false: "did not append"}[want])
+			}
+		}
+	}
+	for _, seq := range []int64{0, int64(len(mine) + 1), -1} {
+		if ha.AppendedHere(seq) || hb.AppendedHere(seq) {
+			t.Errorf("AppendedHere(%d), an event nobody appended, is true", seq)
+		}
+	}
+}

@@ -69,6 +69,7 @@ func Exercise(t *testing.T, open Opener) {
 	t.Run("TwoHandlesHoldASpawnBudget", func(t *testing.T) { two(t, testTwoHandlesHoldASpawnBudget) })
 	t.Run("TwoHandlesHoldASpendCap", func(t *testing.T) { two(t, testTwoHandlesHoldASpendCap) })
 	t.Run("TwoHandlesAppendOneLog", func(t *testing.T) { two(t, testTwoHandlesAppendOneLog) })
+	t.Run("AppendedHere", func(t *testing.T) { two(t, testAppendedHere) })
 }
 
 // Insert stores an agent called name under parent in its own Update.
