@@ -909,6 +909,23 @@ func (au *Authority) spendLocked(id kin.AgentID) kin.Spend {
 func (au *Authority) SpendOf(id kin.AgentID) *kin.Spend {
 	au.mu.Lock()
 	defer au.mu.Unlock()
+	return au.spendOfLocked(id)
+}
+
+// SpendOfEach is SpendOf of each of ids, under the lock once (a tree's
+// every node).
+func (au *Authority) SpendOfEach(ids []kin.AgentID) []*kin.Spend {
+	out := make([]*kin.Spend, len(ids))
+	au.mu.Lock()
+	defer au.mu.Unlock()
+	for i, id := range ids {
+		out[i] = au.spendOfLocked(id)
+	}
+	return out
+}
+
+// spendOfLocked is SpendOf's answer. au.mu is held.
+func (au *Authority) spendOfLocked(id kin.AgentID) *kin.Spend {
 	s := au.spendLocked(id)
 	if s.SubtreeTokens == 0 && s.SubtreeCost == 0 && s.MaxTokens == nil && s.MaxCost == nil && s.MaxDescendants == nil && s.DeadlineAt.IsZero() && s.Exhausted == "" {
 		return nil
