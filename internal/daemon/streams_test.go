@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -31,12 +32,28 @@ func TestLogStreamsPerAgent(t *testing.T) {
 	var wg sync.WaitGroup
 	defer func() { cancel(); wg.Wait() }()
 	first, cancelFirst := context.WithCancel(c)
+	// How each held stream ended, said when the test fails (a stream that
+	// ended early is one fewer held).
+	var mu sync.Mutex
+	var ended []string
+	t.Cleanup(func() {
+		mu.Lock()
+		defer mu.Unlock()
+		if t.Failed() {
+			t.Logf("held streams that ended: %q", ended)
+		}
+	})
 	for i := range quota.MaxStreams {
 		sc := c
 		if i == 0 {
 			sc = first
 		}
-		wg.Go(func() { as.Logs(sc, kin.LogsRequest{ID: a.ID, Follow: true}, func([]byte) error { return nil }) })
+		wg.Go(func() {
+			err := as.Logs(sc, kin.LogsRequest{ID: a.ID, Follow: true}, func([]byte) error { return nil })
+			mu.Lock()
+			ended = append(ended, fmt.Sprintf("stream %d at %s: %v", i, time.Now().Format("15:04:05.000"), err))
+			mu.Unlock()
+		})
 	}
 	rateLimited := func(err error) bool {
 		var ke *kin.Error
