@@ -24,6 +24,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime/pprof"
+	"runtime/trace"
 	"slices"
 	"strconv"
 	"strings"
@@ -273,23 +274,43 @@ func BenchmarkCascade1000(b *testing.B) {
 // in it) for the timed part of BenchmarkCascade1000's iteration iter when
 // $KIN_TEST_CASCADE_CPUPROFILE is set (written to that path and .<iter>):
 // where the daemon's CPU of a cascade goes, without the tree's building.
-// It returns what stops it.
+// With $KIN_TEST_CASCADE_TRACE it writes an execution trace likewise
+// (go tool trace): where its wall time goes, kill, reap, record and
+// commit apart. It returns what stops it.
 func cascadeProfile(b *testing.B, iter int) (stop func()) {
-	path := os.Getenv("KIN_TEST_CASCADE_CPUPROFILE")
-	if path == "" {
-		return func() {}
+	var stops []func()
+	if path := os.Getenv("KIN_TEST_CASCADE_CPUPROFILE"); path != "" {
+		f, err := os.Create(fmt.Sprintf("%s.%d", path, iter))
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			f.Close()
+			b.Fatal(err)
+		}
+		stops = append(stops, func() {
+			pprof.StopCPUProfile()
+			f.Close()
+		})
 	}
-	f, err := os.Create(fmt.Sprintf("%s.%d", path, iter))
-	if err != nil {
-		b.Fatal(err)
-	}
-	if err := pprof.StartCPUProfile(f); err != nil {
-		f.Close()
-		b.Fatal(err)
+	if path := os.Getenv("KIN_TEST_CASCADE_TRACE"); path != "" {
+		f, err := os.Create(fmt.Sprintf("%s.%d", path, iter))
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := trace.Start(f); err != nil {
+			f.Close()
+			b.Fatal(err)
+		}
+		stops = append(stops, func() {
+			trace.Stop()
+			f.Close()
+		})
 	}
 	return func() {
-		pprof.StopCPUProfile()
-		f.Close()
+		for _, s := range stops {
+			s()
+		}
 	}
 }
 
