@@ -810,6 +810,7 @@ type daemonProc struct {
 	started    time.Time     // just before the exec
 	exited     chan struct{} // closed once cmd.Wait returned
 	waitErr    error
+	cpuFile    string // where it writes its own CPU time as it exits (KIN_TEST_DAEMON_CPU)
 }
 
 // startDaemonProc runs the test binary as a daemon (see TestMain) on a
@@ -829,13 +830,14 @@ func execDaemonProc(b *testing.B, g *groupCheck, pids *pidCheck, profile, home s
 		home = kintest.TempHome(b)
 	}
 	t0 := time.Now()
+	cpuFile := filepath.Join(b.TempDir(), "cpu")
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = daemonProcessEnv(b, home, "KIN_TEST_DAEMON_PROFILE="+profile)
+	cmd.Env = daemonProcessEnv(b, home, "KIN_TEST_DAEMON_PROFILE="+profile, "KIN_TEST_DAEMON_CPU="+cpuFile)
 	cmd.Stderr = os.Stderr
 	if err := cmd.Start(); err != nil {
 		b.Fatal(err)
 	}
-	p := &daemonProc{cmd: cmd, pid: cmd.Process.Pid, home: home, exited: make(chan struct{}), started: t0}
+	p := &daemonProc{cmd: cmd, pid: cmd.Process.Pid, home: home, exited: make(chan struct{}), started: t0, cpuFile: cpuFile}
 	go func() {
 		p.waitErr = cmd.Wait()
 		close(p.exited)
