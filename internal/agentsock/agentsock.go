@@ -105,6 +105,7 @@ type Socket struct {
 	fd        int                 // the listening socket; -1 once closed
 	conns     map[*agentConn]bool // open ones; nil until the first
 	closed    bool
+	unlinked  bool // its file removed (Close, Unlink)
 	capWarned bool // MaxConns was reached and logged
 }
 
@@ -182,7 +183,8 @@ func (ss *Sockets) Listen(a *kin.Agent, cred *syscall.Credential) (*Socket, erro
 	ss.mu.Lock()
 	if ss.closed {
 		ss.mu.Unlock()
-		closeListener(fd, path)
+		unix.Close(fd)
+		unix.Unlink(path)
 		return nil, errors.New("agent socket: the agents' sockets are closed (the daemon is stopping)")
 	}
 	ss.nextKey++
@@ -230,13 +232,6 @@ func listenUnix(path string, cred *syscall.Credential) (int, error) {
 		return unlink(os.NewSyscallError("listen", err))
 	}
 	return fd, nil
-}
-
-// closeListener closes listening socket fd and removes its file, as
-// net.UnixListener's Close does.
-func closeListener(fd int, path string) {
-	unix.Close(fd)
-	unix.Unlink(path)
 }
 
 // start starts the one accept loop, the first time.
@@ -317,6 +312,19 @@ func (s *Socket) Path() string { return s.path }
 // net.UnixListener does: removing it again would cost failing system calls
 // per agent, and could remove the socket of a later agent of that name.
 func (s *Socket) Close() {
+	s.Shut()
+	s.Unlink()
+}
+
+// Shut is Close but for the file: from its return no connection is
+// accepted (a connect by the path is refused: nothing listens) and none
+// that was open is served. The file stays until Unlink, which must come
+// before the agent's name can be taken again (a later agent's socket has
+// the same path). Removing a file costs more than closing a descriptor
+// (under the served agent/, a request to the daemon's own FUSE server):
+// a cancellation shuts its subtree's sockets before it signals anything,
+// and unlinks them while it waits.
+func (s *Socket) Shut() {
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
@@ -328,7 +336,7 @@ func (s *Socket) Close() {
 	fd := s.fd
 	s.fd = -1
 	s.mux.remove(fd)
-	closeListener(fd, s.path)
+	unix.Close(fd)
 	s.mu.Unlock()
 	for c := range conns {
 		c.Close()
@@ -338,15 +346,36 @@ func (s *Socket) Close() {
 	s.ss.mu.Unlock()
 }
 
-// CloseAll closes socks, several at a time when there are many: each
-// close unlinks a file, and a cancellation closes the sockets of its whole
-// subtree before it may kill anything (about 30 ms one by one for 1,110
-// agents here, 10 ms on two cores).
+// Unlink removes the file of a socket that was shut, once.
+func (s *Socket) Unlink() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.closed || s.unlinked {
+		return
+	}
+	s.unlinked = true
+	unix.Unlink(s.path)
+}
+
+// CloseAll closes socks: ShutAll, then UnlinkAll.
 func CloseAll(socks []*Socket) {
+	ShutAll(socks)
+	UnlinkAll(socks)
+}
+
+// ShutAll shuts socks (Shut).
+func ShutAll(socks []*Socket) {
+	for _, s := range socks {
+		s.Shut()
+	}
+}
+
+// UnlinkAll unlinks socks (Unlink), several at a time when there are many.
+func UnlinkAll(socks []*Socket) {
 	workers := min(goruntime.GOMAXPROCS(0), len(socks)/64)
 	if workers <= 1 {
 		for _, s := range socks {
-			s.Close()
+			s.Unlink()
 		}
 		return
 	}
@@ -355,7 +384,7 @@ func CloseAll(socks []*Socket) {
 	for range workers {
 		wg.Go(func() {
 			for i := int(next.Add(1) - 1); i < len(socks); i = int(next.Add(1) - 1) {
-				socks[i].Close()
+				socks[i].Unlink()
 			}
 		})
 	}

@@ -215,6 +215,62 @@ func TestClosedSocketRefusesAtOnceFakePeers(t *testing.T) {
 	s1.Close() // twice is safe
 }
 
+// TestShutSocketRefusesBeforeItsFileGoesFakePeers: once Shut returns (a
+// cancellation's step 3, before it signals anything), the socket refuses
+// connections and its open ones are closed while its file is still there;
+// Unlink then removes the file, once, and a Close after it is a no-op.
+// Another agent's socket is untouched throughout.
+func TestShutSocketRefusesBeforeItsFileGoesFakePeers(t *testing.T) {
+	ss := newSockets(t, 1, 2)
+	s1, s2 := listen(t, ss, 1), listen(t, ss, 2)
+	held, err := net.Dial("unix", s1.Path())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Close()
+	if _, err := ask(held); err != nil {
+		t.Fatal(err)
+	}
+
+	ShutAll([]*Socket{s1})
+	if _, err := net.Dial("unix", s1.Path()); !errors.Is(err, syscall.ECONNREFUSED) {
+		t.Errorf("a connect to the shut socket: %v, want ECONNREFUSED", err)
+	}
+	held.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if n, err := held.Read(make([]byte, 1)); err != io.EOF {
+		t.Errorf("an open connection of the shut socket read %d bytes, %v; want EOF", n, err)
+	}
+	if _, err := os.Lstat(s1.Path()); err != nil {
+		t.Errorf("the shut socket's file before Unlink: %v, want it there", err)
+	}
+	if got, err := askOnce(s2.Path()); err != nil || got != "2" {
+		t.Errorf("the other agent's socket after the shut: %q, %v", got, err)
+	}
+
+	UnlinkAll([]*Socket{s1})
+	if _, err := os.Lstat(s1.Path()); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the shut socket's file after Unlink: %v, want it removed", err)
+	}
+	// A later agent's socket at the same path is not removed by a second
+	// Unlink or a Close of the old one.
+	again, err := ss.Listen(&kin.Agent{ID: 3, Name: "a1"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer again.Close()
+	if again.Path() != s1.Path() {
+		t.Fatalf("the later agent's socket is at %s, want %s", again.Path(), s1.Path())
+	}
+	s1.Unlink()
+	s1.Close()
+	if _, err := os.Lstat(again.Path()); err != nil {
+		t.Errorf("the later agent's socket after the old one's second Unlink and Close: %v", err)
+	}
+	if got, err := askOnce(s2.Path()); err != nil || got != "2" {
+		t.Errorf("the other agent's socket at the end: %q, %v", got, err)
+	}
+}
+
 // TestConnectionCapPerSocketFakePeers: a socket holds MaxConns connections
 // open at once and closes the next as soon as it is accepted; another
 // agent's socket is not counted with it.

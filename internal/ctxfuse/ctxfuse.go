@@ -103,16 +103,12 @@ func Available() error {
 }
 
 // New mounts the served agent/ at dir (an existing directory; whatever is
-// in it is hidden while mounted) after detaching anything mounted there (a
-// killed daemon's dead mount).
+// in it is hidden while mounted). A killed daemon's dead mount there is the
+// caller's to detach first (DetachStale), before anything touches dir: the
+// runner does at its Open.
 func New(dir string, src Source, log *slog.Logger) (*Mount, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
-	}
-	if n, err := DetachStale(dir, log); err != nil {
-		return nil, err
-	} else if n > 0 {
-		log.Info("agent filesystem: detached a mount an earlier daemon left", "dir", dir, "mounts", n)
 	}
 	r := &root{src: src, log: log, uid: uint32(os.Geteuid()), gid: uint32(os.Getegid()), socks: map[string]*sockState{}, born: time.Now()}
 	// go-fuse's direct mount opens /dev/fuse (and, for its poll hack, a
@@ -273,12 +269,20 @@ func abort(dev string) error {
 	return err
 }
 
-// DetachUnder lazily unmounts every served agent/ mounted at or below dir
-// (tests' cleanups: a daemon they killed left its mount) and returns the
-// mount points.
+// DetachUnder is DetachStale for every served agent/ mounted at or below
+// dir (tests' cleanups: a daemon they killed left its mount); it returns
+// the mount points.
 func DetachUnder(dir string) ([]string, error) {
 	dir = strings.TrimSuffix(dir, "/")
-	ms, err := mounts(func(p string) bool { return p == dir || strings.HasPrefix(p, dir+"/") })
+	return detach(func(p string) bool { return p == dir || strings.HasPrefix(p, dir+"/") }, nil)
+}
+
+// detach ends the connection of every served agent/ mounted where at says
+// (its daemon was killed: nothing may stay blocked on it; an error there
+// is logged when log is given) and lazily unmounts it. It returns the
+// mount points.
+func detach(at func(point string) bool, log *slog.Logger) ([]string, error) {
+	ms, err := mounts(at)
 	if err != nil {
 		return nil, fmt.Errorf("ctxfuse: %w", err)
 	}
@@ -286,7 +290,9 @@ func DetachUnder(dir string) ([]string, error) {
 	var points []string
 	for _, m := range ms {
 		points = append(points, m.point)
-		abort(m.dev) // its daemon was killed: nothing may stay blocked on it
+		if err := abort(m.dev); err != nil && log != nil {
+			log.Warn("agent filesystem: end a dead daemon's connection", "dir", m.point, "device", m.dev, "err", err)
+		}
 		if err := unix.Unmount(m.point, unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) {
 			errs = append(errs, fmt.Errorf("ctxfuse: detach the mount at %s: %w", m.point, err))
 		}
@@ -319,22 +325,8 @@ func unescape(s string) string {
 // unmounts it and returns how many. Only for the home's own daemon, at
 // its start: no live daemon serves them.
 func DetachStale(dir string, log *slog.Logger) (int, error) {
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
-	ms, err := mounts(func(p string) bool { return p == dir })
-	if err != nil {
-		return 0, fmt.Errorf("ctxfuse: %w", err)
-	}
-	for i, m := range ms {
-		if err := abort(m.dev); err != nil {
-			log.Warn("agent filesystem: end a dead daemon's connection", "dir", dir, "device", m.dev, "err", err)
-		}
-		if err := unix.Unmount(dir, unix.MNT_DETACH); err != nil {
-			return i, fmt.Errorf("ctxfuse: detach the mount at %s: %w", dir, err)
-		}
-	}
-	return len(ms), nil
+	points, err := detach(func(p string) bool { return p == dir }, log)
+	return len(points), err
 }
 
 // Inode numbers: an agent's nodes hold its id, so a name taken again is a

@@ -414,7 +414,8 @@ func TestSocketInMount(t *testing.T) {
 }
 
 // TestDeadMountReplaced: a daemon killed with -9 leaves a mount answering
-// ENOTCONN; the next New detaches it and serves again.
+// ENOTCONN; the next daemon detaches it (DetachStale, at the runner's
+// Open) and New serves again.
 func TestDeadMountReplaced(t *testing.T) {
 	dir, cmd := mountInHelper(t)
 	cmd.Process.Signal(syscall.SIGKILL)
@@ -425,6 +426,9 @@ func TestDeadMountReplaced(t *testing.T) {
 	src := newTableSource()
 	a, rt := agentValues(7, "coder", 4001)
 	src.set(t, a, rt)
+	if n, err := ctxfuse.DetachStale(dir, nil); n != 1 || err != nil {
+		t.Fatalf("DetachStale of the dead mount: %d, %v; want 1", n, err)
+	}
 	m, err := ctxfuse.New(dir, src, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -440,9 +444,9 @@ func TestDeadMountReplaced(t *testing.T) {
 
 // TestStuckMountReplaced: a mount whose server is alive but answers
 // nothing (stopped here; a killed daemon whose connection another process
-// held did the same) leaves a reader blocked in it. The next daemon's New
-// ends that connection before detaching it, so the reader gets an error
-// at once instead of hanging for as long as the connection lives.
+// held did the same) leaves a reader blocked in it. The next daemon's
+// DetachStale ends that connection before detaching it, so the reader gets
+// an error at once instead of hanging for as long as the connection lives.
 func TestStuckMountReplaced(t *testing.T) {
 	dir, server := mountInHelper(t)
 	if err := server.Process.Signal(syscall.SIGSTOP); err != nil {
@@ -463,6 +467,9 @@ func TestStuckMountReplaced(t *testing.T) {
 		b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/wchan", reader.Process.Pid))
 		return strings.Contains(string(b), "fuse") || strings.Contains(string(b), "request_wait")
 	})
+	if n, err := ctxfuse.DetachStale(dir, nil); n != 1 || err != nil {
+		t.Fatalf("DetachStale of the stuck mount: %d, %v; want 1", n, err)
+	}
 	m, err := ctxfuse.New(dir, newTableSource(), nil)
 	if err != nil {
 		t.Fatal(err)
@@ -474,7 +481,7 @@ func TestStuckMountReplaced(t *testing.T) {
 			t.Errorf("the blocked reader: %q; want the connection's end", got.String())
 		}
 	case <-time.After(10 * time.Second):
-		t.Fatal("the reader is still blocked in the stuck mount after the next New")
+		t.Fatal("the reader is still blocked in the stuck mount after DetachStale")
 	}
 }
 

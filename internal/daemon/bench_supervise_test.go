@@ -24,6 +24,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime/pprof"
+	"runtime/trace"
 	"slices"
 	"strconv"
 	"strings"
@@ -193,11 +194,14 @@ func benchSpawnThroughput(b *testing.B, opts ...kintest.Option) {
 
 // BenchmarkCascade1000 builds a root agent with 10 x 10 x 10 owned
 // descendants (1,111 agents, grace 0), SIGKILLs the root's process and times
-// until every process of the tree is reaped and every descendant is recorded
-// cancelled. The floor, in the same iteration: 1,110 nested cgroups each
-// with one sleeping process, one cgroup.kill at the top, until cgroup.events
-// says populated 0 and every process is reaped (raw+rmdir adds removing the
-// groups, which the daemon does too). cpu-ms and raw-cpu-ms are this
+// until every process of the tree is reaped (no /proc entry left: neither
+// running nor a zombie) and every descendant is recorded cancelled (ms);
+// groups-ms is until the daemon has also removed the tree's groups (the
+// root's is removed last). The floor, in the same iteration: 1,110 nested
+// cgroups each with one sleeping process, one cgroup.kill at the top, until
+// cgroup.events says populated 0 and every process is reaped (raw-ms;
+// x-raw is ms ÷ raw-ms); raw+rmdir-ms adds removing the groups (x-raw+rmdir
+// is groups-ms ÷ raw+rmdir-ms). cpu-ms and raw-cpu-ms are this
 // process's CPU time over each (the daemon runs in it), which a busy
 // machine moves much less than wall time. Each iteration runs its own daemon,
 // closed before the floor runs, so that its SIGCHLD handler does not weigh
@@ -205,11 +209,14 @@ func benchSpawnThroughput(b *testing.B, opts ...kintest.Option) {
 func BenchmarkCascade1000(b *testing.B) {
 	g := newGroupCheck(b)
 	pids := newPidCheck(b)
-	var spent, raw, rawRm, cpu, rawCPU time.Duration
+	var spent, groups, raw, rawRm, cpu, rawCPU time.Duration
 	for iter := 0; b.Loop(); iter++ {
 		b.StopTimer()
 		d := startBenchDaemon(b, g)
 		root, tree := spawnTree(b, d.Client, pids, fmt.Sprintf("c%d", iter))
+		treePids := &pidCheck{} // this tree's, for the timed check
+		treePids.add(root)
+		treePids.add(tree...)
 		last := tree[len(tree)-1]
 		rootGroup := filepath.Join(d.cgroupRoot, "a"+root.ID.String())
 		if _, err := os.Stat(rootGroup); err != nil {
@@ -230,7 +237,10 @@ func BenchmarkCascade1000(b *testing.B) {
 			if err != nil || a.EndedAt.IsZero() {
 				return false, err
 			}
-			return cascadeDone(d, root, tree, rootGroup)
+			if ok, err := cascadeRecorded(d.Daemon, root, tree); !ok || err != nil {
+				return false, err
+			}
+			return len(treePids.leftover()) == 0, nil
 		})
 		took := time.Since(t0)
 		cpu += processCPU() - cpu0
@@ -240,6 +250,15 @@ func BenchmarkCascade1000(b *testing.B) {
 			b.Fatalf("cascade: %v", err)
 		}
 		spent += took
+		// The groups, removed in the background once their processes are
+		// reaped: timed from the kill too, but apart.
+		if err := poll(60*time.Second, 50*time.Microsecond, time.Millisecond, func() (bool, error) {
+			_, err := os.Stat(rootGroup)
+			return errors.Is(err, fs.ErrNotExist), nil
+		}); err != nil {
+			b.Fatalf("the root's group %s after the cascade: %v", rootGroup, err)
+		}
+		groups += time.Since(t0)
 		if left := pids.leftover(); len(left) > 0 {
 			b.Fatalf("processes left after the cascade: %v", left)
 		}
@@ -261,7 +280,8 @@ func BenchmarkCascade1000(b *testing.B) {
 	b.ReportMetric(ms(raw)/float64(b.N), "raw-ms")
 	b.ReportMetric(ms(rawRm)/float64(b.N), "raw+rmdir-ms")
 	b.ReportMetric(float64(spent)/float64(raw), "x-raw")
-	b.ReportMetric(float64(spent)/float64(rawRm), "x-raw+rmdir")
+	b.ReportMetric(ms(groups)/float64(b.N), "groups-ms")
+	b.ReportMetric(float64(groups)/float64(rawRm), "x-raw+rmdir")
 	// CPU time of this process (the daemon, and the poll) over the same
 	// window, and the floor's: on a busy machine the wall-clock ratio
 	// follows the load, the CPU one much less.
@@ -273,23 +293,43 @@ func BenchmarkCascade1000(b *testing.B) {
 // in it) for the timed part of BenchmarkCascade1000's iteration iter when
 // $KIN_TEST_CASCADE_CPUPROFILE is set (written to that path and .<iter>):
 // where the daemon's CPU of a cascade goes, without the tree's building.
-// It returns what stops it.
+// With $KIN_TEST_CASCADE_TRACE it writes an execution trace likewise
+// (go tool trace): where its wall time goes, kill, reap, record and
+// commit apart. It returns what stops it.
 func cascadeProfile(b *testing.B, iter int) (stop func()) {
-	path := os.Getenv("KIN_TEST_CASCADE_CPUPROFILE")
-	if path == "" {
-		return func() {}
+	var stops []func()
+	if path := os.Getenv("KIN_TEST_CASCADE_CPUPROFILE"); path != "" {
+		f, err := os.Create(fmt.Sprintf("%s.%d", path, iter))
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			f.Close()
+			b.Fatal(err)
+		}
+		stops = append(stops, func() {
+			pprof.StopCPUProfile()
+			f.Close()
+		})
 	}
-	f, err := os.Create(fmt.Sprintf("%s.%d", path, iter))
-	if err != nil {
-		b.Fatal(err)
-	}
-	if err := pprof.StartCPUProfile(f); err != nil {
-		f.Close()
-		b.Fatal(err)
+	if path := os.Getenv("KIN_TEST_CASCADE_TRACE"); path != "" {
+		f, err := os.Create(fmt.Sprintf("%s.%d", path, iter))
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := trace.Start(f); err != nil {
+			f.Close()
+			b.Fatal(err)
+		}
+		stops = append(stops, func() {
+			trace.Stop()
+			f.Close()
+		})
 	}
 	return func() {
-		pprof.StopCPUProfile()
-		f.Close()
+		for _, s := range stops {
+			s()
+		}
 	}
 }
 
@@ -770,6 +810,7 @@ type daemonProc struct {
 	started    time.Time     // just before the exec
 	exited     chan struct{} // closed once cmd.Wait returned
 	waitErr    error
+	cpuFile    string // where it writes its own CPU time as it exits (KIN_TEST_DAEMON_CPU)
 }
 
 // startDaemonProc runs the test binary as a daemon (see TestMain) on a
@@ -789,13 +830,14 @@ func execDaemonProc(b *testing.B, g *groupCheck, pids *pidCheck, profile, home s
 		home = kintest.TempHome(b)
 	}
 	t0 := time.Now()
+	cpuFile := filepath.Join(b.TempDir(), "cpu")
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = daemonProcessEnv(b, home, "KIN_TEST_DAEMON_PROFILE="+profile)
+	cmd.Env = daemonProcessEnv(b, home, "KIN_TEST_DAEMON_PROFILE="+profile, "KIN_TEST_DAEMON_CPU="+cpuFile)
 	cmd.Stderr = os.Stderr
 	if err := cmd.Start(); err != nil {
 		b.Fatal(err)
 	}
-	p := &daemonProc{cmd: cmd, pid: cmd.Process.Pid, home: home, exited: make(chan struct{}), started: t0}
+	p := &daemonProc{cmd: cmd, pid: cmd.Process.Pid, home: home, exited: make(chan struct{}), started: t0, cpuFile: cpuFile}
 	go func() {
 		p.waitErr = cmd.Wait()
 		close(p.exited)

@@ -549,9 +549,12 @@ func TestRestartFromCursorWithinIntensity(t *testing.T) {
 // TestDaemonKill9MidTree: the daemon is killed with SIGKILL while a tree
 // runs; one agent dies while it is down. The restarted daemon re-adopts the
 // living, records the dead one lost, cancels its owned child, and leaves
-// nothing running unaccounted for.
+// nothing running unaccounted for. Its agents outlive the killed daemon:
+// should the test fail before the restarted one takes them back (or stops
+// them), the home's root cgroup is killed when it ends.
 func TestDaemonKill9MidTree(t *testing.T) {
 	home := kintest.TempHome(t)
+	removeHomeCgroup(t, home)
 	proc := startDaemonProcess(t, home)
 	c, err := client.New(client.Config{Socket: filepath.Join(home, daemon.SocketName)})
 	if err != nil {

@@ -20,6 +20,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/kin-agents/kin/internal/agentsock"
 	"github.com/kin-agents/kin/internal/store"
 	"github.com/kin-agents/kin/internal/supervisor"
 	"github.com/kin-agents/kin/kin"
@@ -524,13 +525,15 @@ func (run *Runner) stopAgents(ctx context.Context) {
 			run.log.Error("stop at shutdown", "agent", id, "err", err)
 			continue
 		}
+		c.leaveFiles = true
 		plans = append(plans, c)
 	}
 	if len(plans) == 0 {
 		return
 	}
 	run.log.Info("stopping every agent", "subtrees", len(plans), "agents", len(ids), "deadline", run.cfg.ShutdownTimeout.String())
-	if err := run.silence(ctx, plans...); err != nil {
+	socks, err := run.silence(ctx, plans...)
+	if err != nil {
 		run.log.Error("stop at shutdown: mark the agents stopping", "err", err)
 	}
 	var wg sync.WaitGroup
@@ -542,4 +545,10 @@ func (run *Runner) stopAgents(ctx context.Context) {
 		})
 	}
 	wg.Wait()
+	// Their sockets' files: after the stops, which they would slow (no
+	// agent starts from now on, so no name is taken meanwhile); none on a
+	// served agent/, whose nodes end with the mount at Close.
+	if run.served == nil {
+		agentsock.UnlinkAll(socks)
+	}
 }

@@ -123,6 +123,9 @@ type Reader interface {
 	// AgentListByIDs returns the agents with the given ids, in that order;
 	// ids that do not exist are left out.
 	AgentListByIDs(ctx context.Context, ids []kin.AgentID) ([]*kin.Agent, error)
+	// AgentListByParents returns the children of the given agents, by id,
+	// in one read.
+	AgentListByParents(ctx context.Context, parents []kin.AgentID) ([]*kin.Agent, error)
 	EventList(ctx context.Context, f kin.EventFilter) ([]kin.Event, error)
 	EventLastSeq(ctx context.Context) (int64, error)
 	SettingList(ctx context.Context) (map[string]string, error)

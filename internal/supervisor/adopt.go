@@ -230,6 +230,7 @@ func (s *Supervisor) Adopt(path string) (Group, error) {
 	if err := os.Mkdir(selfDir(path), 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
 		return Group{}, fmt.Errorf("supervisor: adopt: %w", err)
 	}
+	s.mayBeFrozen.Store(true) // an earlier run may have frozen it
 	s.mu.Lock()
 	switch a := s.agents[id]; {
 	case s.closed:

@@ -247,6 +247,7 @@ func frozenDir(leaf, stopAt string) string {
 // waits for the Starts in flight that it covers to finish forking. The
 // returned func ends the registration.
 func (s *Supervisor) beginFreeze(ctx context.Context, a *agent, subtree bool) (func(), error) {
+	s.mayBeFrozen.Store(true)
 	s.mu.Lock()
 	set := []*agent{a}
 	if subtree {

@@ -414,3 +414,52 @@ func TestFreezeRacesStart(t *testing.T) {
 		}
 	})
 }
+
+// TestStopThawsWhatMayBeFrozen: agents that run as another uid than the
+// daemon's cannot write their groups' cgroup.freeze, so until kin freezes
+// a group (or adopts one, or starts a process as its own uid) a stop
+// reads none (mayBeFrozen); once it has, a stop of the frozen tree with a
+// grace thaws it, so that SIGTERM works.
+func TestStopThawsWhatMayBeFrozen(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: the agents run as another uid")
+	}
+	s := newCgroupSup(t, Config{})
+	ctx := testCtx(t)
+	nobody := func(id, parent kin.AgentID) Spec {
+		sp := sleeper(id, parent)
+		sp.Credential = &syscall.Credential{Uid: 65534, Gid: 65534}
+		sp.Dir = "/"
+		return sp
+	}
+	p1, p2, p3 := start(t, s, nobody(1, 0)), start(t, s, nobody(2, 1)), start(t, s, nobody(3, 0))
+	if s.mayBeFrozen.Load() {
+		t.Fatal("may be frozen after starting agents as another uid only")
+	}
+	if err := s.Stop(ctx, 3, 5*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if e, _ := p3.Exit(); e.Signal != syscall.SIGTERM {
+		t.Errorf("agent 3 stopped with a grace: %v, want SIGTERM", e)
+	}
+	if err := s.Freeze(ctx, 1, true); err != nil {
+		t.Fatal(err)
+	}
+	if !s.mayBeFrozen.Load() {
+		t.Fatal("not marked as may be frozen after a Freeze")
+	}
+	if err := s.Stop(ctx, 1, 5*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []*Process{p1, p2} {
+		if e, _ := p.Exit(); e.Signal != syscall.SIGTERM {
+			t.Errorf("agent %d stopped while frozen: %v, want SIGTERM", p.ID, e)
+		}
+	}
+	// A process as the daemon's own uid may freeze its group itself.
+	own := newCgroupSup(t, Config{})
+	start(t, own, sleeper(1, 0))
+	if !own.mayBeFrozen.Load() {
+		t.Error("not marked as may be frozen after starting an agent as the daemon's own uid")
+	}
+}

@@ -198,6 +198,9 @@ func (s *Supervisor) Start(ctx context.Context, spec Spec) (*Process, error) {
 		argv0 = p
 	}
 
+	if spec.Credential == nil || int(spec.Credential.Uid) == os.Geteuid() {
+		s.mayBeFrozen.Store(true) // it may write cgroup.freeze
+	}
 	a, created, err := s.beginStart(spec)
 	if err != nil {
 		return nil, err

@@ -193,10 +193,25 @@ func (s *Supervisor) ownsOrphan(pid int) bool {
 // reapOrphansIn waits for, and reaps, the unclaimed children of this process
 // whose cgroup is dir or below it: re-parented orphans of a group being
 // stopped. Call it once the group is empty: they are then all exiting.
+//
+// Listing the children reads every thread's children file under spawnMu
+// held exclusively, which a shutdown stopping a hundred subtrees at once
+// made a hundred times in a row (the last stop waited a second and more on
+// a busy machine): one list, begun after the caller came (so after its
+// group emptied), serves every caller waiting for it (unclaimedChildren).
 func (s *Supervisor) reapOrphansIn(ctx context.Context, dir string) {
+	pids := unclaimedChildren()
+	if len(pids) == 0 {
+		return
+	}
 	var fds []*os.File
-	spawnMu.Lock()
-	for _, pid := range childPids() {
+	// Shared: no sweep reaps an unclaimed child meanwhile, so a pid listed
+	// is still the same child when its pidfd is opened. (Another caller
+	// whose group holds dir may reap one first: then its pidfd_open or its
+	// wait fails, and its pid names no new child in dir, where nothing
+	// starts once it is stopped.)
+	spawnMu.RLock()
+	for _, pid := range pids {
 		if isClaimed(pid) {
 			continue
 		}
@@ -204,18 +219,72 @@ func (s *Supervisor) reapOrphansIn(ctx context.Context, dir string) {
 		if err != nil || !within(d, dir) {
 			continue
 		}
-		// pid is an unreaped child and only holders of spawnMu reap
-		// unclaimed children, so pidfd_open names the right process.
 		fd, err := unix.PidfdOpen(pid, unix.PIDFD_NONBLOCK)
 		if err != nil {
 			continue
 		}
 		fds = append(fds, os.NewFile(uintptr(fd), "pidfd"))
 	}
-	spawnMu.Unlock()
+	spawnMu.RUnlock()
 	for _, f := range fds {
 		reapPidfd(ctx, f)
 		f.Close()
+	}
+}
+
+// orphanLists coalesces reapOrphansIn's lists of children: a caller waits
+// for the next list to begin after it came, which every caller that came
+// while one was being made shares.
+var orphanLists struct {
+	mu      sync.Mutex
+	running bool        // makeOrphanLists runs
+	next    *orphanList // the list the callers that came since the last one began wait for
+}
+
+type orphanList struct {
+	done chan struct{}
+	pids []int // the unclaimed children when it was made
+}
+
+// unclaimedChildren lists this process's children not claimed by a
+// supervisor's reaping, in a list begun after the call.
+func unclaimedChildren() []int {
+	orphanLists.mu.Lock()
+	l := orphanLists.next
+	if l == nil {
+		l = &orphanList{done: make(chan struct{})}
+		orphanLists.next = l
+	}
+	if !orphanLists.running {
+		orphanLists.running = true
+		go makeOrphanLists()
+	}
+	orphanLists.mu.Unlock()
+	<-l.done
+	return l.pids
+}
+
+// makeOrphanLists makes the lists callers wait for, one after the other,
+// until none is waited for.
+func makeOrphanLists() {
+	for {
+		orphanLists.mu.Lock()
+		l := orphanLists.next
+		orphanLists.next = nil
+		if l == nil {
+			orphanLists.running = false
+			orphanLists.mu.Unlock()
+			return
+		}
+		orphanLists.mu.Unlock()
+		spawnMu.Lock()
+		for _, pid := range childPids() {
+			if !isClaimed(pid) {
+				l.pids = append(l.pids, pid)
+			}
+		}
+		spawnMu.Unlock()
+		close(l.done)
 	}
 }
 

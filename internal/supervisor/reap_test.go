@@ -1,9 +1,12 @@
 package supervisor
 
 import (
+	"fmt"
 	"os"
+	"path/filepath"
 	"runtime"
 	"strconv"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -121,4 +124,45 @@ func TestExitFoundBehindAForeignZombie(t *testing.T) {
 	if got, err := syscall.Wait4(pid, &ws, syscall.WNOHANG, nil); got != pid || err != nil || ws.ExitStatus() != 0 {
 		t.Fatalf("the foreign child's status: %d %v %v, want it left for its waiter", got, err, ws)
 	}
+}
+
+// TestConcurrentStopsReapTheirOrphans: stops of many groups at once (a
+// shutdown's) share their lists of the process's children
+// (unclaimedChildren), and each still returns only once the orphans its
+// group's processes left, re-parented to this process, are reaped.
+func TestConcurrentStopsReapTheirOrphans(t *testing.T) {
+	s := newCgroupSup(t, Config{})
+	const n = 12
+	dir := t.TempDir()
+	ws := make([]pidWatch, n)
+	for i := range n {
+		pids := filepath.Join(dir, fmt.Sprintf("pids%d", i))
+		env := []string{"PATH=/usr/bin:/bin", "PIDS=" + pids}
+		start(t, s, Spec{ID: kin.AgentID(i + 1), Env: env, Argv: []string{"/bin/sh", "-c",
+			`( setsid sh -c 'echo "orphan $$" >> "$PIDS"; exec sleep 1000' & ); exec sleep 1000`}})
+		var orphan int
+		waitFor(t, 5*time.Second, "an orphan", func() bool {
+			orphan = readLabels(pids)["orphan"]
+			if orphan == 0 {
+				return false
+			}
+			st, err := readStat(orphan)
+			return err == nil && st.ppid == os.Getpid()
+		})
+		ws[i] = watchPid(t, orphan)
+	}
+	ctx := testCtx(t)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			if err := s.Stop(ctx, kin.AgentID(i+1), 0); err != nil {
+				t.Errorf("Stop %d: %v", i+1, err)
+				return
+			}
+			if !ws[i].reaped() {
+				t.Errorf("agent %d's orphan is not reaped when its Stop returns", i+1)
+			}
+		})
+	}
+	wg.Wait()
 }

@@ -324,8 +324,11 @@ func (s *Supervisor) killCgroup(ctx context.Context, dir string, grace time.Dura
 // opened. (Two reads of the group instead of one of /proc/<pid>/cgroup per
 // process: a shutdown signals thousands at once.) With thaw, each group's
 // cgroup.freeze is cleared first, in the same walk: a frozen process
-// cannot act on SIGTERM.
+// cannot act on SIGTERM. Unless a group may be frozen (mayBeFrozen) that
+// is not read: a third of the walk's reads, which a shutdown of 2,000
+// agents made by the thousand while they died.
 func (s *Supervisor) signalTree(dir string, thaw bool, sigs ...unix.Signal) {
+	thaw = thaw && s.mayBeFrozen.Load()
 	cgroup.Walk(dir, func(d string) error {
 		if thaw {
 			if on, err := cgroup.FreezeSet(d); err == nil && on {

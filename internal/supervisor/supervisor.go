@@ -133,6 +133,13 @@ type Supervisor struct {
 	sigch    chan os.Signal
 	// sweepLater: a sweep is due sweepAgain from now (reap.go).
 	sweepLater atomic.Bool
+	// mayBeFrozen: some group of the tree may have its cgroup.freeze set,
+	// so a stop thaws as it signals (signalTree), reading each group's:
+	// kin froze one (Freeze), took one over from an earlier run (Adopt),
+	// or started a process that runs as the daemon's own uid, which may
+	// write the groups' files. Until then none can be: the groups are the
+	// daemon's, mode 0755, and its agents other uids. Never cleared.
+	mayBeFrozen atomic.Bool
 
 	// unwatched: Close took the processes out of the reaping loop
 	// (guarded by children.mu, reap.go).

@@ -347,6 +347,13 @@ func (r reader) agentsByRange(ctx context.Context) (out []*kin.Agent, ok bool, e
 
 // idArray writes ids as a JSON array, which SQLite unnests with json_each:
 // one statement for any number of ids.
+func (r reader) AgentListByParents(ctx context.Context, parents []kin.AgentID) ([]*kin.Agent, error) {
+	if len(parents) == 0 {
+		return []*kin.Agent{}, nil
+	}
+	return r.agents(ctx, sqlAgentByParents, idArray(parents))
+}
+
 func idArray(ids []kin.AgentID) string {
 	b := make([]byte, 0, len(ids)*7)
 	b = append(b, '[')

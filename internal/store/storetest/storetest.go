@@ -215,6 +215,29 @@ func testAgentListMany(t *testing.T, s store.Store) {
 	if got, err := s.AgentList(ctx, kin.AgentFilter{Parent: 1, HasParent: true}); err != nil || len(got) != 10 {
 		t.Errorf("AgentList of agent 1's children: %d rows, %v", len(got), err)
 	}
+	// The children of several agents in one read, by id; a parent without
+	// children or unknown adds none.
+	got, err := s.AgentListByParents(ctx, []kin.AgentID{30, 2, n + 1, 3, 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want []kin.AgentID
+	for _, p := range []kin.AgentID{2, 3, 30} {
+		for k := range kin.AgentID(10) {
+			want = append(want, 10*(p-1)+2+k)
+		}
+	}
+	if len(got) != len(want) {
+		t.Fatalf("AgentListByParents(30, 2, %d, 3, 2): %d rows, want %d", n+1, len(got), len(want))
+	}
+	for i, a := range got {
+		if a.ID != want[i] || a.Parent != kin.AgentID(1+(int(a.ID)-2)/10) {
+			t.Fatalf("AgentListByParents row %d: agent %d (parent %d), want %d", i, a.ID, a.Parent, want[i])
+		}
+	}
+	if got, err := s.AgentListByParents(ctx, nil); err != nil || len(got) != 0 {
+		t.Errorf("AgentListByParents of none: %d rows, %v", len(got), err)
+	}
 }
 
 func testAncestorsAndSubtree(t *testing.T, s store.Store) {
