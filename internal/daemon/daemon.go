@@ -310,6 +310,12 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 		return nil, err
 	}
 	d.Authority.ArmDeadlines(ctx)
+	// Started: what only the start ran of the binary need not stay mapped.
+	if n, err := unmapStartupPages(); err != nil {
+		d.log.Debug("the binary's start-up pages stay mapped", "err", err)
+	} else if n > 0 {
+		d.log.Debug("the binary's start-up pages unmapped (cached, mapped back as used)", "bytes", n)
+	}
 	// Open both listeners before serving either, so no request sees a
 	// half-started daemon.
 	if err := d.listenUnix(); err != nil {

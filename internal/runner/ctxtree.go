@@ -26,11 +26,14 @@ import (
 
 // ctxAgent is what the daemon knows of one agent's place in the tree.
 type ctxAgent struct {
-	session     ctxfs.Session // zero Agent: none
-	parent      ctxfs.Session // the parent's session; zero Agent: none
-	childDir    string        // the folder's name in the parent's context/child/
-	rt          ctxfs.Runtime // the control values beyond kin.Agent
-	contract    handoff.Contract
+	session  ctxfs.Session // zero Agent: none
+	parent   ctxfs.Session // the parent's session; zero Agent: none
+	childDir string        // the folder's name in the parent's context/child/
+	rt       ctxfs.Runtime // the control values beyond kin.Agent
+	// contract is its handoff's; nil: the default (no handoff). A pointer
+	// keeps the record in the 512-byte size class (was 640 with the
+	// contract inline and a default one allocated for every agent).
+	contract    *handoff.Contract
 	hasHandoff  bool
 	inputRefs   []string // the paths of its input refs
 	resultChan  bool     // it hands a result back (kin.Agent.Result is set)
@@ -184,11 +187,12 @@ func (run *Runner) prepareCtx(ctx context.Context, a *kin.Agent, spec store.Proc
 // in the tree: the contract its result is checked against, its input refs,
 // and the mount and policy subsets its control files show.
 func (c *ctxAgent) setHandoff(h *handoff.Handoff) {
-	c.contract = handoff.DefaultContract()
+	c.contract = nil
 	if h == nil {
 		return
 	}
-	c.hasHandoff, c.contract = true, h.Contract
+	contract := h.Contract
+	c.hasHandoff, c.contract = true, &contract
 	for _, r := range h.Refs {
 		c.inputRefs = append(c.inputRefs, r.Path)
 	}

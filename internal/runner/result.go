@@ -106,7 +106,16 @@ func (run *Runner) checkResult(c *ctxAgent, dir string) (handoff.Report, error) 
 	if run.uids != nil {
 		opts.AbsRoots = c.absRoots()
 	}
-	return handoff.CheckRoot(c.contract, root, opts)
+	return handoff.CheckRoot(c.resultContract(), root, opts)
+}
+
+// resultContract is the contract c's result is checked against: its
+// handoff's, else the default.
+func (c *ctxAgent) resultContract() handoff.Contract {
+	if c.contract != nil {
+		return *c.contract
+	}
+	return handoff.DefaultContract()
 }
 
 // absRoots are the absolute paths a child's refs may be verified under.
