@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"unsafe"
@@ -57,6 +58,40 @@ type viewEntry struct {
 	ino    uint64
 	fd     int // -1: a mount root, opened by each Ruleset (mountRoot)
 	access uint64
+	// closed: when last looked at, the entry gave others nothing (no
+	// permission bits for others) and had no ACL: a rule on it would
+	// grant an agent that neither owns it nor is in its group nothing the
+	// kernel's own checks allow (see closedTo). Ruleset looks again each
+	// time; an entry seen open is never looked at again.
+	closed   bool
+	uid, gid uint32
+	ctim     unix.Timespec // when the ACL was last looked for
+}
+
+// lookEntry notes whether the entry open as fd is closed to others.
+func lookEntry(e *viewEntry) {
+	var st unix.Stat_t
+	if e.fd < 0 || unix.Fstat(e.fd, &st) != nil || st.Mode&0o007 != 0 {
+		e.closed = false
+		return
+	}
+	if !e.closed || st.Ctim != e.ctim {
+		// An ACL set or changed changes the inode's ctime. O_PATH
+		// descriptors take no xattr calls: through /proc, which names
+		// this very inode whatever its path is now.
+		if _, err := unix.Getxattr("/proc/self/fd/"+strconv.Itoa(e.fd), "system.posix_acl_access", nil); err == nil {
+			e.closed = false
+			return
+		}
+	}
+	e.closed, e.uid, e.gid, e.ctim = true, st.Uid, st.Gid, st.Ctim
+}
+
+// closedTo reports whether the closed entry e gives an agent running as
+// uid with gids nothing: not its owner, not in its group (root is never
+// refused anything by modes).
+func (e *viewEntry) closedTo(uid int, gids []int) bool {
+	return e.closed && uid != 0 && int(e.uid) != uid && !slices.Contains(gids, int(e.gid))
 }
 
 func closeEntry(e viewEntry) {
@@ -141,6 +176,17 @@ func (v *View) Ruleset(abi int, scopeSignals bool, uid int, gids []int) (int, er
 			a := e.access & handled
 			if a == 0 {
 				continue
+			}
+			// An entry closed to others gets no rule for an agent it is
+			// closed to: in a busy /tmp most are (os.MkdirTemp makes 0700
+			// directories), and each rule costs a system call in every
+			// spawn. Looked at again now: it may have been opened since.
+			if e.closed {
+				lookEntry(&e)
+				d.entries[name] = e
+				if e.closedTo(uid, gids) {
+					continue
+				}
 			}
 			efd := e.fd
 			if efd < 0 {
@@ -351,7 +397,9 @@ func (v *View) readEntries(dfd int, dir string, d *viewDir, seen map[string]bool
 				unix.Close(fd)
 				fd = -1
 			}
-			d.entries[name] = viewEntry{ino: de.Ino, fd: fd, access: a}
+			e := viewEntry{ino: de.Ino, fd: fd, access: a}
+			lookEntry(&e)
+			d.entries[name] = e
 			v.held++
 			if v.held > maxViewEntries {
 				return nil // refreshAll gives up
