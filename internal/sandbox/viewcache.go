@@ -28,7 +28,10 @@ import (
 // the agent's user; the View walks as the daemon (root), so it shares a
 // view only with agents for which every directory on the chains grants
 // what it grants to others (no owner or group of the agent's, no ACL);
-// otherwise Ruleset says so and the shim walks itself.
+// otherwise Ruleset says so and the shim walks itself. Unlike the walk,
+// it gives an agent no rule for an entry closed to it (closedTo): such a
+// rule lets through nothing the modes allow, and a busy /tmp is mostly
+// such entries (each rule a system call in every spawn).
 type View struct {
 	special []string // Hidden and the RO paths outside them, sorted
 
