@@ -3,11 +3,13 @@ package runner
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/kin-agents/kin/internal/ctxfs"
@@ -40,9 +42,10 @@ type ctxWriter struct {
 	advance chan struct{}        // closed and replaced when applied moves
 	touched map[kin.AgentID]bool // changed without an event (heartbeats)
 	kick    chan struct{}        // one value when touched gains an agent: no commit with events wakes the writer for it
-	// recorded is the last event seq written to the progress file (only
-	// the writer's goroutine uses it).
+	// recorded is the last event seq written to the progress file, kept
+	// open as progress (only the writer's goroutine uses them).
 	recorded int64
+	progress *os.File
 
 	// rebuild: the tree is being rebuilt after a crash of the machine
 	// (checkBoot): every agent's session files are repaired once
@@ -125,8 +128,32 @@ func (w *ctxWriter) checkBoot() {
 	}
 }
 
+// record writes seq to the progress file, in place: a fixed-width number
+// (zero-padded: as wide as any earlier content) over the last, one
+// pwrite into a file kept open, where a new file renamed over the old one
+// for every batch cost an inode, and the churn of freed inodes in the
+// ctx root. A crash of the daemon leaves one or the other number (the
+// write is one call into the page cache); a crash of the machine is
+// checkBoot's, which rebuilds from event 0 whatever the file says.
+func (w *ctxWriter) record(seq int64) error {
+	if w.progress == nil {
+		f, err := os.OpenFile(filepath.Join(w.d.ctx.Root, syncedFile), os.O_RDWR|os.O_CREATE|syscall.O_NOFOLLOW, 0o600)
+		if err != nil {
+			return err
+		}
+		w.progress = f
+	}
+	_, err := w.progress.WriteAt(fmt.Appendf(nil, "%020d\n", seq), 0)
+	return err
+}
+
 func (w *ctxWriter) run() {
 	defer close(w.done)
+	defer func() {
+		if w.progress != nil {
+			w.progress.Close()
+		}
+	}()
 	for {
 		changed := w.d.store.Wait()
 		w.sync()
@@ -270,8 +297,7 @@ func (w *ctxWriter) sync() {
 			// need not be recorded at once: a restart replays it for nothing.
 			if len(ids) > 0 || last-w.recorded >= recordEvery {
 				w.recorded = last
-				if err := w.d.ctx.WriteFile(filepath.Join(w.d.ctx.Root, syncedFile), []byte(strconv.FormatInt(last, 10)+"\n"),
-					ctxfs.Owner{UID: os.Geteuid(), GID: os.Getegid()}, 0o600); err != nil {
+				if err := w.record(last); err != nil {
 					w.d.log.Error("agent filesystem: record progress", "err", err)
 				}
 			}
