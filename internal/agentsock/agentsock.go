@@ -171,9 +171,12 @@ func (ss *Sockets) Listen(a *kin.Agent, cred *syscall.Credential) (*Socket, erro
 		return nil, err
 	}
 	// A socket file left by an earlier agent of that name (names are unique
-	// only among live agents) or by a crash is stale.
-	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return nil, err
+	// only among live agents) or by a crash is stale. Unlink, not
+	// os.Remove: that tries rmdir after every unlink that failed, the
+	// usual ENOENT included (on the served agent/, one more request to the
+	// daemon in every spawn).
+	if err := unix.Unlink(path); err != nil && !errors.Is(err, unix.ENOENT) {
+		return nil, &os.PathError{Op: "unlink", Path: path, Err: err}
 	}
 	fd, err := listenUnix(path, cred)
 	if err != nil {

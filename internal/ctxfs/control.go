@@ -197,39 +197,81 @@ func (v *ControlValues) Files() ([]File, error) {
 	if err := v.validate(); err != nil {
 		return nil, err
 	}
-	meta, err := json.Marshal(&v.Meta)
-	if err != nil {
-		return nil, fmt.Errorf("ctxfs: meta.json: %w", err)
+	files := make([]File, len(ControlFiles))
+	for i, name := range ControlFiles {
+		b, err := v.render(name)
+		if err != nil {
+			return nil, err
+		}
+		files[i] = File{name, b}
 	}
-	groups := make([]string, len(v.Groups))
-	for i, g := range v.Groups {
-		groups[i] = strconv.Itoa(g)
+	return files, nil
+}
+
+// File renders one control file of v, as Files does (it validates v
+// whole, and renders only that file: meta.json's encoding, most of the
+// cost, only for meta.json).
+func (v *ControlValues) File(name string) ([]byte, error) {
+	if err := v.validate(); err != nil {
+		return nil, err
 	}
-	pid := ""
-	if v.PID > 0 {
-		pid = strconv.Itoa(v.PID)
+	return v.render(name)
+}
+
+// render is one control file of a validated v.
+func (v *ControlValues) render(name string) ([]byte, error) {
+	switch name {
+	case CtlParent:
+		return line(v.Parent.String()), nil
+	case CtlLife:
+		return line(string(v.Life)), nil
+	case CtlOwner:
+		return line(v.Owner), nil
+	case CtlUID:
+		return line(strconv.Itoa(v.UID)), nil
+	case CtlGID:
+		return line(strconv.Itoa(v.GID)), nil
+	case CtlGroups:
+		groups := make([]string, len(v.Groups))
+		for i, g := range v.Groups {
+			groups[i] = strconv.Itoa(g)
+		}
+		return lines(groups), nil
+	case CtlLabel:
+		return line(v.Label), nil
+	case CtlIso:
+		return line(v.Iso), nil
+	case CtlRoot:
+		return line(v.Root), nil
+	case CtlCwd:
+		return line(v.Cwd), nil
+	case CtlEnv:
+		return lines(v.Env), nil
+	case CtlPath:
+		return lines(v.Path), nil
+	case CtlMount:
+		return lines(v.Mount), nil
+	case CtlModel:
+		return line(v.Model), nil
+	case CtlPolicy:
+		return line(string(v.Policy)), nil
+	case CtlStatus:
+		return line(string(v.Status)), nil
+	case CtlPID:
+		if v.PID > 0 {
+			return line(strconv.Itoa(v.PID)), nil
+		}
+		return nil, nil
+	case CtlLog:
+		return line(v.Log), nil
+	case CtlMeta:
+		meta, err := json.Marshal(&v.Meta)
+		if err != nil {
+			return nil, fmt.Errorf("ctxfs: meta.json: %w", err)
+		}
+		return line(string(meta)), nil
 	}
-	return []File{
-		{CtlParent, line(v.Parent.String())},
-		{CtlLife, line(string(v.Life))},
-		{CtlOwner, line(v.Owner)},
-		{CtlUID, line(strconv.Itoa(v.UID))},
-		{CtlGID, line(strconv.Itoa(v.GID))},
-		{CtlGroups, lines(groups)},
-		{CtlLabel, line(v.Label)},
-		{CtlIso, line(v.Iso)},
-		{CtlRoot, line(v.Root)},
-		{CtlCwd, line(v.Cwd)},
-		{CtlEnv, lines(v.Env)},
-		{CtlPath, lines(v.Path)},
-		{CtlMount, lines(v.Mount)},
-		{CtlModel, line(v.Model)},
-		{CtlPolicy, line(string(v.Policy))},
-		{CtlStatus, line(string(v.Status))},
-		{CtlPID, line(pid)},
-		{CtlLog, line(v.Log)},
-		{CtlMeta, line(string(meta))},
-	}, nil
+	return nil, fmt.Errorf("ctxfs: %q is not a control file", name)
 }
 
 func line(s string) []byte {

@@ -29,6 +29,14 @@ func (s servedValues) Control(_ context.Context, id kin.AgentID) (ctxfs.ControlV
 	return v, nil
 }
 
+func (s servedValues) Group(_ context.Context, id kin.AgentID) (int, error) {
+	v, ok := s.values[id]
+	if !ok {
+		return 0, fs.ErrNotExist
+	}
+	return v.GID, nil
+}
+
 func (s servedValues) Names(context.Context) ([]ctxfuse.Entry, error) {
 	var es []ctxfuse.Entry
 	for n, id := range s.byName {

@@ -64,6 +64,10 @@ const FSName = "kin-ctl"
 type Source interface {
 	// Resolve returns the agent agent/<name> names now (0: none).
 	Resolve(ctx context.Context, name string) (kin.AgentID, error)
+	// Group returns the gid of agent id's control files (Resolve
+	// answered id): looked up on every spawn (its shim grants them), so
+	// best answered without the store.
+	Group(ctx context.Context, id kin.AgentID) (int, error)
 	// Control returns agent id's control values as they are now;
 	// fs.ErrNotExist (wrapped) when the agent has no control files here.
 	Control(ctx context.Context, id kin.AgentID) (ctxfs.ControlValues, error)
@@ -445,11 +449,11 @@ func (r *root) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs
 		n.attr(&out.Attr)
 		return r.NewInode(ctx, n, fs.StableAttr{Mode: syscall.S_IFREG, Ino: ino(id, kindID)}), 0
 	}
-	v, err := r.src.Control(ctx, id)
+	gid, err := r.src.Group(ctx, id)
 	if err != nil {
-		return nil, r.fail("control "+agent, err)
+		return nil, r.fail("group "+agent, err)
 	}
-	d := &ctlDir{r: r, id: id, gid: uint32(v.GID)}
+	d := &ctlDir{r: r, id: id, gid: uint32(gid)}
 	d.attr(&out.Attr)
 	return r.NewInode(ctx, d, fs.StableAttr{Mode: syscall.S_IFDIR, Ino: ino(id, kindDir)}), 0
 }
@@ -715,17 +719,17 @@ var (
 	_ fs.NodeSetattrer = (*ctlFile)(nil)
 )
 
-// render is the file's content now.
+// render is the file's content now (that file only).
 func (n *ctlFile) render(ctx context.Context) ([]byte, time.Time, syscall.Errno) {
 	v, err := n.d.r.src.Control(ctx, n.d.id)
 	if err != nil {
 		return nil, time.Time{}, n.d.r.fail("control "+n.d.id.String(), err)
 	}
-	files, err := v.Files()
+	b, err := v.File(ctxfs.ControlFiles[n.idx])
 	if err != nil {
 		return nil, time.Time{}, n.d.r.fail("render "+n.d.id.String(), err)
 	}
-	return files[n.idx].Data, v.Meta.UpdatedAt, 0
+	return b, v.Meta.UpdatedAt, 0
 }
 
 // fill sets a's attributes, the size of the content now included.

@@ -108,6 +108,16 @@ func (s *tableSource) Control(_ context.Context, id kin.AgentID) (ctxfs.ControlV
 	return v, nil
 }
 
+func (s *tableSource) Group(_ context.Context, id kin.AgentID) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	v, ok := s.values[id]
+	if !ok {
+		return 0, fs.ErrNotExist
+	}
+	return v.GID, nil
+}
+
 func (s *tableSource) Names(context.Context) ([]ctxfuse.Entry, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -168,6 +168,7 @@ func writeMemClasses(path string) {
 //	heartbeat-crash  write KIN_RESUME_CURSOR, heartbeat with cursor
 //	                 "c<agent id>", exit 1
 //	daemon HOME      run a kin daemon on HOME until SIGTERM
+//	on-usr1 MODE...  wait for SIGUSR1, then run MODE
 //	trespass A...    try each of read:PATH, list:DIR, append:PATH, kill:PID,
 //	                 fd:N (is descriptor N open);
 //	                 write "VERB TARGET: ok" or the error, then "trespass done"
@@ -268,6 +269,13 @@ func runAgent(mode string) int {
 	case "daemon":
 		runDaemonProcess(args[1]) // until SIGTERM
 		return 0
+	case "on-usr1":
+		// The rest of the mode, once SIGUSR1 comes.
+		usr1 := make(chan os.Signal, 1)
+		signal.Notify(usr1, syscall.SIGUSR1)
+		out("waiting for usr1")
+		<-usr1
+		return runAgent(strings.Join(args[1:], " "))
 	case "trespass":
 		// Each argument is one attempt on another daemon's agent:
 		// read:PATH, list:DIR, append:PATH or kill:PID; each reports

@@ -41,6 +41,7 @@ func (run *Runner) agentView() {
 		return p
 	}
 	home, ctxDir := canon(run.cfg.Home), canon(run.ctxDir)
+	run.agentDir = filepath.Join(ctxDir, "agent") // kin's directory: never a link
 	run.hiddenFromAgents = []string{home}
 	if ctxDir != home && !strings.HasPrefix(ctxDir, home+"/") {
 		run.hiddenFromAgents = append(run.hiddenFromAgents, ctxDir)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"strings"
 	"sync"
 	"time"
 
@@ -34,7 +35,7 @@ func (run *Runner) serveControl() {
 	}
 	dir := run.ctx.AgentDir()
 	if why == "" {
-		src := &ctlSource{run: run, names: map[string]kin.AgentID{}}
+		src := &ctlSource{run: run}
 		m, err := ctxfuse.New(dir, src, run.log)
 		if err == nil {
 			run.served, run.ctlSrc = m, src
@@ -60,13 +61,61 @@ func (run *Runner) unserveControl() error {
 	return err
 }
 
+// holdControl makes agent/<name> and agent/<name>.d what they will be for
+// a's life before its process starts, so that the shim's grants on them
+// (agentEntries) hold. Served, it notes a as its name's agent (its entries
+// are looked up without the store from then on). Written to disk, it
+// writes a's control files now where they are not there yet (a new name:
+// the writer, behind the store, would make them only after the shim looked
+// for them, and the agent would never read them), or where they describe
+// an earlier agent of its name (the directory is updated in place, but
+// agent/<name> is replaced: a grant on the old file would not reach the
+// new). It only logs a failure: the agent runs without its files.
+func (run *Runner) holdControl(a *kin.Agent, c *ctxAgent) {
+	if run.served != nil {
+		run.names.remember(a.Name, a.ID)
+		return
+	}
+	if b, err := run.ctx.ReadFile(run.ctx.AgentFile(a.Name), 64); err == nil && strings.TrimSpace(string(b)) == a.ID.String() && fileExists(run.ctx.ControlDir(a.Name)) {
+		return
+	}
+	if err := run.writeControl(a, c); err != nil {
+		run.log.Warn("agent filesystem: control files", "agent", a.ID, "err", err)
+	}
+}
+
 // ctlSource answers the mount from the store and the runner's memory of
 // each agent's runtime: what the writer would have written, as of now.
 type ctlSource struct {
 	run *Runner
+}
 
-	mu    sync.Mutex
-	names map[string]kin.AgentID // the latest agent of each name this daemon saw
+// nameIndex is the latest agent of each name this daemon saw (started,
+// served or wrote the files of): names are unique among live agents only,
+// and an ended agent's files stay until its name is taken again. The
+// writer (ctxsync.go) and the served files (ctlSource) keep one.
+type nameIndex struct {
+	mu sync.Mutex
+	m  map[string]kin.AgentID
+}
+
+func newNameIndex() *nameIndex { return &nameIndex{m: map[string]kin.AgentID{}} }
+
+// remember notes id as name's latest agent, unless a later one is known.
+func (x *nameIndex) remember(name string, id kin.AgentID) {
+	x.mu.Lock()
+	if x.m[name] < id {
+		x.m[name] = id
+	}
+	x.mu.Unlock()
+}
+
+// latest returns name's latest agent, false when none is known.
+func (x *nameIndex) latest(name string) (kin.AgentID, bool) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	id, ok := x.m[name]
+	return id, ok
 }
 
 // srcTimeout bounds one answer: a reader waits on it in the kernel (and
@@ -76,48 +125,48 @@ const srcTimeout = 2 * time.Second
 
 // Resolve: the live agent of that name; else the latest this host had of
 // it (names are unique among live agents only, and an ended agent's files
-// stay until its name is taken again).
+// stay until its name is taken again). The latest agent of the name this
+// daemon started, while it runs here, is the live one, so a lookup of a
+// running agent's entries (its shim's grants, its own reads) reads no
+// store: each spawn notes its agent before the process starts.
 func (s *ctlSource) Resolve(ctx context.Context, name string) (kin.AgentID, error) {
 	run := s.run
+	if id, ok := run.names.latest(name); ok && run.runtimeOf(id) != nil {
+		return id, nil
+	}
 	ctx, cancel := context.WithTimeout(ctx, srcTimeout)
 	defer cancel()
 	a, err := run.store.AgentLiveByName(ctx, name)
 	switch {
 	case err == nil && run.ownsAgent(a):
-		s.remember(a)
+		run.names.remember(a.Name, a.ID)
 		return a.ID, nil
 	case err != nil && !errors.Is(err, store.ErrNotFound):
 		return 0, err
 	}
-	s.mu.Lock()
-	id, ok := s.names[name]
-	s.mu.Unlock()
-	if ok {
+	if id, ok := run.names.latest(name); ok {
 		return id, nil
 	}
 	all, err := run.store.AgentList(ctx, kin.AgentFilter{Name: name})
 	if err != nil {
 		return 0, err
 	}
+	var id kin.AgentID
 	for _, a := range all {
 		if run.ownsAgent(a) && a.ID > id {
 			id = a.ID
 		}
 	}
 	if id != 0 {
-		s.remember(&kin.Agent{ID: id, Name: name})
+		run.names.remember(name, id)
 	}
 	return id, nil
 }
 
-// remember notes a as its name's latest agent, unless a later one is
-// known (the writer calls it for every agent it applies).
-func (s *ctlSource) remember(a *kin.Agent) {
-	s.mu.Lock()
-	if s.names[a.Name] < a.ID {
-		s.names[a.Name] = a.ID
-	}
-	s.mu.Unlock()
+// Group: the agent's gid (its control files' group), as its spawn set it
+// (agentOwner): no store read. Resolve answered only this host's agents.
+func (s *ctlSource) Group(ctx context.Context, id kin.AgentID) (int, error) {
+	return s.run.agentOwner(id).GID, nil
 }
 
 func (s *ctlSource) Control(ctx context.Context, id kin.AgentID) (ctxfs.ControlValues, error) {
@@ -138,23 +187,19 @@ func (s *ctlSource) Control(ctx context.Context, id kin.AgentID) (ctxfs.ControlV
 	return ctxfs.ControlFor(a, rt)
 }
 
+// Names: this host's agents' names, each with its latest agent, from one
+// query that reads no agent's row.
 func (s *ctlSource) Names(ctx context.Context) ([]ctxfuse.Entry, error) {
 	run := s.run
 	ctx, cancel := context.WithTimeout(ctx, srcTimeout)
 	defer cancel()
-	all, err := run.store.AgentList(ctx, kin.AgentFilter{})
+	names, err := run.store.AgentNamesOfHost(ctx, run.cfg.Host)
 	if err != nil {
 		return nil, err
 	}
-	latest := map[string]kin.AgentID{}
-	for _, a := range all {
-		if run.ownsAgent(a) {
-			latest[a.Name] = max(latest[a.Name], a.ID)
-		}
-	}
-	es := make([]ctxfuse.Entry, 0, len(latest))
-	for n, id := range latest {
-		es = append(es, ctxfuse.Entry{Name: n, ID: id})
+	es := make([]ctxfuse.Entry, len(names))
+	for i, n := range names {
+		es[i] = ctxfuse.Entry{Name: n.Name, ID: n.ID}
 	}
 	return es, nil
 }

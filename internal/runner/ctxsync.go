@@ -3,11 +3,13 @@ package runner
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/kin-agents/kin/internal/ctxfs"
@@ -40,10 +42,10 @@ type ctxWriter struct {
 	advance chan struct{}        // closed and replaced when applied moves
 	touched map[kin.AgentID]bool // changed without an event (heartbeats)
 	kick    chan struct{}        // one value when touched gains an agent: no commit with events wakes the writer for it
-	names   map[string]kin.AgentID
-	// recorded is the last event seq written to the progress file (only
-	// the writer's goroutine uses it).
+	// recorded is the last event seq written to the progress file, kept
+	// open as progress (only the writer's goroutine uses them).
 	recorded int64
+	progress *os.File
 
 	// rebuild: the tree is being rebuilt after a crash of the machine
 	// (checkBoot): every agent's session files are repaired once
@@ -75,7 +77,7 @@ const ctxBatch = 1000
 
 func newCtxWriter(run *Runner) *ctxWriter {
 	w := &ctxWriter{
-		d: run, advance: make(chan struct{}), touched: map[kin.AgentID]bool{}, kick: make(chan struct{}, 1), names: map[string]kin.AgentID{},
+		d: run, advance: make(chan struct{}), touched: map[kin.AgentID]bool{}, kick: make(chan struct{}, 1),
 		pausec: make(chan struct{}), stopc: make(chan struct{}), done: make(chan struct{}),
 	}
 	if b, err := run.ctx.ReadFile(filepath.Join(run.ctx.Root, syncedFile), 64); err == nil {
@@ -126,8 +128,32 @@ func (w *ctxWriter) checkBoot() {
 	}
 }
 
+// record writes seq to the progress file, in place: a fixed-width number
+// (zero-padded: as wide as any earlier content) over the last, one
+// pwrite into a file kept open, where a new file renamed over the old one
+// for every batch cost an inode, and the churn of freed inodes in the
+// ctx root. A crash of the daemon leaves one or the other number (the
+// write is one call into the page cache); a crash of the machine is
+// checkBoot's, which rebuilds from event 0 whatever the file says.
+func (w *ctxWriter) record(seq int64) error {
+	if w.progress == nil {
+		f, err := os.OpenFile(filepath.Join(w.d.ctx.Root, syncedFile), os.O_RDWR|os.O_CREATE|syscall.O_NOFOLLOW, 0o600)
+		if err != nil {
+			return err
+		}
+		w.progress = f
+	}
+	_, err := w.progress.WriteAt(fmt.Appendf(nil, "%020d\n", seq), 0)
+	return err
+}
+
 func (w *ctxWriter) run() {
 	defer close(w.done)
+	defer func() {
+		if w.progress != nil {
+			w.progress.Close()
+		}
+	}()
 	for {
 		changed := w.d.store.Wait()
 		w.sync()
@@ -271,8 +297,7 @@ func (w *ctxWriter) sync() {
 			// need not be recorded at once: a restart replays it for nothing.
 			if len(ids) > 0 || last-w.recorded >= recordEvery {
 				w.recorded = last
-				if err := w.d.ctx.WriteFile(filepath.Join(w.d.ctx.Root, syncedFile), []byte(strconv.FormatInt(last, 10)+"\n"),
-					ctxfs.Owner{UID: os.Geteuid(), GID: os.Getegid()}, 0o600); err != nil {
+				if err := w.record(last); err != nil {
 					w.d.log.Error("agent filesystem: record progress", "err", err)
 				}
 			}
@@ -293,20 +318,10 @@ func (w *ctxWriter) apply(ctx context.Context, a *kin.Agent, evs []kin.Event) {
 		w.repaired[a.ID] = true
 		run.repairCtx(ctx, a, c)
 	}
-	if src := run.ctlSrc; src != nil {
-		src.remember(a) // served: read from the store when opened (ctxserve.go)
-	} else if w.holdsName(a) {
-		v, err := ctxfs.ControlFor(a, c.rt)
-		if err == nil {
-			err = run.ctx.WriteControl(a.Name, v)
-		}
-		if err != nil {
-			run.log.Warn("agent filesystem: control files", "agent", a.ID, "err", err)
-		} else {
-			w.mu.Lock()
-			w.names[a.Name] = a.ID
-			w.mu.Unlock()
-		}
+	if run.ctlSrc != nil {
+		run.names.remember(a.Name, a.ID) // served: read from the store when opened (ctxserve.go)
+	} else if err := run.writeControl(a, c); err != nil {
+		run.log.Warn("agent filesystem: control files", "agent", a.ID, "err", err)
 	}
 	if c.session.Agent != "" {
 		if a.State != c.state && a.State.Valid() {
@@ -385,18 +400,40 @@ func (w *ctxWriter) appendEvents(a *kin.Agent, c *ctxAgent, evs []kin.Event) {
 // holdsName reports whether a is the agent agent/<name> should describe:
 // no later agent of that name has taken it (names are unique among live
 // agents only, and an ended agent's files stay until its name is reused).
-func (w *ctxWriter) holdsName(a *kin.Agent) bool {
-	w.mu.Lock()
-	id, ok := w.names[a.Name]
-	w.mu.Unlock()
+func (run *Runner) holdsName(a *kin.Agent) bool {
+	id, ok := run.names.latest(a.Name)
 	if !ok {
-		b, err := w.d.ctx.ReadFile(w.d.ctx.AgentFile(a.Name), 64)
+		b, err := run.ctx.ReadFile(run.ctx.AgentFile(a.Name), 64)
 		if err == nil {
 			n, _ := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
 			id = kin.AgentID(n)
 		}
 	}
 	return id <= a.ID
+}
+
+// writeControl writes a's control files to disk (not served), unless a
+// later agent holds its name. The spawn (holdControl) and the writer both
+// write them: one at a time (ctxfs builds a new directory under one
+// temporary name).
+func (run *Runner) writeControl(a *kin.Agent, c *ctxAgent) error {
+	run.ctlWriteMu.Lock()
+	defer run.ctlWriteMu.Unlock()
+	if !run.holdsName(a) {
+		return nil
+	}
+	run.ctxMu.Lock()
+	rt := c.rt
+	run.ctxMu.Unlock()
+	v, err := ctxfs.ControlFor(a, rt)
+	if err == nil {
+		err = run.ctx.WriteControl(a.Name, v)
+	}
+	if err != nil {
+		return err
+	}
+	run.names.remember(a.Name, a.ID)
+	return nil
 }
 
 // appendMessages appends the messages sent to a through kin to the

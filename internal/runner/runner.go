@@ -57,6 +57,8 @@ type Runner struct {
 	ctxw          *ctxWriter
 	served        *ctxfuse.Mount // the control files served (ctxserve.go); nil: written by ctxw
 	ctlSrc        *ctlSource     // what served answers from
+	names         *nameIndex     // the latest agent of each name (ctxserve.go)
+	ctlWriteMu    sync.Mutex     // one writeControl at a time (ctxsync.go)
 	remoteMu      sync.Mutex     // one remoteChild at a time (the writer's, the resume's)
 	ctxMu         sync.Mutex
 	ctxAgents     map[kin.AgentID]*ctxAgent
@@ -92,6 +94,7 @@ type Runner struct {
 	// The sandbox's default view's exceptions (agentView), and the shim
 	// published for agents when the daemon is not a binary named kin.
 	hiddenFromAgents, readOnlyForAgents []string
+	agentDir                            string        // <ctx>/agent, canonical (agentView)
 	view                                *sandbox.View // the default view, kept open (root daemons); nil: each shim walks it
 	shimCopy                            string
 	leanShim                            string // leanshim.Install's path, "" without one
@@ -216,6 +219,7 @@ func New(c Config) (*Runner, error) {
 		cfg: c, log: c.Log, now: c.Clock, store: c.Store, lineage: c.Lineage, auth: c.Authority, ps: c.Identity, obs: c.Observer, quota: c.Quota,
 		ctxDir:    c.CtxDir,
 		ctxAgents: map[kin.AgentID]*ctxAgent{},
+		names:     newNameIndex(),
 		runtimes:  map[kin.AgentID]*runtime{},
 		adopted:   map[kin.AgentID]*os.File{},
 		drains:    map[kin.AgentID]*agentlog.Drain{},

@@ -245,6 +245,7 @@ func (run *Runner) startWithKey(ctx context.Context, a *kin.Agent, spec store.Pr
 	}
 	rt.ctx = cx
 	run.rememberCtx(a.ID, cx)
+	run.holdControl(a, cx)
 	command, err := resolveCommand(spec.Command, dir)
 	if err != nil {
 		run.removeRuntime(a.ID)

@@ -114,16 +114,14 @@ func (run *Runner) sandboxArgv(a *kin.Agent, c *ctxAgent, argv []string, view *v
 		if run.agentPath != "" {
 			spec.RO = append(spec.RO, filepath.Join(run.ctxDir, "bin"))
 		}
-		spec.RW = append(spec.RW, run.socks.Path(a.Name))
-		// Its own control files (seed 001: an agent reads its policy,
-		// mounts and status there; the modes let it read them and no
-		// other's), read-only like everything of kin's.
-		spec.RO = append(spec.RO, run.ctx.ControlDir(a.Name), run.ctx.AgentFile(a.Name))
 		var seen []string
 		seen, groups = run.visibleTo(a)
 		spec.RO = append(spec.RO, seen...)
 	}
 	spec.RW, spec.RO = grants(spec.RW, spec.RO)
+	if spec.Restrict {
+		run.agentEntries(a, &spec)
+	}
 	held, err := run.auth.HoldMounts(layers, flat, &spec)
 	if err != nil {
 		return nil, nil, nil, err
@@ -139,6 +137,46 @@ func (run *Runner) sandboxArgv(a *kin.Agent, c *ctxAgent, argv []string, view *v
 		return nil, nil, nil, fmt.Errorf("sandbox: %w", err)
 	}
 	return append([]string{run.shimPath(), sandbox.Subcommand}, args...), groups, held, nil
+}
+
+// agentEntries grants a its entries in agent/: its socket, and read-only
+// like everything of kin's, its control files (seed 001: an agent reads
+// its policy, mounts and status there; the modes let it read them and no
+// other's) and its id file. They are kin's own paths, canonical by
+// construction (agentDir): not resolved here, since served (ctxfuse) each
+// resolution would be a lookup the daemon answers to itself from the
+// store, and written (ctxsync.go) the control files may not be there yet
+// (holdControl makes them first). Served, they are Optional: a daemon that
+// dies, or loses its store, while the shim sets up cannot answer the
+// shim's lookups, and the agent lives on without them rather than not at
+// all (it is re-adopted by the next daemon).
+func (run *Runner) agentEntries(a *kin.Agent, spec *sandbox.Spec) {
+	sock := filepath.Join(run.agentDir, a.Name+".sock")
+	ctl, id := filepath.Join(run.agentDir, a.Name+".d"), filepath.Join(run.agentDir, a.Name)
+	if !granted(sock, spec.RW) {
+		spec.RW = append(spec.RW, sock)
+	}
+	for _, p := range []string{ctl, id} {
+		if !granted(p, spec.RW) && !granted(p, spec.RO) {
+			spec.RO = append(spec.RO, p)
+		}
+	}
+	if run.served != nil {
+		spec.Optional = append(spec.Optional, sock, ctl, id)
+		spec.Optional = slices.DeleteFunc(spec.Optional, func(p string) bool {
+			return !slices.Contains(spec.RW, p) && !slices.Contains(spec.RO, p)
+		})
+	}
+}
+
+// granted says whether p is one of dirs or beneath one.
+func granted(p string, dirs []string) bool {
+	for _, d := range dirs {
+		if p == d || d == "/" || strings.HasPrefix(p, d+"/") {
+			return true
+		}
+	}
+	return false
 }
 
 // viewFuture is the daemon's ruleset holding the default view for one

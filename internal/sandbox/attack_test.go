@@ -43,7 +43,7 @@ func TestAttackViewPinsMountPoints(t *testing.T) {
 	}()
 	writeFile(t, filepath.Join(mnt, "file"), "on the mount")
 
-	v := NewView([]string{home}, nil)
+	v := NewView([]string{home}, []string{testExe(t)})
 	defer v.Close()
 	if err := v.Warm(); err != nil {
 		t.Fatal(err)
@@ -112,7 +112,7 @@ func TestAttackViewChmodChainDir(t *testing.T) {
 		}
 	}
 	writeFile(t, filepath.Join(other, "notes"), "visible")
-	v := NewView([]string{home}, nil)
+	v := NewView([]string{home}, []string{testExe(t)})
 	defer v.Close()
 	read := "read:" + filepath.Join(other, "notes")
 	for _, step := range []struct {
@@ -157,7 +157,7 @@ func TestAttackViewRaceEntriesSwappedForLinksToHome(t *testing.T) {
 		}
 		writeFile(t, filepath.Join(churn, "f"+string(rune('a'+i))), "file")
 	}
-	v := NewView([]string{home}, nil)
+	v := NewView([]string{home}, []string{testExe(t)})
 	defer v.Close()
 	stop := make(chan struct{})
 	done := make(chan struct{})

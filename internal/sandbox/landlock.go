@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"unsafe"
@@ -87,12 +88,13 @@ func (e *pathError) Error() string { return fmt.Sprintf("path %s: %s", quote(e.p
 // openRules opens every granted path, refusing a path that is a symbolic
 // link or passes through one (kin checked the canonical path: one that
 // became a link since resolves elsewhere). Missing paths, and paths the
-// agent's user cannot reach, are skipped: no rule grants less.
+// agent's user cannot reach, are skipped: no rule grants less. So are the
+// Optional paths whose file system cannot answer.
 func openRules(spec *Spec, handled uint64) ([]rule, error) {
 	var rules []rule
 	add := func(paths []string, access uint64) error {
 		for _, p := range paths {
-			fd, isDir, err := openCanonical(p)
+			fd, isDir, err := openCanonical(p, slices.Contains(spec.Optional, p))
 			if err != nil {
 				closeRules(rules)
 				return err
@@ -219,17 +221,19 @@ func openComponents(p string) (int, error) {
 }
 
 // openCanonical opens p with O_PATH when p, resolved, is p itself. It
-// returns fd -1 for a path to skip: one that is not there, or one in a
-// file system whose server went away or cannot answer (kin's served
-// agent/, when the daemon that started this agent died, or lost its store,
-// while it was being set up: EIO after the daemon's timeout). A grant left
-// out only takes away.
-func openCanonical(p string) (fd int, isDir bool, err error) {
+// returns fd -1 for a path to skip: one that is not there, or, where
+// optional (Spec.Optional), one in a file system whose server went away or
+// cannot answer (kin's served agent/, when the daemon that started this
+// agent died, or lost its store, while it was being set up: EIO after the
+// daemon's timeout). A grant left out only takes away; any other failure
+// to open a granted path fails the start.
+func openCanonical(p string, optional bool) (fd int, isDir bool, err error) {
 	fd, err = OpenNoLinks(p)
 	switch {
 	case err == nil:
-	case errors.Is(err, unix.ENOENT), errors.Is(err, unix.ENOTDIR), errors.Is(err, unix.EACCES),
-		errors.Is(err, unix.ENOTCONN), errors.Is(err, unix.ECONNABORTED), errors.Is(err, unix.EIO):
+	case errors.Is(err, unix.ENOENT), errors.Is(err, unix.ENOTDIR), errors.Is(err, unix.EACCES):
+		return -1, false, nil
+	case optional && unanswered(err):
 		return -1, false, nil
 	case errors.Is(err, unix.ELOOP):
 		return -1, false, symlinkError(p)
@@ -239,9 +243,18 @@ func openCanonical(p string) (fd int, isDir bool, err error) {
 	var st unix.Stat_t
 	if err := unix.Fstat(fd, &st); err != nil {
 		unix.Close(fd)
+		if optional && unanswered(err) {
+			return -1, false, nil
+		}
 		return -1, false, &pathError{p, "cannot stat: " + err.Error()}
 	}
 	return fd, st.Mode&unix.S_IFMT == unix.S_IFDIR, nil
+}
+
+// unanswered says whether err is a file system's server that went away
+// (ENOTCONN, ECONNABORTED) or gave up (EIO).
+func unanswered(err error) bool {
+	return errors.Is(err, unix.ENOTCONN) || errors.Is(err, unix.ECONNABORTED) || errors.Is(err, unix.EIO)
 }
 
 func symlinkError(p string) error {

@@ -21,6 +21,15 @@ type Spec struct {
 	RW []string `json:"rw,omitempty"`
 	// RO are absolute, clean, canonical paths granted read and execute.
 	RO []string `json:"ro,omitempty"`
+	// Optional are paths of RW and RO whose grant is left out, rather
+	// than failing the start, where their file system's server cannot
+	// answer (ENOTCONN, ECONNABORTED: it went away; EIO: it gave up):
+	// kin's served agent/, whose daemon may die, or lose its store, while
+	// a shim sets up. Every other grant is left out only where its path is
+	// not there or the agent's user cannot reach it (ENOENT, ENOTDIR,
+	// EACCES): an error on an agent's home must not silently become no
+	// access to it.
+	Optional []string `json:"optional,omitempty"`
 	// Held are grants kin opened and checked itself, passed as inherited
 	// descriptors: the shim adds their rules on the descriptors, never
 	// opening their paths again (see Held).
@@ -182,6 +191,11 @@ func (s *Spec) validate() error {
 			if err := checkPath(p); err != nil {
 				return fmt.Errorf("bad spec: %s path %s: %v", list.name, quote(p), err)
 			}
+		}
+	}
+	for _, p := range s.Optional {
+		if !slices.Contains(s.RW, p) && !slices.Contains(s.RO, p) {
+			return fmt.Errorf("bad spec: optional path %s is not an rw or ro path", quote(p))
 		}
 	}
 	rw, ro := slices.Clone(s.RW), slices.Clone(s.RO)

@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"unsafe"
@@ -27,7 +28,10 @@ import (
 // the agent's user; the View walks as the daemon (root), so it shares a
 // view only with agents for which every directory on the chains grants
 // what it grants to others (no owner or group of the agent's, no ACL);
-// otherwise Ruleset says so and the shim walks itself.
+// otherwise Ruleset says so and the shim walks itself. Unlike the walk,
+// it gives an agent no rule for an entry closed to it (closedTo): such a
+// rule lets through nothing the modes allow, and a busy /tmp is mostly
+// such entries (each rule a system call in every spawn).
 type View struct {
 	special []string // Hidden and the RO paths outside them, sorted
 
@@ -35,6 +39,14 @@ type View struct {
 	dirs    map[string]*viewDir // the chain directories walked, by path
 	held    int                 // descriptors open in dirs
 	tooMany bool                // the chains held more than MaxViewEntries: shims walk
+
+	// watch is an inotify instance told of every change to the
+	// attributes of the chain directories' entries (IN_ATTRIB: chmod,
+	// chown, an ACL), so that Ruleset looks again only at the closed
+	// entries that changed; -1 where there is none (then it looks at
+	// every closed entry each time). watched names each watch's directory.
+	watch   int
+	watched map[int32]string
 }
 
 // MaxViewEntries bounds the descriptors a View holds open: chains with
@@ -51,12 +63,51 @@ type viewDir struct {
 	st      unix.Stat_t
 	listed  bool
 	entries map[string]viewEntry // by name
+	wd      int32                // its inotify watch; -1: none (every closed entry is looked at each time)
 }
 
 type viewEntry struct {
 	ino    uint64
 	fd     int // -1: a mount root, opened by each Ruleset (mountRoot)
 	access uint64
+	// closed: when last looked at, the entry gave others nothing (no
+	// permission bits for others) and had no ACL: a rule on it would
+	// grant an agent that neither owns it nor is in its group nothing the
+	// kernel's own checks allow (see closedTo). Ruleset looks again when
+	// its attributes changed (or each time, without a watch); an entry
+	// seen open is never looked at again.
+	closed   bool
+	uid, gid uint32
+	ctim     unix.Timespec // when the ACL was last looked for
+	// unwatched: a closed entry to look at again (its attributes
+	// changed, or its directory has no watch).
+	unwatched bool
+}
+
+// lookEntry notes whether the entry open as fd is closed to others.
+func lookEntry(e *viewEntry) {
+	var st unix.Stat_t
+	if e.fd < 0 || unix.Fstat(e.fd, &st) != nil || st.Mode&0o007 != 0 {
+		e.closed = false
+		return
+	}
+	if !e.closed || st.Ctim != e.ctim {
+		// An ACL set or changed changes the inode's ctime. O_PATH
+		// descriptors take no xattr calls: through /proc, which names
+		// this very inode whatever its path is now.
+		if _, err := unix.Getxattr("/proc/self/fd/"+strconv.Itoa(e.fd), "system.posix_acl_access", nil); err == nil {
+			e.closed = false
+			return
+		}
+	}
+	e.closed, e.uid, e.gid, e.ctim = true, st.Uid, st.Gid, st.Ctim
+}
+
+// closedTo reports whether the closed entry e gives an agent running as
+// uid with gids nothing: not its owner, not in its group (root is never
+// refused anything by modes).
+func (e *viewEntry) closedTo(uid int, gids []int) bool {
+	return e.closed && uid != 0 && int(e.uid) != uid && !slices.Contains(gids, int(e.gid))
 }
 
 func closeEntry(e viewEntry) {
@@ -68,7 +119,11 @@ func closeEntry(e viewEntry) {
 // NewView is a View for the All view with these hidden and read-only
 // paths (as in Spec); it opens nothing until the first Ruleset.
 func NewView(hidden, ro []string) *View {
-	return &View{special: viewSpecial(hidden, ro), dirs: map[string]*viewDir{}}
+	v := &View{special: viewSpecial(hidden, ro), dirs: map[string]*viewDir{}, watch: -1, watched: map[int32]string{}}
+	if fd, err := unix.InotifyInit1(unix.IN_NONBLOCK | unix.IN_CLOEXEC); err == nil {
+		v.watch = fd
+	}
+	return v
 }
 
 // viewSpecial is the paths the walk treats specially (viewRules): the
@@ -105,6 +160,105 @@ func (v *View) Close() {
 		}
 	}
 	v.dirs, v.held = map[string]*viewDir{}, 0
+	if v.watch >= 0 {
+		unix.Close(v.watch)
+		v.watch, v.watched = -1, map[int32]string{}
+	}
+}
+
+// changed reads what the watch says changed since the last ruleset and
+// marks those closed entries to be looked at again; all of them where the
+// kernel dropped events (or the watch fails).
+func (v *View) changed() {
+	if v.watch < 0 {
+		return
+	}
+	buf := make([]byte, 16<<10)
+	for {
+		n, err := unix.Read(v.watch, buf)
+		if errors.Is(err, unix.EINTR) {
+			continue
+		}
+		if n <= 0 || err != nil {
+			if err != nil && !errors.Is(err, unix.EAGAIN) {
+				v.stale(nil)
+			}
+			return
+		}
+		for off := 0; off+unix.SizeofInotifyEvent <= n; {
+			ev := (*unix.InotifyEvent)(unsafe.Pointer(&buf[off]))
+			nameBytes := buf[off+unix.SizeofInotifyEvent : off+unix.SizeofInotifyEvent+int(ev.Len)]
+			off += unix.SizeofInotifyEvent + int(ev.Len)
+			if ev.Mask&unix.IN_Q_OVERFLOW != 0 {
+				v.stale(nil)
+				continue
+			}
+			dir, ok := v.watched[ev.Wd]
+			if !ok {
+				continue
+			}
+			if d := v.dirs[dir]; d != nil && d.wd == ev.Wd {
+				name := string(nameBytes)
+				if i := strings.IndexByte(name, 0); i >= 0 {
+					name = name[:i]
+				}
+				v.stale(d.entries, name)
+			}
+		}
+	}
+}
+
+// stale marks entries (every entry of every directory, with entries nil)
+// to be looked at again by the next ruleset (unwatched).
+func (v *View) stale(entries map[string]viewEntry, names ...string) {
+	mark := func(es map[string]viewEntry, name string) {
+		if e, ok := es[name]; ok && e.closed {
+			e.unwatched = true
+			es[name] = e
+		}
+	}
+	if entries == nil {
+		for _, d := range v.dirs {
+			for name := range d.entries {
+				mark(d.entries, name)
+			}
+		}
+		return
+	}
+	for _, name := range names {
+		mark(entries, name)
+	}
+}
+
+// watchDir watches dir's entries' attributes; without a watch its closed
+// entries are looked at for every ruleset.
+func (v *View) watchDir(dir string, d *viewDir) {
+	d.wd = -1
+	if v.watch < 0 {
+		return
+	}
+	wd, err := unix.InotifyAddWatch(v.watch, dir, unix.IN_ATTRIB|unix.IN_ONLYDIR|unix.IN_DONT_FOLLOW|unix.IN_EXCL_UNLINK)
+	if err != nil {
+		return
+	}
+	if other, ok := v.watched[int32(wd)]; ok && other != dir {
+		return // the same directory at two paths: its events go to the other
+	}
+	d.wd = int32(wd)
+	v.watched[d.wd] = dir
+}
+
+// unwatchDir ends dir's watch, if it has one and no other directory
+// took it since (the kernel gives one watch to one inode).
+func (v *View) unwatchDir(dir string, d *viewDir) {
+	if d.wd < 0 || v.watch < 0 {
+		return
+	}
+	if v.watched[d.wd] == dir {
+		unix.InotifyRmWatch(v.watch, uint32(d.wd))
+		delete(v.watched, d.wd)
+	}
+	d.wd = -1
 }
 
 // ErrViewNotShared is Ruleset's answer for an agent the View cannot speak
@@ -131,6 +285,7 @@ func (v *View) Ruleset(abi int, scopeSignals bool, uid int, gids []int) (int, er
 	if !v.sharedWithLocked(uid, gids) {
 		return -1, ErrViewNotShared
 	}
+	v.changed()
 	fd, err := newRuleset(abi, scopeSignals)
 	if err != nil {
 		return -1, err
@@ -141,6 +296,20 @@ func (v *View) Ruleset(abi int, scopeSignals bool, uid int, gids []int) (int, er
 			a := e.access & handled
 			if a == 0 {
 				continue
+			}
+			// An entry closed to others gets no rule for an agent it is
+			// closed to: in a busy /tmp most are (os.MkdirTemp makes 0700
+			// directories), and each rule costs a system call in every
+			// spawn. Looked at again now: it may have been opened since.
+			if e.closed {
+				if e.unwatched || d.wd < 0 {
+					lookEntry(&e)
+					e.unwatched = false
+					d.entries[name] = e
+				}
+				if e.closedTo(uid, gids) {
+					continue
+				}
 			}
 			efd := e.fd
 			if efd < 0 {
@@ -225,10 +394,16 @@ func (v *View) refresh(dir string) error {
 	}
 	d := v.dirs[dir]
 	if d == nil {
-		d = &viewDir{entries: map[string]viewEntry{}}
+		d = &viewDir{entries: map[string]viewEntry{}, wd: -1}
 		v.dirs[dir] = d
 	}
 	if !sameDir(&d.st, &st) {
+		if d.wd < 0 || d.st.Ino != st.Ino || d.st.Dev != st.Dev {
+			// A new directory at that path: watch it (before reading it,
+			// so that no change after the read goes unseen).
+			v.unwatchDir(dir, d)
+			v.watchDir(dir, d)
+		}
 		d.st = st
 		// As the shim's walk: a directory others cannot read and search
 		// is not walked (the agent could not list it or open its entries).
@@ -351,7 +526,9 @@ func (v *View) readEntries(dfd int, dir string, d *viewDir, seen map[string]bool
 				unix.Close(fd)
 				fd = -1
 			}
-			d.entries[name] = viewEntry{ino: de.Ino, fd: fd, access: a}
+			e := viewEntry{ino: de.Ino, fd: fd, access: a}
+			lookEntry(&e)
+			d.entries[name] = e
 			v.held++
 			if v.held > maxViewEntries {
 				return nil // refreshAll gives up
@@ -388,6 +565,7 @@ func (v *View) drop(dir string) {
 				closeEntry(e)
 				v.held--
 			}
+			v.unwatchDir(p, d)
 			delete(v.dirs, p)
 		}
 	}

@@ -50,12 +50,15 @@ func TestViewGrantsWhatTheWalkGrants(t *testing.T) {
 	writeFile(t, filepath.Join(other, "notes"), "visible")
 	writeFile(t, filepath.Join(ro, "file"), "read only")
 
-	v := NewView([]string{home}, []string{ro})
+	// The test binary is in a directory of go test's closed to others,
+	// which the View leaves out for an agent's user: granted as the
+	// daemon grants kin's binary.
+	v := NewView([]string{home}, []string{ro, testExe(t)})
 	defer v.Close()
 	both := func(step string) {
 		t.Helper()
 		spec := allSpec(t, []string{home}, viewProbes(base, home, session, other, ro)...)
-		spec.RW, spec.RO = []string{session}, []string{ro}
+		spec.RW, spec.RO = []string{session}, []string{ro, testExe(t)}
 		walked := probeResults(t, spec)
 
 		if !v.Matches(&spec) {

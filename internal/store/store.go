@@ -112,6 +112,10 @@ type Reader interface {
 	// AgentLiveByName returns the live agent (status not terminated) with
 	// the name, or ErrNotFound.
 	AgentLiveByName(ctx context.Context, name string) (*kin.Agent, error)
+	// AgentNamesOfHost returns each name of the agents host runs (host
+	// "": every agent; an agent recorded with no host is every host's)
+	// once, with the latest agent of that name (the highest id), by name.
+	AgentNamesOfHost(ctx context.Context, host string) ([]AgentName, error)
 	// AgentProcessSpec returns what was started for a spawned agent, for a
 	// replacement after a crash (or ErrNotFound).
 	AgentProcessSpec(ctx context.Context, id kin.AgentID) (ProcessSpec, error)
@@ -356,6 +360,12 @@ type PermRow struct {
 // AgentLink is one parent-child link of the family tree.
 type AgentLink struct {
 	ID, Parent kin.AgentID
+}
+
+// AgentName is a name and the latest agent of that name.
+type AgentName struct {
+	Name string
+	ID   kin.AgentID
 }
 
 // AgentInsertParams is a new agent; ID is assigned by the store.

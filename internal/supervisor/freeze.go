@@ -237,6 +237,14 @@ func (s *Supervisor) freezeBlocksLocked(a *agent) bool {
 // frozenDir returns leaf if its own cgroup.freeze is set, else its nearest
 // ancestor below stopAt whose cgroup.freeze is set, else "".
 func frozenDir(leaf, stopAt string) string {
+	// One read, not one per ancestor, where nothing is frozen (every
+	// spawn): an empty group says "frozen 1" as soon as it or any
+	// ancestor has cgroup.freeze set (the kernel passes a freeze down to
+	// every descendant at the write, and to a group made under a frozen
+	// one at its mkdir).
+	if ev, err := cgroup.ReadEvents(leaf); err == nil && !ev.Populated && !ev.Frozen {
+		return ""
+	}
 	if on, err := cgroup.FreezeSet(leaf); err == nil && on {
 		return leaf
 	}

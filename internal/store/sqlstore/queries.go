@@ -607,6 +607,23 @@ func (t *txn) AgentCountLive(ctx context.Context, p store.AgentCountLiveParams) 
 	return n, interpretError(err)
 }
 
+func (r reader) AgentNamesOfHost(ctx context.Context, host string) ([]store.AgentName, error) {
+	rows, err := r.query(ctx, `SELECT name, MAX(id) FROM agents WHERE ? = '' OR host = '' OR host = ? GROUP BY name ORDER BY name`, host, host)
+	if err != nil {
+		return nil, interpretError(err)
+	}
+	defer rows.Close()
+	var out []store.AgentName
+	for rows.Next() {
+		var n store.AgentName
+		if err := rows.Scan(&n.Name, &n.ID); err != nil {
+			return nil, interpretError(err)
+		}
+		out = append(out, n)
+	}
+	return out, interpretError(rows.Err())
+}
+
 func (r reader) AgentLiveByName(ctx context.Context, name string) (*kin.Agent, error) {
 	a, err := scanAgent(r.queryRow(ctx, sqlAgentLiveByName, name))
 	return a, interpretError(err)

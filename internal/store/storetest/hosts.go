@@ -73,6 +73,23 @@ func testHostLeases(t *testing.T, s store.Store) {
 	if err != nil || got.Host != "a" {
 		t.Fatalf("the agent's host: %+v, %v", got, err)
 	}
+	// Each host's names: its own agents' and those recorded with none.
+	for host, want := range map[string]string{"a": "on-w on-x on-z", "b": "on-y on-z", "": "on-w on-x on-y on-z", "c": "on-z"} {
+		names, err := s.AgentNamesOfHost(ctx, host)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for _, n := range names {
+			if a, err := s.AgentGetByID(ctx, n.ID); err != nil || a.Name != n.Name {
+				t.Errorf("host %q: name %s names agent %d (%v)", host, n.Name, n.ID, err)
+			}
+			got = append(got, n.Name)
+		}
+		if strings.Join(got, " ") != want {
+			t.Errorf("the names of host %q: %q, want %q", host, strings.Join(got, " "), want)
+		}
+	}
 	hosts, err := s.HostList(ctx)
 	if err != nil {
 		t.Fatal(err)
