@@ -379,20 +379,15 @@ func (au *Authority) chainIDs(id kin.AgentID) []kin.AgentID {
 	if len(au.via) == 0 {
 		return au.lin.Chain(id) // no escalation anywhere: the lineage's chain
 	}
-	var out []kin.AgentID
-	for a := id; a != 0 && au.lin.Has(a); {
-		if len(out) > au.lin.Len() {
-			break // never a loop, whatever the cache holds
-		}
-		out = append(out, a)
-		if v := au.via[a]; v != 0 {
-			a = v
-		} else {
-			a = au.lin.Parent(a)
-		}
-	}
-	return out
+	// One walk under the lineage's lock (never a loop, whatever the cache
+	// holds). via keeps the links of ended agents: what an ended agent had
+	// (kin policy, its replacement's chain) and what an agent escalated
+	// from it has go through them.
+	return au.lin.ChainVia(id, au.viaOf)
 }
+
+// viaOf is the asker of agent a's escalated spawn, or 0. au.mu is held.
+func (au *Authority) viaOf(a kin.AgentID) kin.AgentID { return au.via[a] }
 
 // layersOf is the effective policy's layers of the agent whose chain
 // (itself first, then its ancestors) is chain; an extra link is the agent
