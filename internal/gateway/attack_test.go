@@ -124,10 +124,11 @@ func FuzzRequestFields(f *testing.F) {
 			return
 		}
 		_ = badModelName(body)
-		if badFields(req, ep) != "" {
+		f, why := requestFields(req, ep)
+		if why != "" {
 			return
 		}
-		bound := capOutput(req, ep, left)
+		bound, _ := capOutput(req, ep, left, f.choices)
 		if bound < 0 {
 			t.Fatalf("bound %d", bound)
 		}
@@ -143,6 +144,100 @@ func FuzzRequestFields(f *testing.F) {
 			if raw, ok := req[k]; ok && k != "" && json.Unmarshal(raw, &v) == nil && v*n > max(left, 16, n) {
 				t.Fatalf("%s %d x %d choices with %d left: %s", k, v, n, left, body)
 			}
+		}
+	})
+}
+
+// TestBodyGoesOnAsItCameUnlessAmbiguous: a request kin need not change
+// reaches the upstream byte for byte (no second encoding per call); one
+// that names a member twice, or names one in bytes that are not UTF-8,
+// reaches it as kin read it, re-encoded: an upstream whose JSON parser
+// keeps the first of two "model"s (or drops bad bytes from a name) must
+// not read another model or bound than the one kin admitted.
+func TestBodyGoesOnAsItCameUnlessAmbiguous(t *testing.T) {
+	var mu sync.Mutex
+	var got []byte
+	g, s := gatewayServer(t, Config{}, func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		mu.Lock()
+		got = b
+		mu.Unlock()
+		w.Header().Set("Content-Type", "application/json")
+		io.WriteString(w, `{"usage":{"prompt_tokens":1,"completion_tokens":1}}`)
+	})
+	send := func(body string) []byte {
+		t.Helper()
+		req, _ := http.NewRequest("POST", s.URL+"/v1/chat/completions", strings.NewReader(body))
+		req.Header.Set("Authorization", "Bearer "+g.Credential(1))
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 {
+			t.Fatalf("%q: status %d", body, resp.StatusCode)
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		return got
+	}
+	for _, body := range []string{
+		`{"zeta": 1,  "model":"m", "messages":[{"role":"user","content":"model \"x\": {y}"}] }`,
+		`{"model":"m","stream":true,"stream_options":{"include_usage":true},"messages":[]}`,
+	} {
+		if b := send(body); string(b) != body {
+			t.Errorf("an unchanged body reached the upstream as %q, want %q", b, body)
+		}
+	}
+	for body, want := range map[string]string{
+		`{"model":"gpt-4o","messages":[],"model":"m"}`:                                              `{"messages":[],"model":"m"}`,
+		`{"model":"m","stream_options":{"include_usage":false,"include_usage":true},"stream":true}`: `{"model":"m","stream":true,"stream_options":{"include_usage":true}}`,
+		"{\"model\":\"m\",\"mo\xffdel\":\"gpt-4o\"}":                                                "{\"model\":\"m\",\"mo\ufffddel\":\"gpt-4o\"}",
+	} {
+		if b := send(body); string(b) != want {
+			t.Errorf("an ambiguous body %q reached the upstream as %q, want kin's reading %q", body, b, want)
+		}
+	}
+}
+
+// FuzzUniqueMembers: where uniqueMembers lets a body go on as it came,
+// its top level names each member once, in UTF-8, as a token by token
+// reading finds them.
+func FuzzUniqueMembers(f *testing.F) {
+	f.Add(`{"a":1,"b":{"a":2},"c":["a","b"]}`)
+	f.Add(`{"a":1,"a":2}`)
+	f.Add(`{"a\u0062":1,"ab":2}`)
+	f.Add("{\"\xff\":1}")
+	f.Add(`{"s":"x\"y\\","t":"{\"a\":1}"}`)
+	f.Fuzz(func(t *testing.T, body string) {
+		var m map[string]json.RawMessage
+		if json.Unmarshal([]byte(body), &m) != nil || m == nil {
+			return
+		}
+		if !uniqueMembers([]byte(body), len(m)) {
+			return
+		}
+		dec := json.NewDecoder(strings.NewReader(body))
+		dec.Token() // {
+		seen := map[string]bool{}
+		for dec.More() {
+			k, err := dec.Token()
+			if err != nil {
+				t.Fatalf("%q: %v", body, err)
+			}
+			name := k.(string)
+			if seen[name] {
+				t.Fatalf("%q: uniqueMembers let %q through twice", body, name)
+			}
+			seen[name] = true
+			var v json.RawMessage
+			if err := dec.Decode(&v); err != nil {
+				t.Fatalf("%q: %v", body, err)
+			}
+		}
+		if len(seen) != len(m) {
+			t.Fatalf("%q: %d members read, %d decoded", body, len(seen), len(m))
 		}
 	})
 }

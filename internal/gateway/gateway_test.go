@@ -117,7 +117,9 @@ func TestUsageOfBody(t *testing.T) {
 // the stream parser alone (the daemon's tests run the real one).
 type mockAuthority struct{ calls []kin.ModelCallData }
 
-func (m *mockAuthority) ModelAdmit(kin.AgentID, string) (*authority.ModelLimit, error) {
+func (m *mockAuthority) ModelGate(kin.AgentID) (authority.ModelAdmitter, error) { return m, nil }
+
+func (m *mockAuthority) Admit(string) (*authority.ModelLimit, error) {
 	return &authority.ModelLimit{}, nil
 }
 

@@ -27,11 +27,13 @@ func (g *Gateway) stream(w http.ResponseWriter, r *http.Request, ep endpoint, re
 	var ev bytes.Buffer // the event's raw lines, as they go on
 	var data bytes.Buffer
 	var readErr error
+	var buf []byte // readLine's, reused line after line
 	for {
-		line, err := readLine(rd, maxEventBytes-ev.Len())
+		line, err := readLine(rd, maxEventBytes-ev.Len(), buf[:0])
+		buf = line
 		if len(line) > 0 {
 			ev.Write(line)
-			if field, value := sseField(line); field == "data" {
+			if field, value := sseField(line); string(field) == "data" {
 				if data.Len() > 0 {
 					data.WriteByte('\n')
 				}
@@ -62,9 +64,9 @@ func (g *Gateway) stream(w http.ResponseWriter, r *http.Request, ep endpoint, re
 	g.meter(r.Context(), c, u)
 }
 
-// readLine reads one line (with its end) of at most limit bytes.
-func readLine(rd *bufio.Reader, limit int) ([]byte, error) {
-	var out []byte
+// readLine reads one line (with its end) of at most limit bytes, into
+// out's room.
+func readLine(rd *bufio.Reader, limit int, out []byte) ([]byte, error) {
 	for {
 		chunk, err := rd.ReadSlice('\n')
 		out = append(out, chunk...)
@@ -79,14 +81,14 @@ func readLine(rd *bufio.Reader, limit int) ([]byte, error) {
 }
 
 // sseField splits an event-stream line into its field and value.
-func sseField(line []byte) (string, []byte) {
+func sseField(line []byte) ([]byte, []byte) {
 	line = bytes.TrimRight(line, "\r\n")
 	name, value, ok := bytes.Cut(line, []byte(":"))
 	if !ok {
-		return string(line), nil
+		return line, nil
 	}
 	value, _ = bytes.CutPrefix(value, []byte(" "))
-	return string(name), value
+	return name, value
 }
 
 // onEvent reads one event's data for usage, meters the call before the
