@@ -241,3 +241,55 @@ func FuzzUniqueMembers(f *testing.F) {
 		}
 	})
 }
+
+// TestStreamEventNeverWaitsForTheNext: each event the upstream sends
+// reaches the agent before the upstream sends the next (here the upstream
+// waits for the agent to have it), a half-sent event included; a burst
+// sent together arrives whole.
+func TestStreamEventNeverWaitsForTheNext(t *testing.T) {
+	got := make(chan string, 8) // never blocks the agent: a held event fails the test, not hangs it
+	g, s := gatewayServer(t, Config{}, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		rc := http.NewResponseController(w)
+		send := func(chunk, want string) {
+			io.WriteString(w, chunk)
+			rc.Flush()
+			select {
+			case line := <-got:
+				if line != want {
+					t.Errorf("the agent read %q, want %q", line, want)
+				}
+			case <-time.After(10 * time.Second):
+				t.Errorf("the agent did not get %q before the upstream's next event", want)
+			}
+		}
+		send("data: {\"choices\":[{\"delta\":{\"content\":\"a\"}}]}\n\n", `data: {"choices":[{"delta":{"content":"a"}}]}`)
+		// An event, and the start of the next one: the first goes on.
+		send("data: {\"choices\":[{\"delta\":{\"content\":\"b\"}}]}\n\ndata: {\"cho", `data: {"choices":[{"delta":{"content":"b"}}]}`)
+		send("ices\":[{\"delta\":{\"content\":\"c\"}}]}\n\n", `data: {"choices":[{"delta":{"content":"c"}}]}`)
+		io.WriteString(w, "data: {\"choices\":[{\"delta\":{\"content\":\"d\"}}]}\n\ndata: {\"choices\":[],\"usage\":{\"prompt_tokens\":1,\"completion_tokens\":4}}\n\ndata: [DONE]\n\n")
+	})
+	req, _ := http.NewRequest("POST", s.URL+"/v1/chat/completions", strings.NewReader(`{"model":"m","stream":true,"messages":[]}`))
+	req.Header.Set("Authorization", "Bearer "+g.Credential(1))
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	var rest []string
+	for sc.Scan() {
+		line := sc.Text()
+		if line == "" {
+			continue
+		}
+		if len(rest) == 0 && !strings.Contains(line, `"d"`) && line != "data: [DONE]" {
+			got <- line
+			continue
+		}
+		rest = append(rest, line)
+	}
+	if strings.Join(rest, "\n") != "data: {\"choices\":[{\"delta\":{\"content\":\"d\"}}]}\ndata: [DONE]" {
+		t.Errorf("the burst arrived as %q (the usage chunk the agent did not ask for dropped)", rest)
+	}
+}

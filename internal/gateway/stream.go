@@ -10,8 +10,9 @@ import (
 )
 
 // stream passes a server-sent event stream on as it comes, one event at a
-// time, flushed after each, reading the usage on the way: OpenAI chat's
-// last chunk (which the gateway asked for with
+// time, flushed before kin waits for more (after each event the upstream
+// sent alone, after the last of a burst), reading the usage on the way:
+// OpenAI chat's last chunk (which the gateway asked for with
 // stream_options.include_usage, and drops when the client did not ask
 // for it), OpenAI responses' response.completed, Anthropic's
 // message_start and message_delta. The call is metered before the event
@@ -28,7 +29,16 @@ func (g *Gateway) stream(w http.ResponseWriter, r *http.Request, ep endpoint, re
 	var data bytes.Buffer
 	var readErr error
 	var buf []byte // readLine's, reused line after line
+	// pending: events written and not flushed. They are flushed before
+	// any read that may wait for the upstream (no whole line buffered):
+	// an event never waits for the next, and a burst of events the
+	// upstream sent together goes out in one write.
+	pending := false
 	for {
+		if pending && !lineBuffered(rd) {
+			rc.Flush()
+			pending = false
+		}
 		line, err := readLine(rd, maxEventBytes-ev.Len(), buf[:0])
 		buf = line
 		if len(line) > 0 {
@@ -45,7 +55,7 @@ func (g *Gateway) stream(w http.ResponseWriter, r *http.Request, ep endpoint, re
 			forward := g.onEvent(r, ep, c, &u, data.Bytes())
 			if forward {
 				if _, werr := w.Write(ev.Bytes()); werr == nil {
-					rc.Flush()
+					pending = true
 				}
 			}
 			ev.Reset()
@@ -58,10 +68,20 @@ func (g *Gateway) stream(w http.ResponseWriter, r *http.Request, ep endpoint, re
 			break
 		}
 	}
+	if pending {
+		rc.Flush()
+	}
 	if readErr != nil && c.data.Error == "" {
 		c.data.Error = "the upstream's stream broke off: " + readErr.Error()
 	}
 	g.meter(r.Context(), c, u)
+}
+
+// lineBuffered says whether a whole line waits in rd: reading it will not
+// wait for the upstream.
+func lineBuffered(rd *bufio.Reader) bool {
+	b, _ := rd.Peek(rd.Buffered())
+	return bytes.IndexByte(b, '\n') >= 0
 }
 
 // readLine reads one line (with its end) of at most limit bytes, into
