@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -26,7 +27,9 @@ func gatewayServer(t *testing.T, cfg Config, up http.HandlerFunc) (*Gateway, *ht
 	u, _ := url.Parse(us.URL)
 	cfg.Upstreams = []Upstream{{Name: "openai", API: OpenAI, URL: u}}
 	cfg.Key = make([]byte, 32)
-	cfg.Authority = &mockAuthority{}
+	if cfg.Authority == nil {
+		cfg.Authority = &mockAuthority{}
+	}
 	cfg.Runs = func(kin.AgentID) bool { return true }
 	g, err := New(cfg)
 	if err != nil {
@@ -291,5 +294,59 @@ func TestStreamEventNeverWaitsForTheNext(t *testing.T) {
 	}
 	if strings.Join(rest, "\n") != "data: {\"choices\":[{\"delta\":{\"content\":\"d\"}}]}\ndata: [DONE]" {
 		t.Errorf("the burst arrived as %q (the usage chunk the agent did not ask for dropped)", rest)
+	}
+}
+
+// meterGate is the mock authority, its ModelCall held until the test
+// lets it go.
+type meterGate struct {
+	mockAuthority
+	release chan struct{}
+	held    chan bool // whether ModelCall had to wait the whole bound
+}
+
+func (m *meterGate) ModelCall(ctx context.Context, c kin.ModelCallData) (*kin.Spend, error) {
+	select {
+	case <-m.release:
+		m.held <- false
+	case <-time.After(5 * time.Second):
+		m.held <- true
+	}
+	return m.mockAuthority.ModelCall(ctx, c)
+}
+
+// TestStreamDoesNotWaitForItsMetering: the events before the one a
+// stream is metered on (its usage chunk, [DONE]) reach the agent before
+// the metering's commit, even when they came in one burst with it.
+func TestStreamDoesNotWaitForItsMetering(t *testing.T) {
+	m := &meterGate{release: make(chan struct{}), held: make(chan bool, 1)}
+	g, s := gatewayServer(t, Config{Authority: m}, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		io.WriteString(w, "data: {\"choices\":[{\"delta\":{\"content\":\"a\"}}]}\n\ndata: {\"choices\":[{\"delta\":{\"content\":\"b\"}}]}\n\n"+
+			"data: {\"choices\":[],\"usage\":{\"prompt_tokens\":1,\"completion_tokens\":2}}\n\ndata: [DONE]\n\n")
+	})
+	req, _ := http.NewRequest("POST", s.URL+"/v1/chat/completions", strings.NewReader(`{"model":"m","stream":true,"messages":[]}`))
+	req.Header.Set("Authorization", "Bearer "+g.Credential(1))
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	var lines []string
+	for sc.Scan() {
+		if sc.Text() == "" {
+			continue
+		}
+		lines = append(lines, sc.Text())
+		if len(lines) == 2 {
+			close(m.release) // the content came before the metering ended
+		}
+	}
+	if len(lines) != 3 || lines[2] != "data: [DONE]" {
+		t.Fatalf("the stream: %q", lines)
+	}
+	if <-m.held {
+		t.Fatal("the content waited for the call's metering")
 	}
 }

@@ -30,9 +30,10 @@ func (g *Gateway) stream(w http.ResponseWriter, r *http.Request, ep endpoint, re
 	var readErr error
 	var buf []byte // readLine's, reused line after line
 	// pending: events written and not flushed. They are flushed before
-	// any read that may wait for the upstream (no whole line buffered):
-	// an event never waits for the next, and a burst of events the
-	// upstream sent together goes out in one write.
+	// any read that may wait for the upstream (no whole line buffered)
+	// and before an event that may be metered on (a commit): an event
+	// never waits for the next nor for the metering, and a burst of
+	// events the upstream sent together goes out in one write.
 	pending := false
 	for {
 		if pending && !lineBuffered(rd) {
@@ -52,6 +53,12 @@ func (g *Gateway) stream(w http.ResponseWriter, r *http.Request, ep endpoint, re
 		}
 		end := len(bytes.TrimRight(line, "\r\n")) == 0 && len(line) > 0
 		if (end || err != nil) && ev.Len() > 0 {
+			if pending && (bytes.Equal(data.Bytes(), doneData) || mayMatter(data.Bytes())) {
+				// An event that may be metered on: what went before it
+				// does not wait for the commit.
+				rc.Flush()
+				pending = false
+			}
 			forward := g.onEvent(r, ep, c, &u, data.Bytes())
 			if forward {
 				if _, werr := w.Write(ev.Bytes()); werr == nil {
@@ -76,6 +83,9 @@ func (g *Gateway) stream(w http.ResponseWriter, r *http.Request, ep endpoint, re
 	}
 	g.meter(r.Context(), c, u)
 }
+
+// doneData is the data of the event that ends an OpenAI stream.
+var doneData = []byte("[DONE]")
 
 // lineBuffered says whether a whole line waits in rd: reading it will not
 // wait for the upstream.
@@ -117,7 +127,7 @@ func (g *Gateway) onEvent(r *http.Request, ep endpoint, c *call, u *usage, data 
 	if len(data) == 0 {
 		return true
 	}
-	if ep.api == OpenAI && bytes.Equal(data, []byte("[DONE]")) {
+	if ep.api == OpenAI && bytes.Equal(data, doneData) {
 		g.meter(r.Context(), c, *u)
 		return true
 	}
