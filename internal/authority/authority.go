@@ -379,20 +379,15 @@ func (au *Authority) chainIDs(id kin.AgentID) []kin.AgentID {
 	if len(au.via) == 0 {
 		return au.lin.Chain(id) // no escalation anywhere: the lineage's chain
 	}
-	var out []kin.AgentID
-	for a := id; a != 0 && au.lin.Has(a); {
-		if len(out) > au.lin.Len() {
-			break // never a loop, whatever the cache holds
-		}
-		out = append(out, a)
-		if v := au.via[a]; v != 0 {
-			a = v
-		} else {
-			a = au.lin.Parent(a)
-		}
-	}
-	return out
+	// One walk under the lineage's lock (never a loop, whatever the cache
+	// holds). via keeps the links of ended agents: what an ended agent had
+	// (kin policy, its replacement's chain) and what an agent escalated
+	// from it has go through them.
+	return au.lin.ChainVia(id, au.viaOf)
 }
+
+// viaOf is the asker of agent a's escalated spawn, or 0. au.mu is held.
+func (au *Authority) viaOf(a kin.AgentID) kin.AgentID { return au.via[a] }
 
 // layersOf is the effective policy's layers of the agent whose chain
 // (itself first, then its ancestors) is chain; an extra link is the agent
@@ -1168,37 +1163,82 @@ type ModelLimit struct {
 	Priced bool
 }
 
-// ModelAdmit decides whether agent id may call model now: refused with
-// budget_exhausted when its subtree or an ancestor's has spent its budget
-// or passed its deadline, with permission_denied when its effective
-// policy's models lists do not allow the model, or when the model has no
-// price while a max_cost binds the agent (its calls could not be counted
-// against it). It reads the cache: calls that race past a cap together
-// each finish, and the next is refused.
-func (au *Authority) ModelAdmit(id kin.AgentID, model string) (*ModelLimit, error) {
+// ModelAdmitter admits one request's models against an agent's chain as
+// it stood when the gate was made (ModelGate).
+type ModelAdmitter interface {
+	// Admit decides whether the agent may call model now (ModelAdmit).
+	Admit(model string) (*ModelLimit, error)
+}
+
+// modelGate is agent id's chain read once (from the cache) for the models
+// one request names: the model asked for and the one the upstream gets,
+// or every model of a list. Its layers are made at the first Admit that
+// needs them.
+type modelGate struct {
+	au     *Authority
+	id     kin.AgentID
+	chain  []permLink
+	budget error // the chain's budget is exhausted or its deadline passed
+	layers []kin.PolicyLayer
+	err    error // making the layers failed
+	made   bool
+	rem    policy.Remaining
+}
+
+// ModelGate reads agent id's chain once for the models of one request:
+// Admit them against it. not_found when the agent is unknown.
+func (au *Authority) ModelGate(id kin.AgentID) (ModelAdmitter, error) {
 	au.mu.Lock()
 	chain := au.chainLocked(id)
 	au.mu.Unlock()
 	if len(chain) == 0 {
 		return nil, kin.Errorf(kin.ECodeNotFound, "agent %d not found", id)
 	}
+	g := &modelGate{au: au, id: id, chain: chain}
 	if who, why := exhaustedOf(chain, au.now()); why != "" {
-		return nil, kin.Errorf(kin.ECodeBudget, "the budget of agent %d's subtree is exhausted: %s", who, why)
+		g.budget = kin.Errorf(kin.ECodeBudget, "the budget of agent %d's subtree is exhausted: %s", who, why)
 	}
-	layers, err := au.layersOf(chain, nil)
+	return g, nil
+}
+
+// Admit decides whether the gate's agent may call model now: refused with
+// budget_exhausted when its subtree or an ancestor's has spent its budget
+// or passed its deadline, with permission_denied when its effective
+// policy's models lists do not allow the model, or when the model has no
+// price while a max_cost binds the agent (its calls could not be counted
+// against it). It reads the cache: calls that race past a cap together
+// each finish, and the next is refused.
+func (g *modelGate) Admit(model string) (*ModelLimit, error) {
+	if g.budget != nil {
+		return nil, g.budget
+	}
+	if !g.made {
+		g.made = true
+		g.layers, g.err = g.au.layersOf(g.chain, nil)
+		g.rem = remainingOf(g.chain)
+	}
+	if g.err != nil {
+		return nil, g.err
+	}
+	if dec := policy.AllowModel(g.layers, model); !dec.Allowed {
+		return nil, kin.Errorf(kin.ECodeDenied, "%s", dec.Reason)
+	}
+	lim := &ModelLimit{Tokens: g.rem.Tokens, Cost: g.rem.Cost}
+	lim.Price, lim.Priced = g.au.cfg.Price(model)
+	if g.rem.Cost != nil && !lim.Priced {
+		return nil, kin.Errorf(kin.ECodeDenied, "model %q has no price in kin's price table (the policy config's prices), and a max_cost binds agent %d: its calls could not be counted", model, g.id)
+	}
+	return lim, nil
+}
+
+// ModelAdmit decides whether agent id may call model now (ModelGate, then
+// Admit).
+func (au *Authority) ModelAdmit(id kin.AgentID, model string) (*ModelLimit, error) {
+	g, err := au.ModelGate(id)
 	if err != nil {
 		return nil, err
 	}
-	if dec := policy.AllowModel(layers, model); !dec.Allowed {
-		return nil, kin.Errorf(kin.ECodeDenied, "%s", dec.Reason)
-	}
-	rem := remainingOf(chain)
-	lim := &ModelLimit{Tokens: rem.Tokens, Cost: rem.Cost}
-	lim.Price, lim.Priced = au.cfg.Price(model)
-	if rem.Cost != nil && !lim.Priced {
-		return nil, kin.Errorf(kin.ECodeDenied, "model %q has no price in kin's price table (the policy config's prices), and a max_cost binds agent %d: its calls could not be counted", model, id)
-	}
-	return lim, nil
+	return g.Admit(model)
 }
 
 // ModelCall records one call agent id made through the model gateway:

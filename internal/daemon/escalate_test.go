@@ -370,3 +370,66 @@ func TestAnEscalatedAgentsOwnEscalationGoesToItsOwnAncestors(t *testing.T) {
 		t.Errorf("helper's layers come from agents %v, want spec %d then worker %d", by, spec.ID, w.ID)
 	}
 }
+
+// TestEscalationChainsOutliveTheirAgents: an escalated agent's link to
+// its asker stays in the authority's cache after it ended (every check
+// walks the links in one lineage walk): the helper an ended worker asked
+// for is still held to the worker's and the spec's layers, its spend
+// counts in both their subtrees, and the ended worker's own policy still
+// reads as its asker's, before and after a restart.
+func TestEscalationChainsOutliveTheirAgents(t *testing.T) {
+	profile := filepath.Join(t.TempDir(), "relay.json")
+	if err := os.WriteFile(profile, []byte(`{"name": "relay", "max_generation_depth": 5, "roles": {
+		"lead":   {"root": true, "spawns": ["spec", "worker", "helper"]},
+		"spec":   {"spawns": ["helper"], "escalates": ["worker"]},
+		"worker": {"spawns": [], "escalates": ["helper"]},
+		"helper": {"spawns": []}}}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	home := kintest.TempHome(t)
+	d := kintest.StartDaemon(t, kintest.WithProfile(profile), kintest.WithHome(home))
+	lead := register(t, d.Client, kin.RegisterRequest{Name: "lead", Role: "lead", Responsible: "r"})
+	spec := register(t, d.Client, kin.RegisterRequest{Name: "spec", Role: "spec", Parent: lead.ID,
+		Policy: &kin.Policy{Tools: &kin.ToolRules{Deny: []string{"exec"}}}})
+	w := register(t, d.Client, kin.RegisterRequest{Name: "worker", Role: "worker", Parent: spec.ID,
+		Policy: &kin.Policy{Tools: &kin.ToolRules{Deny: []string{"exec", "web_*"}}}})
+	h := register(t, d.Client, kin.RegisterRequest{Name: "helper", Role: "helper", Parent: w.ID})
+	if w.RequestedBy != spec.ID || h.RequestedBy != w.ID || h.Parent != lead.ID {
+		t.Fatalf("worker requested_by %d, helper requested_by %d parent %d", w.RequestedBy, h.RequestedBy, h.Parent)
+	}
+	if _, err := d.Client.Stop(ctx, kin.StopRequest{ID: w.ID}); err != nil {
+		t.Fatal(err)
+	}
+	kintest.WaitFor(t, 20*time.Second, "the worker to end", func() bool {
+		a, _ := d.Client.Agent(ctx, w.ID)
+		return a != nil && a.State.Terminal()
+	})
+	check := func(when string) {
+		t.Helper()
+		if dec := authorize(t, d, h.ID, "web_fetch"); dec.Allowed || dec.Agent != w.ID {
+			t.Errorf("%s: the helper's web_fetch: %+v, want denied by the ended worker", when, dec)
+		}
+		if dec := authorize(t, d, h.ID, "exec"); dec.Allowed || dec.Agent != spec.ID {
+			t.Errorf("%s: the helper's exec: %+v, want denied by the spec", when, dec)
+		}
+		if dec := authorize(t, d, w.ID, "exec"); dec.Allowed || dec.Agent != spec.ID {
+			t.Errorf("%s: the ended worker's exec: %+v, want denied by the spec", when, dec)
+		}
+		if diff, err := d.Daemon.CacheDiff(ctx); err != nil || diff != "" {
+			t.Fatalf("%s: caches (%v):\n%s", when, err, diff)
+		}
+	}
+	check("the worker ended")
+	if _, err := d.Client.Usage(ctx, kin.UsageRequest{Agent: h.ID, Tokens: 10}); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []kin.AgentID{w.ID, spec.ID, lead.ID} {
+		if p, err := d.Client.Policy(ctx, id); err != nil || p.Spend.SubtreeTokens != 10 {
+			t.Fatalf("agent %d's subtree tokens after the helper's 10: %+v, %v", id, p, err)
+		}
+	}
+	d.Close()
+	d = kintest.StartDaemon(t, kintest.WithProfile(profile), kintest.WithHome(home))
+	defer d.Close()
+	check("after a restart")
+}

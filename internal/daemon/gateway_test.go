@@ -16,6 +16,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -707,5 +708,71 @@ func TestConcurrentSpendCrossingACapStopsOnce(t *testing.T) {
 	}
 	if diff, err := d.CacheDiff(ctx); err != nil || diff != "" {
 		t.Fatalf("the caches and the store differ: %v\n%s", err, diff)
+	}
+}
+
+// TestModelGatewayRefusesAStoppedSubtreeOnceItsEndIsRecorded: a stop (or
+// a cancellation) records its agents' ends once their processes are gone,
+// and each process's exit is handled on a goroutine of its own: the
+// credentials are revoked when the stop finds the processes gone, before
+// the record, not when each exit's goroutine gets to run. Once the store
+// shows an agent of the stopped subtree ended, the gateway refuses its
+// credential (the race this closes is a goroutine's hand-off: without it
+// the check fails only when an exit's goroutine runs late, as on a loaded
+// machine).
+func TestModelGatewayRefusesAStoppedSubtreeOnceItsEndIsRecorded(t *testing.T) {
+	d, _ := gatewayDaemon(t, fakemodel.Options{InputTokens: 10, OutputTokens: 5})
+	root, err := sh(t, d, "root", 0, nil, "sleep 600")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids := []kin.AgentID{root.ID}
+	for i := range 6 {
+		c, err := sh(t, d, fmt.Sprintf("child-%d", i), root.ID, nil, "sleep 600")
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, c.ID)
+	}
+	for _, id := range ids {
+		if code, _, b := modelCall(t, d, "/v1/chat/completions", d.ModelCredential(id), chatBody); code != 200 {
+			t.Fatalf("agent %d before the stop: %d %s", id, code, b)
+		}
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, len(ids))
+	for _, id := range ids {
+		wg.Go(func() {
+			deadline := time.Now().Add(30 * time.Second)
+			for time.Now().Before(deadline) {
+				a, err := d.Client.Agent(ctx, id)
+				if err != nil {
+					errs <- err
+					return
+				}
+				if a.EndedAt.IsZero() {
+					continue
+				}
+				// Recorded ended: its credential is no more.
+				if d.Runner.Runs(id) {
+					errs <- fmt.Errorf("agent %d is recorded ended (%s) and its credential still honoured", id, a.State)
+				}
+				return
+			}
+			errs <- fmt.Errorf("agent %d: its end was not recorded", id)
+		})
+	}
+	if _, err := d.Client.Stop(ctx, kin.StopRequest{ID: root.ID}); err != nil {
+		t.Fatal(err)
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	for _, id := range ids {
+		if code, _, b := modelCall(t, d, "/v1/chat/completions", d.ModelCredential(id), chatBody); code != 401 {
+			t.Errorf("agent %d after the stop: %d %s", id, code, b)
+		}
 	}
 }

@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -26,7 +27,9 @@ func gatewayServer(t *testing.T, cfg Config, up http.HandlerFunc) (*Gateway, *ht
 	u, _ := url.Parse(us.URL)
 	cfg.Upstreams = []Upstream{{Name: "openai", API: OpenAI, URL: u}}
 	cfg.Key = make([]byte, 32)
-	cfg.Authority = &mockAuthority{}
+	if cfg.Authority == nil {
+		cfg.Authority = &mockAuthority{}
+	}
 	cfg.Runs = func(kin.AgentID) bool { return true }
 	g, err := New(cfg)
 	if err != nil {
@@ -124,10 +127,11 @@ func FuzzRequestFields(f *testing.F) {
 			return
 		}
 		_ = badModelName(body)
-		if badFields(req, ep) != "" {
+		f, why := requestFields(req, ep)
+		if why != "" {
 			return
 		}
-		bound := capOutput(req, ep, left)
+		bound, _ := capOutput(req, ep, left, f.choices)
 		if bound < 0 {
 			t.Fatalf("bound %d", bound)
 		}
@@ -145,4 +149,204 @@ func FuzzRequestFields(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestBodyGoesOnAsItCameUnlessAmbiguous: a request kin need not change
+// reaches the upstream byte for byte (no second encoding per call); one
+// that names a member twice, or names one in bytes that are not UTF-8,
+// reaches it as kin read it, re-encoded: an upstream whose JSON parser
+// keeps the first of two "model"s (or drops bad bytes from a name) must
+// not read another model or bound than the one kin admitted.
+func TestBodyGoesOnAsItCameUnlessAmbiguous(t *testing.T) {
+	var mu sync.Mutex
+	var got []byte
+	g, s := gatewayServer(t, Config{}, func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		mu.Lock()
+		got = b
+		mu.Unlock()
+		w.Header().Set("Content-Type", "application/json")
+		io.WriteString(w, `{"usage":{"prompt_tokens":1,"completion_tokens":1}}`)
+	})
+	send := func(body string) []byte {
+		t.Helper()
+		req, _ := http.NewRequest("POST", s.URL+"/v1/chat/completions", strings.NewReader(body))
+		req.Header.Set("Authorization", "Bearer "+g.Credential(1))
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 {
+			t.Fatalf("%q: status %d", body, resp.StatusCode)
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		return got
+	}
+	for _, body := range []string{
+		`{"zeta": 1,  "model":"m", "messages":[{"role":"user","content":"model \"x\": {y}"}] }`,
+		`{"model":"m","stream":true,"stream_options":{"include_usage":true},"messages":[]}`,
+	} {
+		if b := send(body); string(b) != body {
+			t.Errorf("an unchanged body reached the upstream as %q, want %q", b, body)
+		}
+	}
+	for body, want := range map[string]string{
+		`{"model":"gpt-4o","messages":[],"model":"m"}`:                                              `{"messages":[],"model":"m"}`,
+		`{"model":"m","stream_options":{"include_usage":false,"include_usage":true},"stream":true}`: `{"model":"m","stream":true,"stream_options":{"include_usage":true}}`,
+		"{\"model\":\"m\",\"mo\xffdel\":\"gpt-4o\"}":                                                "{\"model\":\"m\",\"mo\ufffddel\":\"gpt-4o\"}",
+	} {
+		if b := send(body); string(b) != want {
+			t.Errorf("an ambiguous body %q reached the upstream as %q, want kin's reading %q", body, b, want)
+		}
+	}
+}
+
+// FuzzUniqueMembers: where uniqueMembers lets a body go on as it came,
+// its top level names each member once, in UTF-8, as a token by token
+// reading finds them.
+func FuzzUniqueMembers(f *testing.F) {
+	f.Add(`{"a":1,"b":{"a":2},"c":["a","b"]}`)
+	f.Add(`{"a":1,"a":2}`)
+	f.Add(`{"a\u0062":1,"ab":2}`)
+	f.Add("{\"\xff\":1}")
+	f.Add(`{"s":"x\"y\\","t":"{\"a\":1}"}`)
+	f.Fuzz(func(t *testing.T, body string) {
+		var m map[string]json.RawMessage
+		if json.Unmarshal([]byte(body), &m) != nil || m == nil {
+			return
+		}
+		if !uniqueMembers([]byte(body), len(m)) {
+			return
+		}
+		dec := json.NewDecoder(strings.NewReader(body))
+		dec.Token() // {
+		seen := map[string]bool{}
+		for dec.More() {
+			k, err := dec.Token()
+			if err != nil {
+				t.Fatalf("%q: %v", body, err)
+			}
+			name := k.(string)
+			if seen[name] {
+				t.Fatalf("%q: uniqueMembers let %q through twice", body, name)
+			}
+			seen[name] = true
+			var v json.RawMessage
+			if err := dec.Decode(&v); err != nil {
+				t.Fatalf("%q: %v", body, err)
+			}
+		}
+		if len(seen) != len(m) {
+			t.Fatalf("%q: %d members read, %d decoded", body, len(seen), len(m))
+		}
+	})
+}
+
+// TestStreamEventNeverWaitsForTheNext: each event the upstream sends
+// reaches the agent before the upstream sends the next (here the upstream
+// waits for the agent to have it), a half-sent event included; a burst
+// sent together arrives whole.
+func TestStreamEventNeverWaitsForTheNext(t *testing.T) {
+	got := make(chan string, 8) // never blocks the agent: a held event fails the test, not hangs it
+	g, s := gatewayServer(t, Config{}, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		rc := http.NewResponseController(w)
+		send := func(chunk, want string) {
+			io.WriteString(w, chunk)
+			rc.Flush()
+			select {
+			case line := <-got:
+				if line != want {
+					t.Errorf("the agent read %q, want %q", line, want)
+				}
+			case <-time.After(10 * time.Second):
+				t.Errorf("the agent did not get %q before the upstream's next event", want)
+			}
+		}
+		send("data: {\"choices\":[{\"delta\":{\"content\":\"a\"}}]}\n\n", `data: {"choices":[{"delta":{"content":"a"}}]}`)
+		// An event, and the start of the next one: the first goes on.
+		send("data: {\"choices\":[{\"delta\":{\"content\":\"b\"}}]}\n\ndata: {\"cho", `data: {"choices":[{"delta":{"content":"b"}}]}`)
+		send("ices\":[{\"delta\":{\"content\":\"c\"}}]}\n\n", `data: {"choices":[{"delta":{"content":"c"}}]}`)
+		io.WriteString(w, "data: {\"choices\":[{\"delta\":{\"content\":\"d\"}}]}\n\ndata: {\"choices\":[],\"usage\":{\"prompt_tokens\":1,\"completion_tokens\":4}}\n\ndata: [DONE]\n\n")
+	})
+	req, _ := http.NewRequest("POST", s.URL+"/v1/chat/completions", strings.NewReader(`{"model":"m","stream":true,"messages":[]}`))
+	req.Header.Set("Authorization", "Bearer "+g.Credential(1))
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	var rest []string
+	for sc.Scan() {
+		line := sc.Text()
+		if line == "" {
+			continue
+		}
+		if len(rest) == 0 && !strings.Contains(line, `"d"`) && line != "data: [DONE]" {
+			got <- line
+			continue
+		}
+		rest = append(rest, line)
+	}
+	if strings.Join(rest, "\n") != "data: {\"choices\":[{\"delta\":{\"content\":\"d\"}}]}\ndata: [DONE]" {
+		t.Errorf("the burst arrived as %q (the usage chunk the agent did not ask for dropped)", rest)
+	}
+}
+
+// meterGate is the mock authority, its ModelCall held until the test
+// lets it go.
+type meterGate struct {
+	mockAuthority
+	release chan struct{}
+	held    chan bool // whether ModelCall had to wait the whole bound
+}
+
+func (m *meterGate) ModelCall(ctx context.Context, c kin.ModelCallData) (*kin.Spend, error) {
+	select {
+	case <-m.release:
+		m.held <- false
+	case <-time.After(5 * time.Second):
+		m.held <- true
+	}
+	return m.mockAuthority.ModelCall(ctx, c)
+}
+
+// TestStreamDoesNotWaitForItsMetering: the events before the one a
+// stream is metered on (its usage chunk, [DONE]) reach the agent before
+// the metering's commit, even when they came in one burst with it.
+func TestStreamDoesNotWaitForItsMetering(t *testing.T) {
+	m := &meterGate{release: make(chan struct{}), held: make(chan bool, 1)}
+	g, s := gatewayServer(t, Config{Authority: m}, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		io.WriteString(w, "data: {\"choices\":[{\"delta\":{\"content\":\"a\"}}]}\n\ndata: {\"choices\":[{\"delta\":{\"content\":\"b\"}}]}\n\n"+
+			"data: {\"choices\":[],\"usage\":{\"prompt_tokens\":1,\"completion_tokens\":2}}\n\ndata: [DONE]\n\n")
+	})
+	req, _ := http.NewRequest("POST", s.URL+"/v1/chat/completions", strings.NewReader(`{"model":"m","stream":true,"messages":[]}`))
+	req.Header.Set("Authorization", "Bearer "+g.Credential(1))
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	var lines []string
+	for sc.Scan() {
+		if sc.Text() == "" {
+			continue
+		}
+		lines = append(lines, sc.Text())
+		if len(lines) == 2 {
+			close(m.release) // the content came before the metering ended
+		}
+	}
+	if len(lines) != 3 || lines[2] != "data: [DONE]" {
+		t.Fatalf("the stream: %q", lines)
+	}
+	if <-m.held {
+		t.Fatal("the content waited for the call's metering")
+	}
 }

@@ -61,8 +61,19 @@ const (
 
 // Authority is what the gateway asks of the permission authority.
 type Authority interface {
-	ModelAdmit(id kin.AgentID, model string) (*authority.ModelLimit, error)
+	// ModelGate reads agent id's chain once for the models of one request
+	// (authority.Authority.ModelGate).
+	ModelGate(id kin.AgentID) (authority.ModelAdmitter, error)
 	ModelCall(ctx context.Context, call kin.ModelCallData) (*kin.Spend, error)
+}
+
+// modelAdmit is whether agent id may call model now (one model).
+func (g *Gateway) modelAdmit(id kin.AgentID, model string) (*authority.ModelLimit, error) {
+	gate, err := g.cfg.Authority.ModelGate(id)
+	if err != nil {
+		return nil, err
+	}
+	return gate.Admit(model)
 }
 
 // Config is what a Gateway is built from.
@@ -334,7 +345,7 @@ func (g *Gateway) authenticate(r *http.Request, ep endpoint, onSocket bool) (kin
 		// An agent stopped because its subtree spent its budget is told
 		// so (the refusal it would have seen a moment earlier), not that
 		// its credential lapsed.
-		if _, err := g.cfg.Authority.ModelAdmit(id, ""); kin.ErrorCodeOf(err) == kin.ECodeBudget {
+		if _, err := g.modelAdmit(id, ""); kin.ErrorCodeOf(err) == kin.ECodeBudget {
 			return 0, apiErrorOf(err)
 		}
 		return 0, &apiError{status: http.StatusUnauthorized, code: kin.ECodeUnauthorized,
@@ -432,13 +443,18 @@ func (g *Gateway) serve(w http.ResponseWriter, r *http.Request, ep endpoint, onS
 		(&apiError{status: http.StatusNotFound, code: kin.ECodeNotFound, msg: fmt.Sprintf("kin serve has no %s upstream (--model-upstream, --model-api)", ep.api)}).write(w, ep.api)
 		return
 	}
-	lim, err := g.cfg.Authority.ModelAdmit(id, model)
+	// One read of the agent's chain for both names.
+	var lim *authority.ModelLimit
+	gate, err := g.cfg.Authority.ModelGate(id)
+	if err == nil {
+		lim, err = gate.Admit(model)
+	}
 	if err == nil && upModel != model {
 		// "NAME/model" reaches upstream NAME as "model": the policy
 		// must allow it under both names (a deny list naming the model
 		// is not passed by naming its upstream too).
 		var as *authority.ModelLimit
-		if as, err = g.cfg.Authority.ModelAdmit(id, upModel); err != nil {
+		if as, err = gate.Admit(upModel); err != nil {
 			err = kin.Errorf(kin.ErrorCodeOf(err), "%s (the upstream %s gets model %q)", kin.ErrorMessageOf(err), up.Name, upModel)
 		} else if !lim.Priced && as != nil && as.Priced {
 			// Priced as the model the upstream bills.
@@ -455,66 +471,123 @@ func (g *Gateway) serve(w http.ResponseWriter, r *http.Request, ep endpoint, onS
 		return
 	}
 	c := &call{began: began, limit: lim, counted: ep.metered, data: kin.ModelCallData{Agent: id, API: string(ep.api), Path: ep.path, Upstream: up.Name, Model: model}}
-	if upModel != model {
+	// changed: the body kin forwards differs from the one it got (else
+	// the agent's bytes go on as they came, when the upstream cannot read
+	// other members in them than kin did: uniqueMembers).
+	changed := upModel != model
+	if changed {
 		req["model"], _ = json.Marshal(upModel)
 	}
-	if why := badFields(req, ep); why != "" {
+	f, why := requestFields(req, ep)
+	if why != "" {
 		(&apiError{status: http.StatusBadRequest, code: kin.ECodeInvalid, msg: why}).write(w, ep.api)
 		return
 	}
-	var stream bool
-	if raw, ok := req["stream"]; ok {
-		json.Unmarshal(raw, &stream)
-	}
-	c.data.Stream = stream
+	c.data.Stream = f.stream
 	if ep.metered {
-		release, aerr := g.hold(id, req, ep, lim, len(body))
+		release, capped, aerr := g.hold(id, req, ep, lim, len(body), f.choices)
 		if aerr != nil {
 			aerr.write(w, ep.api)
 			return
 		}
 		defer release()
-		if stream && ep == epChat {
-			c.wantUsag = setIncludeUsage(req)
+		changed = changed || capped
+		if f.stream && ep == epChat {
+			var set bool
+			c.wantUsag, set = setIncludeUsage(req)
+			changed = changed || set
 		}
 	}
-	if body, err = json.Marshal(req); err != nil {
-		(&apiError{status: http.StatusBadRequest, code: kin.ECodeInvalid, msg: "the request body: " + err.Error()}).write(w, ep.api)
-		return
+	if changed || !uniqueMembers(body, len(req)) {
+		if body, err = json.Marshal(req); err != nil {
+			(&apiError{status: http.StatusBadRequest, code: kin.ECodeInvalid, msg: "the request body: " + err.Error()}).write(w, ep.api)
+			return
+		}
 	}
 	g.forward(w, r, ep, up, body, c)
 }
 
-// badFields says what is wrong with the fields of a request that decide
-// how it is metered, "" when nothing: an upstream lenient with types
-// (many OpenAI-compatible servers read "true" as true) would otherwise
-// stream or fan out a call kin took for another, and a background
-// response answers before its usage exists.
-func badFields(req map[string]json.RawMessage, ep endpoint) string {
+// uniqueMembers reports whether body, a JSON object json.Unmarshal took
+// into n members, holds exactly n at its top level, each named in valid
+// UTF-8: then any upstream reads the members kin read, whatever its JSON
+// parser does with a name given twice (the first or the last) or with
+// bytes that are not UTF-8, and the body may go on as it came. Else kin
+// forwards its own encoding of what it read.
+func uniqueMembers(body []byte, n int) bool {
+	depth, count := 0, 0
+	for i := 0; i < len(body); i++ {
+		switch body[i] {
+		case '"':
+			j := i + 1
+			for ; j < len(body) && body[j] != '"'; j++ {
+				if body[j] == '\\' {
+					j++
+				}
+			}
+			if j >= len(body) {
+				return false
+			}
+			if depth == 1 {
+				k := j + 1
+				for k < len(body) && (body[k] == ' ' || body[k] == '\t' || body[k] == '\n' || body[k] == '\r') {
+					k++
+				}
+				if k < len(body) && body[k] == ':' {
+					count++
+					if !utf8.Valid(body[i+1 : j]) {
+						return false
+					}
+				}
+			}
+			i = j
+		case '{', '[':
+			depth++
+		case '}', ']':
+			depth--
+		}
+	}
+	return count == n
+}
+
+// fields are what a request's fields say of how it is metered.
+type fields struct {
+	stream  bool
+	choices int64 // a chat call's n: its choices share its output bound
+}
+
+// requestFields reads the fields of a request that decide how it is
+// metered, and says what is wrong with them ("" when nothing): an
+// upstream lenient with types (many OpenAI-compatible servers read "true"
+// as true) would otherwise stream or fan out a call kin took for another,
+// and a background response answers before its usage exists.
+func requestFields(req map[string]json.RawMessage, ep endpoint) (fields, string) {
+	f := fields{choices: 1}
 	if raw, ok := req["stream"]; ok && string(raw) != "null" {
-		var b bool
-		if json.Unmarshal(raw, &b) != nil {
-			return `"stream" must be true or false`
+		if json.Unmarshal(raw, &f.stream) != nil {
+			return f, `"stream" must be true or false`
 		}
 	}
 	if raw, ok := req["stream_options"]; ok && string(raw) != "null" {
 		var o map[string]json.RawMessage
 		if json.Unmarshal(raw, &o) != nil || o == nil {
-			return `"stream_options" must be an object`
+			return f, `"stream_options" must be an object`
 		}
 	}
 	if raw, ok := req["n"]; ok && string(raw) != "null" {
 		var n int64
 		if json.Unmarshal(raw, &n) != nil || n < 1 || n > 128 {
-			return `"n" must be a whole number from 1 to 128`
+			return f, `"n" must be a whole number from 1 to 128`
+		}
+		if ep == epChat {
+			f.choices = n
 		}
 	}
 	if ep == epResponses {
 		if raw, ok := req["background"]; ok && string(raw) != "null" && string(raw) != "false" {
-			return `kin's gateway does not serve background responses ("background": true): it meters a response from its answer, and a background one answers before it is made`
+			return f, `kin's gateway does not serve background responses ("background": true): it meters a response from its answer, and a background one answers before it is made`
 		}
 	}
-	return ""
+	return f, ""
 }
 
 // badModelName says what is wrong with a model name, "" when nothing:
@@ -565,20 +638,22 @@ func tokensLeft(lim *authority.ModelLimit) *int64 {
 // rate_limited, retry in a second), so that one agent starting many calls
 // together spends at most about one call past its budget, as calls one
 // after another do. release gives the hold back.
-func (g *Gateway) hold(id kin.AgentID, req map[string]json.RawMessage, ep endpoint, lim *authority.ModelLimit, bodyBytes int) (release func(), aerr *apiError) {
+// capped says whether the request's output bound was set or lowered.
+func (g *Gateway) hold(id kin.AgentID, req map[string]json.RawMessage, ep endpoint, lim *authority.ModelLimit, bodyBytes int, choices int64) (release func(), capped bool, aerr *apiError) {
 	left := tokensLeft(lim)
 	if left == nil {
-		return func() {}, nil
+		return func() {}, false, nil
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	held := g.held[id]
 	avail := *left - held
 	if avail <= 0 {
-		return nil, &apiError{status: http.StatusTooManyRequests, code: kin.ECodeRateLimited, retryAfter: 1,
+		return nil, false, &apiError{status: http.StatusTooManyRequests, code: kin.ECodeRateLimited, retryAfter: 1,
 			msg: fmt.Sprintf("agent %d's calls in flight may spend the %d tokens its budget has left: this call may be made when they end", id, *left)}
 	}
-	n := capOutput(req, ep, avail) + int64(bodyBytes/4)
+	bound, capped := capOutput(req, ep, avail, choices)
+	n := bound + int64(bodyBytes/4)
 	g.held[id] = held + n
 	return func() {
 		g.mu.Lock()
@@ -586,15 +661,16 @@ func (g *Gateway) hold(id kin.AgentID, req map[string]json.RawMessage, ep endpoi
 		if g.held[id] -= n; g.held[id] <= 0 {
 			delete(g.held, id)
 		}
-	}, nil
+	}, capped, nil
 }
 
 // capOutput bounds the request's output tokens by left, what the agent's
-// subtree has left, and returns the bound the call goes with, all its
-// choices together (0 for an endpoint without one).
-func capOutput(req map[string]json.RawMessage, ep endpoint, left int64) int64 {
+// subtree has left, shared by its choices (requestFields), and returns the
+// bound the call goes with, all its choices together (0 for an endpoint
+// without one), and whether it changed the request.
+func capOutput(req map[string]json.RawMessage, ep endpoint, left, choices int64) (int64, bool) {
 	if ep.capKey == "" {
-		return 0
+		return 0, false
 	}
 	if ep == epResponses {
 		// OpenAI refuses a max_output_tokens below 16: the call may then
@@ -603,13 +679,11 @@ func capOutput(req map[string]json.RawMessage, ep endpoint, left int64) int64 {
 	}
 	// A chat call's output bound is per choice: n choices share what is
 	// left.
-	choices := int64(1)
-	if raw, ok := req["n"]; ok && ep == epChat {
-		if json.Unmarshal(raw, &choices) != nil || choices < 1 {
-			choices = 1
-		}
-		left = max(left/choices, 1)
+	if ep != epChat || choices < 1 {
+		choices = 1
 	}
+	left = max(left/choices, 1)
+	changed := false
 	set, bound := false, int64(0)
 	for _, k := range []string{ep.capKey, ep.alt} {
 		if k == "" {
@@ -628,32 +702,37 @@ func capOutput(req map[string]json.RawMessage, ep endpoint, left int64) int64 {
 			continue
 		}
 		req[k], _ = json.Marshal(left)
-		set, bound = true, left
+		set, bound, changed = true, left, true
 	}
 	if !set {
 		req[ep.capKey], _ = json.Marshal(left)
-		bound = left
+		bound, changed = left, true
 	}
-	return bound * choices
+	return bound * choices, changed
 }
 
 // setIncludeUsage asks an OpenAI chat stream for its usage chunk
 // (stream_options.include_usage), and says whether the client had asked
-// for it itself (else the gateway drops the chunk from what it passes on).
-func setIncludeUsage(req map[string]json.RawMessage) bool {
+// for it itself (else the gateway drops the chunk from what it passes on)
+// and whether it changed the request (not when the client's options were
+// already so, each named once).
+func setIncludeUsage(req map[string]json.RawMessage) (asked, changed bool) {
 	opts := map[string]json.RawMessage{}
-	if raw, ok := req["stream_options"]; ok && string(raw) != "null" {
+	raw, ok := req["stream_options"]
+	if ok && string(raw) != "null" {
 		if json.Unmarshal(raw, &opts) != nil || opts == nil {
 			opts = map[string]json.RawMessage{}
 		}
 	}
-	var asked bool
-	if raw, ok := opts["include_usage"]; ok {
-		json.Unmarshal(raw, &asked)
+	if v, ok := opts["include_usage"]; ok {
+		json.Unmarshal(v, &asked)
+	}
+	if asked && string(opts["include_usage"]) == "true" && uniqueMembers(raw, len(opts)) {
+		return true, false
 	}
 	opts["include_usage"] = json.RawMessage("true")
 	req["stream_options"], _ = json.Marshal(opts)
-	return asked
+	return asked, true
 }
 
 // hopHeaders and the credentials are never passed on, either way.
@@ -670,18 +749,39 @@ var dropResponseHeaders = []string{
 	"Openai-Organization", "Openai-Project", "Anthropic-Organization-Id",
 }
 
+// dropRequest and dropResponse are those lists by canonical name.
+var dropRequest, dropResponse = headerSet(dropRequestHeaders), headerSet(dropResponseHeaders)
+
+func headerSet(names []string) map[string]bool {
+	m := make(map[string]bool, len(names))
+	for _, n := range names {
+		m[http.CanonicalHeaderKey(n)] = true
+	}
+	return m
+}
+
 // connectionHeaders are the headers a message's Connection header names:
-// hop-by-hop, never passed on.
-func connectionHeaders(h http.Header) []string {
-	var out []string
+// hop-by-hop, never passed on (by canonical name; nil when none).
+func connectionHeaders(h http.Header) map[string]bool {
+	var out map[string]bool
 	for _, v := range h.Values("Connection") {
-		for _, name := range strings.Split(v, ",") {
+		for name := range strings.SplitSeq(v, ",") {
 			if name = strings.TrimSpace(name); name != "" {
-				out = append(out, name)
+				if out == nil {
+					out = map[string]bool{}
+				}
+				out[http.CanonicalHeaderKey(name)] = true
 			}
 		}
 	}
 	return out
+}
+
+// dropHeader says whether header k is one of drop's or hop's, whatever
+// its case.
+func dropHeader(k string, drop, hop map[string]bool) bool {
+	c := http.CanonicalHeaderKey(k) // k itself when canonical already: no copy
+	return drop[c] || hop[c]
 }
 
 func (g *Gateway) upstreamRequest(ctx context.Context, r *http.Request, up Upstream, path string, body []byte) (*http.Request, error) {
@@ -698,9 +798,7 @@ func (g *Gateway) upstreamRequest(ctx context.Context, r *http.Request, up Upstr
 	}
 	hop := connectionHeaders(r.Header)
 	for k, vs := range r.Header {
-		if slices.ContainsFunc(dropRequestHeaders, func(d string) bool { return strings.EqualFold(d, k) }) ||
-			slices.ContainsFunc(hop, func(d string) bool { return strings.EqualFold(d, k) }) ||
-			strings.HasPrefix(strings.ToLower(k), "kin-") {
+		if dropHeader(k, dropRequest, hop) || len(k) >= 4 && strings.EqualFold(k[:4], "kin-") {
 			continue
 		}
 		out.Header[k] = slices.Clone(vs)
@@ -722,8 +820,7 @@ func (g *Gateway) upstreamRequest(ctx context.Context, r *http.Request, up Upstr
 func copyResponseHeaders(w http.ResponseWriter, resp *http.Response) {
 	hop := connectionHeaders(resp.Header)
 	for k, vs := range resp.Header {
-		if slices.ContainsFunc(dropResponseHeaders, func(d string) bool { return strings.EqualFold(d, k) }) ||
-			slices.ContainsFunc(hop, func(d string) bool { return strings.EqualFold(d, k) }) {
+		if dropHeader(k, dropResponse, hop) {
 			continue
 		}
 		w.Header()[k] = slices.Clone(vs)
@@ -867,18 +964,22 @@ func (g *Gateway) models(w http.ResponseWriter, r *http.Request, ep endpoint, id
 	if resp.StatusCode == http.StatusOK {
 		var list map[string]json.RawMessage
 		var data []map[string]json.RawMessage
-		if json.Unmarshal(b, &list) == nil && json.Unmarshal(list["data"], &data) == nil {
+		gate, err := g.cfg.Authority.ModelGate(id)
+		if err == nil && json.Unmarshal(b, &list) == nil && json.Unmarshal(list["data"], &data) == nil {
+			// One read of the agent's chain for the whole list.
 			kept := data[:0]
 			for _, m := range data {
 				var name string
 				json.Unmarshal(m["id"], &name)
-				if _, err := g.cfg.Authority.ModelAdmit(id, name); kin.ErrorCodeOf(err) != kin.ECodeDenied {
+				if _, err := gate.Admit(name); kin.ErrorCodeOf(err) != kin.ECodeDenied {
 					kept = append(kept, m)
 				}
 			}
-			list["data"], _ = json.Marshal(kept)
-			if nb, err := json.Marshal(list); err == nil {
-				b = nb
+			if len(kept) < len(data) { // else the answer goes on as it came
+				list["data"], _ = json.Marshal(kept)
+				if nb, err := json.Marshal(list); err == nil {
+					b = nb
+				}
 			}
 		}
 	}

@@ -9,8 +9,11 @@ import (
 	"net/http/httptest"
 	"net/netip"
 	"os"
+	"runtime"
 	"strings"
 	"testing"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/kin-agents/kin/internal/authority"
 	"github.com/kin-agents/kin/kin"
@@ -114,7 +117,9 @@ func TestUsageOfBody(t *testing.T) {
 // the stream parser alone (the daemon's tests run the real one).
 type mockAuthority struct{ calls []kin.ModelCallData }
 
-func (m *mockAuthority) ModelAdmit(kin.AgentID, string) (*authority.ModelLimit, error) {
+func (m *mockAuthority) ModelGate(kin.AgentID) (authority.ModelAdmitter, error) { return m, nil }
+
+func (m *mockAuthority) Admit(string) (*authority.ModelLimit, error) {
 	return &authority.ModelLimit{}, nil
 }
 
@@ -230,5 +235,99 @@ func TestPeerUID(t *testing.T) {
 		if _, err := parseProcAddr([]byte(bad)); err == nil {
 			t.Errorf("parseProcAddr(%q) took it", bad)
 		}
+	}
+}
+
+// TestSockDiagAgreesWithProc: the kernel's socket diagnostics name the
+// same owner as /proc/net/tcp for real loopback connections, IPv4, IPv6
+// and (as root) one made as another uid, and nothing for a connection
+// that is not there.
+func TestSockDiagAgreesWithProc(t *testing.T) {
+	uids := []int{os.Geteuid()}
+	if os.Geteuid() == 0 {
+		uids = append(uids, 65534)
+	}
+	for _, network := range []string{"127.0.0.1:0", "[::1]:0"} {
+		ln, err := net.Listen("tcp", network)
+		if err != nil {
+			t.Logf("%s: %v (skipped)", network, err)
+			continue
+		}
+		for _, uid := range uids {
+			c, err := dialAs(uid, ln.Addr().String())
+			if err != nil {
+				t.Fatal(err)
+			}
+			s, err := ln.Accept()
+			if err != nil {
+				t.Fatal(err)
+			}
+			client, server := c.LocalAddr().(*net.TCPAddr).AddrPort(), s.LocalAddr().(*net.TCPAddr).AddrPort()
+			got, err := diagTCPUID(client, server)
+			if errors.Is(err, errNoDiag) {
+				t.Skip("socket diagnostics refused here")
+			}
+			want, werr := scanTCPUID(client, server)
+			if err != nil || werr != nil || got != want || got != uint32(uid) {
+				t.Errorf("%s as uid %d: sock_diag %d, %v; /proc %d, %v", network, uid, got, err, want, werr)
+			}
+			// The server's end is the daemon's: not the client's socket.
+			if got, err := diagTCPUID(server, client); err != nil || got != uint32(os.Geteuid()) {
+				t.Errorf("%s: the server's end: %d, %v", network, got, err)
+			}
+			c.Close()
+			s.Close()
+		}
+		ln.Close()
+	}
+	for _, tuple := range [][2]string{{"192.0.2.1:1234", "192.0.2.2:80"}, {"[2001:db8::1]:1234", "[2001:db8::2]:80"}} {
+		if _, err := diagTCPUID(netip.MustParseAddrPort(tuple[0]), netip.MustParseAddrPort(tuple[1])); !errors.Is(err, errNotLocal) && !errors.Is(err, errNoDiag) {
+			t.Errorf("an unknown connection %v: %v", tuple, err)
+		}
+	}
+}
+
+// dialAs connects to addr with a socket made as uid (its fsuid for that
+// moment, on a locked thread), as an agent's process would.
+func dialAs(uid int, addr string) (net.Conn, error) {
+	if uid == os.Geteuid() {
+		return net.Dial("tcp", addr)
+	}
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	prev, err := unix.SetfsuidRetUid(uid)
+	if err != nil {
+		return nil, err
+	}
+	defer unix.Setfsuid(prev)
+	return net.Dial("tcp", addr)
+}
+
+// BenchmarkPeerUID: one lookup of a loopback connection's owner, by
+// socket diagnostics and by reading /proc/net/tcp (which costs a line per
+// socket of the namespace: the machine's load decides it).
+func BenchmarkPeerUID(b *testing.B) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer ln.Close()
+	c, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer c.Close()
+	client, server := c.LocalAddr().(*net.TCPAddr).AddrPort(), c.RemoteAddr().(*net.TCPAddr).AddrPort()
+	for _, m := range []struct {
+		name string
+		fn   func(netip.AddrPort, netip.AddrPort) (uint32, error)
+	}{{"sockdiag", diagTCPUID}, {"proc", scanTCPUID}} {
+		b.Run(m.name, func(b *testing.B) {
+			for b.Loop() {
+				if _, err := m.fn(client, server); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }

@@ -45,9 +45,8 @@ func ConnContext(ctx context.Context, c net.Conn) context.Context {
 var errNotLocal = errors.New("the connection does not come from this machine")
 
 // peerUID is the uid owning the client's end of r's TCP connection, as the
-// kernel lists it (/proc/net/tcp, tcp6: the connection whose local address
-// is the client's and remote address is ours), looked up once per
-// connection.
+// kernel tells it (the connection whose local address is the client's and
+// remote address is ours: lookupTCPUID), looked up once per connection.
 func peerUID(r *http.Request) (uint32, error) {
 	p, _ := r.Context().Value(peerKey{}).(*connPeer)
 	if p == nil || !p.local.IsValid() || !p.remote.IsValid() {
@@ -60,8 +59,18 @@ func peerUID(r *http.Request) (uint32, error) {
 }
 
 // lookupTCPUID finds the socket of this network namespace whose local
-// address is local and remote address remote, and returns its owner's uid.
+// address is local and remote address remote, and returns its owner's uid:
+// the kernel's socket diagnostics answer for that one socket, else (where
+// they are refused) /proc/net/tcp and tcp6 are read through.
 func lookupTCPUID(local, remote netip.AddrPort) (uint32, error) {
+	if uid, err := diagTCPUID(local, remote); !errors.Is(err, errNoDiag) {
+		return uid, err
+	}
+	return scanTCPUID(local, remote)
+}
+
+// scanTCPUID is lookupTCPUID by reading /proc/net/tcp and tcp6.
+func scanTCPUID(local, remote netip.AddrPort) (uint32, error) {
 	files := []string{"/proc/net/tcp6", "/proc/net/tcp"}
 	if local.Addr().Unmap().Is4() {
 		files = []string{"/proc/net/tcp", "/proc/net/tcp6"}

@@ -10,8 +10,9 @@ import (
 )
 
 // stream passes a server-sent event stream on as it comes, one event at a
-// time, flushed after each, reading the usage on the way: OpenAI chat's
-// last chunk (which the gateway asked for with
+// time, flushed before kin waits for more (after each event the upstream
+// sent alone, after the last of a burst), reading the usage on the way:
+// OpenAI chat's last chunk (which the gateway asked for with
 // stream_options.include_usage, and drops when the client did not ask
 // for it), OpenAI responses' response.completed, Anthropic's
 // message_start and message_delta. The call is metered before the event
@@ -27,11 +28,23 @@ func (g *Gateway) stream(w http.ResponseWriter, r *http.Request, ep endpoint, re
 	var ev bytes.Buffer // the event's raw lines, as they go on
 	var data bytes.Buffer
 	var readErr error
+	var buf []byte // readLine's, reused line after line
+	// pending: events written and not flushed. They are flushed before
+	// any read that may wait for the upstream (no whole line buffered)
+	// and before an event that may be metered on (a commit): an event
+	// never waits for the next nor for the metering, and a burst of
+	// events the upstream sent together goes out in one write.
+	pending := false
 	for {
-		line, err := readLine(rd, maxEventBytes-ev.Len())
+		if pending && !lineBuffered(rd) {
+			rc.Flush()
+			pending = false
+		}
+		line, err := readLine(rd, maxEventBytes-ev.Len(), buf[:0])
+		buf = line
 		if len(line) > 0 {
 			ev.Write(line)
-			if field, value := sseField(line); field == "data" {
+			if field, value := sseField(line); string(field) == "data" {
 				if data.Len() > 0 {
 					data.WriteByte('\n')
 				}
@@ -40,10 +53,16 @@ func (g *Gateway) stream(w http.ResponseWriter, r *http.Request, ep endpoint, re
 		}
 		end := len(bytes.TrimRight(line, "\r\n")) == 0 && len(line) > 0
 		if (end || err != nil) && ev.Len() > 0 {
+			if pending && (bytes.Equal(data.Bytes(), doneData) || mayMatter(data.Bytes())) {
+				// An event that may be metered on: what went before it
+				// does not wait for the commit.
+				rc.Flush()
+				pending = false
+			}
 			forward := g.onEvent(r, ep, c, &u, data.Bytes())
 			if forward {
 				if _, werr := w.Write(ev.Bytes()); werr == nil {
-					rc.Flush()
+					pending = true
 				}
 			}
 			ev.Reset()
@@ -56,15 +75,28 @@ func (g *Gateway) stream(w http.ResponseWriter, r *http.Request, ep endpoint, re
 			break
 		}
 	}
+	if pending {
+		rc.Flush()
+	}
 	if readErr != nil && c.data.Error == "" {
 		c.data.Error = "the upstream's stream broke off: " + readErr.Error()
 	}
 	g.meter(r.Context(), c, u)
 }
 
-// readLine reads one line (with its end) of at most limit bytes.
-func readLine(rd *bufio.Reader, limit int) ([]byte, error) {
-	var out []byte
+// doneData is the data of the event that ends an OpenAI stream.
+var doneData = []byte("[DONE]")
+
+// lineBuffered says whether a whole line waits in rd: reading it will not
+// wait for the upstream.
+func lineBuffered(rd *bufio.Reader) bool {
+	b, _ := rd.Peek(rd.Buffered())
+	return bytes.IndexByte(b, '\n') >= 0
+}
+
+// readLine reads one line (with its end) of at most limit bytes, into
+// out's room.
+func readLine(rd *bufio.Reader, limit int, out []byte) ([]byte, error) {
 	for {
 		chunk, err := rd.ReadSlice('\n')
 		out = append(out, chunk...)
@@ -79,14 +111,14 @@ func readLine(rd *bufio.Reader, limit int) ([]byte, error) {
 }
 
 // sseField splits an event-stream line into its field and value.
-func sseField(line []byte) (string, []byte) {
+func sseField(line []byte) ([]byte, []byte) {
 	line = bytes.TrimRight(line, "\r\n")
 	name, value, ok := bytes.Cut(line, []byte(":"))
 	if !ok {
-		return string(line), nil
+		return line, nil
 	}
 	value, _ = bytes.CutPrefix(value, []byte(" "))
-	return string(name), value
+	return name, value
 }
 
 // onEvent reads one event's data for usage, meters the call before the
@@ -95,7 +127,7 @@ func (g *Gateway) onEvent(r *http.Request, ep endpoint, c *call, u *usage, data 
 	if len(data) == 0 {
 		return true
 	}
-	if ep.api == OpenAI && bytes.Equal(data, []byte("[DONE]")) {
+	if ep.api == OpenAI && bytes.Equal(data, doneData) {
 		g.meter(r.Context(), c, *u)
 		return true
 	}

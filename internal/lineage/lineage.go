@@ -160,6 +160,26 @@ func (l *Tree) Chain(id kin.AgentID) []kin.AgentID {
 	return out
 }
 
+// ChainVia is Chain where an agent's next link may be another agent
+// than its parent: via(a) when not 0 (an escalated spawn's asker), else
+// a's parent. One walk under the lock, via called under it (it must not
+// call the Tree); at most Len()+1 links, so a loop in what via answers
+// ends the walk rather than hanging it.
+func (l *Tree) ChainVia(id kin.AgentID, via func(kin.AgentID) kin.AgentID) []kin.AgentID {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	var out []kin.AgentID
+	for a := id; a != 0 && l.hasLocked(a) && len(out) < len(l.parent); {
+		out = append(out, a)
+		if v := via(a); v != 0 {
+			a = v
+		} else {
+			a = l.parent[a]
+		}
+	}
+	return out
+}
+
 // Root is the root of id's tree (id itself for a root); 0 for an unknown
 // id. One walk under the lock, without Chain's slice.
 func (l *Tree) Root(id kin.AgentID) kin.AgentID {

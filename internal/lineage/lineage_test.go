@@ -45,6 +45,33 @@ func TestLineageSubtreeAndDescendants(t *testing.T) {
 	}
 }
 
+// TestChainVia: an escalated agent's chain goes on through its asker
+// (seed 002 §4.1), one walk; a loop in what via answers ends the walk.
+func TestChainVia(t *testing.T) {
+	var l Tree
+	// 1 -> 2,3; 2 -> 4; 3 -> 5; 5 asked for by 4 (its chain: 5 4 2 1).
+	for _, link := range [][2]kin.AgentID{{1, 0}, {2, 1}, {3, 1}, {4, 2}, {5, 3}} {
+		l.Add(link[0], link[1])
+	}
+	via := map[kin.AgentID]kin.AgentID{5: 4}
+	of := func(a kin.AgentID) kin.AgentID { return via[a] }
+	for _, tt := range []struct {
+		id   kin.AgentID
+		want string
+	}{{5, "[5 4 2 1]"}, {4, "[4 2 1]"}, {3, "[3 1]"}, {9, "[]"}} {
+		if got := fmt.Sprint(l.ChainVia(tt.id, of)); got != tt.want {
+			t.Errorf("ChainVia(%d) = %s, want %s", tt.id, got, tt.want)
+		}
+	}
+	if got := fmt.Sprint(l.ChainVia(5, func(kin.AgentID) kin.AgentID { return 0 })); got != fmt.Sprint(l.Chain(5)) {
+		t.Errorf("ChainVia without escalations = %s, want Chain's %v", got, l.Chain(5))
+	}
+	via[2] = 5 // a loop: 5 -> 4 -> 2 -> 5
+	if got := l.ChainVia(5, of); len(got) != l.Len()+1 {
+		t.Errorf("ChainVia through a loop = %v, want it cut at %d links", got, l.Len()+1)
+	}
+}
+
 // TestLinksArriveInAnyOrder: in a fleet this daemon learns of other hosts'
 // agents after its own later ones, and may learn of a child before its
 // parent. Children stay in id order, a child that came first is linked when

@@ -32,11 +32,23 @@ func (r *Registry) FollowStore(from int64, log *slog.Logger, others []string, fn
 	ctx := context.Background()
 	types := append(slices.Clone(followTypes), others...)
 	here, _ := r.st.(store.AppendedHere)
+	// Woken by this daemon's commits of those types only (a model call's
+	// commit wakes nobody here), by every other host's.
+	wait := store.WaitFor(r.st, types, false)
 	for {
-		wake := r.wait()
-		evs, err := r.st.EventList(ctx, kin.EventFilter{Since: from, Types: types, Limit: 1000})
+		wake := wait()
+		// The log's size before the read: every event up to it is
+		// committed, so the next read starts there even when none of them
+		// is of these types (else each wake would read again every event
+		// of other types since the last of these).
+		size, err := r.st.EventLastSeq(ctx)
+		var evs []kin.Event
+		if err == nil {
+			evs, err = r.st.EventList(ctx, kin.EventFilter{Since: from, Types: types, Limit: 1000})
+		}
 		if err != nil {
 			log.Error("follow the store", "since", from, "err", err)
+			size = 0
 		}
 		governor := false
 		for _, e := range evs {
@@ -90,6 +102,7 @@ func (r *Registry) FollowStore(from int64, log *slog.Logger, others []string, fn
 		if len(evs) == 1000 {
 			continue // more are stored
 		}
+		from = max(from, size)
 		select {
 		case <-wake:
 		case <-r.closing:

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/kin-agents/kin/internal/ctxfs"
+	"github.com/kin-agents/kin/internal/store"
 	"github.com/kin-agents/kin/kin"
 )
 
@@ -147,6 +148,15 @@ func (w *ctxWriter) record(seq int64) error {
 	return err
 }
 
+// lazyTypes are the events the writer applies within lazyEvery rather
+// than at once: a model call's event comes with every call an agent makes
+// through the gateway (hundreds a second), and nobody waits for it in an
+// agent's events.jsonl (kin wait kicks the writer: waitApplied).
+var lazyTypes = []string{kin.EventModelCall}
+
+// lazyEvery bounds how long a lazy event waits for the writer.
+const lazyEvery = time.Second
+
 func (w *ctxWriter) run() {
 	defer close(w.done)
 	defer func() {
@@ -154,19 +164,36 @@ func (w *ctxWriter) run() {
 			w.progress.Close()
 		}
 	}()
+	changed := store.WaitFor(w.d.store, lazyTypes, true)
+	lazy := store.WaitFor(w.d.store, lazyTypes, false)
 	for {
-		changed := w.d.store.Wait()
+		wake, lz := changed(), lazy()
 		w.sync()
-		select {
-		case <-changed:
-		case <-w.kick:
-		case <-w.pausec:
-			<-w.stopc
-			w.sync()
-			return
-		case <-w.stopc:
-			w.sync()
-			return
+		var later <-chan time.Time
+		var timer *time.Timer
+	wait:
+		for {
+			select {
+			case <-wake:
+				break wait
+			case <-w.kick:
+				break wait
+			case <-lz:
+				lz, timer = nil, time.NewTimer(lazyEvery)
+				later = timer.C
+			case <-later:
+				break wait
+			case <-w.pausec:
+				<-w.stopc
+				w.sync()
+				return
+			case <-w.stopc:
+				w.sync()
+				return
+			}
+		}
+		if timer != nil {
+			timer.Stop()
 		}
 	}
 }
@@ -207,6 +234,11 @@ func (w *ctxWriter) touch(ids ...kin.AgentID) {
 
 // waitApplied returns once the tree reflects event seq, or ctx is done.
 func (w *ctxWriter) waitApplied(ctx context.Context, seq int64) error {
+	// A lazy event (lazyTypes) does not wake the writer at once.
+	select {
+	case w.kick <- struct{}{}:
+	default:
+	}
 	for {
 		w.mu.Lock()
 		ok, ch := w.applied >= seq, w.advance

@@ -54,6 +54,18 @@ type runtime struct {
 	exited  bool          // guarded by Daemon.rtMu: its process ended (its end may not be recorded yet)
 }
 
+// markExited marks the runtimes of agents whose processes are gone (a
+// stop waited for their cgroups to empty) exited, as handleExit does.
+func (run *Runner) markExited(agents []*kin.Agent) {
+	run.rtMu.Lock()
+	defer run.rtMu.Unlock()
+	for _, a := range agents {
+		if rt := run.runtimes[a.ID]; rt != nil {
+			rt.exited = true
+		}
+	}
+}
+
 func (run *Runner) runtimeOf(id kin.AgentID) *runtime {
 	run.rtMu.Lock()
 	defer run.rtMu.Unlock()
@@ -802,6 +814,10 @@ func (run *Runner) stopAndRecord(ctx context.Context, c *cancellation) ([]*kin.A
 			}
 		}
 	}
+	// Their processes are gone: the model gateway refuses their
+	// credentials from now on (Runs), not only once each exit is handled
+	// on its own goroutine or the end recorded below.
+	run.markExited(mine)
 	// Their output is in their logs before their ends are recorded.
 	flushBy := time.Now().Add(logFlushWait)
 	for _, a := range mine {

@@ -91,6 +91,27 @@ type AppendedHere interface {
 	AppendedHere(seq int64) bool
 }
 
+// Subscriber is a Notifier whose waiters may care for some event types
+// only: a commit of this handle that appended none of them leaves such a
+// waiter asleep (a model call's commit need not wake the fleet follower).
+// Other handles' commits, whose types the driver does not learn, wake it.
+type Subscriber interface {
+	// Subscribe returns the waiter's Wait: woken by this handle's commits
+	// that appended an event of one of types (except: of a type not
+	// among them), as Notifier.Wait otherwise.
+	Subscribe(types []string, except bool) func() <-chan struct{}
+}
+
+// WaitFor is a Wait for a waiter that cares for events of types only
+// (except: of the other types): n's subscription where n is a Subscriber,
+// else n.Wait, which wakes it for every commit.
+func WaitFor(n Notifier, types []string, except bool) func() <-chan struct{} {
+	if s, ok := n.(Subscriber); ok {
+		return s.Subscribe(types, except)
+	}
+	return n.Wait
+}
+
 // Reader is the read side, used outside transactions and inside them.
 type Reader interface {
 	AgentGetByID(ctx context.Context, id kin.AgentID) (*kin.Agent, error)

@@ -22,6 +22,18 @@ type Hub struct {
 	ch      chan struct{} // closed by the next Notify
 	taken   bool          // Wait handed ch out since the last Notify
 	waiting chan struct{} // one value when taken turns true
+	subs    []*Subscription
+}
+
+// Subscription is a waiter that cares for some event types only: a
+// commit that appended events of other types alone (NotifyTypes) leaves
+// it asleep. Any other Notify wakes it.
+type Subscription struct {
+	h      *Hub
+	types  map[string]bool
+	except bool          // types are those it does not care for
+	ch     chan struct{} // guarded by h.mu
+	taken  bool
 }
 
 // NewHub returns a hub without waiters.
@@ -36,12 +48,62 @@ func (h *Hub) Wait() <-chan struct{} {
 	defer h.mu.Unlock()
 	if !h.taken {
 		h.taken = true
-		select {
-		case h.waiting <- struct{}{}:
-		default:
-		}
+		h.signalWaitingLocked()
 	}
 	return h.ch
+}
+
+// signalWaitingLocked tells a driver that polls for other handles'
+// commits that someone waits (Waiting).
+func (h *Hub) signalWaitingLocked() {
+	select {
+	case h.waiting <- struct{}{}:
+	default:
+	}
+}
+
+// Subscribe makes a waiter woken by commits that appended an event of one
+// of types (except: of a type not among them), and by every Notify.
+func (h *Hub) Subscribe(types []string, except bool) *Subscription {
+	s := &Subscription{h: h, types: make(map[string]bool, len(types)), except: except, ch: make(chan struct{})}
+	for _, t := range types {
+		s.types[t] = true
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.subs = append(h.subs, s)
+	return s
+}
+
+// Wait returns a channel closed at the next commit the subscription cares
+// for (or Notify). Take it before reading the store, as Hub.Wait's.
+func (s *Subscription) Wait() <-chan struct{} {
+	h := s.h
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if !s.taken {
+		s.taken = true
+		h.signalWaitingLocked()
+	}
+	return s.ch
+}
+
+// wants says whether a commit that appended events of types wakes s.
+func (s *Subscription) wants(types []string) bool {
+	for _, t := range types {
+		if s.types[t] != s.except {
+			return true
+		}
+	}
+	return false
+}
+
+func (s *Subscription) wakeLocked() {
+	if s.taken {
+		close(s.ch)
+		s.ch = make(chan struct{})
+		s.taken = false
+	}
 }
 
 // Notify wakes every waiter: it closes the channel Wait handed out. With
@@ -49,6 +111,26 @@ func (h *Hub) Wait() <-chan struct{} {
 func (h *Hub) Notify() {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	for _, s := range h.subs {
+		s.wakeLocked()
+	}
+	h.wakeLocked()
+}
+
+// NotifyTypes wakes Wait's waiters and the subscriptions that care for
+// one of types, the types of the events a commit appended.
+func (h *Hub) NotifyTypes(types []string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, s := range h.subs {
+		if s.wants(types) {
+			s.wakeLocked()
+		}
+	}
+	h.wakeLocked()
+}
+
+func (h *Hub) wakeLocked() {
 	if !h.taken {
 		return
 	}
@@ -63,7 +145,15 @@ func (h *Hub) Notify() {
 func (h *Hub) Waited() bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	return h.taken
+	if h.taken {
+		return true
+	}
+	for _, s := range h.subs {
+		if s.taken {
+			return true
+		}
+	}
+	return false
 }
 
 // Waiting receives a value when Wait is called first after a Notify (or

@@ -45,3 +45,41 @@ func TestHubWakesWhatWasTakenBeforeNotify(t *testing.T) {
 		t.Fatal("a channel taken after notifies without waiters is closed")
 	}
 }
+
+// TestSubscriptionSleepsThroughOtherTypes: a subscription wakes for a
+// commit of a type it cares for (or, except, of any other), sleeps
+// through the rest, and wakes at every plain Notify (another handle's
+// commit, whose types are unknown); Wait's waiters wake at all of them.
+func TestSubscriptionSleepsThroughOtherTypes(t *testing.T) {
+	h := NewHub()
+	only := h.Subscribe([]string{"agent.registered"}, false)
+	but := h.Subscribe([]string{"model.call"}, true)
+	if h.Waited() {
+		t.Fatal("subscribing is not waiting")
+	}
+	o, b, all := only.Wait(), but.Wait(), h.Wait()
+	if !h.Waited() {
+		t.Fatal("Waited is false with subscriptions waiting")
+	}
+	h.NotifyTypes([]string{"model.call", "model.call"})
+	if closed(o) || closed(b) || !closed(all) {
+		t.Fatalf("model.calls woke: only %v, but %v, all %v; want only Wait's waiters", closed(o), closed(b), closed(all))
+	}
+	if !h.Waited() {
+		t.Fatal("Waited is false with the subscriptions still waiting")
+	}
+	h.NotifyTypes([]string{"model.call", "agent.exited"})
+	if closed(o) || !closed(b) {
+		t.Fatalf("agent.exited woke only %v, but %v; want but alone", closed(o), closed(b))
+	}
+	b = but.Wait()
+	h.NotifyTypes([]string{"agent.registered"})
+	if !closed(o) || !closed(b) {
+		t.Fatalf("agent.registered woke only %v, but %v; want both", closed(o), closed(b))
+	}
+	o, b = only.Wait(), but.Wait()
+	h.Notify()
+	if !closed(o) || !closed(b) || h.Waited() {
+		t.Fatal("a plain Notify did not wake every subscription")
+	}
+}

@@ -53,6 +53,7 @@ func (t *txn) EventAppend(ctx context.Context, e kin.Event) (kin.Event, error) {
 				Agent: int64(e.Agent), Parent: int64(e.Parent), Data: string(e.Data)})
 			*t.size = e.Seq
 			t.appended++
+			t.types = append(t.types, e.Type)
 			return e, nil
 		}
 		if _, err := t.exec(ctx, sqlEventAppend, e.Seq, e.Time.UnixNano(), e.Type, e.Agent, e.Parent, string(e.Data), nil); err != nil {
@@ -60,6 +61,7 @@ func (t *txn) EventAppend(ctx context.Context, e kin.Event) (kin.Event, error) {
 		}
 		*t.size = e.Seq
 		t.appended++
+		t.types = append(t.types, e.Type)
 		return e, nil
 	}
 	e.Seq = t.log.Size() + 1
@@ -73,6 +75,7 @@ func (t *txn) EventAppend(ctx context.Context, e kin.Event) (kin.Event, error) {
 			Agent: int64(e.Agent), Parent: int64(e.Parent), Data: string(e.Data), Hashes: bytes.Clone(t.blob)})
 		*t.size = e.Seq
 		t.appended++
+		t.types = append(t.types, e.Type)
 		return e, nil
 	}
 	if _, err := t.exec(ctx, sqlEventAppend, e.Seq, e.Time.UnixNano(), e.Type, e.Agent, e.Parent, string(e.Data), t.blob); err != nil {
@@ -81,6 +84,7 @@ func (t *txn) EventAppend(ctx context.Context, e kin.Event) (kin.Event, error) {
 	}
 	*t.size = e.Seq
 	t.appended++
+	t.types = append(t.types, e.Type)
 	return e, nil
 }
 

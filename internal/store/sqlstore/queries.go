@@ -46,6 +46,7 @@ type txn struct {
 	size     *int64             // the batch's log size, advanced by EventAppend
 	unhashed bool               // benchmarks only: append events without their tree hashes
 	appended int                // events this Update appended
+	types    []string           // their types
 	leaf     []byte             // EventAppend's buffers, reused across its calls
 	hashes   []tlog.Hash
 	blob     []byte

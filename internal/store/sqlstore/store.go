@@ -154,6 +154,11 @@ type Store struct {
 
 	hereMu sync.Mutex
 	here   []seqRange // the seqs this handle's commits appended, oldest first (AppendedHere)
+	// ownSize and ownTypes are the log size and event types of the commit
+	// the writer is making (committing), 0 and nil between commits.
+	ownMu    sync.Mutex
+	ownSize  int64
+	ownTypes []string
 }
 
 // seqRange is the events (from, to] by seq.
@@ -209,16 +214,46 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 // (Woken).
 func (s *Store) Wait() <-chan struct{} { return s.hub.Wait() }
 
+// Subscribe returns a wait that this handle's commits wake only when they
+// appended an event of one of types (except: of a type not among them);
+// other handles' commits wake it always (store.Subscriber).
+func (s *Store) Subscribe(types []string, except bool) func() <-chan struct{} {
+	return s.hub.Subscribe(types, except).Wait
+}
+
 // Hub is the waiters' hub, for a driver that watches other handles only
 // while someone waits.
 func (s *Store) Hub() *inmem.Hub { return s.hub }
 
 // Woken wakes the waiters if the log's size n is past what they were last
 // woken for: a driver calls it when it learns of another handle's commit.
+// A notification of this handle's own commit (PostgreSQL's comes back to
+// its listener, at times before the writer has woken the waiters itself)
+// wakes by that commit's event types, as the writer does. (Should that
+// commit fail and another handle commit the same size before the writer
+// forgets it, that one's notification wakes by the failed commit's types
+// too: a subscription to none of them would then wake at the next commit,
+// or its own poll.)
 func (s *Store) Woken(n int64) {
-	if storeMax(&s.notified, n) {
-		s.hub.Notify()
+	s.ownMu.Lock()
+	own, types := s.ownSize, s.ownTypes
+	s.ownMu.Unlock()
+	if !storeMax(&s.notified, n) {
+		return
 	}
+	if own != 0 && n == own {
+		s.hub.NotifyTypes(types)
+		return
+	}
+	s.hub.Notify()
+}
+
+// committing records the log size and event types of the commit the
+// writer is making (0, nil once it is made or failed), for Woken.
+func (s *Store) committing(size int64, types []string) {
+	s.ownMu.Lock()
+	s.ownSize, s.ownTypes = size, types
+	s.ownMu.Unlock()
 }
 
 // Close stops the writer after the Updates already queued and closes both
@@ -326,6 +361,7 @@ func (s *Store) commit(batch []*update) {
 		return
 	}
 	ok, appended := 0, 0
+	var types []string             // of the events appended
 	var local map[string]*sql.Stmt // closed with the transaction
 	if !s.d.CachesStatements {
 		local = map[string]*sql.Stmt{}
@@ -389,6 +425,7 @@ func (s *Store) commit(batch []*update) {
 		} else {
 			ok++
 			appended += t.appended
+			types = append(types, t.types...)
 		}
 		if s.d.ChainSavepoints {
 			held = true
@@ -411,7 +448,13 @@ func (s *Store) commit(batch []*update) {
 		if err != nil {
 			tx.Rollback()
 		} else {
+			if appended > 0 {
+				s.committing(size, types)
+			}
 			err = tx.Commit()
+			if appended > 0 {
+				s.committing(0, nil)
+			}
 		}
 	}
 	if err != nil {
@@ -424,7 +467,9 @@ func (s *Store) commit(batch []*update) {
 		s.setLog(tree)
 		if appended > 0 {
 			s.appendedHere(size-int64(appended), size)
-			s.Woken(size)
+		}
+		if appended > 0 && storeMax(&s.notified, size) {
+			s.hub.NotifyTypes(types)
 		}
 	}
 	answer()

@@ -64,6 +64,54 @@ func testNotifyOwnCommits(t *testing.T, s store.Store) {
 	}
 }
 
+// testSubscribeSleepsThroughOtherTypes: where a store can subscribe
+// (store.Subscriber), a waiter for some event types sleeps through this
+// handle's commits of other types alone and wakes at one of its types,
+// and a waiter for every type but some wakes at the rest.
+func testSubscribeSleepsThroughOtherTypes(t *testing.T, s store.Store) {
+	if _, ok := s.(store.Subscriber); !ok {
+		t.Skip("the store does not subscribe by type")
+	}
+	ctx := context.Background()
+	appendType := func(typ string) {
+		t.Helper()
+		if err := s.Update(ctx, func(tx store.Tx) error {
+			_, err := tx.EventAppend(ctx, kin.Event{Time: time.Now(), Type: typ, Agent: 1, Data: []byte(`{}`)})
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	only := store.WaitFor(s, []string{kin.EventAgentRegistered}, false)
+	but := store.WaitFor(s, []string{kin.EventModelCall}, true)
+	o, b, all := only(), but(), s.Wait()
+	appendType(kin.EventModelCall)
+	if !woken(all) {
+		t.Fatal("a model.call's commit did not wake Wait's waiter")
+	}
+	// Both subscriptions sleep: the next commit of a type each cares for
+	// wakes it, and a wake-up the model.call had caused would be seen here.
+	appendType(kin.EventAgentExited)
+	if !woken(b) {
+		t.Fatal("agent.exited did not wake the waiter for every type but model.call")
+	}
+	select {
+	case <-o:
+		t.Fatal("model.call and agent.exited woke the waiter for agent.registered")
+	default:
+	}
+	appendType(kin.EventAgentRegistered)
+	if !woken(o) {
+		t.Fatal("agent.registered did not wake its waiter")
+	}
+	b = but()
+	appendType(kin.EventModelCall)
+	appendType(kin.EventAgentRegistered)
+	if !woken(b) {
+		t.Fatal("agent.registered did not wake the waiter for every type but model.call")
+	}
+}
+
 // testNotifyOtherHandle: a waiter of one handle wakes when another handle
 // on the same store commits events, and reads them.
 func testNotifyOtherHandle(t *testing.T, a store.Store, second func() store.Store) {

@@ -59,6 +59,7 @@ func Exercise(t *testing.T, open Opener) {
 	t.Run("LogSurvivesReopen", func(t *testing.T) { two(t, testLogSurvivesReopen) })
 
 	t.Run("NotifyOwnCommits", func(t *testing.T) { testNotifyOwnCommits(t, one(t)) })
+	t.Run("SubscribeSleepsThroughOtherTypes", func(t *testing.T) { testSubscribeSleepsThroughOtherTypes(t, one(t)) })
 	t.Run("NotifyOtherHandle", func(t *testing.T) { two(t, testNotifyOtherHandle) })
 	t.Run("FollowAcrossHandles", func(t *testing.T) { two(t, testFollowAcrossHandles) })
 	t.Run("HostLeases", func(t *testing.T) { testHostLeases(t, one(t)) })
