@@ -74,6 +74,7 @@ type Store struct {
 var (
 	_ store.Store                = (*Store)(nil)
 	_ store.LazyUpdater          = (*Store)(nil)
+	_ store.Deferrer             = (*Store)(nil)
 	_ auditlog.Source            = (*sqlstore.ReadOnly)(nil)
 	_ store.Notifier             = (*Store)(nil)
 	_ interface{ Close() error } = (*Store)(nil)
@@ -92,7 +93,9 @@ var dialect = &sqlstore.Dialect{
 	CachesStatements: true,
 	// Each Update's RELEASE rides with the next SAVEPOINT, or the COMMIT.
 	ChainSavepoints: true,
-	Lateral:         true,
+	// A deferrable Update's agent insert rides with the next statement.
+	HoldInserts: true,
+	Lateral:     true,
 	// A batch's events in one statement.
 	InsertEvents: insertEvents,
 }

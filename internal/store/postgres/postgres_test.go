@@ -3,6 +3,7 @@ package postgres_test
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"os"
 	"testing"
 	"time"
@@ -89,4 +90,42 @@ func TestConnectionsLostAndFound(t *testing.T) {
 			return false
 		}
 	})
+}
+
+// TestDeferrableInsertIsHeld: in a deferrable Update the agent insert is
+// held for the next statement rather than sent at once, so a clash is
+// learnt only once fn has returned, and fn runs again with the insert sent
+// at once to see it as ErrNameTaken. A plain Update's fn runs once.
+func TestDeferrableInsertIsHeld(t *testing.T) {
+	ctx := context.Background()
+	s, err := postgres.Open(ctx, pgtest.NewDatabase(t), postgres.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	storetest.Insert(t, s, "taken", 0)
+	for _, deferred := range []bool{false, true} {
+		runs := 0
+		fn := func(tx store.Tx) error {
+			runs++
+			_, err := tx.AgentInsert(ctx, store.AgentInsertParams{Agent: storetest.NewAgent("taken", 0, 0)})
+			return err
+		}
+		if deferred {
+			err = store.UpdateDeferrable(ctx, s, fn)
+		} else {
+			err = s.Update(ctx, fn)
+		}
+		want := 1
+		if deferred {
+			want = 2
+		}
+		if !errors.Is(err, store.ErrNameTaken) || runs != want {
+			t.Errorf("deferrable %v: %v after %d runs; want %v after %d", deferred, err, runs, store.ErrNameTaken, want)
+		}
+	}
+	a := storetest.Insert(t, s, "next", 0)
+	if a.ID != 2 {
+		t.Fatalf("the next agent has id %d, want 2: no gap", a.ID)
+	}
 }
