@@ -24,7 +24,9 @@
 //     (listen.go), at once;
 //   - ids: the next agent id is the largest plus one, read under the lock,
 //     so a rolled-back registration leaves no gap (a sequence would), as on
-//     SQLite.
+//     SQLite; in a deferrable Update (a registration) the writer assigns it,
+//     having read the largest with the log's size, and the insert rides
+//     with the next statement (pipeline.go).
 package postgres
 
 import (
