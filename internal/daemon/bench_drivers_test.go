@@ -221,7 +221,7 @@ func benchDriverRegister(b *testing.B, drv benchDriver) {
 	b.Run(fmt.Sprintf("store-update-deferrable-c%d", benchClients), func(b *testing.B) {
 		st := openBenchStore(b, drv, kintest.TempHome(b), "")
 		update := func(ctx context.Context, fn func(store.Tx) error) error { return store.UpdateDeferrable(ctx, st, fn) }
-		reportXFloor(b, benchStoreRegisterWith(b, update, benchClients), floor)
+		reportXFloor(b, benchStoreRegisterWith(b, st, update, benchClients), floor)
 	})
 	b.Run(fmt.Sprintf("api-unix-c%d", benchClients), func(b *testing.B) {
 		d := kintest.StartDaemon(b, kintest.WithProfile(unlimitedProfile(b)), drv.daemonStore(b))

@@ -129,17 +129,25 @@ func benchRawInsert(b *testing.B, synchronous string) float64 {
 // in the registry) from clients goroutines: the group-committing store
 // without HTTP.
 func benchStoreRegister(b *testing.B, st store.Store, clients int) float64 {
-	return benchStoreRegisterWith(b, st.Update, clients)
+	return benchStoreRegisterWith(b, st, st.Update, clients)
 }
 
 // benchStoreRegisterWith is benchStoreRegister through update: st.Update,
 // or store.UpdateDeferrable's as the registry's registrations are made
 // (the function is re-runnable: it sets nothing outside tx until the
 // Update returns).
-func benchStoreRegisterWith(b *testing.B, update func(context.Context, func(store.Tx) error) error, clients int) float64 {
+//
+// On a store that counts its writer's round trips to the server
+// (PostgreSQL's), it reports them per registration as round-trips/op.
+func benchStoreRegisterWith(b *testing.B, st store.Store, update func(context.Context, func(store.Tx) error) error, clients int) float64 {
 	ctx := context.Background()
 	now := time.Now().UTC()
 	n := benchOps(b, minRegistrations)
+	trips, _ := st.(interface{ WriterRoundTrips() int64 })
+	var trips0 int64
+	if trips != nil {
+		trips0 = trips.WriterRoundTrips()
+	}
 	cpu0 := resetTimer(b)
 	err := runPool(n, clients, func(i int, root *kin.AgentID) error {
 		var id kin.AgentID
@@ -180,6 +188,9 @@ func benchStoreRegisterWith(b *testing.B, update func(context.Context, func(stor
 	})
 	if err != nil {
 		b.Fatal(err)
+	}
+	if trips != nil {
+		b.ReportMetric(float64(trips.WriterRoundTrips()-trips0)/float64(n), "round-trips/op")
 	}
 	return reportRate(b, n, cpu0, "registrations/s")
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -45,8 +46,12 @@ var savepointStatements = map[string][]string{
 	sqlstore.ReleaseSavepointSQL: {sqlstore.ReleaseSQL, sqlstore.SavepointSQL},
 }
 
-// pipelineConnector opens the writer's connections, each wrapped.
-type pipelineConnector struct{ driver.Connector }
+// pipelineConnector opens the writer's connections, each wrapped, all
+// counting their round trips to the server in trips (nil: not counted).
+type pipelineConnector struct {
+	driver.Connector
+	trips *atomic.Int64
+}
 
 func (c pipelineConnector) Connect(ctx context.Context) (driver.Conn, error) {
 	conn, err := c.Connector.Connect(ctx)
@@ -58,7 +63,7 @@ func (c pipelineConnector) Connect(ctx context.Context) (driver.Conn, error) {
 		conn.Close()
 		return nil, fmt.Errorf("postgres: the writer's connection is a %T, not pgx's", conn)
 	}
-	return &pipelineConn{Conn: sc}, nil
+	return &pipelineConn{Conn: sc, trips: c.trips}, nil
 }
 
 // heldStatement is a statement not yet sent.
@@ -84,6 +89,14 @@ type pipelineConn struct {
 	// write's Update's. Only the writer's ROLLBACK TO that knows it
 	// (sqlstore.Recovering) is sent until then.
 	failed bool
+	trips  *atomic.Int64 // round trips to the server, for benchmarks; nil: not counted
+}
+
+// trip counts a round trip to the server.
+func (c *pipelineConn) trip() {
+	if c.trips != nil {
+		c.trips.Add(1)
+	}
 }
 
 var (
@@ -112,6 +125,7 @@ func (c *pipelineConn) flush(ctx context.Context) error {
 			qs[i] = h.sql
 		}
 		c.held = c.held[:0]
+		c.trip()
 		if _, err := c.Conn.Conn().Exec(ctx, strings.Join(qs, "; ")); err != nil {
 			c.unsure = true
 			return err
@@ -147,6 +161,7 @@ func (c *pipelineConn) ExecContext(ctx context.Context, query string, args []dri
 			// What followed the failed write was not run: nothing
 			// held is left to send.
 			c.held, c.failed = c.held[:0], false
+			c.trip()
 			return c.Conn.ExecContext(ctx, query, args)
 		}
 	}
@@ -173,6 +188,7 @@ func (c *pipelineConn) ExecContext(ctx context.Context, query string, args []dri
 		if err := c.flush(ctx); err != nil {
 			return nil, err
 		}
+		c.trip()
 		return c.Conn.ExecContext(ctx, query, args)
 	}
 	br, sent := c.send(ctx, query, args)
@@ -192,6 +208,7 @@ func (c *pipelineConn) QueryContext(ctx context.Context, query string, args []dr
 		if err := c.flush(ctx); err != nil {
 			return nil, err
 		}
+		c.trip()
 		return c.Conn.QueryContext(ctx, query, args)
 	}
 	br, sent := c.send(ctx, query, args)
@@ -223,6 +240,7 @@ func (c *pipelineConn) send(ctx context.Context, query string, args []driver.Nam
 		}
 		b.Queue(query, vals...)
 	}
+	c.trip()
 	return c.Conn.Conn().SendBatch(ctx, b), sent
 }
 
@@ -259,6 +277,7 @@ func (c *pipelineConn) BeginTx(ctx context.Context, opts driver.TxOptions) (driv
 	if err := c.flush(ctx); err != nil {
 		return nil, err
 	}
+	c.trip()
 	tx, err := c.Conn.BeginTx(ctx, opts)
 	if err != nil {
 		return nil, err
@@ -270,6 +289,7 @@ func (c *pipelineConn) PrepareContext(ctx context.Context, query string) (driver
 	if err := c.flush(ctx); err != nil {
 		return nil, err
 	}
+	c.trip()
 	return c.Conn.PrepareContext(ctx, query)
 }
 
@@ -308,11 +328,13 @@ func (t *pipelineTx) Commit() error {
 		}
 	}
 	t.c.reset()
+	t.c.trip()
 	return t.Tx.Commit()
 }
 
 func (t *pipelineTx) Rollback() error {
 	t.c.reset()
+	t.c.trip()
 	return t.Tx.Rollback()
 }
 

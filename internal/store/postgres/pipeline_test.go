@@ -28,7 +28,7 @@ func TestPipelineSavepointsRideWithTheNextStatement(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	db := sql.OpenDB(pipelineConnector{stdlib.GetConnector(*cfg)})
+	db := sql.OpenDB(pipelineConnector{Connector: stdlib.GetConnector(*cfg)})
 	t.Cleanup(func() { db.Close() })
 	db.SetMaxOpenConns(1)
 	if _, err := db.ExecContext(ctx, `CREATE TABLE t (v int)`); err != nil {
@@ -136,7 +136,7 @@ func TestPipelineHeldWritesRideWithTheNextStatement(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	db := sql.OpenDB(pipelineConnector{stdlib.GetConnector(*cfg)})
+	db := sql.OpenDB(pipelineConnector{Connector: stdlib.GetConnector(*cfg)})
 	t.Cleanup(func() { db.Close() })
 	db.SetMaxOpenConns(1)
 	if _, err := db.ExecContext(ctx, `CREATE TABLE t (v int UNIQUE)`); err != nil {
