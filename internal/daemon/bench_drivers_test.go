@@ -216,6 +216,13 @@ func benchDriverRegister(b *testing.B, drv benchDriver) {
 		st := openBenchStore(b, drv, kintest.TempHome(b), "")
 		reportXFloor(b, benchStoreRegister(b, st, benchClients), floor)
 	})
+	// The same through store.UpdateDeferrable, as the registry registers:
+	// on PostgreSQL the insert rides with the next statement.
+	b.Run(fmt.Sprintf("store-update-deferrable-c%d", benchClients), func(b *testing.B) {
+		st := openBenchStore(b, drv, kintest.TempHome(b), "")
+		update := func(ctx context.Context, fn func(store.Tx) error) error { return store.UpdateDeferrable(ctx, st, fn) }
+		reportXFloor(b, benchStoreRegisterWith(b, st, update, benchClients), floor)
+	})
 	b.Run(fmt.Sprintf("api-unix-c%d", benchClients), func(b *testing.B) {
 		d := kintest.StartDaemon(b, kintest.WithProfile(unlimitedProfile(b)), drv.daemonStore(b))
 		reportXFloor(b, benchAPIRegister(b, d.Client, benchClients), floor)

@@ -313,6 +313,37 @@ func TestLimitsHoldUnderParallelRegistrations(t *testing.T) {
 			t.Fatalf("%d passed, %v", ok, codes)
 		}
 	})
+	// Children of one parent, four registrations a name: on PostgreSQL a
+	// registration's insert rides with the next statement, and a name
+	// taken meanwhile runs the registration again, refused.
+	t.Run("names under a parent", func(t *testing.T) {
+		const names = 8
+		d := kintest.StartDaemon(t)
+		root := register(t, d.Client, kin.RegisterRequest{Name: "root", Responsible: "x"})
+		ok, codes := race(d.Client, 4*names, func(i int) kin.RegisterRequest {
+			return kin.RegisterRequest{Name: fmt.Sprintf("c%d", i%names), Parent: root.ID}
+		})
+		if ok != names || codes[kin.ECodeConflict] != 3*names {
+			t.Fatalf("%d passed, %v; want %d, the rest refused for the name", ok, codes, names)
+		}
+		all, err := d.Client.Agents(ctx, kin.AgentFilter{})
+		if err != nil || len(all) != names+1 {
+			t.Fatalf("%d agents, %v; want %d", len(all), err, names+1)
+		}
+		for i, a := range all {
+			if a.ID != kin.AgentID(i+1) {
+				t.Fatalf("the agents' ids have a gap: the %d-th is %d", i+1, a.ID)
+			}
+			evs, err := d.Client.Events(ctx, kin.EventFilter{Agent: a.ID, Subject: true, Types: []string{kin.EventAgentRegistered}})
+			if err != nil || len(evs) != 1 {
+				t.Fatalf("agent %d (%s): %d registrations logged, %v", a.ID, a.Name, len(evs), err)
+			}
+		}
+		rep, err := d.Client.LogVerify(ctx, kin.LogVerifyRequest{})
+		if err != nil || !rep.OK || rep.Events != 1+2*names {
+			t.Fatalf("log verify: %+v, %v; want ok with %d events", rep, err, 1+2*names)
+		}
+	})
 }
 
 // TestRootResponsibleDefaults: a root registered without a responsible party

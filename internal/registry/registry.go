@@ -210,7 +210,11 @@ func (r *Registry) register(ctx context.Context, req kin.RegisterRequest, extra 
 	var denied error
 	var ad *authority.Admission
 	charged := false // the caller's reports quota, for a recorded refusal
-	err = store.UpdateAfter(ctx, r.st, func(tx store.Tx, after *store.AfterCommit) error {
+	// Re-runnable (store.Deferrer): its outputs are set afresh at each
+	// run, its effects are tx's and after's, and the quota is charged once
+	// however often it runs. On PostgreSQL the insert then rides with the
+	// next statement, and a name taken meanwhile runs it again.
+	err = store.UpdateAfterDeferrable(ctx, r.st, func(tx store.Tx, after *store.AfterCommit) error {
 		out, refused, denied, ad = nil, nil, nil, nil
 		now := r.now()
 		prof, err := r.governorInTx(ctx, tx)

@@ -41,3 +41,13 @@ func updateAfter(ctx context.Context, update func(context.Context, func(Tx) erro
 	}
 	return nil
 }
+
+// UpdateAfterDeferrable is UpdateAfter through st's UpdateDeferrable where
+// st has one (Deferrer), else through Update: fn must be re-runnable (see
+// Deferrer). after holds what fn's last run left.
+func UpdateAfterDeferrable(ctx context.Context, st Store, fn func(tx Tx, after *AfterCommit) error) error {
+	if d, ok := st.(Deferrer); ok {
+		return updateAfter(ctx, d.UpdateDeferrable, fn)
+	}
+	return updateAfter(ctx, st.Update, fn)
+}

@@ -64,6 +64,30 @@ type LazyUpdater interface {
 	UpdateLazy(ctx context.Context, fn func(tx Tx) error) error
 }
 
+// Deferrer is a Store that can hold an Update's writes back and send them
+// to the database with a later statement (PostgreSQL: one round trip to
+// the server fewer per write). UpdateDeferrable is Update, except that fn
+// promises to be re-runnable: its only effects are through tx (and what it
+// leaves in an AfterCommit, which UpdateAfterDeferrable resets per run),
+// and it sets its outputs afresh at each run. In such an Update, AgentInsert
+// may return the agent with its id before the row is written; when the
+// write then fails (the name was taken meanwhile), the driver undoes the
+// Update's writes and runs fn again with the insert done at once, so that
+// it sees ErrNameTaken as it would in Update. Whatever fn returns, the
+// result is its last run's.
+type Deferrer interface {
+	UpdateDeferrable(ctx context.Context, fn func(tx Tx) error) error
+}
+
+// UpdateDeferrable is st's UpdateDeferrable where st has one (Deferrer),
+// else its Update. fn must be re-runnable (Deferrer).
+func UpdateDeferrable(ctx context.Context, st Store, fn func(tx Tx) error) error {
+	if d, ok := st.(Deferrer); ok {
+		return d.UpdateDeferrable(ctx, fn)
+	}
+	return st.Update(ctx, fn)
+}
+
 // Notifier tells waiters that events were committed. Waiters read what is
 // new from the store (by sequence number), so a notification carries
 // nothing and none can be lost: take the channel first, then read, then

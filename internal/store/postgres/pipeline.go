@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -15,19 +16,27 @@ import (
 	"github.com/kin-agents/kin/internal/store/sqlstore"
 )
 
-// The writer's savepoints ride with the next statement.
+// The writer's savepoints, and a deferrable Update's agent insert, ride
+// with the next statement.
 //
 // Every Update of a batch runs in its own savepoint (sqlstore): before its
 // first statement the writer sends "RELEASE SAVEPOINT u; SAVEPOINT u" (or
 // "SAVEPOINT u" for the first), a round trip to the server of its own that
 // needs no answer but "done". The writer's connection is wrapped so that
 // such a statement is held, and sent with the statement that follows it in
-// one pipeline (pgx's batch: both queued, one round trip), its error, if
+// one pipeline (pgx's batch: all queued, one round trip), its error, if
 // any, being that statement's: one round trip fewer an Update (the
 // benchmark's registration, the parent's chain and the insert, took three
-// and takes two). Anything else that follows a held savepoint (a ROLLBACK TO, the
-// COMMIT, a statement without the pipeline's support) first sends it on
-// its own, so the server sees the same statements in the same order.
+// and takes two). A deferrable Update's agent insert (its statement's
+// context carries a sqlstore.Held) is held the same way, behind the
+// savepoints before it, and goes with the next statement: the next
+// Update's savepoint and first read, the batch's events, or the writer's
+// flush (sqlstore.FlushSQL); its outcome is reported on its Held, and one
+// that failed makes the writer undo and run again its Update and those
+// after it (sqlstore's held.go). A registration then takes one round trip.
+// Anything else that follows what is held (a statement without arguments,
+// a ROLLBACK TO, a statement without the pipeline's support) first sends it
+// on its own, so the server sees the same statements in the same order.
 
 // savepointStatements are the statements held for the next one, each as
 // the pipeline sends it (one statement a query: the extended protocol's
@@ -37,8 +46,12 @@ var savepointStatements = map[string][]string{
 	sqlstore.ReleaseSavepointSQL: {sqlstore.ReleaseSQL, sqlstore.SavepointSQL},
 }
 
-// pipelineConnector opens the writer's connections, each wrapped.
-type pipelineConnector struct{ driver.Connector }
+// pipelineConnector opens the writer's connections, each wrapped, all
+// counting their round trips to the server in trips (nil: not counted).
+type pipelineConnector struct {
+	driver.Connector
+	trips *atomic.Int64
+}
 
 func (c pipelineConnector) Connect(ctx context.Context) (driver.Conn, error) {
 	conn, err := c.Connector.Connect(ctx)
@@ -50,21 +63,40 @@ func (c pipelineConnector) Connect(ctx context.Context) (driver.Conn, error) {
 		conn.Close()
 		return nil, fmt.Errorf("postgres: the writer's connection is a %T, not pgx's", conn)
 	}
-	return &pipelineConn{Conn: sc}, nil
+	return &pipelineConn{Conn: sc, trips: c.trips}, nil
 }
 
-// pipelineConn is pgx's database/sql connection with the held savepoint.
+// heldStatement is a statement not yet sent.
+type heldStatement struct {
+	sql  string
+	args []any          // nil: none (a savepoint's)
+	held *sqlstore.Held // a held write's, told its outcome; nil: a savepoint's
+}
+
+// pipelineConn is pgx's database/sql connection with the held statements.
 // database/sql uses a connection from one goroutine at a time.
 type pipelineConn struct {
 	*stdlib.Conn
-	held    []string // statements not yet sent, to go first with the next
-	heldSQL string   // the same as the writer sent it: one string, one round trip when sent alone
-	// unsure: a held statement failed, or was never sent (the batch
-	// failed before it), so the savepoints are not where the writer
+	held []heldStatement // not yet sent, to go first with the next
+	// unsure: a held savepoint statement failed, or was never sent (the
+	// batch failed before it), so the savepoints are not where the writer
 	// thinks: a ROLLBACK TO would roll back to an earlier Update's
 	// savepoint, undoing writes already reported done. It is refused
 	// until the transaction ends (the writer then fails its batch).
 	unsure bool
+	// failed: a held write failed (every savepoint sent before it was
+	// made): the transaction is aborted, and savepoint u is the failed
+	// write's Update's. Only the writer's ROLLBACK TO that knows it
+	// (sqlstore.Recovering) is sent until then.
+	failed bool
+	trips  *atomic.Int64 // round trips to the server, for benchmarks; nil: not counted
+}
+
+// trip counts a round trip to the server.
+func (c *pipelineConn) trip() {
+	if c.trips != nil {
+		c.trips.Add(1)
+	}
 }
 
 var (
@@ -76,41 +108,92 @@ var (
 	_ driver.ConnPrepareContext = (*pipelineConn)(nil)
 )
 
+// errHeldFailed is what a statement sent after a held write that failed
+// returns: its own failure is void, the writer runs its Update again.
+var errHeldFailed = errors.New("postgres: a write held from an earlier statement failed, so this one was not run")
+
 // flush sends what is held, alone.
 func (c *pipelineConn) flush(ctx context.Context) error {
 	if len(c.held) == 0 {
 		return nil
 	}
-	q := c.heldSQL
-	c.held, c.heldSQL = nil, ""
-	// Without arguments pgx sends it as a simple query: both statements,
-	// one round trip.
-	if _, err := c.Conn.Conn().Exec(ctx, q); err != nil {
-		c.unsure = true
-		return err
+	if !c.holdsWrites() {
+		// Savepoints alone, without arguments: pgx sends them as one
+		// simple query, every statement, one round trip.
+		qs := make([]string, len(c.held))
+		for i, h := range c.held {
+			qs[i] = h.sql
+		}
+		c.held = c.held[:0]
+		c.trip()
+		if _, err := c.Conn.Conn().Exec(ctx, strings.Join(qs, "; ")); err != nil {
+			c.unsure = true
+			return err
+		}
+		return nil
 	}
-	return nil
+	br, sent := c.send(ctx, "", nil)
+	defer br.Close()
+	return c.heldResults(br, sent)
+}
+
+// holdsWrites reports whether a held write is among what is held.
+func (c *pipelineConn) holdsWrites() bool {
+	for _, h := range c.held {
+		if h.held != nil {
+			return true
+		}
+	}
+	return false
 }
 
 func (c *pipelineConn) ExecContext(ctx context.Context, query string, args []driver.NamedValue) (driver.Result, error) {
-	if query == sqlstore.RollbackToSQL && c.unsure {
-		return nil, errors.New("postgres: a savepoint sent ahead of a statement failed or was not sent: the transaction's savepoints are unknown, so nothing is rolled back to one")
+	if query == sqlstore.RollbackToSQL {
+		switch recovering := sqlstore.Recovering(ctx); {
+		case c.unsure:
+			return nil, errors.New("postgres: a savepoint sent ahead of a statement failed or was not sent: the transaction's savepoints are unknown, so nothing is rolled back to one")
+		case c.failed != recovering:
+			if c.failed {
+				return nil, errors.New("postgres: a held write failed: a ROLLBACK TO that does not know it would not undo what it thinks")
+			}
+			return nil, errors.New("postgres: a ROLLBACK TO after a held write failed, but none failed")
+		case recovering:
+			// What followed the failed write was not run: nothing
+			// held is left to send.
+			c.held, c.failed = c.held[:0], false
+			c.trip()
+			return c.Conn.ExecContext(ctx, query, args)
+		}
+	}
+	if h := sqlstore.HoldOf(ctx); h != nil {
+		vals := make([]any, len(args))
+		for i, a := range args {
+			vals[i] = a.Value
+		}
+		c.held = append(c.held, heldStatement{sql: query, args: vals, held: h})
+		return driver.RowsAffected(1), nil
 	}
 	if len(args) == 0 {
-		if qs, ok := savepointStatements[query]; ok && len(c.held) == 0 {
-			c.held, c.heldSQL = qs, query
+		if qs, ok := savepointStatements[query]; ok {
+			for _, q := range qs {
+				c.held = append(c.held, heldStatement{sql: q})
+			}
 			return driver.RowsAffected(0), nil
+		}
+		if query == sqlstore.FlushSQL && len(c.held) > 0 {
+			return driver.RowsAffected(0), c.flush(ctx)
 		}
 	}
 	if len(c.held) == 0 || len(args) == 0 {
 		if err := c.flush(ctx); err != nil {
 			return nil, err
 		}
+		c.trip()
 		return c.Conn.ExecContext(ctx, query, args)
 	}
-	br, n := c.send(ctx, query, args)
+	br, sent := c.send(ctx, query, args)
 	defer br.Close()
-	if err := c.heldResults(br, n); err != nil {
+	if err := c.heldResults(br, sent); err != nil {
 		return nil, err
 	}
 	tag, err := br.Exec()
@@ -125,10 +208,11 @@ func (c *pipelineConn) QueryContext(ctx context.Context, query string, args []dr
 		if err := c.flush(ctx); err != nil {
 			return nil, err
 		}
+		c.trip()
 		return c.Conn.QueryContext(ctx, query, args)
 	}
-	br, n := c.send(ctx, query, args)
-	if err := c.heldResults(br, n); err != nil {
+	br, sent := c.send(ctx, query, args)
+	if err := c.heldResults(br, sent); err != nil {
 		br.Close()
 		return nil, err
 	}
@@ -140,31 +224,51 @@ func (c *pipelineConn) QueryContext(ctx context.Context, query string, args []dr
 	return &pipelineRows{rows: rows, batch: br}, nil
 }
 
-// send queues what is held (n statements) and query, and sends them in
-// one round trip.
-func (c *pipelineConn) send(ctx context.Context, query string, args []driver.NamedValue) (br pgx.BatchResults, n int) {
+// send queues what is held and query (none when ""), and sends them in
+// one round trip. sent is what was held, in order.
+func (c *pipelineConn) send(ctx context.Context, query string, args []driver.NamedValue) (br pgx.BatchResults, sent []heldStatement) {
 	b := &pgx.Batch{}
-	for _, q := range c.held {
-		b.Queue(q)
+	for _, h := range c.held {
+		b.Queue(h.sql, h.args...)
 	}
-	n = len(c.held)
-	c.held, c.heldSQL = nil, ""
-	vals := make([]any, len(args))
-	for i, a := range args {
-		vals[i] = a.Value
+	sent = c.held
+	c.held = nil
+	if query != "" {
+		vals := make([]any, len(args))
+		for i, a := range args {
+			vals[i] = a.Value
+		}
+		b.Queue(query, vals...)
 	}
-	b.Queue(query, vals...)
-	return c.Conn.Conn().SendBatch(ctx, b), n
+	c.trip()
+	return c.Conn.Conn().SendBatch(ctx, b), sent
 }
 
-// heldResults reads the n held statements' results: the first error is
-// the statement's that followed them (and leaves c unsure).
-func (c *pipelineConn) heldResults(br pgx.BatchResults, n int) error {
-	for range n {
-		if _, err := br.Exec(); err != nil {
+// heldResults reads the results of what was held and sent: each held
+// write learns its outcome. The first error is also the statement's that
+// followed them: a savepoint's leaves c unsure, a held write's failed
+// (and the statement's error is errHeldFailed).
+func (c *pipelineConn) heldResults(br pgx.BatchResults, sent []heldStatement) error {
+	for i, h := range sent {
+		_, err := br.Exec()
+		if err == nil {
+			if h.held != nil {
+				h.held.Ran(nil)
+			}
+			continue
+		}
+		for _, later := range sent[i+1:] {
+			if later.held != nil {
+				later.held.Ran(sqlstore.ErrHeldNotRun)
+			}
+		}
+		if h.held == nil {
 			c.unsure = true
 			return err
 		}
+		h.held.Ran(err)
+		c.failed = true
+		return fmt.Errorf("%w: %v", errHeldFailed, err)
 	}
 	return nil
 }
@@ -173,6 +277,7 @@ func (c *pipelineConn) BeginTx(ctx context.Context, opts driver.TxOptions) (driv
 	if err := c.flush(ctx); err != nil {
 		return nil, err
 	}
+	c.trip()
 	tx, err := c.Conn.BeginTx(ctx, opts)
 	if err != nil {
 		return nil, err
@@ -184,29 +289,52 @@ func (c *pipelineConn) PrepareContext(ctx context.Context, query string) (driver
 	if err := c.flush(ctx); err != nil {
 		return nil, err
 	}
+	c.trip()
 	return c.Conn.PrepareContext(ctx, query)
 }
 
 func (c *pipelineConn) ResetSession(ctx context.Context) error {
-	c.held, c.heldSQL, c.unsure = nil, "", false // a connection handed out again starts clean
+	c.reset() // a connection handed out again starts clean
 	return c.Conn.ResetSession(ctx)
+}
+
+// reset forgets what is held, and what went wrong: a transaction ended.
+// A held write never sent is told so.
+func (c *pipelineConn) reset() {
+	for _, h := range c.held {
+		if h.held != nil {
+			h.held.Ran(sqlstore.ErrHeldNotRun)
+		}
+	}
+	c.held, c.unsure, c.failed = nil, false, false
 }
 
 // pipelineTx ends a transaction after what is held: a COMMIT releases
 // every savepoint anyway, so a held RELEASE/SAVEPOINT pair before it is
-// dropped; a ROLLBACK undoes it.
+// dropped; a held write is sent first, and if it fails, the transaction
+// is rolled back (the writer sends its held writes before its COMMIT, so
+// that it can run their Updates again); a ROLLBACK undoes all.
 type pipelineTx struct {
 	driver.Tx
 	c *pipelineConn
 }
 
 func (t *pipelineTx) Commit() error {
-	t.c.held, t.c.heldSQL, t.c.unsure = nil, "", false
+	if t.c.holdsWrites() {
+		if err := t.c.flush(context.Background()); err != nil {
+			t.c.reset()
+			t.Tx.Rollback()
+			return err
+		}
+	}
+	t.c.reset()
+	t.c.trip()
 	return t.Tx.Commit()
 }
 
 func (t *pipelineTx) Rollback() error {
-	t.c.held, t.c.heldSQL, t.c.unsure = nil, "", false
+	t.c.reset()
+	t.c.trip()
 	return t.Tx.Rollback()
 }
 

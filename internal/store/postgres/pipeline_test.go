@@ -3,6 +3,8 @@ package postgres
 import (
 	"context"
 	"database/sql"
+	"errors"
+	"strings"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
@@ -26,7 +28,7 @@ func TestPipelineSavepointsRideWithTheNextStatement(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	db := sql.OpenDB(pipelineConnector{stdlib.GetConnector(*cfg)})
+	db := sql.OpenDB(pipelineConnector{Connector: stdlib.GetConnector(*cfg)})
 	t.Cleanup(func() { db.Close() })
 	db.SetMaxOpenConns(1)
 	if _, err := db.ExecContext(ctx, `CREATE TABLE t (v int)`); err != nil {
@@ -118,5 +120,112 @@ func TestPipelineSavepointsRideWithTheNextStatement(t *testing.T) {
 	}
 	if n := count(tx); n != 1 { // the first transaction was rolled back
 		t.Fatalf("%d rows, want the one just inserted", n)
+	}
+}
+
+// TestPipelineHeldWritesRideWithTheNextStatement: a write whose context
+// carries a sqlstore.Held is not sent when it is run but with the next
+// statement, behind the savepoints held before it, and told its outcome
+// there. One that fails aborts what followed it: those are told they did
+// not run, the statement that carried it fails, and only the writer's
+// ROLLBACK TO that knows (sqlstore.Recover) is sent, back to the savepoint
+// made before the failed write. A flush, and a COMMIT, send what is held.
+func TestPipelineHeldWritesRideWithTheNextStatement(t *testing.T) {
+	ctx := context.Background()
+	cfg, err := pgx.ParseConfig(pgtest.NewDatabase(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	db := sql.OpenDB(pipelineConnector{Connector: stdlib.GetConnector(*cfg)})
+	t.Cleanup(func() { db.Close() })
+	db.SetMaxOpenConns(1)
+	if _, err := db.ExecContext(ctx, `CREATE TABLE t (v int UNIQUE)`); err != nil {
+		t.Fatal(err)
+	}
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback()
+	exec := func(ctx context.Context, q string, args ...any) error {
+		t.Helper()
+		_, err := tx.ExecContext(ctx, q, args...)
+		return err
+	}
+	hold := func(v int) *sqlstore.Held {
+		t.Helper()
+		h := &sqlstore.Held{}
+		if err := exec(sqlstore.Hold(ctx, h), `INSERT INTO t VALUES ($1)`, v); err != nil {
+			t.Fatalf("hold insert %d: %v", v, err)
+		}
+		return h
+	}
+	count := func() (int, error) {
+		var n int
+		err := tx.QueryRowContext(ctx, `SELECT count(*) FROM t WHERE v > $1`, 0).Scan(&n)
+		return n, err
+	}
+	if err := exec(ctx, sqlstore.SavepointSQL); err != nil {
+		t.Fatal(err)
+	}
+	h1 := hold(1)
+	if done, _ := h1.Outcome(); done {
+		t.Fatal("the held insert was reported before any statement carried it")
+	}
+	if err := exec(ctx, sqlstore.ReleaseSavepointSQL); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := count(); err != nil || n != 1 {
+		t.Fatalf("after the read that carried the insert: %d rows, %v", n, err)
+	}
+	if done, err := h1.Outcome(); !done || err != nil {
+		t.Fatalf("held insert 1: done %v, %v; want done", done, err)
+	}
+	// Update b (savepoint made above, with the read) holds a clashing
+	// insert; update c's savepoint and insert are held behind it.
+	h2 := hold(1)
+	if err := exec(ctx, sqlstore.ReleaseSavepointSQL); err != nil {
+		t.Fatal(err)
+	}
+	h3 := hold(3)
+	if _, err := count(); !errors.Is(err, errHeldFailed) {
+		t.Fatalf("the read after a failed held insert: %v, want %v", err, errHeldFailed)
+	}
+	if done, err := h2.Outcome(); !done || err == nil || !strings.Contains(err.Error(), "duplicate key") {
+		t.Fatalf("held insert 2: done %v, %v; want its unique violation", done, err)
+	}
+	if done, err := h3.Outcome(); !done || !errors.Is(err, sqlstore.ErrHeldNotRun) {
+		t.Fatalf("held insert 3: done %v, %v; want not run", done, err)
+	}
+	if err := exec(ctx, sqlstore.RollbackToSQL); err == nil {
+		t.Fatal("a ROLLBACK TO that does not know a held write failed was sent")
+	}
+	if err := exec(sqlstore.Recover(ctx), sqlstore.RollbackToSQL); err != nil {
+		t.Fatalf("the writer's ROLLBACK TO after the failed held write: %v", err)
+	}
+	if n, err := count(); err != nil || n != 1 {
+		t.Fatalf("back at update b's savepoint: %d rows, %v; want update a's", n, err)
+	}
+	// A flush sends what is held; so does a COMMIT.
+	if err := exec(ctx, sqlstore.ReleaseSavepointSQL); err != nil {
+		t.Fatal(err)
+	}
+	h4 := hold(4)
+	if err := exec(ctx, sqlstore.FlushSQL); err != nil {
+		t.Fatal(err)
+	}
+	if done, err := h4.Outcome(); !done || err != nil {
+		t.Fatalf("held insert 4 after a flush: done %v, %v", done, err)
+	}
+	h5 := hold(5)
+	if err := tx.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	if done, err := h5.Outcome(); !done || err != nil {
+		t.Fatalf("held insert 5 at the commit: done %v, %v", done, err)
+	}
+	var got string
+	if err := db.QueryRowContext(ctx, `SELECT string_agg(v::text, ',' ORDER BY v) FROM t`).Scan(&got); err != nil || got != "1,4,5" {
+		t.Fatalf("committed rows %q, %v; want 1,4,5", got, err)
 	}
 }

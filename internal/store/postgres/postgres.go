@@ -24,7 +24,9 @@
 //     (listen.go), at once;
 //   - ids: the next agent id is the largest plus one, read under the lock,
 //     so a rolled-back registration leaves no gap (a sequence would), as on
-//     SQLite.
+//     SQLite; in a deferrable Update (a registration) the writer assigns it,
+//     having read the largest with the log's size, and the insert rides
+//     with the next statement (pipeline.go).
 package postgres
 
 import (
@@ -37,6 +39,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -69,11 +72,18 @@ type Store struct {
 	cancel context.CancelFunc // ends the listener's wait
 	wg     sync.WaitGroup
 	closed sync.Once
+	trips  *atomic.Int64 // the writer's round trips to the server
 }
+
+// WriterRoundTrips is how many round trips to the server the writer's
+// connection has made (each statement sent alone, each pipeline, BEGIN,
+// COMMIT): for benchmarks, which divide it by their Updates.
+func (s *Store) WriterRoundTrips() int64 { return s.trips.Load() }
 
 var (
 	_ store.Store                = (*Store)(nil)
 	_ store.LazyUpdater          = (*Store)(nil)
+	_ store.Deferrer             = (*Store)(nil)
 	_ auditlog.Source            = (*sqlstore.ReadOnly)(nil)
 	_ store.Notifier             = (*Store)(nil)
 	_ interface{ Close() error } = (*Store)(nil)
@@ -92,7 +102,9 @@ var dialect = &sqlstore.Dialect{
 	CachesStatements: true,
 	// Each Update's RELEASE rides with the next SAVEPOINT, or the COMMIT.
 	ChainSavepoints: true,
-	Lateral:         true,
+	// A deferrable Update's agent insert rides with the next statement.
+	HoldInserts: true,
+	Lateral:     true,
 	// A batch's events in one statement.
 	InsertEvents: insertEvents,
 }
@@ -115,7 +127,8 @@ func Open(ctx context.Context, dsn string, opts Options) (*Store, error) {
 	name := describe(cfg)
 	// The writer's connection holds each savepoint for the next statement
 	// (pipeline.go).
-	wdb := sql.OpenDB(pipelineConnector{stdlib.GetConnector(*cfg.Copy())})
+	trips := new(atomic.Int64)
+	wdb := sql.OpenDB(pipelineConnector{Connector: stdlib.GetConnector(*cfg.Copy()), trips: trips})
 	wdb.SetMaxOpenConns(1)
 	wdb.SetMaxIdleConns(1)
 	wdb.SetConnMaxLifetime(0)
@@ -136,7 +149,7 @@ func Open(ctx context.Context, dsn string, opts Options) (*Store, error) {
 		rdb.Close()
 		return nil, fmt.Errorf("%w (%s)", err, name)
 	}
-	s := &Store{Store: core, name: name, config: cfg, stop: make(chan struct{})}
+	s := &Store{Store: core, name: name, config: cfg, stop: make(chan struct{}), trips: trips}
 	lctx, cancel := context.WithCancel(context.Background())
 	s.cancel = cancel
 	ready := make(chan error, 1)

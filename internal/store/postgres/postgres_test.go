@@ -3,6 +3,8 @@ package postgres_test
 import (
 	"context"
 	"database/sql"
+	"errors"
+	"fmt"
 	"os"
 	"testing"
 	"time"
@@ -12,6 +14,7 @@ import (
 	"github.com/kin-agents/kin/internal/store"
 	"github.com/kin-agents/kin/internal/store/postgres"
 	"github.com/kin-agents/kin/internal/store/storetest"
+	"github.com/kin-agents/kin/kin"
 )
 
 func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }
@@ -89,4 +92,75 @@ func TestConnectionsLostAndFound(t *testing.T) {
 			return false
 		}
 	})
+}
+
+// TestDeferrableInsertIsHeld: in a deferrable Update the agent insert is
+// held for the next statement rather than sent at once, so a clash is
+// learnt only once fn has returned, and fn runs again with the insert sent
+// at once to see it as ErrNameTaken. A plain Update's fn runs once.
+func TestDeferrableInsertIsHeld(t *testing.T) {
+	ctx := context.Background()
+	s, err := postgres.Open(ctx, pgtest.NewDatabase(t), postgres.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	storetest.Insert(t, s, "taken", 0)
+	for _, deferred := range []bool{false, true} {
+		runs := 0
+		fn := func(tx store.Tx) error {
+			runs++
+			_, err := tx.AgentInsert(ctx, store.AgentInsertParams{Agent: storetest.NewAgent("taken", 0, 0)})
+			return err
+		}
+		if deferred {
+			err = store.UpdateDeferrable(ctx, s, fn)
+		} else {
+			err = s.Update(ctx, fn)
+		}
+		want := 1
+		if deferred {
+			want = 2
+		}
+		if !errors.Is(err, store.ErrNameTaken) || runs != want {
+			t.Errorf("deferrable %v: %v after %d runs; want %v after %d", deferred, err, runs, store.ErrNameTaken, want)
+		}
+	}
+	a := storetest.Insert(t, s, "next", 0)
+	if a.ID != 2 {
+		t.Fatalf("the next agent has id %d, want 2: no gap", a.ID)
+	}
+	// A registration (the parent's row, the insert, an event) alone in
+	// its batch: held, its insert goes with the batch's events, one round
+	// trip to the server fewer.
+	trips := map[bool]int64{}
+	for i, deferred := range []bool{false, true} {
+		fn := func(tx store.Tx) error {
+			if _, err := tx.AgentGetByID(ctx, a.ID); err != nil {
+				return err
+			}
+			got, err := tx.AgentInsert(ctx, store.AgentInsertParams{Agent: storetest.NewAgent(fmt.Sprintf("child%d", i), a.ID, 1)})
+			if err != nil {
+				return err
+			}
+			e, err := kin.NewEvent(kin.EventAgentRegistered, got.ID, a.ID, map[string]any{"agent": got.ID})
+			if err == nil {
+				_, err = tx.EventAppend(ctx, e)
+			}
+			return err
+		}
+		before := s.WriterRoundTrips()
+		if deferred {
+			err = store.UpdateDeferrable(ctx, s, fn)
+		} else {
+			err = s.Update(ctx, fn)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		trips[deferred] = s.WriterRoundTrips() - before
+	}
+	if trips[true] != trips[false]-1 {
+		t.Fatalf("a registration took %d round trips, %d deferrable; want one fewer", trips[false], trips[true])
+	}
 }

@@ -43,6 +43,7 @@ type Store struct {
 var (
 	_ store.Store       = (*Store)(nil)
 	_ store.LazyUpdater = (*Store)(nil)
+	_ store.Deferrer    = (*Store)(nil)
 	_ auditlog.Source   = (*sqlstore.ReadOnly)(nil)
 )
 

@@ -301,6 +301,22 @@ func (r reader) LogRegistration(ctx context.Context, id kin.AgentID) (kin.Event,
 // path, not the table.
 const LogSizeSQL = `SELECT COALESCE(MAX(seq), 0) FROM events`
 
+// LogSizeTopSQL is LogSizeSQL with the largest agent id (Dialect.HoldInserts):
+// one statement, one round trip.
+const LogSizeTopSQL = `SELECT (` + LogSizeSQL + `), (SELECT COALESCE(MAX(id), 0) FROM agents)`
+
+// logSizeTop is the log's size and, with top, the largest agent id.
+func logSizeTop(ctx context.Context, r reader, top bool) (n, id int64, err error) {
+	if !top {
+		n, err = logSize(ctx, r)
+		return n, 0, err
+	}
+	if err := r.queryRow(ctx, LogSizeTopSQL).Scan(&n, &id); err != nil {
+		return 0, 0, interpretError(err)
+	}
+	return n, id, nil
+}
+
 func logSize(ctx context.Context, r reader) (int64, error) {
 	var n int64
 	if err := r.queryRow(ctx, LogSizeSQL).Scan(&n); err != nil {

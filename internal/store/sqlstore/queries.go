@@ -51,6 +51,13 @@ type txn struct {
 	hashes   []tlog.Hash
 	blob     []byte
 	batch    *batchCache // what the batch's Updates read often, valid while nobody writes it
+	// top is the batch's largest agent id (Dialect.HoldInserts), advanced
+	// by AgentInsert; nil where the database assigns ids.
+	top *int64
+	// held, in a deferred Update (store.Deferrer, Dialect.HoldInserts):
+	// AgentInsert's write is held and tracked there; nil: written at once.
+	held   *heldWrites
+	update int // the Update's index in its batch, for held
 }
 
 // batchCache keeps, for one batch's transaction, what every registration
@@ -450,15 +457,30 @@ func (t *txn) AgentInsert(ctx context.Context, p store.AgentInsertParams) (*kin.
 	if a.Wallet != "" {
 		wallet = a.Wallet
 	}
-	var id int64
-	err := t.queryRow(ctx, sqlAgentInsert,
-		a.Name, p.NameContext, a.Role, a.Parent, a.Generation, a.Responsible, wallet,
+	args := []any{a.Name, p.NameContext, a.Role, a.Parent, a.Generation, a.Responsible, wallet,
 		a.ConstitutionHash, a.CapabilityHash, a.Scope, boolInt(a.SelfModifying), a.Life, a.Status, a.State,
 		a.CreatedAt.UnixNano(), a.CreatedBy, a.UpdatedAt.UnixNano(),
 		jsonList(a.Command), jsonList(p.Env), p.Dir, a.Restart, int64(a.Grace), a.Replaces, a.Result, string(p.Handoff),
-		a.Stage, string(p.Policy), nanos(p.DeadlineAt), a.Host, a.RequestedBy).Scan(&id)
-	if err != nil {
+		a.Stage, string(p.Policy), nanos(p.DeadlineAt), a.Host, a.RequestedBy}
+	if t.held != nil && t.top != nil {
+		// Deferred (held.go): the next id is assigned here and the
+		// write sent with the next statement.
+		id := *t.top + 1
+		h := &Held{update: t.update}
+		if _, err := t.exec(Hold(ctx, h), sqlAgentInsertID, append([]any{id}, args...)...); err != nil {
+			return nil, interpretError(err)
+		}
+		*t.held = append(*t.held, h)
+		*t.top = id
+		a.ID = kin.AgentID(id)
+		return &a, nil
+	}
+	var id int64
+	if err := t.queryRow(ctx, sqlAgentInsert, args...).Scan(&id); err != nil {
 		return nil, interpretError(err)
+	}
+	if t.top != nil {
+		*t.top = max(*t.top, id)
 	}
 	a.ID = kin.AgentID(id)
 	return &a, nil

@@ -41,6 +41,12 @@ var (
 		command, env, dir, restart, grace, replaces, result, handoff, stage, policy, deadline_at, host, requested_by)
 		VALUES ((SELECT COALESCE(MAX(id), 0) + 1 FROM agents), ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 		RETURNING id`
+	// sqlAgentInsertID is the insert with its id given (Dialect.HoldInserts:
+	// the writer assigns it, the batch's largest plus one).
+	sqlAgentInsertID = `INSERT INTO agents (id, name, name_context, role, parent_id, generation, responsible, wallet,
+		constitution_hash, capability_hash, scope, self_modifying, life, status, state, created_at, created_by, updated_at,
+		command, env, dir, restart, grace, replaces, result, handoff, stage, policy, deadline_at, host, requested_by)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
 	sqlAgentUpdateStatus = `UPDATE agents SET status = ?, state = CASE WHEN ? = '' THEN state ELSE ? END, updated_at = ? WHERE id = ?`
 	sqlAgentSpawnBlock   = `UPDATE agents SET spawn_blocked_until = ? WHERE id = ?`
 	sqlEventAppend       = `INSERT INTO events (seq, time, type, agent_id, parent_id, data, hashes) VALUES (?, ?, ?, ?, ?, ?, ?)`

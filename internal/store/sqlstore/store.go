@@ -85,6 +85,15 @@ type Dialect struct {
 	// round trip is a trip to a server (PostgreSQL's simple query runs
 	// both, and stops at the first that fails). What commits is the same.
 	ChainSavepoints bool
+	// HoldInserts: in an Update made with UpdateDeferrable, AgentInsert
+	// assigns the agent's id (the batch's largest plus one) and hands its
+	// statement to the writer's connection to hold and send with the
+	// next (held.go): where each statement is a round trip to a server
+	// (PostgreSQL). The writer's connection must hold a statement whose
+	// context carries a Held (HoldOf), report its outcome (Held.Ran),
+	// send what it holds at FlushSQL, and refuse a ROLLBACK TO after a
+	// held write failed unless the writer is Recovering.
+	HoldInserts bool
 	// Lateral runs the walks over the agents (chains, subtrees, lists of
 	// ids) in their LATERAL forms (lateral.go): where the engine keeps a
 	// statement's plan made while the tables were small (PostgreSQL).
@@ -174,6 +183,9 @@ type update struct {
 	fn   func(store.Tx) error
 	err  chan error
 	lazy bool // UpdateLazy's: its batch need not reach the disk before it returns
+	// deferrable: UpdateDeferrable's, whose fn may run more than once
+	// (held.go)
+	deferrable bool
 }
 
 // New starts the writer on a migrated database. On an error the caller
@@ -273,7 +285,14 @@ func (s *Store) Close() error {
 
 // Update queues fn for the writer and waits for its durable result.
 func (s *Store) Update(ctx context.Context, fn func(store.Tx) error) error {
-	return s.update(ctx, fn, false)
+	return s.update(ctx, &update{fn: fn})
+}
+
+// UpdateDeferrable is Update for a re-runnable fn (store.Deferrer): where
+// the database is a server (Dialect.HoldInserts), its agent insert is sent
+// with the next statement rather than on its own (held.go).
+func (s *Store) UpdateDeferrable(ctx context.Context, fn func(store.Tx) error) error {
+	return s.update(ctx, &update{fn: fn, deferrable: true})
 }
 
 // UpdateLazy is Update, except that a batch of lazy Updates alone commits
@@ -283,11 +302,11 @@ func (s *Store) Update(ctx context.Context, fn func(store.Tx) error) error {
 // that commit's flush covers it). A batch that also holds an Update is
 // durable as a whole.
 func (s *Store) UpdateLazy(ctx context.Context, fn func(store.Tx) error) error {
-	return s.update(ctx, fn, true)
+	return s.update(ctx, &update{fn: fn, lazy: true})
 }
 
-func (s *Store) update(ctx context.Context, fn func(store.Tx) error, lazy bool) error {
-	u := &update{ctx: ctx, fn: fn, err: make(chan error, 1), lazy: lazy}
+func (s *Store) update(ctx context.Context, u *update) error {
+	u.ctx, u.err = ctx, make(chan error, 1)
 	s.closeMu.RLock()
 	if s.done {
 		s.closeMu.RUnlock()
@@ -360,8 +379,6 @@ func (s *Store) commit(batch []*update) {
 		failAll(fmt.Errorf("%s: begin: %w", s.d.Name, err))
 		return
 	}
-	ok, appended := 0, 0
-	var types []string             // of the events appended
 	var local map[string]*sql.Stmt // closed with the transaction
 	if !s.d.CachesStatements {
 		local = map[string]*sql.Stmt{}
@@ -371,12 +388,12 @@ func (s *Store) commit(batch []*update) {
 	// The batch's tree: the cached edge, checked against the stored log
 	// under the write lock (another handle may have appended). s.log
 	// changes only once the batch commits.
-	tree, err := s.edge(ctx, w)
+	tree, top, err := s.edge(ctx, w)
 	var size int64 // the log's size: the tree's, or counted here when unhashed
 	if err == nil {
 		size = tree.Size()
 		if s.unhashed { // benchmarks only: the tree does not advance
-			size, err = logSize(ctx, w)
+			size, top, err = logSizeTop(ctx, w, s.d.HoldInserts)
 		}
 	}
 	if err != nil {
@@ -384,53 +401,148 @@ func (s *Store) commit(batch []*update) {
 		failAll(fmt.Errorf("%s: event log: %w", s.d.Name, err))
 		return
 	}
-	// held: an earlier Update's savepoint is still to be released
+	// The batch as it was before each Update, for undoing it.
+	type mark struct {
+		tree   auditlog.Frontier
+		size   int64
+		events int
+		top    int64
+	}
+	marks := make([]mark, len(batch))
+	appended := make([]int, len(batch))     // events each Update appended
+	typesOf := make([][]string, len(batch)) // their types
+	now := func() mark { return mark{tree, size, len(cache.events), top} }
+	restore := func(m mark) {
+		tree, size, top = m.tree, m.size, m.top
+		cache.events = cache.events[:m.events] // its events go with its writes
+		cache.forget()                         // what it read may include its undone writes
+	}
+	var held heldWrites                // held writes not yet confirmed (held.go)
+	noHold := make([]bool, len(batch)) // run again with its writes done at once
+	// failBatch answers every Update that has no error of its own with err:
+	// the transaction is in an unknown state.
+	failBatch := func(err error, also int) {
+		tx.Rollback()
+		for j := range errs {
+			if errs[j] == nil || j == also {
+				errs[j] = err
+			}
+		}
+		answer()
+	}
+	// redo answers a held write's failure (held.go): back to the
+	// savepoint of the Update k that wrote it, to run k again, its
+	// writes done at once, and the Updates after it. False: the batch
+	// failed and was answered.
+	redo := func(k int) bool {
+		if _, err := w.exec(Recover(ctx), RollbackToSQL); err != nil {
+			failBatch(fmt.Errorf("%s: rollback to savepoint after a held write failed: %w", s.d.Name, err), -1)
+			return false
+		}
+		restore(marks[k])
+		held = held[:0]
+		noHold[k] = true
+		for j := k; j < len(batch); j++ {
+			errs[j], appended[j], typesOf[j] = nil, 0, nil
+		}
+		return true
+	}
+	// pending: an earlier Update's savepoint is still to be released
 	// (Dialect.ChainSavepoints: the next SAVEPOINT, or the COMMIT,
 	// releases it).
-	held := false
-	for i, u := range batch {
+	pending := false
+	i := 0
+run:
+	for ; i < len(batch); i++ {
+		u := batch[i]
 		if err := u.ctx.Err(); err != nil {
 			errs[i] = err
 			continue
 		}
 		q := SavepointSQL
-		if held {
+		if pending {
 			q = ReleaseSavepointSQL
 		}
 		if _, err := w.exec(ctx, q); err != nil {
 			// A failed RELEASE leaves the transaction failed: its
 			// COMMIT fails, and so every Update of the batch.
 			errs[i] = fmt.Errorf("%s: savepoint: %w", s.d.Name, err)
+			if k, failed := held.failed(); failed {
+				if !redo(k) {
+					return
+				}
+				pending, i = true, k-1
+			}
 			continue
 		}
-		held = false
-		saved, savedSize, savedEvents := tree, size, len(cache.events)
-		t := &txn{reader: w, log: &tree, size: &size, unhashed: s.unhashed, batch: cache}
-		errs[i] = runUpdate(u, t)
-		if errs[i] != nil {
-			tree, size = saved, savedSize
-			cache.events = cache.events[:savedEvents] // its events go with its writes
-			cache.forget()                            // what it read may include its undone writes
-			if _, err := w.exec(ctx, RollbackToSQL); err != nil {
-				// The transaction is in an unknown state: fail the batch.
-				tx.Rollback()
-				for j := range errs {
-					if errs[j] == nil || j == i {
-						errs[j] = fmt.Errorf("%s: rollback to savepoint: %w", s.d.Name, err)
-					}
+		pending = false
+		hold := s.d.HoldInserts && u.deferrable && !noHold[i]
+		if !hold && len(held) > 0 {
+			// Only a re-runnable Update runs while a held write is
+			// unanswered: send it now (with the savepoint above).
+			_, err := w.exec(ctx, FlushSQL)
+			if k, failed := held.failed(); failed {
+				if !redo(k) {
+					return
 				}
-				answer()
+				pending, i = true, k-1
+				continue
+			}
+			if err != nil {
+				failBatch(fmt.Errorf("%s: flush held writes: %w", s.d.Name, err), -1)
+				return
+			}
+		}
+		marks[i] = now()
+		t := &txn{reader: w, log: &tree, size: &size, unhashed: s.unhashed, batch: cache, update: i}
+		if s.d.HoldInserts {
+			t.top = &top
+			if hold {
+				t.held = &held
+			}
+		}
+		errs[i] = runUpdate(u, t)
+		if k, failed := held.failed(); failed {
+			// Its statements, or an earlier Update's held write, failed
+			// for the held write: what it returned is void.
+			if !redo(k) {
+				return
+			}
+			pending, i = true, k-1
+			continue
+		}
+		if errs[i] != nil {
+			restore(marks[i])
+			if _, err := w.exec(ctx, RollbackToSQL); err != nil {
+				if k, failed := held.failed(); failed {
+					// Sent ahead of the ROLLBACK TO, an earlier held
+					// write failed: the ROLLBACK TO was not sent.
+					if !redo(k) {
+						return
+					}
+					pending, i = true, k-1
+					continue
+				}
+				// The transaction is in an unknown state: fail the batch.
+				failBatch(fmt.Errorf("%s: rollback to savepoint: %w", s.d.Name, err), i)
 				return
 			}
 		} else {
-			ok++
-			appended += t.appended
-			types = append(types, t.types...)
+			appended[i], typesOf[i] = t.appended, t.types
 		}
 		if s.d.ChainSavepoints {
-			held = true
+			pending = true
 		} else if _, err := w.exec(ctx, ReleaseSQL); err != nil {
 			errs[i] = fmt.Errorf("%s: release savepoint: %w", s.d.Name, err)
+		}
+	}
+	ok, total := 0, 0
+	var types []string // of the events appended
+	for j := range batch {
+		if errs[j] == nil {
+			ok++
+			total += appended[j]
+			types = append(types, typesOf[j]...)
 		}
 	}
 	if ok == 0 {
@@ -441,18 +553,34 @@ func (s *Store) commit(batch []*update) {
 			if err = s.d.InsertEvents(ctx, tx, cache.events, size); err != nil {
 				err = fmt.Errorf("insert events: %w", err)
 			}
+		} else if len(held) > 0 {
+			if _, err = w.exec(ctx, FlushSQL); err != nil {
+				err = fmt.Errorf("flush held writes: %w", err)
+			}
 		}
-		if err == nil && appended > 0 && !inserted && s.d.BeforeCommit != nil {
+		if k, failed := held.failed(); failed {
+			// The last held writes went with the events (or the
+			// flush), and one failed: run its Update again, and on.
+			if !redo(k) {
+				return
+			}
+			pending, i = true, k
+			goto run
+		}
+		if err == nil && len(held) > 0 {
+			err = errors.New("held writes were not sent before the commit")
+		}
+		if err == nil && total > 0 && !inserted && s.d.BeforeCommit != nil {
 			err = s.d.BeforeCommit(ctx, tx, size)
 		}
 		if err != nil {
 			tx.Rollback()
 		} else {
-			if appended > 0 {
+			if total > 0 {
 				s.committing(size, types)
 			}
 			err = tx.Commit()
-			if appended > 0 {
+			if total > 0 {
 				s.committing(0, nil)
 			}
 		}
@@ -465,10 +593,10 @@ func (s *Store) commit(batch []*update) {
 		}
 	} else if ok > 0 {
 		s.setLog(tree)
-		if appended > 0 {
-			s.appendedHere(size-int64(appended), size)
+		if total > 0 {
+			s.appendedHere(size-int64(total), size)
 		}
-		if appended > 0 && storeMax(&s.notified, size) {
+		if total > 0 && storeMax(&s.notified, size) {
 			s.hub.NotifyTypes(types)
 		}
 	}
@@ -520,21 +648,24 @@ const (
 // from the stored hashes, as New does. Inside the write transaction no
 // other handle can append until the commit, so the seqs and hashes the
 // batch appends continue the stored log, whoever wrote it last.
-func (s *Store) edge(ctx context.Context, r reader) (auditlog.Frontier, error) {
+//
+// With Dialect.HoldInserts it also returns the largest agent id, read in
+// the same statement (held.go); 0 otherwise.
+func (s *Store) edge(ctx context.Context, r reader) (auditlog.Frontier, int64, error) {
 	s.logMu.Lock()
 	f := s.log
 	s.logMu.Unlock()
 	if s.unhashed {
-		return f, nil // benchmarks only: no hashes to continue, seqs from the database
+		return f, 0, nil // benchmarks only: no hashes to continue, seqs from the database
 	}
-	n, err := logSize(ctx, r)
+	n, top, err := logSizeTop(ctx, r, s.d.HoldInserts)
 	if err != nil || n == f.Size() {
-		return f, err
+		return f, top, err
 	}
 	if f, err = loadFrontier(ctx, r, n); err == nil {
 		s.setLog(f) // others' commits, read before this batch wrote anything
 	}
-	return f, err
+	return f, top, err
 }
 
 func runUpdate(u *update, tx *txn) (err error) {

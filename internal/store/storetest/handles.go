@@ -216,7 +216,7 @@ func testTwoHandlesHoldALimit(t *testing.T, a store.Store, second func() store.S
 	for r := range rounds {
 		parent := Insert(t, a, fmt.Sprintf("parent-%d", r), 0)
 		admitted, refused := raceHandles(t, a, b, perHandle, func(s store.Store, h, g int) error {
-			return s.Update(ctx, func(tx store.Tx) error {
+			return updateFor(s, g)(ctx, func(tx store.Tx) error {
 				n, err := tx.AgentCountLive(ctx, store.AgentCountLiveParams{Parent: parent.ID, HasParent: true})
 				if err != nil {
 					return err
@@ -347,7 +347,7 @@ func testTwoHandlesHoldACardinality(t *testing.T, a store.Store, second func() s
 			})
 		}
 		admitted, refused := raceHandles(t, a, b, perHandle, func(s store.Store, h, g int) error {
-			return s.Update(ctx, func(tx store.Tx) error {
+			return updateFor(s, g)(ctx, func(tx store.Tx) error {
 				n, err := tx.AgentCountLive(ctx, store.AgentCountLiveParams{Role: role, NameContext: &nameCtx})
 				if err != nil {
 					return err
@@ -462,6 +462,74 @@ func testTwoHandlesHoldASpendCap(t *testing.T, a store.Store, second func() stor
 			t.Fatalf("handle %d reads the sums as %+v, %v; want %d tokens in both", i, chain, err, limit/each*each)
 		}
 	}
+}
+
+// updateFor is the g-th racer's way to update s: every other one through
+// store.UpdateDeferrable (its function is re-runnable), so that a batch
+// mixes both.
+func updateFor(s store.Store, g int) func(context.Context, func(store.Tx) error) error {
+	if g%2 == 1 {
+		return func(ctx context.Context, fn func(store.Tx) error) error { return store.UpdateDeferrable(ctx, s, fn) }
+	}
+	return s.Update
+}
+
+// testTwoHandlesDeferredNames races deferrable registrations of the same
+// names from two handles (store.Deferrer: an insert may be sent with a
+// later statement, and run again when the name was taken meanwhile, by
+// this handle's batch or the other's): each name is registered once, every
+// other registration of it refused with ErrNameTaken; the ids are gapless
+// and both handles verify one log.
+func testTwoHandlesDeferredNames(t *testing.T, a store.Store, second func() store.Store) {
+	ctx := context.Background()
+	b := second()
+	const perHandle, names = 32, 8
+	for r := range raceRounds / 4 {
+		admitted, refused := raceHandles(t, a, b, perHandle, func(s store.Store, h, g int) error {
+			err := store.UpdateDeferrable(ctx, s, func(tx store.Tx) error {
+				child, err := tx.AgentInsert(ctx, store.AgentInsertParams{Agent: NewAgent(fmt.Sprintf("n%d-%d", r, g%names), 0, 0)})
+				if err != nil {
+					return err
+				}
+				e, err := kin.NewEvent(kin.EventAgentRegistered, child.ID, 0, map[string]any{"agent": child.ID, "h": h, "g": g})
+				if err != nil {
+					return err
+				}
+				e.Time = t0
+				_, err = tx.EventAppend(ctx, e)
+				return err
+			})
+			if errors.Is(err, store.ErrNameTaken) {
+				return errFull
+			}
+			return err
+		})
+		if admitted != names || refused != 2*perHandle-names {
+			t.Fatalf("round %d: %d admitted and %d refused; want %d and %d", r, admitted, refused, names, 2*perHandle-names)
+		}
+	}
+	all, err := b.AgentList(ctx, kin.AgentFilter{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, ag := range all {
+		if ag.ID != kin.AgentID(i+1) {
+			t.Fatalf("the agents' ids have a gap: the %d-th is %d", i+1, ag.ID)
+		}
+	}
+	stored := storedEvents(t, a)
+	if len(stored) != len(all) {
+		t.Fatalf("%d events for %d agents", len(stored), len(all))
+	}
+	for _, e := range stored {
+		if _, err := b.AgentGetByID(ctx, e.Agent); err != nil {
+			t.Fatalf("event %d names agent %d: %v", e.Seq, e.Agent, err)
+		}
+	}
+	_, v := LogKey(t)
+	CheckHead(t, a, stored)
+	CheckHead(t, b, stored)
+	WantOK(t, Verify(t, b, v, nil), int64(len(stored)), 0)
 }
 
 // raceHandles runs fn perHandle times on each of two handles, all at once,

@@ -51,6 +51,8 @@ func Exercise(t *testing.T, open Opener) {
 	t.Run("BudgetCounters", func(t *testing.T) { testBudgetCounters(t, one(t)) })
 	t.Run("EscalatedChain", func(t *testing.T) { testEscalatedChain(t, one(t)) })
 	t.Run("Identity", func(t *testing.T) { testIdentity(t, one(t)) })
+	t.Run("DeferredNameClashes", func(t *testing.T) { testDeferredNameClashes(t, one(t)) })
+	t.Run("DeferredMixed", func(t *testing.T) { testDeferredMixed(t, one(t)) })
 	t.Run("CloseTwiceAndUpdateAfterClose", func(t *testing.T) { testClose(t, one(t)) })
 
 	t.Run("LogAppend", func(t *testing.T) { testLogAppend(t, one(t)) })
@@ -69,6 +71,7 @@ func Exercise(t *testing.T, open Opener) {
 	t.Run("TwoHandlesHoldACardinality", func(t *testing.T) { two(t, testTwoHandlesHoldACardinality) })
 	t.Run("TwoHandlesHoldASpawnBudget", func(t *testing.T) { two(t, testTwoHandlesHoldASpawnBudget) })
 	t.Run("TwoHandlesHoldASpendCap", func(t *testing.T) { two(t, testTwoHandlesHoldASpendCap) })
+	t.Run("TwoHandlesDeferredNames", func(t *testing.T) { two(t, testTwoHandlesDeferredNames) })
 	t.Run("TwoHandlesAppendOneLog", func(t *testing.T) { two(t, testTwoHandlesAppendOneLog) })
 	t.Run("AppendedHere", func(t *testing.T) { two(t, testAppendedHere) })
 }
