@@ -620,8 +620,8 @@ type cancellation struct {
 	// asks each host to cancel its own (EventFleetCancel).
 	remote map[string][]*kin.Agent
 	// unlinked is closed once the files of the sockets silence shut are
-	// removed, which it does in the background while the agents are
-	// signalled and waited for; stopAndRecord waits for it before the
+	// removed, which finishCancel does in the background while the agents
+	// are signalled and waited for; stopAndRecord waits for it before the
 	// record frees their names (nil: nothing to wait for).
 	unlinked chan struct{}
 	// leaveFiles: the shutdown's, which removes its sockets' files after
