@@ -304,6 +304,7 @@ func (w *ctxWriter) sync() {
 			w.d.log.Error("agent filesystem: read agents", "err", err)
 			return
 		}
+		known := w.d.parentsOf(ctx, agents)
 		for _, a := range agents {
 			w.mu.Lock()
 			deadline, paused := w.deadline, w.paused
@@ -321,7 +322,7 @@ func (w *ctxWriter) sync() {
 				w.d.remoteChild(ctx, a)
 				continue
 			}
-			w.apply(ctx, a, byAgent[a.ID])
+			w.apply(ctx, a, byAgent[a.ID], known)
 		}
 		if len(evs) > 0 {
 			last := evs[len(evs)-1].Seq
@@ -343,9 +344,9 @@ func (w *ctxWriter) sync() {
 }
 
 // apply brings one agent's files up to date.
-func (w *ctxWriter) apply(ctx context.Context, a *kin.Agent, evs []kin.Event) {
+func (w *ctxWriter) apply(ctx context.Context, a *kin.Agent, evs []kin.Event, known map[kin.AgentID]*kin.Agent) {
 	run := w.d
-	c := run.ctxAgentOf(ctx, a)
+	c := run.ctxAgentWith(ctx, a, known)
 	if w.rebuild && !w.repaired[a.ID] {
 		w.repaired[a.ID] = true
 		run.repairCtx(ctx, a, c)

@@ -287,6 +287,41 @@ func (run *Runner) findChildDir(parent ctxfs.Session, a *kin.Agent) (string, boo
 // ctxAgentOf returns what the daemon knows of a's place in the tree,
 // rebuilding it from the store for an agent this daemon did not start.
 func (run *Runner) ctxAgentOf(ctx context.Context, a *kin.Agent) *ctxAgent {
+	return run.ctxAgentWith(ctx, a, nil)
+}
+
+// parentsOf reads, in one read, the parents of the agents whose places
+// are not known yet (ctxAgentWith reads an agent's parent when it makes
+// its place), with the agents themselves: the agent filesystem's writer
+// makes the places of a batch of new agents without a read for each.
+func (run *Runner) parentsOf(ctx context.Context, agents []*kin.Agent) map[kin.AgentID]*kin.Agent {
+	known := make(map[kin.AgentID]*kin.Agent, len(agents))
+	for _, a := range agents {
+		known[a.ID] = a
+	}
+	var want []kin.AgentID
+	wanted := map[kin.AgentID]bool{}
+	run.ctxMu.Lock()
+	for _, a := range agents {
+		if a.Parent != 0 && run.ctxAgents[a.ID] == nil && known[a.Parent] == nil && !wanted[a.Parent] {
+			wanted[a.Parent] = true
+			want = append(want, a.Parent)
+		}
+	}
+	run.ctxMu.Unlock()
+	if len(want) > 1 { // one parent costs the read ctxAgentWith would make anyway
+		if ps, err := run.store.AgentListByIDs(ctx, want); err == nil {
+			for _, p := range ps {
+				known[p.ID] = p
+			}
+		}
+	}
+	return known
+}
+
+// ctxAgentWith is ctxAgentOf, the parent taken from known when it holds
+// it (read in the same read as the agent: as current).
+func (run *Runner) ctxAgentWith(ctx context.Context, a *kin.Agent, known map[kin.AgentID]*kin.Agent) *ctxAgent {
 	run.ctxMu.Lock()
 	c := run.ctxAgents[a.ID]
 	run.ctxMu.Unlock()
@@ -318,7 +353,11 @@ func (run *Runner) ctxAgentOf(ctx context.Context, a *kin.Agent) *ctxAgent {
 		run.setRuntime(c, a, spec, run.socks.Path(a.Name))
 	}
 	if a.Parent != 0 {
-		if p, err := run.store.AgentGetByID(ctx, a.Parent); err == nil {
+		p, err := known[a.Parent], error(nil)
+		if p == nil {
+			p, err = run.store.AgentGetByID(ctx, a.Parent)
+		}
+		if err == nil {
 			c.rt.Parent = ctxfs.ParentRef{Agent: p.Name, Session: p.Session, Run: runID(p.ID)}
 			switch {
 			case p.Session == "" || a.Result == "":
