@@ -24,16 +24,7 @@ import (
 // savepoint was a statement of its own).
 func TestPipelineSavepointsRideWithTheNextStatement(t *testing.T) {
 	ctx := context.Background()
-	cfg, err := pgx.ParseConfig(pgtest.NewDatabase(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	db := sql.OpenDB(pipelineConnector{Connector: stdlib.GetConnector(*cfg)})
-	t.Cleanup(func() { db.Close() })
-	db.SetMaxOpenConns(1)
-	if _, err := db.ExecContext(ctx, `CREATE TABLE t (v int)`); err != nil {
-		t.Fatal(err)
-	}
+	db := pipelineDB(t, `CREATE TABLE t (v int)`)
 	count := func(tx *sql.Tx) int {
 		t.Helper()
 		var n int
@@ -132,16 +123,7 @@ func TestPipelineSavepointsRideWithTheNextStatement(t *testing.T) {
 // made before the failed write. A flush, and a COMMIT, send what is held.
 func TestPipelineHeldWritesRideWithTheNextStatement(t *testing.T) {
 	ctx := context.Background()
-	cfg, err := pgx.ParseConfig(pgtest.NewDatabase(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	db := sql.OpenDB(pipelineConnector{Connector: stdlib.GetConnector(*cfg)})
-	t.Cleanup(func() { db.Close() })
-	db.SetMaxOpenConns(1)
-	if _, err := db.ExecContext(ctx, `CREATE TABLE t (v int UNIQUE)`); err != nil {
-		t.Fatal(err)
-	}
+	db := pipelineDB(t, `CREATE TABLE t (v int UNIQUE)`)
 	tx, err := db.BeginTx(ctx, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -228,4 +210,21 @@ func TestPipelineHeldWritesRideWithTheNextStatement(t *testing.T) {
 	if err := db.QueryRowContext(ctx, `SELECT string_agg(v::text, ',' ORDER BY v) FROM t`).Scan(&got); err != nil || got != "1,4,5" {
 		t.Fatalf("committed rows %q, %v; want 1,4,5", got, err)
 	}
+}
+
+// pipelineDB is a database of one pipelined connection, as the writer's,
+// on a fresh database with schema.
+func pipelineDB(t *testing.T, schema string) *sql.DB {
+	t.Helper()
+	cfg, err := pgx.ParseConfig(pgtest.NewDatabase(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	db := sql.OpenDB(pipelineConnector{Connector: stdlib.GetConnector(*cfg)})
+	t.Cleanup(func() { db.Close() })
+	db.SetMaxOpenConns(1)
+	if _, err := db.ExecContext(context.Background(), schema); err != nil {
+		t.Fatal(err)
+	}
+	return db
 }
