@@ -1166,8 +1166,12 @@ type ModelLimit struct {
 // ModelAdmitter admits one request's models against an agent's chain as
 // it stood when the gate was made (ModelGate).
 type ModelAdmitter interface {
-	// Admit decides whether the agent may call model now (ModelAdmit).
+	// Admit decides whether the agent may call model now.
 	Admit(model string) (*ModelLimit, error)
+	// Exhausted is the budget_exhausted refusal every model gets when the
+	// agent's subtree or an ancestor's has spent its budget or passed its
+	// deadline, nil otherwise.
+	Exhausted() error
 }
 
 // modelGate is agent id's chain read once (from the cache) for the models
@@ -1231,15 +1235,8 @@ func (g *modelGate) Admit(model string) (*ModelLimit, error) {
 	return lim, nil
 }
 
-// ModelAdmit decides whether agent id may call model now (ModelGate, then
-// Admit).
-func (au *Authority) ModelAdmit(id kin.AgentID, model string) (*ModelLimit, error) {
-	g, err := au.ModelGate(id)
-	if err != nil {
-		return nil, err
-	}
-	return g.Admit(model)
-}
+// Exhausted is the gate's budget refusal (ModelAdmitter).
+func (g *modelGate) Exhausted() error { return g.budget }
 
 // ModelCall records one call agent id made through the model gateway:
 // its tokens and cost added to the agent's spend and every ancestor's

@@ -6,7 +6,6 @@ import (
 	"math"
 	"net/http"
 	"strconv"
-	"strings"
 
 	"github.com/kin-agents/kin/kin"
 )
@@ -27,6 +26,9 @@ type apiError struct {
 	// again (sent as Retry-After and retry-after-ms, which the SDKs
 	// honour).
 	retryAfter float64
+	// noRetry: a 5xx that retrying does not mend (the upstream refused
+	// the operator's key), sent with X-Should-Retry: false as every 4xx is.
+	noRetry bool
 }
 
 // apiErrorOf maps a kin error to its status: budget_exhausted 429,
@@ -96,7 +98,7 @@ func (e *apiError) write(w http.ResponseWriter, api API) {
 	if e.code == kin.ECodeRateLimited {
 		h.Set("Retry-After", strconv.Itoa(int(math.Ceil(e.retryAfter))))
 		h.Set("Retry-After-Ms", strconv.Itoa(int(math.Ceil(e.retryAfter*1000))))
-	} else if e.status < 500 || e.code == kin.ECodeUnavailable && strings.Contains(e.msg, "refused the key") {
+	} else if e.status < 500 || e.noRetry {
 		h.Set("X-Should-Retry", "false")
 	}
 	h.Set("Kin-Error-Code", string(e.code))

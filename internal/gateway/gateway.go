@@ -67,15 +67,6 @@ type Authority interface {
 	ModelCall(ctx context.Context, call kin.ModelCallData) (*kin.Spend, error)
 }
 
-// modelAdmit is whether agent id may call model now (one model).
-func (g *Gateway) modelAdmit(id kin.AgentID, model string) (*authority.ModelLimit, error) {
-	gate, err := g.cfg.Authority.ModelGate(id)
-	if err != nil {
-		return nil, err
-	}
-	return gate.Admit(model)
-}
-
 // Config is what a Gateway is built from.
 type Config struct {
 	Upstreams []Upstream
@@ -345,8 +336,8 @@ func (g *Gateway) authenticate(r *http.Request, ep endpoint, onSocket bool) (kin
 		// An agent stopped because its subtree spent its budget is told
 		// so (the refusal it would have seen a moment earlier), not that
 		// its credential lapsed.
-		if _, err := g.modelAdmit(id, ""); kin.ErrorCodeOf(err) == kin.ECodeBudget {
-			return 0, apiErrorOf(err)
+		if gate, err := g.cfg.Authority.ModelGate(id); err == nil && gate.Exhausted() != nil {
+			return 0, apiErrorOf(gate.Exhausted())
 		}
 		return 0, &apiError{status: http.StatusUnauthorized, code: kin.ECodeUnauthorized,
 			msg: fmt.Sprintf("the credential is agent %d's, which does not run on this host (an ended agent's credential is revoked)", id)}
@@ -887,7 +878,7 @@ func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, ep endpoint, u
 		g.log.Warn("model gateway: the upstream refused kin's key for it (HTTP 401): check kin serve --model-key", "upstream", up.Name)
 		c.data.Error = "the upstream refused the operator's key"
 		g.meter(r.Context(), c, usage{})
-		(&apiError{status: http.StatusBadGateway, code: kin.ECodeUnavailable,
+		(&apiError{status: http.StatusBadGateway, code: kin.ECodeUnavailable, noRetry: true,
 			msg: fmt.Sprintf("the upstream %s refused the key kin holds for it (HTTP 401): the operator must fix kin serve --model-key %s", up.Name, up.Name)}).write(w, ep.api)
 		return
 	}

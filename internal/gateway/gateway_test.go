@@ -123,6 +123,8 @@ func (m *mockAuthority) Admit(string) (*authority.ModelLimit, error) {
 	return &authority.ModelLimit{}, nil
 }
 
+func (m *mockAuthority) Exhausted() error { return nil }
+
 func (m *mockAuthority) ModelCall(_ context.Context, c kin.ModelCallData) (*kin.Spend, error) {
 	m.calls = append(m.calls, c)
 	return &kin.Spend{}, nil
