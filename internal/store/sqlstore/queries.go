@@ -353,8 +353,6 @@ func (r reader) agentsByRange(ctx context.Context) (out []*kin.Agent, ok bool, e
 	return out, true, err
 }
 
-// idArray writes ids as a JSON array, which SQLite unnests with json_each:
-// one statement for any number of ids.
 func (r reader) AgentListByParents(ctx context.Context, parents []kin.AgentID) ([]*kin.Agent, error) {
 	if len(parents) == 0 {
 		return []*kin.Agent{}, nil
@@ -362,6 +360,8 @@ func (r reader) AgentListByParents(ctx context.Context, parents []kin.AgentID) (
 	return r.agents(ctx, sqlAgentByParents, idArray(parents))
 }
 
+// idArray writes ids as a JSON array, which SQLite unnests with json_each:
+// one statement for any number of ids.
 func idArray(ids []kin.AgentID) string {
 	b := make([]byte, 0, len(ids)*7)
 	b = append(b, '[')

@@ -261,7 +261,8 @@ func (s *Store) Woken(n int64) {
 }
 
 // committing records the log size and event types of the commit the
-// writer is making (0, nil once it is made or failed), for Woken.
+// writer is making (0, nil once its waiters were woken, or it failed), for
+// Woken.
 func (s *Store) committing(size int64, types []string) {
 	s.ownMu.Lock()
 	s.ownSize, s.ownTypes = size, types
@@ -580,9 +581,6 @@ run:
 				s.committing(size, types)
 			}
 			err = tx.Commit()
-			if total > 0 {
-				s.committing(0, nil)
-			}
 		}
 	}
 	if err != nil {
@@ -599,6 +597,12 @@ run:
 		if total > 0 && storeMax(&s.notified, size) {
 			s.hub.NotifyTypes(types)
 		}
+	}
+	if total > 0 {
+		// Forgotten only once the waiters were woken for it (notified is
+		// past it): a notification of it that came before still wakes by
+		// its types, and one after wakes nobody.
+		s.committing(0, nil)
 	}
 	answer()
 }
