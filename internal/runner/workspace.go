@@ -11,6 +11,7 @@ import (
 
 	"github.com/kin-agents/kin/internal/authority"
 	"github.com/kin-agents/kin/internal/policy"
+	"github.com/kin-agents/kin/internal/ctxfs"
 	"github.com/kin-agents/kin/internal/sandbox"
 	"github.com/kin-agents/kin/internal/supervisor"
 	"github.com/kin-agents/kin/internal/template"
@@ -151,22 +152,22 @@ func (run *Runner) sandboxArgv(a *kin.Agent, c *ctxAgent, argv []string, view *v
 // shim's lookups, and the agent lives on without them rather than not at
 // all (it is re-adopted by the next daemon).
 func (run *Runner) agentEntries(a *kin.Agent, spec *sandbox.Spec) {
-	sock := filepath.Join(run.agentDir, a.Name+".sock")
-	ctl, id := filepath.Join(run.agentDir, a.Name+".d"), filepath.Join(run.agentDir, a.Name)
-	if !granted(sock, spec.RW) {
-		spec.RW = append(spec.RW, sock)
-	}
-	for _, p := range []string{ctl, id} {
-		if !granted(p, spec.RW) && !granted(p, spec.RO) {
-			spec.RO = append(spec.RO, p)
+	l := ctxfs.Layout{Root: filepath.Dir(run.agentDir)} // the canonical ctx root
+	// grant adds p to *to unless a grant in covered already holds it.
+	grant := func(p string, to *[]string, covered ...[]string) {
+		for _, c := range covered {
+			if granted(p, c) {
+				return
+			}
+		}
+		*to = append(*to, p)
+		if run.served != nil {
+			spec.Optional = append(spec.Optional, p)
 		}
 	}
-	if run.served != nil {
-		spec.Optional = append(spec.Optional, sock, ctl, id)
-		spec.Optional = slices.DeleteFunc(spec.Optional, func(p string) bool {
-			return !slices.Contains(spec.RW, p) && !slices.Contains(spec.RO, p)
-		})
-	}
+	grant(l.SocketPath(a.Name), &spec.RW, spec.RW)
+	grant(l.ControlDir(a.Name), &spec.RO, spec.RW, spec.RO)
+	grant(l.AgentFile(a.Name), &spec.RO, spec.RW, spec.RO)
 }
 
 // granted says whether p is one of dirs or beneath one.

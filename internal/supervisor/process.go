@@ -348,8 +348,12 @@ func (s *Supervisor) spawn(a *agent, spec Spec, argv0 string) (*Process, error) 
 		}
 		// A Freeze that began before a.starting was set has been seen by
 		// beginStart; one that ended shows here; later ones wait for us.
-		if d := frozenDir(selfDir(a.path), s.mount.Dir); d != "" {
-			return nil, fmt.Errorf("%w (cgroup %s is frozen)", ErrFrozen, d)
+		// Until a group may be frozen (mayBeFrozen, as a stop reasons)
+		// there is nothing to read.
+		if s.mayBeFrozen.Load() {
+			if d := frozenDir(selfDir(a.path), s.mount.Dir); d != "" {
+				return nil, fmt.Errorf("%w (cgroup %s is frozen)", ErrFrozen, d)
+			}
 		}
 		cfd, err := cgroup.Open(selfDir(a.path))
 		if err != nil {
