@@ -10,8 +10,8 @@ import (
 	"strings"
 
 	"github.com/kin-agents/kin/internal/authority"
-	"github.com/kin-agents/kin/internal/policy"
 	"github.com/kin-agents/kin/internal/ctxfs"
+	"github.com/kin-agents/kin/internal/policy"
 	"github.com/kin-agents/kin/internal/sandbox"
 	"github.com/kin-agents/kin/internal/supervisor"
 	"github.com/kin-agents/kin/internal/template"
