@@ -1044,7 +1044,13 @@ func (run *Runner) logPath(id kin.AgentID) string {
 func (run *Runner) runningCount() int {
 	run.rtMu.Lock()
 	defer run.rtMu.Unlock()
-	return len(run.runtimes)
+	n := 0
+	for _, rt := range run.runtimes {
+		if !rt.exited { // exited: its runtime goes once its end is recorded
+			n++
+		}
+	}
+	return n
 }
 
 // freeze freezes (or thaws) an agent's own processes, or its whole subtree.
