@@ -22,6 +22,14 @@ const (
 	latencyCalls = 100
 	benchStreams = 200
 	streamsEach  = 3
+	// pacedDelay is the gap before each chunk of the "paced" streams: a
+	// provider's pace, one token a chunk at about 67 tokens a second
+	// (gpt-4o's median measured at 65.5 tokens/s in "GPT-4o tokens per
+	// second comparable to gpt-3.5-turbo", community.openai.com/t/768559;
+	// Claude Sonnet 4.5 at 78, GPT-5.4 at 90 in forg.pro's dataset).
+	// Without the first token's wait (0.3-1 s at providers), which would
+	// only lengthen the streams.
+	pacedDelay = 15 * time.Millisecond
 )
 
 // gatewayTarget is where a benchmark's calls go: the fake upstream
@@ -34,11 +42,21 @@ type gatewayTarget struct {
 	calls  []time.Duration
 	ttfb   []time.Duration
 	models []time.Duration
-	// streams: completed, and the time they took, per kind.
-	fast, slow struct {
-		n    int
-		took time.Duration
-	}
+	// streams: completed, the time they took and the CPU the whole
+	// process spent meanwhile (user and system: the clients, the fake
+	// upstream, and on kin's path kin), per kind.
+	fast, slow, paced streamRun
+}
+
+// streamRun adds up one kind of stream's rounds.
+type streamRun struct {
+	n    int
+	took time.Duration
+	cpu  time.Duration
+}
+
+func (s *streamRun) add(n int, took, cpu time.Duration) {
+	s.n, s.took, s.cpu = s.n+n, s.took+took, s.cpu+cpu
 }
 
 // BenchmarkGateway is the gateway's overhead per call against calling
@@ -47,16 +65,24 @@ type gatewayTarget struct {
 // (p50), listing the models (the proxy alone: no admission, no metering),
 // and the throughput of 200 concurrent streams: Anthropic message
 // streams of 20 chunks 5 ms apart (what a provider's stream looks like:
-// the gateway must keep up) and OpenAI chat streams with no delay (the
+// the gateway must keep up), OpenAI chat streams with no delay (the
 // gateway's own cost, CPU-bound on this machine, where kin and the fake
-// share two cores).
+// share two cores), and Anthropic streams of 20 chunks pacedDelay apart
+// (a provider's pace). The clients, the fake upstreams and kin share one
+// process: each kind also reports the process's CPU per stream, direct
+// (clients and upstream) and through kin, and the difference (kin's own
+// CPU per stream), a figure the box's other load does not move as it
+// moves the throughput.
 func BenchmarkGateway(b *testing.B) {
 	fast := fakemodel.Start(b, fakemodel.Options{Key: upstreamKey, InputTokens: 10, OutputTokens: 5, Reply: "hello world", NoRecord: true})
 	slow := fakemodel.Start(b, fakemodel.Options{Key: upstreamKey, InputTokens: 10, OutputTokens: 20,
 		Reply: strings.Repeat("x", 20), Chunks: 20, ChunkDelay: 5 * time.Millisecond, NoRecord: true})
+	paced := fakemodel.Start(b, fakemodel.Options{Key: upstreamKey, InputTokens: 10, OutputTokens: 20,
+		Reply: strings.Repeat("x", 20), Chunks: 20, ChunkDelay: pacedDelay, NoRecord: true})
 	d := kintest.StartDaemon(b, kintest.WithHTTP(),
 		kintest.WithModelUpstream("openai", "openai", fast.URL, upstreamKey),
-		kintest.WithModelUpstream("anthropic", "anthropic", slow.URL, upstreamKey))
+		kintest.WithModelUpstream("anthropic", "anthropic", slow.URL, upstreamKey),
+		kintest.WithModelUpstream("paced", "anthropic", paced.URL, upstreamKey))
 	// The agent whose credential the calls carry (the daemon's cleanup
 	// stops it).
 	a, err := d.Client.Spawn(ctx, kin.SpawnRequest{
@@ -78,7 +104,7 @@ func BenchmarkGateway(b *testing.B) {
 	}
 	direct := &gatewayTarget{name: "direct", base: fast.URL, key: upstreamKey, client: client}
 	kinT := &gatewayTarget{name: "kin", base: "http://" + d.HTTPAddr(), key: cred, client: kinClient}
-	slowDirect := slow.URL
+	slowDirect, pacedDirect := slow.URL, paced.URL
 	targets := []*gatewayTarget{direct, kinT}
 
 	// Warm both paths (connections, the agent's caches).
@@ -108,23 +134,37 @@ func BenchmarkGateway(b *testing.B) {
 			}
 		}
 		for _, t := range targets {
-			n, took, err := concurrentStreams(t.client, t.base, t.key, func(c *http.Client, base, key string) error {
+			run, err := concurrentStreams(t.client, t.base, t.key, func(c *http.Client, base, key string) error {
 				_, err := chatCall(c, base, key, true)
 				return err
 			})
 			if err != nil {
 				b.Fatalf("%s fast streams: %v", t.name, err)
 			}
-			t.fast.n, t.fast.took = t.fast.n+n, t.fast.took+took
+			t.fast.add(run.n, run.took, run.cpu)
 			base := t.base
 			if t == direct {
 				base = slowDirect
 			}
-			n, took, err = concurrentStreams(t.client, base, t.key, messagesStream)
+			run, err = concurrentStreams(t.client, base, t.key, func(c *http.Client, base, key string) error {
+				return messagesStream(c, base, key, "claude-3-5-haiku-latest")
+			})
 			if err != nil {
 				b.Fatalf("%s slow streams: %v", t.name, err)
 			}
-			t.slow.n, t.slow.took = t.slow.n+n, t.slow.took+took
+			t.slow.add(run.n, run.took, run.cpu)
+			// kin sends "paced/NAME" to the paced upstream as NAME.
+			base, model := t.base, "paced/claude-3-5-haiku-latest"
+			if t == direct {
+				base, model = pacedDirect, "claude-3-5-haiku-latest"
+			}
+			run, err = concurrentStreams(t.client, base, t.key, func(c *http.Client, base, key string) error {
+				return messagesStream(c, base, key, model)
+			})
+			if err != nil {
+				b.Fatalf("%s paced streams: %v", t.name, err)
+			}
+			t.paced.add(run.n, run.took, run.cpu)
 		}
 	}
 	b.ReportMetric(0, "ns/op") // an iteration is a batch: the figures say it
@@ -144,17 +184,23 @@ func BenchmarkGateway(b *testing.B) {
 	}
 	for _, s := range []struct {
 		name string
-		of   func(*gatewayTarget) (int, time.Duration)
+		of   func(*gatewayTarget) streamRun
 	}{
-		{"streams200-slow", func(t *gatewayTarget) (int, time.Duration) { return t.slow.n, t.slow.took }},
-		{"streams200-fast", func(t *gatewayTarget) (int, time.Duration) { return t.fast.n, t.fast.took }},
+		{"streams200-slow", func(t *gatewayTarget) streamRun { return t.slow }},
+		{"streams200-fast", func(t *gatewayTarget) streamRun { return t.fast }},
+		{"streams200-paced", func(t *gatewayTarget) streamRun { return t.paced }},
 	} {
-		dn, dt := s.of(direct)
-		kn, kt := s.of(kinT)
-		dr, kr := float64(dn)/dt.Seconds(), float64(kn)/kt.Seconds()
+		d, k := s.of(direct), s.of(kinT)
+		dr, kr := float64(d.n)/d.took.Seconds(), float64(k.n)/k.took.Seconds()
 		b.ReportMetric(dr, s.name+"-direct-per-s")
 		b.ReportMetric(kr, s.name+"-kin-per-s")
 		b.ReportMetric(100*(1-kr/dr), s.name+"-loss-%")
+		// CPU per stream: direct is the clients' and the upstream's, kin's
+		// path adds kin's own.
+		dc, kc := us(d.cpu)/float64(d.n), us(k.cpu)/float64(k.n)
+		b.ReportMetric(dc, s.name+"-direct-cpu-us/stream")
+		b.ReportMetric(kc, s.name+"-kin-cpu-us/stream")
+		b.ReportMetric(kc-dc, s.name+"-added-cpu-us/stream")
 	}
 }
 
@@ -226,10 +272,11 @@ func modelsCall(c *http.Client, base, key string) (time.Duration, error) {
 	return time.Since(t0), nil
 }
 
-// messagesStream makes one streamed Anthropic message and reads it whole.
-func messagesStream(c *http.Client, base, key string) error {
+// messagesStream makes one streamed Anthropic message of model and reads
+// it whole.
+func messagesStream(c *http.Client, base, key, model string) error {
 	req, err := http.NewRequest("POST", base+"/v1/messages",
-		strings.NewReader(`{"model":"claude-3-5-haiku-latest","max_tokens":100,"stream":true,"messages":[{"role":"user","content":"hi"}]}`))
+		strings.NewReader(`{"model":"`+model+`","max_tokens":100,"stream":true,"messages":[{"role":"user","content":"hi"}]}`))
 	if err != nil {
 		return err
 	}
@@ -252,14 +299,15 @@ func messagesStream(c *http.Client, base, key string) error {
 }
 
 // concurrentStreams runs benchStreams workers, each making streamsEach
-// calls in a row, and returns how many completed and the time it took.
-func concurrentStreams(c *http.Client, base, key string, call func(*http.Client, string, string) error) (int, time.Duration, error) {
+// calls in a row, and returns how many completed, the time it took and
+// the process's CPU meanwhile.
+func concurrentStreams(c *http.Client, base, key string, call func(*http.Client, string, string) error) (streamRun, error) {
 	var (
 		wg    sync.WaitGroup
 		mu    sync.Mutex
 		first error
 	)
-	t0 := time.Now()
+	t0, cpu0 := time.Now(), processCPU()
 	for range benchStreams {
 		wg.Go(func() {
 			for range streamsEach {
@@ -275,5 +323,5 @@ func concurrentStreams(c *http.Client, base, key string, call func(*http.Client,
 		})
 	}
 	wg.Wait()
-	return benchStreams * streamsEach, time.Since(t0), first
+	return streamRun{n: benchStreams * streamsEach, took: time.Since(t0), cpu: processCPU() - cpu0}, first
 }
