@@ -145,6 +145,11 @@ func New(cfg Config) (*Gateway, error) {
 	tr := cfg.Transport
 	if tr == nil {
 		t := http.DefaultTransport.(*http.Transport).Clone()
+		// Streams in flight each hold a connection: as many are kept
+		// idle for the next calls (DefaultTransport's MaxIdleConns, 100
+		// over all upstreams, closed and redialled all but 100 of 200
+		// concurrent streams' connections).
+		t.MaxIdleConns = 0
 		t.MaxIdleConnsPerHost = 256
 		t.ResponseHeaderTimeout = 10 * time.Minute
 		t.Proxy = nil // never through the daemon's proxy settings by surprise
