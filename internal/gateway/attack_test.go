@@ -350,3 +350,62 @@ func TestStreamDoesNotWaitForItsMetering(t *testing.T) {
 		t.Fatal("the content waited for the call's metering")
 	}
 }
+
+// flushCounter is a recorder that counts its flushes and what had been
+// flushed when the call was metered.
+type flushCounter struct {
+	*httptest.ResponseRecorder
+	flushes int
+	sent    int // bytes flushed
+}
+
+func (f *flushCounter) Flush() {
+	f.flushes++
+	f.sent = f.Body.Len()
+	f.ResponseRecorder.Flush()
+}
+
+// sentAtMetering is the mock authority noting how much of the stream had
+// been flushed when the call was metered.
+type sentAtMetering struct {
+	mockAuthority
+	w    *flushCounter
+	sent int
+}
+
+func (m *sentAtMetering) ModelCall(ctx context.Context, c kin.ModelCallData) (*kin.Spend, error) {
+	m.sent = m.w.sent
+	return m.mockAuthority.ModelCall(ctx, c)
+}
+
+// TestStreamBurstFlushesOnceBeforeItsMeteringWithMockAuthority: a burst
+// the upstream sent together goes on in one write up to the event the
+// call is metered on (all of it sent before the commit: message_delta,
+// which carries usage and commits nothing, is no reason for a write of its
+// own), then that event: the headers, the burst, message_stop.
+func TestStreamBurstFlushesOnceBeforeItsMeteringWithMockAuthority(t *testing.T) {
+	burst := "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"usage\":{\"input_tokens\":7,\"output_tokens\":1}}}\n\n" +
+		"event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"delta\":{\"type\":\"text_delta\",\"text\":\"a\"}}\n\n" +
+		"event: message_delta\ndata: {\"type\":\"message_delta\",\"usage\":{\"output_tokens\":3}}\n\n"
+	stop := "event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n"
+	w := &flushCounter{ResponseRecorder: httptest.NewRecorder()}
+	m := &sentAtMetering{w: w}
+	g, err := New(Config{Key: make([]byte, 32), Authority: m, Runs: func(kin.AgentID) bool { return true }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp := &http.Response{StatusCode: 200, Header: http.Header{"Content-Type": {"text/event-stream"}}, Body: io.NopCloser(strings.NewReader(burst + stop))}
+	g.stream(w, httptest.NewRequest("POST", epMessages.path, nil), epMessages, resp, &call{counted: true})
+	if got := w.Body.String(); got != burst+stop {
+		t.Fatalf("the stream went on as %q", got)
+	}
+	if m.sent != len(burst) {
+		t.Errorf("at the metering %d bytes had been sent, want the %d before message_stop", m.sent, len(burst))
+	}
+	if len(m.calls) != 1 || m.calls[0].InputTokens != 7 || m.calls[0].OutputTokens != 3 {
+		t.Errorf("metered %+v", m.calls)
+	}
+	if w.flushes != 3 {
+		t.Errorf("%d flushes, want 3 (the headers, the burst before the metering, message_stop)", w.flushes)
+	}
+}

@@ -377,6 +377,9 @@ type call struct {
 	metered  bool
 	counted  bool // an endpoint that counts against budgets (not count_tokens)
 	wantUsag bool // the client asked for the usage chunk itself
+	// beforeMeter, set while a stream is passed on, sends what the
+	// stream has written so far before the metering's commit.
+	beforeMeter func()
 }
 
 func (g *Gateway) serve(w http.ResponseWriter, r *http.Request, ep endpoint, onSocket bool) {
@@ -916,6 +919,9 @@ func (g *Gateway) meter(ctx context.Context, c *call, u usage) {
 		return
 	}
 	c.metered = true
+	if c.beforeMeter != nil {
+		c.beforeMeter()
+	}
 	c.data.InputTokens, c.data.OutputTokens, c.data.CachedTokens = u.input, u.output, u.cached
 	c.data.Tokens = u.input + u.output
 	if c.limit != nil && c.limit.Priced {

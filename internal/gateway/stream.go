@@ -37,10 +37,18 @@ func (g *Gateway) stream(w http.ResponseWriter, r *http.Request, ep endpoint, re
 	var buf []byte // readLine's, reused line after line
 	// pending: events written and not flushed. They are flushed before
 	// any read that may wait for the upstream (no whole line buffered)
-	// and before an event that may be metered on (a commit): an event
-	// never waits for the next nor for the metering, and a burst of
-	// events the upstream sent together goes out in one write.
+	// and before the call is metered (a commit): an event never waits
+	// for the next nor for the metering, and a burst of events the
+	// upstream sent together goes out in one write (an event that only
+	// carries usage, as message_delta, is no reason to flush).
 	pending := false
+	c.beforeMeter = func() {
+		if pending {
+			rc.Flush()
+			pending = false
+		}
+	}
+	defer func() { c.beforeMeter = nil }()
 	for {
 		if pending && !lineBuffered(rd) {
 			rc.Flush()
@@ -59,12 +67,6 @@ func (g *Gateway) stream(w http.ResponseWriter, r *http.Request, ep endpoint, re
 		}
 		end := len(bytes.TrimRight(line, "\r\n")) == 0 && len(line) > 0
 		if (end || err != nil) && ev.Len() > 0 {
-			if pending && (bytes.Equal(data.Bytes(), doneData) || mayMatter(data.Bytes())) {
-				// An event that may be metered on: what went before it
-				// does not wait for the commit.
-				rc.Flush()
-				pending = false
-			}
 			forward := g.onEvent(r, ep, c, &u, data.Bytes())
 			if forward {
 				if _, werr := w.Write(ev.Bytes()); werr == nil {
