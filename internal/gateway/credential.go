@@ -4,9 +4,11 @@ import (
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/base64"
+	"hash"
 	"net"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/kin-agents/kin/kin"
 )
@@ -19,13 +21,31 @@ const credPrefix = "kin-gw1-"
 // hold, so that it names one agent, cannot be forged for another, and
 // needs no storage. It is honoured only while its agent runs on this host
 // (Config.Runs): an ended agent's is refused.
-type credentials struct{ key []byte }
+type credentials struct {
+	key []byte
+	// macs are HMACs under key, reused (nil: one made per mac): a call
+	// checks its credential on every request.
+	macs *sync.Pool
+}
+
+func newCredentials(key []byte) credentials {
+	return credentials{key: key, macs: &sync.Pool{New: func() any { return hmac.New(sha256.New, key) }}}
+}
 
 func (c credentials) mac(id kin.AgentID) string {
-	m := hmac.New(sha256.New, c.key)
-	m.Write([]byte("kin model gateway credential v1\x00"))
-	m.Write([]byte(strconv.FormatInt(int64(id), 10)))
-	return base64.RawURLEncoding.EncodeToString(m.Sum(nil))
+	var m hash.Hash
+	if c.macs != nil {
+		m = c.macs.Get().(hash.Hash)
+		defer c.macs.Put(m)
+		m.Reset()
+	} else {
+		m = hmac.New(sha256.New, c.key)
+	}
+	var buf [64]byte
+	b := append(append(buf[:0], "kin model gateway credential v1\x00"...), strconv.FormatInt(int64(id), 10)...)
+	m.Write(b)
+	var sum [sha256.Size]byte
+	return base64.RawURLEncoding.EncodeToString(m.Sum(sum[:0]))
 }
 
 // For is agent id's credential.

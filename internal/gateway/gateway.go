@@ -132,7 +132,7 @@ func New(cfg Config) (*Gateway, error) {
 	if cfg.Authority == nil || cfg.Runs == nil {
 		return nil, errors.New("model gateway: no authority or runner")
 	}
-	g := &Gateway{cfg: cfg, creds: credentials{key: cfg.Key}, log: cfg.Log, now: cfg.Clock, held: map[kin.AgentID]int64{}}
+	g := &Gateway{cfg: cfg, creds: newCredentials(cfg.Key), log: cfg.Log, now: cfg.Clock, held: map[kin.AgentID]int64{}}
 	if g.log == nil {
 		g.log = slog.New(slog.DiscardHandler)
 	}

@@ -11,6 +11,7 @@ import (
 	"os"
 	"runtime"
 	"strings"
+	"sync"
 	"testing"
 
 	"golang.org/x/sys/unix"
@@ -20,7 +21,7 @@ import (
 )
 
 func TestCredentials(t *testing.T) {
-	c := credentials{key: []byte("0123456789abcdef0123456789abcdef")}
+	c := newCredentials([]byte("0123456789abcdef0123456789abcdef"))
 	other := credentials{key: []byte("fedcba9876543210fedcba9876543210")}
 	for _, id := range []kin.AgentID{1, 42, 1 << 40} {
 		tok := c.For(id)
@@ -30,6 +31,23 @@ func TestCredentials(t *testing.T) {
 		if got := other.Check(tok); got != 0 {
 			t.Fatalf("another key accepted agent %d's credential", id)
 		}
+		// The reused HMACs give what a fresh one gives, from any number
+		// of goroutines at once.
+		if fresh := (credentials{key: c.key}).For(id); fresh != tok {
+			t.Fatalf("agent %d: a reused HMAC made %q, a fresh one %q", id, tok, fresh)
+		}
+		var wg sync.WaitGroup
+		for range 8 {
+			wg.Go(func() {
+				for range 50 {
+					if c.For(id) != tok || c.Check(tok) != id {
+						t.Errorf("agent %d's credential changed under concurrent use", id)
+						return
+					}
+				}
+			})
+		}
+		wg.Wait()
 	}
 	tok := c.For(7)
 	mac := strings.TrimPrefix(tok, credPrefix+"7-")
