@@ -40,7 +40,7 @@ import (
 
 // maxChains bounds the chains the writer remembers; past it they are all
 // forgotten.
-const maxChains = 4096
+const maxChains = 1024
 
 // chainMemo is the chains the writer read in its transactions, by the
 // agent asked for.
