@@ -26,3 +26,14 @@ func (d *Daemon) CacheDiff(ctx context.Context) (string, error) {
 // ModelCredential is agent id's model gateway credential (what its
 // environment holds as OPENAI_API_KEY).
 func (d *Daemon) ModelCredential(id kin.AgentID) string { return d.gateway.Credential(id) }
+
+// WriterRoundTrips is the daemon's store's count of its writer's round
+// trips to the server, where it counts them (PostgreSQL's); ok false
+// otherwise.
+func (d *Daemon) WriterRoundTrips() (n int64, ok bool) {
+	t, ok := d.store.(interface{ WriterRoundTrips() int64 })
+	if !ok {
+		return 0, false
+	}
+	return t.WriterRoundTrips(), true
+}

@@ -62,12 +62,14 @@ func TestWalkPlansLookUpByKey(t *testing.T) {
 		t.Fatal(err)
 	}
 	args := map[string]string{
-		"PermChain":   "(1)",
-		"SpendSubAdd": "(1, 1, 1.0)",
-		"Ancestors":   "(1)",
-		"Subtree":     "(1)",
-		"AgentsByIDs": "('[1, 2, 1]')",
-		"ByParents":   "('[1, 2, 1]')",
+		"PermChain":       "(1)",
+		"SpendSubAdd":     "(1, 1, 1.0)",
+		"Ancestors":       "(1)",
+		"Subtree":         "(1)",
+		"AgentsByIDs":     "('[1, 2, 1]')",
+		"ByParents":       "('[1, 2, 1]')",
+		"PermChainSigned": "(1)",
+		"PermChainCheck":  "(1, 'x')",
 	}
 	walks := sqlstore.WalkQueries()
 	if len(walks) != len(args) {

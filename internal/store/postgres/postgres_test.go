@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"reflect"
 	"testing"
 	"time"
 
@@ -162,5 +163,51 @@ func TestDeferrableInsertIsHeld(t *testing.T) {
 	}
 	if trips[true] != trips[false]-1 {
 		t.Fatalf("a registration took %d round trips, %d deferrable; want one fewer", trips[false], trips[true])
+	}
+}
+
+// TestRememberedChainTakesNoRoundTrip: a deferrable registration whose
+// parent's chain the writer read before takes one round trip to the
+// server fewer than the first (sqlstore's speculate.go: the chain is
+// answered from memory, its check sent with the batch's events), and
+// reads the same chain.
+func TestRememberedChainTakesNoRoundTrip(t *testing.T) {
+	ctx := context.Background()
+	s, err := postgres.Open(ctx, pgtest.NewDatabase(t), postgres.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	parent := storetest.Insert(t, s, "parent", 0)
+	var trips [2]int64
+	var chains [2][]store.PermRow
+	for i := range 2 {
+		before := s.WriterRoundTrips()
+		err := store.UpdateDeferrable(ctx, s, func(tx store.Tx) error {
+			chain, err := tx.PermChain(ctx, parent.ID)
+			if err != nil {
+				return err
+			}
+			chains[i] = chain
+			got, err := tx.AgentInsert(ctx, store.AgentInsertParams{Agent: storetest.NewAgent(fmt.Sprintf("child%d", i), parent.ID, 1)})
+			if err != nil {
+				return err
+			}
+			e, err := kin.NewEvent(kin.EventAgentRegistered, got.ID, parent.ID, map[string]any{"agent": got.ID})
+			if err == nil {
+				_, err = tx.EventAppend(ctx, e)
+			}
+			return err
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		trips[i] = s.WriterRoundTrips() - before
+	}
+	if trips[1] != trips[0]-1 {
+		t.Errorf("the registration under a remembered chain took %d round trips, the first %d; want one fewer", trips[1], trips[0])
+	}
+	if len(chains[0]) != 1 || chains[0][0].Agent == nil || !reflect.DeepEqual(chains[0], chains[1]) {
+		t.Errorf("the remembered chain %+v, the chain read %+v; want the same, of the parent", chains[1], chains[0])
 	}
 }

@@ -69,25 +69,35 @@ func (r reader) SpendList(ctx context.Context) ([]store.SpendRow, error) {
 }
 
 func (r reader) PermChain(ctx context.Context, id kin.AgentID) ([]store.PermRow, error) {
-	rows, err := r.query(ctx, sqlPermChain, id)
+	rows, _, err := r.permChain(ctx, sqlPermChain, id, false)
+	return rows, err
+}
+
+// permChain reads a permission chain with q (sqlPermChain, or
+// sqlPermChainSigned when signed: each row's text last, returned in texts).
+func (r reader) permChain(ctx context.Context, q string, id kin.AgentID, signed bool) (out []store.PermRow, texts []string, err error) {
+	rows, err := r.query(ctx, q, id)
 	if err != nil {
-		return nil, interpretError(err)
+		return nil, nil, interpretError(err)
 	}
 	defer rows.Close()
-	var out []store.PermRow
 	for rows.Next() {
 		var p store.PermRow
-		var packed, pol string
+		var packed, pol, text string
 		var deadline int64
 		s := &p.Spend
-		if err := rows.Scan(&packed, &p.ID, &p.Parent, &p.RequestedBy, &p.Role, &p.Stage, &pol, &deadline,
-			&s.Tokens, &s.Cost, &s.SubTokens, &s.SubCost, &s.Spawns, &s.Exhausted); err != nil {
-			return nil, interpretError(err)
+		dest := []any{&packed, &p.ID, &p.Parent, &p.RequestedBy, &p.Role, &p.Stage, &pol, &deadline,
+			&s.Tokens, &s.Cost, &s.SubTokens, &s.SubCost, &s.Spawns, &s.Exhausted}
+		if signed {
+			dest = append(dest, &text)
+		}
+		if err := rows.Scan(dest...); err != nil {
+			return nil, nil, interpretError(err)
 		}
 		if packed != "" {
 			a, err := unpackAgent(packed)
 			if err != nil {
-				return nil, err
+				return nil, nil, err
 			}
 			p.Agent = a
 		}
@@ -97,11 +107,15 @@ func (r reader) PermChain(ctx context.Context, id kin.AgentID) ([]store.PermRow,
 		}
 		p.DeadlineAt = unixTime(deadline)
 		out = append(out, p)
+		if signed {
+			texts = append(texts, text)
+		}
 	}
-	return out, interpretError(rows.Err())
+	return out, texts, interpretError(rows.Err())
 }
 
 func (t *txn) SpendAdd(ctx context.Context, id kin.AgentID, tokens int64, cost float64) error {
+	t.forgetChains()
 	if _, err := t.exec(ctx, sqlSpendAdd, id, tokens, cost); err != nil {
 		return interpretError(err)
 	}
@@ -113,6 +127,7 @@ func (t *txn) SpendSpawnAdd(ctx context.Context, ids []kin.AgentID) error {
 	if len(ids) == 0 {
 		return nil
 	}
+	t.forgetChains()
 	b, err := json.Marshal(ids)
 	if err != nil {
 		return err

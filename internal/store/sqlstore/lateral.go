@@ -76,6 +76,10 @@ func WalkQueries() map[string]string {
 		"Subtree":     sqlAgentSubtree,
 		"AgentsByIDs": sqlAgentListByIDs,
 		"ByParents":   sqlAgentByParents,
+		// PostgreSQL's only (speculate.go): the chain with its rows'
+		// text, and the check of a remembered chain.
+		"PermChainSigned": sqlPermChainSigned,
+		"PermChainCheck":  sqlPermChainCheck,
 	}
 }
 

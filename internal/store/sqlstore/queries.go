@@ -743,6 +743,7 @@ func (r reader) AgentPolicyList(ctx context.Context) ([]store.AgentPolicyRow, er
 }
 
 func (t *txn) SpendSetExhausted(ctx context.Context, id kin.AgentID, why string) error {
+	t.forgetChains()
 	_, err := t.exec(ctx, `INSERT INTO agent_spend (agent_id, exhausted) VALUES (?, ?)
 		ON CONFLICT (agent_id) DO UPDATE SET exhausted = excluded.exhausted`, id, why)
 	return interpretError(err)

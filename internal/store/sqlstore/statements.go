@@ -81,6 +81,9 @@ type stmts struct {
 	lazy bool // prepare on first use (the read pool) rather than only up front
 	mu   sync.Mutex
 	m    map[string]*sql.Stmt
+	// chains are the permission chains the writer read in its
+	// transactions (the writer's statements only: speculate.go).
+	chains chainMemo
 }
 
 func newStmts(db *sql.DB, d *Dialect, lazy bool) *stmts {

@@ -565,7 +565,9 @@ run:
 			if !redo(k) {
 				return
 			}
-			pending, i = true, k
+			// The flush's error was the failed write's: the batch
+			// goes on from k.
+			pending, i, err = true, k, nil
 			goto run
 		}
 		if err == nil && len(held) > 0 {

@@ -394,7 +394,9 @@ func testSpawnBudgetRound(t *testing.T, a, b store.Store, r, perHandle int, budg
 	mid := Insert(t, a, fmt.Sprintf("mid-%d", r), top.ID)
 	update(t, a, func(tx store.Tx) error { return tx.SpendSpawnAdd(ctx, []kin.AgentID{top.ID}) }) // mid counts
 	admitted, refused := raceHandles(t, a, b, perHandle, func(s store.Store, h, g int) error {
-		return s.Update(ctx, func(tx store.Tx) error {
+		// Half deferrable, as the registry registers (re-runnable: its
+		// only effects are tx's).
+		return updateFor(s, g)(ctx, func(tx store.Tx) error {
 			chain, err := tx.PermChain(ctx, mid.ID)
 			if err != nil {
 				return err
@@ -603,6 +605,61 @@ func testAppendedHere(t *testing.T, a store.Store, second func() store.Store) {
 	for _, seq := range []int64{0, int64(len(mine) + 1), -1} {
 		if ha.AppendedHere(seq) || hb.AppendedHere(seq) {
 			t.Errorf("AppendedHere(%d), an event nobody appended, is true", seq)
+		}
+	}
+}
+
+// testTwoHandlesDeferredChains: a deferrable Update reads a permission
+// chain as the store holds it at that point, however the handle came by
+// it (PostgreSQL's writer remembers the chains it read and checks them
+// with the next statement: sqlstore's speculate.go): after the other
+// handle counted a spawn and suspended the agent, after this handle's own
+// write that is not a count, and in each of many rounds of both.
+func testTwoHandlesDeferredChains(t *testing.T, a store.Store, second func() store.Store) {
+	ctx := context.Background()
+	b := second()
+	top := Insert(t, a, "chain-top", 0)
+	mid := Insert(t, a, "chain-mid", top.ID)
+	// read is what a deferrable Update of a reads as mid's chain: mid's
+	// status and the top's spawn count.
+	read := func() (kin.Status, int64) {
+		t.Helper()
+		var status kin.Status
+		var spawns int64
+		err := store.UpdateDeferrable(ctx, a, func(tx store.Tx) error {
+			chain, err := tx.PermChain(ctx, mid.ID)
+			if err != nil {
+				return err
+			}
+			if len(chain) != 2 || chain[0].Agent == nil || chain[1].ID != top.ID {
+				return fmt.Errorf("chain of mid: %+v", chain)
+			}
+			status, spawns = chain[0].Agent.Status, chain[1].Spend.Spawns
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return status, spawns
+	}
+	setStatus := func(s store.Store, st kin.Status) {
+		t.Helper()
+		update(t, s, func(tx store.Tx) error {
+			return tx.AgentUpdateStatus(ctx, store.AgentUpdateStatusParams{ID: mid.ID, Status: st, At: t0})
+		})
+	}
+	for r := range 5 {
+		read()
+		read() // remembered, where a driver remembers
+		update(t, b, func(tx store.Tx) error { return tx.SpendSpawnAdd(ctx, []kin.AgentID{top.ID}) })
+		setStatus(b, kin.StatusSuspended)
+		if status, spawns := read(); status != kin.StatusSuspended || spawns != int64(r+1) {
+			t.Fatalf("round %d: after the other handle's writes, a deferrable Update reads mid %s with %d spawns above it; want %s and %d",
+				r, status, spawns, kin.StatusSuspended, r+1)
+		}
+		setStatus(a, kin.StatusActive)
+		if status, _ := read(); status != kin.StatusActive {
+			t.Fatalf("round %d: after this handle's write, a deferrable Update reads mid %s; want %s", r, status, kin.StatusActive)
 		}
 	}
 }

@@ -72,6 +72,7 @@ func Exercise(t *testing.T, open Opener) {
 	t.Run("TwoHandlesHoldASpawnBudget", func(t *testing.T) { two(t, testTwoHandlesHoldASpawnBudget) })
 	t.Run("TwoHandlesHoldASpendCap", func(t *testing.T) { two(t, testTwoHandlesHoldASpendCap) })
 	t.Run("TwoHandlesDeferredNames", func(t *testing.T) { two(t, testTwoHandlesDeferredNames) })
+	t.Run("TwoHandlesDeferredChains", func(t *testing.T) { two(t, testTwoHandlesDeferredChains) })
 	t.Run("TwoHandlesAppendOneLog", func(t *testing.T) { two(t, testTwoHandlesAppendOneLog) })
 	t.Run("AppendedHere", func(t *testing.T) { two(t, testAppendedHere) })
 }
