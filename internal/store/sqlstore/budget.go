@@ -101,11 +101,14 @@ func (r reader) PermChain(ctx context.Context, id kin.AgentID) ([]store.PermRow,
 	return out, interpretError(rows.Err())
 }
 
+// SpendAdd's two writes need no answer: in a deferred Update (held.go)
+// they are held, and go with the Update's next statement (the model
+// gateway's metering: with its read of the chain's sums).
 func (t *txn) SpendAdd(ctx context.Context, id kin.AgentID, tokens int64, cost float64) error {
-	if _, err := t.exec(ctx, sqlSpendAdd, id, tokens, cost); err != nil {
+	if _, err := t.execHeld(ctx, sqlSpendAdd, id, tokens, cost); err != nil {
 		return interpretError(err)
 	}
-	_, err := t.exec(ctx, sqlSpendSubAdd, id, tokens, cost)
+	_, err := t.execHeld(ctx, sqlSpendSubAdd, id, tokens, cost)
 	return interpretError(err)
 }
 
