@@ -120,6 +120,6 @@ func (t *txn) SpendSpawnAdd(ctx context.Context, ids []kin.AgentID) error {
 	if err != nil {
 		return err
 	}
-	_, err = t.exec(ctx, sqlSpawnAdd, string(b))
+	_, err = t.execHeld(ctx, sqlSpawnAdd, string(b)) // held in a deferred Update, as SpendAdd
 	return interpretError(err)
 }
