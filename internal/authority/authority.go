@@ -1089,12 +1089,15 @@ func (au *Authority) addSpend(ctx context.Context, a *kin.Agent, tokens int64, c
 	var over []kin.AgentID
 	var whys []string
 	var s kin.Spend
-	update := store.UpdateAfter
+	// fn is re-runnable (store.Deferrer): its writes go through tx, its
+	// outputs are set afresh at each run, it reads only memory besides:
+	// on PostgreSQL its SpendAdd goes with its chain's read.
+	update := store.UpdateAfterDeferrable
 	if lazy {
-		update = store.UpdateAfterLazy
+		update = store.UpdateAfterLazyDeferrable
 	}
 	err := update(ctx, au.st, func(tx store.Tx, after *store.AfterCommit) error {
-		over, whys = nil, nil
+		over, whys, s = nil, nil, kin.Spend{}
 		if tokens != 0 || cost != 0 {
 			if err := tx.SpendAdd(ctx, id, tokens, cost); err != nil {
 				return err

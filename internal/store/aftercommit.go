@@ -51,3 +51,14 @@ func UpdateAfterDeferrable(ctx context.Context, st Store, fn func(tx Tx, after *
 	}
 	return updateAfter(ctx, st.Update, fn)
 }
+
+// UpdateAfterLazyDeferrable is UpdateAfterLazy for a re-runnable fn (see
+// Deferrer): through st's UpdateLazyDeferrable where st has one
+// (LazyDeferrer), else as UpdateAfterLazy. after holds what fn's last run
+// left.
+func UpdateAfterLazyDeferrable(ctx context.Context, st Store, fn func(tx Tx, after *AfterCommit) error) error {
+	if d, ok := st.(LazyDeferrer); ok {
+		return updateAfter(ctx, d.UpdateLazyDeferrable, fn)
+	}
+	return UpdateAfterLazy(ctx, st, fn)
+}

@@ -70,13 +70,20 @@ type LazyUpdater interface {
 // promises to be re-runnable: its only effects are through tx (and what it
 // leaves in an AfterCommit, which UpdateAfterDeferrable resets per run),
 // and it sets its outputs afresh at each run. In such an Update, AgentInsert
-// may return the agent with its id before the row is written; when the
-// write then fails (the name was taken meanwhile), the driver undoes the
-// Update's writes and runs fn again with the insert done at once, so that
-// it sees ErrNameTaken as it would in Update. Whatever fn returns, the
-// result is its last run's.
+// may return the agent with its id before the row is written, and SpendAdd
+// may return before its sums are; when such a write then fails (the name
+// was taken meanwhile), the driver undoes the Update's writes and runs fn
+// again with its writes done at once, so that it sees the failure
+// (ErrNameTaken) as it would in Update. A read after such a write in the
+// same Update sees it. Whatever fn returns, the result is its last run's.
 type Deferrer interface {
 	UpdateDeferrable(ctx context.Context, fn func(tx Tx) error) error
+}
+
+// LazyDeferrer is a Store whose Updates can be both lazy (LazyUpdater)
+// and deferrable (Deferrer): fn must be re-runnable.
+type LazyDeferrer interface {
+	UpdateLazyDeferrable(ctx context.Context, fn func(tx Tx) error) error
 }
 
 // UpdateDeferrable is st's UpdateDeferrable where st has one (Deferrer),

@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"context"
+	"database/sql"
 	"database/sql/driver"
 	"errors"
 	"fmt"
@@ -69,9 +70,13 @@ func (c pipelineConnector) Connect(ctx context.Context) (driver.Conn, error) {
 // heldStatement is a statement not yet sent.
 type heldStatement struct {
 	sql  string
-	args []any          // nil: none (a savepoint's)
-	held *sqlstore.Held // a held write's, told its outcome; nil: a savepoint's
+	args []any          // nil: none (a savepoint's, the BEGIN's)
+	held *sqlstore.Held // a held write's, told its outcome; nil: a savepoint's, the BEGIN's, or one sqlstore.Ahead
 }
+
+// beginSQL is the held BEGIN of a transaction: sent with its first
+// statement.
+const beginSQL = "BEGIN"
 
 // pipelineConn is pgx's database/sql connection with the held statements.
 // database/sql uses a connection from one goroutine at a time.
@@ -89,7 +94,10 @@ type pipelineConn struct {
 	// write's Update's. Only the writer's ROLLBACK TO that knows it
 	// (sqlstore.Recovering) is sent until then.
 	failed bool
-	trips  *atomic.Int64 // round trips to the server, for benchmarks; nil: not counted
+	// committed: the writer's COMMIT (sqlstore.CommitSQL) was run: the
+	// transaction's Commit only ends it.
+	committed bool
+	trips     *atomic.Int64 // round trips to the server, for benchmarks; nil: not counted
 }
 
 // trip counts a round trip to the server.
@@ -117,9 +125,9 @@ func (c *pipelineConn) flush(ctx context.Context) error {
 	if len(c.held) == 0 {
 		return nil
 	}
-	if !c.holdsWrites() {
-		// Savepoints alone, without arguments: pgx sends them as one
-		// simple query, every statement, one round trip.
+	if !c.holdsArgs() {
+		// Savepoints (and a BEGIN) alone, without arguments: pgx sends
+		// them as one simple query, every statement, one round trip.
 		qs := make([]string, len(c.held))
 		for i, h := range c.held {
 			qs[i] = h.sql
@@ -137,17 +145,32 @@ func (c *pipelineConn) flush(ctx context.Context) error {
 	return c.heldResults(br, sent)
 }
 
-// holdsWrites reports whether a held write is among what is held.
-func (c *pipelineConn) holdsWrites() bool {
+// holdsArgs reports whether a statement with arguments (a held write, one
+// sent ahead) is among what is held.
+func (c *pipelineConn) holdsArgs() bool {
 	for _, h := range c.held {
-		if h.held != nil {
+		if h.args != nil {
 			return true
 		}
 	}
 	return false
 }
 
+// batchable reports whether a statement can go in a pipeline with what is
+// held: one with arguments, or one without that is a single statement
+// (pgx sends a statement without arguments alone as a simple query, which
+// may hold several).
+func batchable(query string, args []driver.NamedValue) bool {
+	return len(args) > 0 || !strings.Contains(query, ";")
+}
+
+// errCommitted refuses a statement after the writer's COMMIT.
+var errCommitted = errors.New("postgres: the transaction was committed: nothing more runs in it")
+
 func (c *pipelineConn) ExecContext(ctx context.Context, query string, args []driver.NamedValue) (driver.Result, error) {
+	if c.committed {
+		return nil, errCommitted
+	}
 	if query == sqlstore.RollbackToSQL {
 		switch recovering := sqlstore.Recovering(ctx); {
 		case c.unsure:
@@ -173,6 +196,14 @@ func (c *pipelineConn) ExecContext(ctx context.Context, query string, args []dri
 		c.held = append(c.held, heldStatement{sql: query, args: vals, held: h})
 		return driver.RowsAffected(1), nil
 	}
+	if sqlstore.IsAhead(ctx) && batchable(query, args) {
+		vals := make([]any, len(args))
+		for i, a := range args {
+			vals[i] = a.Value
+		}
+		c.held = append(c.held, heldStatement{sql: query, args: vals})
+		return driver.RowsAffected(0), nil
+	}
 	if len(args) == 0 {
 		if qs, ok := savepointStatements[query]; ok {
 			for _, q := range qs {
@@ -183,8 +214,11 @@ func (c *pipelineConn) ExecContext(ctx context.Context, query string, args []dri
 		if query == sqlstore.FlushSQL && len(c.held) > 0 {
 			return driver.RowsAffected(0), c.flush(ctx)
 		}
+		if query == sqlstore.CommitSQL {
+			return driver.RowsAffected(0), c.commit(ctx)
+		}
 	}
-	if len(c.held) == 0 || len(args) == 0 {
+	if len(c.held) == 0 || !batchable(query, args) {
 		if err := c.flush(ctx); err != nil {
 			return nil, err
 		}
@@ -204,7 +238,10 @@ func (c *pipelineConn) ExecContext(ctx context.Context, query string, args []dri
 }
 
 func (c *pipelineConn) QueryContext(ctx context.Context, query string, args []driver.NamedValue) (driver.Rows, error) {
-	if len(c.held) == 0 || len(args) == 0 {
+	if c.committed {
+		return nil, errCommitted
+	}
+	if len(c.held) == 0 || !batchable(query, args) {
 		if err := c.flush(ctx); err != nil {
 			return nil, err
 		}
@@ -246,8 +283,9 @@ func (c *pipelineConn) send(ctx context.Context, query string, args []driver.Nam
 
 // heldResults reads the results of what was held and sent: each held
 // write learns its outcome. The first error is also the statement's that
-// followed them: a savepoint's leaves c unsure, a held write's failed
-// (and the statement's error is errHeldFailed).
+// followed them: a savepoint's (the BEGIN's, one sent ahead) leaves c
+// unsure, a held write's failed (and the statement's error is
+// errHeldFailed).
 func (c *pipelineConn) heldResults(br pgx.BatchResults, sent []heldStatement) error {
 	for i, h := range sent {
 		_, err := br.Exec()
@@ -273,16 +311,51 @@ func (c *pipelineConn) heldResults(br pgx.BatchResults, sent []heldStatement) er
 	return nil
 }
 
+// BeginTx holds the BEGIN for the transaction's first statement: the
+// writer's batch sends it with its write lock and its first read (the
+// log's size) in one round trip.
 func (c *pipelineConn) BeginTx(ctx context.Context, opts driver.TxOptions) (driver.Tx, error) {
+	if c.Conn.Conn().IsClosed() {
+		return nil, driver.ErrBadConn
+	}
+	if opts.Isolation != driver.IsolationLevel(sql.LevelDefault) || opts.ReadOnly {
+		return nil, errors.New("postgres: the writer's connection begins only read-write transactions at the default isolation level")
+	}
 	if err := c.flush(ctx); err != nil {
 		return nil, err
 	}
-	c.trip()
-	tx, err := c.Conn.BeginTx(ctx, opts)
-	if err != nil {
-		return nil, err
+	c.reset()
+	c.held = append(c.held, heldStatement{sql: beginSQL})
+	return &pipelineTx{c: c}, nil
+}
+
+// commit is the writer's COMMIT (sqlstore.CommitSQL): sent with what is
+// held, in one round trip. Should a held statement fail, the server runs
+// nothing after it (the pipeline's one Sync comes after the COMMIT): the
+// COMMIT is not run, and its error is the failed statement's (a held
+// write's told on its Held). A COMMIT the server turned into a ROLLBACK
+// (the transaction had failed) is an error too.
+func (c *pipelineConn) commit(ctx context.Context) error {
+	switch {
+	case c.unsure:
+		return errors.New("postgres: a statement sent ahead of another failed or was not sent: the transaction is not committed")
+	case c.failed:
+		return errors.New("postgres: a held write failed: the transaction is not committed")
 	}
-	return &pipelineTx{Tx: tx, c: c}, nil
+	br, sent := c.send(ctx, sqlstore.CommitSQL, nil)
+	defer br.Close()
+	if err := c.heldResults(br, sent); err != nil {
+		return err
+	}
+	tag, err := br.Exec()
+	if err != nil {
+		return err
+	}
+	if tag.String() != "COMMIT" {
+		return fmt.Errorf("postgres: the transaction had failed: its COMMIT was a %s", tag.String())
+	}
+	c.committed = true
+	return nil
 }
 
 func (c *pipelineConn) PrepareContext(ctx context.Context, query string) (driver.Stmt, error) {
@@ -306,36 +379,57 @@ func (c *pipelineConn) reset() {
 			h.held.Ran(sqlstore.ErrHeldNotRun)
 		}
 	}
-	c.held, c.unsure, c.failed = nil, false, false
+	c.held, c.unsure, c.failed, c.committed = nil, false, false, false
 }
 
-// pipelineTx ends a transaction after what is held: a COMMIT releases
-// every savepoint anyway, so a held RELEASE/SAVEPOINT pair before it is
-// dropped; a held write is sent first, and if it fails, the transaction
-// is rolled back (the writer sends its held writes before its COMMIT, so
-// that it can run their Updates again); a ROLLBACK undoes all.
+// pipelineTx ends a transaction after what is held. Commit after the
+// writer's COMMIT (commit) only ends it; otherwise it sends what is held
+// and the COMMIT in one round trip (the writer ends its batches with its
+// own COMMIT, so that it can run again the Update of a held write that
+// failed), and rolls back should anything before the COMMIT fail. A
+// ROLLBACK undoes all: a transaction whose BEGIN is still held was never
+// sent, and needs none.
 type pipelineTx struct {
-	driver.Tx
 	c *pipelineConn
 }
 
 func (t *pipelineTx) Commit() error {
-	if t.c.holdsWrites() {
-		if err := t.c.flush(context.Background()); err != nil {
-			t.c.reset()
-			t.Tx.Rollback()
-			return err
-		}
+	c := t.c
+	if c.committed {
+		c.reset()
+		return nil
 	}
-	t.c.reset()
-	t.c.trip()
-	return t.Tx.Commit()
+	err := c.commit(context.Background())
+	if err == nil {
+		c.reset()
+		return nil
+	}
+	if rerr := t.Rollback(); rerr != nil {
+		err = errors.Join(err, rerr)
+	}
+	return err
 }
 
 func (t *pipelineTx) Rollback() error {
-	t.c.reset()
-	t.c.trip()
-	return t.Tx.Rollback()
+	c := t.c
+	unsent := len(c.held) > 0 && c.held[0].sql == beginSQL && c.held[0].args == nil
+	committed := c.committed
+	c.reset()
+	if committed {
+		return errors.New("postgres: the transaction was committed: nothing to roll back")
+	}
+	pc := c.Conn.Conn()
+	if unsent || pc.IsClosed() || pc.PgConn().TxStatus() == 'I' {
+		return nil // nothing reached the server, or the transaction ended there
+	}
+	c.trip()
+	if _, err := pc.Exec(context.Background(), "ROLLBACK"); err != nil {
+		// The connection is in a state nobody knows: drop it (pgx's
+		// own transactions do the same).
+		pc.Close(context.Background())
+		return err
+	}
+	return nil
 }
 
 // pipelineRows are a batched query's rows as database/sql reads them:

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
@@ -212,19 +213,199 @@ func TestPipelineHeldWritesRideWithTheNextStatement(t *testing.T) {
 	}
 }
 
+// TestPipelineCommitGoesWithWhatIsHeld: the BEGIN is held for the first
+// statement, and the writer's COMMIT (sqlstore.CommitSQL) goes with what is
+// held, statements sent ahead (sqlstore.Ahead) and held writes, in one
+// round trip. Should any of them fail, the COMMIT is not run and says so:
+// a statement sent ahead leaves the transaction to roll back, a held
+// write's failure is undone to its savepoint (sqlstore.Recover) and the
+// COMMIT sent again. A COMMIT of a transaction that had failed is an
+// error, not a quiet rollback.
+func TestPipelineCommitGoesWithWhatIsHeld(t *testing.T) {
+	ctx := context.Background()
+	db, trips := pipelineDBCounted(t, `CREATE TABLE t (v int UNIQUE)`)
+	ahead := sqlstore.Ahead(ctx)
+	begin := func() *sql.Tx {
+		t.Helper()
+		tx, err := db.BeginTx(ctx, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tx
+	}
+	exec := func(tx *sql.Tx, ctx context.Context, q string, args ...any) error {
+		t.Helper()
+		_, err := tx.ExecContext(ctx, q, args...)
+		return err
+	}
+	rows := func() string {
+		t.Helper()
+		var got sql.NullString
+		if err := db.QueryRowContext(ctx, `SELECT string_agg(v::text, ',' ORDER BY v) FROM t`).Scan(&got); err != nil {
+			t.Fatal(err)
+		}
+		return got.String
+	}
+	counted := func(what string, want int64, fn func()) {
+		t.Helper()
+		before := trips.Load()
+		fn()
+		if got := trips.Load() - before; got != want {
+			t.Errorf("%s: %d round trips, want %d", what, got, want)
+		}
+	}
+
+	// A transaction that ran nothing sends nothing, not even its BEGIN.
+	counted("begin and roll back", 0, func() {
+		if err := begin().Rollback(); err != nil {
+			t.Fatal(err)
+		}
+	})
+	// The BEGIN, a statement ahead, a held write and the COMMIT: one trip.
+	counted("a transaction of held statements", 1, func() {
+		tx := begin()
+		if err := exec(tx, ahead, `INSERT INTO t VALUES ($1)`, 1); err != nil {
+			t.Fatal(err)
+		}
+		h := &sqlstore.Held{}
+		if err := exec(tx, sqlstore.Hold(ctx, h), `INSERT INTO t VALUES ($1)`, 2); err != nil {
+			t.Fatal(err)
+		}
+		if err := exec(tx, ctx, sqlstore.CommitSQL); err != nil {
+			t.Fatal(err)
+		}
+		if done, err := h.Outcome(); !done || err != nil {
+			t.Fatalf("the held write sent with the COMMIT: done %v, %v", done, err)
+		}
+		if err := exec(tx, ctx, `INSERT INTO t VALUES ($1)`, 9); !errors.Is(err, errCommitted) {
+			t.Fatalf("a statement after the COMMIT: %v, want %v", err, errCommitted)
+		}
+		if err := tx.Commit(); err != nil {
+			t.Fatalf("ending the committed transaction: %v", err)
+		}
+	})
+	if got := rows(); got != "1,2" {
+		t.Fatalf("committed rows %q, want 1,2", got)
+	}
+
+	// A statement sent ahead fails: the COMMIT is not run, the earlier
+	// write of the transaction is not committed.
+	tx := begin()
+	if err := exec(tx, ctx, `INSERT INTO t VALUES ($1)`, 3); err != nil {
+		t.Fatal(err)
+	}
+	if err := exec(tx, ahead, `INSERT INTO t VALUES ($1::int / 0)`, 4); err != nil {
+		t.Fatalf("a statement sent ahead failed when it was held: %v", err)
+	}
+	if err := exec(tx, ctx, sqlstore.CommitSQL); err == nil || !strings.Contains(err.Error(), "division by zero") {
+		t.Fatalf("the COMMIT after a failed statement sent ahead: %v, want its division by zero", err)
+	}
+	if err := tx.Rollback(); err != nil {
+		t.Fatal(err)
+	}
+	if got := rows(); got != "1,2" {
+		t.Fatalf("after the failed COMMIT: rows %q, want 1,2 (3 was not committed)", got)
+	}
+
+	// A held write fails with the COMMIT: told so; what followed it (a
+	// statement ahead) did not run; back to its savepoint, the COMMIT
+	// again commits what came before.
+	tx = begin()
+	if err := exec(tx, ctx, sqlstore.SavepointSQL); err != nil {
+		t.Fatal(err)
+	}
+	if err := exec(tx, ctx, `INSERT INTO t VALUES ($1)`, 5); err != nil {
+		t.Fatal(err)
+	}
+	if err := exec(tx, ctx, sqlstore.ReleaseSavepointSQL); err != nil {
+		t.Fatal(err)
+	}
+	h := &sqlstore.Held{}
+	if err := exec(tx, sqlstore.Hold(ctx, h), `INSERT INTO t VALUES ($1)`, 1); err != nil {
+		t.Fatal(err)
+	}
+	if err := exec(tx, ahead, `INSERT INTO t VALUES ($1)`, 6); err != nil {
+		t.Fatal(err)
+	}
+	if err := exec(tx, ctx, sqlstore.CommitSQL); !errors.Is(err, errHeldFailed) {
+		t.Fatalf("the COMMIT after a held write that clashed: %v, want %v", err, errHeldFailed)
+	}
+	if done, err := h.Outcome(); !done || err == nil || !strings.Contains(err.Error(), "duplicate key") {
+		t.Fatalf("the held write: done %v, %v; want its unique violation", done, err)
+	}
+	if err := exec(tx, sqlstore.Recover(ctx), sqlstore.RollbackToSQL); err != nil {
+		t.Fatalf("back to the failed write's savepoint: %v", err)
+	}
+	if err := exec(tx, ctx, sqlstore.CommitSQL); err != nil {
+		t.Fatalf("the COMMIT after recovering: %v", err)
+	}
+	if err := tx.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	if got := rows(); got != "1,2,5" {
+		t.Fatalf("rows %q, want 1,2,5 (the clash undone, 6 never run)", got)
+	}
+
+	// A COMMIT of a failed transaction (its failure ignored) is an error.
+	tx = begin()
+	if err := exec(tx, ctx, `INSERT INTO t VALUES ($1)`, 7); err != nil {
+		t.Fatal(err)
+	}
+	_ = exec(tx, ctx, `SELECT $1::int / 0`, 1)
+	if err := exec(tx, ctx, sqlstore.CommitSQL); err == nil || !strings.Contains(err.Error(), "ROLLBACK") {
+		t.Fatalf("the COMMIT of a failed transaction: %v, want an error naming its ROLLBACK", err)
+	}
+	if err := tx.Rollback(); err != nil {
+		t.Fatal(err)
+	}
+	// Commit without the writer's COMMIT sends what is held with it.
+	counted("Commit with a held write", 1, func() {
+		tx := begin()
+		h := &sqlstore.Held{}
+		if err := exec(tx, sqlstore.Hold(ctx, h), `INSERT INTO t VALUES ($1)`, 8); err != nil {
+			t.Fatal(err)
+		}
+		if err := tx.Commit(); err != nil {
+			t.Fatal(err)
+		}
+		if done, err := h.Outcome(); !done || err != nil {
+			t.Fatalf("the held write at the Commit: done %v, %v", done, err)
+		}
+	})
+	// And rolls back, with an error, should one of them fail.
+	tx = begin()
+	if err := exec(tx, ahead, `INSERT INTO t VALUES ($1)`, 1); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit(); err == nil {
+		t.Fatal("a Commit after a clashing insert succeeded")
+	}
+	if got := rows(); got != "1,2,5,8" {
+		t.Fatalf("rows %q, want 1,2,5,8", got)
+	}
+}
+
 // pipelineDB is a database of one pipelined connection, as the writer's,
 // on a fresh database with schema.
 func pipelineDB(t *testing.T, schema string) *sql.DB {
+	t.Helper()
+	db, _ := pipelineDBCounted(t, schema)
+	return db
+}
+
+// pipelineDBCounted is pipelineDB with its count of round trips.
+func pipelineDBCounted(t *testing.T, schema string) (*sql.DB, *atomic.Int64) {
 	t.Helper()
 	cfg, err := pgx.ParseConfig(pgtest.NewDatabase(t))
 	if err != nil {
 		t.Fatal(err)
 	}
-	db := sql.OpenDB(pipelineConnector{Connector: stdlib.GetConnector(*cfg)})
+	trips := new(atomic.Int64)
+	db := sql.OpenDB(pipelineConnector{Connector: stdlib.GetConnector(*cfg), trips: trips})
 	t.Cleanup(func() { db.Close() })
 	db.SetMaxOpenConns(1)
 	if _, err := db.ExecContext(context.Background(), schema); err != nil {
 		t.Fatal(err)
 	}
-	return db
+	return db, trips
 }

@@ -35,6 +35,7 @@ import (
 	"database/sql/driver"
 	"errors"
 	"fmt"
+	"net"
 	"net/url"
 	"strconv"
 	"strings"
@@ -104,7 +105,10 @@ var dialect = &sqlstore.Dialect{
 	ChainSavepoints: true,
 	// A deferrable Update's agent insert rides with the next statement.
 	HoldInserts: true,
-	Lateral:     true,
+	// The held writes, the events and the COMMIT in one round trip; the
+	// BEGIN and the lock with the first read.
+	CommitInTx: true,
+	Lateral:    true,
 	// A batch's events in one statement.
 	InsertEvents: insertEvents,
 }
@@ -114,6 +118,9 @@ type Options struct {
 	// unhashed appends events without their tree hashes: only benchmarks
 	// set it, to measure what hashing costs.
 	unhashed bool
+	// wrapWriter, when set, wraps the writer's connection to the server as
+	// it is dialled: tests count its round trips on the wire.
+	wrapWriter func(net.Conn) net.Conn
 }
 
 // Open connects to the database dsn names (a postgres:// or postgresql://
@@ -128,7 +135,18 @@ func Open(ctx context.Context, dsn string, opts Options) (*Store, error) {
 	// The writer's connection holds each savepoint for the next statement
 	// (pipeline.go).
 	trips := new(atomic.Int64)
-	wdb := sql.OpenDB(pipelineConnector{Connector: stdlib.GetConnector(*cfg.Copy()), trips: trips})
+	wcfg := cfg.Copy()
+	if wrap := opts.wrapWriter; wrap != nil {
+		dial := wcfg.DialFunc
+		wcfg.DialFunc = func(ctx context.Context, network, addr string) (net.Conn, error) {
+			c, err := dial(ctx, network, addr)
+			if err != nil {
+				return nil, err
+			}
+			return wrap(c), nil
+		}
+	}
+	wdb := sql.OpenDB(pipelineConnector{Connector: stdlib.GetConnector(*wcfg), trips: trips})
 	wdb.SetMaxOpenConns(1)
 	wdb.SetMaxIdleConns(1)
 	wdb.SetConnMaxLifetime(0)
@@ -179,10 +197,14 @@ func (s *Store) Close() error {
 }
 
 // begin starts a batch's transaction and takes the database's write lock.
-// A BEGIN that failed before anything reached the server (the writer's
-// connection was ended: a server restart, a failover, an administrator's
-// pg_terminate_backend) is tried once more on a new connection, so the
-// first Update after such an end does not fail for it.
+// Neither needs an answer: the writer's connection holds both and sends
+// them with the batch's first read, the log's size (pipeline.go), where a
+// failure of either fails that read (sqlstore.Ahead). A connection found
+// ended there (a server restart, a failover, an administrator's
+// pg_terminate_backend) is Lost: the writer begins once more, on a new
+// connection, so the first Update after such an end does not fail for
+// it; a BEGIN that failed before anything reached the server is tried
+// once more here too.
 func begin(ctx context.Context, w *sql.DB, lazy bool) (*sql.Tx, error) {
 	tx, err := w.BeginTx(ctx, nil)
 	if lost(err) {
@@ -196,7 +218,7 @@ func begin(ctx context.Context, w *sql.DB, lazy bool) (*sql.Tx, error) {
 		// One round trip: the lock, then this transaction's durability.
 		q = `SELECT pg_advisory_xact_lock($1), set_config('synchronous_commit', 'off', true)`
 	}
-	if _, err := tx.ExecContext(ctx, q, writeLockKey); err != nil {
+	if _, err := tx.ExecContext(sqlstore.Ahead(ctx), q, writeLockKey); err != nil {
 		tx.Rollback()
 		return nil, fmt.Errorf("write lock: %w", err)
 	}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"reflect"
+	"strings"
 	"testing"
 	"time"
 
@@ -164,6 +165,109 @@ func TestDeferrableInsertIsHeld(t *testing.T) {
 	if trips[true] != trips[false]-1 {
 		t.Fatalf("a registration took %d round trips, %d deferrable; want one fewer", trips[false], trips[true])
 	}
+}
+
+// TestEventsThatFailWithTheCommit: a batch's events go with its COMMIT, in
+// one round trip. Should their insert fail (here a trigger the test adds
+// refuses one event), the COMMIT is not run and every Update of the batch
+// is told so: nothing of the batch is stored (a registration's agent, a
+// metering's spend), the log is as it was, and the next batch appends to
+// it without a gap.
+func TestEventsThatFailWithTheCommit(t *testing.T) {
+	ctx := context.Background()
+	dsn := pgtest.NewDatabase(t)
+	s, err := postgres.Open(ctx, dsn, postgres.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	parent := storetest.Insert(t, s, "parent", 0)
+	admin, err := sql.Open("pgx", dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close()
+	if _, err := admin.ExecContext(ctx, `CREATE FUNCTION refuse_marked() RETURNS trigger LANGUAGE plpgsql AS $$
+		BEGIN IF NEW.type = 'test.refused' THEN RAISE EXCEPTION 'refused by the test'; END IF; RETURN NEW; END $$;
+		CREATE TRIGGER refuse_marked BEFORE INSERT ON events FOR EACH ROW EXECUTE FUNCTION refuse_marked()`); err != nil {
+		t.Fatal(err)
+	}
+	appendEvent := func(tx store.Tx, typ string, id kin.AgentID) error {
+		e, err := kin.NewEvent(typ, id, parent.ID, map[string]any{"agent": id})
+		if err == nil {
+			_, err = tx.EventAppend(ctx, e)
+		}
+		return err
+	}
+	register := func(name string) func(store.Tx) error {
+		return func(tx store.Tx) error {
+			a, err := tx.AgentInsert(ctx, store.AgentInsertParams{Agent: storetest.NewAgent(name, parent.ID, 1)})
+			if err != nil {
+				return err
+			}
+			return appendEvent(tx, kin.EventAgentRegistered, a.ID)
+		}
+	}
+	meter := func(tx store.Tx) error {
+		if err := tx.SpendAdd(ctx, parent.ID, 5, 0.25); err != nil {
+			return err
+		}
+		if err := appendEvent(tx, "test.refused", parent.ID); err != nil {
+			return err
+		}
+		_, err := tx.PermChain(ctx, parent.ID)
+		return err
+	}
+	before, err := s.LogSize(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// One batch: the writer is held by an Update while a registration
+	// and a metering queue behind it.
+	release, running := make(chan struct{}), make(chan struct{})
+	held := make(chan error, 1)
+	go func() {
+		held <- s.Update(ctx, func(store.Tx) error { close(running); <-release; return nil })
+	}()
+	<-running
+	errs := make(chan error, 2)
+	go func() { errs <- store.UpdateDeferrable(ctx, s, register("a")) }()
+	kintest.WaitFor(t, 30*time.Second, "the registration to queue", func() bool { return s.Queued() == 1 })
+	go func() { errs <- s.UpdateLazyDeferrable(ctx, meter) }()
+	kintest.WaitFor(t, 30*time.Second, "the metering to queue", func() bool { return s.Queued() == 2 })
+	close(release)
+	if err := <-held; err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		if err := <-errs; err == nil || !strings.Contains(err.Error(), "refused by the test") {
+			t.Fatalf("an Update of the batch whose events were refused: %v, want the refusal", err)
+		}
+	}
+	if _, err := s.AgentLiveByName(ctx, "a"); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("the refused batch's agent: %v, want not found", err)
+	}
+	chain, err := s.PermChain(ctx, parent.ID)
+	if err != nil || chain[0].Spend.Tokens != 0 {
+		t.Fatalf("the refused batch's spend: %+v, %v; want none", chain, err)
+	}
+	if n, err := s.LogSize(ctx); err != nil || n != before {
+		t.Fatalf("log size %d, %v after the refused batch; want %d", n, err, before)
+	}
+	// The next batch: the agent gets the next id, its event the next seq.
+	if err := store.UpdateDeferrable(ctx, s, register("a")); err != nil {
+		t.Fatal(err)
+	}
+	a, err := s.AgentLiveByName(ctx, "a")
+	if err != nil || a.ID != parent.ID+1 {
+		t.Fatalf("agent a: %+v, %v; want id %d", a, err, parent.ID+1)
+	}
+	if n, err := s.LogSize(ctx); err != nil || n != before+1 {
+		t.Fatalf("log size %d, %v; want %d", n, err, before+1)
+	}
+	_, v := storetest.LogKey(t)
+	storetest.WantOK(t, storetest.Verify(t, s, v, nil), before+1, 0)
 }
 
 // TestRememberedChainTakesNoRoundTrip: a deferrable registration whose

@@ -114,12 +114,15 @@ func (r reader) permChain(ctx context.Context, q string, id kin.AgentID, signed 
 	return out, texts, interpretError(rows.Err())
 }
 
+// SpendAdd's two writes need no answer: in a deferred Update (held.go)
+// they are held, and go with the Update's next statement (the model
+// gateway's metering: with its read of the chain's sums).
 func (t *txn) SpendAdd(ctx context.Context, id kin.AgentID, tokens int64, cost float64) error {
 	t.forgetChains()
-	if _, err := t.exec(ctx, sqlSpendAdd, id, tokens, cost); err != nil {
+	if _, err := t.execHeld(ctx, sqlSpendAdd, id, tokens, cost); err != nil {
 		return interpretError(err)
 	}
-	_, err := t.exec(ctx, sqlSpendSubAdd, id, tokens, cost)
+	_, err := t.execHeld(ctx, sqlSpendSubAdd, id, tokens, cost)
 	return interpretError(err)
 }
 
@@ -132,6 +135,6 @@ func (t *txn) SpendSpawnAdd(ctx context.Context, ids []kin.AgentID) error {
 	if err != nil {
 		return err
 	}
-	_, err = t.exec(ctx, sqlSpawnAdd, string(b))
+	_, err = t.execHeld(ctx, sqlSpawnAdd, string(b)) // held in a deferred Update, as SpendAdd
 	return interpretError(err)
 }

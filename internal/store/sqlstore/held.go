@@ -2,6 +2,7 @@ package sqlstore
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 )
 
@@ -80,6 +81,34 @@ func Recover(ctx context.Context) context.Context {
 	return context.WithValue(ctx, recoverKey{}, true)
 }
 
+// aheadKey marks a statement that needs no answer but "done".
+type aheadKey struct{}
+
+// Ahead is ctx marking a statement that needs no answer but "done": a
+// driver that holds statements (Dialect.CommitInTx) may hold it and send
+// it with the next one, and should it fail, that next statement fails
+// with its error and is not run (the transaction is then aborted). The
+// writer marks so the batch's events (sent with its COMMIT), PostgreSQL's
+// begin its write lock (sent with the first read).
+func Ahead(ctx context.Context) context.Context {
+	return context.WithValue(ctx, aheadKey{}, true)
+}
+
+// IsAhead reports whether a statement's context says it may be held for
+// the next (Ahead).
+func IsAhead(ctx context.Context) bool {
+	v, _ := ctx.Value(aheadKey{}).(bool)
+	return v
+}
+
+// CommitSQL ends a batch where the driver commits in one round trip with
+// what it holds (Dialect.CommitInTx): run in the transaction, it sends the
+// held statements and the COMMIT together; should one of them fail, the
+// COMMIT is not run, the transaction is left as that failure left it (a
+// held write's failure is undone as anywhere else: held.go), and the
+// statement fails. The transaction's Commit then only ends it.
+const CommitSQL = "COMMIT"
+
 // FlushSQL sends what the writer's connection holds: a statement of its
 // own where nothing is held (a driver that holds writes sends them instead
 // of it).
@@ -103,4 +132,19 @@ func (w *heldWrites) failed() (int, bool) {
 	}
 	*w = append((*w)[:0], (*w)[n:]...)
 	return 0, false
+}
+
+// execHeld runs a write whose result is not read: in a deferred Update
+// held for the next statement and tracked (the Update is run again should
+// it fail), at once otherwise.
+func (t *txn) execHeld(ctx context.Context, q string, args ...any) (sql.Result, error) {
+	if t.held == nil {
+		return t.exec(ctx, q, args...)
+	}
+	h := &Held{update: t.update}
+	res, err := t.exec(Hold(ctx, h), q, args...)
+	if err == nil {
+		*t.held = append(*t.held, h)
+	}
+	return res, err
 }

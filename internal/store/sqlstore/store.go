@@ -94,6 +94,18 @@ type Dialect struct {
 	// send what it holds at FlushSQL, and refuse a ROLLBACK TO after a
 	// held write failed unless the writer is Recovering.
 	HoldInserts bool
+	// CommitInTx ends a batch by running CommitSQL in its transaction, the
+	// batch's events' insert (and a notification) held for it (Ahead), so
+	// that what is held, the events and the COMMIT take one round trip
+	// where each statement is a trip to a server (PostgreSQL). The
+	// driver's COMMIT must not run should anything sent with it fail, and
+	// the statement must then fail (a held write's failure reported on its
+	// Held, as for any statement that carries it); Tx.Commit after it
+	// only ends the transaction. Begin may likewise hold the BEGIN and the
+	// lock for the batch's first read: should that read fail for a lost
+	// connection (Lost), the batch, which has written nothing yet, begins
+	// once more.
+	CommitInTx bool
 	// Lateral runs the walks over the agents (chains, subtrees, lists of
 	// ids) in their LATERAL forms (lateral.go): where the engine keeps a
 	// statement's plan made while the tables were small (PostgreSQL).
@@ -296,6 +308,13 @@ func (s *Store) UpdateDeferrable(ctx context.Context, fn func(store.Tx) error) e
 	return s.update(ctx, &update{fn: fn, deferrable: true})
 }
 
+// UpdateLazyDeferrable is UpdateLazy for a re-runnable fn
+// (store.LazyDeferrer): both UpdateLazy's durability and UpdateDeferrable's
+// held writes.
+func (s *Store) UpdateLazyDeferrable(ctx context.Context, fn func(store.Tx) error) error {
+	return s.update(ctx, &update{fn: fn, lazy: true, deferrable: true})
+}
+
 // UpdateLazy is Update, except that a batch of lazy Updates alone commits
 // without waiting for the disk (Dialect.Begin's lazy): committed, visible
 // and safe from a crash of the process when it returns, on the disk with
@@ -375,33 +394,49 @@ func (s *Store) commit(batch []*update) {
 	for _, u := range batch {
 		lazy = lazy && u.lazy
 	}
-	tx, err := s.d.Begin(ctx, s.wdb, lazy)
-	if err != nil {
-		failAll(fmt.Errorf("%s: begin: %w", s.d.Name, err))
-		return
-	}
-	var local map[string]*sql.Stmt // closed with the transaction
-	if !s.d.CachesStatements {
-		local = map[string]*sql.Stmt{}
-	}
-	cache := &batchCache{}
-	w := reader{q: tx, d: s.d, tx: tx, st: s.wstmts, local: local}
-	// The batch's tree: the cached edge, checked against the stored log
-	// under the write lock (another handle may have appended). s.log
-	// changes only once the batch commits.
-	tree, top, err := s.edge(ctx, w)
-	var size int64 // the log's size: the tree's, or counted here when unhashed
-	if err == nil {
-		size = tree.Size()
-		if s.unhashed { // benchmarks only: the tree does not advance
-			size, top, err = logSizeTop(ctx, w, s.d.HoldInserts)
+	var (
+		tx   *sql.Tx
+		w    reader
+		tree auditlog.Frontier
+		top  int64
+		size int64 // the log's size: the tree's, or counted here when unhashed
+	)
+	for attempt := 0; ; attempt++ {
+		var err error
+		tx, err = s.d.Begin(ctx, s.wdb, lazy)
+		if err != nil {
+			failAll(fmt.Errorf("%s: begin: %w", s.d.Name, err))
+			return
 		}
-	}
-	if err != nil {
+		var local map[string]*sql.Stmt // closed with the transaction
+		if !s.d.CachesStatements {
+			local = map[string]*sql.Stmt{}
+		}
+		w = reader{q: tx, d: s.d, tx: tx, st: s.wstmts, local: local}
+		// The batch's tree: the cached edge, checked against the stored
+		// log under the write lock (another handle may have appended).
+		// s.log changes only once the batch commits.
+		tree, top, err = s.edge(ctx, w)
+		if err == nil {
+			size = tree.Size()
+			if s.unhashed { // benchmarks only: the tree does not advance
+				size, top, err = logSizeTop(ctx, w, s.d.HoldInserts)
+			}
+		}
+		if err == nil {
+			break
+		}
 		tx.Rollback()
+		if attempt == 0 && s.d.lost(err) {
+			// The BEGIN went with this first read (Dialect.CommitInTx)
+			// and the connection had ended: nothing was written, begin
+			// again, on a new connection.
+			continue
+		}
 		failAll(fmt.Errorf("%s: event log: %w", s.d.Name, err))
 		return
 	}
+	cache := &batchCache{}
 	// The batch as it was before each Update, for undoing it.
 	type mark struct {
 		tree   auditlog.Frontier
@@ -546,9 +581,47 @@ run:
 			types = append(types, typesOf[j]...)
 		}
 	}
-	if ok == 0 {
+	var err error
+	switch {
+	case ok == 0:
 		err = tx.Rollback()
-	} else {
+	case s.d.CommitInTx:
+		// The held writes, the events (and their notification) and the
+		// COMMIT in one round trip: should anything before the COMMIT
+		// fail, it is not run.
+		ahead := Ahead(ctx)
+		if len(cache.events) > 0 {
+			err = s.d.InsertEvents(ahead, tx, cache.events, size)
+		} else if total > 0 && s.d.BeforeCommit != nil {
+			err = s.d.BeforeCommit(ahead, tx, size)
+		}
+		if err == nil {
+			if total > 0 {
+				s.committing(size, types)
+			}
+			_, err = w.exec(ctx, CommitSQL)
+		}
+		if k, failed := held.failed(); failed {
+			// A held write went with the COMMIT and failed, so the
+			// COMMIT was not run: run its Update again, and on.
+			if !redo(k) {
+				return
+			}
+			// err was the failed write's: the batch goes on from k.
+			pending, i, err = true, k, nil
+			goto run
+		}
+		// (The driver sends every held write with the COMMIT: none is
+		// left unconfirmed once it ran.)
+		if err != nil {
+			// Not committed, or (the connection lost under the COMMIT)
+			// not known to be: reported as failed, as a COMMIT's error is.
+			tx.Rollback()
+			err = fmt.Errorf("events or commit: %w", err)
+		} else {
+			err = tx.Commit() // ends what the server committed
+		}
+	default:
 		inserted := len(cache.events) > 0
 		if inserted {
 			if err = s.d.InsertEvents(ctx, tx, cache.events, size); err != nil {

@@ -379,7 +379,8 @@ func testTwoHandlesHoldACardinality(t *testing.T, a store.Store, second func() s
 // spawn count in the transaction (PermChain), refuse at the budget, else
 // insert a grandchild and count it (SpendSpawnAdd). The counter the check
 // reads is the one the transaction writes, so the budget holds across
-// handles and within one handle's group commits.
+// handles and within one handle's group commits, whether the count is
+// written at once or held for the next statement (updateFor).
 func testTwoHandlesHoldASpawnBudget(t *testing.T, a store.Store, second func() store.Store) {
 	b := second()
 	const perHandle, budget = 32, 5
@@ -429,7 +430,8 @@ func testSpawnBudgetRound(t *testing.T, a, b store.Store, r, perHandle int, budg
 // does, from two handles: add the spend (to the agent and every subtree it
 // lies in), read the budgeted ancestor's subtree sum back in the same
 // transaction, and refuse (undoing the add) past the cap. The sum read is
-// the one the transaction wrote, so the cap holds across handles.
+// the one the transaction wrote, so the cap holds across handles, whether
+// the add is written at once or held for the read (updateFor).
 func testTwoHandlesHoldASpendCap(t *testing.T, a store.Store, second func() store.Store) {
 	ctx := context.Background()
 	b := second()
@@ -437,7 +439,7 @@ func testTwoHandlesHoldASpendCap(t *testing.T, a store.Store, second func() stor
 	top := Insert(t, a, "capped", 0)
 	leaf := Insert(t, a, "spender", top.ID)
 	admitted, refused := raceHandles(t, a, b, perHandle, func(s store.Store, h, g int) error {
-		return s.Update(ctx, func(tx store.Tx) error {
+		return updateFor(s, g)(ctx, func(tx store.Tx) error {
 			if err := tx.SpendAdd(ctx, leaf.ID, each, 0); err != nil {
 				return err
 			}
@@ -467,9 +469,13 @@ func testTwoHandlesHoldASpendCap(t *testing.T, a store.Store, second func() stor
 }
 
 // updateFor is the g-th racer's way to update s: every other one through
-// store.UpdateDeferrable (its function is re-runnable), so that a batch
-// mixes both.
+// store.UpdateDeferrable (its function is re-runnable), every fourth of
+// those lazy too (store.LazyDeferrer, as the model gateway's metering),
+// so that a batch mixes them.
 func updateFor(s store.Store, g int) func(context.Context, func(store.Tx) error) error {
+	if l, ok := s.(store.LazyDeferrer); ok && g%4 == 3 {
+		return l.UpdateLazyDeferrable
+	}
 	if g%2 == 1 {
 		return func(ctx context.Context, fn func(store.Tx) error) error { return store.UpdateDeferrable(ctx, s, fn) }
 	}
