@@ -170,14 +170,6 @@ func (ss *Sockets) Listen(a *kin.Agent, cred *syscall.Credential) (*Socket, erro
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return nil, err
 	}
-	// A socket file left by an earlier agent of that name (names are unique
-	// only among live agents) or by a crash is stale. Unlink, not
-	// os.Remove: that tries rmdir after every unlink that failed, the
-	// usual ENOENT included (on the served agent/, one more request to the
-	// daemon in every spawn).
-	if err := unix.Unlink(path); err != nil && !errors.Is(err, unix.ENOENT) {
-		return nil, &os.PathError{Op: "unlink", Path: path, Err: err}
-	}
 	fd, err := listenUnix(path, cred)
 	if err != nil {
 		return nil, fmt.Errorf("agent socket: %w", err)
@@ -207,6 +199,15 @@ func (ss *Sockets) Listen(a *kin.Agent, cred *syscall.Credential) (*Socket, erro
 // goroutine creates at that moment. The socket listens only once its file
 // has its owner and mode: until listen(2) every connect is refused, so no
 // process can connect through the daemon's usual mode in between.
+//
+// Each step on the path is a request to the daemon itself where agent/ is
+// served (ctxfuse), so it makes as few as it can: the mode is the socket's
+// own, set before bind(2) (Linux gives the new file the socket inode's
+// mode less the umask), the file's owner and mode are changed only where
+// they differ from what is wanted (a served agent/ makes the node with the
+// agent's owner already: ctxfuse.SocketOwners), and a file left at path
+// by an earlier agent of that name (names are unique only among live
+// agents) or by a crash is removed only when bind finds one there.
 func listenUnix(path string, cred *syscall.Credential) (int, error) {
 	fd, err := unix.Socket(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
@@ -216,20 +217,38 @@ func listenUnix(path string, cred *syscall.Credential) (int, error) {
 		unix.Close(fd)
 		return -1, err
 	}
-	if err := unix.Bind(fd, &unix.SockaddrUnix{Name: path}); err != nil {
+	if err := unix.Fchmod(fd, 0o600); err != nil {
+		return fail(os.NewSyscallError("fchmod", err))
+	}
+	err = unix.Bind(fd, &unix.SockaddrUnix{Name: path})
+	if errors.Is(err, unix.EADDRINUSE) {
+		// Stale. Unlink, not os.Remove: that tries rmdir after an unlink
+		// that failed.
+		if err := unix.Unlink(path); err != nil && !errors.Is(err, unix.ENOENT) {
+			return fail(&os.PathError{Op: "unlink", Path: path, Err: err})
+		}
+		err = unix.Bind(fd, &unix.SockaddrUnix{Name: path})
+	}
+	if err != nil {
 		return fail(&net.OpError{Op: "listen", Net: "unix", Addr: &net.UnixAddr{Name: path, Net: "unix"}, Err: os.NewSyscallError("bind", err)})
 	}
 	unlink := func(err error) (int, error) {
 		unix.Unlink(path)
 		return fail(err)
 	}
-	if cred != nil {
-		if err := os.Chown(path, int(cred.Uid), int(cred.Gid)); err != nil {
+	var st unix.Stat_t
+	if err := unix.Lstat(path, &st); err != nil {
+		return unlink(&os.PathError{Op: "lstat", Path: path, Err: err})
+	}
+	if cred != nil && (st.Uid != cred.Uid || st.Gid != cred.Gid) {
+		if err := os.Lchown(path, int(cred.Uid), int(cred.Gid)); err != nil {
 			return unlink(err)
 		}
 	}
-	if err := os.Chmod(path, 0o600); err != nil {
-		return unlink(err)
+	if st.Mode&0o7777 != 0o600 {
+		if err := os.Chmod(path, 0o600); err != nil {
+			return unlink(err)
+		}
 	}
 	if err := unix.Listen(fd, unix.SOMAXCONN); err != nil {
 		return unlink(os.NewSyscallError("listen", err))

@@ -387,3 +387,34 @@ func TestListenAfterCloseFailsFakePeers(t *testing.T) {
 		t.Errorf("Listen after Close left a socket file: %v", err)
 	}
 }
+
+// TestListenReplacesAStaleFileFakePeers: a file left at an agent's socket
+// path (an earlier agent of that name, a crash) is replaced by the new
+// socket, which has mode 0600 whatever the umask lets through; a
+// directory there is not removed and fails the listen.
+func TestListenReplacesAStaleFileFakePeers(t *testing.T) {
+	ss := newSockets(t, 1, 2)
+	stale := ss.Path("a1")
+	if err := os.WriteFile(stale, []byte("stale"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	s := listen(t, ss, 1)
+	st, err := os.Lstat(s.Path())
+	if err != nil || st.Mode() != os.ModeSocket|0o600 {
+		t.Fatalf("the socket over a stale file: %v %v, want a socket of mode 0600", st, err)
+	}
+	if got, err := askOnce(s.Path()); err != nil || got != "1" {
+		t.Fatalf("ask agent 1: %q %v", got, err)
+	}
+	dir := ss.Path("a2")
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	defer os.Remove(dir)
+	if _, err := ss.Listen(&kin.Agent{ID: 2, Name: "a2"}, nil); err == nil {
+		t.Fatal("Listen over a directory succeeded")
+	}
+	if st, err := os.Lstat(dir); err != nil || !st.IsDir() {
+		t.Errorf("the directory at the socket's path: %v %v", st, err)
+	}
+}

@@ -76,6 +76,15 @@ type Source interface {
 	Names(ctx context.Context) ([]Entry, error)
 }
 
+// SocketOwners is what a Source may also answer: the owner the daemon
+// gives agent/<name>.sock (name includes ".sock"), so that the node its
+// bind(2) makes has it from the start and the daemon needs no chown
+// through the mount (a request to itself on every spawn). ok false: the
+// node is the daemon's until it chowns it (agentsock checks either way).
+type SocketOwners interface {
+	SocketOwner(name string) (uid, gid uint32, ok bool)
+}
+
 // Entry is one name of agent/ and the agent it names.
 type Entry struct {
 	Name string
@@ -487,13 +496,19 @@ func (r *root) Mknod(ctx context.Context, name string, mode, dev uint32, out *fu
 	if !ok || caller.Uid != r.uid {
 		return nil, syscall.EACCES
 	}
+	uid, gid := caller.Uid, caller.Gid
+	if so, ok := r.src.(SocketOwners); ok {
+		if u, g, ok := so.SocketOwner(name); ok {
+			uid, gid = u, g
+		}
+	}
 	r.mu.Lock()
 	if r.socks[name] != nil {
 		r.mu.Unlock()
 		return nil, syscall.EEXIST
 	}
 	r.nextSock++
-	s := &sockState{ino: inoSocket + r.nextSock, mode: mode &^ syscall.S_IFMT & 0o7777, uid: caller.Uid, gid: caller.Gid, t: time.Now()}
+	s := &sockState{ino: inoSocket + r.nextSock, mode: mode &^ syscall.S_IFMT & 0o7777, uid: uid, gid: gid, t: time.Now()}
 	r.socks[name] = s
 	r.mu.Unlock()
 	s.attr(&out.Attr)

@@ -601,3 +601,60 @@ func mountInHelper(t *testing.T) (string, *exec.Cmd) {
 	}
 	return dir, cmd
 }
+
+// ownerSource is a tableSource that also names the owner of the sockets
+// bound in the mount (ctxfuse.SocketOwners).
+type ownerSource struct {
+	*tableSource
+	owners map[string][2]uint32
+}
+
+func (s *ownerSource) SocketOwner(name string) (uid, gid uint32, ok bool) {
+	o, ok := s.owners[name]
+	return o[0], o[1], ok
+}
+
+// TestSocketOwnedAtBind: where the source names a socket's owner, the node
+// bind(2) makes in the mount has that owner at once, and the mode the
+// socket had before bind (0600), so that the daemon needs no chown or
+// chmod through the mount; the agent's uid connects, another does not. A
+// socket the source names no owner for stays the binder's.
+func TestSocketOwnedAtBind(t *testing.T) {
+	u := kintest.NewUser(t)
+	src := &ownerSource{tableSource: newTableSource(), owners: map[string][2]uint32{"coder.sock": {uint32(u.UID), uint32(u.GID)}}}
+	_, dir := mountAt(t, src)
+	bind := func(name string) (string, int) {
+		path := filepath.Join(dir, name)
+		fd, err := unix.Socket(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { unix.Close(fd); unix.Unlink(path) })
+		if err := unix.Fchmod(fd, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := unix.Bind(fd, &unix.SockaddrUnix{Name: path}); err != nil {
+			t.Fatal(err)
+		}
+		if err := unix.Listen(fd, 8); err != nil {
+			t.Fatal(err)
+		}
+		return path, fd
+	}
+	path, _ := bind("coder.sock")
+	st, err := os.Lstat(path)
+	if err != nil || st.Mode() != fs.ModeSocket|0o600 || st.Sys().(*syscall.Stat_t).Uid != uint32(u.UID) || st.Sys().(*syscall.Stat_t).Gid != uint32(u.GID) {
+		t.Fatalf("the socket: %v %+v %v, want mode 0600 owned by %d:%d", st, st.Sys(), err, u.UID, u.GID)
+	}
+	if out, err := helper(t, &u, "connect", path); err != nil || out != "connected" {
+		t.Fatalf("connect as the agent's uid: %q %v", out, err)
+	}
+	other := kintest.NewUser(t)
+	if out, err := helper(t, &other, "connect", path); err == nil {
+		t.Errorf("another uid connected: %q", out)
+	}
+	path, _ = bind("other.sock")
+	if st, err := os.Lstat(path); err != nil || st.Sys().(*syscall.Stat_t).Uid != uint32(os.Geteuid()) {
+		t.Fatalf("a socket the source names no owner for: %+v %v, want the binder's uid %d", st.Sys(), err, os.Geteuid())
+	}
+}

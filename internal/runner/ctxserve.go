@@ -6,10 +6,13 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
+	"github.com/kin-agents/kin/internal/agentsock"
 	"github.com/kin-agents/kin/internal/ctxfs"
 	"github.com/kin-agents/kin/internal/ctxfuse"
 	"github.com/kin-agents/kin/internal/store"
@@ -88,6 +91,45 @@ func (run *Runner) holdControl(a *kin.Agent, c *ctxAgent) {
 // each agent's runtime: what the writer would have written, as of now.
 type ctlSource struct {
 	run *Runner
+
+	// socks holds the owner of each socket being bound now, by its
+	// node's name (listen): SocketOwner answers the mount's mknod with it.
+	sockMu sync.Mutex
+	socks  map[string]*syscall.Credential
+}
+
+// SocketOwner: the owner listen is binding the socket for, if it is.
+func (s *ctlSource) SocketOwner(name string) (uid, gid uint32, ok bool) {
+	s.sockMu.Lock()
+	defer s.sockMu.Unlock()
+	if c := s.socks[name]; c != nil {
+		return c.Uid, c.Gid, true
+	}
+	return 0, 0, false
+}
+
+// listen opens agent a's socket. Served, the mount is told its owner
+// first (SocketOwner), so that bind(2) makes the node with it and no chown
+// goes through the mount (a request to this daemon in every spawn).
+func (run *Runner) listen(a *kin.Agent) (*agentsock.Socket, error) {
+	cred := run.agentCredential(a.ID)
+	if s := run.ctlSrc; s != nil && cred != nil {
+		name := filepath.Base(run.socks.Path(a.Name))
+		s.sockMu.Lock()
+		if s.socks == nil {
+			s.socks = map[string]*syscall.Credential{}
+		}
+		s.socks[name] = cred
+		s.sockMu.Unlock()
+		defer func() {
+			s.sockMu.Lock()
+			if s.socks[name] == cred {
+				delete(s.socks, name)
+			}
+			s.sockMu.Unlock()
+		}()
+	}
+	return run.socks.Listen(a, cred)
 }
 
 // nameIndex is the latest agent of each name this daemon saw (started,

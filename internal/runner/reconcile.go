@@ -431,7 +431,7 @@ func (run *Runner) adopt(ctx context.Context, a *kin.Agent) (*runtime, error) {
 	run.runtimes[a.ID] = rt
 	run.adopted[a.ID] = pidfd
 	run.rtMu.Unlock()
-	sock, err := run.socks.Listen(a, run.agentCredential(a.ID))
+	sock, err := run.listen(a)
 	if err != nil {
 		run.log.Error("reopen agent socket", "agent", a.ID, "err", err)
 	} else {

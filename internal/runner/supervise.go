@@ -233,7 +233,7 @@ func (run *Runner) startWithKey(ctx context.Context, a *kin.Agent, spec store.Pr
 	// The default view's ruleset is made beside the work below.
 	view := run.startView(a)
 	defer func() { view.discard() }() // a start that fails before sandboxArgv
-	sock, err := run.socks.Listen(a, run.agentCredential(a.ID))
+	sock, err := run.listen(a)
 	if err != nil {
 		run.removeRuntime(a.ID)
 		return nil, run.failStart(ctx, a, err)
