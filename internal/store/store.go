@@ -229,6 +229,11 @@ type Tx interface {
 	AgentUpdateStatus(ctx context.Context, p AgentUpdateStatusParams) error
 	// AgentUpdate changes the runtime fields p sets.
 	AgentUpdate(ctx context.Context, p AgentUpdateParams) error
+	// AgentUpdateMany changes the runtime fields p sets (p.ID aside) of
+	// every agent of ids to the same values, in one statement: a
+	// cascade's record. It fails with ErrNotFound when an id is not an
+	// agent's (the Update that gets it fails, and its writes with it).
+	AgentUpdateMany(ctx context.Context, ids []kin.AgentID, p AgentUpdateParams) error
 	AgentUpdateSpawnBlock(ctx context.Context, id kin.AgentID, until time.Time) error
 	// AgentCountLive counts live agents (kin.Agent.Live) that match p.
 	AgentCountLive(ctx context.Context, p AgentCountLiveParams) (int, error)

@@ -493,6 +493,39 @@ func (t *txn) AgentUpdateStatus(ctx context.Context, p store.AgentUpdateStatusPa
 }
 
 func (t *txn) AgentUpdate(ctx context.Context, p store.AgentUpdateParams) error {
+	set, args := agentUpdateSet(p)
+	res, err := t.exec(ctx, `UPDATE agents SET `+set+` WHERE id = ?`, append(args, p.ID)...)
+	return affectedOne(res, err)
+}
+
+func (t *txn) AgentUpdateMany(ctx context.Context, ids []kin.AgentID, p store.AgentUpdateParams) error {
+	if len(ids) == 0 {
+		return nil
+	}
+	distinct := make(map[kin.AgentID]struct{}, len(ids))
+	for _, id := range ids {
+		distinct[id] = struct{}{}
+	}
+	set, args := agentUpdateSet(p)
+	res, err := t.exec(ctx, `UPDATE agents SET `+set+` WHERE id IN (SELECT value FROM json_each(?))`, append(args, idArray(ids))...)
+	if err != nil {
+		return interpretError(err)
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return interpretError(err)
+	}
+	if n != int64(len(distinct)) {
+		// Some id is not an agent: nothing is changed (the caller's
+		// Update fails, and its writes with it).
+		return fmt.Errorf("%w: %d of %d agents", store.ErrNotFound, int64(len(distinct))-n, len(distinct))
+	}
+	return nil
+}
+
+// agentUpdateSet is the SET list of an update of the fields p sets (p.ID
+// aside), with its arguments.
+func agentUpdateSet(p store.AgentUpdateParams) (string, []any) {
 	set := []string{"updated_at = ?"}
 	args := []any{p.At.UnixNano()}
 	add := func(col string, v any) {
@@ -541,8 +574,7 @@ func (t *txn) AgentUpdate(ctx context.Context, p store.AgentUpdateParams) error 
 	if p.Stage != nil {
 		add("stage", *p.Stage)
 	}
-	res, err := t.exec(ctx, `UPDATE agents SET `+strings.Join(set, ", ")+` WHERE id = ?`, append(args, p.ID)...)
-	return affectedOne(res, err)
+	return strings.Join(set, ", "), args
 }
 
 func (r reader) AgentProcessSpec(ctx context.Context, id kin.AgentID) (store.ProcessSpec, error) {

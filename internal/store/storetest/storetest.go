@@ -47,6 +47,7 @@ func Exercise(t *testing.T, open Opener) {
 	t.Run("FailedUpdateUndoesOnlyItself", func(t *testing.T) { testFailedUpdate(t, one(t)) })
 	t.Run("UpdatesAreSerialised", func(t *testing.T) { testSerialised(t, one(t)) })
 	t.Run("RuntimeFieldsAndProcessSpec", func(t *testing.T) { testRuntime(t, one(t)) })
+	t.Run("UpdateMany", func(t *testing.T) { testUpdateMany(t, one(t)) })
 	t.Run("PolicyAndSpend", func(t *testing.T) { testPolicyAndSpend(t, one(t)) })
 	t.Run("BudgetCounters", func(t *testing.T) { testBudgetCounters(t, one(t)) })
 	t.Run("EscalatedChain", func(t *testing.T) { testEscalatedChain(t, one(t)) })
@@ -822,6 +823,64 @@ func testRuntime(t *testing.T, s store.Store) {
 		return tx.AgentUpdate(ctx, store.AgentUpdateParams{ID: 999, At: t0, PID: &pid})
 	}); !errors.Is(err, store.ErrNotFound) {
 		t.Fatalf("update of a missing agent: %v", err)
+	}
+}
+
+// testUpdateMany: AgentUpdateMany sets the same fields of every agent
+// it names, once each whatever the list repeats, and no other agent's; an
+// unknown id fails the Update, which then changed none.
+func testUpdateMany(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	var ids []kin.AgentID
+	for i := range 6 {
+		ids = append(ids, Insert(t, s, fmt.Sprintf("u%d", i), 0).ID)
+	}
+	pid, started := 77, t0.Add(time.Second)
+	update(t, s, func(tx store.Tx) error {
+		return tx.AgentUpdateMany(ctx, ids, store.AgentUpdateParams{At: started, PID: &pid, StartedAt: &started})
+	})
+	ended := t0.Add(time.Minute)
+	state, status, reason, result := kin.StateCancelled, kin.StatusTerminated, "parent_dead", kin.ResultCancelled
+	exit := kin.Exit{Code: -1, Signal: "killed", Known: true}
+	some := []kin.AgentID{ids[4], ids[0], ids[2], ids[0]}
+	update(t, s, func(tx store.Tx) error {
+		if err := tx.AgentUpdateMany(ctx, nil, store.AgentUpdateParams{At: ended, State: &state}); err != nil {
+			return fmt.Errorf("no ids: %w", err)
+		}
+		return tx.AgentUpdateMany(ctx, some, store.AgentUpdateParams{At: ended, State: &state, Status: &status, EndedAt: &ended,
+			Exit: &exit, EndReason: &reason, Result: &result})
+	})
+	for i, id := range ids {
+		got, err := s.AgentGetByID(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.PID != pid || !got.StartedAt.Equal(started) {
+			t.Fatalf("agent %d after the first update: pid %d started %v", id, got.PID, got.StartedAt)
+		}
+		if i%2 == 0 {
+			if got.State != state || got.Status != status || !got.EndedAt.Equal(ended) || got.Exit == nil || *got.Exit != exit ||
+				got.EndReason != reason || got.Result != result || !got.UpdatedAt.Equal(ended) || got.Name != fmt.Sprintf("u%d", i) {
+				t.Fatalf("agent %d updated = %+v", id, got)
+			}
+		} else if got.State != kin.StateRegistered || got.Status != kin.StatusActive || !got.EndedAt.IsZero() || got.Exit != nil ||
+			got.EndReason != "" || !got.UpdatedAt.Equal(started) {
+			t.Fatalf("agent %d, not named, changed: %+v", id, got)
+		}
+	}
+	// An unknown id among known ones: the Update fails and its writes are
+	// undone.
+	stopping := kin.StateStopping
+	err := s.Update(ctx, func(tx store.Tx) error {
+		return tx.AgentUpdateMany(ctx, []kin.AgentID{ids[1], 999, ids[3]}, store.AgentUpdateParams{At: ended, State: &stopping})
+	})
+	if !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("update of an unknown agent among others: %v", err)
+	}
+	for _, id := range []kin.AgentID{ids[1], ids[3]} {
+		if got, err := s.AgentGetByID(ctx, id); err != nil || got.State != kin.StateRegistered || !got.UpdatedAt.Equal(started) {
+			t.Fatalf("agent %d after a failed update: %+v, %v", id, got, err)
+		}
 	}
 }
 
