@@ -499,14 +499,22 @@ func (run *Runner) handleExit(id kin.AgentID, exit kin.Exit) {
 			res = &o
 		}
 	}
-	a, err := run.recordEnd(ctx, id, state, reason, &exit, res)
+	// Its owned descendants, and whatever its process left behind: claimed
+	// now, and marked stopping in the transaction that records its end
+	// (one commit before their signals, not two).
+	c, err := run.planCancel(ctx, cancelParams{Root: id, Reason: reasonParentDead})
+	if err != nil {
+		run.log.Error("cancel children", "agent", id, "err", err)
+	}
+	a, err := run.recordEnd(ctx, id, state, reason, &exit, res, c)
 	if err != nil {
 		run.log.Error("record exit", "agent", id, "err", err)
 	}
 	run.log.Info("agent ended", "agent", id, "exit", exit.String(), "reason", reason)
-	// Its owned descendants, and whatever its process left behind.
-	if _, err := run.cancelTree(ctx, cancelParams{Root: id, Reason: reasonParentDead}); err != nil {
-		run.log.Error("cancel children", "agent", id, "err", err)
+	if c != nil {
+		if _, err := run.finishCancel(ctx, c); err != nil {
+			run.log.Error("cancel children", "agent", id, "err", err)
+		}
 	}
 	run.removeRuntime(id)
 	run.trimEndedLogs(ctx, id)
@@ -517,46 +525,68 @@ func (run *Runner) handleExit(id kin.AgentID, exit kin.Exit) {
 
 // recordEnd writes how an agent ended and its agent.exited event.
 // With res, it also records where the agent's result stands, and its
-// agent.result event.
-func (run *Runner) recordEnd(ctx context.Context, id kin.AgentID, state kin.State, reason string, exit *kin.Exit, res *outcome) (*kin.Agent, error) {
+// agent.result event. With c (its owned subtree's cancellation, planned),
+// the same transaction marks c's agents stopping: steps 1-2 of the
+// cancellation, which finishCancel then skips.
+func (run *Runner) recordEnd(ctx context.Context, id kin.AgentID, state kin.State, reason string, exit *kin.Exit, res *outcome, c *cancellation) (*kin.Agent, error) {
 	now := run.now()
-	status := kin.StatusTerminated
 	var out *kin.Agent
 	err := run.update(ctx, func(tx store.Tx, _ *store.AfterCommit) error {
-		a, err := tx.AgentGetByID(ctx, id)
-		if err != nil {
+		if err := run.recordEndTx(ctx, tx, now, id, state, reason, exit, res, &out); err != nil {
 			return err
 		}
-		if !a.EndedAt.IsZero() {
-			out = a
-			return nil // recorded already
+		if c != nil {
+			return markStopping(ctx, tx, now, c)
 		}
-		p := store.AgentUpdateParams{ID: id, At: now, Status: &status, State: &state, EndedAt: &now, Exit: exit, EndReason: &reason}
-		if res != nil {
-			p.Result = &res.status
-		}
-		if err := tx.AgentUpdate(ctx, p); err != nil {
-			return err
-		}
-		data := kin.AgentExitedData{Agent: id, State: state, Reason: reason}
-		if exit != nil {
-			data.Code, data.Signal, data.Known = exit.Code, exit.Signal, exit.Known
-		}
-		if err := store.AppendEvent(ctx, tx, now, kin.EventAgentExited, id, a.Parent, data); err != nil {
-			return err
-		}
-		if err := run.ps.RevokeAgentsTx(ctx, tx, now, []kin.AgentID{id}, "agent ended: "+reason); err != nil {
-			return err
-		}
-		if res != nil {
-			if err := appendResult(ctx, tx, now, id, a.Parent, res.status, res.violations); err != nil {
-				return err
-			}
-		}
-		out, err = tx.AgentGetByID(ctx, id)
-		return err
+		return nil
 	})
+	switch {
+	case err == nil && c != nil:
+		c.marked = true
+	case err != nil && c != nil:
+		// The end alone, as before the two were one transaction; the
+		// cancellation marks its agents itself (silence).
+		run.log.Warn("record exit with its subtree stopping", "agent", id, "err", err)
+		return run.recordEnd(ctx, id, state, reason, exit, res, nil)
+	}
 	return out, err
+}
+
+// recordEndTx is recordEnd's writes in tx; *out is the agent's row after.
+func (run *Runner) recordEndTx(ctx context.Context, tx store.Tx, now time.Time, id kin.AgentID, state kin.State, reason string, exit *kin.Exit, res *outcome, out **kin.Agent) error {
+	status := kin.StatusTerminated
+	a, err := tx.AgentGetByID(ctx, id)
+	if err != nil {
+		return err
+	}
+	if !a.EndedAt.IsZero() {
+		*out = a
+		return nil // recorded already
+	}
+	p := store.AgentUpdateParams{ID: id, At: now, Status: &status, State: &state, EndedAt: &now, Exit: exit, EndReason: &reason}
+	if res != nil {
+		p.Result = &res.status
+	}
+	if err := tx.AgentUpdate(ctx, p); err != nil {
+		return err
+	}
+	data := kin.AgentExitedData{Agent: id, State: state, Reason: reason}
+	if exit != nil {
+		data.Code, data.Signal, data.Known = exit.Code, exit.Signal, exit.Known
+	}
+	if err := store.AppendEvent(ctx, tx, now, kin.EventAgentExited, id, a.Parent, data); err != nil {
+		return err
+	}
+	if err := run.ps.RevokeAgentsTx(ctx, tx, now, []kin.AgentID{id}, "agent ended: "+reason); err != nil {
+		return err
+	}
+	if res != nil {
+		if err := appendResult(ctx, tx, now, id, a.Parent, res.status, res.violations); err != nil {
+			return err
+		}
+	}
+	*out, err = tx.AgentGetByID(ctx, id)
+	return err
 }
 
 // Stop stops an agent's process and cancels its owned subtree the same way
@@ -627,6 +657,9 @@ type cancellation struct {
 	// leaveFiles: the shutdown's, which removes its sockets' files after
 	// every stop, when no agent can start and take a name again.
 	leaveFiles bool
+	// marked: its agents are recorded stopping already (in the
+	// transaction that recorded its root's end: recordEnd).
+	marked bool
 }
 
 // planCancel is the first step of cancelTree: it finds the owned subtree
@@ -724,56 +757,23 @@ func (run *Runner) finishCancel(ctx context.Context, c *cancellation) ([]*kin.Ag
 // busy machine), which need not delay the signals. A shutdown silences
 // every subtree at once before it signals any.
 func (run *Runner) silence(ctx context.Context, cs ...*cancellation) ([]*agentsock.Socket, error) {
-	// 1-2: mark them stopping.
-	now := run.now()
-	stopping := kin.StateStopping
-	n := 0
+	// 1-2: mark them stopping, unless done already.
+	var unmarked []*cancellation
 	for _, c := range cs {
-		n += len(c.mine) + len(c.remote)
+		if !c.marked && len(c.mine)+len(c.remote) > 0 {
+			unmarked = append(unmarked, c)
+		}
 	}
-	if n > 0 {
-		// One decision for the whole subtree, on every host: this host's
-		// agents and the other hosts' are marked stopping in one
-		// transaction, with each other host asked to cancel its own.
+	if len(unmarked) > 0 {
+		now := run.now()
 		err := run.update(ctx, func(tx store.Tx, _ *store.AfterCommit) error {
-			for _, c := range cs {
-				for _, a := range c.mine {
-					if err := tx.AgentUpdate(ctx, store.AgentUpdateParams{ID: a.ID, At: now, State: &stopping}); err != nil {
-						return err
-					}
-				}
-				for _, host := range slices.Sorted(maps.Keys(c.remote)) {
-					// Read again under the write lock: another host may
-					// have recorded its agent's end, or been asked to stop
-					// it already, since planCancel read it.
-					var ids []kin.AgentID
-					for _, a := range c.remote[host] {
-						cur, err := tx.AgentGetByID(ctx, a.ID)
-						if err != nil {
-							return err
-						}
-						if cur.State.Terminal() || cur.State == kin.StateStopping {
-							continue
-						}
-						ids = append(ids, a.ID)
-						if err := tx.AgentUpdate(ctx, store.AgentUpdateParams{ID: a.ID, At: now, State: &stopping}); err != nil {
-							return err
-						}
-					}
-					if len(ids) == 0 {
-						continue
-					}
-					if err := store.AppendEvent(ctx, tx, now, kin.EventFleetCancel, c.Root, 0, kin.FleetCancelData{
-						Host: host, Root: c.Root, Agents: ids, Reason: c.Reason, Grace: c.Grace,
-					}); err != nil {
-						return err
-					}
-				}
-			}
-			return nil
+			return markStopping(ctx, tx, now, unmarked...)
 		})
 		if err != nil {
 			return nil, run.storeError(err)
+		}
+		for _, c := range unmarked {
+			c.marked = true
 		}
 	}
 	// 3: close their sockets.
@@ -787,6 +787,53 @@ func (run *Runner) silence(ctx context.Context, cs ...*cancellation) ([]*agentso
 	}
 	agentsock.ShutAll(socks)
 	return socks, nil
+}
+
+// markStopping is steps 1-2 of the cancellation for the agents of cs, in
+// tx: one decision for the whole subtree, on every host: this host's
+// agents and the other hosts' are marked stopping in one transaction, with
+// each other host asked to cancel its own.
+func markStopping(ctx context.Context, tx store.Tx, now time.Time, cs ...*cancellation) error {
+	stopping := kin.StateStopping
+	var mine []kin.AgentID
+	for _, c := range cs {
+		for _, a := range c.mine {
+			mine = append(mine, a.ID)
+		}
+	}
+	if err := tx.AgentUpdateMany(ctx, mine, store.AgentUpdateParams{At: now, State: &stopping}); err != nil {
+		return err
+	}
+	for _, c := range cs {
+		for _, host := range slices.Sorted(maps.Keys(c.remote)) {
+			// Read again under the write lock: another host may
+			// have recorded its agent's end, or been asked to stop
+			// it already, since planCancel read it.
+			var ids []kin.AgentID
+			for _, a := range c.remote[host] {
+				cur, err := tx.AgentGetByID(ctx, a.ID)
+				if err != nil {
+					return err
+				}
+				if cur.State.Terminal() || cur.State == kin.StateStopping {
+					continue
+				}
+				ids = append(ids, a.ID)
+				if err := tx.AgentUpdate(ctx, store.AgentUpdateParams{ID: a.ID, At: now, State: &stopping}); err != nil {
+					return err
+				}
+			}
+			if len(ids) == 0 {
+				continue
+			}
+			if err := store.AppendEvent(ctx, tx, now, kin.EventFleetCancel, c.Root, 0, kin.FleetCancelData{
+				Host: host, Root: c.Root, Agents: ids, Reason: c.Reason, Grace: c.Grace,
+			}); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 // stopAndRecord is steps 4-8 of the cancellation, once silenced: signal,
@@ -854,6 +901,17 @@ func (run *Runner) stopAndRecord(ctx context.Context, c *cancellation) ([]*kin.A
 		for _, r := range rows {
 			curs[r.ID] = r
 		}
+		// The agents that end the same way are updated in one statement
+		// each (most often all of them in one); their events, one or more
+		// per agent, are appended in the cascade's order.
+		type ending struct {
+			state         kin.State
+			result, ended bool
+			exit          kin.Exit
+		}
+		var endings []ending
+		updates := map[ending]*store.AgentUpdateParams{}
+		same := map[ending][]kin.AgentID{}
 		for _, a := range mine {
 			cur := curs[a.ID]
 			if cur == nil {
@@ -881,9 +939,15 @@ func (run *Runner) stopAndRecord(ctx context.Context, c *cancellation) ([]*kin.A
 				}
 				p.Exit = &exit
 			}
-			if err := tx.AgentUpdate(ctx, p); err != nil {
-				return err
+			e := ending{state: state, result: p.Result != nil, ended: p.EndedAt != nil}
+			if p.Exit != nil {
+				e.exit = *p.Exit
 			}
+			if updates[e] == nil {
+				endings = append(endings, e)
+				updates[e] = &p
+			}
+			same[e] = append(same[e], a.ID)
 			if a.ID != root || c.ParentEnded {
 				if err := store.AppendEvent(ctx, tx, now, kin.EventChildCancel, a.ID, a.Parent, kin.ChildCancelData{Parent: a.Parent, Child: a.ID, Reason: reason}); err != nil {
 					return err
@@ -904,6 +968,11 @@ func (run *Runner) stopAndRecord(ctx context.Context, c *cancellation) ([]*kin.A
 				cur.EndedAt, cur.Exit = now, p.Exit
 			}
 			done = append(done, cur)
+		}
+		for _, e := range endings {
+			if err := tx.AgentUpdateMany(ctx, same[e], *updates[e]); err != nil {
+				return err
+			}
 		}
 		ended := make([]kin.AgentID, len(done))
 		for i, a := range done {
