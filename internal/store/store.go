@@ -172,6 +172,11 @@ type Reader interface {
 	// AgentListByIDs returns the agents with the given ids, in that order;
 	// ids that do not exist are left out.
 	AgentListByIDs(ctx context.Context, ids []kin.AgentID) ([]*kin.Agent, error)
+	// AgentListLeanByIDs is AgentListByIDs with only the fields a
+	// cancellation reads set in each row: ID, Parent, Life, Status,
+	// State, PID, Command, Grace, EndedAt, Result and Host (the others
+	// are zero). Its rows are for deciding, never for showing.
+	AgentListLeanByIDs(ctx context.Context, ids []kin.AgentID) ([]*kin.Agent, error)
 	// AgentListByParents returns the children of the given agents, by id,
 	// in one read.
 	AgentListByParents(ctx context.Context, parents []kin.AgentID) ([]*kin.Agent, error)

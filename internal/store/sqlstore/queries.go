@@ -148,6 +148,11 @@ func liveSQLOf(prefix string) string {
 }
 
 func (r reader) agents(ctx context.Context, query string, args ...any) ([]*kin.Agent, error) {
+	return r.agentsOf(ctx, unpackAgent, query, args...)
+}
+
+// agentsOf is agents of rows that unpack takes apart (a lean row's).
+func (r reader) agentsOf(ctx context.Context, unpack func(string) (*kin.Agent, error), query string, args ...any) ([]*kin.Agent, error) {
 	rows, err := r.query(ctx, query, args...)
 	if err != nil {
 		return nil, interpretError(err)
@@ -155,7 +160,11 @@ func (r reader) agents(ctx context.Context, query string, args ...any) ([]*kin.A
 	defer rows.Close()
 	var out []*kin.Agent
 	for rows.Next() {
-		a, err := scanAgent(rows)
+		var packed string
+		if err := rows.Scan(&packed); err != nil {
+			return nil, interpretError(err)
+		}
+		a, err := unpack(packed)
 		if err != nil {
 			return nil, interpretError(err)
 		}
@@ -250,6 +259,15 @@ func (r reader) AgentLinks(ctx context.Context) ([]store.AgentLink, error) {
 const parallelReadMin = 4096
 
 func (r reader) AgentListByIDs(ctx context.Context, ids []kin.AgentID) ([]*kin.Agent, error) {
+	return r.listByIDs(ctx, unpackAgent, sqlAgentListByIDs, ids)
+}
+
+func (r reader) AgentListLeanByIDs(ctx context.Context, ids []kin.AgentID) ([]*kin.Agent, error) {
+	return r.listByIDs(ctx, unpackLean, sqlAgentLeanByIDs, ids)
+}
+
+// listByIDs is AgentListByIDs with query's rows, which unpack takes apart.
+func (r reader) listByIDs(ctx context.Context, unpack func(string) (*kin.Agent, error), query string, ids []kin.AgentID) ([]*kin.Agent, error) {
 	if len(ids) == 0 {
 		return []*kin.Agent{}, nil
 	}
@@ -257,7 +275,7 @@ func (r reader) AgentListByIDs(ctx context.Context, ids []kin.AgentID) ([]*kin.A
 	chunks := readChunks()
 	if r.tx != nil || len(ids) < parallelReadMin || chunks < 2 {
 		var err error
-		if out, err = r.agents(ctx, sqlAgentListByIDs, idArray(ids)); err != nil {
+		if out, err = r.agentsOf(ctx, unpack, query, idArray(ids)); err != nil {
 			return nil, err
 		}
 	} else {
@@ -269,7 +287,7 @@ func (r reader) AgentListByIDs(ctx context.Context, ids []kin.AgentID) ([]*kin.A
 			if lo >= hi {
 				return nil, nil
 			}
-			return r.agents(ctx, sqlAgentListByIDs, idArray(ids[lo:hi]))
+			return r.agentsOf(ctx, unpack, query, idArray(ids[lo:hi]))
 		})
 		if err != nil {
 			return nil, err

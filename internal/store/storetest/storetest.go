@@ -828,7 +828,8 @@ func testRuntime(t *testing.T, s store.Store) {
 
 // testUpdateMany: AgentUpdateMany sets the same fields of every agent
 // it names, once each whatever the list repeats, and no other agent's; an
-// unknown id fails the Update, which then changed none.
+// unknown id fails the Update, which then changed none. AgentListLeanByIDs
+// reads the fields a cancellation decides on as the whole rows have them.
 func testUpdateMany(t *testing.T, s store.Store) {
 	ctx := context.Background()
 	var ids []kin.AgentID
@@ -868,10 +869,51 @@ func testUpdateMany(t *testing.T, s store.Store) {
 			t.Fatalf("agent %d, not named, changed: %+v", id, got)
 		}
 	}
+	// The lean rows: the fields a cancellation decides on, as the whole
+	// rows have them, in the order asked, each id once.
+	leanIDs := []kin.AgentID{ids[5], ids[0], 999, ids[3], ids[0]}
+	lean, err := s.AgentListLeanByIDs(ctx, leanIDs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	whole, err := s.AgentListByIDs(ctx, leanIDs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(lean) != 3 || len(whole) != 3 {
+		t.Fatalf("AgentListLeanByIDs(%v): %d rows, AgentListByIDs %d; want 3", leanIDs, len(lean), len(whole))
+	}
+	for i, l := range lean {
+		w := whole[i]
+		if l.ID != w.ID || l.Parent != w.Parent || l.Life != w.Life || l.Status != w.Status || l.State != w.State || l.PID != w.PID ||
+			fmt.Sprint(l.Command) != fmt.Sprint(w.Command) || l.Grace != w.Grace || !l.EndedAt.Equal(w.EndedAt) || l.Result != w.Result ||
+			l.Host != w.Host || l.Running() != w.Running() {
+			t.Fatalf("lean row %d = %+v; whole row %+v", i, l, w)
+		}
+		if l.Name != "" || l.Exit != nil || !l.StartedAt.IsZero() {
+			t.Fatalf("lean row %d has fields beyond the lean ones: %+v", i, l)
+		}
+	}
+	// Its command and host, where they are set.
+	worker := NewAgent("lean-worker", ids[0], 1)
+	worker.Command, worker.Host, worker.Grace = []string{"/bin/sleep", "1, 2:3"}, "h2", kin.Duration(time.Second)
+	update(t, s, func(tx store.Tx) error {
+		a, err := tx.AgentInsert(ctx, store.AgentInsertParams{Agent: worker})
+		if err != nil {
+			return err
+		}
+		worker.ID = a.ID
+		return nil
+	})
+	if got, err := s.AgentListLeanByIDs(ctx, []kin.AgentID{worker.ID}); err != nil || len(got) != 1 ||
+		fmt.Sprint(got[0].Command) != fmt.Sprint(worker.Command) || got[0].Host != "h2" || got[0].Grace != worker.Grace || got[0].Parent != ids[0] {
+		t.Fatalf("lean row of %+v: %+v, %v", worker, got, err)
+	}
+
 	// An unknown id among known ones: the Update fails and its writes are
 	// undone.
 	stopping := kin.StateStopping
-	err := s.Update(ctx, func(tx store.Tx) error {
+	err = s.Update(ctx, func(tx store.Tx) error {
 		return tx.AgentUpdateMany(ctx, []kin.AgentID{ids[1], 999, ids[3]}, store.AgentUpdateParams{At: ended, State: &stopping})
 	})
 	if !errors.Is(err, store.ErrNotFound) {
