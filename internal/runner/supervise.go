@@ -755,8 +755,9 @@ func (run *Runner) finishCancel(ctx context.Context, c *cancellation) ([]*kin.Ag
 }
 
 // silence is steps 1-3 of the cancellation for the agents of cs: mark them
-// stopping (one transaction, unless recordEnd marked them: c.marked) and close their sockets: shut (no connection
-// accepted or served from then on). It returns the sockets, whose files the
+// stopping (one transaction, unless recordEnd marked them: c.marked) and
+// close their sockets: shut (no connection accepted or served from then
+// on). It returns the sockets, whose files the
 // caller removes (agentsock.UnlinkAll) before their names are free again:
 // on a served agent/ each removal is a request to the daemon's own FUSE
 // server (a tenth of a second for 1,110 agents on two cores, and more on a
