@@ -534,9 +534,9 @@ func (t *txn) AgentUpdateMany(ctx context.Context, ids []kin.AgentID, p store.Ag
 		return interpretError(err)
 	}
 	if n != int64(len(distinct)) {
-		// Some id is not an agent: nothing is changed (the caller's
-		// Update fails, and its writes with it).
-		return fmt.Errorf("%w: %d of %d agents", store.ErrNotFound, int64(len(distinct))-n, len(distinct))
+		// Some id is no agent's: the caller's Update fails, which undoes
+		// the rows this changed.
+		return fmt.Errorf("%w: %d of the %d ids to update are no agent's", store.ErrNotFound, int64(len(distinct))-n, len(distinct))
 	}
 	return nil
 }
