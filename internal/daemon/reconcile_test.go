@@ -72,6 +72,14 @@ func (tx holdingTx) AgentUpdate(ctx context.Context, p store.AgentUpdateParams) 
 	return tx.Tx.AgentUpdate(ctx, p)
 }
 
+// AgentUpdateMany is how a cancellation marks its agents stopping.
+func (tx holdingTx) AgentUpdateMany(ctx context.Context, ids []kin.AgentID, p store.AgentUpdateParams) error {
+	if tx.h.what == "stopping" && p.State != nil && *p.State == kin.StateStopping {
+		tx.h.hold()
+	}
+	return tx.Tx.AgentUpdateMany(ctx, ids, p)
+}
+
 // removeHomeCgroup kills and removes, when the test ends, what is left in
 // the kin root cgroup of a home whose daemons a test kills with SIGKILL
 // (registered first, it runs after every other cleanup).

@@ -358,7 +358,7 @@ func (run *Runner) recordLost(ctx context.Context, a *kin.Agent, reason string) 
 		o := run.collectResult(a, run.ctxAgentOf(ctx, a), kin.Exit{Code: -1})
 		res = &o
 	}
-	if _, err := run.recordEnd(ctx, a.ID, kin.StateExited, reason, &kin.Exit{Code: -1}, res); err != nil {
+	if _, err := run.recordEnd(ctx, a.ID, kin.StateExited, reason, &kin.Exit{Code: -1}, res, nil); err != nil {
 		run.log.Error("record a lost agent", "agent", a.ID, "err", err)
 		return false
 	}

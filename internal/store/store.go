@@ -179,6 +179,11 @@ type Reader interface {
 	// AgentListByIDs returns the agents with the given ids, in that order;
 	// ids that do not exist are left out.
 	AgentListByIDs(ctx context.Context, ids []kin.AgentID) ([]*kin.Agent, error)
+	// AgentListLeanByIDs is AgentListByIDs with only the fields a
+	// cancellation reads set in each row: ID, Parent, Life, Status,
+	// State, PID, Command, Grace, EndedAt, Result and Host (the others
+	// are zero). Its rows are for deciding, never for showing.
+	AgentListLeanByIDs(ctx context.Context, ids []kin.AgentID) ([]*kin.Agent, error)
 	// AgentListByParents returns the children of the given agents, by id,
 	// in one read.
 	AgentListByParents(ctx context.Context, parents []kin.AgentID) ([]*kin.Agent, error)
@@ -236,6 +241,11 @@ type Tx interface {
 	AgentUpdateStatus(ctx context.Context, p AgentUpdateStatusParams) error
 	// AgentUpdate changes the runtime fields p sets.
 	AgentUpdate(ctx context.Context, p AgentUpdateParams) error
+	// AgentUpdateMany changes the runtime fields p sets (p.ID aside) of
+	// every agent of ids to the same values, in one statement: a
+	// cascade's record. It fails with ErrNotFound when an id is not an
+	// agent's (the Update that gets it fails, and its writes with it).
+	AgentUpdateMany(ctx context.Context, ids []kin.AgentID, p AgentUpdateParams) error
 	AgentUpdateSpawnBlock(ctx context.Context, id kin.AgentID, until time.Time) error
 	// AgentCountLive counts live agents (kin.Agent.Live) that match p.
 	AgentCountLive(ctx context.Context, p AgentCountLiveParams) (int, error)

@@ -129,7 +129,8 @@ type Supervisor struct {
 	cancel   context.CancelFunc
 	reaping  sync.WaitGroup // reaps of this supervisor's processes in progress (reap.go)
 	wg       sync.WaitGroup
-	removing sync.WaitGroup // deferred group removals (Config.DeferRemove)
+	removing sync.WaitGroup            // deferred group removals (Config.DeferRemove)
+	holds    map[*removalHold]struct{} // guarded by mu: HoldRemovals not released yet
 	sigch    chan os.Signal
 	// sweepLater: a sweep is due sweepAgain from now (reap.go).
 	sweepLater atomic.Bool
@@ -512,6 +513,7 @@ func (s *Supervisor) close() error {
 	for _, ch := range starting {
 		<-ch
 	}
+	s.releaseHolds()
 	s.removing.Wait() // no deferred removal races the root's
 
 	var errs []error

@@ -709,6 +709,59 @@ func TestDeferRemove(t *testing.T) {
 	start(t, s, sleeper(3, 0))
 }
 
+// TestHoldRemovals: under a hold (HoldRemovals), the groups Stop emptied
+// stay until the hold is released, then go; a hold never released is
+// released by Close, which leaves no group behind.
+func TestHoldRemovals(t *testing.T) {
+	s := newCgroupSup(t, Config{DeferRemove: true})
+	ctx := testCtx(t)
+	start(t, s, sleeper(1, 0))
+	child := start(t, s, sleeper(2, 1))
+	other := start(t, s, sleeper(3, 0))
+	group, otherGroup := filepath.Dir(child.SelfCgroup), other.Cgroup
+	hctx, release := s.HoldRemovals(ctx)
+	if err := s.Stop(hctx, 1, 0); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := child.Exit(); !ok {
+		t.Fatal("agent 2 not reaped when Stop returned")
+	}
+	// Nothing removes them while held: a later Stop's removal (not held)
+	// runs and ends meanwhile, and they are still there after it.
+	if err := s.Stop(ctx, 3, 0); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "the unheld group to be removed", func() bool {
+		_, err := os.Stat(otherGroup)
+		return errors.Is(err, os.ErrNotExist)
+	})
+	if _, err := os.Stat(group); err != nil {
+		t.Fatalf("a held group was removed before its release: %v", err)
+	}
+	release()
+	waitFor(t, 10*time.Second, "the held groups to be removed once released", func() bool {
+		_, err := os.Stat(group)
+		return errors.Is(err, os.ErrNotExist)
+	})
+	release() // twice is fine
+
+	// A hold never released: Close removes its groups.
+	p := start(t, s, sleeper(4, 0))
+	hctx, _ = s.HoldRemovals(ctx)
+	if err := s.Stop(hctx, 4, 0); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(p.Cgroup); err != nil {
+		t.Fatalf("a held group was removed before its release: %v", err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(p.Cgroup); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("a held group after Close: %v", err)
+	}
+}
+
 // TestStopRemovesUnknownGroups: groups kin did not make, inside an agent's
 // group, beside and inside its self leaf and in a child's group, make
 // those groups' rmdir fail; Stop then reads and removes just them (the

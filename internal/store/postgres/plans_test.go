@@ -67,6 +67,7 @@ func TestWalkPlansLookUpByKey(t *testing.T) {
 		"Ancestors":       "(1)",
 		"Subtree":         "(1)",
 		"AgentsByIDs":     "('[1, 2, 1]')",
+		"LeanByIDs":       "('[1, 2, 1]')",
 		"ByParents":       "('[1, 2, 1]')",
 		"PermChainSigned": "(1)",
 		"PermChainCheck":  "(1, 'x')",

@@ -23,11 +23,14 @@ const (
 	colText
 )
 
-// agentCols are the agents table's columns in the order scanAgent reads.
-var agentCols = []struct {
+// column is a column of a packed row: its SQL and kind.
+type column struct {
 	name string
 	kind colKind
-}{
+}
+
+// agentCols are the agents table's columns in the order scanAgent reads.
+var agentCols = []column{
 	{"id", colInt}, {"name", colText}, {"role", colText}, {"parent_id", colInt}, {"generation", colInt},
 	{"responsible", colText}, {"COALESCE(a.wallet, '')", colText}, {"constitution_hash", colText},
 	{"capability_hash", colText}, {"scope", colText}, {"self_modifying", colInt}, {"life", colText},
@@ -41,9 +44,23 @@ var agentCols = []struct {
 }
 
 // agentColumns is the packed row, read from the agents table aliased "a".
-var agentColumns = func() string {
-	parts := make([]string, len(agentCols))
-	for i, c := range agentCols {
+var agentColumns = packColumns(agentCols)
+
+// agentLeanCols are the columns a cancellation reads of each agent
+// (Reader.AgentListLeanByIDs), in the order unpackLean reads them.
+var agentLeanCols = []column{
+	{"id", colInt}, {"parent_id", colInt}, {"life", colText}, {"status", colText}, {"state", colText},
+	{"pid", colInt}, {"command", colText}, {"grace", colInt}, {"ended_at", colInt}, {"result", colText},
+	{"host", colText},
+}
+
+// agentLeanColumns is the packed lean row, from the agents table aliased "a".
+var agentLeanColumns = packColumns(agentLeanCols)
+
+// packColumns is the SQL of cols packed into one text value.
+func packColumns(cols []column) string {
+	parts := make([]string, len(cols))
+	for i, c := range cols {
 		col := c.name
 		if !strings.Contains(col, "(") {
 			col = "a." + col
@@ -55,7 +72,7 @@ var agentColumns = func() string {
 		}
 	}
 	return "concat(" + strings.Join(parts, ", ") + ")"
-}()
+}
 
 type scanner interface{ Scan(dest ...any) error }
 
@@ -170,6 +187,36 @@ func unpackAgent(packed string) (*kin.Agent, error) {
 	a.Stage = r.text()
 	a.Host = r.text()
 	a.RequestedBy = kin.AgentID(r.int())
+	if r.err == nil && r.s != "" {
+		r.err = fmt.Errorf("store: malformed agent row: %d bytes left over", len(r.s))
+	}
+	if r.err != nil {
+		return nil, r.err
+	}
+	return a, nil
+}
+
+// unpackLean takes a lean row (agentLeanColumns) apart: only those fields
+// of the agent are set.
+func unpackLean(packed string) (*kin.Agent, error) {
+	r := &rowReader{s: packed}
+	a := &kin.Agent{
+		ID:     kin.AgentID(r.int()),
+		Parent: kin.AgentID(r.int()),
+		Life:   kin.Life(r.text()),
+		Status: kin.Status(r.text()),
+		State:  kin.State(r.text()),
+		PID:    int(r.int()),
+	}
+	if cmd := r.text(); cmd != "" && r.err == nil {
+		if err := json.Unmarshal([]byte(cmd), &a.Command); err != nil {
+			r.err = fmt.Errorf("store: agent %d command: %w", a.ID, err)
+		}
+	}
+	a.Grace = kin.Duration(r.int())
+	a.EndedAt = unixTime(r.int())
+	a.Result = kin.ResultStatus(r.text())
+	a.Host = r.text()
 	if r.err == nil && r.s != "" {
 		r.err = fmt.Errorf("store: malformed agent row: %d bytes left over", len(r.s))
 	}

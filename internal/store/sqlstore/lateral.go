@@ -61,6 +61,8 @@ var lateralForms = map[string]string{
 		SELECT ` + agentColumns + ` FROM sub s CROSS JOIN LATERAL (SELECT * FROM agents a WHERE a.id = s.id OFFSET 0) a`,
 	sqlAgentListByIDs: `SELECT ` + agentColumns + ` FROM (SELECT DISTINCT value FROM json_each(?)) i
 		CROSS JOIN LATERAL (SELECT * FROM agents a WHERE a.id = i.value OFFSET 0) a`,
+	sqlAgentLeanByIDs: `SELECT ` + agentLeanColumns + ` FROM (SELECT DISTINCT value FROM json_each(?)) i
+		CROSS JOIN LATERAL (SELECT * FROM agents a WHERE a.id = i.value OFFSET 0) a`,
 	sqlAgentByParents: `SELECT ` + agentColumns + ` FROM (SELECT DISTINCT value FROM json_each(?)) p
 		CROSS JOIN LATERAL (SELECT * FROM agents a WHERE a.parent_id = p.value OFFSET 0) a ORDER BY a.id`,
 }
@@ -75,6 +77,7 @@ func WalkQueries() map[string]string {
 		"Ancestors":   sqlAgentAncestors,
 		"Subtree":     sqlAgentSubtree,
 		"AgentsByIDs": sqlAgentListByIDs,
+		"LeanByIDs":   sqlAgentLeanByIDs,
 		"ByParents":   sqlAgentByParents,
 		// PostgreSQL's only (speculate.go): the chain with its rows'
 		// text, and the check of a remembered chain.

@@ -148,6 +148,11 @@ func liveSQLOf(prefix string) string {
 }
 
 func (r reader) agents(ctx context.Context, query string, args ...any) ([]*kin.Agent, error) {
+	return r.agentsOf(ctx, unpackAgent, query, args...)
+}
+
+// agentsOf is agents of rows that unpack takes apart (a lean row's).
+func (r reader) agentsOf(ctx context.Context, unpack func(string) (*kin.Agent, error), query string, args ...any) ([]*kin.Agent, error) {
 	rows, err := r.query(ctx, query, args...)
 	if err != nil {
 		return nil, interpretError(err)
@@ -155,7 +160,11 @@ func (r reader) agents(ctx context.Context, query string, args ...any) ([]*kin.A
 	defer rows.Close()
 	var out []*kin.Agent
 	for rows.Next() {
-		a, err := scanAgent(rows)
+		var packed string
+		if err := rows.Scan(&packed); err != nil {
+			return nil, interpretError(err)
+		}
+		a, err := unpack(packed)
 		if err != nil {
 			return nil, interpretError(err)
 		}
@@ -250,6 +259,15 @@ func (r reader) AgentLinks(ctx context.Context) ([]store.AgentLink, error) {
 const parallelReadMin = 4096
 
 func (r reader) AgentListByIDs(ctx context.Context, ids []kin.AgentID) ([]*kin.Agent, error) {
+	return r.listByIDs(ctx, unpackAgent, sqlAgentListByIDs, ids)
+}
+
+func (r reader) AgentListLeanByIDs(ctx context.Context, ids []kin.AgentID) ([]*kin.Agent, error) {
+	return r.listByIDs(ctx, unpackLean, sqlAgentLeanByIDs, ids)
+}
+
+// listByIDs is AgentListByIDs with query's rows, which unpack takes apart.
+func (r reader) listByIDs(ctx context.Context, unpack func(string) (*kin.Agent, error), query string, ids []kin.AgentID) ([]*kin.Agent, error) {
 	if len(ids) == 0 {
 		return []*kin.Agent{}, nil
 	}
@@ -257,7 +275,7 @@ func (r reader) AgentListByIDs(ctx context.Context, ids []kin.AgentID) ([]*kin.A
 	chunks := readChunks()
 	if r.tx != nil || len(ids) < parallelReadMin || chunks < 2 {
 		var err error
-		if out, err = r.agents(ctx, sqlAgentListByIDs, idArray(ids)); err != nil {
+		if out, err = r.agentsOf(ctx, unpack, query, idArray(ids)); err != nil {
 			return nil, err
 		}
 	} else {
@@ -269,7 +287,7 @@ func (r reader) AgentListByIDs(ctx context.Context, ids []kin.AgentID) ([]*kin.A
 			if lo >= hi {
 				return nil, nil
 			}
-			return r.agents(ctx, sqlAgentListByIDs, idArray(ids[lo:hi]))
+			return r.agentsOf(ctx, unpack, query, idArray(ids[lo:hi]))
 		})
 		if err != nil {
 			return nil, err
@@ -493,6 +511,39 @@ func (t *txn) AgentUpdateStatus(ctx context.Context, p store.AgentUpdateStatusPa
 }
 
 func (t *txn) AgentUpdate(ctx context.Context, p store.AgentUpdateParams) error {
+	set, args := agentUpdateSet(p)
+	res, err := t.exec(ctx, `UPDATE agents SET `+set+` WHERE id = ?`, append(args, p.ID)...)
+	return affectedOne(res, err)
+}
+
+func (t *txn) AgentUpdateMany(ctx context.Context, ids []kin.AgentID, p store.AgentUpdateParams) error {
+	if len(ids) == 0 {
+		return nil
+	}
+	distinct := make(map[kin.AgentID]struct{}, len(ids))
+	for _, id := range ids {
+		distinct[id] = struct{}{}
+	}
+	set, args := agentUpdateSet(p)
+	res, err := t.exec(ctx, `UPDATE agents SET `+set+` WHERE id IN (SELECT value FROM json_each(?))`, append(args, idArray(ids))...)
+	if err != nil {
+		return interpretError(err)
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return interpretError(err)
+	}
+	if n != int64(len(distinct)) {
+		// Some id is no agent's: the caller's Update fails, which undoes
+		// the rows this changed.
+		return fmt.Errorf("%w: %d of the %d ids to update are no agent's", store.ErrNotFound, int64(len(distinct))-n, len(distinct))
+	}
+	return nil
+}
+
+// agentUpdateSet is the SET list of an update of the fields p sets (p.ID
+// aside), with its arguments.
+func agentUpdateSet(p store.AgentUpdateParams) (string, []any) {
 	set := []string{"updated_at = ?"}
 	args := []any{p.At.UnixNano()}
 	add := func(col string, v any) {
@@ -541,8 +592,7 @@ func (t *txn) AgentUpdate(ctx context.Context, p store.AgentUpdateParams) error 
 	if p.Stage != nil {
 		add("stage", *p.Stage)
 	}
-	res, err := t.exec(ctx, `UPDATE agents SET `+strings.Join(set, ", ")+` WHERE id = ?`, append(args, p.ID)...)
-	return affectedOne(res, err)
+	return strings.Join(set, ", "), args
 }
 
 func (r reader) AgentProcessSpec(ctx context.Context, id kin.AgentID) (store.ProcessSpec, error) {

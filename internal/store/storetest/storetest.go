@@ -47,6 +47,7 @@ func Exercise(t *testing.T, open Opener) {
 	t.Run("FailedUpdateUndoesOnlyItself", func(t *testing.T) { testFailedUpdate(t, one(t)) })
 	t.Run("UpdatesAreSerialised", func(t *testing.T) { testSerialised(t, one(t)) })
 	t.Run("RuntimeFieldsAndProcessSpec", func(t *testing.T) { testRuntime(t, one(t)) })
+	t.Run("UpdateMany", func(t *testing.T) { testUpdateMany(t, one(t)) })
 	t.Run("PolicyAndSpend", func(t *testing.T) { testPolicyAndSpend(t, one(t)) })
 	t.Run("BudgetCounters", func(t *testing.T) { testBudgetCounters(t, one(t)) })
 	t.Run("EscalatedChain", func(t *testing.T) { testEscalatedChain(t, one(t)) })
@@ -823,6 +824,106 @@ func testRuntime(t *testing.T, s store.Store) {
 		return tx.AgentUpdate(ctx, store.AgentUpdateParams{ID: 999, At: t0, PID: &pid})
 	}); !errors.Is(err, store.ErrNotFound) {
 		t.Fatalf("update of a missing agent: %v", err)
+	}
+}
+
+// testUpdateMany: AgentUpdateMany sets the same fields of every agent
+// it names, once each whatever the list repeats, and no other agent's; an
+// unknown id fails the Update, which then changed none. AgentListLeanByIDs
+// reads the fields a cancellation decides on as the whole rows have them.
+func testUpdateMany(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	var ids []kin.AgentID
+	for i := range 6 {
+		ids = append(ids, Insert(t, s, fmt.Sprintf("u%d", i), 0).ID)
+	}
+	pid, started := 77, t0.Add(time.Second)
+	update(t, s, func(tx store.Tx) error {
+		return tx.AgentUpdateMany(ctx, ids, store.AgentUpdateParams{At: started, PID: &pid, StartedAt: &started})
+	})
+	ended := t0.Add(time.Minute)
+	state, status, reason, result := kin.StateCancelled, kin.StatusTerminated, "parent_dead", kin.ResultCancelled
+	exit := kin.Exit{Code: -1, Signal: "killed", Known: true}
+	some := []kin.AgentID{ids[4], ids[0], ids[2], ids[0]}
+	update(t, s, func(tx store.Tx) error {
+		if err := tx.AgentUpdateMany(ctx, nil, store.AgentUpdateParams{At: ended, State: &state}); err != nil {
+			return fmt.Errorf("no ids: %w", err)
+		}
+		return tx.AgentUpdateMany(ctx, some, store.AgentUpdateParams{At: ended, State: &state, Status: &status, EndedAt: &ended,
+			Exit: &exit, EndReason: &reason, Result: &result})
+	})
+	for i, id := range ids {
+		got, err := s.AgentGetByID(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.PID != pid || !got.StartedAt.Equal(started) {
+			t.Fatalf("agent %d after the first update: pid %d started %v", id, got.PID, got.StartedAt)
+		}
+		if i%2 == 0 {
+			if got.State != state || got.Status != status || !got.EndedAt.Equal(ended) || got.Exit == nil || *got.Exit != exit ||
+				got.EndReason != reason || got.Result != result || !got.UpdatedAt.Equal(ended) || got.Name != fmt.Sprintf("u%d", i) {
+				t.Fatalf("agent %d updated = %+v", id, got)
+			}
+		} else if got.State != kin.StateRegistered || got.Status != kin.StatusActive || !got.EndedAt.IsZero() || got.Exit != nil ||
+			got.EndReason != "" || !got.UpdatedAt.Equal(started) {
+			t.Fatalf("agent %d, not named, changed: %+v", id, got)
+		}
+	}
+	// The lean rows: the fields a cancellation decides on, as the whole
+	// rows have them, in the order asked, each id once.
+	leanIDs := []kin.AgentID{ids[5], ids[0], 999, ids[3], ids[0]}
+	lean, err := s.AgentListLeanByIDs(ctx, leanIDs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	whole, err := s.AgentListByIDs(ctx, leanIDs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(lean) != 3 || len(whole) != 3 {
+		t.Fatalf("AgentListLeanByIDs(%v): %d rows, AgentListByIDs %d; want 3", leanIDs, len(lean), len(whole))
+	}
+	for i, l := range lean {
+		w := whole[i]
+		if l.ID != w.ID || l.Parent != w.Parent || l.Life != w.Life || l.Status != w.Status || l.State != w.State || l.PID != w.PID ||
+			fmt.Sprint(l.Command) != fmt.Sprint(w.Command) || l.Grace != w.Grace || !l.EndedAt.Equal(w.EndedAt) || l.Result != w.Result ||
+			l.Host != w.Host || l.Running() != w.Running() {
+			t.Fatalf("lean row %d = %+v; whole row %+v", i, l, w)
+		}
+		if l.Name != "" || l.Exit != nil || !l.StartedAt.IsZero() {
+			t.Fatalf("lean row %d has fields beyond the lean ones: %+v", i, l)
+		}
+	}
+	// Its command and host, where they are set.
+	worker := NewAgent("lean-worker", ids[0], 1)
+	worker.Command, worker.Host, worker.Grace = []string{"/bin/sleep", "1, 2:3"}, "h2", kin.Duration(time.Second)
+	update(t, s, func(tx store.Tx) error {
+		a, err := tx.AgentInsert(ctx, store.AgentInsertParams{Agent: worker})
+		if err != nil {
+			return err
+		}
+		worker.ID = a.ID
+		return nil
+	})
+	if got, err := s.AgentListLeanByIDs(ctx, []kin.AgentID{worker.ID}); err != nil || len(got) != 1 ||
+		fmt.Sprint(got[0].Command) != fmt.Sprint(worker.Command) || got[0].Host != "h2" || got[0].Grace != worker.Grace || got[0].Parent != ids[0] {
+		t.Fatalf("lean row of %+v: %+v, %v", worker, got, err)
+	}
+
+	// An unknown id among known ones: the Update fails and its writes are
+	// undone.
+	stopping := kin.StateStopping
+	err = s.Update(ctx, func(tx store.Tx) error {
+		return tx.AgentUpdateMany(ctx, []kin.AgentID{ids[1], 999, ids[3]}, store.AgentUpdateParams{At: ended, State: &stopping})
+	})
+	if !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("update of an unknown agent among others: %v", err)
+	}
+	for _, id := range []kin.AgentID{ids[1], ids[3]} {
+		if got, err := s.AgentGetByID(ctx, id); err != nil || got.State != kin.StateRegistered || !got.UpdatedAt.Equal(started) {
+			t.Fatalf("agent %d after a failed update: %+v, %v", id, got, err)
+		}
 	}
 }
 
