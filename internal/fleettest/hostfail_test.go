@@ -318,8 +318,11 @@ func TestCutOffHostFences(t *testing.T) {
 	}
 	// b serves again once it has rejoined (its fence lifts after it has
 	// recorded what ended while fenced): a new agent runs there.
+	// The runner's line, said once the fence is lifted (the hosts
+	// service's "host rejoined the fleet: its lease is renewed" comes
+	// first, before it: a spawn between the two was refused as fenced).
 	kintest.WaitFor(t, time.Minute, "b's log says it rejoined the fleet", func() bool {
-		return strings.Contains(b.Stderr(), "rejoined the fleet")
+		return strings.Contains(b.Stderr(), `"msg":"rejoined the fleet"`)
 	})
 	again := spawnOn(t, b, "after-rejoin", root.ID, grace, "sleep", "1000")
 	if !alive(again.PID) {
