@@ -436,10 +436,14 @@ func TestPromotionReachesEveryHost(t *testing.T) {
 		return !exec(b, first.ID)
 	})
 	second := register("student-2")
-	kintest.WaitFor(t, 10*time.Second, "beta to follow student-2's registration", func() bool {
-		_, err := b.Client.Authorize(ctx, kin.AuthorizeRequest{Agent: second.ID, Tool: "exec"})
-		return err == nil // not found until beta's follower has read it
-	})
+	for _, d := range []*kintest.Daemon{a, b} {
+		// Registered on beta: alpha answers for it once its follower
+		// has read it (not found until then; CI saw alpha asked first).
+		kintest.WaitFor(t, 10*time.Second, d.Config.HostName+" to follow student-2's registration", func() bool {
+			_, err := d.Client.Authorize(ctx, kin.AuthorizeRequest{Agent: second.ID, Tool: "exec"})
+			return err == nil
+		})
+	}
 	for _, d := range []*kintest.Daemon{a, b} {
 		for _, c := range []*kin.Agent{first, second} {
 			if exec(d, c.ID) {

@@ -6,8 +6,10 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/kin-agents/kin/internal/fleettest"
+	"github.com/kin-agents/kin/internal/kintest"
 	"github.com/kin-agents/kin/kin"
 )
 
@@ -117,7 +119,14 @@ func TestCardinalityHoldsAcrossHosts(t *testing.T) {
 		if admitted.Load() != 1 || refused.Load() != spawns-1 {
 			t.Fatalf("round %d: %d GOs admitted, %d refused; want exactly one", r, admitted.Load(), refused.Load())
 		}
-		if _, err := hosts[(r+1)%3].Client.Stop(ctx, kin.StopRequest{ID: winner.Load().ID}); err != nil {
+		// Stopped through another host, once it has followed the
+		// registration (until then it answers not_found).
+		stopper, id := hosts[(r+1)%3], winner.Load().ID
+		kintest.WaitFor(t, 10*time.Second, stopper.Name+" to follow the GO's registration", func() bool {
+			_, err := stopper.Client.Agent(ctx, id)
+			return err == nil
+		})
+		if _, err := stopper.Client.Stop(ctx, kin.StopRequest{ID: id}); err != nil {
 			t.Fatalf("round %d: stop: %v", r, err)
 		}
 	}
