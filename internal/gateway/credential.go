@@ -23,8 +23,8 @@ const credPrefix = "kin-gw1-"
 // (Config.Runs): an ended agent's is refused.
 type credentials struct {
 	key []byte
-	// macs are HMACs under key, reused (nil: one made per mac): a call
-	// checks its credential on every request.
+	// macs are HMACs under key, reused: a call checks its credential on
+	// every request.
 	macs *sync.Pool
 }
 
@@ -33,14 +33,9 @@ func newCredentials(key []byte) credentials {
 }
 
 func (c credentials) mac(id kin.AgentID) string {
-	var m hash.Hash
-	if c.macs != nil {
-		m = c.macs.Get().(hash.Hash)
-		defer c.macs.Put(m)
-		m.Reset()
-	} else {
-		m = hmac.New(sha256.New, c.key)
-	}
+	m := c.macs.Get().(hash.Hash)
+	defer c.macs.Put(m)
+	m.Reset()
 	var buf [64]byte
 	b := append(append(buf[:0], "kin model gateway credential v1\x00"...), strconv.FormatInt(int64(id), 10)...)
 	m.Write(b)

@@ -22,7 +22,7 @@ import (
 
 func TestCredentials(t *testing.T) {
 	c := newCredentials([]byte("0123456789abcdef0123456789abcdef"))
-	other := credentials{key: []byte("fedcba9876543210fedcba9876543210")}
+	other := newCredentials([]byte("fedcba9876543210fedcba9876543210"))
 	for _, id := range []kin.AgentID{1, 42, 1 << 40} {
 		tok := c.For(id)
 		if got := c.Check(tok); got != id {
@@ -33,7 +33,7 @@ func TestCredentials(t *testing.T) {
 		}
 		// The reused HMACs give what a fresh one gives, from any number
 		// of goroutines at once.
-		if fresh := (credentials{key: c.key}).For(id); fresh != tok {
+		if fresh := newCredentials(c.key).For(id); fresh != tok {
 			t.Fatalf("agent %d: a reused HMAC made %q, a fresh one %q", id, tok, fresh)
 		}
 		var wg sync.WaitGroup
@@ -217,7 +217,7 @@ func FuzzParseSpecs(f *testing.F) {
 		if err == nil && k.Reveal() != "" && k.Reveal() != "sk-secret-value" {
 			t.Fatalf("key %q", k.Reveal())
 		}
-		credentials{key: []byte("k")}.Check(s)
+		newCredentials([]byte("k")).Check(s)
 	})
 }
 

@@ -531,21 +531,25 @@ func (run *Runner) handleExit(id kin.AgentID, exit kin.Exit) {
 func (run *Runner) recordEnd(ctx context.Context, id kin.AgentID, state kin.State, reason string, exit *kin.Exit, res *outcome, c *cancellation) (*kin.Agent, error) {
 	now := run.now()
 	var out *kin.Agent
+	var marking error // markStopping's, which the end alone may not meet
 	err := run.update(ctx, func(tx store.Tx, _ *store.AfterCommit) error {
+		marking = nil
 		if err := run.recordEndTx(ctx, tx, now, id, state, reason, exit, res, &out); err != nil {
 			return err
 		}
 		if c != nil {
-			return markStopping(ctx, tx, now, c)
+			marking = markStopping(ctx, tx, now, c)
+			return marking
 		}
 		return nil
 	})
 	switch {
 	case err == nil && c != nil:
 		c.marked = true
-	case err != nil && c != nil:
+	case err != nil && marking != nil:
 		// The end alone, as before the two were one transaction; the
-		// cancellation marks its agents itself (silence).
+		// cancellation marks its agents itself (silence). An error of
+		// the end's own writes is not tried twice.
 		run.log.Warn("record exit with its subtree stopping", "agent", id, "err", err)
 		return run.recordEnd(ctx, id, state, reason, exit, res, nil)
 	}
@@ -808,8 +812,10 @@ func markStopping(ctx context.Context, tx store.Tx, now time.Time, cs ...*cancel
 			mine = append(mine, a.ID)
 		}
 	}
-	if err := tx.AgentUpdateMany(ctx, mine, store.AgentUpdateParams{At: now, State: &stopping}); err != nil {
-		return err
+	if len(mine) > 0 {
+		if err := tx.AgentUpdateMany(ctx, mine, store.AgentUpdateParams{At: now, State: &stopping}); err != nil {
+			return err
+		}
 	}
 	for _, c := range cs {
 		for _, host := range slices.Sorted(maps.Keys(c.remote)) {
@@ -907,102 +913,105 @@ func (run *Runner) stopAndRecord(ctx context.Context, c *cancellation) ([]*kin.A
 	for i, a := range mine {
 		ids[i] = a.ID
 	}
-	err := run.update(ctx, func(tx store.Tx, _ *store.AfterCommit) error {
-		done = done[:0]
-		// Their rows in one read (a read per agent was a third of the
-		// record's CPU in a 1,000-agent cascade), whole only for a caller
-		// that gives them out.
-		read := tx.AgentListLeanByIDs
-		if c.Rows {
-			read = tx.AgentListByIDs
-		}
-		rows, err := read(ctx, ids)
-		if err != nil {
-			return err
-		}
-		curs := make(map[kin.AgentID]*kin.Agent, len(rows))
-		for _, r := range rows {
-			curs[r.ID] = r
-		}
-		// The agents that end the same way are updated in one statement
-		// each (most often all of them in one); their events, one or more
-		// per agent, are appended in the cascade's order.
-		type ending struct {
-			state         kin.State
-			result, ended bool
-			exit          kin.Exit
-		}
-		var endings []ending
-		updates := map[ending]*store.AgentUpdateParams{}
-		same := map[ending][]kin.AgentID{}
-		for _, a := range mine {
-			cur := curs[a.ID]
-			if cur == nil {
-				return fmt.Errorf("%w: agent %d", store.ErrNotFound, a.ID)
+	var err error
+	if len(mine) > 0 { // a leaf's exit has nothing to record here: no batch for it
+		err = run.update(ctx, func(tx store.Tx, _ *store.AfterCommit) error {
+			done = done[:0]
+			// Their rows in one read (a read per agent was a third of the
+			// record's CPU in a 1,000-agent cascade), whole only for a caller
+			// that gives them out.
+			read := tx.AgentListLeanByIDs
+			if c.Rows {
+				read = tx.AgentListByIDs
 			}
-			if cur.State.Terminal() && (cur.PID == 0 || !cur.EndedAt.IsZero()) {
-				continue // recorded by someone else (a concurrent cancellation of an overlapping subtree)
+			rows, err := read(ctx, ids)
+			if err != nil {
+				return err
 			}
-			status, state, why := kin.StatusTerminated, kin.StateCancelled, reason
-			if a.ID == root && rootState != "" {
-				state = rootState
+			curs := make(map[kin.AgentID]*kin.Agent, len(rows))
+			for _, r := range rows {
+				curs[r.ID] = r
 			}
-			p := store.AgentUpdateParams{ID: a.ID, At: now, Status: &status, State: &state, EndReason: &why}
-			cancelled := kin.ResultCancelled
-			if cur.Result == kin.ResultRunning {
-				p.Result = &cancelled
+			// The agents that end the same way are updated in one statement
+			// each (most often all of them in one); their events, one or more
+			// per agent, are appended in the cascade's order.
+			type ending struct {
+				state         kin.State
+				result, ended bool
+				exit          kin.Exit
 			}
-			if cur.PID != 0 && cur.EndedAt.IsZero() {
-				p.EndedAt = &now
-				exit := kin.Exit{Code: -1}
-				if rt := run.runtimeOf(a.ID); rt != nil && rt.proc != nil {
-					if ex, ok := rt.proc.Exit(); ok {
-						exit = exitOf(ex)
+			var endings []ending
+			updates := map[ending]*store.AgentUpdateParams{}
+			same := map[ending][]kin.AgentID{}
+			for _, a := range mine {
+				cur := curs[a.ID]
+				if cur == nil {
+					return fmt.Errorf("%w: agent %d", store.ErrNotFound, a.ID)
+				}
+				if cur.State.Terminal() && (cur.PID == 0 || !cur.EndedAt.IsZero()) {
+					continue // recorded by someone else (a concurrent cancellation of an overlapping subtree)
+				}
+				status, state, why := kin.StatusTerminated, kin.StateCancelled, reason
+				if a.ID == root && rootState != "" {
+					state = rootState
+				}
+				p := store.AgentUpdateParams{ID: a.ID, At: now, Status: &status, State: &state, EndReason: &why}
+				cancelled := kin.ResultCancelled
+				if cur.Result == kin.ResultRunning {
+					p.Result = &cancelled
+				}
+				if cur.PID != 0 && cur.EndedAt.IsZero() {
+					p.EndedAt = &now
+					exit := kin.Exit{Code: -1}
+					if rt := run.runtimeOf(a.ID); rt != nil && rt.proc != nil {
+						if ex, ok := rt.proc.Exit(); ok {
+							exit = exitOf(ex)
+						}
+					}
+					p.Exit = &exit
+				}
+				e := ending{state: state, result: p.Result != nil, ended: p.EndedAt != nil}
+				if p.Exit != nil {
+					e.exit = *p.Exit
+				}
+				if updates[e] == nil {
+					endings = append(endings, e)
+					updates[e] = &p
+				}
+				same[e] = append(same[e], a.ID)
+				if a.ID != root || c.ParentEnded {
+					if err := store.AppendEvent(ctx, tx, now, kin.EventChildCancel, a.ID, a.Parent, kin.ChildCancelData{Parent: a.Parent, Child: a.ID, Reason: reason}); err != nil {
+						return err
 					}
 				}
-				p.Exit = &exit
+				if err := store.AppendEvent(ctx, tx, now, kin.EventAgentStop, a.ID, a.Parent, kin.AgentStopData{Agent: a.ID, Status: string(state)}); err != nil {
+					return err
+				}
+				if p.Result != nil {
+					if err := appendResult(ctx, tx, now, a.ID, a.Parent, cancelled, []string{"cancelled: " + reason}); err != nil {
+						return err
+					}
+					cur.Result = cancelled
+				}
+				// What was written, without reading it back.
+				cur.Status, cur.State, cur.EndReason, cur.UpdatedAt = status, state, why, now
+				if p.EndedAt != nil {
+					cur.EndedAt, cur.Exit = now, p.Exit
+				}
+				done = append(done, cur)
 			}
-			e := ending{state: state, result: p.Result != nil, ended: p.EndedAt != nil}
-			if p.Exit != nil {
-				e.exit = *p.Exit
-			}
-			if updates[e] == nil {
-				endings = append(endings, e)
-				updates[e] = &p
-			}
-			same[e] = append(same[e], a.ID)
-			if a.ID != root || c.ParentEnded {
-				if err := store.AppendEvent(ctx, tx, now, kin.EventChildCancel, a.ID, a.Parent, kin.ChildCancelData{Parent: a.Parent, Child: a.ID, Reason: reason}); err != nil {
+			for _, e := range endings {
+				if err := tx.AgentUpdateMany(ctx, same[e], *updates[e]); err != nil {
 					return err
 				}
 			}
-			if err := store.AppendEvent(ctx, tx, now, kin.EventAgentStop, a.ID, a.Parent, kin.AgentStopData{Agent: a.ID, Status: string(state)}); err != nil {
-				return err
+			ended := make([]kin.AgentID, len(done))
+			for i, a := range done {
+				ended[i] = a.ID
 			}
-			if p.Result != nil {
-				if err := appendResult(ctx, tx, now, a.ID, a.Parent, cancelled, []string{"cancelled: " + reason}); err != nil {
-					return err
-				}
-				cur.Result = cancelled
-			}
-			// What was written, without reading it back.
-			cur.Status, cur.State, cur.EndReason, cur.UpdatedAt = status, state, why, now
-			if p.EndedAt != nil {
-				cur.EndedAt, cur.Exit = now, p.Exit
-			}
-			done = append(done, cur)
-		}
-		for _, e := range endings {
-			if err := tx.AgentUpdateMany(ctx, same[e], *updates[e]); err != nil {
-				return err
-			}
-		}
-		ended := make([]kin.AgentID, len(done))
-		for i, a := range done {
-			ended[i] = a.ID
-		}
-		return run.ps.RevokeAgentsTx(ctx, tx, now, ended, "agent stopped: "+reason)
-	})
+			return run.ps.RevokeAgentsTx(ctx, tx, now, ended, "agent stopped: "+reason)
+		})
+	}
 	releaseGroups()
 	for _, a := range mine {
 		run.dropRuntime(a.ID, !c.leaveFiles)
