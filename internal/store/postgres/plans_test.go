@@ -71,6 +71,7 @@ func TestWalkPlansLookUpByKey(t *testing.T) {
 		"ByParents":       "('[1, 2, 1]')",
 		"PermChainSigned": "(1)",
 		"PermChainCheck":  "(1, 'x')",
+		"UpdateMany":      "('stopping', '[1, 2, 1]')",
 	}
 	walks := sqlstore.WalkQueries()
 	if len(walks) != len(args) {

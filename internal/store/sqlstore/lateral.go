@@ -83,6 +83,9 @@ func WalkQueries() map[string]string {
 		// text, and the check of a remembered chain.
 		"PermChainSigned": sqlPermChainSigned,
 		"PermChainCheck":  sqlPermChainCheck,
+		// A cancellation's record (AgentUpdateMany) on PostgreSQL, one of
+		// its SET lists.
+		"UpdateMany": `UPDATE agents SET state = ?` + sqlAgentUpdateManyWhereLateral,
 	}
 }
 

@@ -516,6 +516,17 @@ func (t *txn) AgentUpdate(ctx context.Context, p store.AgentUpdateParams) error 
 	return affectedOne(res, err)
 }
 
+// sqlAgentUpdateManyWhere is AgentUpdateMany's choice of rows, whatever it
+// sets (its plan is checked with the walks': WalkQueries).
+const sqlAgentUpdateManyWhere = ` WHERE id IN (SELECT value FROM json_each(?))`
+
+// sqlAgentUpdateManyWhereLateral is the same where Dialect.Lateral
+// (lateral.go): PostgreSQL kept a plan hashing the whole agents table for
+// the shared form. Each row's location is looked up by its key, and the
+// rows updated by location.
+const sqlAgentUpdateManyWhereLateral = ` WHERE ctid = ANY(ARRAY(SELECT a.ctid FROM (SELECT DISTINCT value FROM json_each(?)) i
+	CROSS JOIN LATERAL (SELECT ctid FROM agents a WHERE a.id = i.value OFFSET 0) a))`
+
 func (t *txn) AgentUpdateMany(ctx context.Context, ids []kin.AgentID, p store.AgentUpdateParams) error {
 	if len(ids) == 0 {
 		return nil
@@ -525,7 +536,11 @@ func (t *txn) AgentUpdateMany(ctx context.Context, ids []kin.AgentID, p store.Ag
 		distinct[id] = struct{}{}
 	}
 	set, args := agentUpdateSet(p)
-	res, err := t.exec(ctx, `UPDATE agents SET `+set+` WHERE id IN (SELECT value FROM json_each(?))`, append(args, idArray(ids))...)
+	where := sqlAgentUpdateManyWhere
+	if t.d.Lateral {
+		where = sqlAgentUpdateManyWhereLateral
+	}
+	res, err := t.exec(ctx, `UPDATE agents SET `+set+where, append(args, idArray(ids))...)
 	if err != nil {
 		return interpretError(err)
 	}
