@@ -110,21 +110,27 @@ func runDaemonProcess(home string) {
 }
 
 // writeMemClasses writes the Go runtime's memory classes
-// (runtime/metrics) and the process's RssAnon and RssFile to path: what
+// (runtime/metrics), its GC cycles and the GC's CPU (its estimate, which
+// counts time the machine's load took from the GC's threads), and the
+// process's RssAnon and RssFile to path: what
 // RssAnon holds beyond the Go runtime's memory is C's (SQLite's page
 // caches and its allocator).
 func writeMemClasses(path string) {
 	var samples []metrics.Sample
 	for _, d := range metrics.All() {
-		if strings.HasPrefix(d.Name, "/memory/classes/") || strings.HasPrefix(d.Name, "/gc/heap/goal") || d.Name == "/sched/goroutines:goroutines" {
+		if strings.HasPrefix(d.Name, "/memory/classes/") || strings.HasPrefix(d.Name, "/gc/heap/goal") || d.Name == "/sched/goroutines:goroutines" ||
+			d.Name == "/gc/cycles/total:gc-cycles" || strings.HasPrefix(d.Name, "/cpu/classes/gc/") {
 			samples = append(samples, metrics.Sample{Name: d.Name})
 		}
 	}
 	metrics.Read(samples)
 	var b strings.Builder
 	for _, s := range samples {
-		if s.Value.Kind() == metrics.KindUint64 {
+		switch s.Value.Kind() {
+		case metrics.KindUint64:
 			fmt.Fprintf(&b, "%-50s %10d\n", s.Name, s.Value.Uint64())
+		case metrics.KindFloat64:
+			fmt.Fprintf(&b, "%-50s %10.3f\n", s.Name, s.Value.Float64())
 		}
 	}
 	if st, err := os.ReadFile("/proc/self/status"); err == nil {
