@@ -315,3 +315,50 @@ func TestRememberedChainTakesNoRoundTrip(t *testing.T) {
 		t.Errorf("the remembered chain %+v, the chain read %+v; want the same, of the parent", chains[1], chains[0])
 	}
 }
+
+// TestOwnRowWriteForgetsItsChain: this handle's own write of an agent's
+// row forgets that agent's remembered chain (the chain holds the row
+// whole), so the next registration under it reads the chain (one round
+// trip) instead of taking the remembered one on trust and having its check
+// fail (a rollback to its savepoint and the Update run again: more).
+func TestOwnRowWriteForgetsItsChain(t *testing.T) {
+	ctx := context.Background()
+	s, err := postgres.Open(ctx, pgtest.NewDatabase(t), postgres.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	parent := storetest.Insert(t, s, "parent", 0)
+	register := func(name string) int64 {
+		t.Helper()
+		before := s.WriterRoundTrips()
+		err := store.UpdateDeferrable(ctx, s, func(tx store.Tx) error {
+			if _, err := tx.PermChain(ctx, parent.ID); err != nil {
+				return err
+			}
+			got, err := tx.AgentInsert(ctx, store.AgentInsertParams{Agent: storetest.NewAgent(name, parent.ID, 1)})
+			if err != nil {
+				return err
+			}
+			e, err := kin.NewEvent(kin.EventAgentRegistered, got.ID, parent.ID, map[string]any{"agent": got.ID})
+			if err == nil {
+				_, err = tx.EventAppend(ctx, e)
+			}
+			return err
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s.WriterRoundTrips() - before
+	}
+	first := register("child0") // reads the chain, remembers it
+	running := kin.StateActive
+	if err := s.Update(ctx, func(tx store.Tx) error {
+		return tx.AgentUpdate(ctx, store.AgentUpdateParams{ID: parent.ID, At: time.Now(), State: &running})
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if after := register("child1"); after != first {
+		t.Errorf("a registration after this handle wrote the parent's row took %d round trips, the first %d; want the same (the chain read again, not a failed check)", after, first)
+	}
+}

@@ -58,6 +58,11 @@ type txn struct {
 	// AgentInsert's write is held and tracked there; nil: written at once.
 	held   *heldWrites
 	update int // the Update's index in its batch, for held
+	// counted: this Update wrote counters a chain holds (forgetChains):
+	// its chain reads after that are neither remembered nor answered from
+	// memory (the model gateway's metering reads the chain after adding
+	// its spend: remembering it would only be forgotten at the next call).
+	counted bool
 }
 
 // batchCache keeps, for one batch's transaction, what every registration
@@ -505,12 +510,17 @@ func (t *txn) AgentInsert(ctx context.Context, p store.AgentInsertParams) (*kin.
 }
 
 func (t *txn) AgentUpdateStatus(ctx context.Context, p store.AgentUpdateStatusParams) error {
+	t.forgetChain(p.ID)
 	res, err := t.exec(ctx, sqlAgentUpdateStatus,
 		p.Status, p.State, p.State, p.At.UnixNano(), p.ID)
 	return affectedOne(res, err)
 }
 
 func (t *txn) AgentUpdate(ctx context.Context, p store.AgentUpdateParams) error {
+	t.forgetChain(p.ID)
+	if p.Stage != nil {
+		t.forgetStage()
+	}
 	set, args := agentUpdateSet(p)
 	res, err := t.exec(ctx, `UPDATE agents SET `+set+` WHERE id = ?`, append(args, p.ID)...)
 	return affectedOne(res, err)
@@ -531,9 +541,13 @@ func (t *txn) AgentUpdateMany(ctx context.Context, ids []kin.AgentID, p store.Ag
 	if len(ids) == 0 {
 		return nil
 	}
+	if p.Stage != nil {
+		t.forgetStage()
+	}
 	distinct := make(map[kin.AgentID]struct{}, len(ids))
 	for _, id := range ids {
 		distinct[id] = struct{}{}
+		t.forgetChain(id)
 	}
 	set, args := agentUpdateSet(p)
 	where := sqlAgentUpdateManyWhere
@@ -655,6 +669,7 @@ func jsonList(l []string) string {
 }
 
 func (t *txn) AgentUpdateSpawnBlock(ctx context.Context, id kin.AgentID, until time.Time) error {
+	t.forgetChain(id)
 	res, err := t.exec(ctx, sqlAgentSpawnBlock, until.UnixNano(), id)
 	return affectedOne(res, err)
 }

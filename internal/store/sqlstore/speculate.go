@@ -70,6 +70,12 @@ func (c *chainMemo) put(id kin.AgentID, e chainEntry) {
 	c.m[id] = e
 }
 
+func (c *chainMemo) drop(id kin.AgentID) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.m, id)
+}
+
 func (c *chainMemo) forget() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -110,7 +116,7 @@ func (t *txn) speculates() bool {
 // PermChain is the reader's, except on a server where the writer
 // remembers chains (above).
 func (t *txn) PermChain(ctx context.Context, id kin.AgentID) ([]store.PermRow, error) {
-	if !t.speculates() {
+	if !t.speculates() || t.counted {
 		return t.reader.PermChain(ctx, id)
 	}
 	if t.held != nil {
@@ -137,7 +143,28 @@ func (t *txn) PermChain(ctx context.Context, id kin.AgentID) ([]store.PermRow, e
 // a chain holds.
 func (t *txn) forgetChains() {
 	if t.speculates() {
+		t.counted = true
 		t.st.chains.forget()
+	}
+}
+
+// forgetStage forgets every remembered chain: this handle changed an
+// agent's stage, which the chains below it hold (a promotion: rare).
+func (t *txn) forgetStage() {
+	if t.speculates() {
+		t.st.chains.forget()
+	}
+}
+
+// forgetChain forgets id's remembered chain: this handle wrote id's row,
+// which the chain holds whole (its first row), so its check would fail.
+// The chains of id's descendants hold only what id's row says of
+// permissions (stage: forgetStage; policy and deadline, which no update
+// changes once registered; a change another handle makes, its check
+// finds).
+func (t *txn) forgetChain(id kin.AgentID) {
+	if t.speculates() {
+		t.st.chains.drop(id)
 	}
 }
 

@@ -603,7 +603,11 @@ run:
 		}
 		if k, failed := held.failed(); failed {
 			// A held write went with the COMMIT and failed, so the
-			// COMMIT was not run: run its Update again, and on.
+			// COMMIT was not run: run its Update again, and on. What
+			// committing said of it is forgotten (a notification of
+			// another handle's commit at that size would wake by this
+			// batch's types).
+			s.committing(0, nil)
 			if !redo(k) {
 				return
 			}
