@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/kin-agents/kin/internal/caller"
@@ -53,7 +54,21 @@ type Authority struct {
 	via    map[kin.AgentID]kin.AgentID
 	timers map[kin.AgentID]*time.Timer
 	closed bool
-	wg     sync.WaitGroup // exhausts running in the background
+	// uncapped maps an agent that made a model call to its permission
+	// chain's ids, when a metering transaction read that chain from the
+	// store and found no link whose policy has a max_tokens or max_cost
+	// (the caps addSpend checks). Neither can change after: an agent's
+	// stored policy, parent_id and requested_by are written once, at its
+	// registration, by whichever host of the fleet registers it, and no
+	// agent row is ever deleted; a promotion changes the stage only,
+	// which the caps do not read. So the agent's later model calls skip
+	// the chain's read and its checks (addSpend). Bounded: emptied at
+	// maxUncapped entries.
+	uncapped map[kin.AgentID][]kin.AgentID
+	// meterChains counts the model calls whose metering read their chain
+	// (MeterChainReads).
+	meterChains atomic.Int64
+	wg          sync.WaitGroup // exhausts running in the background
 }
 
 // Config is what an Authority is built from.
@@ -149,6 +164,7 @@ func (au *Authority) Load(ctx context.Context) error {
 	au.mu.Lock()
 	defer au.mu.Unlock()
 	au.own, au.spend, au.via = own, spend, via
+	au.uncapped = nil
 	return nil
 }
 
@@ -1093,8 +1109,16 @@ func (au *Authority) addSpend(ctx context.Context, a *kin.Agent, tokens int64, c
 	// outputs are set afresh at each run, it reads only memory besides:
 	// on PostgreSQL its SpendAdd goes with its chain's read.
 	update := store.UpdateAfterDeferrable
+	var known []kin.AgentID // the chain's ids when it is known to have no caps
 	if lazy {
 		update = store.UpdateAfterLazyDeferrable
+		// A model call (lazy) whose chain is known to have no caps reads
+		// no chain: nothing could be over a cap (uncapped), and its
+		// sums are the store's own (SpendAdd). Usage reads it always: its
+		// answer is the store's sums.
+		au.mu.Lock()
+		known = au.uncapped[id]
+		au.mu.Unlock()
 	}
 	err := update(ctx, au.st, func(tx store.Tx, after *store.AfterCommit) error {
 		over, whys, s = nil, nil, kin.Spend{}
@@ -1106,13 +1130,29 @@ func (au *Authority) addSpend(ctx context.Context, a *kin.Agent, tokens int64, c
 		if err := store.AppendEvent(ctx, tx, au.now(), eventType, id, a.Parent, data); err != nil {
 			return err
 		}
+		if known != nil {
+			after.Do(func() {
+				au.mu.Lock()
+				defer au.mu.Unlock()
+				au.addSpendLocked(id, known, tokens, cost)
+				s = au.spendLocked(id) // this host's view (the cache): the store's is not read
+			})
+			return nil
+		}
 		// The caps are checked against the sums as this transaction left
 		// them: two reports that together reach a cap stop the subtree.
+		if lazy {
+			au.meterChains.Add(1)
+		}
 		chain, err := au.chainInTx(ctx, tx, id)
 		if err != nil {
 			return err
 		}
+		capped := false
 		for _, l := range chain {
+			if hasCaps(l.own) {
+				capped = true
+			}
 			if l.spend.exhausted == "" {
 				if why := overBudget(l.own, &l.spend); why != "" {
 					over, whys = append(over, l.id), append(whys, why)
@@ -1129,13 +1169,12 @@ func (au *Authority) addSpend(ctx context.Context, a *kin.Agent, tokens int64, c
 		after.Do(func() {
 			au.mu.Lock()
 			defer au.mu.Unlock()
-			r := au.rec(id)
-			r.tokens += tokens
-			r.cost += cost
-			for _, c := range ids {
-				cr := au.rec(c)
-				cr.subTokens += tokens
-				cr.subCost += cost
+			au.addSpendLocked(id, ids, tokens, cost)
+			if lazy && !capped && len(ids) > 0 {
+				if len(au.uncapped) >= maxUncapped || au.uncapped == nil {
+					au.uncapped = map[kin.AgentID][]kin.AgentID{}
+				}
+				au.uncapped[id] = ids
 			}
 		})
 		return nil
@@ -1150,6 +1189,38 @@ func (au *Authority) addSpend(ctx context.Context, a *kin.Agent, tokens int64, c
 		s.Exhausted = whys[n-1]
 	}
 	return &s, nil
+}
+
+// MeterChainReads is how many times a model call's metering read the
+// agent's chain (runs of the transaction, retries included): the other
+// calls' chains were known to have no caps (Authority.uncapped).
+func (au *Authority) MeterChainReads() int64 { return au.meterChains.Load() }
+
+// maxUncapped bounds Authority.uncapped (an entry is the ids of a chain).
+const maxUncapped = 1 << 14
+
+// addSpendLocked adds tokens and cost to id's spend in the cache and to
+// the subtree sums of chain's ids (id's permission chain, id first), as
+// a committed SpendAdd did in the store. au.mu is held.
+func (au *Authority) addSpendLocked(id kin.AgentID, chain []kin.AgentID, tokens int64, cost float64) {
+	r := au.rec(id)
+	r.tokens += tokens
+	r.cost += cost
+	for _, c := range chain {
+		cr := au.rec(c)
+		cr.subTokens += tokens
+		cr.subCost += cost
+	}
+}
+
+// hasCaps says whether o's policy has a cap addSpend checks (overBudget):
+// max_tokens or max_cost.
+func hasCaps(o *permOwn) bool {
+	if o == nil || o.policy == nil || o.policy.Budget == nil {
+		return false
+	}
+	b := o.policy.Budget
+	return b.MaxTokens != nil || b.MaxCost != nil
 }
 
 // ModelLimit is what agent id may still spend on a model call, as the
@@ -1244,7 +1315,9 @@ func (g *modelGate) Exhausted() error { return g.budget }
 // ModelCall records one call agent id made through the model gateway:
 // its tokens and cost added to the agent's spend and every ancestor's
 // subtree sum with a model.call event, in one transaction (addSpend, as
-// Usage). A subtree that reaches a cap is stopped.
+// Usage). A subtree that reaches a cap is stopped. When the agent's chain
+// is known to have no caps (Authority.uncapped) the chain is not read and
+// the Spend returned is this host's cache's (the gateway ignores it).
 func (au *Authority) ModelCall(ctx context.Context, call kin.ModelCallData) (*kin.Spend, error) {
 	if call.Tokens < 0 || call.Cost < 0 || math.IsNaN(call.Cost) || math.IsInf(call.Cost, 0) {
 		return nil, kin.Errorf(kin.ECodeInvalid, "a model call's usage must be non-negative and finite (tokens %d, cost %v)", call.Tokens, call.Cost)

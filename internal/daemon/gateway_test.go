@@ -776,3 +776,58 @@ func TestModelGatewayRefusesAStoppedSubtreeOnceItsEndIsRecorded(t *testing.T) {
 		}
 	}
 }
+
+// TestModelCallsOfAnUncappedChainReadItOnce: an agent no link of whose
+// chain has a max_tokens or max_cost has its chain read by its first
+// call's metering only (the policies and links that decide it never
+// change); under a cap every call's metering reads it. The spend and the
+// subtree sums stay exact either way, the cache's as the store's.
+func TestModelCallsOfAnUncappedChainReadItOnce(t *testing.T) {
+	d, _ := gatewayDaemon(t, fakemodel.Options{InputTokens: 10, OutputTokens: 5, NoRecord: true})
+	const calls, callTokens = 5, 15
+	spawns, big := int64(50), int64(1_000_000)
+	for _, tc := range []struct {
+		name  string
+		pol   *kin.Policy // the lead's
+		reads int64       // chain reads for the kid's calls
+	}{
+		{"uncapped", &kin.Policy{Budget: &kin.Budget{MaxDescendants: &spawns}}, 1},
+		{"capped", &kin.Policy{Budget: &kin.Budget{MaxTokens: &big}}, calls},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			lead, err := sh(t, d, "lead-"+tc.name, 0, tc.pol, "sleep 600")
+			if err != nil {
+				t.Fatal(err)
+			}
+			kid, err := sh(t, d, "kid-"+tc.name, lead.ID, nil, "sleep 600")
+			if err != nil {
+				t.Fatal(err)
+			}
+			cred := d.ModelCredential(kid.ID)
+			before := d.Authority.MeterChainReads()
+			trips0, counted := d.WriterRoundTrips()
+			for i := range calls {
+				if code, _, b := modelCall(t, d, "/v1/chat/completions", cred, chatBody); code != 200 {
+					t.Fatalf("call %d: %d %s", i, code, b)
+				}
+				// Metered once the response is sent: wait for it.
+				want := int64(i+1) * callTokens
+				kintest.WaitFor(t, 10*time.Second, "the call's metering", func() bool { return spendOf(t, d, kid.ID).Tokens == want })
+			}
+			if trips, _ := d.WriterRoundTrips(); counted {
+				t.Logf("%s: %.1f writer round trips a call", tc.name, float64(trips-trips0)/calls)
+			}
+			if got := d.Authority.MeterChainReads() - before; got != tc.reads {
+				t.Errorf("%d calls' metering read the chain %d times, want %d", calls, got, tc.reads)
+			}
+			for _, id := range []kin.AgentID{kid.ID, lead.ID} {
+				if s := spendOf(t, d, id); s.SubtreeTokens != calls*callTokens {
+					t.Errorf("agent %d's subtree spent %d tokens, want %d", id, s.SubtreeTokens, calls*callTokens)
+				}
+			}
+			if diff, err := d.CacheDiff(ctx); err != nil || diff != "" {
+				t.Fatalf("the caches and the store differ: %v\n%s", err, diff)
+			}
+		})
+	}
+}
