@@ -29,7 +29,13 @@ type ctxAgent struct {
 	session  ctxfs.Session // zero Agent: none
 	parent   ctxfs.Session // the parent's session; zero Agent: none
 	childDir string        // the folder's name in the parent's context/child/
-	rt       ctxfs.Runtime // the control values beyond kin.Agent
+	// rt is the control values beyond kin.Agent, but for what runtime
+	// derives from the agent's id and session when derived is set (its
+	// log's path, and its working directory when that is its session's):
+	// those strings are not kept for every live agent (some 170 bytes an
+	// agent, issue 22's memory). Read it with runtime.
+	rt      ctxfs.Runtime
+	derived bool
 	// contract is its handoff's; nil: the default (no handoff). A pointer
 	// keeps the record in the 512-byte size class (was 640 with the
 	// contract inline and a default one allocated for every agent).
@@ -230,9 +236,20 @@ func (run *Runner) setRuntime(c *ctxAgent, a *kin.Agent, spec store.ProcessSpec,
 	o := run.agentOwner(a.ID)
 	c.rt.UID, c.rt.GID = o.UID, o.GID
 	c.rt.Policy, _, c.rt.Mount = run.auth.Control(a.ID)
-	c.rt.Iso, c.rt.Log, c.rt.Path = run.sup.Containment(), run.logPath(a.ID), run.agentPathList
-	c.rt.Cwd = run.agentCwd(spec, c.session)
+	c.rt.Iso, c.rt.Path = run.sup.Containment(), run.agentPathList
+	c.rt.Cwd, c.derived = spec.Dir, true // run.agentCwd(spec, c.session), Log: run.logPath(a.ID)
 	c.rt.Env = run.sharedEnvKeys(append(run.agentEnv(a, sock, "", spec.Env), run.ctxEnv(a, c)...))
+}
+
+// runtime is c.rt with what setRuntime left to derive filled in: the
+// control values of agent id beyond kin.Agent. The caller holds ctxMu.
+func (run *Runner) runtime(c *ctxAgent, id kin.AgentID) ctxfs.Runtime {
+	rt := c.rt
+	if c.derived {
+		rt.Log = run.logPath(id)
+		rt.Cwd = run.agentCwd(store.ProcessSpec{Dir: rt.Cwd}, c.session)
+	}
+	return rt
 }
 
 // sharedEnvKeys is the names of env (KEY=VALUE each), in its order, for an

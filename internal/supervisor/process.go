@@ -104,12 +104,10 @@ func (e Exit) String() string {
 type Process struct {
 	ID  kin.AgentID
 	Pid int
-	// Cgroup is the agent's group, in which its children's groups nest;
-	// SelfCgroup (Cgroup/self) is the leaf the process runs in. Both are
-	// "" with process groups.
-	Cgroup     string
-	SelfCgroup string
-	Started    time.Time
+	// Cgroup is the agent's group, in which its children's groups nest
+	// ("" with process groups); SelfCgroup is the leaf the process runs in.
+	Cgroup  string
+	Started time.Time
 
 	sup    *Supervisor
 	status *os.File      // with PID namespaces: the init's status pipe
@@ -121,6 +119,16 @@ type Process struct {
 	// only before.
 	sigMu sync.Mutex
 	gone  bool
+}
+
+// SelfCgroup is the leaf the process runs in (Cgroup/self), "" with
+// process groups. It is derived, not kept: one path fewer held for every
+// live agent (issue 22's memory).
+func (p *Process) SelfCgroup() string {
+	if p.Cgroup == "" {
+		return ""
+	}
+	return selfDir(p.Cgroup)
 }
 
 // Done is closed once the process has been reaped (or abandoned by Close).
@@ -430,7 +438,7 @@ func (s *Supervisor) spawn(a *agent, spec Spec, argv0 string) (*Process, error) 
 		s.mu.Unlock()
 	}
 	if s.cg {
-		p.Cgroup, p.SelfCgroup = a.path, selfDir(a.path)
+		p.Cgroup = a.path
 	}
 	for _, o := range outs {
 		s.mu.Lock()
