@@ -252,30 +252,51 @@ func (run *Runner) runtime(c *ctxAgent, id kin.AgentID) ctxfs.Runtime {
 	return rt
 }
 
+// maxEnvShapes bounds the lists of environment names sharedEnvKeys keeps
+// to share: agents' environments come in a few shapes (with or without a
+// handoff, a result, a resume cursor, a spawner's own variables).
+const maxEnvShapes = 16
+
 // sharedEnvKeys is the names of env (KEY=VALUE each), in its order, for an
-// agent's env control file: the slice the previous agent got when the names
+// agent's env control file: the slice an earlier agent got when the names
 // are the same (they mostly are: the same variables, other values), else a
 // new one holding copies of the names only. Keeping the names as they were
 // cut from env kept every agent's whole environment in memory (some 700
-// bytes an agent: issue 22's memory).
+// bytes an agent: issue 22's memory). It remembers up to maxEnvShapes
+// lists: remembering only the last one, agents of two shapes spawned
+// alternately (concurrent spawns) got a list each (a third of 2,000
+// agents did, some 100 bytes an agent).
 func (run *Runner) sharedEnvKeys(env []string) []string {
 	run.envKeysMu.Lock()
 	defer run.envKeysMu.Unlock()
-	same := len(env) == len(run.envKeys)
-	for i := 0; same && i < len(env); i++ {
-		k, _, _ := strings.Cut(env[i], "=")
-		same = k == run.envKeys[i]
-	}
-	if same && run.envKeys != nil {
-		return run.envKeys
+	for _, keys := range run.envKeys {
+		if sameEnvKeys(env, keys) {
+			return keys
+		}
 	}
 	keys := make([]string, len(env))
 	for i, kv := range env {
 		k, _, _ := strings.Cut(kv, "=")
 		keys[i] = strings.Clone(k)
 	}
-	run.envKeys = keys
+	if len(run.envKeys) < maxEnvShapes {
+		run.envKeys = append(run.envKeys, keys)
+	}
 	return keys
+}
+
+// sameEnvKeys reports whether env (KEY=VALUE each) has the names keys, in
+// that order.
+func sameEnvKeys(env, keys []string) bool {
+	if len(env) != len(keys) {
+		return false
+	}
+	for i, kv := range env {
+		if k, _, _ := strings.Cut(kv, "="); k != keys[i] {
+			return false
+		}
+	}
+	return true
 }
 
 // childDirNames are the names an agent's folder in its parent's
