@@ -224,7 +224,7 @@ func (s *ctlSource) Control(ctx context.Context, id kin.AgentID) (ctxfs.ControlV
 	}
 	c := run.ctxAgentOf(ctx, a)
 	run.ctxMu.Lock()
-	rt := c.rt
+	rt := run.runtime(c, a.ID)
 	run.ctxMu.Unlock()
 	return ctxfs.ControlFor(a, rt)
 }

@@ -456,7 +456,7 @@ func (run *Runner) writeControl(a *kin.Agent, c *ctxAgent) error {
 		return nil
 	}
 	run.ctxMu.Lock()
-	rt := c.rt
+	rt := run.runtime(c, a.ID)
 	run.ctxMu.Unlock()
 	v, err := ctxfs.ControlFor(a, rt)
 	if err == nil {

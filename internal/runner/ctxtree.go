@@ -29,7 +29,13 @@ type ctxAgent struct {
 	session  ctxfs.Session // zero Agent: none
 	parent   ctxfs.Session // the parent's session; zero Agent: none
 	childDir string        // the folder's name in the parent's context/child/
-	rt       ctxfs.Runtime // the control values beyond kin.Agent
+	// rt is the control values beyond kin.Agent, but for what runtime
+	// derives from the agent's id and session when derived is set (its
+	// log's path, and its working directory when that is its session's):
+	// those strings are not kept for every live agent (some 170 bytes an
+	// agent, issue 22's memory). Read it with runtime.
+	rt      ctxfs.Runtime
+	derived bool
 	// contract is its handoff's; nil: the default (no handoff). A pointer
 	// keeps the record in the 512-byte size class (was 640 with the
 	// contract inline and a default one allocated for every agent).
@@ -230,35 +236,67 @@ func (run *Runner) setRuntime(c *ctxAgent, a *kin.Agent, spec store.ProcessSpec,
 	o := run.agentOwner(a.ID)
 	c.rt.UID, c.rt.GID = o.UID, o.GID
 	c.rt.Policy, _, c.rt.Mount = run.auth.Control(a.ID)
-	c.rt.Iso, c.rt.Log, c.rt.Path = run.sup.Containment(), run.logPath(a.ID), run.agentPathList
-	c.rt.Cwd = run.agentCwd(spec, c.session)
+	c.rt.Iso, c.rt.Path = run.sup.Containment(), run.agentPathList
+	c.rt.Cwd, c.derived = spec.Dir, true // run.agentCwd(spec, c.session), Log: run.logPath(a.ID)
 	c.rt.Env = run.sharedEnvKeys(append(run.agentEnv(a, sock, "", spec.Env), run.ctxEnv(a, c)...))
 }
 
+// runtime is c.rt with what setRuntime left to derive filled in: the
+// control values of agent id beyond kin.Agent. The caller holds ctxMu.
+func (run *Runner) runtime(c *ctxAgent, id kin.AgentID) ctxfs.Runtime {
+	rt := c.rt
+	if c.derived {
+		rt.Log = run.logPath(id)
+		rt.Cwd = run.agentCwd(store.ProcessSpec{Dir: rt.Cwd}, c.session)
+	}
+	return rt
+}
+
+// maxEnvShapes bounds the lists of environment names sharedEnvKeys keeps
+// to share: agents' environments come in a few shapes (with or without a
+// handoff, a result, a resume cursor, a spawner's own variables).
+const maxEnvShapes = 16
+
 // sharedEnvKeys is the names of env (KEY=VALUE each), in its order, for an
-// agent's env control file: the slice the previous agent got when the names
+// agent's env control file: the slice an earlier agent got when the names
 // are the same (they mostly are: the same variables, other values), else a
 // new one holding copies of the names only. Keeping the names as they were
 // cut from env kept every agent's whole environment in memory (some 700
-// bytes an agent: issue 22's memory).
+// bytes an agent: issue 22's memory). It remembers up to maxEnvShapes
+// lists: remembering only the last one, agents of two shapes spawned
+// alternately (concurrent spawns) got a list each (a third of 2,000
+// agents did, some 100 bytes an agent).
 func (run *Runner) sharedEnvKeys(env []string) []string {
 	run.envKeysMu.Lock()
 	defer run.envKeysMu.Unlock()
-	same := len(env) == len(run.envKeys)
-	for i := 0; same && i < len(env); i++ {
-		k, _, _ := strings.Cut(env[i], "=")
-		same = k == run.envKeys[i]
-	}
-	if same && run.envKeys != nil {
-		return run.envKeys
+	for _, keys := range run.envKeys {
+		if sameEnvKeys(env, keys) {
+			return keys
+		}
 	}
 	keys := make([]string, len(env))
 	for i, kv := range env {
 		k, _, _ := strings.Cut(kv, "=")
 		keys[i] = strings.Clone(k)
 	}
-	run.envKeys = keys
+	if len(run.envKeys) < maxEnvShapes {
+		run.envKeys = append(run.envKeys, keys)
+	}
 	return keys
+}
+
+// sameEnvKeys reports whether env (KEY=VALUE each) has the names keys, in
+// that order.
+func sameEnvKeys(env, keys []string) bool {
+	if len(env) != len(keys) {
+		return false
+	}
+	for i, kv := range env {
+		if k, _, _ := strings.Cut(kv, "="); k != keys[i] {
+			return false
+		}
+	}
+	return true
 }
 
 // childDirNames are the names an agent's folder in its parent's

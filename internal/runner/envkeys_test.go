@@ -2,6 +2,7 @@ package runner
 
 import (
 	"slices"
+	"strings"
 	"testing"
 	"unsafe"
 )
@@ -34,5 +35,29 @@ func TestSharedEnvKeys(t *testing.T) {
 	}
 	if got := run.sharedEnvKeys(nil); len(got) != 0 {
 		t.Fatalf("no environment gave names %q", got)
+	}
+}
+
+// TestSharedEnvKeysAlternating: agents of two shapes spawned alternately
+// (concurrent spawns) share one slice per shape; it failed when only the
+// last shape was remembered (every switch made a new slice). Beyond
+// maxEnvShapes shapes, a new shape still gets its names, unshared.
+func TestSharedEnvKeysAlternating(t *testing.T) {
+	run := &Runner{}
+	x1 := run.sharedEnvKeys([]string{"PATH=/bin", "KIN_AGENT_ID=1"})
+	y1 := run.sharedEnvKeys([]string{"PATH=/bin", "KIN_AGENT_ID=2", "KIN_HANDOFF=h"})
+	x2 := run.sharedEnvKeys([]string{"PATH=/bin", "KIN_AGENT_ID=3"})
+	y2 := run.sharedEnvKeys([]string{"PATH=/bin", "KIN_AGENT_ID=4", "KIN_HANDOFF=h"})
+	if unsafe.SliceData(x1) != unsafe.SliceData(x2) || unsafe.SliceData(y1) != unsafe.SliceData(y2) {
+		t.Fatalf("alternating shapes were not shared: %q %q %q %q", x1, x2, y1, y2)
+	}
+	for i := range maxEnvShapes + 2 {
+		name := "V" + strings.Repeat("x", i)
+		if got := run.sharedEnvKeys([]string{name + "=1"}); !slices.Equal(got, []string{name}) {
+			t.Fatalf("shape %d: names %q, want [%s]", i, got, name)
+		}
+	}
+	if len(run.envKeys) != maxEnvShapes {
+		t.Fatalf("%d shapes remembered, want at most %d", len(run.envKeys), maxEnvShapes)
 	}
 }

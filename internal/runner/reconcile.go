@@ -335,7 +335,7 @@ func (run *Runner) reconcileChunk(ctx context.Context, as []*kin.Agent, alive []
 		}
 	}
 	for _, rt := range rts {
-		close(rt.ready)
+		run.markReady(rt)
 	}
 	for _, a := range adopted {
 		run.reconciled(a.ID)

@@ -65,7 +65,7 @@ type Runner struct {
 	agentPath     string   // PATH of agent processes
 	agentPathList []string // the same, split: every agent's path control file (read-only)
 	envKeysMu     sync.Mutex
-	envKeys       []string // the names of the last agent's environment (read-only: agents with the same names share it)
+	envKeys       [][]string // the names of agents' environments, up to maxEnvShapes lists (read-only: agents with the same names share one)
 	rtMu          sync.Mutex
 	runtimes      map[kin.AgentID]*runtime
 	adopted       map[kin.AgentID]*os.File // pidfds of re-adopted processes

@@ -49,9 +49,13 @@ type runtime struct {
 	adopted bool
 	grace   time.Duration // its grace, for a fence (which reads no store)
 	ctx     *ctxAgent     // its place in the agent filesystem
-	ready   chan struct{} // closed once the start is recorded (or failed)
-	ending  bool          // guarded by Daemon.rtMu: a stop or cancellation records the end
-	exited  bool          // guarded by Daemon.rtMu: its process ended (its end may not be recorded yet)
+	// ready is closed once the start is recorded (or failed), then, under
+	// rtMu, replaced by the shared closedReady (markReady): a live agent
+	// keeps no channel of its own (96 bytes, issue 22's memory). Read it
+	// under rtMu.
+	ready  chan struct{}
+	ending bool // guarded by Daemon.rtMu: a stop or cancellation records the end
+	exited bool // guarded by Daemon.rtMu: its process ended (its end may not be recorded yet)
 }
 
 // markExited marks the runtimes of agents whose processes are gone (a
@@ -64,6 +68,22 @@ func (run *Runner) markExited(agents []*kin.Agent) {
 			rt.exited = true
 		}
 	}
+}
+
+// closedReady is every runtime's ready once closed (markReady).
+var closedReady = func() chan struct{} {
+	c := make(chan struct{})
+	close(c)
+	return c
+}()
+
+// markReady closes rt.ready (its start is recorded, or failed) and lets
+// go of it: rt.ready is closedReady from then on.
+func (run *Runner) markReady(rt *runtime) {
+	run.rtMu.Lock()
+	defer run.rtMu.Unlock()
+	close(rt.ready)
+	rt.ready = closedReady
 }
 
 func (run *Runner) runtimeOf(id kin.AgentID) *runtime {
@@ -224,7 +244,7 @@ func (run *Runner) startWithKey(ctx context.Context, a *kin.Agent, spec store.Pr
 	}
 	run.runtimes[a.ID] = rt
 	run.rtMu.Unlock()
-	defer close(rt.ready)
+	defer run.markReady(rt)
 
 	if err := run.checkAgentUID(a.ID); err != nil {
 		run.removeRuntime(a.ID)
@@ -474,7 +494,10 @@ func (run *Runner) handleExit(id kin.AgentID, exit kin.Exit) {
 	if rt == nil {
 		return
 	}
-	<-rt.ready
+	run.rtMu.Lock()
+	ready := rt.ready
+	run.rtMu.Unlock()
+	<-ready
 	run.rtMu.Lock()
 	owned := rt.ending
 	rt.ending, rt.exited = true, true

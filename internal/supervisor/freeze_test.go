@@ -129,10 +129,10 @@ func TestFreezeSelfLeavesChildrenRunning(t *testing.T) {
 			t.Fatal(err)
 		}
 		if s.cg {
-			if e := events(parent.p.SelfCgroup); !e.Frozen {
-				t.Errorf("parent leaf %s not frozen: %+v", parent.p.SelfCgroup, e)
+			if e := events(parent.p.SelfCgroup()); !e.Frozen {
+				t.Errorf("parent leaf %s not frozen: %+v", parent.p.SelfCgroup(), e)
 			}
-			for _, dir := range []string{parent.p.Cgroup, child.p.Cgroup, child.p.SelfCgroup} {
+			for _, dir := range []string{parent.p.Cgroup, child.p.Cgroup, child.p.SelfCgroup()} {
 				if e := events(dir); e.Frozen {
 					t.Errorf("%s frozen by a freeze of the parent alone: %+v", dir, e)
 				}
@@ -156,7 +156,7 @@ func TestFreezeSelfLeavesChildrenRunning(t *testing.T) {
 			t.Fatal(err)
 		}
 		if s.cg {
-			for _, dir := range []string{parent.p.Cgroup, parent.p.SelfCgroup, child.p.Cgroup, child.p.SelfCgroup} {
+			for _, dir := range []string{parent.p.Cgroup, parent.p.SelfCgroup(), child.p.Cgroup, child.p.SelfCgroup()} {
 				if e := events(dir); !e.Frozen {
 					t.Errorf("%s not frozen by the subtree freeze: %+v", dir, e)
 				}

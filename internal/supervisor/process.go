@@ -104,23 +104,34 @@ func (e Exit) String() string {
 type Process struct {
 	ID  kin.AgentID
 	Pid int
-	// Cgroup is the agent's group, in which its children's groups nest;
-	// SelfCgroup (Cgroup/self) is the leaf the process runs in. Both are
-	// "" with process groups.
-	Cgroup     string
-	SelfCgroup string
-	Started    time.Time
+	// Cgroup is the agent's group, in which its children's groups nest
+	// ("" with process groups); SelfCgroup is the leaf the process runs in.
+	Cgroup  string
+	Started time.Time
 
 	sup    *Supervisor
 	status *os.File      // with PID namespaces: the init's status pipe
 	done   chan struct{} // closed once exit is set
-	exit   Exit
+	// exit is how it ended (nil: discarded, never reported started). A
+	// pointer: a live agent's Process keeps no Exit (120 bytes; issue 22's
+	// memory).
+	exit *Exit
 
 	// sigMu orders signals and the reap: gone is set, under it, when the
 	// process was reaped (or abandoned by Close), and a signal is sent
 	// only before.
 	sigMu sync.Mutex
 	gone  bool
+}
+
+// SelfCgroup is the leaf the process runs in (Cgroup/self), "" with
+// process groups. It is derived, not kept: one path fewer held for every
+// live agent (issue 22's memory).
+func (p *Process) SelfCgroup() string {
+	if p.Cgroup == "" {
+		return ""
+	}
+	return selfDir(p.Cgroup)
 }
 
 // Done is closed once the process has been reaped (or abandoned by Close).
@@ -130,17 +141,26 @@ func (p *Process) Done() <-chan struct{} { return p.done }
 func (p *Process) Exit() (Exit, bool) {
 	select {
 	case <-p.done:
-		return p.exit, true
+		return p.ended(), true
 	default:
 		return Exit{}, false
 	}
+}
+
+// ended is how the process ended, once Done is closed.
+func (p *Process) ended() Exit {
+	if p.exit == nil {
+		return Exit{}
+	}
+	return *p.exit
 }
 
 // Wait waits for the process to end or ctx to be done.
 func (p *Process) Wait(ctx context.Context) (Exit, error) {
 	select {
 	case <-p.done:
-		return p.exit, p.exit.Err
+		e := p.ended()
+		return e, e.Err
 	case <-ctx.Done():
 		return Exit{}, ctx.Err()
 	}
@@ -430,7 +450,7 @@ func (s *Supervisor) spawn(a *agent, spec Spec, argv0 string) (*Process, error) 
 		s.mu.Unlock()
 	}
 	if s.cg {
-		p.Cgroup, p.SelfCgroup = a.path, selfDir(a.path)
+		p.Cgroup = a.path
 	}
 	for _, o := range outs {
 		s.mu.Lock()
@@ -545,7 +565,7 @@ func (s *Supervisor) finishProcess(p *Process, si siginfoChild, ru unix.Rusage, 
 		delete(s.procs, p.Pid)
 	}
 	s.mu.Unlock()
-	p.exit = e
+	p.exit = &e
 	close(p.done)
 	if ok {
 		s.log.Debug("exited", keyAgent, p.ID, keyPid, p.Pid, keyExit, e.String())

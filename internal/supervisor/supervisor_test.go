@@ -123,21 +123,21 @@ exec sleep 1000
 			t.Fatalf("groups are not nested: %s %s %s", p1.Cgroup, p2.Cgroup, p3.Cgroup)
 		}
 		for _, p := range []*Process{p1, p2, p3} {
-			if p.SelfCgroup != filepath.Join(p.Cgroup, SelfLeaf) {
-				t.Fatalf("agent %d: leaf %s, group %s", p.ID, p.SelfCgroup, p.Cgroup)
+			if p.SelfCgroup() != filepath.Join(p.Cgroup, SelfLeaf) {
+				t.Fatalf("agent %d: leaf %s, group %s", p.ID, p.SelfCgroup(), p.Cgroup)
 			}
-			if procs, err := cgroup.Procs(p.SelfCgroup); err != nil || len(procs) == 0 {
-				t.Fatalf("leaf %s holds no process (%v)", p.SelfCgroup, err)
+			if procs, err := cgroup.Procs(p.SelfCgroup()); err != nil || len(procs) == 0 {
+				t.Fatalf("leaf %s holds no process (%v)", p.SelfCgroup(), err)
 			}
 			if procs, err := cgroup.Procs(p.Cgroup); err != nil || len(procs) != 0 {
 				t.Fatalf("group %s holds processes %v (%v); they belong in its leaf", p.Cgroup, procs, err)
 			}
-			if d, err := s.mount.DirOfPID(p.Pid); err != nil || d != p.SelfCgroup {
-				t.Fatalf("agent %d's process is in %s (%v), want %s", p.ID, d, err, p.SelfCgroup)
+			if d, err := s.mount.DirOfPID(p.Pid); err != nil || d != p.SelfCgroup() {
+				t.Fatalf("agent %d's process is in %s (%v), want %s", p.ID, d, err, p.SelfCgroup())
 			}
 		}
-		if d, _ := s.mount.DirOfPID(orphan); d != p2.SelfCgroup {
-			t.Fatalf("orphan is in %s, not in its agent's leaf %s", d, p2.SelfCgroup)
+		if d, _ := s.mount.DirOfPID(orphan); d != p2.SelfCgroup() {
+			t.Fatalf("orphan is in %s, not in its agent's leaf %s", d, p2.SelfCgroup())
 		}
 	}
 	for l, want := range map[string]kin.AgentID{"top": 1, "top-child": 1, "mid": 2, "orphan": 2, "leaf": 3, "leaf-child": 3} {
@@ -261,7 +261,7 @@ func TestFreezeThaw(t *testing.T) {
 	if err := s.Freeze(ctx, 1, true); err != nil {
 		t.Fatalf("Freeze: %v", err)
 	}
-	for _, dir := range []string{p1.Cgroup, p1.SelfCgroup, p2.Cgroup, p2.SelfCgroup} {
+	for _, dir := range []string{p1.Cgroup, p1.SelfCgroup(), p2.Cgroup, p2.SelfCgroup()} {
 		if e := events(dir); !e.Frozen || !e.Populated {
 			t.Errorf("after Freeze, %s: %+v", dir, e)
 		}
@@ -286,7 +286,7 @@ func TestFreezeThaw(t *testing.T) {
 	if err := s.Thaw(ctx, 1, true); err != nil {
 		t.Fatalf("Thaw: %v", err)
 	}
-	for _, dir := range []string{p1.Cgroup, p1.SelfCgroup, p2.Cgroup, p2.SelfCgroup} {
+	for _, dir := range []string{p1.Cgroup, p1.SelfCgroup(), p2.Cgroup, p2.SelfCgroup()} {
 		if e := events(dir); e.Frozen {
 			t.Errorf("after Thaw, %s: %+v", dir, e)
 		}
@@ -511,7 +511,7 @@ func TestAdopt(t *testing.T) {
 		t.Fatal(err)
 	}
 	if len(groups) != 2 || groups[0].ID != 1 || groups[0].Parent != 0 || groups[1].ID != 2 || groups[1].Parent != 1 ||
-		groups[0].Path != p1.Cgroup || groups[1].Path != p2.Cgroup || groups[1].Self != p2.SelfCgroup {
+		groups[0].Path != p1.Cgroup || groups[1].Path != p2.Cgroup || groups[1].Self != p2.SelfCgroup() {
 		t.Fatalf("Discover: %+v", groups)
 	}
 	for i, want := range []int{p1.Pid, p2.Pid} {
@@ -689,7 +689,7 @@ func TestDeferRemove(t *testing.T) {
 	ctx := testCtx(t)
 	parent := start(t, s, sleeper(1, 0))
 	child := start(t, s, sleeper(2, 1))
-	group := filepath.Dir(child.SelfCgroup) // <root>/a1/a2
+	group := filepath.Dir(child.SelfCgroup()) // <root>/a1/a2
 	if err := s.Stop(ctx, 1, 0); err != nil {
 		t.Fatal(err)
 	}
@@ -718,7 +718,7 @@ func TestHoldRemovals(t *testing.T) {
 	start(t, s, sleeper(1, 0))
 	child := start(t, s, sleeper(2, 1))
 	other := start(t, s, sleeper(3, 0))
-	group, otherGroup := filepath.Dir(child.SelfCgroup), other.Cgroup
+	group, otherGroup := filepath.Dir(child.SelfCgroup()), other.Cgroup
 	hctx, release := s.HoldRemovals(ctx)
 	if err := s.Stop(hctx, 1, 0); err != nil {
 		t.Fatal(err)
