@@ -843,25 +843,31 @@ func markStopping(ctx context.Context, tx store.Tx, now time.Time, cs ...*cancel
 	}
 	for _, c := range cs {
 		for _, host := range slices.Sorted(maps.Keys(c.remote)) {
-			// Read again under the write lock: another host may
-			// have recorded its agent's end, or been asked to stop
-			// it already, since planCancel read it.
+			// Read again under the write lock (in one read): another
+			// host may have recorded its agent's end, or been asked to
+			// stop it already, since planCancel read it.
+			asked := make([]kin.AgentID, len(c.remote[host]))
+			for i, a := range c.remote[host] {
+				asked[i] = a.ID
+			}
+			curs, err := tx.AgentListLeanByIDs(ctx, asked)
+			if err != nil {
+				return err
+			}
+			if len(curs) != len(asked) {
+				return fmt.Errorf("%w: %d of host %s's agents to stop", store.ErrNotFound, len(asked)-len(curs), host)
+			}
 			var ids []kin.AgentID
-			for _, a := range c.remote[host] {
-				cur, err := tx.AgentGetByID(ctx, a.ID)
-				if err != nil {
-					return err
-				}
-				if cur.State.Terminal() || cur.State == kin.StateStopping {
-					continue
-				}
-				ids = append(ids, a.ID)
-				if err := tx.AgentUpdate(ctx, store.AgentUpdateParams{ID: a.ID, At: now, State: &stopping}); err != nil {
-					return err
+			for _, cur := range curs {
+				if !cur.State.Terminal() && cur.State != kin.StateStopping {
+					ids = append(ids, cur.ID)
 				}
 			}
 			if len(ids) == 0 {
 				continue
+			}
+			if err := tx.AgentUpdateMany(ctx, ids, store.AgentUpdateParams{At: now, State: &stopping}); err != nil {
+				return err
 			}
 			if err := store.AppendEvent(ctx, tx, now, kin.EventFleetCancel, c.Root, 0, kin.FleetCancelData{
 				Host: host, Root: c.Root, Agents: ids, Reason: c.Reason, Grace: c.Grace,
