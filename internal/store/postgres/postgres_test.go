@@ -141,15 +141,7 @@ func TestDeferrableInsertIsHeld(t *testing.T) {
 			if _, err := tx.AgentGetByID(ctx, a.ID); err != nil {
 				return err
 			}
-			got, err := tx.AgentInsert(ctx, store.AgentInsertParams{Agent: storetest.NewAgent(fmt.Sprintf("child%d", i), a.ID, 1)})
-			if err != nil {
-				return err
-			}
-			e, err := kin.NewEvent(kin.EventAgentRegistered, got.ID, a.ID, map[string]any{"agent": got.ID})
-			if err == nil {
-				_, err = tx.EventAppend(ctx, e)
-			}
-			return err
+			return register(ctx, tx, a.ID, fmt.Sprintf("child%d", i))
 		}
 		before := s.WriterRoundTrips()
 		if deferred {
@@ -193,20 +185,10 @@ func TestEventsThatFailWithTheCommit(t *testing.T) {
 		t.Fatal(err)
 	}
 	appendEvent := func(tx store.Tx, typ string, id kin.AgentID) error {
-		e, err := kin.NewEvent(typ, id, parent.ID, map[string]any{"agent": id})
-		if err == nil {
-			_, err = tx.EventAppend(ctx, e)
-		}
-		return err
+		return store.AppendEvent(ctx, tx, time.Now(), typ, id, parent.ID, map[string]any{"agent": id})
 	}
-	register := func(name string) func(store.Tx) error {
-		return func(tx store.Tx) error {
-			a, err := tx.AgentInsert(ctx, store.AgentInsertParams{Agent: storetest.NewAgent(name, parent.ID, 1)})
-			if err != nil {
-				return err
-			}
-			return appendEvent(tx, kin.EventAgentRegistered, a.ID)
-		}
+	registerFn := func(name string) func(store.Tx) error {
+		return func(tx store.Tx) error { return register(ctx, tx, parent.ID, name) }
 	}
 	meter := func(tx store.Tx) error {
 		if err := tx.SpendAdd(ctx, parent.ID, 5, 0.25); err != nil {
@@ -232,7 +214,7 @@ func TestEventsThatFailWithTheCommit(t *testing.T) {
 	}()
 	<-running
 	errs := make(chan error, 2)
-	go func() { errs <- store.UpdateDeferrable(ctx, s, register("a")) }()
+	go func() { errs <- store.UpdateDeferrable(ctx, s, registerFn("a")) }()
 	kintest.WaitFor(t, 30*time.Second, "the registration to queue", func() bool { return s.Queued() == 1 })
 	go func() { errs <- s.UpdateLazyDeferrable(ctx, meter) }()
 	kintest.WaitFor(t, 30*time.Second, "the metering to queue", func() bool { return s.Queued() == 2 })
@@ -256,7 +238,7 @@ func TestEventsThatFailWithTheCommit(t *testing.T) {
 		t.Fatalf("log size %d, %v after the refused batch; want %d", n, err, before)
 	}
 	// The next batch: the agent gets the next id, its event the next seq.
-	if err := store.UpdateDeferrable(ctx, s, register("a")); err != nil {
+	if err := store.UpdateDeferrable(ctx, s, registerFn("a")); err != nil {
 		t.Fatal(err)
 	}
 	a, err := s.AgentLiveByName(ctx, "a")
@@ -293,15 +275,7 @@ func TestRememberedChainTakesNoRoundTrip(t *testing.T) {
 				return err
 			}
 			chains[i] = chain
-			got, err := tx.AgentInsert(ctx, store.AgentInsertParams{Agent: storetest.NewAgent(fmt.Sprintf("child%d", i), parent.ID, 1)})
-			if err != nil {
-				return err
-			}
-			e, err := kin.NewEvent(kin.EventAgentRegistered, got.ID, parent.ID, map[string]any{"agent": got.ID})
-			if err == nil {
-				_, err = tx.EventAppend(ctx, e)
-			}
-			return err
+			return register(ctx, tx, parent.ID, fmt.Sprintf("child%d", i))
 		})
 		if err != nil {
 			t.Fatal(err)
@@ -329,36 +303,38 @@ func TestOwnRowWriteForgetsItsChain(t *testing.T) {
 	}
 	defer s.Close()
 	parent := storetest.Insert(t, s, "parent", 0)
-	register := func(name string) int64 {
+	trips := func(name string) int64 {
 		t.Helper()
 		before := s.WriterRoundTrips()
 		err := store.UpdateDeferrable(ctx, s, func(tx store.Tx) error {
 			if _, err := tx.PermChain(ctx, parent.ID); err != nil {
 				return err
 			}
-			got, err := tx.AgentInsert(ctx, store.AgentInsertParams{Agent: storetest.NewAgent(name, parent.ID, 1)})
-			if err != nil {
-				return err
-			}
-			e, err := kin.NewEvent(kin.EventAgentRegistered, got.ID, parent.ID, map[string]any{"agent": got.ID})
-			if err == nil {
-				_, err = tx.EventAppend(ctx, e)
-			}
-			return err
+			return register(ctx, tx, parent.ID, name)
 		})
 		if err != nil {
 			t.Fatal(err)
 		}
 		return s.WriterRoundTrips() - before
 	}
-	first := register("child0") // reads the chain, remembers it
+	first := trips("child0") // reads the chain, remembers it
 	running := kin.StateActive
 	if err := s.Update(ctx, func(tx store.Tx) error {
 		return tx.AgentUpdate(ctx, store.AgentUpdateParams{ID: parent.ID, At: time.Now(), State: &running})
 	}); err != nil {
 		t.Fatal(err)
 	}
-	if after := register("child1"); after != first {
+	if after := trips("child1"); after != first {
 		t.Errorf("a registration after this handle wrote the parent's row took %d round trips, the first %d; want the same (the chain read again, not a failed check)", after, first)
 	}
+}
+
+// register is a registration's writes in tx: name's row under parent and
+// its agent.registered event.
+func register(ctx context.Context, tx store.Tx, parent kin.AgentID, name string) error {
+	a, err := tx.AgentInsert(ctx, store.AgentInsertParams{Agent: storetest.NewAgent(name, parent, 1)})
+	if err != nil {
+		return err
+	}
+	return store.AppendEvent(ctx, tx, time.Now(), kin.EventAgentRegistered, a.ID, parent, map[string]any{"agent": a.ID})
 }

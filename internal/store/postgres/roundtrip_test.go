@@ -7,6 +7,7 @@ import (
 	"net"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/kin-agents/kin/internal/pgtest"
 	"github.com/kin-agents/kin/internal/store"
@@ -82,11 +83,7 @@ func TestRoundTripsPerBatch(t *testing.T) {
 	parent := storetest.Insert(t, s, "parent", 0)
 	child := storetest.Insert(t, s, "child", parent.ID)
 	event := func(tx store.Tx, typ string, id, parent kin.AgentID) error {
-		e, err := kin.NewEvent(typ, id, parent, map[string]any{"agent": id})
-		if err == nil {
-			_, err = tx.EventAppend(ctx, e)
-		}
-		return err
+		return store.AppendEvent(ctx, tx, time.Now(), typ, id, parent, map[string]any{"agent": id})
 	}
 	meter := func(tx store.Tx) error {
 		if err := tx.SpendAdd(ctx, child.ID, 10, 0.5); err != nil {
