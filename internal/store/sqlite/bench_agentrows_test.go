@@ -22,22 +22,9 @@ func BenchmarkAgentListByIDs(b *testing.B) {
 	s := open(&testing.T{}, filepath.Join(b.TempDir(), "kin.db"))
 	defer s.Close()
 	const n = 10_000
-	ids := make([]kin.AgentID, 0, n)
-	err := s.Update(ctx, func(tx store.Tx) error {
-		for i := range n {
-			a := storetest.NewAgent(fmt.Sprintf("agent-%d", i), 0, 0)
-			a.ConstitutionHash = "sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
-			got, err := tx.AgentInsert(ctx, store.AgentInsertParams{Agent: a})
-			if err != nil {
-				return err
-			}
-			ids = append(ids, got.ID)
-		}
-		return nil
+	ids := insertAgents(b, s, n, func(a *kin.Agent) {
+		a.ConstitutionHash = "sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
 	})
-	if err != nil {
-		b.Fatal(err)
-	}
 	cpu0 := processCPU()
 	b.ResetTimer()
 	for range b.N {
@@ -57,4 +44,32 @@ func processCPU() time.Duration {
 		return 0
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// insertAgents inserts n agents in one Update, agent-i under agent i/10's
+// id when tree (0: a root), each set up by set first; their ids in order.
+func insertAgents(b *testing.B, s store.Store, n int, set func(*kin.Agent), tree ...bool) []kin.AgentID {
+	b.Helper()
+	ctx := context.Background()
+	ids := make([]kin.AgentID, 0, n)
+	err := s.Update(ctx, func(tx store.Tx) error {
+		for i := range n {
+			parent := kin.AgentID(0)
+			if len(tree) > 0 && tree[0] {
+				parent = kin.AgentID(i / 10)
+			}
+			a := storetest.NewAgent(fmt.Sprintf("agent-%d", i), parent, 0)
+			set(&a)
+			got, err := tx.AgentInsert(ctx, store.AgentInsertParams{Agent: a})
+			if err != nil {
+				return err
+			}
+			ids = append(ids, got.ID)
+		}
+		return nil
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return ids
 }

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/kin-agents/kin/internal/store"
-	"github.com/kin-agents/kin/internal/store/storetest"
 	"github.com/kin-agents/kin/kin"
 )
 
@@ -27,22 +26,7 @@ func BenchmarkCascadeRecord(b *testing.B) {
 		b.Run(c.name, func(b *testing.B) {
 			s := open(&testing.T{}, filepath.Join(b.TempDir(), "kin.db"))
 			defer s.Close()
-			ids := make([]kin.AgentID, 0, n)
-			err := s.Update(ctx, func(tx store.Tx) error {
-				for i := range n {
-					a := storetest.NewAgent(fmt.Sprintf("agent-%d", i), kin.AgentID(i/10), 0)
-					a.Command = []string{"/bin/sleep", "3600"}
-					got, err := tx.AgentInsert(ctx, store.AgentInsertParams{Agent: a})
-					if err != nil {
-						return err
-					}
-					ids = append(ids, got.ID)
-				}
-				return nil
-			})
-			if err != nil {
-				b.Fatal(err)
-			}
+			ids := insertAgents(b, s, n, func(a *kin.Agent) { a.Command = []string{"/bin/sleep", "3600"} }, true)
 			stopping := kin.StateStopping
 			cpu0 := processCPU()
 			for b.Loop() {
