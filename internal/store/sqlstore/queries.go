@@ -485,15 +485,13 @@ func (t *txn) AgentInsert(ctx context.Context, p store.AgentInsertParams) (*kin.
 		a.CreatedAt.UnixNano(), a.CreatedBy, a.UpdatedAt.UnixNano(),
 		jsonList(a.Command), jsonList(p.Env), p.Dir, a.Restart, int64(a.Grace), a.Replaces, a.Result, string(p.Handoff),
 		a.Stage, string(p.Policy), nanos(p.DeadlineAt), a.Host, a.RequestedBy}
-	if t.held != nil && t.top != nil {
-		// Deferred (held.go): the next id is assigned here and the
-		// write sent with the next statement.
+	if t.held != nil {
+		// Deferred (held.go; t.top is set wherever t.held is): the next
+		// id is assigned here and the write sent with the next statement.
 		id := *t.top + 1
-		h := &Held{update: t.update}
-		if _, err := t.exec(Hold(ctx, h), sqlAgentInsertID, append([]any{id}, args...)...); err != nil {
+		if _, err := t.execHeld(ctx, sqlAgentInsertID, append([]any{id}, args...)...); err != nil {
 			return nil, interpretError(err)
 		}
-		*t.held = append(*t.held, h)
 		*t.top = id
 		a.ID = kin.AgentID(id)
 		return &a, nil

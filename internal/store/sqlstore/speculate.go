@@ -121,11 +121,9 @@ func (t *txn) PermChain(ctx context.Context, id kin.AgentID) ([]store.PermRow, e
 	}
 	if t.held != nil {
 		if e, ok := t.st.chains.get(id); ok {
-			h := &Held{update: t.update}
-			if _, err := t.exec(Hold(ctx, h), sqlPermChainCheck, id, e.text); err != nil {
+			if _, err := t.execHeld(ctx, sqlPermChainCheck, id, e.text); err != nil {
 				return nil, interpretError(err)
 			}
-			*t.held = append(*t.held, h)
 			return clonePermRows(e.rows), nil
 		}
 	}

@@ -85,11 +85,13 @@ type Dialect struct {
 	// round trip is a trip to a server (PostgreSQL's simple query runs
 	// both, and stops at the first that fails). What commits is the same.
 	ChainSavepoints bool
-	// HoldInserts: in an Update made with UpdateDeferrable, AgentInsert
-	// assigns the agent's id (the batch's largest plus one) and hands its
-	// statement to the writer's connection to hold and send with the
-	// next (held.go): where each statement is a round trip to a server
-	// (PostgreSQL). The writer's connection must hold a statement whose
+	// HoldInserts: in an Update made with UpdateDeferrable, the writes
+	// whose result is not read are handed to the writer's connection to
+	// hold and send with the next statement (held.go's execHeld):
+	// AgentInsert (which then assigns the agent's id, the batch's largest
+	// plus one), SpendAdd, SpendSpawnAdd and, with Lateral, a remembered
+	// permission chain's check (speculate.go). For where each statement is
+	// a round trip to a server (PostgreSQL). The writer's connection must hold a statement whose
 	// context carries a Held (HoldOf), report its outcome (Held.Ran),
 	// send what it holds at FlushSQL, and refuse a ROLLBACK TO after a
 	// held write failed unless the writer is Recovering.
