@@ -19,10 +19,38 @@ var _ store.Notifier = (*Hub)(nil)
 // make one with NewHub.
 type Hub struct {
 	mu      sync.Mutex
-	ch      chan struct{} // closed by the next Notify
-	taken   bool          // Wait handed ch out since the last Notify
-	waiting chan struct{} // one value when taken turns true
+	all     waiter        // Wait's: woken by every Notify
+	waiting chan struct{} // one value when a waiter's taken turns true
 	subs    []*Subscription
+}
+
+// waiter is a channel the next wake closes, and whether it was handed
+// out since (guarded by the hub's mu).
+type waiter struct {
+	ch    chan struct{}
+	taken bool
+}
+
+// take hands w's channel out, telling a polling driver that someone
+// waits.
+func (w *waiter) take(h *Hub) <-chan struct{} {
+	if !w.taken {
+		w.taken = true
+		select {
+		case h.waiting <- struct{}{}:
+		default:
+		}
+	}
+	return w.ch
+}
+
+// wake closes w's channel if it was handed out.
+func (w *waiter) wake() {
+	if w.taken {
+		close(w.ch)
+		w.ch = make(chan struct{})
+		w.taken = false
+	}
 }
 
 // Subscription is a waiter that cares for some event types only: a
@@ -31,14 +59,13 @@ type Hub struct {
 type Subscription struct {
 	h      *Hub
 	types  map[string]bool
-	except bool          // types are those it does not care for
-	ch     chan struct{} // guarded by h.mu
-	taken  bool
+	except bool // types are those it does not care for
+	waiter
 }
 
 // NewHub returns a hub without waiters.
 func NewHub() *Hub {
-	return &Hub{ch: make(chan struct{}), waiting: make(chan struct{}, 1)}
+	return &Hub{all: waiter{ch: make(chan struct{})}, waiting: make(chan struct{}, 1)}
 }
 
 // Wait returns a channel closed at the next Notify. Take it before reading
@@ -46,26 +73,13 @@ func NewHub() *Hub {
 func (h *Hub) Wait() <-chan struct{} {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if !h.taken {
-		h.taken = true
-		h.signalWaitingLocked()
-	}
-	return h.ch
-}
-
-// signalWaitingLocked tells a driver that polls for other handles'
-// commits that someone waits (Waiting).
-func (h *Hub) signalWaitingLocked() {
-	select {
-	case h.waiting <- struct{}{}:
-	default:
-	}
+	return h.all.take(h)
 }
 
 // Subscribe makes a waiter woken by commits that appended an event of one
 // of types (except: of a type not among them), and by every Notify.
 func (h *Hub) Subscribe(types []string, except bool) *Subscription {
-	s := &Subscription{h: h, types: make(map[string]bool, len(types)), except: except, ch: make(chan struct{})}
+	s := &Subscription{h: h, types: make(map[string]bool, len(types)), except: except, waiter: waiter{ch: make(chan struct{})}}
 	for _, t := range types {
 		s.types[t] = true
 	}
@@ -78,14 +92,9 @@ func (h *Hub) Subscribe(types []string, except bool) *Subscription {
 // Wait returns a channel closed at the next commit the subscription cares
 // for (or Notify). Take it before reading the store, as Hub.Wait's.
 func (s *Subscription) Wait() <-chan struct{} {
-	h := s.h
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if !s.taken {
-		s.taken = true
-		h.signalWaitingLocked()
-	}
-	return s.ch
+	s.h.mu.Lock()
+	defer s.h.mu.Unlock()
+	return s.take(s.h)
 }
 
 // wants says whether a commit that appended events of types wakes s.
@@ -98,23 +107,15 @@ func (s *Subscription) wants(types []string) bool {
 	return false
 }
 
-func (s *Subscription) wakeLocked() {
-	if s.taken {
-		close(s.ch)
-		s.ch = make(chan struct{})
-		s.taken = false
-	}
-}
-
 // Notify wakes every waiter: it closes the channel Wait handed out. With
 // nobody waiting it costs a lock and nothing else.
 func (h *Hub) Notify() {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	for _, s := range h.subs {
-		s.wakeLocked()
+		s.wake()
 	}
-	h.wakeLocked()
+	h.all.wake()
 }
 
 // NotifyTypes wakes Wait's waiters and the subscriptions that care for
@@ -124,19 +125,10 @@ func (h *Hub) NotifyTypes(types []string) {
 	defer h.mu.Unlock()
 	for _, s := range h.subs {
 		if s.wants(types) {
-			s.wakeLocked()
+			s.wake()
 		}
 	}
-	h.wakeLocked()
-}
-
-func (h *Hub) wakeLocked() {
-	if !h.taken {
-		return
-	}
-	close(h.ch)
-	h.ch = make(chan struct{})
-	h.taken = false
+	h.all.wake()
 }
 
 // Waited reports whether Wait was called since the last Notify: whether
@@ -145,7 +137,7 @@ func (h *Hub) wakeLocked() {
 func (h *Hub) Waited() bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if h.taken {
+	if h.all.taken {
 		return true
 	}
 	for _, s := range h.subs {
