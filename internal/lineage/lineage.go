@@ -150,28 +150,24 @@ func (l *Tree) Parent(id kin.AgentID) kin.AgentID {
 }
 
 // Chain is id and its ancestors, id first; nil for an unknown id.
-func (l *Tree) Chain(id kin.AgentID) []kin.AgentID {
-	l.mu.RLock()
-	defer l.mu.RUnlock()
-	var out []kin.AgentID
-	for a := id; a != 0 && l.hasLocked(a); a = l.parent[a] {
-		out = append(out, a)
-	}
-	return out
-}
+func (l *Tree) Chain(id kin.AgentID) []kin.AgentID { return l.ChainVia(id, nil) }
 
 // ChainVia is Chain where an agent's next link may be another agent
 // than its parent: via(a) when not 0 (an escalated spawn's asker), else
-// a's parent. One walk under the lock, via called under it (it must not
-// call the Tree); at most Len()+1 links, so a loop in what via answers
-// ends the walk rather than hanging it.
+// a's parent (nil: the parents only). One walk under the lock, via called
+// under it (it must not call the Tree); at most Len()+1 links, so a loop
+// in what via answers ends the walk rather than hanging it.
 func (l *Tree) ChainVia(id kin.AgentID, via func(kin.AgentID) kin.AgentID) []kin.AgentID {
 	l.mu.RLock()
 	defer l.mu.RUnlock()
 	var out []kin.AgentID
 	for a := id; a != 0 && l.hasLocked(a) && len(out) < len(l.parent); {
 		out = append(out, a)
-		if v := via(a); v != 0 {
+		var v kin.AgentID
+		if via != nil {
+			v = via(a)
+		}
+		if v != 0 {
 			a = v
 		} else {
 			a = l.parent[a]

@@ -846,10 +846,7 @@ func markStopping(ctx context.Context, tx store.Tx, now time.Time, cs ...*cancel
 			// Read again under the write lock (in one read): another
 			// host may have recorded its agent's end, or been asked to
 			// stop it already, since planCancel read it.
-			asked := make([]kin.AgentID, len(c.remote[host]))
-			for i, a := range c.remote[host] {
-				asked[i] = a.ID
-			}
+			asked := idsOf(c.remote[host])
 			curs, err := tx.AgentListLeanByIDs(ctx, asked)
 			if err != nil {
 				return err
@@ -918,11 +915,8 @@ func (run *Runner) stopAndRecord(ctx context.Context, c *cancellation) ([]*kin.A
 	}
 	// A subtree stopped for its budget or deadline hands back what it had
 	// made so far: partial, marked cancelled, but kept.
+	ids := idsOf(mine)
 	if reason == authority.ReasonBudget || reason == authority.ReasonDeadline {
-		ids := make([]kin.AgentID, len(mine))
-		for i, a := range mine {
-			ids[i] = a.ID
-		}
 		whole, err := run.store.AgentListByIDs(ctx, ids) // the plan's rows are lean
 		if err != nil {
 			run.log.Warn("keep partial results: read the agents", "root", root, "err", err)
@@ -939,10 +933,6 @@ func (run *Runner) stopAndRecord(ctx context.Context, c *cancellation) ([]*kin.A
 	// 7-8: record.
 	now := run.now()
 	var done []*kin.Agent
-	ids := make([]kin.AgentID, len(mine))
-	for i, a := range mine {
-		ids[i] = a.ID
-	}
 	var err error
 	if len(mine) > 0 { // a leaf's exit has nothing to record here: no batch for it
 		err = run.update(ctx, func(tx store.Tx, _ *store.AfterCommit) error {
@@ -1035,11 +1025,7 @@ func (run *Runner) stopAndRecord(ctx context.Context, c *cancellation) ([]*kin.A
 					return err
 				}
 			}
-			ended := make([]kin.AgentID, len(done))
-			for i, a := range done {
-				ended[i] = a.ID
-			}
-			return run.ps.RevokeAgentsTx(ctx, tx, now, ended, "agent stopped: "+reason)
+			return run.ps.RevokeAgentsTx(ctx, tx, now, idsOf(done), "agent stopped: "+reason)
 		})
 	}
 	releaseGroups()
@@ -1049,13 +1035,11 @@ func (run *Runner) stopAndRecord(ctx context.Context, c *cancellation) ([]*kin.A
 	if err != nil {
 		return nil, run.storeError(err)
 	}
-	ended := make([]kin.AgentID, len(done))
 	known := make(map[kin.AgentID]*kin.Agent, len(done))
-	for i, a := range done {
-		ended[i] = a.ID
+	for _, a := range done {
 		known[a.ID] = a
 	}
-	run.trimEnded(context.WithoutCancel(ctx), known, ended)
+	run.trimEnded(context.WithoutCancel(ctx), known, idsOf(done))
 	if len(done) > 0 {
 		run.obs.Cascade(reason, len(done), began)
 		run.log.Info("cancelled", "root", root, "agents", len(done), "reason", reason)
@@ -1322,4 +1306,13 @@ func nonNil(a []*kin.Agent) []*kin.Agent {
 		return []*kin.Agent{}
 	}
 	return a
+}
+
+// idsOf is agents' ids, in order.
+func idsOf(agents []*kin.Agent) []kin.AgentID {
+	ids := make([]kin.AgentID, len(agents))
+	for i, a := range agents {
+		ids[i] = a.ID
+	}
+	return ids
 }
