@@ -38,7 +38,11 @@ func browser(t *testing.T) context.Context {
 	}
 	opts := append(chromedp.DefaultExecAllocatorOptions[:],
 		chromedp.ExecPath(path), chromedp.NoSandbox, chromedp.DisableGPU,
-		chromedp.WindowSize(1440, 900), chromedp.UserDataDir(t.TempDir()))
+		chromedp.WindowSize(1440, 900), chromedp.UserDataDir(t.TempDir()),
+		// Chromium makes its singleton's socket folder
+		// (org.chromium.Chromium.*) in TMPDIR and leaves it there when it
+		// exits: 770 of them had piled up in /tmp over a day of runs.
+		chromedp.Env("TMPDIR="+t.TempDir()))
 	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
 	ctx, cancel := chromedp.NewContext(actx)
 	ctx, cancelTimeout := context.WithTimeout(ctx, 3*time.Minute)
