@@ -284,15 +284,21 @@ func (r reader) listByIDs(ctx context.Context, unpack func(string) (*kin.Agent, 
 			return nil, err
 		}
 	} else {
-		// A large subtree is read in parallel chunks.
-		size := (len(ids) + chunks - 1) / chunks
+		// A large subtree is read in parallel chunks, each a range of the
+		// ids in ascending order: a chunk then reads its pages of the
+		// table once and in order, and no page is read by two chunks (in
+		// the caller's order, a tree's, each went back and forth over the
+		// whole file, re-reading pages its cache had dropped).
+		sorted := slices.Clone(ids)
+		slices.Sort(sorted)
+		size := (len(sorted) + chunks - 1) / chunks
 		var err error
 		out, err = r.inParallel(chunks, func(c int) ([]*kin.Agent, error) {
-			lo, hi := c*size, min((c+1)*size, len(ids))
+			lo, hi := c*size, min((c+1)*size, len(sorted))
 			if lo >= hi {
 				return nil, nil
 			}
-			return r.agentsOf(ctx, unpack, query, idArray(ids[lo:hi]))
+			return r.agentsOf(ctx, unpack, query, idArray(sorted[lo:hi]))
 		})
 		if err != nil {
 			return nil, err
