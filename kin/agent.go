@@ -323,6 +323,22 @@ type TreeNode struct {
 	Children []*TreeNode `json:"children"`
 }
 
+// TreeRowsHead is what goes before a subtree's stored rows when the daemon
+// streams them as the store reads them (the compact tree form v2): what
+// the rows do not hold.
+type TreeRowsHead struct {
+	// Fields names the rows' fields in order (store.Reader.AgentRowFields).
+	Fields []string
+	// N is how many agents the subtree had when it was listed: at most N
+	// rows follow.
+	N int
+	// Spend is each agent's TreeNode.Spend that is not nil.
+	Spend map[AgentID]*Spend
+	// Reconciling lists the agents the daemon is re-adopting: an agent in
+	// it that is Running is Reconciling.
+	Reconciling []AgentID
+}
+
 // StatusAction is an operator's status change (seed 000).
 type StatusAction string
 

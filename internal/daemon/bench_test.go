@@ -453,7 +453,7 @@ func benchSubtree(b *testing.B, f *forest) {
 		ratio(b, n, cpu0)
 	})
 	b.Run("api-unix", func(b *testing.B) {
-		// client.Tree: the compact form.
+		// client.Tree: the compact form v2 (the store's rows, streamed).
 		cpu0 := resetTimer(b)
 		n := benchOps(b, minTrees)
 		for i := 0; i < n; i++ {
@@ -464,9 +464,8 @@ func benchSubtree(b *testing.B, f *forest) {
 		}
 		ratio(b, n, cpu0)
 	})
-	b.Run("api-unix-json", func(b *testing.B) {
-		// What a client that predates the compact form gets: the nested
-		// JSON of []kin.TreeNode.
+	// A client that asks for one form by Accept over the socket.
+	viaAccept := func(b *testing.B, accept string) {
 		hc := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
 			var d net.Dialer
 			return d.DialContext(ctx, "unix", f.d.SocketPath())
@@ -479,18 +478,30 @@ func benchSubtree(b *testing.B, f *forest) {
 			if err != nil {
 				b.Fatal(err)
 			}
+			if accept != "" {
+				req.Header.Set("Accept", accept)
+			}
 			resp, err := hc.Do(req)
 			if err != nil {
 				b.Fatal(err)
 			}
-			var got []*kin.TreeNode
-			err = json.NewDecoder(resp.Body).Decode(&got)
+			got, err := httpapi.DecodeTree(resp.Header.Get("Content-Type"), resp.Body)
 			resp.Body.Close()
 			if err != nil || len(got) != 1 || len(got[0].Children) != 10 {
 				b.Fatalf("tree %v, %v", len(got), err)
 			}
 		}
 		ratio(b, n, cpu0)
+	}
+	b.Run("api-unix-v1", func(b *testing.B) {
+		// The compact columnar form v1 (what client.Tree asked for before
+		// the form v2).
+		viaAccept(b, httpapi.TreeColumnsType)
+	})
+	b.Run("api-unix-json", func(b *testing.B) {
+		// What a client that predates the compact forms gets: the nested
+		// JSON of []kin.TreeNode.
+		viaAccept(b, "")
 	})
 }
 

@@ -435,6 +435,9 @@ func (s *Server) subtree(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	if tr, ok := s.svc.(TreeRowser); ok && accepts(r, TreeRowsType) {
+		return s.writeTreeRows(w, r, tr, id)
+	}
 	out, err := s.svc.Tree(r.Context(), id)
 	if err != nil {
 		return err

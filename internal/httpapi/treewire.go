@@ -333,11 +333,15 @@ func sparseInto[T any](s Sparse[T], n int, name string, set func(int, T)) error 
 
 // wantsTreeColumns reports whether the request's Accept header lists the
 // compact tree form.
-func wantsTreeColumns(r *http.Request) bool {
+func wantsTreeColumns(r *http.Request) bool { return accepts(r, TreeColumnsType) }
+
+// accepts reports whether the request's Accept header lists the media
+// type mediaType (and not with q=0).
+func accepts(r *http.Request, mediaType string) bool {
 	for _, v := range r.Header.Values("Accept") {
 		for part := range strings.SplitSeq(v, ",") {
 			mt, params, err := mime.ParseMediaType(part)
-			if err != nil || mt != TreeColumnsType {
+			if err != nil || mt != mediaType {
 				continue
 			}
 			if q, err := strconv.ParseFloat(params["q"], 64); err == nil && q <= 0 {
@@ -363,9 +367,12 @@ func writeTree(w http.ResponseWriter, r *http.Request, trees []*kin.TreeNode) er
 }
 
 // DecodeTree reads a tree answer in the form its Content-Type names: the
-// compact form, or the nested JSON an older daemon sends.
+// compact form v2 or v1, or the nested JSON an older daemon sends.
 func DecodeTree(contentType string, body io.Reader) ([]*kin.TreeNode, error) {
 	mt, _, _ := mime.ParseMediaType(contentType)
+	if mt == TreeRowsType {
+		return DecodeTreeRows(body)
+	}
 	if mt != TreeColumnsType {
 		var out []*kin.TreeNode
 		err := json.NewDecoder(body).Decode(&out)

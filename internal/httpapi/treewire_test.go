@@ -263,6 +263,18 @@ func TestTreeWireForms(t *testing.T) {
 		if want, have := mustJSON(t, nested), mustJSON(t, decoded); want != have {
 			t.Fatalf("GET %s: the compact form says\n%s\nthe nested JSON\n%s", path, have, want)
 		}
+		// The form v2 for a subtree; the forest is answered in the form v1
+		// to a client that lists both (the SDK).
+		ct, rows := get(httpapi.TreeRowsType + ", " + httpapi.TreeColumnsType + ";q=0.9, application/json;q=0.5")
+		if want := map[bool]string{true: httpapi.TreeColumnsType, false: httpapi.TreeRowsType}[path == "/v1/tree"]; ct != want {
+			t.Fatalf("GET %s asking for the form v2: Content-Type %q, want %q", path, ct, want)
+		}
+		if decoded, err = httpapi.DecodeTree(ct, bytes.NewReader(rows)); err != nil {
+			t.Fatalf("GET %s: %v\n%s", path, err, rows)
+		}
+		if want, have := mustJSON(t, nested), mustJSON(t, decoded); want != have {
+			t.Fatalf("GET %s: the form v2 says\n%s\nthe nested JSON\n%s", path, have, want)
+		}
 		id := root.ID
 		if path == "/v1/tree" {
 			id = 0

@@ -184,6 +184,19 @@ type Reader interface {
 	// State, PID, Command, Grace, EndedAt, Result and Host (the others
 	// are zero). Its rows are for deciding, never for showing.
 	AgentListLeanByIDs(ctx context.Context, ids []kin.AgentID) ([]*kin.Agent, error)
+	// AgentRowsByIDs reads the agents with the given ids (those that
+	// exist) in ascending id order, and calls emit with runs of their
+	// rows as read, in order, each row a record "<byte length>:<row>"
+	// where the row is the agent's fields named by AgentRowFields, in that
+	// order, each an integer "<decimal>," or a text "<byte length>:<bytes>"
+	// (times are Unix nanoseconds, 0 for none; a bool 0 or 1; command its
+	// JSON array; exit_state 0 for no exit, 1 known, 2 unknown). The bytes
+	// passed to emit are its own. It stops at emit's first error and
+	// returns it. For bulk reads that pass rows on (the tree's compact
+	// wire form) without taking them apart.
+	AgentRowsByIDs(ctx context.Context, ids []kin.AgentID, emit func(records []byte) error) error
+	// AgentRowFields names the fields of AgentRowsByIDs's rows.
+	AgentRowFields() []string
 	// AgentListByParents returns the children of the given agents, by id,
 	// in one read.
 	AgentListByParents(ctx context.Context, parents []kin.AgentID) ([]*kin.Agent, error)

@@ -68,6 +68,7 @@ func TestWalkPlansLookUpByKey(t *testing.T) {
 		"Subtree":         "(1)",
 		"AgentsByIDs":     "('[1, 2, 1]')",
 		"LeanByIDs":       "('[1, 2, 1]')",
+		"RowsByIDs":       "('[1, 2, 1]')",
 		"ByParents":       "('[1, 2, 1]')",
 		"PermChainSigned": "(1)",
 		"PermChainCheck":  "(1, 'x')",

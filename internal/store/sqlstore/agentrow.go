@@ -23,35 +23,52 @@ const (
 	colText
 )
 
-// column is a column of a packed row: its SQL and kind.
+// column is a column of a packed row: its SQL and kind, and the name
+// Reader.AgentRowFields gives it (kin.Agent's JSON name; exit_state,
+// exit_code and exit_signal make up Exit).
 type column struct {
-	name string
-	kind colKind
+	name  string
+	kind  colKind
+	field string
 }
 
 // agentCols are the agents table's columns in the order scanAgent reads.
 var agentCols = []column{
-	{"id", colInt}, {"name", colText}, {"role", colText}, {"parent_id", colInt}, {"generation", colInt},
-	{"responsible", colText}, {"COALESCE(a.wallet, '')", colText}, {"constitution_hash", colText},
-	{"capability_hash", colText}, {"scope", colText}, {"self_modifying", colInt}, {"life", colText},
-	{"status", colText}, {"state", colText}, {"created_at", colInt}, {"created_by", colText},
-	{"updated_at", colInt}, {"spawn_blocked_until", colInt},
-	{"pid", colInt}, {"command", colText}, {"restart", colText}, {"grace", colInt}, {"started_at", colInt},
-	{"ended_at", colInt}, {"exit_state", colInt}, {"exit_code", colInt}, {"exit_signal", colText},
-	{"end_reason", colText}, {"replaces", colInt}, {"cursor", colText}, {"last_heartbeat", colInt},
-	{"session", colText}, {"result", colText}, {"stage", colText}, {"host", colText},
-	{"requested_by", colInt},
+	{"id", colInt, "id"}, {"name", colText, "name"}, {"role", colText, "role"}, {"parent_id", colInt, "parent"},
+	{"generation", colInt, "generation"}, {"responsible", colText, "responsible"},
+	{"COALESCE(a.wallet, '')", colText, "wallet"}, {"constitution_hash", colText, "constitution_hash"},
+	{"capability_hash", colText, "capability_hash"}, {"scope", colText, "scope"},
+	{"self_modifying", colInt, "self_modifying"}, {"life", colText, "life"},
+	{"status", colText, "status"}, {"state", colText, "state"}, {"created_at", colInt, "created_at"},
+	{"created_by", colText, "created_by"}, {"updated_at", colInt, "updated_at"},
+	{"spawn_blocked_until", colInt, "spawn_blocked_until"},
+	{"pid", colInt, "pid"}, {"command", colText, "command"}, {"restart", colText, "restart"},
+	{"grace", colInt, "grace"}, {"started_at", colInt, "started_at"},
+	{"ended_at", colInt, "ended_at"}, {"exit_state", colInt, "exit_state"}, {"exit_code", colInt, "exit_code"},
+	{"exit_signal", colText, "exit_signal"}, {"end_reason", colText, "end_reason"}, {"replaces", colInt, "replaces"},
+	{"cursor", colText, "cursor"}, {"last_heartbeat", colInt, "last_heartbeat"},
+	{"session", colText, "session"}, {"result", colText, "result"}, {"stage", colText, "stage"},
+	{"host", colText, "host"}, {"requested_by", colInt, "requested_by"},
 }
 
 // agentColumns is the packed row, read from the agents table aliased "a".
 var agentColumns = packColumns(agentCols)
 
+// agentRowFields names agentCols' fields in order (Reader.AgentRowFields).
+var agentRowFields = func() []string {
+	out := make([]string, len(agentCols))
+	for i, c := range agentCols {
+		out[i] = c.field
+	}
+	return out
+}()
+
 // agentLeanCols are the columns a cancellation reads of each agent
 // (Reader.AgentListLeanByIDs), in the order unpackLean reads them.
 var agentLeanCols = []column{
-	{"id", colInt}, {"parent_id", colInt}, {"life", colText}, {"status", colText}, {"state", colText},
-	{"pid", colInt}, {"command", colText}, {"grace", colInt}, {"ended_at", colInt}, {"result", colText},
-	{"host", colText},
+	{"id", colInt, "id"}, {"parent_id", colInt, "parent"}, {"life", colText, "life"}, {"status", colText, "status"},
+	{"state", colText, "state"}, {"pid", colInt, "pid"}, {"command", colText, "command"}, {"grace", colInt, "grace"},
+	{"ended_at", colInt, "ended_at"}, {"result", colText, "result"}, {"host", colText, "host"},
 }
 
 // agentLeanColumns is the packed lean row, from the agents table aliased "a".

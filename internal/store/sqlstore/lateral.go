@@ -63,6 +63,8 @@ var lateralForms = map[string]string{
 		CROSS JOIN LATERAL (SELECT * FROM agents a WHERE a.id = i.value OFFSET 0) a`,
 	sqlAgentLeanByIDs: `SELECT ` + agentLeanColumns + ` FROM (SELECT DISTINCT value FROM json_each(?)) i
 		CROSS JOIN LATERAL (SELECT * FROM agents a WHERE a.id = i.value OFFSET 0) a`,
+	sqlAgentRowsByIDs: `SELECT ` + agentColumns + ` FROM (SELECT DISTINCT value FROM json_each(?)) i
+		CROSS JOIN LATERAL (SELECT * FROM agents a WHERE a.id = i.value OFFSET 0) a ORDER BY a.id`,
 	sqlAgentByParents: `SELECT ` + agentColumns + ` FROM (SELECT DISTINCT value FROM json_each(?)) p
 		CROSS JOIN LATERAL (SELECT * FROM agents a WHERE a.parent_id = p.value OFFSET 0) a ORDER BY a.id`,
 }
@@ -78,6 +80,7 @@ func WalkQueries() map[string]string {
 		"Subtree":     sqlAgentSubtree,
 		"AgentsByIDs": sqlAgentListByIDs,
 		"LeanByIDs":   sqlAgentLeanByIDs,
+		"RowsByIDs":   sqlAgentRowsByIDs,
 		"ByParents":   sqlAgentByParents,
 		// PostgreSQL's only (speculate.go): the chain with its rows'
 		// text, and the check of a remembered chain.

@@ -284,15 +284,21 @@ func (r reader) listByIDs(ctx context.Context, unpack func(string) (*kin.Agent, 
 			return nil, err
 		}
 	} else {
-		// A large subtree is read in parallel chunks.
-		size := (len(ids) + chunks - 1) / chunks
+		// A large subtree is read in parallel chunks, each a range of the
+		// ids in ascending order: a chunk then reads its pages of the
+		// table once and in order, and no page is read by two chunks (in
+		// the caller's order, a tree's, each went back and forth over the
+		// whole file, re-reading pages its cache had dropped).
+		sorted := slices.Clone(ids)
+		slices.Sort(sorted)
+		size := (len(sorted) + chunks - 1) / chunks
 		var err error
 		out, err = r.inParallel(chunks, func(c int) ([]*kin.Agent, error) {
-			lo, hi := c*size, min((c+1)*size, len(ids))
+			lo, hi := c*size, min((c+1)*size, len(sorted))
 			if lo >= hi {
 				return nil, nil
 			}
-			return r.agentsOf(ctx, unpack, query, idArray(ids[lo:hi]))
+			return r.agentsOf(ctx, unpack, query, idArray(sorted[lo:hi]))
 		})
 		if err != nil {
 			return nil, err
@@ -319,6 +325,106 @@ func (r reader) listByIDs(ctx context.Context, unpack func(string) (*kin.Agent, 
 		}
 	}
 	return out, nil
+}
+
+// AgentRowFields names the fields of AgentRowsByIDs's rows, in order.
+func (r reader) AgentRowFields() []string { return slices.Clone(agentRowFields) }
+
+// rowsFlush is how many bytes of rows AgentRowsByIDs gathers before it
+// hands them on.
+const rowsFlush = 64 << 10
+
+// AgentRowsByIDs reads the agents with the given ids in ascending id order
+// and hands their rows on as they come, without taking them apart: a
+// large list is read in parallel chunks of ids, each chunk's rows passed
+// to emit (from the caller's goroutine, in order) once the chunks before
+// it were.
+func (r reader) AgentRowsByIDs(ctx context.Context, ids []kin.AgentID, emit func(records []byte) error) error {
+	if len(ids) == 0 {
+		return nil
+	}
+	sorted := slices.Clone(ids)
+	slices.Sort(sorted)
+	sorted = slices.Compact(sorted)
+	chunks := readChunks()
+	if r.tx != nil || len(sorted) < parallelReadMin || chunks < 2 {
+		chunks = 1
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	size := (len(sorted) + chunks - 1) / chunks
+	// Each chunk sends runs of records on its channel and closes it; its
+	// error (if any) is read after the close.
+	outs := make([]chan []byte, chunks)
+	errs := make([]error, chunks)
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	for c := range chunks {
+		outs[c] = make(chan []byte, 64)
+		lo, hi := min(c*size, len(sorted)), min((c+1)*size, len(sorted))
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer close(outs[c])
+			if lo < hi {
+				errs[c] = r.rowsOf(ctx, sorted[lo:hi], outs[c])
+			}
+		}()
+	}
+	var failed error
+	for c := range chunks {
+		for b := range outs[c] {
+			if failed == nil {
+				if failed = emit(b); failed != nil {
+					cancel() // the readers stop at their next row
+				}
+			}
+		}
+		if failed == nil && errs[c] != nil {
+			failed = errs[c]
+			cancel()
+		}
+	}
+	return failed
+}
+
+// rowsOf reads the packed rows of ids (ascending) and sends them on out as
+// "<length>:<row>" records, about rowsFlush bytes at a time.
+func (r reader) rowsOf(ctx context.Context, ids []kin.AgentID, out chan<- []byte) error {
+	rows, err := r.query(ctx, sqlAgentRowsByIDs, idArray(ids))
+	if err != nil {
+		return interpretError(err)
+	}
+	defer rows.Close()
+	buf := make([]byte, 0, rowsFlush+4096)
+	for rows.Next() {
+		var row sql.RawBytes
+		if err := rows.Scan(&row); err != nil {
+			return interpretError(err)
+		}
+		buf = strconv.AppendInt(buf, int64(len(row)), 10)
+		buf = append(buf, ':')
+		buf = append(buf, row...)
+		if len(buf) >= rowsFlush {
+			select {
+			case out <- buf:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+			buf = make([]byte, 0, rowsFlush+4096)
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return interpretError(err)
+	}
+	if len(buf) > 0 {
+		select {
+		case out <- buf:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return nil
 }
 
 // readChunks is how many connections one large read is split over.

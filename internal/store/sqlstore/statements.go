@@ -31,6 +31,7 @@ var (
 		SELECT ` + agentColumns + ` FROM sub s JOIN agents a ON a.id = s.id`
 	sqlAgentListByIDs    = `SELECT ` + agentColumns + ` FROM agents a WHERE a.id IN (SELECT value FROM json_each(?))`
 	sqlAgentLeanByIDs    = `SELECT ` + agentLeanColumns + ` FROM agents a WHERE a.id IN (SELECT value FROM json_each(?))`
+	sqlAgentRowsByIDs    = `SELECT ` + agentColumns + ` FROM agents a WHERE a.id IN (SELECT value FROM json_each(?)) ORDER BY a.id`
 	sqlAgentByParents    = `SELECT ` + agentColumns + ` FROM agents a WHERE a.parent_id IN (SELECT value FROM json_each(?)) ORDER BY a.id`
 	sqlAgentLiveByName   = `SELECT ` + agentColumns + ` FROM agents a WHERE name = ? AND status <> 'terminated'`
 	sqlAgentWalletExists = `SELECT COUNT(*) FROM agents WHERE wallet = ?`

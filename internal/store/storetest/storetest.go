@@ -7,6 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -243,6 +245,71 @@ func testAgentListMany(t *testing.T, s store.Store) {
 	}
 	if got, err := s.AgentListByParents(ctx, nil); err != nil || len(got) != 0 {
 		t.Errorf("AgentListByParents of none: %d rows, %v", len(got), err)
+	}
+	testAgentRows(t, s, n)
+}
+
+// testAgentRows: AgentRowsByIDs hands on the rows of the ids that exist,
+// each once, in ascending id order (a list large enough to be read in
+// parallel chunks too), each row AgentRowFields' fields; an error from
+// emit stops it and is returned.
+func testAgentRows(t *testing.T, s store.Store, n int) {
+	ctx := context.Background()
+	fields := s.AgentRowFields()
+	if len(fields) < 3 || fields[0] != "id" || fields[1] != "name" {
+		t.Fatalf("AgentRowFields = %v, want id and name first", fields)
+	}
+	rowsOf := func(ids []kin.AgentID) []string {
+		t.Helper()
+		var rows []string
+		err := s.AgentRowsByIDs(ctx, ids, func(b []byte) error {
+			for len(b) > 0 {
+				i := strings.IndexByte(string(b), ':')
+				size, err := strconv.Atoi(string(b[:i]))
+				if i < 0 || err != nil || i+1+size > len(b) {
+					t.Fatalf("malformed record at %q", b)
+				}
+				rows = append(rows, string(b[i+1:i+1+size]))
+				b = b[i+1+size:]
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return rows
+	}
+	// The row starts "<id>,<len>:<name>".
+	head := func(row string) string {
+		id, rest, _ := strings.Cut(row, ",")
+		size, name, _ := strings.Cut(rest, ":")
+		k, _ := strconv.Atoi(size)
+		return id + " " + name[:min(k, len(name))]
+	}
+	got := rowsOf([]kin.AgentID{30, 2, kin.AgentID(n + 7), 3, 2})
+	if len(got) != 3 || head(got[0]) != "2 m1" || head(got[1]) != "3 m2" || head(got[2]) != "30 m29" {
+		t.Fatalf("AgentRowsByIDs(30, 2, unknown, 3, 2): %q", got)
+	}
+	var all []kin.AgentID
+	for id := kin.AgentID(n); id >= 1; id-- { // in no particular order
+		all = append(all, id)
+	}
+	rows := rowsOf(all)
+	if len(rows) != n {
+		t.Fatalf("AgentRowsByIDs of %d agents: %d rows", n, len(rows))
+	}
+	for i, row := range rows {
+		if want := fmt.Sprintf("%d m%d", i+1, i); head(row) != want {
+			t.Fatalf("row %d begins %q, want %q (every agent once, by id)", i, head(row), want)
+		}
+	}
+	stop := errors.New("enough")
+	calls := 0
+	if err := s.AgentRowsByIDs(ctx, all, func([]byte) error { calls++; return stop }); !errors.Is(err, stop) || calls != 1 {
+		t.Fatalf("emit's error: got %v after %d calls, want it after 1", err, calls)
+	}
+	if err := s.AgentRowsByIDs(ctx, nil, func([]byte) error { t.Fatal("rows of no ids"); return nil }); err != nil {
+		t.Fatal(err)
 	}
 }
 
