@@ -36,6 +36,9 @@ func TestMain(m *testing.M) {
 		runDaemonProcess(home)
 		return
 	}
+	if spec := os.Getenv("KIN_TEST_FAKEMODELS"); spec != "" {
+		os.Exit(runApartUpstreams(spec)) // BenchmarkGateway's -apart upstreams
+	}
 	if mode := os.Getenv("KINTEST_MODE"); mode != "" {
 		os.Exit(runAgent(mode))
 	}

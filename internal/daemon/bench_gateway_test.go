@@ -2,13 +2,21 @@ package daemon_test
 
 import (
 	"bufio"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
+	"os"
+	"os/exec"
+	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/kin-agents/kin/internal/fakemodel"
 	"github.com/kin-agents/kin/internal/kintest"
@@ -46,6 +54,9 @@ type gatewayTarget struct {
 	// process spent meanwhile (user and system: the clients, the fake
 	// upstream, and on kin's path kin), per kind.
 	fast, slow, paced streamRun
+	// The same kinds with the upstream apart (apartRound): the process's
+	// CPU is the clients' and, on kin's path, kin's.
+	apart map[string]*streamRun
 }
 
 // streamRun adds up one kind of stream's rounds.
@@ -73,16 +84,41 @@ func (s *streamRun) add(n int, took, cpu time.Duration) {
 // (clients and upstream) and through kin, and the difference (kin's own
 // CPU per stream), a figure the box's other load does not move as it
 // moves the throughput.
+//
+// The "-apart" rows (streams200-KIND-apart-*) are the same three kinds
+// with the fake upstreams in a process of their own pinned to a CPU of
+// their own, and the benchmark's process (the clients and kin) pinned to
+// the other CPU with GOMAXPROCS 1 for their rounds: a provider's CPU is
+// not on the host where the agents and kin run, and here it no longer
+// takes CPU from the clients or kin. Their CPU per stream is the
+// clients' (direct) and the clients' and kin's (through kin); the
+// upstream's is not in it. On PostgreSQL the server is a process of its
+// own and is not pinned. (Machines with fewer than 2 CPUs skip them.)
 func BenchmarkGateway(b *testing.B) {
-	fast := fakemodel.Start(b, fakemodel.Options{Key: upstreamKey, InputTokens: 10, OutputTokens: 5, Reply: "hello world", NoRecord: true})
-	slow := fakemodel.Start(b, fakemodel.Options{Key: upstreamKey, InputTokens: 10, OutputTokens: 20,
-		Reply: strings.Repeat("x", 20), Chunks: 20, ChunkDelay: 5 * time.Millisecond, NoRecord: true})
-	paced := fakemodel.Start(b, fakemodel.Options{Key: upstreamKey, InputTokens: 10, OutputTokens: 20,
-		Reply: strings.Repeat("x", 20), Chunks: 20, ChunkDelay: pacedDelay, NoRecord: true})
-	d := kintest.StartDaemon(b, kintest.WithHTTP(),
+	fastOpts := fakemodel.Options{Key: upstreamKey, InputTokens: 10, OutputTokens: 5, Reply: "hello world", NoRecord: true}
+	slowOpts := fakemodel.Options{Key: upstreamKey, InputTokens: 10, OutputTokens: 20,
+		Reply: strings.Repeat("x", 20), Chunks: 20, ChunkDelay: 5 * time.Millisecond, NoRecord: true}
+	pacedOpts := fakemodel.Options{Key: upstreamKey, InputTokens: 10, OutputTokens: 20,
+		Reply: strings.Repeat("x", 20), Chunks: 20, ChunkDelay: pacedDelay, NoRecord: true}
+	fast, slow, paced := fakemodel.Start(b, fastOpts), fakemodel.Start(b, slowOpts), fakemodel.Start(b, pacedOpts)
+	opts := []kintest.Option{kintest.WithHTTP(),
 		kintest.WithModelUpstream("openai", "openai", fast.URL, upstreamKey),
 		kintest.WithModelUpstream("anthropic", "anthropic", slow.URL, upstreamKey),
-		kintest.WithModelUpstream("paced", "anthropic", paced.URL, upstreamKey))
+		kintest.WithModelUpstream("paced", "anthropic", paced.URL, upstreamKey)}
+	// The same upstreams in a process of their own on the last CPU (kin
+	// reaches them as fast-apart/MODEL etc.).
+	var apartURLs []string
+	hostCPUs, upCPU, apartOK := apartCPUs()
+	if apartOK {
+		apartURLs = startApartUpstreams(b, upCPU, fastOpts, slowOpts, pacedOpts)
+		opts = append(opts,
+			kintest.WithModelUpstream("fast-apart", "openai", apartURLs[0], upstreamKey),
+			kintest.WithModelUpstream("slow-apart", "anthropic", apartURLs[1], upstreamKey),
+			kintest.WithModelUpstream("paced-apart", "anthropic", apartURLs[2], upstreamKey))
+	} else {
+		b.Log("fewer than 2 CPUs: no -apart rows")
+	}
+	d := kintest.StartDaemon(b, opts...)
 	// The agent whose credential the calls carry (the daemon's cleanup
 	// stops it).
 	a, err := d.Client.Spawn(ctx, kin.SpawnRequest{
@@ -166,6 +202,9 @@ func BenchmarkGateway(b *testing.B) {
 			}
 			t.paced.add(run.n, run.took, run.cpu)
 		}
+		if apartOK {
+			apartRound(b, targets, direct, apartURLs, hostCPUs)
+		}
 	}
 	b.ReportMetric(0, "ns/op") // an iteration is a batch: the figures say it
 	us := func(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
@@ -182,21 +221,30 @@ func BenchmarkGateway(b *testing.B) {
 		b.ReportMetric(us(kp-dp), m.name+"-added-p50-µs")
 		b.ReportMetric(us(percentile(m.of(kinT), 0.99)-percentile(m.of(direct), 0.99)), m.name+"-added-p99-µs")
 	}
-	for _, s := range []struct {
+	rows := []struct {
 		name string
 		of   func(*gatewayTarget) streamRun
 	}{
 		{"streams200-slow", func(t *gatewayTarget) streamRun { return t.slow }},
 		{"streams200-fast", func(t *gatewayTarget) streamRun { return t.fast }},
 		{"streams200-paced", func(t *gatewayTarget) streamRun { return t.paced }},
-	} {
+	}
+	if apartOK {
+		for _, kind := range []string{"slow", "fast", "paced"} {
+			rows = append(rows, struct {
+				name string
+				of   func(*gatewayTarget) streamRun
+			}{"streams200-" + kind + "-apart", func(t *gatewayTarget) streamRun { return *t.apart[kind] }})
+		}
+	}
+	for _, s := range rows {
 		d, k := s.of(direct), s.of(kinT)
 		dr, kr := float64(d.n)/d.took.Seconds(), float64(k.n)/k.took.Seconds()
 		b.ReportMetric(dr, s.name+"-direct-per-s")
 		b.ReportMetric(kr, s.name+"-kin-per-s")
 		b.ReportMetric(100*(1-kr/dr), s.name+"-loss-%")
-		// CPU per stream: direct is the clients' and the upstream's, kin's
-		// path adds kin's own.
+		// CPU per stream: direct is the clients' and the upstream's (the
+		// clients' alone apart), kin's path adds kin's own.
 		dc, kc := us(d.cpu)/float64(d.n), us(k.cpu)/float64(k.n)
 		b.ReportMetric(dc, s.name+"-direct-cpu-us/stream")
 		b.ReportMetric(kc, s.name+"-kin-cpu-us/stream")
@@ -208,9 +256,14 @@ func BenchmarkGateway(b *testing.B) {
 // the whole call's (not streamed) or the time to the first byte of the
 // body (streamed; the rest is read, not timed).
 func chatCall(c *http.Client, base, key string, stream bool) (time.Duration, error) {
-	body := `{"model":"gpt-4o-mini","messages":[{"role":"user","content":"hi"}]}`
+	return chatCallOf(c, base, key, "gpt-4o-mini", stream)
+}
+
+// chatCallOf is chatCall naming model.
+func chatCallOf(c *http.Client, base, key, model string, stream bool) (time.Duration, error) {
+	body := `{"model":"` + model + `","messages":[{"role":"user","content":"hi"}]}`
 	if stream {
-		body = `{"model":"gpt-4o-mini","stream":true,"messages":[{"role":"user","content":"hi"}]}`
+		body = `{"model":"` + model + `","stream":true,"messages":[{"role":"user","content":"hi"}]}`
 	}
 	req, err := http.NewRequest("POST", base+"/v1/chat/completions", strings.NewReader(body))
 	if err != nil {
@@ -324,4 +377,214 @@ func concurrentStreams(c *http.Client, base, key string, call func(*http.Client,
 	}
 	wg.Wait()
 	return streamRun{n: benchStreams * streamsEach, took: time.Since(t0), cpu: processCPU() - cpu0}, first
+}
+
+// apartCPUs splits the CPUs this process may run on for the -apart rows:
+// the last for the upstreams' process, the others for this one (the
+// host: the clients and kin); false with fewer than two.
+func apartCPUs() (host unix.CPUSet, upstream int, ok bool) {
+	var all unix.CPUSet
+	if err := unix.SchedGetaffinity(0, &all); err != nil || all.Count() < 2 {
+		return host, 0, false
+	}
+	upstream = -1
+	for cpu := range 1024 { // CPU_SETSIZE: IsSet is false past the set
+		if all.IsSet(cpu) {
+			upstream = cpu
+		}
+	}
+	host = all
+	host.Clear(upstream)
+	return host, upstream, true
+}
+
+// startApartUpstreams runs fake upstreams answering as opts say in a
+// process of their own (this test binary, TestMain's KIN_TEST_FAKEMODELS
+// mode) pinned to CPU cpu, and returns their URLs in opts' order. The
+// process ends when the test does (its stdin closed; killed by its pid if
+// it has not ended 10 s later).
+func startApartUpstreams(b *testing.B, cpu int, opts ...fakemodel.Options) []string {
+	b.Helper()
+	spec, err := json.Marshal(opts)
+	if err != nil {
+		b.Fatal(err)
+	}
+	cmd := exec.Command(os.Args[0])
+	cmd.Env = append(os.Environ(), "KIN_TEST_FAKEMODELS="+string(spec), "KIN_TEST_FAKEMODELS_CPU="+strconv.Itoa(cpu))
+	cmd.Stderr = os.Stderr
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		b.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		b.Fatal(err)
+	}
+	exited := make(chan struct{})
+	go func() { cmd.Wait(); close(exited) }()
+	b.Cleanup(func() {
+		stdin.Close()
+		select {
+		case <-exited:
+		case <-time.After(10 * time.Second):
+			cmd.Process.Kill()
+			<-exited
+		}
+	})
+	lines := make(chan string)
+	go func() {
+		defer close(lines)
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			lines <- sc.Text()
+		}
+	}()
+	deadline := time.After(30 * time.Second)
+	var urls []string
+	for len(urls) < len(opts) {
+		select {
+		case line, ok := <-lines:
+			if !ok {
+				b.Fatalf("the upstreams' process ended after %d of %d URLs", len(urls), len(opts))
+			}
+			if !strings.HasPrefix(line, "http://") {
+				b.Fatalf("the upstreams' process said %q, not a URL", line)
+			}
+			urls = append(urls, line)
+		case <-deadline:
+			b.Fatalf("the upstreams' process gave %d of %d URLs in 30 s", len(urls), len(opts))
+		}
+	}
+	go func() { // the rest of its output, unread, must not block it
+		for range lines {
+		}
+	}()
+	return urls
+}
+
+// runApartUpstreams is the test binary as the -apart rows' upstreams
+// (KIN_TEST_FAKEMODELS: a JSON list of fakemodel.Options; pinned to CPU
+// KIN_TEST_FAKEMODELS_CPU with GOMAXPROCS 1): it prints each server's URL
+// on a line and serves until its stdin ends.
+func runApartUpstreams(spec string) int {
+	if s := os.Getenv("KIN_TEST_FAKEMODELS_CPU"); s != "" {
+		cpu, err := strconv.Atoi(s)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "KIN_TEST_FAKEMODELS_CPU=%q: not a CPU number\n", s)
+			return 2
+		}
+		var set unix.CPUSet
+		set.Set(cpu)
+		if err := pinThreads(os.Getpid(), &set); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		runtime.GOMAXPROCS(1)
+	}
+	var opts []fakemodel.Options
+	if err := json.Unmarshal([]byte(spec), &opts); err != nil {
+		fmt.Fprintf(os.Stderr, "KIN_TEST_FAKEMODELS: %v\n", err)
+		return 2
+	}
+	var servers []*fakemodel.Server
+	defer func() {
+		for _, s := range servers {
+			s.Close()
+		}
+	}()
+	for _, o := range opts {
+		s, err := fakemodel.Listen("127.0.0.1:0", o)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		servers = append(servers, s)
+		fmt.Println(s.URL)
+	}
+	io.Copy(io.Discard, os.Stdin)
+	return 0
+}
+
+// pinThreads sets the CPU affinity of every thread of process pid to
+// cpus: the walk repeats until it finds no thread it has not set, so a
+// thread started meanwhile (which takes its creator's mask) is set too.
+func pinThreads(pid int, cpus *unix.CPUSet) error {
+	done := map[int]bool{}
+	for {
+		ents, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+		if err != nil {
+			return err
+		}
+		fresh := false
+		for _, e := range ents {
+			tid, err := strconv.Atoi(e.Name())
+			if err != nil || done[tid] {
+				continue
+			}
+			if err := unix.SchedSetaffinity(tid, cpus); err != nil && !errors.Is(err, unix.ESRCH) {
+				return fmt.Errorf("the affinity of thread %d: %w", tid, err)
+			}
+			done[tid], fresh = true, true
+		}
+		if !fresh {
+			return nil
+		}
+	}
+}
+
+// apartRound runs the three kinds of stream, each way, against the
+// upstreams' own process (urls: fast, slow, paced), this process pinned to
+// host with GOMAXPROCS its CPU count meanwhile.
+func apartRound(b *testing.B, targets []*gatewayTarget, direct *gatewayTarget, urls []string, host unix.CPUSet) {
+	var all unix.CPUSet
+	if err := unix.SchedGetaffinity(0, &all); err != nil {
+		b.Fatal(err)
+	}
+	if err := pinThreads(os.Getpid(), &host); err != nil {
+		b.Fatal(err)
+	}
+	prev := runtime.GOMAXPROCS(host.Count())
+	defer func() {
+		if err := pinThreads(os.Getpid(), &all); err != nil {
+			b.Error(err)
+		}
+		runtime.GOMAXPROCS(prev)
+	}()
+	kinds := []struct {
+		kind, url, model string
+		anthropic        bool
+	}{
+		{"fast", urls[0], "gpt-4o-mini", false},
+		{"slow", urls[1], "claude-3-5-haiku-latest", true},
+		{"paced", urls[2], "claude-3-5-haiku-latest", true},
+	}
+	for _, t := range targets {
+		if t.apart == nil {
+			t.apart = map[string]*streamRun{}
+		}
+		for _, k := range kinds {
+			// kin sends "KIND-apart/MODEL" to that upstream as MODEL.
+			base, model := t.base, k.kind+"-apart/"+k.model
+			if t == direct {
+				base, model = k.url, k.model
+			}
+			run, err := concurrentStreams(t.client, base, t.key, func(c *http.Client, base, key string) error {
+				if !k.anthropic {
+					_, err := chatCallOf(c, base, key, model, true)
+					return err
+				}
+				return messagesStream(c, base, key, model)
+			})
+			if err != nil {
+				b.Fatalf("%s %s streams apart: %v", t.name, k.kind, err)
+			}
+			if t.apart[k.kind] == nil {
+				t.apart[k.kind] = &streamRun{}
+			}
+			t.apart[k.kind].add(run.n, run.took, run.cpu)
+		}
+	}
 }

@@ -13,6 +13,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"testing/iotest"
 	"time"
 
 	"github.com/kin-agents/kin/kin"
@@ -407,5 +408,49 @@ func TestStreamBurstFlushesOnceBeforeItsMeteringWithMockAuthority(t *testing.T) 
 	}
 	if w.flushes != 3 {
 		t.Errorf("%d flushes, want 3 (the headers, the burst before the metering, message_stop)", w.flushes)
+	}
+}
+
+// TestStreamEndingWithItsLastEventIsNotFlushedTwiceWithMockAuthority: when
+// the upstream's body ends with the bytes of its last event (net/http's
+// body returns io.EOF with them when the last chunk came in the same
+// read), nothing is left to wait for: the last event is not flushed on
+// its own but goes out with the response's end (one write, not two).
+// The events before the metering are flushed before it, as ever.
+func TestStreamEndingWithItsLastEventIsNotFlushedTwiceWithMockAuthority(t *testing.T) {
+	burst := "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"usage\":{\"input_tokens\":7,\"output_tokens\":1}}}\n\n" +
+		"event: message_delta\ndata: {\"type\":\"message_delta\",\"usage\":{\"output_tokens\":3}}\n\n"
+	stop := "event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n"
+	for _, tc := range []struct {
+		name    string
+		body    io.Reader
+		flushes int
+	}{
+		// The end read apart from the last event: message_stop is flushed
+		// before the read that finds the end (it might wait).
+		{"end apart", strings.NewReader(burst + stop), 3},
+		// The end read with it: the headers and the burst before the
+		// metering only.
+		{"end with the last bytes", iotest.DataErrReader(strings.NewReader(burst + stop)), 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			w := &flushCounter{ResponseRecorder: httptest.NewRecorder()}
+			m := &sentAtMetering{w: w}
+			g, err := New(Config{Key: make([]byte, 32), Authority: m, Runs: func(kin.AgentID) bool { return true }})
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp := &http.Response{StatusCode: 200, Header: http.Header{"Content-Type": {"text/event-stream"}}, Body: io.NopCloser(tc.body)}
+			g.stream(w, httptest.NewRequest("POST", epMessages.path, nil), epMessages, resp, &call{counted: true})
+			if got := w.Body.String(); got != burst+stop {
+				t.Fatalf("the stream went on as %q", got)
+			}
+			if m.sent != len(burst) {
+				t.Errorf("at the metering %d bytes had been sent, want the %d before message_stop", m.sent, len(burst))
+			}
+			if w.flushes != tc.flushes {
+				t.Errorf("%d flushes, want %d", w.flushes, tc.flushes)
+			}
+		})
 	}
 }

@@ -24,8 +24,9 @@ func (g *Gateway) stream(w http.ResponseWriter, r *http.Request, ep endpoint, re
 	w.WriteHeader(resp.StatusCode)
 	rc := http.NewResponseController(w)
 	rc.Flush()
+	src := &endSeen{r: resp.Body}
 	rd := streamReaders.Get().(*bufio.Reader)
-	rd.Reset(resp.Body)
+	rd.Reset(src)
 	defer func() {
 		rd.Reset(nil) // holds no body while pooled
 		streamReaders.Put(rd)
@@ -36,11 +37,15 @@ func (g *Gateway) stream(w http.ResponseWriter, r *http.Request, ep endpoint, re
 	var readErr error
 	var buf []byte // readLine's, reused line after line
 	// pending: events written and not flushed. They are flushed before
-	// any read that may wait for the upstream (no whole line buffered)
-	// and before the call is metered (a commit): an event never waits
-	// for the next nor for the metering, and a burst of events the
-	// upstream sent together goes out in one write (an event that only
-	// carries usage, as message_delta, is no reason to flush).
+	// any read that may wait for the upstream (no whole line buffered,
+	// and the upstream's body not yet ended) and before the call is
+	// metered (a commit): an event never waits for the next nor for the
+	// metering, and a burst of events the upstream sent together goes
+	// out in one write (an event that only carries usage, as
+	// message_delta, is no reason to flush). What is pending when the
+	// upstream's body has ended goes out as the handler returns, in the
+	// write that ends the response (its last chunk): nothing is waited
+	// for in between.
 	pending := false
 	c.beforeMeter = func() {
 		if pending {
@@ -50,7 +55,7 @@ func (g *Gateway) stream(w http.ResponseWriter, r *http.Request, ep endpoint, re
 	}
 	defer func() { c.beforeMeter = nil }()
 	for {
-		if pending && !lineBuffered(rd) {
+		if pending && !src.ended && !lineBuffered(rd) {
 			rc.Flush()
 			pending = false
 		}
@@ -83,13 +88,26 @@ func (g *Gateway) stream(w http.ResponseWriter, r *http.Request, ep endpoint, re
 			break
 		}
 	}
-	if pending {
-		rc.Flush()
-	}
 	if readErr != nil && c.data.Error == "" {
 		c.data.Error = "the upstream's stream broke off: " + readErr.Error()
 	}
 	g.meter(r.Context(), c, u)
+}
+
+// endSeen reads r and notes when r has ended (an error or io.EOF, which
+// net/http's body returns with the last bytes when the last chunk came
+// with them): reading on will not wait for the upstream.
+type endSeen struct {
+	r     io.Reader
+	ended bool
+}
+
+func (e *endSeen) Read(p []byte) (int, error) {
+	n, err := e.r.Read(p)
+	if err != nil {
+		e.ended = true
+	}
+	return n, err
 }
 
 // streamReaders are the stream readers, reused: each is 64 KiB, which
