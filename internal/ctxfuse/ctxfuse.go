@@ -433,12 +433,10 @@ func newRoot(src Source, log *slog.Logger) *root {
 
 func (r *root) String() string { return FSName }
 
-// ctx is a request's context: done when the request is interrupted.
+// ctxOf is a request's context: done when the request is interrupted.
 func ctxOf(cancel <-chan struct{}, h *fuse.InHeader) *fuse.Context {
 	return &fuse.Context{Caller: h.Caller, Cancel: cancel}
 }
-
-func errno(e syscall.Errno) fuse.Status { return fuse.Status(e) }
 
 // fail logs a failure of the source and answers EIO.
 func (r *root) fail(what string, err error) fuse.Status {
