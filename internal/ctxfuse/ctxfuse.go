@@ -44,7 +44,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
 	"golang.org/x/sys/unix"
 
@@ -93,9 +92,10 @@ type Entry struct {
 
 // Mount is a mounted agent/.
 type Mount struct {
-	dir string
-	srv *fuse.Server
-	log *slog.Logger
+	dir  string
+	srv  *fuse.Server
+	root *root
+	log  *slog.Logger
 
 	once sync.Once
 	err  error
@@ -123,7 +123,7 @@ func New(dir string, src Source, log *slog.Logger) (*Mount, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	r := &root{src: src, log: log, uid: uint32(os.Geteuid()), gid: uint32(os.Getegid()), socks: map[string]*sockState{}, born: time.Now()}
+	r := newRoot(src, log)
 	// go-fuse's direct mount opens /dev/fuse (and, for its poll hack, a
 	// file in the mount) without O_CLOEXEC and never sets the flag on the
 	// connection: every agent's shim held the connection until its exec,
@@ -131,24 +131,25 @@ func New(dir string, src Source, log *slog.Logger) (*Mount, error) {
 	// request nobody would answer. No fork runs while it mounts, and the
 	// flag is set before any can (cloexecConnections).
 	syscall.ForkLock.RLock()
-	srv, err := fs.Mount(dir, r, &fs.Options{
-		MountOptions: fuse.MountOptions{
-			DirectMountStrict:  true,
-			AllowOther:         true,
-			Options:            []string{"default_permissions"},
-			FsName:             FSName,
-			Name:               FSName,
-			DisableXAttrs:      true,
-			DisableReadDirPlus: true,
-			// Nothing is written here and a control file is small: a read
-			// request of 16 KiB keeps each request buffer ~20 KiB (go-fuse's
-			// default, 128 KiB, made them ~132 KiB each).
-			MaxWrite: 16 << 10,
-		},
-		NullPermissions: true,
-		RootStableAttr:  &fs.StableAttr{Ino: 1},
-		Logger:          nil,
+	srv, err := fuse.NewServer(r, dir, &fuse.MountOptions{
+		DirectMountStrict:  true,
+		AllowOther:         true,
+		Options:            []string{"default_permissions"},
+		FsName:             FSName,
+		Name:               FSName,
+		DisableXAttrs:      true,
+		DisableReadDirPlus: true,
+		// Nothing is written here and a control file is small: a read
+		// request of 16 KiB keeps each request buffer ~20 KiB (go-fuse's
+		// default, 128 KiB, made them ~132 KiB each).
+		MaxWrite: 16 << 10,
 	})
+	if err == nil {
+		go srv.Serve()
+		if err = srv.WaitMount(); err != nil {
+			unix.Unmount(dir, unix.MNT_DETACH)
+		}
+	}
 	if err == nil {
 		err = cloexecConnections()
 	}
@@ -156,11 +157,7 @@ func New(dir string, src Source, log *slog.Logger) (*Mount, error) {
 	if err != nil {
 		return nil, fmt.Errorf("ctxfuse: mount %s: %w", dir, err)
 	}
-	if err := srv.WaitMount(); err != nil {
-		unix.Unmount(dir, unix.MNT_DETACH)
-		return nil, fmt.Errorf("ctxfuse: mount %s: %w", dir, err)
-	}
-	return &Mount{dir: dir, srv: srv, log: log}, nil
+	return &Mount{dir: dir, srv: srv, root: r, log: log}, nil
 }
 
 // Close unmounts it. The mount is detached at once (MNT_DETACH: an agent's
@@ -342,17 +339,44 @@ func DetachStale(dir string, log *slog.Logger) (int, error) {
 	return len(points), err
 }
 
-// Inode numbers: an agent's nodes hold its id, so a name taken again is a
-// new node and the kernel never reuses a node across agents.
+// Node ids: an agent's nodes are named by its id and the node's kind, so a
+// name taken again is a new node and the kernel never reuses a node across
+// agents. The node id the kernel is given is the inode number itself: a
+// node is known by its number alone, and nothing is kept for it (the
+// served tree is the store's; issue 22's memory: go-fuse's node tree held
+// some 1.2 KiB for each live agent, whose <name>.d the Landlock rule of its
+// shim keeps looked up for as long as it runs). What is kept is what a
+// number does not say: a directory's group as it was looked up (dirRef),
+// a socket's state, and the content of an open file.
 const (
 	inoShift  = 5 // kinds below: the id file, the directory, the 19 files
 	kindID    = 0
 	kindDir   = 1
 	kindFile0 = 2
+	inoRoot   = 1       // fuse's root node id
 	inoSocket = 1 << 62 // sockets count up from here
 )
 
 func ino(id kin.AgentID, kind int) uint64 { return uint64(id)<<inoShift | uint64(kind) }
+
+// node is what a node id names.
+type node struct {
+	id   kin.AgentID // 0: the root or a socket
+	kind int         // kindID, kindDir, or kindFile0 + a control file's index
+}
+
+// nodeOf decodes a node id of agent/ below its root (ok false: not one
+// of an agent's, e.g. a socket's).
+func nodeOf(nodeid uint64) (node, bool) {
+	if nodeid >= inoSocket || nodeid>>inoShift == 0 {
+		return node{}, false
+	}
+	n := node{id: kin.AgentID(nodeid >> inoShift), kind: int(nodeid & (1<<inoShift - 1))}
+	if n.kind >= kindFile0+len(ctxfs.ControlFiles) {
+		return node{}, false
+	}
+	return n, true
+}
 
 // How long the kernel may keep what it was told. agent/<name> and
 // agent/<name>.d are looked up every time (a name moves to a later agent);
@@ -362,70 +386,150 @@ const (
 	notCached = 0
 )
 
-// root is agent/.
+// root serves agent/ over FUSE's own protocol (go-fuse's RawFileSystem):
+// every request names its node by id (nodeOf).
 type root struct {
-	fs.Inode
-	src      Source
-	log      *slog.Logger
-	uid, gid uint32 // the daemon's
-	born     time.Time
+	fuse.RawFileSystem // ENOSYS for what is not below
+	src                Source
+	log                *slog.Logger
+	uid, gid           uint32 // the daemon's
+	born               time.Time
 
 	mu       sync.Mutex
-	socks    map[string]*sockState
+	socks    map[string]*sockState // bound sockets by name
+	sockIno  map[uint64]*sockState // by node id: the bound ones, and unlinked ones the kernel still holds
 	nextSock uint64
+	dirs     map[kin.AgentID]dirRef // agent/<name>.d the kernel holds, by agent
+
+	hmu     sync.Mutex
+	handles map[uint64]*handle // open files and directories
+	nextFh  uint64
 }
 
-var (
-	_ fs.NodeLookuper  = (*root)(nil)
-	_ fs.NodeReaddirer = (*root)(nil)
-	_ fs.NodeGetattrer = (*root)(nil)
-	_ fs.NodeMknoder   = (*root)(nil)
-	_ fs.NodeUnlinker  = (*root)(nil)
-	_ fs.NodeCreater   = (*root)(nil)
-	_ fs.NodeMkdirer   = (*root)(nil)
-	_ fs.NodeSetattrer = (*root)(nil)
-)
+// dirRef is an agent/<name>.d the kernel holds: its group as it was
+// first looked up (a node's owner never changes) and the kernel's count
+// of its lookups (it is forgotten at zero).
+type dirRef struct {
+	gid     uint32
+	lookups uint64
+}
 
-func (r *root) dirAttr(a *fuse.Attr, mode uint32, gid uint32) {
+// handle is an open file (its content when it was opened) or an open
+// directory (its entries as of its last read from the start).
+type handle struct {
+	data []byte
+	dir  []fuse.DirEntry
+}
+
+func newRoot(src Source, log *slog.Logger) *root {
+	return &root{
+		RawFileSystem: fuse.NewDefaultRawFileSystem(),
+		src:           src, log: log,
+		uid: uint32(os.Geteuid()), gid: uint32(os.Getegid()), born: time.Now(),
+		socks: map[string]*sockState{}, sockIno: map[uint64]*sockState{}, dirs: map[kin.AgentID]dirRef{},
+		handles: map[uint64]*handle{},
+	}
+}
+
+func (r *root) String() string { return FSName }
+
+// ctxOf is a request's context: done when the request is interrupted.
+func ctxOf(cancel <-chan struct{}, h *fuse.InHeader) *fuse.Context {
+	return &fuse.Context{Caller: h.Caller, Cancel: cancel}
+}
+
+// fail logs a failure of the source and answers EIO.
+func (r *root) fail(what string, err error) fuse.Status {
+	if errors.Is(err, os.ErrNotExist) {
+		return fuse.ENOENT
+	}
+	r.log.Warn("agent filesystem: serve", "what", what, "err", err)
+	return fuse.EIO
+}
+
+// setBlocks is what a disk file system says of a file's size in blocks
+// (go-fuse's node API set it).
+func setBlocks(a *fuse.Attr) {
+	a.Blksize = 4096
+	a.Blocks = (a.Size + 4095) / 4096 * 8
+}
+
+func (r *root) dirAttr(a *fuse.Attr, ino uint64, mode uint32, gid uint32) {
+	a.Ino = ino
 	a.Mode = syscall.S_IFDIR | mode
 	a.Nlink = 2
 	a.Size = 4096 // as a directory on ext4 says
 	a.Uid, a.Gid = r.uid, gid
 	t := r.born
 	a.SetTimes(&t, &t, &t)
+	setBlocks(a)
 }
 
-func (r *root) Getattr(ctx context.Context, f fs.FileHandle, out *fuse.AttrOut) syscall.Errno {
-	r.dirAttr(&out.Attr, uint32(ctxfs.ModeKinDir), r.gid)
-	out.Ino = 1
-	out.SetTimeout(forever)
-	return 0
+func (r *root) idAttr(a *fuse.Attr, id kin.AgentID) {
+	a.Ino = ino(id, kindID)
+	a.Mode = syscall.S_IFREG | uint32(ctxfs.ModeIDFile)
+	a.Nlink = 1
+	a.Uid, a.Gid = r.uid, r.gid
+	a.Size = uint64(len(idData(id)))
+	t := r.born
+	a.SetTimes(&t, &t, &t)
+	setBlocks(a)
 }
 
-// fail logs a failure of the source and answers EIO.
-func (r *root) fail(what string, err error) syscall.Errno {
-	if errors.Is(err, os.ErrNotExist) {
-		return syscall.ENOENT
-	}
-	r.log.Warn("agent filesystem: serve", "what", what, "err", err)
-	return syscall.EIO
-}
+func idData(id kin.AgentID) []byte { return []byte(id.String() + "\n") }
 
-func (r *root) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+// dirGroup is the group of agent id's agent/<name>.d as the kernel was
+// told it; the source's answer when the kernel holds none.
+func (r *root) dirGroup(ctx context.Context, id kin.AgentID) (uint32, error) {
 	r.mu.Lock()
-	s := r.socks[name]
+	d, ok := r.dirs[id]
 	r.mu.Unlock()
-	if s != nil {
-		s.attr(&out.Attr)
+	if ok {
+		return d.gid, nil
+	}
+	gid, err := r.src.Group(ctx, id)
+	return uint32(gid), err
+}
+
+// lookupDir counts a lookup of agent id's agent/<name>.d and returns its
+// group: the one it was first given while the kernel holds it.
+func (r *root) lookupDir(id kin.AgentID, gid uint32) uint32 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	d, ok := r.dirs[id]
+	if !ok {
+		d.gid = gid
+	}
+	d.lookups++
+	r.dirs[id] = d
+	return d.gid
+}
+
+func (r *root) Lookup(cancel <-chan struct{}, h *fuse.InHeader, name string, out *fuse.EntryOut) fuse.Status {
+	if h.NodeId != inoRoot {
+		n, ok := nodeOf(h.NodeId)
+		if !ok || n.kind != kindDir {
+			return fuse.Status(syscall.ENOTDIR)
+		}
+		return r.lookupFile(ctxOf(cancel, h), n.id, name, out)
+	}
+	r.mu.Lock()
+	if s := r.socks[name]; s != nil {
+		s.lookups++
+		r.sockIno[s.ino] = s
+		r.sockAttr(s, &out.Attr)
+		r.mu.Unlock()
+		out.NodeId = s.ino
 		out.SetEntryTimeout(forever)
 		out.SetAttrTimeout(forever)
-		return r.NewInode(ctx, &sockNode{sockState: s}, fs.StableAttr{Mode: syscall.S_IFSOCK, Ino: s.ino}), 0
+		return fuse.OK
 	}
+	r.mu.Unlock()
 	if strings.HasSuffix(name, ".sock") {
 		// A socket not bound (yet): bind(2) and the daemon's removal of a
 		// stale one look it up first, on every spawn. Not the store's to
 		// answer (an agent named "x.sock" has no id file here).
-		return nil, syscall.ENOENT
+		return fuse.ENOENT
 	}
 	agent, isDir := name, false
 	if n, ok := strings.CutSuffix(name, ".d"); ok {
@@ -434,40 +538,396 @@ func (r *root) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs
 		}
 	}
 	if _, err := kin.ParseName(agent); err != nil {
-		return nil, syscall.ENOENT
+		return fuse.ENOENT
 	}
+	ctx := ctxOf(cancel, h)
 	id, err := r.src.Resolve(ctx, agent)
 	if err != nil {
-		return nil, r.fail("resolve "+agent, err)
+		return r.fail("resolve "+agent, err)
 	}
 	if id == 0 && isDir {
 		// agent/<n>.d where no agent <n> exists: maybe the id file of an
 		// agent named "<n>.d".
 		if id, err = r.src.Resolve(ctx, name); err != nil {
-			return nil, r.fail("resolve "+name, err)
+			return r.fail("resolve "+name, err)
 		}
 		isDir = false
 	}
 	if id == 0 {
-		return nil, syscall.ENOENT
+		return fuse.ENOENT
 	}
 	out.SetEntryTimeout(notCached)
 	out.SetAttrTimeout(forever)
 	if !isDir {
-		n := &idNode{r: r, id: id}
-		n.attr(&out.Attr)
-		return r.NewInode(ctx, n, fs.StableAttr{Mode: syscall.S_IFREG, Ino: ino(id, kindID)}), 0
+		r.idAttr(&out.Attr, id)
+		out.NodeId = ino(id, kindID)
+		return fuse.OK
 	}
 	gid, err := r.src.Group(ctx, id)
 	if err != nil {
-		return nil, r.fail("group "+agent, err)
+		return r.fail("group "+agent, err)
 	}
-	d := &ctlDir{r: r, id: id, gid: uint32(gid)}
-	d.attr(&out.Attr)
-	return r.NewInode(ctx, d, fs.StableAttr{Mode: syscall.S_IFDIR, Ino: ino(id, kindDir)}), 0
+	r.dirAttr(&out.Attr, ino(id, kindDir), uint32(ctxfs.ModeControlDir), r.lookupDir(id, uint32(gid)))
+	out.NodeId = ino(id, kindDir)
+	return fuse.OK
 }
 
-func (r *root) Readdir(ctx context.Context) (fs.DirStream, syscall.Errno) {
+// lookupFile looks up a control file of agent id's agent/<name>.d.
+func (r *root) lookupFile(ctx context.Context, id kin.AgentID, name string, out *fuse.EntryOut) fuse.Status {
+	for i, f := range ctxfs.ControlFiles {
+		if f != name {
+			continue
+		}
+		if st := r.fileAttr(ctx, &out.Attr, id, i); !st.Ok() {
+			return st
+		}
+		out.NodeId = ino(id, kindFile0+i)
+		out.SetEntryTimeout(forever)
+		out.SetAttrTimeout(notCached)
+		return fuse.OK
+	}
+	return fuse.ENOENT
+}
+
+func (r *root) Forget(nodeid, nlookup uint64) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if s := r.sockIno[nodeid]; s != nil {
+		s.lookups -= min(nlookup, s.lookups)
+		if s.lookups == 0 && !s.bound {
+			delete(r.sockIno, nodeid)
+		}
+		return
+	}
+	if n, ok := nodeOf(nodeid); ok && n.kind == kindDir {
+		if d, ok := r.dirs[n.id]; ok {
+			if d.lookups <= nlookup {
+				delete(r.dirs, n.id)
+			} else {
+				d.lookups -= nlookup
+				r.dirs[n.id] = d
+			}
+		}
+	}
+}
+
+func (r *root) GetAttr(cancel <-chan struct{}, in *fuse.GetAttrIn, out *fuse.AttrOut) fuse.Status {
+	if in.NodeId == inoRoot {
+		r.dirAttr(&out.Attr, inoRoot, uint32(ctxfs.ModeKinDir), r.gid)
+		out.SetTimeout(forever)
+		return fuse.OK
+	}
+	if in.NodeId >= inoSocket {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		s := r.sockIno[in.NodeId]
+		if s == nil {
+			return fuse.Status(syscall.ESTALE)
+		}
+		r.sockAttr(s, &out.Attr)
+		out.SetTimeout(forever)
+		return fuse.OK
+	}
+	n, ok := nodeOf(in.NodeId)
+	if !ok {
+		return fuse.Status(syscall.ESTALE)
+	}
+	ctx := ctxOf(cancel, &in.InHeader)
+	switch n.kind {
+	case kindID:
+		r.idAttr(&out.Attr, n.id)
+		out.SetTimeout(forever)
+	case kindDir:
+		gid, err := r.dirGroup(ctx, n.id)
+		if err != nil {
+			return r.fail("group "+n.id.String(), err)
+		}
+		r.dirAttr(&out.Attr, in.NodeId, uint32(ctxfs.ModeControlDir), gid)
+		out.SetTimeout(forever)
+	default:
+		if st := r.fileAttr(ctx, &out.Attr, n.id, n.kind-kindFile0); !st.Ok() {
+			return st
+		}
+		// The size is the content's now, also for an open file's fstat
+		// (the kernel does not say which it is): a reader reads its
+		// snapshot to EOF all the same (direct I/O).
+		out.SetTimeout(notCached)
+	}
+	return fuse.OK
+}
+
+// render is control file idx of agent id now (that file only).
+func (r *root) render(ctx context.Context, id kin.AgentID, idx int) ([]byte, time.Time, fuse.Status) {
+	v, err := r.src.Control(ctx, id)
+	if err != nil {
+		return nil, time.Time{}, r.fail("control "+id.String(), err)
+	}
+	b, err := v.File(ctxfs.ControlFiles[idx])
+	if err != nil {
+		return nil, time.Time{}, r.fail("render "+id.String(), err)
+	}
+	return b, v.Meta.UpdatedAt, fuse.OK
+}
+
+// fileAttr sets a's attributes of control file idx of agent id, the size
+// of the content now included.
+func (r *root) fileAttr(ctx context.Context, a *fuse.Attr, id kin.AgentID, idx int) fuse.Status {
+	b, t, st := r.render(ctx, id, idx)
+	if !st.Ok() {
+		return st
+	}
+	gid, err := r.dirGroup(ctx, id)
+	if err != nil {
+		return r.fail("group "+id.String(), err)
+	}
+	a.Ino = ino(id, kindFile0+idx)
+	a.Mode = syscall.S_IFREG | uint32(ctxfs.ModeControl)
+	a.Nlink = 1
+	a.Uid, a.Gid = r.uid, gid
+	a.Size = uint64(len(b))
+	if t.IsZero() {
+		t = r.born
+	}
+	a.SetTimes(&t, &t, &t)
+	setBlocks(a)
+	return fuse.OK
+}
+
+// SetAttr: only a socket's owner and mode change (the daemon's chown and
+// chmod; the kernel checked the caller may: default_permissions).
+func (r *root) SetAttr(cancel <-chan struct{}, in *fuse.SetAttrIn, out *fuse.AttrOut) fuse.Status {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	s := r.sockIno[in.NodeId]
+	if in.NodeId < inoSocket || s == nil {
+		return fuse.EROFS
+	}
+	if _, ok := in.GetSize(); ok {
+		return fuse.EINVAL
+	}
+	if m, ok := in.GetMode(); ok {
+		s.mode = m & 0o7777
+	}
+	if u, ok := in.GetUID(); ok {
+		s.uid = u
+	}
+	if g, ok := in.GetGID(); ok {
+		s.gid = g
+	}
+	s.changedAt = time.Now().UnixNano()
+	r.sockAttr(s, &out.Attr)
+	out.SetTimeout(forever)
+	return fuse.OK
+}
+
+// Mknod makes a socket's node: bind(2) by the daemon. Nothing else is made
+// here.
+func (r *root) Mknod(cancel <-chan struct{}, in *fuse.MknodIn, name string, out *fuse.EntryOut) fuse.Status {
+	if in.NodeId != inoRoot {
+		return fuse.EROFS
+	}
+	mode := in.Mode
+	if mode&syscall.S_IFMT != syscall.S_IFSOCK {
+		return fuse.EPERM
+	}
+	if in.Uid != r.uid {
+		return fuse.EACCES
+	}
+	uid, gid := in.Uid, in.Gid
+	if so, ok := r.src.(SocketOwners); ok {
+		if u, g, ok := so.SocketOwner(name); ok {
+			uid, gid = u, g
+		}
+	}
+	r.mu.Lock()
+	if r.socks[name] != nil {
+		r.mu.Unlock()
+		return fuse.Status(syscall.EEXIST)
+	}
+	r.nextSock++
+	s := &sockState{ino: inoSocket + r.nextSock, lookups: 1, mode: mode &^ syscall.S_IFMT & 0o7777, uid: uid, gid: gid, t: time.Now().UnixNano(), bound: true}
+	r.socks[name] = s
+	r.sockIno[s.ino] = s
+	r.sockAttr(s, &out.Attr)
+	r.mu.Unlock()
+	out.NodeId = s.ino
+	out.SetEntryTimeout(forever)
+	out.SetAttrTimeout(forever)
+	return fuse.OK
+}
+
+// Unlink removes a socket's node (the daemon closing an agent's socket).
+func (r *root) Unlink(cancel <-chan struct{}, h *fuse.InHeader, name string) fuse.Status {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	s := r.socks[name]
+	if h.NodeId != inoRoot || s == nil {
+		return fuse.EROFS
+	}
+	delete(r.socks, name)
+	s.bound = false
+	if s.lookups == 0 {
+		delete(r.sockIno, s.ino)
+	}
+	return fuse.OK
+}
+
+// Nothing else changes here.
+func (r *root) Mkdir(cancel <-chan struct{}, in *fuse.MkdirIn, name string, out *fuse.EntryOut) fuse.Status {
+	return fuse.EROFS
+}
+func (r *root) Rmdir(cancel <-chan struct{}, h *fuse.InHeader, name string) fuse.Status {
+	return fuse.EROFS
+}
+func (r *root) Rename(cancel <-chan struct{}, in *fuse.RenameIn, oldName, newName string) fuse.Status {
+	return fuse.EROFS
+}
+func (r *root) Link(cancel <-chan struct{}, in *fuse.LinkIn, name string, out *fuse.EntryOut) fuse.Status {
+	return fuse.EROFS
+}
+func (r *root) Symlink(cancel <-chan struct{}, h *fuse.InHeader, target, name string, out *fuse.EntryOut) fuse.Status {
+	return fuse.EROFS
+}
+func (r *root) Create(cancel <-chan struct{}, in *fuse.CreateIn, name string, out *fuse.CreateOut) fuse.Status {
+	return fuse.EROFS
+}
+func (r *root) Tmpfile(cancel <-chan struct{}, in *fuse.CreateIn, out *fuse.CreateOut) fuse.Status {
+	return fuse.EROFS
+}
+func (r *root) Write(cancel <-chan struct{}, in *fuse.WriteIn, data []byte) (uint32, fuse.Status) {
+	return 0, fuse.EROFS
+}
+
+// StatFs: all zero, as go-fuse's node API answered.
+func (r *root) StatFs(cancel <-chan struct{}, h *fuse.InHeader, out *fuse.StatfsOut) fuse.Status {
+	return fuse.OK
+}
+
+// Open: agent/<name> is the same for as long as its node lives (the
+// kernel may keep its pages); a control file is rendered once, and every
+// read of this open sees that content (direct I/O: the kernel neither
+// caches it nor cuts it at a size it was told earlier).
+func (r *root) Open(cancel <-chan struct{}, in *fuse.OpenIn, out *fuse.OpenOut) fuse.Status {
+	n, ok := nodeOf(in.NodeId)
+	if !ok || n.kind == kindDir {
+		return fuse.Status(syscall.ENOTSUP)
+	}
+	if in.Flags&(syscall.O_ACCMODE|syscall.O_TRUNC) != syscall.O_RDONLY {
+		return fuse.EROFS
+	}
+	if n.kind == kindID {
+		out.OpenFlags = fuse.FOPEN_KEEP_CACHE
+		return fuse.OK
+	}
+	b, _, st := r.render(ctxOf(cancel, &in.InHeader), n.id, n.kind-kindFile0)
+	if !st.Ok() {
+		return st
+	}
+	out.Fh = r.open(&handle{data: b})
+	out.OpenFlags = fuse.FOPEN_DIRECT_IO
+	return fuse.OK
+}
+
+func (r *root) open(h *handle) uint64 {
+	r.hmu.Lock()
+	defer r.hmu.Unlock()
+	r.nextFh++
+	r.handles[r.nextFh] = h
+	return r.nextFh
+}
+
+func (r *root) handle(fh uint64) *handle {
+	r.hmu.Lock()
+	defer r.hmu.Unlock()
+	return r.handles[fh]
+}
+
+func (r *root) release(fh uint64) {
+	r.hmu.Lock()
+	defer r.hmu.Unlock()
+	delete(r.handles, fh)
+}
+
+func (r *root) Read(cancel <-chan struct{}, in *fuse.ReadIn, buf []byte) (fuse.ReadResult, fuse.Status) {
+	n, ok := nodeOf(in.NodeId)
+	if !ok || n.kind == kindDir {
+		return nil, fuse.Status(syscall.ENOTSUP)
+	}
+	if n.kind == kindID {
+		return readAt(idData(n.id), buf, int64(in.Offset)), fuse.OK
+	}
+	h := r.handle(in.Fh)
+	if h == nil {
+		return nil, fuse.EBADF
+	}
+	return readAt(h.data, buf, int64(in.Offset)), fuse.OK
+}
+
+func readAt(b, dest []byte, off int64) fuse.ReadResult {
+	if off >= int64(len(b)) {
+		return fuse.ReadResultData(nil)
+	}
+	end := min(int64(len(b)), off+int64(len(dest)))
+	return fuse.ReadResultData(b[off:end])
+}
+
+func (r *root) Release(cancel <-chan struct{}, in *fuse.ReleaseIn) {
+	if in.Fh != 0 {
+		r.release(in.Fh)
+	}
+}
+
+// Flush: nothing is written here, so nothing to flush.
+func (r *root) Flush(cancel <-chan struct{}, in *fuse.FlushIn) fuse.Status { return fuse.OK }
+
+func (r *root) OpenDir(cancel <-chan struct{}, in *fuse.OpenIn, out *fuse.OpenOut) fuse.Status {
+	if n, ok := nodeOf(in.NodeId); in.NodeId != inoRoot && (!ok || n.kind != kindDir) {
+		return fuse.Status(syscall.ENOTDIR)
+	}
+	out.Fh = r.open(&handle{})
+	return fuse.OK
+}
+
+// ReadDir lists a directory: its entries are read when it is read from
+// the start, and later reads go on through that list (an offset is a
+// place in it).
+func (r *root) ReadDir(cancel <-chan struct{}, in *fuse.ReadIn, out *fuse.DirEntryList) fuse.Status {
+	h := r.handle(in.Fh)
+	if h == nil {
+		return fuse.EBADF
+	}
+	if in.Offset == 0 {
+		list, st := r.list(ctxOf(cancel, &in.InHeader), in.NodeId)
+		if !st.Ok() {
+			return st
+		}
+		r.hmu.Lock()
+		h.dir = list
+		r.hmu.Unlock()
+	}
+	r.hmu.Lock()
+	list := h.dir
+	r.hmu.Unlock()
+	for i := in.Offset; i < uint64(len(list)); i++ {
+		e := list[i]
+		e.Off = i + 1
+		if !out.AddDirEntry(e) {
+			break
+		}
+	}
+	return fuse.OK
+}
+
+// list is the entries of directory nodeid now.
+func (r *root) list(ctx context.Context, nodeid uint64) ([]fuse.DirEntry, fuse.Status) {
+	if nodeid != inoRoot {
+		n, _ := nodeOf(nodeid)
+		list := make([]fuse.DirEntry, len(ctxfs.ControlFiles))
+		for i, f := range ctxfs.ControlFiles {
+			list[i] = fuse.DirEntry{Name: f, Mode: syscall.S_IFREG, Ino: ino(n.id, kindFile0+i)}
+		}
+		return list, fuse.OK
+	}
 	es, err := r.src.Names(ctx)
 	if err != nil {
 		return nil, r.fail("list", err)
@@ -483,325 +943,32 @@ func (r *root) Readdir(ctx context.Context) (fs.DirStream, syscall.Errno) {
 		list = append(list, fuse.DirEntry{Name: name, Mode: syscall.S_IFSOCK, Ino: s.ino})
 	}
 	r.mu.Unlock()
-	return fs.NewListDirStream(list), 0
+	return list, fuse.OK
 }
 
-// Mknod makes a socket's node: bind(2) by the daemon. Nothing else is made
-// here.
-func (r *root) Mknod(ctx context.Context, name string, mode, dev uint32, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
-	if mode&syscall.S_IFMT != syscall.S_IFSOCK {
-		return nil, syscall.EPERM
-	}
-	caller, ok := fuse.FromContext(ctx)
-	if !ok || caller.Uid != r.uid {
-		return nil, syscall.EACCES
-	}
-	uid, gid := caller.Uid, caller.Gid
-	if so, ok := r.src.(SocketOwners); ok {
-		if u, g, ok := so.SocketOwner(name); ok {
-			uid, gid = u, g
-		}
-	}
-	r.mu.Lock()
-	if r.socks[name] != nil {
-		r.mu.Unlock()
-		return nil, syscall.EEXIST
-	}
-	r.nextSock++
-	s := &sockState{ino: inoSocket + r.nextSock, mode: mode &^ syscall.S_IFMT & 0o7777, uid: uid, gid: gid, t: time.Now()}
-	r.socks[name] = s
-	r.mu.Unlock()
-	s.attr(&out.Attr)
-	out.SetEntryTimeout(forever)
-	out.SetAttrTimeout(forever)
-	return r.NewInode(ctx, &sockNode{sockState: s}, fs.StableAttr{Mode: syscall.S_IFSOCK, Ino: s.ino}), 0
-}
+func (r *root) ReleaseDir(in *fuse.ReleaseIn) { r.release(in.Fh) }
 
-// Unlink removes a socket's node (the daemon closing an agent's socket).
-func (r *root) Unlink(ctx context.Context, name string) syscall.Errno {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.socks[name] == nil {
-		return syscall.EROFS
-	}
-	delete(r.socks, name)
-	return 0
-}
-
-func (r *root) Create(ctx context.Context, name string, flags uint32, mode uint32, out *fuse.EntryOut) (*fs.Inode, fs.FileHandle, uint32, syscall.Errno) {
-	return nil, nil, 0, syscall.EROFS
-}
-
-func (r *root) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
-	return nil, syscall.EROFS
-}
-
-func (r *root) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
-	return syscall.EROFS
-}
-
-// sockState is an agent's socket, bound by the daemon: what its node says.
+// sockState is an agent's socket, bound by the daemon: what its node says
+// (root.mu guards it).
 type sockState struct {
-	ino uint64
-	t   time.Time
-
-	mu        sync.Mutex
+	ino       uint64
+	lookups   uint64 // the kernel's
+	t         int64  // made, in Unix nanoseconds
+	changedAt int64  // 0: never
 	mode      uint32
 	uid, gid  uint32
-	changedAt time.Time
+	bound     bool // still named in agent/ (not unlinked)
 }
 
-// sockNode is a socket's node: a new one for each lookup, sharing the
-// state (go-fuse keeps the first while the kernel holds the inode).
-type sockNode struct {
-	fs.Inode
-	*sockState
-}
-
-var _ fs.NodeSetattrer = (*sockNode)(nil)
-
-func (s *sockState) attr(a *fuse.Attr) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
+func (r *root) sockAttr(s *sockState, a *fuse.Attr) {
 	a.Ino = s.ino
 	a.Mode = syscall.S_IFSOCK | s.mode
 	a.Nlink = 1
 	a.Uid, a.Gid = s.uid, s.gid
-	c := s.t
-	if !s.changedAt.IsZero() {
-		c = s.changedAt
+	t, c := time.Unix(0, s.t), time.Unix(0, s.t)
+	if s.changedAt != 0 {
+		c = time.Unix(0, s.changedAt)
 	}
-	a.SetTimes(&s.t, &s.t, &c)
-}
-
-func (s *sockNode) Getattr(ctx context.Context, f fs.FileHandle, out *fuse.AttrOut) syscall.Errno {
-	s.attr(&out.Attr)
-	out.SetTimeout(forever)
-	return 0
-}
-
-// Setattr takes the owner and mode the daemon gives a socket (the kernel
-// checked the caller may: default_permissions).
-func (s *sockNode) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
-	if _, ok := in.GetSize(); ok {
-		return syscall.EINVAL
-	}
-	s.mu.Lock()
-	if m, ok := in.GetMode(); ok {
-		s.mode = m & 0o7777
-	}
-	if u, ok := in.GetUID(); ok {
-		s.uid = u
-	}
-	if g, ok := in.GetGID(); ok {
-		s.gid = g
-	}
-	s.changedAt = time.Now()
-	s.mu.Unlock()
-	s.attr(&out.Attr)
-	out.SetTimeout(forever)
-	return 0
-}
-
-// idNode is agent/<name>: the agent's id.
-type idNode struct {
-	fs.Inode
-	r  *root
-	id kin.AgentID
-}
-
-var (
-	_ fs.NodeOpener    = (*idNode)(nil)
-	_ fs.NodeReader    = (*idNode)(nil)
-	_ fs.NodeGetattrer = (*idNode)(nil)
-)
-
-func (n *idNode) data() []byte { return []byte(n.id.String() + "\n") }
-
-func (n *idNode) attr(a *fuse.Attr) {
-	a.Ino = ino(n.id, kindID)
-	a.Mode = syscall.S_IFREG | uint32(ctxfs.ModeIDFile)
-	a.Nlink = 1
-	a.Uid, a.Gid = n.r.uid, n.r.gid
-	a.Size = uint64(len(n.data()))
-	t := n.r.born
-	a.SetTimes(&t, &t, &t)
-}
-
-func (n *idNode) Getattr(ctx context.Context, f fs.FileHandle, out *fuse.AttrOut) syscall.Errno {
-	n.attr(&out.Attr)
-	out.SetTimeout(forever)
-	return 0
-}
-
-func (n *idNode) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
-	if flags&(syscall.O_ACCMODE|syscall.O_TRUNC) != syscall.O_RDONLY {
-		return nil, 0, syscall.EROFS
-	}
-	return nil, fuse.FOPEN_KEEP_CACHE, 0
-}
-
-func (n *idNode) Read(ctx context.Context, f fs.FileHandle, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
-	return readAt(n.data(), dest, off), 0
-}
-
-func readAt(b, dest []byte, off int64) fuse.ReadResult {
-	if off >= int64(len(b)) {
-		return fuse.ReadResultData(nil)
-	}
-	end := min(int64(len(b)), off+int64(len(dest)))
-	return fuse.ReadResultData(b[off:end])
-}
-
-// ctlDir is agent/<name>.d/.
-type ctlDir struct {
-	fs.Inode
-	r   *root
-	id  kin.AgentID
-	gid uint32
-}
-
-var (
-	_ fs.NodeLookuper  = (*ctlDir)(nil)
-	_ fs.NodeReaddirer = (*ctlDir)(nil)
-	_ fs.NodeGetattrer = (*ctlDir)(nil)
-	_ fs.NodeSetattrer = (*ctlDir)(nil)
-	_ fs.NodeCreater   = (*ctlDir)(nil)
-	_ fs.NodeMkdirer   = (*ctlDir)(nil)
-	_ fs.NodeUnlinker  = (*ctlDir)(nil)
-)
-
-func (d *ctlDir) attr(a *fuse.Attr) {
-	d.r.dirAttr(a, uint32(ctxfs.ModeControlDir), d.gid)
-	a.Ino = ino(d.id, kindDir)
-}
-
-func (d *ctlDir) Getattr(ctx context.Context, f fs.FileHandle, out *fuse.AttrOut) syscall.Errno {
-	d.attr(&out.Attr)
-	out.SetTimeout(forever)
-	return 0
-}
-
-func (d *ctlDir) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
-	for i, f := range ctxfs.ControlFiles {
-		if f != name {
-			continue
-		}
-		n := &ctlFile{d: d, idx: i}
-		if errno := n.fill(ctx, &out.Attr); errno != 0 {
-			return nil, errno
-		}
-		out.SetEntryTimeout(forever)
-		out.SetAttrTimeout(notCached)
-		return d.NewInode(ctx, n, fs.StableAttr{Mode: syscall.S_IFREG, Ino: ino(d.id, kindFile0+i)}), 0
-	}
-	return nil, syscall.ENOENT
-}
-
-func (d *ctlDir) Readdir(ctx context.Context) (fs.DirStream, syscall.Errno) {
-	list := make([]fuse.DirEntry, len(ctxfs.ControlFiles))
-	for i, f := range ctxfs.ControlFiles {
-		list[i] = fuse.DirEntry{Name: f, Mode: syscall.S_IFREG, Ino: ino(d.id, kindFile0+i)}
-	}
-	return fs.NewListDirStream(list), 0
-}
-
-func (d *ctlDir) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
-	return syscall.EROFS
-}
-
-func (d *ctlDir) Create(ctx context.Context, name string, flags uint32, mode uint32, out *fuse.EntryOut) (*fs.Inode, fs.FileHandle, uint32, syscall.Errno) {
-	return nil, nil, 0, syscall.EROFS
-}
-
-func (d *ctlDir) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
-	return nil, syscall.EROFS
-}
-
-func (d *ctlDir) Unlink(ctx context.Context, name string) syscall.Errno { return syscall.EROFS }
-
-// ctlFile is one control file of agent/<name>.d/.
-type ctlFile struct {
-	fs.Inode
-	d   *ctlDir
-	idx int // in ctxfs.ControlFiles
-}
-
-var (
-	_ fs.NodeOpener    = (*ctlFile)(nil)
-	_ fs.NodeReader    = (*ctlFile)(nil)
-	_ fs.NodeGetattrer = (*ctlFile)(nil)
-	_ fs.NodeSetattrer = (*ctlFile)(nil)
-)
-
-// render is the file's content now (that file only).
-func (n *ctlFile) render(ctx context.Context) ([]byte, time.Time, syscall.Errno) {
-	v, err := n.d.r.src.Control(ctx, n.d.id)
-	if err != nil {
-		return nil, time.Time{}, n.d.r.fail("control "+n.d.id.String(), err)
-	}
-	b, err := v.File(ctxfs.ControlFiles[n.idx])
-	if err != nil {
-		return nil, time.Time{}, n.d.r.fail("render "+n.d.id.String(), err)
-	}
-	return b, v.Meta.UpdatedAt, 0
-}
-
-// fill sets a's attributes, the size of the content now included.
-func (n *ctlFile) fill(ctx context.Context, a *fuse.Attr) syscall.Errno {
-	b, t, errno := n.render(ctx)
-	if errno != 0 {
-		return errno
-	}
-	a.Ino = ino(n.d.id, kindFile0+n.idx)
-	a.Mode = syscall.S_IFREG | uint32(ctxfs.ModeControl)
-	a.Nlink = 1
-	a.Uid, a.Gid = n.d.r.uid, n.d.gid
-	a.Size = uint64(len(b))
-	if t.IsZero() {
-		t = n.d.r.born
-	}
-	a.SetTimes(&t, &t, &t)
-	return 0
-}
-
-func (n *ctlFile) Getattr(ctx context.Context, f fs.FileHandle, out *fuse.AttrOut) syscall.Errno {
-	if errno := n.fill(ctx, &out.Attr); errno != 0 {
-		return errno
-	}
-	// The size is the content's now, also for an open file's fstat (go-fuse
-	// passes an open handle even to a stat by path, so the two cannot be
-	// told apart): a reader reads its snapshot to EOF all the same (direct
-	// I/O).
-	out.SetTimeout(notCached)
-	return 0
-}
-
-func (n *ctlFile) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
-	return syscall.EROFS
-}
-
-// snapshot is an open control file: its content when it was opened.
-type snapshot struct{ data []byte }
-
-// Open renders the file once: every read of this open sees that content
-// (direct I/O: the kernel neither caches it nor cuts it at a size it was
-// told earlier).
-func (n *ctlFile) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
-	if flags&(syscall.O_ACCMODE|syscall.O_TRUNC) != syscall.O_RDONLY {
-		return nil, 0, syscall.EROFS
-	}
-	b, _, errno := n.render(ctx)
-	if errno != 0 {
-		return nil, 0, errno
-	}
-	return &snapshot{data: b}, fuse.FOPEN_DIRECT_IO, 0
-}
-
-func (n *ctlFile) Read(ctx context.Context, f fs.FileHandle, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
-	s, ok := f.(*snapshot)
-	if !ok {
-		return nil, syscall.EBADF
-	}
-	return readAt(s.data, dest, off), 0
+	a.SetTimes(&t, &t, &c)
+	setBlocks(a)
 }

@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"sort"
 	"strconv"
@@ -656,5 +657,97 @@ func TestSocketOwnedAtBind(t *testing.T) {
 	path, _ = bind("other.sock")
 	if st, err := os.Lstat(path); err != nil || st.Sys().(*syscall.Stat_t).Uid != uint32(os.Geteuid()) {
 		t.Fatalf("a socket the source names no owner for: %+v %v, want the binder's uid %d", st.Sys(), err, os.Geteuid())
+	}
+}
+
+// TestHeldNodesCostLittle: what the kernel holds of a live agent (its
+// <name>.d, which its shim's Landlock rule keeps looked up, and its bound
+// socket) costs the daemon a few hundred bytes, not a node tree (issue
+// 22's memory: go-fuse's nodes held ~1.2 KiB an agent); and all of it is
+// let go once the kernel forgets the nodes.
+func TestHeldNodesCostLittle(t *testing.T) {
+	const agents = 1000
+	src := newTableSource()
+	for i := range agents {
+		a, rt := agentValues(kin.AgentID(100+i), fmt.Sprintf("a%d", i), 4000+i%7)
+		src.set(t, a, rt)
+	}
+	m, dir := mountAt(t, src)
+	var fds []int
+	defer func() {
+		for _, fd := range fds {
+			unix.Close(fd)
+		}
+	}()
+	heap := func() uint64 {
+		runtime.GC() // twice: the first leaves sync.Pools' contents (the
+		runtime.GC() // server's request buffers) in their victim caches
+		var ms runtime.MemStats
+		runtime.ReadMemStats(&ms)
+		return ms.HeapAlloc
+	}
+	hold := func(from, to int) {
+		for i := from; i < to; i++ {
+			fd, err := unix.Open(filepath.Join(dir, fmt.Sprintf("a%d.d", i)), unix.O_PATH|unix.O_CLOEXEC, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			fds = append(fds, fd)
+			s, err := unix.Socket(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			fds = append(fds, s)
+			if err := unix.Bind(s, &unix.SockaddrUnix{Name: filepath.Join(dir, fmt.Sprintf("a%d.sock", i))}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	// The cost of the second half over the first: what the server keeps
+	// whatever the number of agents (its request buffers, as many as
+	// requests came at once) is there by then.
+	fds = make([]int, 0, 2*agents)
+	hold(0, agents/2)
+	before := heap()
+	hold(agents/2, agents)
+	after := heap()
+	perAgent := (int64(after) - int64(before)) / (agents - agents/2)
+	t.Logf("%d agents' directories and sockets held: %d bytes of heap an agent", agents, perAgent)
+	if perAgent > 768 {
+		t.Errorf("%d bytes of heap an agent for its held nodes, want at most 768", perAgent)
+	}
+	if d, s := ctxfuse.Held(m); d != agents || s != agents {
+		t.Errorf("held: %d directories, %d sockets; want %d each", d, s, agents)
+	}
+
+	for i := range agents {
+		if err := unix.Unlink(filepath.Join(dir, fmt.Sprintf("a%d.sock", i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, fd := range fds {
+		unix.Close(fd)
+	}
+	fds = nil
+	// The kernel forgets the nodes nothing uses when told to drop its
+	// dentry and inode caches (its FORGETs come after, each in a request
+	// of its own): told again every half second, for up to 10 s.
+	deadline := time.Now().Add(10 * time.Second)
+	var dropped time.Time
+	for {
+		if time.Since(dropped) > 500*time.Millisecond {
+			if err := os.WriteFile("/proc/sys/vm/drop_caches", []byte("2"), 0); err != nil {
+				t.Skipf("drop caches: %v", err)
+			}
+			dropped = time.Now()
+		}
+		d, s := ctxfuse.Held(m)
+		if d == 0 && s == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("still held after the kernel let go: %d directories, %d sockets", d, s)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }
