@@ -70,6 +70,7 @@ type Drain struct {
 	active   bool // a step ran since the last sweep
 	detached bool // Detach was called: the step ends the drain
 	ended    bool
+	hup      bool // woken for a writer gone, not for output (the next step peeks)
 	done     chan struct{}
 }
 
@@ -186,6 +187,10 @@ func (d *Drain) Detach() {
 func (d *Drain) step() {
 	defer d.p.wg.Done()
 	full := false
+	d.mu.Lock()
+	hup := d.hup
+	d.hup = false
+	d.mu.Unlock()
 	for {
 		if d.stopping() {
 			d.end()
@@ -197,6 +202,29 @@ func (d *Drain) step() {
 				d.end()
 				return
 			}
+		}
+		if hup && d.f == nil && !full {
+			// Woken for a writer gone (an agent that ended, most often
+			// with everything it wrote copied already): when nothing
+			// waits and no writer is left, the end, without opening the
+			// log for nothing (a cascade's thousand ends each saved an
+			// open, two fstats and a close).
+			hup = false
+			n, err := d.p.peek(d.r)
+			switch {
+			case err == nil && n == 0:
+				if !d.stopping() {
+					os.Remove(PipePath(d.c.Path))
+				}
+				d.end()
+				return
+			case err == unix.EAGAIN:
+				if d.wait() {
+					return
+				}
+				continue
+			}
+			// A byte waits (or peek could not tell): copy as always.
 		}
 		if d.f == nil || full {
 			if err := d.open(full); err != nil {

@@ -15,3 +15,6 @@ func (p *Poller) FreeSlots() []uint32 {
 	defer p.hold.mu.Unlock()
 	return append([]uint32(nil), p.hold.free...)
 }
+
+// Peek is the poller's peek (tee(2) of one byte).
+func (p *Poller) Peek(r int) (int64, error) { return p.peek(r) }

@@ -45,6 +45,11 @@ type Poller struct {
 
 	loop sync.WaitGroup // the wait loop
 	wg   sync.WaitGroup // the steps
+
+	// peekMu guards peekR and peekW, a pipe of the poller's own that
+	// peek tees into (see peek); -1 where none could be made.
+	peekMu       sync.Mutex
+	peekR, peekW int
 }
 
 // NewPoller starts a poller; Close stops it.
@@ -64,7 +69,11 @@ func NewPoller() (*Poller, error) {
 		f.Close()
 		return nil, fmt.Errorf("agent logs: epoll descriptor: %w", err)
 	}
-	p := &Poller{epfd: epfd, file: f, raw: raw, drains: map[uint64]*Drain{}, wds: map[int32]*Drain{}}
+	p := &Poller{epfd: epfd, file: f, raw: raw, drains: map[uint64]*Drain{}, wds: map[int32]*Drain{}, peekR: -1, peekW: -1}
+	var pp [2]int
+	if err := unix.Pipe2(pp[:], unix.O_CLOEXEC|unix.O_NONBLOCK); err == nil {
+		p.peekR, p.peekW = pp[0], pp[1]
+	}
 	p.sweepNs.Store(int64(sweepEvery))
 	p.setupHolder()
 	p.loop.Add(1)
@@ -217,7 +226,12 @@ func (p *Poller) readWatches(buf []byte) {
 			d := p.wds[ev.Wd]
 			p.mu.Unlock()
 			if d != nil {
-				p.wake(d)
+				d.mu.Lock()
+				if !d.running {
+					d.hup = ev.Mask&unix.IN_CLOSE_WRITE != 0 && ev.Mask&unix.IN_MODIFY == 0
+				}
+				p.wakeLocked(d)
+				d.mu.Unlock()
 			}
 		}
 	}
@@ -268,6 +282,34 @@ func (p *Poller) Close() {
 		unix.Close(p.ino)
 		p.hold.close()
 	}
+	if p.peekR >= 0 {
+		unix.Close(p.peekR)
+		unix.Close(p.peekW)
+	}
+}
+
+// errNoPeek: the poller has no pipe to peek with.
+var errNoPeek = errors.New("agent logs: no pipe to peek with")
+
+// peek says, without taking anything out of the pipe r, whether a byte
+// waits in it (1), or no writer is left and it is empty (0, nil: the end
+// of the output), or it is empty with a writer left (unix.EAGAIN). It
+// tees (tee(2), which copies without consuming) at most one byte into
+// the poller's own pipe and reads it back from there, under peekMu. Unlike
+// poll(2) it tells the end of a named pipe opened again after its last
+// writer closed (a parked drain's), which poll reports as merely empty.
+func (p *Poller) peek(r int) (int64, error) {
+	if p.peekW < 0 {
+		return 0, errNoPeek
+	}
+	p.peekMu.Lock()
+	defer p.peekMu.Unlock()
+	n, err := unix.Tee(r, p.peekW, 1, unix.SPLICE_F_NONBLOCK)
+	if n > 0 {
+		var b [1]byte
+		unix.Read(p.peekR, b[:]) // keep it empty: the next peek's byte must fit
+	}
+	return n, err
 }
 
 const oneShot = unix.EPOLLIN | unix.EPOLLONESHOT
@@ -368,6 +410,11 @@ func (p *Poller) run() {
 			ready := !d.running && !d.detached && !d.ended && !d.parked
 			d.running = ready || d.running
 			d.active = true
+			if ready {
+				// No writer left, nothing to read: the step peeks
+				// before it opens the log.
+				d.hup = events[i].Events&unix.EPOLLHUP != 0 && events[i].Events&unix.EPOLLIN == 0
+			}
 			d.mu.Unlock()
 			if ready {
 				p.wg.Add(1)

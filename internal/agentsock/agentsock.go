@@ -61,8 +61,13 @@ type Sockets struct {
 	peers   Peers
 	log     *slog.Logger
 
-	mu      sync.Mutex
-	socks   map[uint64]*Socket // by key
+	mu    sync.Mutex
+	socks map[uint64]*Socket // by key
+	// shut are the sockets shut and not unlinked yet, by path: Listen
+	// unlinks one itself before it binds its path again (a later agent
+	// of the same name), so that its late unlink cannot remove the new
+	// socket's file.
+	shut    map[string]*Socket
 	nextKey uint64
 	mux     *mux           // started by the first Listen
 	closed  bool           // Close was called: Listen refuses
@@ -79,7 +84,7 @@ type Config struct {
 
 // New makes the agents' socket server; nothing listens until Listen.
 func New(c Config) *Sockets {
-	s := &Sockets{dir: c.Dir, handler: c.Handler, peers: c.Peers, log: c.Log, socks: map[uint64]*Socket{}}
+	s := &Sockets{dir: c.Dir, handler: c.Handler, peers: c.Peers, log: c.Log, socks: map[uint64]*Socket{}, shut: map[string]*Socket{}}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	}
@@ -101,11 +106,14 @@ type Socket struct {
 	path string
 	key  uint64 // in Sockets.socks and in the epoll events
 
-	mu        sync.Mutex
-	fd        int                 // the listening socket; -1 once closed
-	conns     map[*agentConn]bool // open ones; nil until the first
-	closed    bool
-	unlinked  bool // its file removed (Close, Unlink)
+	mu       sync.Mutex
+	fd       int                 // the listening socket; -1 once closed
+	conns    map[*agentConn]bool // open ones; nil until the first
+	closed   bool
+	unlinked bool // its file removed (Close, Unlink)
+	// gone is unlinked once the file is removed, for Shut to read without
+	// mu (it must not list in Sockets.shut a socket already unlinked).
+	gone      atomic.Bool
 	capWarned bool // MaxConns was reached and logged
 }
 
@@ -167,6 +175,12 @@ func (ss *Sockets) Listen(a *kin.Agent, cred *syscall.Credential) (*Socket, erro
 		return nil, err
 	}
 	path := ss.Path(a.Name)
+	ss.mu.Lock()
+	old := ss.shut[path]
+	ss.mu.Unlock()
+	if old != nil {
+		old.Unlink() // or waits for the one under way
+	}
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return nil, err
 	}
@@ -340,12 +354,13 @@ func (s *Socket) Close() {
 
 // Shut is Close but for the file: from its return no connection is
 // accepted (a connect by the path is refused: nothing listens) and none
-// that was open is served. The file stays until Unlink, which must come
-// before the agent's name can be taken again (a later agent's socket has
-// the same path). Removing a file costs more than closing a descriptor
-// (under the served agent/, a request to the daemon's own FUSE server):
-// a cancellation shuts its subtree's sockets before it signals anything,
-// and unlinks them while it waits.
+// that was open is served. The file stays until Unlink, or until a later
+// agent's socket takes the same path (Listen unlinks the shut one first,
+// so that its own unlink, when it comes, cannot remove the new file).
+// Removing a file costs more than closing a descriptor (under the served
+// agent/, a request to the daemon's own FUSE server): a cancellation shuts
+// its subtree's sockets before it signals anything, and unlinks them in
+// the background.
 func (s *Socket) Shut() {
 	s.mu.Lock()
 	if s.closed {
@@ -365,6 +380,9 @@ func (s *Socket) Shut() {
 	}
 	s.ss.mu.Lock()
 	delete(s.ss.socks, s.key)
+	if !s.gone.Load() {
+		s.ss.shut[s.path] = s
+	}
 	s.ss.mu.Unlock()
 }
 
@@ -377,6 +395,12 @@ func (s *Socket) Unlink() {
 	}
 	s.unlinked = true
 	unix.Unlink(s.path)
+	s.gone.Store(true)
+	s.ss.mu.Lock()
+	if s.ss.shut[s.path] == s {
+		delete(s.ss.shut, s.path)
+	}
+	s.ss.mu.Unlock()
 }
 
 // CloseAll closes socks: ShutAll, then UnlinkAll.

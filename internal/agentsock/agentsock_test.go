@@ -274,6 +274,32 @@ func TestShutSocketRefusesBeforeItsFileGoesFakePeers(t *testing.T) {
 // TestConnectionCapPerSocketFakePeers: a socket holds MaxConns connections
 // open at once and closes the next as soon as it is accepted; another
 // agent's socket is not counted with it.
+// TestListenUnlinksTheShutSocketOfItsPathFakePeers: a later agent of a
+// name whose old socket is shut but not unlinked yet (a cancellation
+// records its agents without waiting for their files) takes the path:
+// Listen unlinks the old file itself, so that the old socket's unlink,
+// when it comes, is a no-op and leaves the new socket's file in place.
+func TestListenUnlinksTheShutSocketOfItsPathFakePeers(t *testing.T) {
+	ss := newSockets(t, 1, 3)
+	old := listen(t, ss, 1)
+	ShutAll([]*Socket{old})
+	again, err := ss.Listen(&kin.Agent{ID: 3, Name: "a1"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer again.Close()
+	if again.Path() != old.Path() {
+		t.Fatalf("the later agent's socket is at %s, the old one at %s: the test needs one path", again.Path(), old.Path())
+	}
+	UnlinkAll([]*Socket{old}) // the cancellation's unlink, late
+	if _, err := os.Lstat(again.Path()); err != nil {
+		t.Fatalf("the later agent's socket file after the old one's late unlink: %v", err)
+	}
+	if got, err := askOnce(again.Path()); err != nil || got != "3" {
+		t.Fatalf("the later agent's socket: %q, %v; want it served", got, err)
+	}
+}
+
 func TestConnectionCapPerSocketFakePeers(t *testing.T) {
 	ss := newSockets(t, 1, 2)
 	s1, s2 := listen(t, ss, 1), listen(t, ss, 2)

@@ -682,8 +682,10 @@ type cancellation struct {
 	remote map[string][]*kin.Agent
 	// unlinked is closed once the files of the sockets silence shut are
 	// removed, which finishCancel does in the background while the agents
-	// are signalled and waited for; stopAndRecord waits for it before the
-	// record frees their names (nil: nothing to wait for).
+	// are signalled, waited for and recorded, and waits for before it
+	// returns (nil: nothing to wait for). The record does not wait: a
+	// later agent of one of their names removes the old file itself
+	// before it binds the path (agentsock's Listen).
 	unlinked chan struct{}
 	// leaveFiles: the shutdown's, which removes its sockets' files after
 	// every stop, when no agent can start and take a name again.
@@ -776,6 +778,12 @@ func (run *Runner) finishCancel(ctx context.Context, c *cancellation) ([]*kin.Ag
 		}()
 	}
 	done, err := run.stopAndRecord(ctx, c)
+	// The record did not wait for the files: a later agent of one of
+	// their names unlinks the old file itself before it binds the path
+	// (agentsock's Listen). Whoever stopped them waits for it here.
+	if c.unlinked != nil {
+		<-c.unlinked
+	}
 	if err != nil || len(c.remote) == 0 {
 		return done, err
 	}
@@ -785,11 +793,12 @@ func (run *Runner) finishCancel(ctx context.Context, c *cancellation) ([]*kin.Ag
 // silence is steps 1-3 of the cancellation for the agents of cs: mark them
 // stopping (one transaction, unless recordEnd marked them: c.marked) and
 // close their sockets: shut (no connection accepted or served from then
-// on). It returns the sockets, whose files the
-// caller removes (agentsock.UnlinkAll) before their names are free again:
-// on a served agent/ each removal is a request to the daemon's own FUSE
-// server (a tenth of a second for 1,110 agents on two cores, and more on a
-// busy machine), which need not delay the signals. A shutdown silences
+// on). It returns the sockets, whose files the caller removes
+// (agentsock.UnlinkAll): on a served agent/ each removal is a request to
+// the daemon's own FUSE server (a tenth of a second for 1,110 agents on two
+// cores, and more on a busy machine), which need not delay the signals nor
+// the record (a later agent of one of their names removes the old file
+// itself before it binds the path: agentsock's Listen). A shutdown silences
 // every subtree at once before it signals any.
 func (run *Runner) silence(ctx context.Context, cs ...*cancellation) ([]*agentsock.Socket, error) {
 	// 1-2: mark them stopping, unless done already.
@@ -924,11 +933,6 @@ func (run *Runner) stopAndRecord(ctx context.Context, c *cancellation) ([]*kin.A
 		for _, a := range whole {
 			run.keepPartial(ctx, a)
 		}
-	}
-	// Their names are free once recorded: their sockets' files are gone
-	// first (a later agent of the name binds the same path).
-	if c.unlinked != nil {
-		<-c.unlinked
 	}
 	// 7-8: record.
 	now := run.now()

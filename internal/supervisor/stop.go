@@ -164,7 +164,14 @@ func (s *Supervisor) runStop(ctx context.Context, op *stopOp, dir string, grace 
 	}
 	var err error
 	if s.cg {
-		err = s.killCgroup(ctx, dir, grace)
+		var release func()
+		release, err = s.killCgroup(ctx, dir, grace)
+		if release != nil {
+			if err == nil {
+				s.reapKilled(procs) // the group is empty: each by its pid
+			}
+			release()
+		}
 	} else {
 		err = s.killGroups(ctx, op.ids, procs, grace)
 	}
@@ -360,14 +367,16 @@ func (s *Supervisor) removeOldRoot(dir string) {
 }
 
 // killCgroup empties dir's subtree: TERM, grace, cgroup.kill, wait for
-// populated 0, reap re-parented orphans.
-func (s *Supervisor) killCgroup(ctx context.Context, dir string, grace time.Duration) error {
+// populated 0, reap re-parented orphans. When it killed, it holds the
+// reaping loop (holdReaping) from just before the kill: the caller reaps
+// the supervised processes of the group (reapKilled) and then releases it.
+func (s *Supervisor) killCgroup(ctx context.Context, dir string, grace time.Duration) (release func(), _ error) {
 	ev, err := cgroup.ReadEvents(dir)
 	if errors.Is(err, fs.ErrNotExist) {
-		return nil
+		return nil, nil
 	}
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if ev.Populated && grace > 0 {
 		s.signalTree(dir, true, unix.SIGTERM, unix.SIGCONT)
@@ -375,19 +384,22 @@ func (s *Supervisor) killCgroup(ctx context.Context, dir string, grace time.Dura
 		ev, err = cgroup.WaitEvents(gctx, dir, func(e cgroup.Events) bool { return !e.Populated })
 		cancel()
 		if errors.Is(err, fs.ErrNotExist) {
-			return nil
+			return nil, nil
 		}
 	}
 	if ev.Populated {
+		release = holdReaping()
 		if err := cgroup.Kill(dir); err != nil && !errors.Is(err, fs.ErrNotExist) {
-			return err
+			release()
+			return nil, err
 		}
 		if err := cgroup.WaitEmpty(ctx, dir); err != nil {
-			return fmt.Errorf("cgroup %s still populated after cgroup.kill: %w", dir, err)
+			release()
+			return nil, fmt.Errorf("cgroup %s still populated after cgroup.kill: %w", dir, err)
 		}
 	}
 	s.reapOrphansIn(ctx, dir)
-	return nil
+	return release, nil
 }
 
 // signalTree sends sigs to every process in dir's subtree, each through a

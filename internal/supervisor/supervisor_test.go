@@ -2,6 +2,7 @@ package supervisor
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -759,6 +760,48 @@ func TestHoldRemovals(t *testing.T) {
 	}
 	if _, err := os.Stat(p.Cgroup); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("a held group after Close: %v", err)
+	}
+}
+
+// TestStopReapsWhatItKilled: a Stop that kills a group reaps the group's
+// supervised processes itself, each by its pid, while it holds the
+// process-wide reaping loop (whose waitid(P_ALL) walks every child of the
+// daemon: O(live agents) an exit). Here another Stop's hold is in place
+// for the whole test, so the loop reaps nothing: the Stop still returns
+// with every exit reported (it waited on the loop before, and would time
+// out), while an agent that exits by itself meanwhile is reaped once the
+// hold is released.
+func TestStopReapsWhatItKilled(t *testing.T) {
+	s := newCgroupSup(t, Config{})
+	ctx := testCtx(t)
+	start(t, s, sleeper(1, 0))
+	var kids []*Process
+	for id := kin.AgentID(2); id <= 21; id++ {
+		kids = append(kids, start(t, s, sleeper(id, 1)))
+	}
+	release := holdReaping()
+	defer release()
+	quick := start(t, s, Spec{ID: 30, Argv: []string{"/bin/true"}})
+	sctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	if err := s.Stop(sctx, 1, 0); err != nil {
+		t.Fatalf("Stop while the loop is held: %v", err)
+	}
+	for _, p := range kids {
+		ex, ok := p.Exit()
+		if !ok {
+			t.Fatalf("agent %d not reaped when Stop returned", p.ID)
+		}
+		if ex.Signal != syscall.SIGKILL {
+			t.Errorf("agent %d: %s, want killed", p.ID, ex)
+		}
+	}
+	if _, ok := quick.Exit(); ok {
+		t.Fatal("an agent that exited by itself was reaped while the loop was held: the test holds nothing")
+	}
+	release()
+	if ex := waitExit(t, quick); ex.Code != 0 {
+		t.Fatalf("agent 30 after the release: %s, want exit 0", ex)
 	}
 }
 
