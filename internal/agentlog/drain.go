@@ -81,10 +81,16 @@ func (p *Poller) Open(c Config) (d *Drain, out *os.File, err error) {
 		return nil, nil, err
 	}
 	pipe := PipePath(c.Path)
-	if err := os.Remove(pipe); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return nil, nil, err
+	// A stale file there (a crash's) is removed only when mkfifo finds
+	// one: an unlink that finds nothing cost a path lookup every spawn.
+	err = unix.Mkfifo(pipe, 0o600)
+	if errors.Is(err, unix.EEXIST) {
+		if err := os.Remove(pipe); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return nil, nil, err
+		}
+		err = unix.Mkfifo(pipe, 0o600)
 	}
-	if err := unix.Mkfifo(pipe, 0o600); err != nil {
+	if err != nil {
 		return nil, nil, &os.PathError{Op: "mkfifo", Path: pipe, Err: err}
 	}
 	// The reader first: opening it non-blocking never waits for a writer.
@@ -146,7 +152,7 @@ func (c *Config) check() error {
 }
 
 // start registers the pipe's read end r with the poller and runs a first
-// step at once (it opens the log, and copies what already waits).
+// step at once (it copies what already waits, opening the log for it).
 func (p *Poller) start(c Config, r int) (*Drain, error) {
 	d := &Drain{c: c, p: p, r: r, running: true, active: true, done: make(chan struct{})}
 	if p.hold != nil {
@@ -198,6 +204,30 @@ func (d *Drain) step() {
 				return
 			}
 		}
+		if d.f == nil && !full {
+			// The log file is opened (made, the first time) only once a
+			// byte waits to go into it: an agent that writes nothing has
+			// no log file, and its spawn makes one inode in logs/, not two
+			// (on this ext4 without a journal each new inode there scans
+			// past the inodes the ended agents' pipes freed).
+			more, err := waiting(d.r)
+			switch {
+			case err == unix.EAGAIN:
+				if d.wait() {
+					return
+				}
+				continue
+			case err == unix.EINTR:
+				continue
+			case err == nil && !more:
+				d.drained()
+				return
+			case err != nil:
+				d.c.Log.Error("agent log: poll", "path", d.c.Path, "err", err)
+				d.end()
+				return
+			}
+		}
 		if d.f == nil || full {
 			if err := d.open(full); err != nil {
 				d.fail(err)
@@ -234,11 +264,7 @@ func (d *Drain) step() {
 				return
 			}
 		case err == nil && n == 0:
-			// No writer is left, and never will be: nobody else opens it.
-			if !d.stopping() {
-				os.Remove(PipePath(d.c.Path))
-			}
-			d.end()
+			d.drained()
 			return
 		case err == nil, err == unix.EINTR:
 		case d.f != nil:
@@ -253,6 +279,16 @@ func (d *Drain) step() {
 			return
 		}
 	}
+}
+
+// drained ends a drain whose pipe has no writer left and is empty: no
+// writer will ever come (nobody else opens the pipe), so the pipe is
+// removed, unless Detach came meanwhile.
+func (d *Drain) drained() {
+	if !d.stopping() {
+		os.Remove(PipePath(d.c.Path))
+	}
+	d.end()
 }
 
 func (d *Drain) stopping() bool {
