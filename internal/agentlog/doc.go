@@ -17,7 +17,8 @@
 // pipe is opened read-write, so the pipe always has a reader: while no
 // daemon drains it, the agent's writes fill it (1 MiB where the kernel
 // allows) and then block, and never fail. A restarted daemon opens the pipe
-// by its path again and goes on draining (Reattach).
+// by its path again and goes on draining (Reattach). An ended agent's pipe
+// is kept, renamed, for the next agent (spare.go).
 //
 // It must never hand the agent anything but its end of the pipe, follow a
 // link in the log directory, or know what an agent is beyond the paths it

@@ -81,23 +81,31 @@ func (p *Poller) Open(c Config) (d *Drain, out *os.File, err error) {
 		return nil, nil, err
 	}
 	pipe := PipePath(c.Path)
-	// A stale file there (a crash's) is removed only when mkfifo finds
-	// one: an unlink that finds nothing cost a path lookup every spawn.
-	err = unix.Mkfifo(pipe, 0o600)
-	if errors.Is(err, unix.EEXIST) {
-		if err := os.Remove(pipe); err != nil && !errors.Is(err, os.ErrNotExist) {
-			return nil, nil, err
-		}
+	if !p.reuse(pipe) { // an ended agent's, kept (spare.go), else a new one
+		// A stale file there (a crash's) is removed only when mkfifo
+		// finds one: an unlink that finds nothing cost a path lookup.
 		err = unix.Mkfifo(pipe, 0o600)
-	}
-	if err != nil {
-		return nil, nil, &os.PathError{Op: "mkfifo", Path: pipe, Err: err}
+		if errors.Is(err, unix.EEXIST) {
+			if err := os.Remove(pipe); err != nil && !errors.Is(err, os.ErrNotExist) {
+				return nil, nil, err
+			}
+			err = unix.Mkfifo(pipe, 0o600)
+		}
+		if err != nil {
+			return nil, nil, &os.PathError{Op: "mkfifo", Path: pipe, Err: err}
+		}
 	}
 	// The reader first: opening it non-blocking never waits for a writer.
 	r, err := unix.Open(pipe, unix.O_RDONLY|unix.O_NONBLOCK|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 	if err != nil {
 		os.Remove(pipe)
 		return nil, nil, &os.PathError{Op: "open", Path: pipe, Err: err}
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(r, &st); err != nil || st.Mode&unix.S_IFMT != unix.S_IFIFO {
+		unix.Close(r)
+		os.Remove(pipe)
+		return nil, nil, fmt.Errorf("%s is not a named pipe (%v)", pipe, err)
 	}
 	// The agent's end, read-write and blocking: a raw descriptor, so that
 	// Go never makes it non-blocking (the flag is shared with the agent's
@@ -282,11 +290,14 @@ func (d *Drain) step() {
 }
 
 // drained ends a drain whose pipe has no writer left and is empty: no
-// writer will ever come (nobody else opens the pipe), so the pipe is
-// removed, unless Detach came meanwhile.
+// writer will ever come (nobody else opens the pipe), so the pipe is kept
+// for another agent or removed, unless Detach came meanwhile.
 func (d *Drain) drained() {
 	if !d.stopping() {
-		os.Remove(PipePath(d.c.Path))
+		// Kept for another agent (spare.go) once this drain holds it no
+		// more, if no one else does.
+		d.release()
+		d.p.retire(PipePath(d.c.Path))
 	}
 	d.end()
 }
@@ -328,12 +339,7 @@ func (d *Drain) end() {
 	}
 	d.ended = true
 	d.mu.Unlock()
-	d.p.remove(d)
-	d.p.unholdPipe(d)
-	if d.r >= 0 {
-		unix.Close(d.r)
-		d.r = -1
-	}
+	d.release()
 	if d.f != nil {
 		d.f.Close()
 		d.f = nil
@@ -341,6 +347,17 @@ func (d *Drain) end() {
 	close(d.done)
 	if d.c.OnEnd != nil {
 		d.c.OnEnd()
+	}
+}
+
+// release lets go of d's pipe: its epoll registration, its holder's slot
+// and watch, its read end. Only d's step or its end calls it.
+func (d *Drain) release() {
+	d.p.remove(d)
+	d.p.unholdPipe(d)
+	if d.r >= 0 {
+		unix.Close(d.r)
+		d.r = -1
 	}
 }
 

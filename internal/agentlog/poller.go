@@ -45,6 +45,10 @@ type Poller struct {
 
 	loop sync.WaitGroup // the wait loop
 	wg   sync.WaitGroup // the steps
+
+	spareMu      sync.Mutex
+	spares       map[string][]string // kept pipes by directory (spare.go)
+	sparesClosed bool
 }
 
 // NewPoller starts a poller; Close stops it.
@@ -64,7 +68,7 @@ func NewPoller() (*Poller, error) {
 		f.Close()
 		return nil, fmt.Errorf("agent logs: epoll descriptor: %w", err)
 	}
-	p := &Poller{epfd: epfd, file: f, raw: raw, drains: map[uint64]*Drain{}, wds: map[int32]*Drain{}}
+	p := &Poller{epfd: epfd, file: f, raw: raw, drains: map[uint64]*Drain{}, wds: map[int32]*Drain{}, spares: map[string][]string{}}
 	p.sweepNs.Store(int64(sweepEvery))
 	p.setupHolder()
 	p.loop.Add(1)
@@ -264,6 +268,7 @@ func (p *Poller) Close() {
 	p.file.Close() // ends run's wait
 	p.loop.Wait()
 	p.wg.Wait()
+	p.closeSpares()
 	if p.hold != nil {
 		unix.Close(p.ino)
 		p.hold.close()
