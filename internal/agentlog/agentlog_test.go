@@ -337,3 +337,100 @@ func TestIdleDrainsHoldNoGoroutine(t *testing.T) {
 	}
 	waitFor(t, "the drains' goroutines to end", func() bool { return runtime.NumGoroutine() <= before+1 })
 }
+
+// TestLogFileMadeAtFirstOutput: an agent that writes nothing leaves no log
+// file (its spawn made one inode in the log directory, its pipe, not two),
+// and reading its log gives nothing, not an error; an agent's log file is
+// made when its first byte comes, and a reader that began before it
+// existed reads it then.
+func TestLogFileMadeAtFirstOutput(t *testing.T) {
+	dir := t.TempDir()
+	p := newPoller(t)
+	silent := filepath.Join(dir, "1.log")
+	d, out, err := p.Open(agentlog.Config{Path: silent, Bytes: 4096, Keep: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out.Close()
+	<-d.Done()
+	if _, err := os.Lstat(silent); !os.IsNotExist(err) {
+		t.Fatalf("a log file for an agent that wrote nothing: %v", err)
+	}
+	if _, err := os.Lstat(agentlog.PipePath(silent)); !os.IsNotExist(err) {
+		t.Fatalf("the pipe is left behind: %v", err)
+	}
+	if got := readAll(t, silent, 0, 0); len(got) != 0 {
+		t.Fatalf("read %q from a log never written", got)
+	}
+
+	late := filepath.Join(dir, "2.log")
+	d, out, err = p.Open(agentlog.Config{Path: late, Bytes: 4096, Keep: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer out.Close()
+	r := agentlog.NewReader(late, 0, 0)
+	defer r.Close()
+	var got bytes.Buffer
+	follow := func() {
+		if err := r.ReadAvailable(make([]byte, 64), func(b []byte) error { got.Write(b); return nil }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	follow()
+	if got.Len() != 0 {
+		t.Fatalf("read %q before any output", got.Bytes())
+	}
+	if _, err := out.Write([]byte("first words\n")); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the first output in the log", func() bool {
+		follow()
+		return got.String() == "first words\n"
+	})
+	out.Close()
+	<-d.Done()
+	if b, err := os.ReadFile(late); err != nil || string(b) != "first words\n" {
+		t.Fatalf("log = %q, %v", b, err)
+	}
+}
+
+// TestOpenReplacesAStalePipe: a file a crash left where a new agent's pipe
+// goes (a pipe, or anything else but a non-empty directory) is replaced by
+// a new pipe; a directory holding something is not removed, and the open
+// fails.
+func TestOpenReplacesAStalePipe(t *testing.T) {
+	dir := t.TempDir()
+	p := newPoller(t)
+	stale := filepath.Join(dir, "1.log")
+	if err := os.WriteFile(agentlog.PipePath(stale), []byte("stale"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	d, out, err := p.Open(agentlog.Config{Path: stale, Bytes: 4096, Keep: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fi, err := os.Lstat(agentlog.PipePath(stale))
+	if err != nil || fi.Mode()&os.ModeNamedPipe == 0 || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("the pipe: %v, %v", fi, err)
+	}
+	if _, err := out.Write([]byte("new\n")); err != nil {
+		t.Fatal(err)
+	}
+	out.Close()
+	<-d.Done()
+	if b, err := os.ReadFile(stale); err != nil || string(b) != "new\n" {
+		t.Fatalf("log = %q, %v", b, err)
+	}
+
+	blocked := filepath.Join(dir, "2.log")
+	if err := os.MkdirAll(filepath.Join(agentlog.PipePath(blocked), "keep"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := p.Open(agentlog.Config{Path: blocked, Bytes: 4096, Keep: 1}); err == nil {
+		t.Fatal("opened a log whose pipe's place holds a directory")
+	}
+	if _, err := os.Stat(filepath.Join(agentlog.PipePath(blocked), "keep")); err != nil {
+		t.Fatalf("the directory's content: %v", err)
+	}
+}

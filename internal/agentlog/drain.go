@@ -70,7 +70,7 @@ type Drain struct {
 	active   bool // a step ran since the last sweep
 	detached bool // Detach was called: the step ends the drain
 	ended    bool
-	hup      bool // woken for a writer gone, not for output (the next step peeks)
+	hup      bool // not woken for output (a first step, a writer gone): the next step peeks
 	done     chan struct{}
 }
 
@@ -82,17 +82,31 @@ func (p *Poller) Open(c Config) (d *Drain, out *os.File, err error) {
 		return nil, nil, err
 	}
 	pipe := PipePath(c.Path)
-	if err := os.Remove(pipe); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return nil, nil, err
-	}
-	if err := unix.Mkfifo(pipe, 0o600); err != nil {
-		return nil, nil, &os.PathError{Op: "mkfifo", Path: pipe, Err: err}
+	if !p.reuse(pipe) { // an ended agent's, kept (spare.go), else a new one
+		// A stale file there (a crash's) is removed only when mkfifo
+		// finds one: an unlink that finds nothing cost a path lookup.
+		err = unix.Mkfifo(pipe, 0o600)
+		if errors.Is(err, unix.EEXIST) {
+			if err := os.Remove(pipe); err != nil && !errors.Is(err, os.ErrNotExist) {
+				return nil, nil, err
+			}
+			err = unix.Mkfifo(pipe, 0o600)
+		}
+		if err != nil {
+			return nil, nil, &os.PathError{Op: "mkfifo", Path: pipe, Err: err}
+		}
 	}
 	// The reader first: opening it non-blocking never waits for a writer.
 	r, err := unix.Open(pipe, unix.O_RDONLY|unix.O_NONBLOCK|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 	if err != nil {
 		os.Remove(pipe)
 		return nil, nil, &os.PathError{Op: "open", Path: pipe, Err: err}
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(r, &st); err != nil || st.Mode&unix.S_IFMT != unix.S_IFIFO {
+		unix.Close(r)
+		os.Remove(pipe)
+		return nil, nil, fmt.Errorf("%s is not a named pipe (%v)", pipe, err)
 	}
 	// The agent's end, read-write and blocking: a raw descriptor, so that
 	// Go never makes it non-blocking (the flag is shared with the agent's
@@ -147,9 +161,9 @@ func (c *Config) check() error {
 }
 
 // start registers the pipe's read end r with the poller and runs a first
-// step at once (it opens the log, and copies what already waits).
+// step at once (it copies what already waits, opening the log for it).
 func (p *Poller) start(c Config, r int) (*Drain, error) {
-	d := &Drain{c: c, p: p, r: r, running: true, active: true, done: make(chan struct{})}
+	d := &Drain{c: c, p: p, r: r, running: true, active: true, hup: true, done: make(chan struct{})}
 	if p.hold != nil {
 		p.holdPipe(d, PipePath(c.Path))
 	}
@@ -204,24 +218,27 @@ func (d *Drain) step() {
 			}
 		}
 		if hup && d.f == nil && !full {
-			// Woken for a writer gone (an agent that ended, most often
-			// with everything it wrote copied already): when nothing
-			// waits and no writer is left, the end, without opening the
-			// log for nothing (a cascade's thousand ends each saved an
-			// open, two fstats and a close).
+			// The log file is opened (made, the first time) only once a
+			// byte waits to go into it: an agent that writes nothing has
+			// no log file, its spawn makes one inode in logs/, not two (on
+			// this ext4 without a journal each new inode there scans past
+			// the inodes the ended agents' pipes freed), and a drain woken
+			// for its last writer's close ends without opening the log (a
+			// cascade's thousand ends each saved an open, two fstats and a
+			// close). peek, not poll: poll shows no hang-up on a pipe
+			// opened again after its writer left (a parked drain's).
 			hup = false
 			n, err := d.p.peek(d.r)
 			switch {
 			case err == nil && n == 0:
-				if !d.stopping() {
-					os.Remove(PipePath(d.c.Path))
-				}
-				d.end()
+				d.drained()
 				return
 			case err == unix.EAGAIN:
 				if d.wait() {
 					return
 				}
+				continue
+			case err == unix.EINTR:
 				continue
 			}
 			// A byte waits (or peek could not tell): copy as always.
@@ -262,11 +279,7 @@ func (d *Drain) step() {
 				return
 			}
 		case err == nil && n == 0:
-			// No writer is left, and never will be: nobody else opens it.
-			if !d.stopping() {
-				os.Remove(PipePath(d.c.Path))
-			}
-			d.end()
+			d.drained()
 			return
 		case err == nil, err == unix.EINTR:
 		case d.f != nil:
@@ -281,6 +294,19 @@ func (d *Drain) step() {
 			return
 		}
 	}
+}
+
+// drained ends a drain whose pipe has no writer left and is empty: no
+// writer will ever come (nobody else opens the pipe), so the pipe is kept
+// for another agent or removed, unless Detach came meanwhile.
+func (d *Drain) drained() {
+	if !d.stopping() {
+		// Kept for another agent (spare.go) once this drain holds it no
+		// more, if no one else does.
+		d.release()
+		d.p.retire(PipePath(d.c.Path))
+	}
+	d.end()
 }
 
 func (d *Drain) stopping() bool {
@@ -320,12 +346,7 @@ func (d *Drain) end() {
 	}
 	d.ended = true
 	d.mu.Unlock()
-	d.p.remove(d)
-	d.p.unholdPipe(d)
-	if d.r >= 0 {
-		unix.Close(d.r)
-		d.r = -1
-	}
+	d.release()
 	if d.f != nil {
 		d.f.Close()
 		d.f = nil
@@ -333,6 +354,17 @@ func (d *Drain) end() {
 	close(d.done)
 	if d.c.OnEnd != nil {
 		d.c.OnEnd()
+	}
+}
+
+// release lets go of d's pipe: its epoll registration, its holder's slot
+// and watch, its read end. Only d's step or its end calls it.
+func (d *Drain) release() {
+	d.p.remove(d)
+	d.p.unholdPipe(d)
+	if d.r >= 0 {
+		unix.Close(d.r)
+		d.r = -1
 	}
 }
 

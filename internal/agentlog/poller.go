@@ -50,6 +50,10 @@ type Poller struct {
 	// peek tees into (see peek); -1 where none could be made.
 	peekMu       sync.Mutex
 	peekR, peekW int
+
+	spareMu      sync.Mutex
+	spares       map[string][]string // kept pipes by directory (spare.go)
+	sparesClosed bool
 }
 
 // NewPoller starts a poller; Close stops it.
@@ -69,7 +73,7 @@ func NewPoller() (*Poller, error) {
 		f.Close()
 		return nil, fmt.Errorf("agent logs: epoll descriptor: %w", err)
 	}
-	p := &Poller{epfd: epfd, file: f, raw: raw, drains: map[uint64]*Drain{}, wds: map[int32]*Drain{}, peekR: -1, peekW: -1}
+	p := &Poller{epfd: epfd, file: f, raw: raw, drains: map[uint64]*Drain{}, wds: map[int32]*Drain{}, peekR: -1, peekW: -1, spares: map[string][]string{}}
 	var pp [2]int
 	if err := unix.Pipe2(pp[:], unix.O_CLOEXEC|unix.O_NONBLOCK); err == nil {
 		p.peekR, p.peekW = pp[0], pp[1]
@@ -278,6 +282,7 @@ func (p *Poller) Close() {
 	p.file.Close() // ends run's wait
 	p.loop.Wait()
 	p.wg.Wait()
+	p.closeSpares()
 	if p.hold != nil {
 		unix.Close(p.ino)
 		p.hold.close()

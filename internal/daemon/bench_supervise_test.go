@@ -169,10 +169,12 @@ func benchSpawnThroughput(b *testing.B, opts ...kintest.Option) {
 		for i := range reqs {
 			reqs[i] = sleepRequest(fmt.Sprintf("t%d-%d", iter, i), parents[i%len(parents)].ID)
 		}
+		stopProfile := benchProfile(b, "KIN_TEST_SPAWN_CPUPROFILE", "KIN_TEST_SPAWN_TRACE", iter)
 		t0, cpu0 := time.Now(), processCPU()
 		agents, err := spawnAll(d.Client, reqs, throughputClients)
 		spent += time.Since(t0)
 		cpu += processCPU() - cpu0
+		stopProfile()
 		pids.add(agents...)
 		if err != nil {
 			b.Fatal(err)
@@ -297,8 +299,18 @@ func BenchmarkCascade1000(b *testing.B) {
 // (go tool trace): where its wall time goes, kill, reap, record and
 // commit apart. It returns what stops it.
 func cascadeProfile(b *testing.B, iter int) (stop func()) {
+	return benchProfile(b, "KIN_TEST_CASCADE_CPUPROFILE", "KIN_TEST_CASCADE_TRACE", iter)
+}
+
+// benchProfile starts a CPU profile of this process when $cpuEnv names a
+// path (written to that path and .<iter>), and an execution trace when
+// $traceEnv does, for the timed part of a benchmark's iteration iter:
+// cascadeProfile's, and BenchmarkSpawnThroughput's spawns
+// ($KIN_TEST_SPAWN_CPUPROFILE, $KIN_TEST_SPAWN_TRACE). It returns what
+// stops them.
+func benchProfile(b *testing.B, cpuEnv, traceEnv string, iter int) (stop func()) {
 	var stops []func()
-	if path := os.Getenv("KIN_TEST_CASCADE_CPUPROFILE"); path != "" {
+	if path := os.Getenv(cpuEnv); path != "" {
 		f, err := os.Create(fmt.Sprintf("%s.%d", path, iter))
 		if err != nil {
 			b.Fatal(err)
@@ -312,7 +324,7 @@ func cascadeProfile(b *testing.B, iter int) (stop func()) {
 			f.Close()
 		})
 	}
-	if path := os.Getenv("KIN_TEST_CASCADE_TRACE"); path != "" {
+	if path := os.Getenv(traceEnv); path != "" {
 		f, err := os.Create(fmt.Sprintf("%s.%d", path, iter))
 		if err != nil {
 			b.Fatal(err)
