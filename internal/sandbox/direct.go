@@ -245,9 +245,9 @@ func (d *Direct) Start(fork func() (int, error)) (int, error) {
 	stopped := make(chan stop, 1)
 	verdict := make(chan error, 1)
 	finished := make(chan error, 1)
-	go func() {
-		// Never unlocked: the thread ends with this goroutine.
-		runtime.LockOSThread()
+	onThread := func() {
+		// Locked by the caller, never unlocked: the thread ends with
+		// this goroutine.
 		tids <- unix.Gettid()
 		pid, died, err := d.forkRestricted(fork)
 		stopped <- stop{pid, died, err}
@@ -270,6 +270,24 @@ func (d *Direct) Start(fork func() (int, error)) (int, error) {
 			return
 		}
 		finished <- nil
+	}
+	go func() {
+		runtime.LockOSThread()
+		if unix.Gettid() != os.Getpid() {
+			onThread()
+			return
+		}
+		// The main thread is never ended (the runtime parks it for good
+		// instead): it stays as it is, held locked to this goroutine
+		// until another goroutine locked another thread.
+		locked := make(chan struct{})
+		go func() {
+			runtime.LockOSThread()
+			close(locked)
+			onThread()
+		}()
+		<-locked
+		runtime.UnlockOSThread()
 	}()
 	tid := <-tids
 	watchdog := time.AfterFunc(directStuck, func() { killChildrenOf(tid) })
