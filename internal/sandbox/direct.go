@@ -3,6 +3,7 @@ package sandbox
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"math"
 	"os"
 	"runtime"
@@ -222,8 +223,8 @@ var directStuck = 30 * time.Second
 //   - a pid with another error: the child was killed before its first
 //     instruction and must be reaped by the caller.
 //
-// The caller's goroutine checks the stopped child's descriptors and sets
-// its limits: it is not restricted.
+// The thread checks the stopped child's descriptors where its domain lets
+// it read /proc, else the caller's goroutine (not restricted) does.
 func (d *Direct) Start(fork func() (int, error)) (int, error) {
 	if d.used {
 		return 0, fmt.Errorf("%w: sandbox: a Direct starts once", ErrNotStarted)
@@ -239,37 +240,41 @@ func (d *Direct) Start(fork func() (int, error)) (int, error) {
 	type stop struct {
 		pid  int
 		died bool // before its first instruction (killed): nothing to set
+		ask  bool // the thread may not read /proc: the caller checks the descriptors
 		err  error
 	}
 	tids := make(chan int, 1)
-	stopped := make(chan stop, 1)
+	stopped := make(chan stop, 2)
 	verdict := make(chan error, 1)
-	finished := make(chan error, 1)
 	onThread := func() {
 		// Locked by the caller, never unlocked: the thread ends with
 		// this goroutine.
 		tids <- unix.Gettid()
 		pid, died, err := d.forkRestricted(fork)
-		stopped <- stop{pid, died, err}
 		if pid <= 0 || died || err != nil {
+			stopped <- stop{pid: pid, died: died, err: err}
 			return
 		}
-		err = <-verdict
+		// Checked here where the domain lets the thread read /proc (the
+		// default view and the system paths do), else by the caller.
+		err = d.atFirstInstruction(pid)
+		if errors.Is(err, fs.ErrPermission) {
+			stopped <- stop{pid: pid, ask: true}
+			err = <-verdict
+		}
 		if err == nil {
 			err = d.setLimits(pid)
 		}
+		if err == nil {
+			if _, _, e := unix.RawSyscall6(unix.SYS_PTRACE, unix.PTRACE_DETACH, uintptr(pid), 0, 0, 0, 0); e != 0 && e != unix.ESRCH {
+				// ESRCH: it was killed meanwhile (its status says so).
+				err = fmt.Errorf("sandbox: detach %d: %v", pid, e)
+			}
+		}
 		if err != nil {
 			unix.Kill(pid, unix.SIGKILL)
-			finished <- err
-			return
 		}
-		if _, _, e := unix.RawSyscall6(unix.SYS_PTRACE, unix.PTRACE_DETACH, uintptr(pid), 0, 0, 0, 0); e != 0 && e != unix.ESRCH {
-			// ESRCH: it was killed meanwhile (its status says so).
-			unix.Kill(pid, unix.SIGKILL)
-			finished <- fmt.Errorf("sandbox: detach %d: %v", pid, e)
-			return
-		}
-		finished <- nil
+		stopped <- stop{pid: pid, err: err}
 	}
 	go func() {
 		runtime.LockOSThread()
@@ -293,16 +298,14 @@ func (d *Direct) Start(fork func() (int, error)) (int, error) {
 	watchdog := time.AfterFunc(directStuck, func() { killChildrenOf(tid) })
 	s := <-stopped
 	watchdog.Stop()
-	switch {
-	case s.pid <= 0:
-		return 0, fmt.Errorf("%w: %w", ErrNotStarted, s.err)
-	case s.err != nil:
-		return s.pid, s.err
-	case s.died:
-		return s.pid, nil
+	if s.ask {
+		verdict <- d.atFirstInstruction(s.pid)
+		s = <-stopped
 	}
-	verdict <- d.atFirstInstruction(s.pid)
-	return s.pid, <-finished
+	if s.pid <= 0 {
+		return 0, fmt.Errorf("%w: %w", ErrNotStarted, s.err)
+	}
+	return s.pid, s.err
 }
 
 // forkRestricted runs on the locked thread: it opens the grants as the
@@ -365,10 +368,14 @@ func (d *Direct) openRulesAs() ([]rule, error) {
 	if err != nil {
 		return nil, fmt.Errorf("sandbox: groups: %v", err)
 	}
-	agentGroups := make([]uint32, 0, len(c.Groups))
-	agentGroups = append(agentGroups, c.Groups...)
-	if err := setThreadGroups(agentGroups); err != nil {
-		return nil, err
+	// The child takes the credential's groups (none where it lists
+	// none), unless told to keep the daemon's (NoSetGroups).
+	if !c.NoSetGroups {
+		agentGroups := make([]uint32, 0, len(c.Groups))
+		agentGroups = append(agentGroups, c.Groups...)
+		if err := setThreadGroups(agentGroups); err != nil {
+			return nil, err
+		}
 	}
 	// Raw system calls: they change this thread only (syscall.Setfsuid
 	// and friends would change every thread of the daemon).
@@ -381,12 +388,17 @@ func (d *Direct) openRulesAs() ([]rule, error) {
 	for i, g := range groups {
 		daemonGroups[i] = uint32(g)
 	}
-	if err := setThreadGroups(daemonGroups); err != nil {
-		closeRules(rules)
-		return nil, err
+	// The held grants' rules come last: their descriptors stay the
+	// caller's to close on an error (as openRules leaves them).
+	paths := rules[:len(rules)-min(len(rules), len(d.spec.Held))]
+	if oerr == nil && !c.NoSetGroups {
+		if err := setThreadGroups(daemonGroups); err != nil {
+			closeRules(paths)
+			return nil, err
+		}
 	}
-	if fsuid, _, _ := unix.RawSyscall(unix.SYS_SETFSUID, ^uintptr(0), 0, 0); int(fsuid) != os.Geteuid() {
-		closeRules(rules)
+	if fsuid, _, _ := unix.RawSyscall(unix.SYS_SETFSUID, ^uintptr(0), 0, 0); oerr == nil && int(fsuid) != os.Geteuid() {
+		closeRules(paths)
 		return nil, fmt.Errorf("sandbox: the thread's fsuid is %d, not the daemon's %d", fsuid, os.Geteuid())
 	}
 	return rules, oerr
@@ -405,13 +417,13 @@ func setThreadGroups(gids []uint32) error {
 	return nil
 }
 
-// atFirstInstruction checks the stopped child's descriptors; it runs on
-// an unrestricted thread.
+// atFirstInstruction checks that the stopped child holds descriptors 0,
+// 1 and 2 only.
 func (d *Direct) atFirstInstruction(pid int) error {
 	dir := "/proc/" + strconv.Itoa(pid) + "/fd"
 	f, err := os.Open(dir)
 	if err != nil {
-		return fmt.Errorf("sandbox: %s: %v", dir, err)
+		return fmt.Errorf("sandbox: %w", err)
 	}
 	names, err := f.Readdirnames(-1)
 	f.Close()

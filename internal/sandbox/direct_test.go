@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -354,8 +355,20 @@ func errString(err error) string {
 // killed before its first instruction.
 func TestDirectChildHoldingMoreThanStdioIsKilled(t *testing.T) {
 	requireLandlock(t)
+	// With /proc granted the start's thread checks; without, the
+	// caller's goroutine does.
+	for _, proc := range []bool{true, false} {
+		t.Run("proc="+strconv.FormatBool(proc), func(t *testing.T) { childHoldingMoreThanStdio(t, proc) })
+	}
+}
+
+func childHoldingMoreThanStdio(t *testing.T, proc bool) {
 	marker := filepath.Join(tempDir(t), "ran")
-	d, err := PrepareDirect(Spec{Restrict: true, RO: DefaultSystemRO(), RW: []string{filepath.Dir(marker)},
+	ro := DefaultSystemRO()
+	if !proc {
+		ro = slices.DeleteFunc(ro, func(p string) bool { return p == "/proc" })
+	}
+	d, err := PrepareDirect(Spec{Restrict: true, RO: ro, RW: []string{filepath.Dir(marker)},
 		Argv: []string{"/usr/bin/touch", marker}}, nil, nil)
 	if err != nil {
 		t.Fatal(err)
