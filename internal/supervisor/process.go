@@ -219,6 +219,9 @@ func (p *Process) Signal(sig syscall.Signal) error {
 // into a frozen group would freeze before its exec, and Start, waiting for
 // the exec, with it.
 func (s *Supervisor) Start(ctx context.Context, spec Spec) (*Process, error) {
+	if spec.Direct != nil {
+		defer spec.Direct.Close() // its duplicated descriptors, whatever happens
+	}
 	if spec.ID <= 0 {
 		return nil, fmt.Errorf("supervisor: start: agent id %d is not positive", spec.ID)
 	}
@@ -227,9 +230,6 @@ func (s *Supervisor) Start(ctx context.Context, spec Spec) (*Process, error) {
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, err
-	}
-	if spec.Direct != nil {
-		defer spec.Direct.Close()
 	}
 	argv0 := spec.Argv[0]
 	if !strings.Contains(argv0, "/") {
