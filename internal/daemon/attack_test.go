@@ -218,8 +218,12 @@ func TestAttackAgentReachesNothingOfKinsHomeThroughTheView(t *testing.T) {
 	out := outPath(t)
 	allowed := []string{"read:/etc/hostname"}
 	mode := "trespass " + strings.Join(append(append(append([]string{}, denied...), closed...), allowed...), " ")
+	direct := d.Runner.Supervisor().DirectStarted()
 	spawnAgent(t, d.Client, "view-attacker", 0, mode, withEnv("KINTEST_OUT="+out))
 	got := waitOut(t, out, "trespass done")
+	if d.Runner.Supervisor().DirectStarts() && d.Runner.Supervisor().DirectStarted() != direct+1 {
+		t.Errorf("the attacker was started through the shim: %d direct starts before, %d after", direct, d.Runner.Supervisor().DirectStarted())
+	}
 	res := map[string]string{}
 	for _, line := range strings.Split(strings.TrimSpace(got), "\n") {
 		if k, v, ok := strings.Cut(line, ": "); ok {

@@ -86,3 +86,110 @@ func BenchmarkShimDefaultView(b *testing.B) {
 	b.ReportMetric(per(build), "ruleset-ms")
 	b.ReportMetric(float64(walk)/float64(viewed+build), "x-walk")
 }
+
+// BenchmarkDirectVersusShim starts /bin/true with the default view (the
+// daemon's ruleset) and an open-files limit three ways, in turn: alone (the
+// floor), through the lean shim, and without it (sandbox.Direct, as the
+// supervisor does: a restricted thread of this process forks it, traced,
+// and sets the limit at its first stop). Each start is timed until the
+// process was reaped; cpu is this process's and its children's.
+//
+//	go test -run='^$' -bench=DirectVersusShim -benchtime=300x ./internal/leanshim/
+func BenchmarkDirectVersusShim(b *testing.B) {
+	if sandbox.ABI() < 7 {
+		b.Skip("direct starts with the signal scope need Landlock ABI 7")
+	}
+	shim, err := leanshim.Install(b.TempDir())
+	if err != nil {
+		b.Fatal(err)
+	}
+	hidden, err := os.MkdirTemp("", "kin-bench-direct-")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer os.RemoveAll(hidden)
+	spec := sandbox.Spec{Restrict: true, All: true, Hidden: []string{hidden}, ScopeSignals: true, ViewFD: 3,
+		InheritOpenFiles: &sandbox.OpenFilesLimit{Soft: 1024, Hard: 4096}, Argv: []string{"/bin/true"}}
+	args, err := sandbox.Args(spec)
+	if err != nil {
+		b.Fatal(err)
+	}
+	view := sandbox.NewView(spec.Hidden, nil)
+	defer view.Close()
+	cpu := func() time.Duration {
+		var self, kids syscall.Rusage
+		syscall.Getrusage(syscall.RUSAGE_SELF, &self)
+		syscall.Getrusage(syscall.RUSAGE_CHILDREN, &kids)
+		return time.Duration(self.Utime.Nano() + self.Stime.Nano() + kids.Utime.Nano() + kids.Stime.Nano())
+	}
+	ruleset := func() *os.File {
+		fd, err := view.Ruleset(sandbox.ABI(), true, 65534, []int{65534})
+		if err != nil {
+			b.Fatal(err)
+		}
+		return os.NewFile(uintptr(fd), "view")
+	}
+	wait := func(pid int) {
+		var ws syscall.WaitStatus
+		for {
+			if _, err := syscall.Wait4(pid, &ws, 0, nil); err != syscall.EINTR {
+				break
+			}
+		}
+		if ws.ExitStatus() != 0 {
+			b.Fatalf("pid %d: %v", pid, ws)
+		}
+	}
+	attr := &syscall.ProcAttr{Files: []uintptr{0, 1, 2}, Sys: &syscall.SysProcAttr{Setpgid: true}}
+	var wall, cpus [3]time.Duration
+	n := 0
+	for b.Loop() {
+		// the floor
+		t0, c0 := time.Now(), cpu()
+		pid, err := syscall.ForkExec("/bin/true", []string{"/bin/true"}, attr)
+		if err != nil {
+			b.Fatal(err)
+		}
+		wait(pid)
+		wall[0], cpus[0] = wall[0]+time.Since(t0), cpus[0]+cpu()-c0
+		// the shim
+		f := ruleset()
+		t0, c0 = time.Now(), cpu()
+		sattr := *attr
+		sattr.Files = []uintptr{0, 1, 2, f.Fd()}
+		argv := append([]string{shim, sandbox.Subcommand}, args...)
+		pid, err = syscall.ForkExec(shim, argv, &sattr)
+		if err != nil {
+			b.Fatal(err)
+		}
+		wait(pid)
+		wall[1], cpus[1] = wall[1]+time.Since(t0), cpus[1]+cpu()-c0
+		f.Close()
+		// direct
+		f = ruleset()
+		t0, c0 = time.Now(), cpu()
+		d, err := sandbox.PrepareDirect(spec, []*os.File{f}, nil)
+		if err != nil {
+			b.Fatal(err)
+		}
+		dsys := *attr.Sys
+		dsys.Ptrace = true
+		dattr := &syscall.ProcAttr{Files: attr.Files, Sys: &dsys}
+		pid, err = d.Start(func() (int, error) { return syscall.ForkExec("/bin/true", []string{"/bin/true"}, dattr) })
+		if err != nil {
+			b.Fatal(err)
+		}
+		wait(pid)
+		wall[2], cpus[2] = wall[2]+time.Since(t0), cpus[2]+cpu()-c0
+		f.Close()
+		n++
+	}
+	per := func(d time.Duration) float64 { return float64(d.Microseconds()) / float64(n) / 1000 }
+	b.ReportMetric(0, "ns/op")
+	for i, name := range []string{"true", "shim", "direct"} {
+		b.ReportMetric(per(wall[i]), name+"-ms")
+		b.ReportMetric(per(cpus[i]), name+"-cpu-ms")
+	}
+	b.ReportMetric(float64(wall[2])/float64(wall[1]), "direct/shim")
+	b.ReportMetric(float64(cpus[2])/float64(cpus[1]), "direct/shim-cpu")
+}

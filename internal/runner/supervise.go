@@ -283,7 +283,7 @@ func (run *Runner) startWithKey(ctx context.Context, a *kin.Agent, spec store.Pr
 		run.removeRuntime(a.ID)
 		return nil, run.failStart(ctx, a, err)
 	}
-	argv, readGroups, held, err := run.sandboxArgv(a, cx, command, view)
+	argv, readGroups, held, sbSpec, err := run.sandboxArgv(a, cx, command, view)
 	view = nil // sandboxArgv took it or discarded it
 	if err != nil {
 		run.removeRuntime(a.ID)
@@ -315,6 +315,7 @@ func (run *Runner) startWithKey(ctx context.Context, a *kin.Agent, spec store.Pr
 		run.removeRuntime(a.ID)
 		return nil, run.failStart(ctx, a, fmt.Errorf("its log: %w", err))
 	}
+	cred := withGroups(run.agentCredential(a.ID), readGroups)
 	proc, err := run.sup.Start(ctx, supervisor.Spec{
 		ID:         a.ID,
 		ParentID:   a.Parent,
@@ -324,9 +325,10 @@ func (run *Runner) startWithKey(ctx context.Context, a *kin.Agent, spec store.Pr
 		Dir:        dir,
 		Stdout:     logOut,
 		Stderr:     logOut,
-		Credential: withGroups(run.agentCredential(a.ID), readGroups),
+		Credential: cred,
 		ExtraFiles: held, // descriptors 3, ...: Spec.Held's numbers
 		Limits:     run.limitsFor(flat).group,
+		Direct:     run.directStart(a, sbSpec, held, cred),
 	})
 	logOut.Close() // the process has its own copy; without one, the drain ends
 	if err != nil {

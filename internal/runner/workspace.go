@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 
 	"github.com/kin-agents/kin/internal/authority"
 	"github.com/kin-agents/kin/internal/ctxfs"
@@ -72,7 +73,10 @@ func (run *Runner) sandboxAvailable() error {
 // Landlock keeps it to the consented paths. Only a sandboxed agent joins.
 // And the policy's mounts, opened as checked (holdMounts): the process's
 // descriptors 3 and up, for the caller to close once it started.
-func (run *Runner) sandboxArgv(a *kin.Agent, c *ctxAgent, argv []string, view *viewFuture) ([]string, []uint32, []*os.File, error) {
+//
+// And the spec itself (nil where the command runs without the shim), for
+// a start without the shim (directStart).
+func (run *Runner) sandboxArgv(a *kin.Agent, c *ctxAgent, argv []string, view *viewFuture) ([]string, []uint32, []*os.File, *sandbox.Spec, error) {
 	used := false
 	defer func() {
 		if !used {
@@ -81,14 +85,14 @@ func (run *Runner) sandboxArgv(a *kin.Agent, c *ctxAgent, argv []string, view *v
 	}()
 	layers, err := run.auth.Layers(a.ID)
 	if err != nil {
-		return nil, nil, nil, err
+		return nil, nil, nil, nil, err
 	}
 	flat := policy.Flatten(layers)
 	abi := sandbox.ABI()
 	asInit := run.sup.Containment() == supervisor.ContainmentPIDNamespaces
 	lim := run.limitsFor(flat)
 	if abi == 0 && flat.Mounts == nil && !authority.HasLimits(flat.Budget) && !asInit && lim.nproc == 0 && lim.addrSpace == 0 && run.cfg.AgentOpenFiles == nil {
-		return argv, nil, nil, nil
+		return argv, nil, nil, nil, nil
 	}
 	var groups []uint32
 	spec := sandbox.Spec{Argv: argv, BestEffort: run.cfg.SandboxBestEffort, ScopeSignals: true, Init: asInit,
@@ -125,7 +129,7 @@ func (run *Runner) sandboxArgv(a *kin.Agent, c *ctxAgent, argv []string, view *v
 	}
 	held, err := run.auth.HoldMounts(layers, flat, &spec)
 	if err != nil {
-		return nil, nil, nil, err
+		return nil, nil, nil, nil, err
 	}
 	if f := view.take(run, a, &spec, groups); f != nil {
 		used = true
@@ -135,9 +139,26 @@ func (run *Runner) sandboxArgv(a *kin.Agent, c *ctxAgent, argv []string, view *v
 	args, err := sandbox.Args(spec)
 	if err != nil {
 		authority.CloseFiles(held)
-		return nil, nil, nil, fmt.Errorf("sandbox: %w", err)
+		return nil, nil, nil, nil, fmt.Errorf("sandbox: %w", err)
 	}
-	return append([]string{run.shimPath(), sandbox.Subcommand}, args...), groups, held, nil
+	return append([]string{run.shimPath(), sandbox.Subcommand}, args...), groups, held, &spec, nil
+}
+
+// directStart prepares a start of spec without the shim (sandbox.Direct)
+// where the supervisor can make one; nil leaves it to the shim. files are
+// the shim's descriptors 3 and up; cred the agent's.
+func (run *Runner) directStart(a *kin.Agent, spec *sandbox.Spec, files []*os.File, cred *syscall.Credential) supervisor.Direct {
+	if spec == nil || !run.sup.DirectStarts() {
+		return nil
+	}
+	d, err := sandbox.PrepareDirect(*spec, files, cred)
+	if err != nil {
+		if !errors.Is(err, sandbox.ErrNeedsShim) {
+			run.log.Debug("start without the shim", "agent", a.ID, "err", err)
+		}
+		return nil
+	}
+	return d
 }
 
 // agentEntries grants a its entries in agent/: its socket, and read-only

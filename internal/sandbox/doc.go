@@ -33,9 +33,21 @@
 // is a link or not the file the daemon checked; widen a grant (a missing
 // path, or one the agent's user cannot reach, is skipped: no rule grants
 // less); run an agent unrestricted when Landlock is missing unless the
-// operator allowed best effort (and then say so loudly on stderr); be
-// called in the daemon's own process (Main replaces the process); or
-// return on success.
+// operator allowed best effort (and then say so loudly on stderr); run
+// Main in the daemon's own process (Main replaces the process); restrict a
+// thread of the daemon other than a direct start's own (below); or return
+// on success.
+//
+// # Without the shim
+//
+// With cgroup2 containment the daemon applies the same Spec itself
+// (direct.go: PrepareDirect, Direct.Start): on a locked OS thread it opens
+// the grants as the agent's user, restricts the thread and forks the agent
+// from it, traced, so that the rlimits are set while the agent is stopped
+// at its execve, before its first instruction; the thread ends with its
+// goroutine. What it cannot give exactly as the shim does (an init,
+// RLIMIT_AS, no Landlock, the walked view, a PATH lookup) is left to the
+// shim, as is any direct start that fails before the command ran.
 //
 // # Rights
 //

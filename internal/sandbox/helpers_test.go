@@ -34,7 +34,11 @@ func TestMain(m *testing.M) {
 			os.Exit(probe(os.Args[2:]))
 		}
 	}
-	os.Exit(m.Run())
+	code := m.Run()
+	if directMode {
+		fmt.Fprintf(os.Stderr, "%s %d %d\n", directCountsLine, directStarts.Load(), shimStarts.Load())
+	}
+	os.Exit(code)
 }
 
 // testTimeout bounds every helper process.
@@ -226,6 +230,13 @@ func runShimArgs(t testing.TB, args []string) run {
 // descriptors 3 and up, as the daemon passes held grants.
 func runShimArgsFiles(t testing.TB, args []string, files []*os.File) run {
 	t.Helper()
+	if directMode {
+		if r, ok := runDirectArgs(t, args, files); ok {
+			directStarts.Add(1)
+			return r
+		}
+		shimStarts.Add(1)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, testExe(t), append([]string{"shim"}, args...)...)

@@ -116,10 +116,14 @@ func openRules(spec *Spec, handled uint64) ([]rule, error) {
 	if err := add(spec.RO, rightsRO); err != nil {
 		return nil, err
 	}
+	paths := len(rules)
 	for _, h := range spec.Held {
 		isDir, err := checkHeld(h)
 		if err != nil {
-			closeRules(rules)
+			// Only the paths' descriptors, which openRules opened: the
+			// held ones stay the caller's to close (a direct start's
+			// are its own duplicates; the shim exits).
+			closeRules(rules[:paths])
 			return nil, err
 		}
 		a := uint64(rightsRO)

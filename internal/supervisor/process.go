@@ -58,6 +58,25 @@ type Spec struct {
 	// controllers enabled down kin's tree (Controllers); the ones that are
 	// not are left unset (cgroup containment only).
 	Limits cgroup.Limits
+	// Direct, when set, starts the agent without the sandbox shim that
+	// Argv runs (sandbox.Direct), where the supervisor can: with cgroup2
+	// containment, without user or PID namespaces. Its process gets
+	// descriptors 0, 1 and 2 only (ExtraFiles are the shim's). Where it
+	// cannot, or the direct start fails before the command ran, Argv
+	// starts as before. Start closes it.
+	Direct Direct
+}
+
+// Direct is a start without the shim (sandbox.Direct): Start calls fork
+// on an OS thread it restricted and returns once the child runs with its
+// limits. fork must start the child traced (SysProcAttr.Ptrace) and
+// return its pid, claimed. A pid of 0 with an error: nothing was left, and
+// the shim may start the agent instead; a pid with an error: the child was
+// killed before its first instruction and must be reaped.
+type Direct interface {
+	Argv() []string
+	Start(fork func() (int, error)) (int, error)
+	Close()
 }
 
 // EnvMarker is the variable the process-groups fallback adds to every
@@ -200,6 +219,9 @@ func (p *Process) Signal(sig syscall.Signal) error {
 // into a frozen group would freeze before its exec, and Start, waiting for
 // the exec, with it.
 func (s *Supervisor) Start(ctx context.Context, spec Spec) (*Process, error) {
+	if spec.Direct != nil {
+		defer spec.Direct.Close() // its duplicated descriptors, whatever happens
+	}
 	if spec.ID <= 0 {
 		return nil, fmt.Errorf("supervisor: start: agent id %d is not positive", spec.ID)
 	}
@@ -415,13 +437,21 @@ func (s *Supervisor) spawn(a *agent, spec Spec, argv0 string) (*Process, error) 
 	}
 	attr := &syscall.ProcAttr{Dir: spec.Dir, Env: env, Files: fds, Sys: sys}
 
-	spawnMu.RLock()
-	started := time.Now()
-	pid, err := syscall.ForkExec(argv0, spec.Argv, attr)
-	if err == nil {
-		claim(pid)
+	var pid int
+	var started time.Time
+	direct := false
+	if spec.Direct != nil && s.DirectStarts() {
+		pid, started, direct = s.startDirect(spec, attr)
 	}
-	spawnMu.RUnlock()
+	if !direct {
+		spawnMu.RLock()
+		started = time.Now()
+		pid, err = syscall.ForkExec(argv0, spec.Argv, attr)
+		if err == nil {
+			claim(pid)
+		}
+		spawnMu.RUnlock()
+	}
 	runtime.KeepAlive(files)
 	if err != nil {
 		for _, o := range outs {
@@ -460,6 +490,45 @@ func (s *Supervisor) spawn(a *agent, spec Spec, argv0 string) (*Process, error) 
 		go s.copyOutput(o)
 	}
 	return p, nil
+}
+
+// startDirect starts spec.Direct's command without the shim, with attr's
+// first three descriptors. It reports false where the shim must start it
+// instead: nothing of the direct start is left then.
+func (s *Supervisor) startDirect(spec Spec, attr *syscall.ProcAttr) (int, time.Time, bool) {
+	sys := *attr.Sys
+	sys.Ptrace = true
+	dattr := &syscall.ProcAttr{Dir: attr.Dir, Env: attr.Env, Files: attr.Files[:3], Sys: &sys}
+	argv := spec.Direct.Argv()
+	var started time.Time
+	pid, err := spec.Direct.Start(func() (int, error) {
+		spawnMu.RLock()
+		defer spawnMu.RUnlock()
+		started = time.Now()
+		pid, err := syscall.ForkExec(argv[0], argv, dattr)
+		if err == nil {
+			claim(pid)
+		}
+		return pid, err
+	})
+	// While it stopped at its first instruction, the traced child may
+	// have hidden an exited one from the reaping loop (reapChildren).
+	kickChildren()
+	switch {
+	case err == nil:
+		s.directStarts.Add(1)
+		return pid, started, true
+	case pid > 0:
+		// Killed before its first instruction: reaped here (claimed, and
+		// not watched), then the shim starts the agent.
+		var si siginfoChild
+		waitid(unix.P_PID, pid, &si, unix.WEXITED, nil)
+		unclaim(pid)
+		s.log.Warn("direct start refused; the sandbox shim starts it", keyAgent, spec.ID, "err", err)
+	default:
+		s.log.Debug("direct start failed; the sandbox shim starts it", keyAgent, spec.ID, "err", err)
+	}
+	return 0, time.Time{}, false
 }
 
 // output is a pipe whose read end r is copied to w.

@@ -76,6 +76,10 @@ const (
 	cldExited = 1
 	cldKilled = 2
 	cldDumped = 3
+	// cldTrapped is a traced child's stop (a direct start's, before its
+	// first instruction), which waitid reports to the tracer's whole
+	// process even without WSTOPPED.
+	cldTrapped = 4
 )
 
 // waitid retries EINTR.
@@ -464,6 +468,19 @@ func (s *Supervisor) watch(p *Process) error {
 	return nil
 }
 
+// kickChildren makes the loop look again, if it runs.
+func kickChildren() {
+	children.mu.Lock()
+	defer children.mu.Unlock()
+	if children.kick == nil {
+		return
+	}
+	select {
+	case children.kick <- syscall.SIGCHLD:
+	default: // a look is due already
+	}
+}
+
 // unwatch takes s's processes out of the loop (Close): they are returned,
 // not reaped, and marked gone so that Signal leaves their pids alone.
 func (s *Supervisor) unwatch() []*Process {
@@ -508,6 +525,13 @@ func reapChildren(kick chan os.Signal, done chan struct{}) {
 			var si siginfoChild
 			if err := waitid(unix.P_ALL, 0, &si, unix.WEXITED|unix.WNOHANG|unix.WNOWAIT, nil); err != nil || si.Pid == 0 {
 				break // no exited child
+			}
+			if si.Code == cldTrapped {
+				// A direct start's child, stopped before its first
+				// instruction (never a watched pid): it hides the
+				// others until its starter detaches it, which kicks
+				// this loop again (kickChildren).
+				break
 			}
 			p := take(int(si.Pid))
 			if p == nil {

@@ -141,6 +141,9 @@ type Supervisor struct {
 	// write the groups' files. Until then none can be: the groups are the
 	// daemon's, mode 0755, and its agents other uids. Never cleared.
 	mayBeFrozen atomic.Bool
+	// directStarts counts the processes started without the shim
+	// (Spec.Direct); DirectStarted reports it.
+	directStarts atomic.Int64
 
 	// unwatched: Close took the processes out of the reaping loop
 	// (guarded by children.mu, reap.go).
@@ -392,6 +395,14 @@ func (s *Supervisor) enableControllers() {
 // own: Config.UserNamespaces where the kernel allows it, and always with
 // PID namespaces containment.
 func (s *Supervisor) UserNamespaces() bool { return s.userns || s.pidns }
+
+// DirectStarted is how many processes Start started without the shim
+// (Spec.Direct) so far.
+func (s *Supervisor) DirectStarted() int64 { return s.directStarts.Load() }
+
+// DirectStarts reports whether Start honours Spec.Direct: with cgroup2
+// containment, without user or PID namespaces.
+func (s *Supervisor) DirectStarts() bool { return s.cg && !s.userns && !s.pidns }
 
 // Controllers lists the cgroup controllers enabled down kin's tree (nil
 // without cgroup containment): the subtree limits it can set.
