@@ -37,7 +37,11 @@ import (
 //     instruction: the traced child stops with SIGTRAP right after its
 //     execve, before any instruction of the new image runs; the limits are
 //     set then (prlimit), its descriptors are checked (0, 1 and 2 only, as
-//     the shim leaves it), and the thread detaches it.
+//     the shim leaves it), and the thread detaches it into a stop
+//     (SIGSTOP): until the thread has ended the child shares its domain,
+//     so the signal scope and ptrace's Landlock check would not keep an
+//     agent of the daemon's uid (or root) from it; the caller continues
+//     the child (SIGCONT) once the thread's pidfd says it has ended.
 //
 // What needs the shim still gets it (PrepareDirect says why): an init
 // (Spec.Init), an address-space limit (RLIMIT_AS must hold at the execve
@@ -243,13 +247,23 @@ func (d *Direct) Start(fork func() (int, error)) (int, error) {
 		ask  bool // the thread may not read /proc: the caller checks the descriptors
 		err  error
 	}
-	tids := make(chan int, 1)
+	type thread struct {
+		tid, pidfd int // pidfd: the thread's own (PIDFD_THREAD), -1 with err
+		err        error
+	}
+	tids := make(chan thread, 1)
 	stopped := make(chan stop, 2)
 	verdict := make(chan error, 1)
 	onThread := func() {
 		// Locked by the caller, never unlocked: the thread ends with
 		// this goroutine.
-		tids <- unix.Gettid()
+		tid := unix.Gettid()
+		pidfd, err := unix.PidfdOpen(tid, unix.PIDFD_THREAD)
+		if err != nil {
+			tids <- thread{tid: tid, pidfd: -1, err: fmt.Errorf("sandbox: pidfd of the start's thread: %w", err)}
+			return
+		}
+		tids <- thread{tid: tid, pidfd: pidfd}
 		pid, died, err := d.forkRestricted(fork)
 		if pid <= 0 || died || err != nil {
 			stopped <- stop{pid: pid, died: died, err: err}
@@ -266,7 +280,13 @@ func (d *Direct) Start(fork func() (int, error)) (int, error) {
 			err = d.setLimits(pid)
 		}
 		if err == nil {
-			if _, _, e := unix.RawSyscall6(unix.SYS_PTRACE, unix.PTRACE_DETACH, uintptr(pid), 0, 0, 0, 0); e != 0 && e != unix.ESRCH {
+			// Detached into a stop (SIGSTOP delivered as it resumes,
+			// before any instruction of its own): until this thread has
+			// ended, the child shares its Landlock domain, so the scope
+			// and ptrace checks would not keep an agent of the daemon's
+			// uid (or root) from signalling or tracing it. The caller
+			// continues the child once the thread is gone.
+			if _, _, e := unix.RawSyscall6(unix.SYS_PTRACE, unix.PTRACE_DETACH, uintptr(pid), 0, uintptr(unix.SIGSTOP), 0, 0); e != 0 && e != unix.ESRCH {
 				// ESRCH: it was killed meanwhile (its status says so).
 				err = fmt.Errorf("sandbox: detach %d: %v", pid, e)
 			}
@@ -275,6 +295,9 @@ func (d *Direct) Start(fork func() (int, error)) (int, error) {
 			unix.Kill(pid, unix.SIGKILL)
 		}
 		stopped <- stop{pid: pid, err: err}
+		if directThreadLingers != nil {
+			directThreadLingers()
+		}
 	}
 	go func() {
 		runtime.LockOSThread()
@@ -294,8 +317,12 @@ func (d *Direct) Start(fork func() (int, error)) (int, error) {
 		<-locked
 		runtime.UnlockOSThread()
 	}()
-	tid := <-tids
-	watchdog := time.AfterFunc(directStuck, func() { killChildrenOf(tid) })
+	th := <-tids
+	if th.err != nil {
+		return 0, fmt.Errorf("%w: %w", ErrNotStarted, th.err)
+	}
+	defer unix.Close(th.pidfd)
+	watchdog := time.AfterFunc(directStuck, func() { killTracedChildOf(th.tid) })
 	s := <-stopped
 	watchdog.Stop()
 	if s.ask {
@@ -305,7 +332,44 @@ func (d *Direct) Start(fork func() (int, error)) (int, error) {
 	if s.pid <= 0 {
 		return 0, fmt.Errorf("%w: %w", ErrNotStarted, s.err)
 	}
-	return s.pid, s.err
+	if s.err != nil {
+		return s.pid, s.err
+	}
+	// The child waits in its stop until the restricted thread has ended
+	// (its pidfd readable), then runs.
+	if err := awaitExit(th.pidfd, directStuck); err != nil {
+		unix.Kill(s.pid, unix.SIGKILL)
+		return s.pid, fmt.Errorf("sandbox: the start's thread did not end: %w", err)
+	}
+	if err := unix.Kill(s.pid, unix.SIGCONT); err != nil && err != unix.ESRCH {
+		unix.Kill(s.pid, unix.SIGKILL)
+		return s.pid, fmt.Errorf("sandbox: continue %d: %w", s.pid, err)
+	}
+	return s.pid, nil
+}
+
+// directThreadLingers, set by a test, runs on the start's thread after
+// the child was detached, just before the thread ends.
+var directThreadLingers func()
+
+// awaitExit waits until the thread or process of pidfd has exited.
+func awaitExit(pidfd int, limit time.Duration) error {
+	deadline := time.Now().Add(limit)
+	for {
+		left := time.Until(deadline)
+		if left <= 0 {
+			return os.ErrDeadlineExceeded
+		}
+		p := []unix.PollFd{{Fd: int32(pidfd), Events: unix.POLLIN}}
+		n, err := unix.Poll(p, int(left.Milliseconds())+1)
+		switch {
+		case err == unix.EINTR:
+		case err != nil:
+			return err
+		case n > 0:
+			return nil
+		}
+	}
 }
 
 // forkRestricted runs on the locked thread: it opens the grants as the
@@ -482,15 +546,23 @@ func (d *Direct) setLimits(pid int) error {
 	return err
 }
 
-// killChildrenOf kills the children of thread tid: a child stopped before
+// killTracedChildOf kills the child thread tid traces: a child stopped before
 // its execve, which the thread waits for in the fork.
-func killChildrenOf(tid int) {
+func killTracedChildOf(tid int) {
 	b, err := os.ReadFile("/proc/self/task/" + strconv.Itoa(tid) + "/children")
 	if err != nil {
 		return
 	}
+	// The thread is not new: it may have forked agents before it was
+	// locked (os/exec, shim starts). Only the child it traces is this
+	// start's.
+	want := "\nTracerPid:\t" + strconv.Itoa(tid) + "\n"
 	for _, f := range strings.Fields(string(b)) {
-		if pid, err := strconv.Atoi(f); err == nil {
+		pid, err := strconv.Atoi(f)
+		if err != nil {
+			continue
+		}
+		if st, err := os.ReadFile("/proc/" + f + "/status"); err == nil && strings.Contains(string(st), want) {
 			unix.Kill(pid, unix.SIGKILL)
 		}
 	}

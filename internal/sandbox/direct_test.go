@@ -458,3 +458,44 @@ func copyFile(t *testing.T, src, dst string, mode os.FileMode) {
 	}
 	os.Chmod(dst, mode)
 }
+
+// TestDirectAgentRunsOnlyOnceItsThreadEnded: the start's thread shares the
+// agent's Landlock domain, so an agent of the daemon's uid (here root)
+// could signal or trace it while it lives; the agent runs only once it
+// has ended. The thread lingers after the detach (up to 1 s, or until the
+// agent has probed): the agent reaches none of this process's threads
+// with a null signal.
+func TestDirectAgentRunsOnlyOnceItsThreadEnded(t *testing.T) {
+	requireLandlock(t)
+	if ABI() < directScopeABI {
+		t.Skipf("Landlock ABI %d: direct starts with the signal scope need %d", ABI(), directScopeABI)
+	}
+	base := tempDir(t)
+	exe := filepath.Join(base, "probe")
+	copyFile(t, testExe(t), exe, 0o755)
+	out := filepath.Join(base, "out")
+	if err := os.Mkdir(out, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	probed := filepath.Join(out, "probed")
+	spec := Spec{Restrict: true, RO: append(DefaultSystemRO(), exe), RW: append(DefaultSystemRW(), out), ScopeSignals: true,
+		Argv: []string{exe, "probe", "threads0:" + strconv.Itoa(os.Getpid()), "write:" + probed}}
+	directThreadLingers = func() {
+		kintestWait(time.Second, func() bool { _, err := os.Stat(probed); return err == nil })
+	}
+	defer func() { directThreadLingers = nil }()
+	r := directRun(t, spec, nil, nil)
+	res := parseProbe(t, r)
+	if !res[0].OK || res[0].N != 0 {
+		t.Errorf("the agent reached %d of the daemon's threads with a signal (%+v): its start's thread was still alive", res[0].N, res[0])
+	}
+}
+
+// kintestWait polls cond until it holds or limit passes.
+func kintestWait(limit time.Duration, cond func() bool) {
+	deadline := time.Now().Add(limit)
+	for !cond() && time.Now().Before(deadline) {
+		runtime.Gosched()
+		time.Sleep(5 * time.Millisecond)
+	}
+}

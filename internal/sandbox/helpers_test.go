@@ -60,7 +60,8 @@ type probeResult struct {
 // (path a pid: SIGTERM), exec
 // (through os/exec, as Go programs start children), openmany (path
 // "file|n": opens file up to n times, N is how many succeeded), fdsof (N
-// is how many open descriptors are the file at path).
+// is how many open descriptors are the file at path), threads0 (path a
+// pid: N is how many of its threads a null signal reaches).
 func probe(ops []string) int {
 	out := bufio.NewWriter(os.Stdout)
 	defer out.Flush()
@@ -111,6 +112,18 @@ func probe(ops []string) int {
 			var pid int
 			if pid, err = strconv.Atoi(path); err == nil {
 				err = syscall.Kill(pid, syscall.SIGTERM)
+			}
+		case "threads0":
+			// How many threads of process path a null signal reaches
+			// (tgkill(pid, tid, 0) for each of /proc/pid/task).
+			var es []os.DirEntry
+			if es, err = os.ReadDir("/proc/" + path + "/task"); err == nil {
+				pid, _ := strconv.Atoi(path)
+				for _, e := range es {
+					if tid, _ := strconv.Atoi(e.Name()); unix.Tgkill(pid, tid, 0) == nil {
+						r.N++
+					}
+				}
 			}
 		case "fdsof":
 			// How many of the probe's descriptors are the file at path.
