@@ -389,37 +389,59 @@ func (r reader) AgentRowsByIDs(ctx context.Context, ids []kin.AgentID, emit func
 }
 
 // rowsOf reads the packed rows of ids (ascending) and sends them on out as
-// "<length>:<row>" records, about rowsFlush bytes at a time.
+// "<length>:<row>" records, about rowsFlush bytes at a time. It never
+// waits for out while its statement is open: a run that out has no room
+// for waits in memory, and the connection goes back to the pool once the
+// rows are read, so a slow reader of a streamed tree (an agent that stops
+// reading its subtree) holds no store connection (a chunk in memory at
+// most, as the tree built whole did).
 func (r reader) rowsOf(ctx context.Context, ids []kin.AgentID, out chan<- []byte) error {
-	rows, err := r.query(ctx, sqlAgentRowsByIDs, idArray(ids))
-	if err != nil {
-		return interpretError(err)
+	var pending [][]byte
+	offer := func() { // sends what out has room for, without waiting
+		for len(pending) > 0 {
+			select {
+			case out <- pending[0]:
+				pending = pending[1:]
+			default:
+				return
+			}
+		}
 	}
-	defer rows.Close()
-	buf := make([]byte, 0, rowsFlush+4096)
-	for rows.Next() {
-		var row sql.RawBytes
-		if err := rows.Scan(&row); err != nil {
+	err := func() error {
+		rows, err := r.query(ctx, sqlAgentRowsByIDs, idArray(ids))
+		if err != nil {
 			return interpretError(err)
 		}
-		buf = strconv.AppendInt(buf, int64(len(row)), 10)
-		buf = append(buf, ':')
-		buf = append(buf, row...)
-		if len(buf) >= rowsFlush {
-			select {
-			case out <- buf:
-			case <-ctx.Done():
-				return ctx.Err()
+		defer rows.Close()
+		buf := make([]byte, 0, rowsFlush+4096)
+		for rows.Next() {
+			var row sql.RawBytes
+			if err := rows.Scan(&row); err != nil {
+				return interpretError(err)
 			}
-			buf = make([]byte, 0, rowsFlush+4096)
+			buf = strconv.AppendInt(buf, int64(len(row)), 10)
+			buf = append(buf, ':')
+			buf = append(buf, row...)
+			if len(buf) >= rowsFlush {
+				pending = append(pending, buf)
+				offer()
+				buf = make([]byte, 0, rowsFlush+4096)
+			}
 		}
+		if err := rows.Err(); err != nil {
+			return interpretError(err)
+		}
+		if len(buf) > 0 {
+			pending = append(pending, buf)
+		}
+		return nil
+	}()
+	if err != nil {
+		return err
 	}
-	if err := rows.Err(); err != nil {
-		return interpretError(err)
-	}
-	if len(buf) > 0 {
+	for _, b := range pending {
 		select {
-		case out <- buf:
+		case out <- b:
 		case <-ctx.Done():
 			return ctx.Err()
 		}
