@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"math"
 	"os"
 	"runtime"
 	"slices"
@@ -240,7 +239,9 @@ func (d *Direct) Start(fork func() (int, error)) (int, error) {
 	// never relies on inheriting one (os/exec duplicates ExtraFiles in
 	// the child), so the daemon marks its own; the stop checks what the
 	// child holds all the same (another thread may open one meanwhile).
-	unix.CloseRange(3, math.MaxUint32, unix.CLOSE_RANGE_CLOEXEC)
+	if err := closeOnExecFrom3(); err != nil {
+		return 0, fmt.Errorf("%w: sandbox: mark the daemon's descriptors close-on-exec: %w", ErrNotStarted, err)
+	}
 	type stop struct {
 		pid  int
 		died bool // before its first instruction (killed): nothing to set

@@ -390,28 +390,17 @@ func reapingHeld() bool {
 // (constant time, unlike the loop's waitid(P_ALL)): the Stop that holds
 // the reaping emptied their group, so they have exited. One that is not
 // yet reapable (the kernel reports a group empty a moment before its last
-// processes are zombies) goes back to the loop, which the release kicks.
+// processes are zombies) stays watched, for the loop, which the release
+// kicks: a peek first, as reapWatched does, then the one reaping path.
 func (s *Supervisor) reapKilled(procs []*Process) {
 	for _, p := range procs {
-		if take(p.Pid) != p {
-			continue // reaped by the loop already (or not watched)
-		}
 		var si siginfoChild
-		var ru unix.Rusage
-		p.sigMu.Lock()
-		err := waitid(unix.P_PID, p.Pid, &si, unix.WEXITED|unix.WNOHANG, &ru)
-		if err == nil && si.Pid == 0 {
-			p.sigMu.Unlock()
-			children.mu.Lock()
-			children.watched[p.Pid] = p
-			children.mu.Unlock()
-			s.reaping.Done()
+		if err := waitid(unix.P_PID, p.Pid, &si, unix.WEXITED|unix.WNOHANG|unix.WNOWAIT, nil); err == nil && si.Pid == 0 {
 			continue
 		}
-		p.gone = true
-		p.sigMu.Unlock()
-		s.finishProcess(p, si, ru, err == nil)
-		s.reaping.Done()
+		if take(p.Pid) == p {
+			s.reap(p)
+		}
 	}
 }
 
