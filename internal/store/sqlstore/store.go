@@ -177,9 +177,11 @@ type Store struct {
 
 	hereMu sync.Mutex
 	here   []seqRange // the seqs this handle's commits appended, oldest first (AppendedHere)
-	// ownSize and ownTypes are the log size and event types of the commit
-	// the writer is making (committing), 0 and nil between commits.
+	// ownFrom, ownSize and ownTypes are the log size before and after the
+	// commit the writer is making and its event types (committing), 0, 0
+	// and nil between commits.
 	ownMu    sync.Mutex
+	ownFrom  int64
 	ownSize  int64
 	ownTypes []string
 }
@@ -262,25 +264,45 @@ func (s *Store) Hub() *inmem.Hub { return s.hub }
 // or its own poll.)
 func (s *Store) Woken(n int64) {
 	s.ownMu.Lock()
-	own, types := s.ownSize, s.ownTypes
+	from, own, types := s.ownFrom, s.ownSize, s.ownTypes
 	s.ownMu.Unlock()
-	if !storeMax(&s.notified, n) {
-		return
-	}
 	if own != 0 && n == own {
-		s.hub.NotifyTypes(types)
+		s.wakeFor(from, n, types)
 		return
 	}
-	s.hub.Notify()
+	if storeMax(&s.notified, n) {
+		s.hub.Notify()
+	}
 }
 
 // committing records the log size and event types of the commit the
 // writer is making (0, nil once its waiters were woken, or it failed), for
 // Woken.
-func (s *Store) committing(size int64, types []string) {
+func (s *Store) committing(from, size int64, types []string) {
 	s.ownMu.Lock()
-	s.ownSize, s.ownTypes = size, types
+	s.ownFrom, s.ownSize, s.ownTypes = from, size, types
 	s.ownMu.Unlock()
+}
+
+// wakeFor wakes the waiters for the commit that brought the log from
+// from to size, once notified is past it: by this handle's event types
+// only where every event up to from was announced already; where another
+// handle's events lie between what was announced and from (committed
+// before this commit, their notifications not yet here), every waiter,
+// since those notifications, coming later with sizes below size, wake
+// nobody. (A follower on one host had missed another host's revocation
+// for its 5 s poll: its own commit of a refused token, right after, woke
+// only those who wait for that type.)
+func (s *Store) wakeFor(from, size int64, types []string) {
+	prev := s.notified.Load()
+	if !storeMax(&s.notified, size) {
+		return
+	}
+	if from > prev {
+		s.hub.Notify()
+		return
+	}
+	s.hub.NotifyTypes(types)
 }
 
 // Close stops the writer after the Updates already queued and closes both
@@ -599,7 +621,7 @@ run:
 		}
 		if err == nil {
 			if total > 0 {
-				s.committing(size, types)
+				s.committing(size-int64(total), size, types)
 			}
 			_, err = w.exec(ctx, CommitSQL)
 		}
@@ -609,7 +631,7 @@ run:
 			// committing said of it is forgotten (a notification of
 			// another handle's commit at that size would wake by this
 			// batch's types).
-			s.committing(0, nil)
+			s.committing(0, 0, nil)
 			if !redo(k) {
 				return
 			}
@@ -659,7 +681,7 @@ run:
 			tx.Rollback()
 		} else {
 			if total > 0 {
-				s.committing(size, types)
+				s.committing(size-int64(total), size, types)
 			}
 			err = tx.Commit()
 		}
@@ -675,15 +697,15 @@ run:
 		if total > 0 {
 			s.appendedHere(size-int64(total), size)
 		}
-		if total > 0 && storeMax(&s.notified, size) {
-			s.hub.NotifyTypes(types)
+		if total > 0 {
+			s.wakeFor(size-int64(total), size, types)
 		}
 	}
 	if total > 0 {
 		// Forgotten only once the waiters were woken for it (notified is
 		// past it): a notification of it that came before still wakes by
 		// its types, and one after wakes nobody.
-		s.committing(0, nil)
+		s.committing(0, 0, nil)
 	}
 	answer()
 }
