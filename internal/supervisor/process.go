@@ -511,11 +511,11 @@ func (s *Supervisor) startDirect(spec Spec, attr *syscall.ProcAttr) (int, time.T
 		}
 		return pid, err
 	})
-	// While it stopped at its first instruction, the traced child may
-	// have hidden an exited one from the reaping loop (reapChildren).
-	kickChildren()
 	switch {
 	case err == nil:
+		// While it stopped at its first instruction, the traced child may
+		// have hidden an exited one from the reaping loop
+		// (reapChildren): the watch that follows kicks the loop.
 		s.directStarts.Add(1)
 		return pid, started, true
 	case pid > 0:
@@ -528,6 +528,7 @@ func (s *Supervisor) startDirect(spec Spec, attr *syscall.ProcAttr) (int, time.T
 	default:
 		s.log.Debug("direct start failed; the sandbox shim starts it", keyAgent, spec.ID, "err", err)
 	}
+	kickChildren() // no watch follows this child: what it hid is looked for now
 	return 0, time.Time{}, false
 }
 
