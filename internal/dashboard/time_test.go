@@ -166,13 +166,15 @@ func TestDashboardTimeline(t *testing.T) {
 		Indent, Left, Right       float64
 		Start, End                float64
 		WantLeft, WantRight, Span float64
+		MinWidth                  float64
 		Outcome                   string
 	}
 	// One evaluation, so that the clock cannot move the bars between reads.
 	readBars := `(() => { const ax = document.querySelector('#tl-axis'), t0 = +ax.dataset.t0, t1 = +ax.dataset.t1;
-		return [...document.querySelectorAll('#timeline .tl-row')].map(r => { const b = r.querySelector('.tl-bar'), tr = r.querySelector('.tl-track').getBoundingClientRect(), br = b.getBoundingClientRect();
+		return [...document.querySelectorAll('#timeline .tl-row')].map(r => { const b = r.querySelector('.tl-bar'), tr = r.querySelector('.tl-track').getBoundingClientRect(), br = b.getBoundingClientRect(), cs = getComputedStyle(b);
 			return {id: +r.dataset.id, depth: +r.dataset.depth, indent: parseFloat(getComputedStyle(r.firstChild).paddingLeft), left: br.left, right: br.right, start: +b.dataset.start, end: +b.dataset.end,
-				wantLeft: tr.left + (b.dataset.start - t0) / (t1 - t0) * tr.width, wantRight: tr.left + (b.dataset.end - t0) / (t1 - t0) * tr.width, span: tr.width, outcome: b.dataset.outcome} }) })()`
+				wantLeft: tr.left + (b.dataset.start - t0) / (t1 - t0) * tr.width, wantRight: tr.left + (b.dataset.end - t0) / (t1 - t0) * tr.width, span: tr.width, outcome: b.dataset.outcome,
+				minWidth: parseFloat(cs.paddingLeft) + parseFloat(cs.paddingRight) + parseFloat(cs.borderLeftWidth) + parseFloat(cs.borderRightWidth)} }) })()`
 	// Each bar where its start and end put it on the axis: a running
 	// agent's bar ends at the page's clock, which it moves on its own
 	// ticks, and under a loaded CI a tick may land between the bars' style
@@ -185,8 +187,15 @@ func TestDashboardTimeline(t *testing.T) {
 			if _, done := ended[r.ID]; !done {
 				slack = 5
 			}
-			if abs(r.Left-r.WantLeft) > 2 || abs(r.Right-r.WantRight) > slack {
-				bad = append(bad, fmt.Sprintf("agent %d's bar spans %.1f-%.1f px, want %.1f-%.1f", r.ID, r.Left, r.Right, r.WantLeft, r.WantRight))
+			// A bar is never narrower than its padding and borders: a
+			// short life on a long axis (a loaded machine's run) is
+			// drawn that wide, from its start.
+			if r.MinWidth <= 0 {
+				bad = append(bad, fmt.Sprintf("agent %d's bar: its padding and borders read as %.1f px", r.ID, r.MinWidth))
+			}
+			wantRight := max(r.WantRight, r.WantLeft+r.MinWidth)
+			if abs(r.Left-r.WantLeft) > 2 || abs(r.Right-wantRight) > slack {
+				bad = append(bad, fmt.Sprintf("agent %d's bar spans %.1f-%.1f px, want %.1f-%.1f", r.ID, r.Left, r.Right, r.WantLeft, wantRight))
 			}
 		}
 		return bad
