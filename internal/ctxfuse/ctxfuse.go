@@ -563,11 +563,11 @@ func (r *root) Lookup(cancel <-chan struct{}, h *fuse.InHeader, name string, out
 		out.NodeId = ino(id, kindID)
 		return fuse.OK
 	}
-	gid, err := r.src.Group(ctx, id)
+	gid, err := r.dirGroup(ctx, id) // the held one's, else the source's
 	if err != nil {
 		return r.fail("group "+agent, err)
 	}
-	r.dirAttr(&out.Attr, ino(id, kindDir), uint32(ctxfs.ModeControlDir), r.lookupDir(id, uint32(gid)))
+	r.dirAttr(&out.Attr, ino(id, kindDir), uint32(ctxfs.ModeControlDir), r.lookupDir(id, gid))
 	out.NodeId = ino(id, kindDir)
 	return fuse.OK
 }
