@@ -57,7 +57,18 @@ type Options struct {
 	// unhashed appends events without their tree hashes: only benchmarks
 	// set it, to measure what hashing costs.
 	unhashed bool
+	// eventRows is the events per INSERT (Dialect.EventRowsPerInsert):
+	// 0 is eventRowsPerInsert, below 0 an INSERT per event as EventAppend
+	// makes it. Only benchmarks set it.
+	eventRows int
 }
+
+// eventRowsPerInsert is how many of a batch's events one INSERT stores
+// (sqlstore's Dialect.EventRowsPerInsert): the batch's events are held to
+// its end and inserted 64 rows a statement, then 8, then 1, rather than
+// one statement each as they are appended (a cascade's record appends
+// two per agent). BenchmarkEventInsertRows measures the choice.
+const eventRowsPerInsert = 64
 
 // writerCacheKiB is the writer connection's page cache (PRAGMA
 // cache_size, in KiB as SQLite counts it; the readers keep the default,
@@ -136,10 +147,18 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 		return nil, fmt.Errorf("sqlite: open %s: %w", path, err)
 	}
 	s := &Store{path: path, sync: sync, syncNow: sync, writer: wdb, pdb: pdb, stop: make(chan struct{})}
+	rows := opts.eventRows
+	switch {
+	case rows == 0:
+		rows = eventRowsPerInsert
+	case rows < 0:
+		rows = 0
+	}
 	d := &sqlstore.Dialect{
-		Name:             "sqlite",
-		Begin:            s.begin,
-		WriterStatements: true, // compiling was a quarter of the writer's time
+		Name:               "sqlite",
+		Begin:              s.begin,
+		WriterStatements:   true, // compiling was a quarter of the writer's time
+		EventRowsPerInsert: rows,
 	}
 	core, err := sqlstore.New(ctx, sqlstore.Config{Dialect: d, Writer: wdb, Readers: rdb, Unhashed: opts.unhashed})
 	if err != nil {

@@ -6,6 +6,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"golang.org/x/mod/sumdb/tlog"
@@ -28,13 +29,70 @@ import (
 
 const sqlEventHashes = `SELECT hashes FROM events WHERE seq = ?`
 
-// EventRow is an event as its row holds it, for a driver's InsertEvents.
+// EventRow is an event as its row holds it, held to the batch's end
+// (Dialect.InsertEvents, EventRowsPerInsert).
 type EventRow struct {
 	Seq, Time     int64
 	Type          string
 	Agent, Parent int64
 	Data          string
 	Hashes        []byte
+}
+
+// eventInsert is an INSERT of rows events (Dialect.EventRowsPerInsert).
+type eventInsert struct {
+	rows int
+	sql  string
+}
+
+// eventInserts are the INSERTs of n rows, n/8 rows, and so on, and of one.
+func eventInserts(n int) []eventInsert {
+	var out []eventInsert
+	for ; n > 1; n /= 8 {
+		var b strings.Builder
+		b.WriteString(`INSERT INTO events (seq, time, type, agent_id, parent_id, data, hashes) VALUES `)
+		for i := range n {
+			if i > 0 {
+				b.WriteString(", ")
+			}
+			b.WriteString("(?, ?, ?, ?, ?, ?, ?)")
+		}
+		out = append(out, eventInsert{n, b.String()})
+	}
+	return append(out, eventInsert{1, sqlEventAppend})
+}
+
+// insertEvents inserts a batch's held events, in order, with the fewest
+// of inserts' statements (Dialect.EventRowsPerInsert).
+func (r reader) insertEvents(ctx context.Context, inserts []eventInsert, rows []EventRow) error {
+	args := make([]any, 0, 7*min(len(rows), inserts[0].rows))
+	for _, in := range inserts {
+		if len(rows) < in.rows {
+			continue
+		}
+		st := r.stmt(ctx, in.sql) // once per batch, not per statement
+		for len(rows) >= in.rows {
+			args = args[:0]
+			for _, e := range rows[:in.rows] {
+				var hashes any // NULL when unhashed, as EventAppend's
+				if e.Hashes != nil {
+					hashes = e.Hashes
+				}
+				args = append(args, e.Seq, e.Time, e.Type, e.Agent, e.Parent, e.Data, hashes)
+			}
+			var err error
+			if st != nil {
+				_, err = st.ExecContext(ctx, args...)
+			} else {
+				_, err = r.q.ExecContext(ctx, r.d.rebind(in.sql), args...)
+			}
+			if err != nil {
+				return interpretError(err)
+			}
+			rows = rows[in.rows:]
+		}
+	}
+	return nil
 }
 
 // EventAppend stores e as the next event, with the tree hashes of its leaf.
@@ -48,7 +106,7 @@ func (t *txn) EventAppend(ctx context.Context, e kin.Event) (kin.Event, error) {
 		// The floor of an append: the same row with its seq and no
 		// hashes (NULL), the seq counted as the tree counts it.
 		e.Seq = *t.size + 1
-		if t.d.InsertEvents != nil && t.batch != nil { // as the hashed path inserts them
+		if t.d.holdsEvents() && t.batch != nil { // as the hashed path inserts them
 			t.batch.events = append(t.batch.events, EventRow{Seq: e.Seq, Time: e.Time.UnixNano(), Type: e.Type,
 				Agent: int64(e.Agent), Parent: int64(e.Parent), Data: string(e.Data)})
 			*t.size = e.Seq
@@ -69,7 +127,7 @@ func (t *txn) EventAppend(ctx context.Context, e kin.Event) (kin.Event, error) {
 	var undo auditlog.Undo
 	t.hashes, undo = t.log.AppendTo(t.hashes[:0], auditlog.HashLeaf(t.leaf))
 	t.blob = auditlog.StoredForm(t.blob[:0], t.hashes)
-	if t.d.InsertEvents != nil && t.batch != nil {
+	if t.d.holdsEvents() && t.batch != nil {
 		// Inserted with the batch's other events before its commit.
 		t.batch.events = append(t.batch.events, EventRow{Seq: e.Seq, Time: e.Time.UnixNano(), Type: e.Type,
 			Agent: int64(e.Agent), Parent: int64(e.Parent), Data: string(e.Data), Hashes: bytes.Clone(t.blob)})

@@ -72,7 +72,8 @@ type txn struct {
 type batchCache struct {
 	settings map[string]string // nil: not read since the last change
 	// events are the batch's appended events not yet inserted
-	// (Dialect.InsertEvents: all at once, before the commit).
+	// (Dialect.InsertEvents, EventRowsPerInsert: at the batch's end,
+	// before the commit).
 	events []EventRow
 }
 

@@ -67,6 +67,16 @@ type Dialect struct {
 	// also does BeforeCommit's part, in the same statement (BeforeCommit is
 	// then not called).
 	InsertEvents func(ctx context.Context, tx *sql.Tx, rows []EventRow, size int64) error
+	// EventRowsPerInsert, when not 0 and InsertEvents is nil, holds a
+	// batch's events to its end as InsertEvents does, and inserts them
+	// there in multi-row INSERTs of this many rows, then of an eighth as
+	// many, and so on down to one row (eventInserts; each prepared on the
+	// writer's connection with WriterStatements): where every statement
+	// costs a pass of its own through database/sql and the driver
+	// (SQLite: an INSERT per event was about half of a 1,000-agent
+	// cascade's record). The rows go in seq order, as EventAppend gave
+	// them their seqs and hashes.
+	EventRowsPerInsert int
 	// WriterStatements prepares the hot statements on the writer's
 	// connection at New (SQLite compiles a statement on every call
 	// otherwise; pgx caches statements itself).
@@ -116,6 +126,12 @@ type Dialect struct {
 	rebound sync.Map // query → Rebind(query)
 }
 
+// holdsEvents: a batch's events are inserted at its end (InsertEvents,
+// EventRowsPerInsert), not by EventAppend.
+func (d *Dialect) holdsEvents() bool {
+	return d.InsertEvents != nil || d.EventRowsPerInsert > 0
+}
+
 // lost is Lost(err), false without one.
 func (d *Dialect) lost(err error) bool {
 	return err != nil && d != nil && d.Lost != nil && d.Lost(err)
@@ -159,6 +175,7 @@ type Store struct {
 	reader
 	d       *Dialect
 	wstmts  *stmts
+	inserts []eventInsert // the INSERTs of held events (EventRowsPerInsert), most rows first
 	wdb     *sql.DB
 	rdb     *sql.DB
 	queue   chan *update
@@ -213,8 +230,18 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 		return nil, fmt.Errorf("%s: %w", d.Name, err)
 	}
 	wstmts := newStmts(cfg.Writer, d, false)
+	var inserts []eventInsert
+	if d.InsertEvents == nil && d.EventRowsPerInsert > 0 {
+		inserts = eventInserts(d.EventRowsPerInsert)
+	}
 	if d.WriterStatements {
-		if err := wstmts.prepare(ctx, writerStatements()); err != nil {
+		qs := writerStatements()
+		for _, in := range inserts {
+			if in.rows > 1 { // the one-row INSERT is among the hot statements
+				qs = append(qs, in.sql)
+			}
+		}
+		if err := wstmts.prepare(ctx, qs); err != nil {
 			wstmts.close()
 			return nil, fmt.Errorf("%s: prepare: %w", d.Name, err)
 		}
@@ -223,6 +250,7 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 		reader:   reader{q: cfg.Readers, d: d, st: newStmts(cfg.Readers, d, true)},
 		d:        d,
 		wstmts:   wstmts,
+		inserts:  inserts,
 		wdb:      cfg.Writer,
 		rdb:      cfg.Readers,
 		queue:    make(chan *update, maxBatch),
@@ -652,7 +680,12 @@ run:
 	default:
 		inserted := len(cache.events) > 0
 		if inserted {
-			if err = s.d.InsertEvents(ctx, tx, cache.events, size); err != nil {
+			if s.d.InsertEvents != nil {
+				err = s.d.InsertEvents(ctx, tx, cache.events, size)
+			} else {
+				err = w.insertEvents(ctx, s.inserts, cache.events)
+			}
+			if err != nil {
 				err = fmt.Errorf("insert events: %w", err)
 			}
 		} else if len(held) > 0 {
@@ -674,7 +707,7 @@ run:
 		if err == nil && len(held) > 0 {
 			err = errors.New("held writes were not sent before the commit")
 		}
-		if err == nil && total > 0 && !inserted && s.d.BeforeCommit != nil {
+		if err == nil && total > 0 && (!inserted || s.d.InsertEvents == nil) && s.d.BeforeCommit != nil {
 			err = s.d.BeforeCommit(ctx, tx, size)
 		}
 		if err != nil {
