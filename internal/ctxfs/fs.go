@@ -360,20 +360,39 @@ func (f *FS) createAt(dirfd int, name string, data []byte, o Owner, mode fs.File
 	if err != nil {
 		return &fs.PathError{Op: "create", Path: name, Err: err}
 	}
-	file := os.NewFile(uintptr(fd), name)
+	// The descriptor stays a bare one (no os.File: its fcntl, finalizer
+	// and poller bookkeeping cost more than the write of a small file).
 	err = f.fixOwner(fd, o, mode)
-	if err == nil && len(data) > 0 {
-		_, err = file.Write(data)
+	if err == nil {
+		err = writeAll(fd, data)
 	}
 	if err == nil {
 		err = f.syncFile(fd)
 	}
-	if cerr := file.Close(); err == nil {
+	if cerr := unix.Close(fd); err == nil {
 		err = cerr
 	}
 	if err != nil {
 		unix.Unlinkat(dirfd, name, 0)
 		return &fs.PathError{Op: "write", Path: name, Err: err}
+	}
+	return nil
+}
+
+// writeAll writes data to the blocking descriptor fd.
+func writeAll(fd int, data []byte) error {
+	for len(data) > 0 {
+		n, err := unix.Write(fd, data)
+		if errors.Is(err, unix.EINTR) {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		if n == 0 {
+			return io.ErrShortWrite
+		}
+		data = data[n:]
 	}
 	return nil
 }
