@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kin-agents/kin/internal/pgtest"
 	"github.com/kin-agents/kin/internal/store"
 	"github.com/kin-agents/kin/internal/store/postgres"
 	"github.com/kin-agents/kin/internal/store/sqlstore"
@@ -24,12 +23,7 @@ import (
 // registration read every agent.
 func TestWalkPlansLookUpByKey(t *testing.T) {
 	ctx := context.Background()
-	dsn := pgtest.NewDatabase(t)
-	s, err := postgres.Open(ctx, dsn, postgres.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s, dsn := openNew(t)
 	now := time.Now().UTC()
 	var parent kin.AgentID
 	for i := range 10 {

@@ -102,11 +102,8 @@ func TestConnectionsLostAndFound(t *testing.T) {
 // at once to see it as ErrNameTaken. A plain Update's fn runs once.
 func TestDeferrableInsertIsHeld(t *testing.T) {
 	ctx := context.Background()
-	s, err := postgres.Open(ctx, pgtest.NewDatabase(t), postgres.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s, _ := openNew(t)
+	var err error
 	storetest.Insert(t, s, "taken", 0)
 	for _, deferred := range []bool{false, true} {
 		runs := 0
@@ -167,12 +164,7 @@ func TestDeferrableInsertIsHeld(t *testing.T) {
 // it without a gap.
 func TestEventsThatFailWithTheCommit(t *testing.T) {
 	ctx := context.Background()
-	dsn := pgtest.NewDatabase(t)
-	s, err := postgres.Open(ctx, dsn, postgres.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s, dsn := openNew(t)
 	parent := storetest.Insert(t, s, "parent", 0)
 	admin, err := sql.Open("pgx", dsn)
 	if err != nil {
@@ -259,11 +251,7 @@ func TestEventsThatFailWithTheCommit(t *testing.T) {
 // reads the same chain.
 func TestRememberedChainTakesNoRoundTrip(t *testing.T) {
 	ctx := context.Background()
-	s, err := postgres.Open(ctx, pgtest.NewDatabase(t), postgres.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s, _ := openNew(t)
 	parent := storetest.Insert(t, s, "parent", 0)
 	var trips [2]int64
 	var chains [2][]store.PermRow
@@ -297,11 +285,7 @@ func TestRememberedChainTakesNoRoundTrip(t *testing.T) {
 // fail (a rollback to its savepoint and the Update run again: more).
 func TestOwnRowWriteForgetsItsChain(t *testing.T) {
 	ctx := context.Background()
-	s, err := postgres.Open(ctx, pgtest.NewDatabase(t), postgres.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s, _ := openNew(t)
 	parent := storetest.Insert(t, s, "parent", 0)
 	trips := func(name string) int64 {
 		t.Helper()
@@ -337,4 +321,17 @@ func register(ctx context.Context, tx store.Tx, parent kin.AgentID, name string)
 		return err
 	}
 	return store.AppendEvent(ctx, tx, time.Now(), kin.EventAgentRegistered, a.ID, parent, map[string]any{"agent": a.ID})
+}
+
+// openNew opens a store on a new database of the test's cluster, closed
+// when the test ends, and returns it with the database's DSN.
+func openNew(t *testing.T) (*postgres.Store, string) {
+	t.Helper()
+	dsn := pgtest.NewDatabase(t)
+	s, err := postgres.Open(context.Background(), dsn, postgres.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s, dsn
 }
