@@ -3,11 +3,11 @@ package ctxfs_test
 import (
 	"os"
 	"strconv"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/kin-agents/kin/internal/ctxfs"
+	"github.com/kin-agents/kin/internal/proctest"
 	"github.com/kin-agents/kin/kin"
 )
 
@@ -38,7 +38,7 @@ func BenchmarkSpawnFolders(b *testing.B) {
 		parents = append(parents, s)
 	}
 	key := make([]byte, 120)
-	cpu0 := benchCPU()
+	cpu0 := proctest.CPU()
 	for i := 0; b.Loop(); i++ {
 		id := kin.AgentID(i + 10)
 		p := parents[i%len(parents)]
@@ -51,12 +51,5 @@ func BenchmarkSpawnFolders(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
-	b.ReportMetric(float64(benchCPU()-cpu0)/float64(time.Microsecond)/float64(b.N), "cpu-us/agent")
-}
-
-// benchCPU is this process's CPU time so far.
-func benchCPU() time.Duration {
-	var ru syscall.Rusage
-	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	b.ReportMetric(float64(proctest.CPU()-cpu0)/float64(time.Microsecond)/float64(b.N), "cpu-us/agent")
 }

@@ -20,6 +20,7 @@ import (
 
 	"github.com/kin-agents/kin/internal/fakemodel"
 	"github.com/kin-agents/kin/internal/kintest"
+	"github.com/kin-agents/kin/internal/proctest"
 	"github.com/kin-agents/kin/kin"
 )
 
@@ -360,7 +361,7 @@ func concurrentStreams(c *http.Client, base, key string, call func(*http.Client,
 		mu    sync.Mutex
 		first error
 	)
-	t0, cpu0 := time.Now(), processCPU()
+	t0, cpu0 := time.Now(), proctest.CPU()
 	for range benchStreams {
 		wg.Go(func() {
 			for range streamsEach {
@@ -376,7 +377,7 @@ func concurrentStreams(c *http.Client, base, key string, call func(*http.Client,
 		})
 	}
 	wg.Wait()
-	return streamRun{n: benchStreams * streamsEach, took: time.Since(t0), cpu: processCPU() - cpu0}, first
+	return streamRun{n: benchStreams * streamsEach, took: time.Since(t0), cpu: proctest.CPU() - cpu0}, first
 }
 
 // apartCPUs splits the CPUs this process may run on for the -apart rows:

@@ -39,6 +39,7 @@ import (
 	"github.com/kin-agents/kin/client"
 	"github.com/kin-agents/kin/internal/daemon"
 	"github.com/kin-agents/kin/internal/kintest"
+	"github.com/kin-agents/kin/internal/proctest"
 	"github.com/kin-agents/kin/internal/supervisor/cgroup"
 	"github.com/kin-agents/kin/kin"
 )
@@ -170,10 +171,10 @@ func benchSpawnThroughput(b *testing.B, opts ...kintest.Option) {
 			reqs[i] = sleepRequest(fmt.Sprintf("t%d-%d", iter, i), parents[i%len(parents)].ID)
 		}
 		stopProfile := benchProfile(b, "KIN_TEST_SPAWN_CPUPROFILE", "KIN_TEST_SPAWN_TRACE", iter)
-		t0, cpu0, acpu0 := time.Now(), processCPU(), cgroupCPU(d.cgroupRoot)
+		t0, cpu0, acpu0 := time.Now(), proctest.CPU(), cgroupCPU(d.cgroupRoot)
 		agents, err := spawnAll(d.Client, reqs, throughputClients)
 		spent += time.Since(t0)
-		cpu += processCPU() - cpu0
+		cpu += proctest.CPU() - cpu0
 		agentsCPU += cgroupCPU(d.cgroupRoot) - acpu0
 		stopProfile()
 		pids.add(agents...)
@@ -247,14 +248,14 @@ func BenchmarkCascade1000(b *testing.B) {
 
 		stopProfile := cascadeProfile(b, iter)
 		b.StartTimer()
-		cpu0 := processCPU()
+		cpu0 := proctest.CPU()
 		t0 := time.Now()
 		if err := syscall.Kill(root.PID, syscall.SIGKILL); err != nil {
 			b.Fatal(err)
 		}
 		err := awaitCascade(d.Daemon, root, last, tree, treePids, 60*time.Second)
 		took := time.Since(t0)
-		cpu += processCPU() - cpu0
+		cpu += proctest.CPU() - cpu0
 		b.StopTimer()
 		stopProfile()
 		if err != nil {
@@ -716,13 +717,13 @@ func rawCascade(b *testing.B, g *groupCheck) (kill, rm, killCPU time.Duration, e
 	if n := len(rg.procs); n != cascadeFanout*(1+cascadeFanout*(1+cascadeFanout)) {
 		return 0, 0, 0, fmt.Errorf("raw tree has %d processes", n)
 	}
-	cpu0 := processCPU()
+	cpu0 := proctest.CPU()
 	t0 := time.Now()
 	if err := rg.killAndReap(); err != nil {
 		return 0, 0, 0, err
 	}
 	kill = time.Since(t0)
-	killCPU = processCPU() - cpu0
+	killCPU = proctest.CPU() - cpu0
 	t0 = time.Now()
 	if err := rg.close(); err != nil {
 		return 0, 0, 0, err

@@ -18,7 +18,6 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -27,6 +26,7 @@ import (
 	"github.com/kin-agents/kin/client"
 	"github.com/kin-agents/kin/internal/httpapi"
 	"github.com/kin-agents/kin/internal/kintest"
+	"github.com/kin-agents/kin/internal/proctest"
 	"github.com/kin-agents/kin/internal/registry"
 	"github.com/kin-agents/kin/internal/store"
 	"github.com/kin-agents/kin/kin"
@@ -256,24 +256,14 @@ func runPool(n, clients int, op func(i int, root *kin.AgentID) error) error {
 // resetTimer resets b's timer and returns the process's CPU time so far.
 func resetTimer(b *testing.B) time.Duration {
 	b.ResetTimer()
-	return processCPU()
-}
-
-// processCPU is the process's user and system CPU time so far (the daemon,
-// its clients and SQLite all run in the benchmark's process).
-func processCPU() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	return proctest.CPU()
 }
 
 // reportCPU reports the process's CPU time per operation since cpu0 in
 // milliseconds (cpu-ms/op): the daemon and its clients run in the
 // benchmark's process.
 func reportCPU(b *testing.B, n int, cpu0 time.Duration) {
-	b.ReportMetric(float64(processCPU()-cpu0)/float64(time.Millisecond)/float64(n), "cpu-ms/op")
+	b.ReportMetric(float64(proctest.CPU()-cpu0)/float64(time.Millisecond)/float64(n), "cpu-ms/op")
 }
 
 // reportRate reports n operations per second of the timed part under unit
@@ -282,7 +272,7 @@ func reportCPU(b *testing.B, n int, cpu0 time.Duration) {
 // the load than the rate does.
 func reportRate(b *testing.B, n int, cpu0 time.Duration, unit string) float64 {
 	nsPerOp(b, n)
-	b.ReportMetric(float64(processCPU()-cpu0)/float64(time.Microsecond)/float64(n), "cpu-us/op")
+	b.ReportMetric(float64(proctest.CPU()-cpu0)/float64(time.Microsecond)/float64(n), "cpu-us/op")
 	rate := float64(n) / b.Elapsed().Seconds()
 	b.ReportMetric(rate, unit)
 	return rate

@@ -4,11 +4,11 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/kin-agents/kin/internal/httpapi"
+	"github.com/kin-agents/kin/internal/proctest"
 	"github.com/kin-agents/kin/kin"
 )
 
@@ -49,14 +49,6 @@ func benchTree() []*kin.TreeNode {
 	return []*kin.TreeNode{root}
 }
 
-func processCPU() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-}
-
 // BenchmarkTreeWire encodes and decodes a 10,001-agent tree in the nested
 // JSON and in the compact form, as the daemon and the client do.
 func BenchmarkTreeWire(b *testing.B) {
@@ -64,7 +56,7 @@ func BenchmarkTreeWire(b *testing.B) {
 	for _, form := range []string{"application/json", httpapi.TreeColumnsType} {
 		name := map[string]string{"application/json": "nested-json", httpapi.TreeColumnsType: "columns"}[form]
 		b.Run(name, func(b *testing.B) {
-			cpu0 := processCPU()
+			cpu0 := proctest.CPU()
 			for range b.N {
 				var data []byte
 				var err error
@@ -82,7 +74,7 @@ func BenchmarkTreeWire(b *testing.B) {
 				}
 				b.SetBytes(int64(len(data)))
 			}
-			b.ReportMetric(float64(processCPU()-cpu0)/float64(time.Millisecond)/float64(b.N), "cpu-ms/op")
+			b.ReportMetric(float64(proctest.CPU()-cpu0)/float64(time.Millisecond)/float64(b.N), "cpu-ms/op")
 		})
 	}
 }

@@ -4,10 +4,10 @@ import (
 	"context"
 	"fmt"
 	"path/filepath"
-	"syscall"
 	"testing"
 	"time"
 
+	"github.com/kin-agents/kin/internal/proctest"
 	"github.com/kin-agents/kin/internal/store"
 	"github.com/kin-agents/kin/internal/store/storetest"
 	"github.com/kin-agents/kin/kin"
@@ -25,7 +25,7 @@ func BenchmarkAgentListByIDs(b *testing.B) {
 	ids := insertAgents(b, s, n, func(a *kin.Agent) {
 		a.ConstitutionHash = "sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
 	})
-	cpu0 := processCPU()
+	cpu0 := proctest.CPU()
 	b.ResetTimer()
 	for range b.N {
 		got, err := s.AgentListByIDs(ctx, ids)
@@ -34,16 +34,7 @@ func BenchmarkAgentListByIDs(b *testing.B) {
 		}
 	}
 	b.StopTimer()
-	b.ReportMetric(float64(processCPU()-cpu0)/float64(time.Millisecond)/float64(b.N), "cpu-ms/op")
-}
-
-// processCPU is the process's user and system CPU time so far.
-func processCPU() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	b.ReportMetric(float64(proctest.CPU()-cpu0)/float64(time.Millisecond)/float64(b.N), "cpu-ms/op")
 }
 
 // insertAgents inserts n agents in one Update, agent-i under agent i/10's

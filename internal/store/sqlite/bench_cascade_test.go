@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kin-agents/kin/internal/proctest"
 	"github.com/kin-agents/kin/internal/store"
 	"github.com/kin-agents/kin/kin"
 )
@@ -28,7 +29,7 @@ func BenchmarkCascadeRecord(b *testing.B) {
 			defer s.Close()
 			ids := insertAgents(b, s, n, func(a *kin.Agent) { a.Command = []string{"/bin/sleep", "3600"} }, true)
 			stopping := kin.StateStopping
-			cpu0 := processCPU()
+			cpu0 := proctest.CPU()
 			for b.Loop() {
 				now := time.Now()
 				err := s.Update(ctx, func(tx store.Tx) error {
@@ -54,7 +55,7 @@ func BenchmarkCascadeRecord(b *testing.B) {
 					b.Fatal(err)
 				}
 			}
-			b.ReportMetric(float64(processCPU()-cpu0)/float64(time.Millisecond)/float64(b.N), "cpu-ms/op")
+			b.ReportMetric(float64(proctest.CPU()-cpu0)/float64(time.Millisecond)/float64(b.N), "cpu-ms/op")
 		})
 	}
 }

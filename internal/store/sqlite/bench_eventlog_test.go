@@ -5,7 +5,6 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -13,6 +12,7 @@ import (
 	"golang.org/x/mod/sumdb/tlog"
 
 	"github.com/kin-agents/kin/internal/auditlog"
+	"github.com/kin-agents/kin/internal/proctest"
 	"github.com/kin-agents/kin/internal/store"
 	"github.com/kin-agents/kin/internal/store/storetest"
 	"github.com/kin-agents/kin/kin"
@@ -189,7 +189,7 @@ func BenchmarkEventInsertRows(b *testing.B) {
 				b.Fatal(err)
 			}
 			defer s.Close()
-			cpu0 := rusageCPU()
+			cpu0 := proctest.CPU()
 			for b.Loop() {
 				err := s.Update(ctx, func(tx store.Tx) error {
 					for _, e := range events {
@@ -203,16 +203,7 @@ func BenchmarkEventInsertRows(b *testing.B) {
 					b.Fatal(err)
 				}
 			}
-			b.ReportMetric(float64(rusageCPU()-cpu0)/float64(time.Millisecond)/float64(b.N), "cpu-ms/op")
+			b.ReportMetric(float64(proctest.CPU()-cpu0)/float64(time.Millisecond)/float64(b.N), "cpu-ms/op")
 		})
 	}
-}
-
-// rusageCPU is this process's CPU time so far.
-func rusageCPU() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kin-agents/kin/internal/proctest"
 	"github.com/kin-agents/kin/internal/store"
 	"github.com/kin-agents/kin/internal/store/storetest"
 )
@@ -33,14 +34,14 @@ func BenchmarkPermChain(b *testing.B) {
 			var cpu time.Duration
 			err := s.Update(ctx, func(tx store.Tx) error {
 				b.ResetTimer()
-				cpu0 := processCPU()
+				cpu0 := proctest.CPU()
 				for range b.N {
 					if err := bench.read(tx); err != nil {
 						return err
 					}
 				}
 				b.StopTimer()
-				cpu = processCPU() - cpu0
+				cpu = proctest.CPU() - cpu0
 				return nil
 			})
 			b.ReportMetric(float64(cpu.Nanoseconds())/float64(b.N), "cpu-ns/op")
