@@ -399,14 +399,14 @@ func (d *Direct) forkRestricted(fork func() (int, error)) (pid int, died bool, e
 		return 0, false, err
 	}
 	for {
-		var si siginfoChild
-		err := waitidChild(unix.P_PID, pid, &si, unix.WEXITED|unix.WSTOPPED|unix.WNOWAIT)
+		var si ChildInfo
+		err := WaitChild(unix.P_PID, pid, &si, unix.WEXITED|unix.WSTOPPED|unix.WNOWAIT, nil)
 		if err != nil {
 			unix.Kill(pid, unix.SIGKILL)
 			return pid, false, fmt.Errorf("sandbox: wait for %d's first stop: %v", pid, err)
 		}
 		switch si.Code {
-		case cldTrapped:
+		case ChildTrapped:
 			if syscall.Signal(si.Status) == syscall.SIGTRAP {
 				return pid, false, nil // its execve's trap: no instruction of it ran
 			}
@@ -414,7 +414,7 @@ func (d *Direct) forkRestricted(fork func() (int, error)) (pid int, died bool, e
 			// Start returns): kill it rather than run it unlimited.
 			unix.Kill(pid, unix.SIGKILL)
 			return pid, false, fmt.Errorf("sandbox: %v reached process %d before its first instruction", syscall.Signal(si.Status), pid)
-		case cldExited, cldKilled, cldDumped:
+		case ChildExited, ChildKilled, ChildDumped:
 			return pid, true, nil
 		}
 	}
@@ -569,9 +569,11 @@ func killTracedChildOf(tid int) {
 	}
 }
 
-// siginfoChild is siginfo_t as waitid fills it for SIGCHLD on 64-bit Linux
-// (x/sys/unix.Siginfo hides the pid and status).
-type siginfoChild struct {
+// ChildInfo is siginfo_t as waitid fills it for SIGCHLD on 64-bit Linux
+// (Go's internal/syscall/unix.SiginfoChild; errno and code swap on MIPS,
+// which kin does not target): x/sys/unix.Siginfo hides the pid and status.
+// The supervisor reaps with it too (WaitChild).
+type ChildInfo struct {
 	Signo  int32
 	Errno  int32
 	Code   int32
@@ -582,21 +584,23 @@ type siginfoChild struct {
 	_      [100]byte
 }
 
-var _ [0]struct{} = [unsafe.Sizeof(siginfoChild{}) - unsafe.Sizeof(unix.Siginfo{})]struct{}{}
+var _ [0]struct{} = [unsafe.Sizeof(ChildInfo{}) - unsafe.Sizeof(unix.Siginfo{})]struct{}{}
 
-// si_code values for SIGCHLD.
+// ChildInfo.Code's values (si_code for SIGCHLD).
 const (
-	cldExited  = 1
-	cldKilled  = 2
-	cldDumped  = 3
-	cldTrapped = 4
+	ChildExited = 1
+	ChildKilled = 2
+	ChildDumped = 3
+	// ChildTrapped is a traced child's stop, which waitid reports to the
+	// tracer's whole process even without WSTOPPED.
+	ChildTrapped = 4
 )
 
-// waitidChild is waitid, retrying EINTR.
-func waitidChild(idtype, id int, si *siginfoChild, options int) error {
+// WaitChild is waitid(2), retrying EINTR.
+func WaitChild(idtype, id int, si *ChildInfo, options int, ru *unix.Rusage) error {
 	for {
-		*si = siginfoChild{}
-		err := unix.Waitid(idtype, id, (*unix.Siginfo)(unsafe.Pointer(si)), options, nil)
+		*si = ChildInfo{}
+		err := unix.Waitid(idtype, id, (*unix.Siginfo)(unsafe.Pointer(si)), options, ru)
 		if err != unix.EINTR {
 			return err
 		}

@@ -9,9 +9,10 @@ import (
 	"sync"
 	"syscall"
 	"time"
-	"unsafe"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/kin-agents/kin/internal/sandbox"
 )
 
 // The children of a process are one namespace, whatever number of
@@ -53,45 +54,18 @@ func isClaimed(pid int) bool {
 	return n > 0
 }
 
-// siginfoChild is siginfo_t as waitid fills it for SIGCHLD on 64-bit Linux
-// (Go's internal/syscall/unix.SiginfoChild; errno and code swap on MIPS,
-// which kin does not target). x/sys/unix.Siginfo hides the pid and status.
-type siginfoChild struct {
-	Signo  int32
-	Errno  int32
-	Code   int32
-	_      int32
-	Pid    int32
-	UID    uint32
-	Status int32
-	_      [100]byte
-}
+// siginfoChild, the cld* codes and waitid are the sandbox's (the direct
+// start waits for its child's first stop with them).
+type siginfoChild = sandbox.ChildInfo
 
-var _ [0]struct{} = [unsafe.Sizeof(siginfoChild{}) - unsafe.Sizeof(unix.Siginfo{})]struct{}{}
-
-func (s *siginfoChild) raw() *unix.Siginfo { return (*unix.Siginfo)(unsafe.Pointer(s)) }
-
-// si_code values for SIGCHLD.
 const (
-	cldExited = 1
-	cldKilled = 2
-	cldDumped = 3
-	// cldTrapped is a traced child's stop (a direct start's, before its
-	// first instruction), which waitid reports to the tracer's whole
-	// process even without WSTOPPED.
-	cldTrapped = 4
+	cldExited  = sandbox.ChildExited
+	cldKilled  = sandbox.ChildKilled
+	cldDumped  = sandbox.ChildDumped
+	cldTrapped = sandbox.ChildTrapped
 )
 
-// waitid retries EINTR.
-func waitid(idtype, id int, si *siginfoChild, options int, ru *unix.Rusage) error {
-	for {
-		*si = siginfoChild{}
-		err := unix.Waitid(idtype, id, si.raw(), options, ru)
-		if err != unix.EINTR {
-			return err
-		}
-	}
-}
+var waitid = sandbox.WaitChild
 
 // childPids lists this process's children, zombies included, from every
 // thread's /proc/self/task/<tid>/children (a child belongs to the thread that
