@@ -162,14 +162,16 @@ func PrepareDirect(spec Spec, files []*os.File, cred *syscall.Credential) (*Dire
 	return d, nil
 }
 
-// specLimits are the limits the shim sets for spec (not an init's).
+// specLimits are the limits spec sets, InheritOpenFiles' first and RLIMIT_AS
+// last, for the shim (which keeps an init's RLIMIT_AS and RLIMIT_NPROC for
+// its child) and a direct start alike.
 func specLimits(spec *Spec) []limit {
 	var out []limit
 	for _, l := range []limit{
 		{"RLIMIT_CPU", syscall.RLIMIT_CPU, uint64(spec.CPUSeconds), 0},
 		{"RLIMIT_NOFILE", syscall.RLIMIT_NOFILE, uint64(spec.OpenFiles), 0},
 		{"RLIMIT_NPROC", unix.RLIMIT_NPROC, uint64(spec.Processes), 0},
-		{"RLIMIT_AS", syscall.RLIMIT_AS, uint64(spec.MemoryBytes), 0},
+		{"RLIMIT_AS", syscall.RLIMIT_AS, uint64(spec.MemoryBytes), 0}, // last: the shim sets it right before exec (run)
 	} {
 		if l.value != 0 {
 			out = append(out, l)

@@ -99,15 +99,7 @@ func prepare(spec *Spec, abi int, stderr io.Writer) (*plan, int, error) {
 		return nil, ExitCannotRun, fmt.Errorf("command %s: %v", quote(spec.Argv[0]), unwrapExecError(err))
 	}
 	p.path = path
-	for _, l := range []limit{
-		{"RLIMIT_CPU", syscall.RLIMIT_CPU, uint64(spec.CPUSeconds), 0},
-		{"RLIMIT_NOFILE", syscall.RLIMIT_NOFILE, uint64(spec.OpenFiles), 0},
-		{"RLIMIT_NPROC", unix.RLIMIT_NPROC, uint64(spec.Processes), 0},
-		{"RLIMIT_AS", syscall.RLIMIT_AS, uint64(spec.MemoryBytes), 0}, // last: see run
-	} {
-		if l.value == 0 {
-			continue
-		}
+	for _, l := range specLimits(spec) {
 		// An init keeps neither limit itself: RLIMIT_AS would starve the
 		// Go runtime, and under RLIMIT_NPROC the init could not make the
 		// thread it needs once its command's subtree took every task (the
@@ -121,9 +113,6 @@ func prepare(spec *Spec, abi int, stderr io.Writer) (*plan, int, error) {
 			continue
 		}
 		p.limits = append(p.limits, l)
-	}
-	if l := spec.InheritOpenFiles; l != nil && spec.OpenFiles == 0 {
-		p.limits = append([]limit{{"RLIMIT_NOFILE", syscall.RLIMIT_NOFILE, l.Hard, l.Soft}}, p.limits...)
 	}
 	p.view = -1
 	if spec.ViewFD != 0 {
