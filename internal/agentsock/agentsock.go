@@ -106,14 +106,11 @@ type Socket struct {
 	path string
 	key  uint64 // in Sockets.socks and in the epoll events
 
-	mu       sync.Mutex
-	fd       int                 // the listening socket; -1 once closed
-	conns    map[*agentConn]bool // open ones; nil until the first
-	closed   bool
-	unlinked bool // its file removed (Close, Unlink)
-	// gone is unlinked once the file is removed, for Shut to read without
-	// mu (it must not list in Sockets.shut a socket already unlinked).
-	gone      atomic.Bool
+	mu        sync.Mutex
+	fd        int                 // the listening socket; -1 once closed
+	conns     map[*agentConn]bool // open ones; nil until the first
+	closed    bool
+	unlinked  bool // its file removed (Close, Unlink)
 	capWarned bool // MaxConns was reached and logged
 }
 
@@ -374,16 +371,16 @@ func (s *Socket) Shut() {
 	s.fd = -1
 	s.mux.remove(fd)
 	unix.Close(fd)
+	// Listed as shut under mu (then ss.mu, Unlink's order): Unlink, which
+	// needs closed, cannot have run yet.
+	s.ss.mu.Lock()
+	delete(s.ss.socks, s.key)
+	s.ss.shut[s.path] = s
+	s.ss.mu.Unlock()
 	s.mu.Unlock()
 	for c := range conns {
 		c.Close()
 	}
-	s.ss.mu.Lock()
-	delete(s.ss.socks, s.key)
-	if !s.gone.Load() {
-		s.ss.shut[s.path] = s
-	}
-	s.ss.mu.Unlock()
 }
 
 // Unlink removes the file of a socket that was shut, once.
@@ -395,7 +392,6 @@ func (s *Socket) Unlink() {
 	}
 	s.unlinked = true
 	unix.Unlink(s.path)
-	s.gone.Store(true)
 	s.ss.mu.Lock()
 	if s.ss.shut[s.path] == s {
 		delete(s.ss.shut, s.path)

@@ -516,7 +516,6 @@ func (r *root) Lookup(cancel <-chan struct{}, h *fuse.InHeader, name string, out
 	r.mu.Lock()
 	if s := r.socks[name]; s != nil {
 		s.lookups++
-		r.sockIno[s.ino] = s
 		r.sockAttr(s, &out.Attr)
 		r.mu.Unlock()
 		out.NodeId = s.ino
