@@ -7,8 +7,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"math"
 	"net/http"
+	"slices"
 	"strconv"
 	"time"
 
@@ -76,8 +78,8 @@ func (s *Server) writeTreeRows(w http.ResponseWriter, r *http.Request, svc TreeR
 		if head.Reconciling == nil {
 			head.Reconciling = []kin.AgentID{}
 		}
-		for id, sp := range h.Spend {
-			head.Spend.add(int(id), *sp)
+		for _, id := range slices.Sorted(maps.Keys(h.Spend)) { // by id, as the rows
+			head.Spend.add(int(id), *h.Spend[id])
 		}
 		line, err := json.Marshal(head)
 		if err != nil {

@@ -688,9 +688,6 @@ func (r *Registry) Tree(ctx context.Context, id kin.AgentID) ([]*kin.TreeNode, e
 	if c := caller.Of(ctx); id == 0 && c.Agent != 0 {
 		id = c.Agent // an agent's forest is its own subtree
 	}
-	if err := r.authorize(ctx, id, true); id != 0 && err != nil {
-		return nil, err
-	}
 	var agents []*kin.Agent
 	var err error
 	if id == 0 {
@@ -699,9 +696,9 @@ func (r *Registry) Tree(ctx context.Context, id kin.AgentID) ([]*kin.TreeNode, e
 		}
 		agents, err = r.st.AgentList(ctx, kin.AgentFilter{})
 	} else {
-		ids := r.lin.Subtree(id)
-		if ids == nil {
-			return nil, kin.Errorf(kin.ECodeNotFound, "agent %d not found", id)
+		var ids []kin.AgentID
+		if ids, err = r.subtreeOf(ctx, id); err != nil {
+			return nil, err
 		}
 		agents, err = r.st.AgentListByIDs(ctx, ids)
 	}
@@ -729,6 +726,19 @@ func (r *Registry) Tree(ctx context.Context, id kin.AgentID) ([]*kin.TreeNode, e
 	return trees, nil
 }
 
+// subtreeOf is the ids of agent id's subtree (id first), once the caller
+// may read it.
+func (r *Registry) subtreeOf(ctx context.Context, id kin.AgentID) ([]kin.AgentID, error) {
+	if err := r.authorize(ctx, id, true); err != nil {
+		return nil, err
+	}
+	ids := r.lin.Subtree(id)
+	if ids == nil {
+		return nil, kin.Errorf(kin.ECodeNotFound, "agent %d not found", id)
+	}
+	return ids, nil
+}
+
 // TreeRows is Tree for an agent's subtree (id not 0) as the store's rows,
 // streamed: head is called once with what the rows do not hold, then
 // rows with runs of them in ascending id order as they are read
@@ -741,12 +751,9 @@ func (r *Registry) TreeRows(ctx context.Context, id kin.AgentID, head func(kin.T
 	if id == 0 {
 		return kin.Errorf(kin.ECodeInvalid, "the streamed tree is an agent's subtree: name the agent")
 	}
-	if err := r.authorize(ctx, id, true); err != nil {
+	ids, err := r.subtreeOf(ctx, id)
+	if err != nil {
 		return err
-	}
-	ids := r.lin.Subtree(id)
-	if ids == nil {
-		return kin.Errorf(kin.ECodeNotFound, "agent %d not found", id)
 	}
 	h := kin.TreeRowsHead{Fields: r.st.AgentRowFields(), N: len(ids), Spend: map[kin.AgentID]*kin.Spend{}}
 	for i, s := range r.auth.SpendOfEach(ids) {
