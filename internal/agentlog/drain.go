@@ -102,12 +102,6 @@ func (p *Poller) Open(c Config) (d *Drain, out *os.File, err error) {
 		os.Remove(pipe)
 		return nil, nil, &os.PathError{Op: "open", Path: pipe, Err: err}
 	}
-	var st unix.Stat_t
-	if err := unix.Fstat(r, &st); err != nil || st.Mode&unix.S_IFMT != unix.S_IFIFO {
-		unix.Close(r)
-		os.Remove(pipe)
-		return nil, nil, fmt.Errorf("%s is not a named pipe (%v)", pipe, err)
-	}
 	// The agent's end, read-write and blocking: a raw descriptor, so that
 	// Go never makes it non-blocking (the flag is shared with the agent's
 	// copy, and a full pipe would fail its writes with EAGAIN).
