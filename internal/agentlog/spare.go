@@ -21,12 +21,12 @@ import (
 // and no one else holds it open for reading (unread): no writer is left,
 // and none can come (only kin opens it, by its path, and a spare's name is
 // no agent's), so its next agent finds it empty, as a new one, and no one
-// but kin reads it. Spares are named SpareTag<random>.log.pipe: a daemon that
+// but kin reads it. Spares are named spareTag<random>.log.pipe: a daemon that
 // starts removes the pipes of no agent (runner.removeStalePipes), and
 // Close removes those it kept.
 
-// SpareTag starts the name of a kept pipe.
-const SpareTag = ".spare-"
+// spareTag starts the name of a kept pipe.
+const spareTag = ".spare-"
 
 // maxSpares bounds the pipes kept per directory: a burst of ends larger
 // than that removes the rest, as before.
@@ -50,8 +50,8 @@ func unread(path string) bool {
 	return errors.Is(err, unix.ENXIO)
 }
 
-// IsSpare reports whether name (a base name) is a kept pipe's.
-func IsSpare(name string) bool { return strings.HasPrefix(name, SpareTag) }
+// isSpare reports whether name (a base name) is a kept pipe's.
+func isSpare(name string) bool { return strings.HasPrefix(name, spareTag) }
 
 // retire keeps the ended pipe at path for a later Open, or removes it.
 // The caller has let go of it: it holds no descriptor of it.
@@ -60,7 +60,7 @@ func (p *Poller) retire(path string) {
 	p.spareMu.Lock()
 	defer p.spareMu.Unlock()
 	if !p.sparesClosed && len(p.spares[dir]) < maxSpares && unread(path) {
-		spare := filepath.Join(dir, fmt.Sprintf("%s%016x.log.pipe", SpareTag, rand.Uint64()))
+		spare := filepath.Join(dir, fmt.Sprintf("%s%016x.log.pipe", spareTag, rand.Uint64()))
 		if err := unix.Renameat2(unix.AT_FDCWD, path, unix.AT_FDCWD, spare, unix.RENAME_NOREPLACE); err == nil {
 			p.spares[dir] = append(p.spares[dir], spare)
 			return
