@@ -191,15 +191,7 @@ func BenchmarkEventInsertRows(b *testing.B) {
 			defer s.Close()
 			cpu0 := proctest.CPU()
 			for b.Loop() {
-				err := s.Update(ctx, func(tx store.Tx) error {
-					for _, e := range events {
-						if _, err := tx.EventAppend(ctx, e); err != nil {
-							return err
-						}
-					}
-					return nil
-				})
-				if err != nil {
+				if err := storetest.AppendInOneUpdate(ctx, s, events); err != nil {
 					b.Fatal(err)
 				}
 			}

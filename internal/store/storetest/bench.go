@@ -44,19 +44,23 @@ func BenchEventAppend(b *testing.B, open func(b *testing.B, unhashed bool) store
 			ctx := context.Background()
 			s := open(b, bc.unhashed)
 			for b.Loop() {
-				err := s.Update(ctx, func(tx store.Tx) error {
-					for _, e := range events {
-						if _, err := tx.EventAppend(ctx, e); err != nil {
-							return err
-						}
-					}
-					return nil
-				})
-				if err != nil {
+				if err := AppendInOneUpdate(ctx, s, events); err != nil {
 					b.Fatal(err)
 				}
 			}
 			b.ReportMetric(float64(b.N*perTx)/b.Elapsed().Seconds(), "events/s")
 		})
 	}
+}
+
+// AppendInOneUpdate appends events, in order, in one Update of s.
+func AppendInOneUpdate(ctx context.Context, s store.Store, events []kin.Event) error {
+	return s.Update(ctx, func(tx store.Tx) error {
+		for _, e := range events {
+			if _, err := tx.EventAppend(ctx, e); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
 }
