@@ -175,7 +175,14 @@ func BenchmarkDirectVersusShim(b *testing.B) {
 		dsys := *attr.Sys
 		dsys.Ptrace = true
 		dattr := &syscall.ProcAttr{Files: attr.Files, Sys: &dsys}
-		pid, err = d.Start(func() (int, error) { return syscall.ForkExec("/bin/true", []string{"/bin/true"}, dattr) })
+		pid, err = d.Start(carryFiles(dattr), func(fds []int) (int, error) {
+			a := *dattr
+			a.Files = nil
+			for _, fd := range fds {
+				a.Files = append(a.Files, uintptr(fd))
+			}
+			return syscall.ForkExec("/bin/true", []string{"/bin/true"}, &a)
+		})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -192,4 +199,13 @@ func BenchmarkDirectVersusShim(b *testing.B) {
 	}
 	b.ReportMetric(float64(wall[2])/float64(wall[1]), "direct/shim")
 	b.ReportMetric(float64(cpus[2])/float64(cpus[1]), "direct/shim-cpu")
+}
+
+// carryFiles is attr's Files, as Direct.Start's carry.
+func carryFiles(attr *syscall.ProcAttr) []int {
+	carry := make([]int, len(attr.Files))
+	for i, f := range attr.Files {
+		carry[i] = int(f)
+	}
+	return carry
 }

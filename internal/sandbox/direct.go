@@ -196,14 +196,64 @@ func (d *Direct) Close() {
 }
 
 func (d *Direct) closeFDs() {
+	for _, fd := range d.fds() {
+		unix.Close(fd)
+	}
+}
+
+// fds are the descriptors d holds: the held grants' and the view's.
+func (d *Direct) fds() []int {
+	var fds []int
 	for _, h := range d.spec.Held {
 		if h.FD > 0 {
-			unix.Close(h.FD)
+			fds = append(fds, h.FD)
 		}
 	}
 	if d.spec.ViewFD > 0 {
-		unix.Close(d.spec.ViewFD)
+		fds = append(fds, d.spec.ViewFD)
 	}
+	return fds
+}
+
+// ownTable runs on the start's thread: it gives the thread a descriptor
+// table of its own (privateTable) holding carry and d's descriptors, which
+// it renumbers, and marks every descriptor the thread holds from 3 up
+// close-on-exec. It returns carry's numbers on the thread. own: the
+// thread's table is its own (d's descriptors of the shared table are the
+// caller's to close), even with an error.
+//
+// Every descriptor of the daemon that is not close-on-exec (opened by code
+// that forgot it: go-fuse opens /dev/fuse so) would reach the agent, which
+// the shim prevented by marking them all in itself. Go never relies on
+// inheriting one (os/exec duplicates ExtraFiles in the child), so where
+// the thread shares the daemon's table the daemon marks its own; the stop
+// checks what the child holds all the same (another thread may open one
+// meanwhile).
+func (d *Direct) ownTable(carry []int) (fds []int, own bool, err error) {
+	mine := d.fds()
+	all, own, err := privateTable(append(slices.Clone(carry), mine...))
+	if err != nil {
+		return nil, own, fmt.Errorf("sandbox: the start's descriptor table: %w", err)
+	}
+	if !own {
+		if err := closeOnExecFrom3(); err != nil {
+			return nil, false, fmt.Errorf("sandbox: mark the daemon's descriptors close-on-exec: %w", err)
+		}
+		return carry, false, nil
+	}
+	renumber := make(map[int]int, len(mine))
+	for i, fd := range mine {
+		renumber[fd] = all[len(carry)+i]
+	}
+	for i, h := range d.spec.Held {
+		if h.FD > 0 {
+			d.spec.Held[i].FD = renumber[h.FD]
+		}
+	}
+	if d.spec.ViewFD > 0 {
+		d.spec.ViewFD = renumber[d.spec.ViewFD]
+	}
+	return all[:len(carry)], true, nil
 }
 
 // ErrNotStarted wraps Start's errors when no process was left behind.
@@ -230,20 +280,20 @@ var directStuck = 30 * time.Second
 //
 // The thread checks the stopped child's descriptors where its domain lets
 // it read /proc, else the caller's goroutine (not restricted) does.
-func (d *Direct) Start(fork func() (int, error)) (int, error) {
+//
+// fork runs on the start's thread, which has a descriptor table of its
+// own where it can (fdtable.go): carry lists the caller's descriptors fork
+// uses (the child's stdio, its cgroup), and fork gets their numbers on the
+// thread, in order. fork may use no other descriptor of the caller's.
+func (d *Direct) Start(carry []int, fork func(fds []int) (int, error)) (int, error) {
 	if d.used {
 		return 0, fmt.Errorf("%w: sandbox: a Direct starts once", ErrNotStarted)
 	}
 	d.used = true
-	// Every descriptor of the daemon that is not close-on-exec (opened
-	// by code that forgot it: go-fuse opens /dev/fuse so) would reach the
-	// agent, which the shim prevented by marking them all in itself. Go
-	// never relies on inheriting one (os/exec duplicates ExtraFiles in
-	// the child), so the daemon marks its own; the stop checks what the
-	// child holds all the same (another thread may open one meanwhile).
-	if err := closeOnExecFrom3(); err != nil {
-		return 0, fmt.Errorf("%w: sandbox: mark the daemon's descriptors close-on-exec: %w", ErrNotStarted, err)
-	}
+	// The descriptors d holds, as numbers in the shared table: the thread
+	// renumbers d's own where it takes a table of its own, and these are
+	// then the caller's to close.
+	shared := d.fds()
 	type stop struct {
 		pid  int
 		died bool // before its first instruction (killed): nothing to set
@@ -251,7 +301,8 @@ func (d *Direct) Start(fork func() (int, error)) (int, error) {
 		err  error
 	}
 	type thread struct {
-		tid, pidfd int // pidfd: the thread's own (PIDFD_THREAD), -1 with err
+		tid, pidfd int  // pidfd: the thread's own (PIDFD_THREAD), -1 with err
+		own        bool // the thread's table is its own: shared is the caller's to close
 		err        error
 	}
 	tids := make(chan thread, 1)
@@ -261,13 +312,20 @@ func (d *Direct) Start(fork func() (int, error)) (int, error) {
 		// Locked by the caller, never unlocked: the thread ends with
 		// this goroutine.
 		tid := unix.Gettid()
+		// Opened in the shared table, for the caller.
 		pidfd, err := unix.PidfdOpen(tid, unix.PIDFD_THREAD)
 		if err != nil {
 			tids <- thread{tid: tid, pidfd: -1, err: fmt.Errorf("sandbox: pidfd of the start's thread: %w", err)}
 			return
 		}
-		tids <- thread{tid: tid, pidfd: pidfd}
-		pid, died, err := d.forkRestricted(fork)
+		fds, own, err := d.ownTable(carry)
+		if err != nil {
+			unix.Close(pidfd) // no caller uses it
+			tids <- thread{tid: tid, pidfd: -1, own: own, err: err}
+			return
+		}
+		tids <- thread{tid: tid, pidfd: pidfd, own: own}
+		pid, died, err := d.forkRestricted(func() (int, error) { return fork(fds) })
 		if pid <= 0 || died || err != nil {
 			stopped <- stop{pid: pid, died: died, err: err}
 			return
@@ -321,6 +379,13 @@ func (d *Direct) Start(fork func() (int, error)) (int, error) {
 		runtime.UnlockOSThread()
 	}()
 	th := <-tids
+	if th.own || th.err != nil {
+		// The thread works on its own copies (or never started): the
+		// shared table's are closed here.
+		for _, fd := range shared {
+			unix.Close(fd)
+		}
+	}
 	if th.err != nil {
 		return 0, fmt.Errorf("%w: %w", ErrNotStarted, th.err)
 	}

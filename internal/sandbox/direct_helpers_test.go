@@ -77,7 +77,7 @@ func startDirect(d *Direct, env []string, cred *syscall.Credential) (run, bool, 
 	attr := &syscall.ProcAttr{Env: env, Files: []uintptr{devnull.Fd(), outW.Fd(), errW.Fd()},
 		Sys: &syscall.SysProcAttr{Setpgid: true, Ptrace: true, Credential: cred}}
 	argv := d.Argv()
-	pid, err := d.Start(func() (int, error) { return syscall.ForkExec(argv[0], argv, attr) })
+	pid, err := d.Start(forkExec(argv, attr))
 	outW.Close()
 	errW.Close()
 	if pid <= 0 {
@@ -108,4 +108,21 @@ func startDirect(d *Direct, env []string, cred *syscall.Credential) (run, bool, 
 		r.code = 128 + int(ws.Signal())
 	}
 	return r, true, nil
+}
+
+// forkExec is a fork for Direct.Start, as the supervisor's: argv started
+// with attr, whose Files are carried to the start's thread.
+func forkExec(argv []string, attr *syscall.ProcAttr) ([]int, func([]int) (int, error)) {
+	carry := make([]int, len(attr.Files))
+	for i, f := range attr.Files {
+		carry[i] = int(f)
+	}
+	return carry, func(fds []int) (int, error) {
+		a := *attr
+		a.Files = make([]uintptr, len(fds))
+		for i, fd := range fds {
+			a.Files[i] = uintptr(fd)
+		}
+		return syscall.ForkExec(argv[0], argv, &a)
+	}
 }

@@ -378,7 +378,7 @@ func childHoldingMoreThanStdio(t *testing.T, proc bool) {
 	fd := devnull.Fd()
 	argv := d.Argv()
 	attr := &syscall.ProcAttr{Files: []uintptr{fd, fd, fd, fd}, Sys: &syscall.SysProcAttr{Ptrace: true}}
-	pid, err := d.Start(func() (int, error) { return syscall.ForkExec(argv[0], argv, attr) })
+	pid, err := d.Start(forkExec(argv, attr))
 	if pid <= 0 || err == nil || !strings.Contains(err.Error(), "descriptor 3") {
 		t.Fatalf("Start = %d, %v; want the child killed for holding descriptor 3", pid, err)
 	}
@@ -425,7 +425,7 @@ func TestPrepareDirectLeavesToTheShimWhatItCannotGive(t *testing.T) {
 		t.Fatal(err)
 	}
 	forked := false
-	pid, err := d.Start(func() (int, error) { forked = true; return 0, errors.New("unreachable") })
+	pid, err := d.Start(nil, func([]int) (int, error) { forked = true; return 0, errors.New("unreachable") })
 	if pid != 0 || !errors.Is(err, ErrNotStarted) || forked || !strings.Contains(err.Error(), "symbolic link") {
 		t.Errorf("Start = %d, %v (forked %v); want nothing started, for the link", pid, err, forked)
 	}
@@ -498,4 +498,75 @@ func kintestWait(limit time.Duration, cond func() bool) {
 		runtime.Gosched()
 		time.Sleep(5 * time.Millisecond)
 	}
+}
+
+// TestDirectStartForksFromATableOfItsOwn: a daemon holds two or so
+// descriptors per live agent, and a fork copies its caller's table (and
+// the child's execve closes every close-on-exec one of the copy): a start
+// must not cost more with every agent alive. The start's thread holds only
+// the daemon's first few descriptors and what the start carries, the
+// runtime keeps working there (a garbage collection and a timer use its
+// netpoller's descriptors from that thread), a descriptor the daemon left
+// inheritable does not reach the agent, and the daemon's table is as it was.
+func TestDirectStartForksFromATableOfItsOwn(t *testing.T) {
+	requireLandlock(t)
+	const extra = 2000
+	held := make([]int, 0, extra)
+	defer func() {
+		for _, fd := range held {
+			unix.Close(fd)
+		}
+	}()
+	for range extra {
+		fd, err := unix.Open(os.DevNull, unix.O_RDONLY, 0) // not close-on-exec, on purpose
+		if err != nil {
+			t.Fatalf("open: %v (RLIMIT_NOFILE too low for the test?)", err)
+		}
+		held = append(held, fd)
+	}
+	before := countFDs(t, "/proc/self/fd")
+	threadFDs, threadErr := -1, error(nil)
+	directThreadLingers = func() {
+		runtime.GC()
+		tm := time.NewTimer(time.Millisecond)
+		<-tm.C
+		var names []os.DirEntry
+		names, threadErr = os.ReadDir("/proc/thread-self/fd")
+		threadFDs = len(names)
+	}
+	defer func() { directThreadLingers = nil }()
+	r := directRun(t, Spec{Restrict: true, RO: DefaultSystemRO(), RW: DefaultSystemRW(),
+		Argv: []string{"/bin/sh", "-c", "ls /proc/self/fd | wc -l"}}, nil, nil)
+	if r.code != 0 {
+		t.Fatalf("the agent exited %d: %s", r.code, r.stderr)
+	}
+	if threadErr != nil {
+		t.Fatalf("the start's thread could not list its descriptors: %v", threadErr)
+	}
+	// The standard ones, the runtime's, the test binary's first few, and
+	// the carried stdio: far below what the process holds.
+	if threadFDs < 3 || threadFDs > 64 {
+		t.Errorf("the start's thread held %d descriptors (the process %d); want its own table of a few", threadFDs, before)
+	}
+	// ls's own: 0, 1, 2 and the directory it lists.
+	if got := strings.TrimSpace(r.stdout); got != "4" {
+		t.Errorf("the agent listed %s descriptors, want 4 (0, 1, 2 and ls's own)", got)
+	}
+	for _, fd := range held[:10] {
+		if flags, err := unix.FcntlInt(uintptr(fd), unix.F_GETFD, 0); err != nil || flags&unix.FD_CLOEXEC != 0 {
+			t.Fatalf("the daemon's descriptor %d: flags %d, %v; want it open and as it was (inheritable)", fd, flags, err)
+		}
+	}
+	if after := countFDs(t, "/proc/self/fd"); after > before+2 {
+		t.Errorf("the process held %d descriptors before the start and %d after", before, after)
+	}
+}
+
+func countFDs(t *testing.T, dir string) int {
+	t.Helper()
+	names, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(names)
 }

@@ -72,10 +72,12 @@ type Spec struct {
 // limits. fork must start the child traced (SysProcAttr.Ptrace) and
 // return its pid, claimed. A pid of 0 with an error: nothing was left, and
 // the shim may start the agent instead; a pid with an error: the child was
-// killed before its first instruction and must be reaped.
+// killed before its first instruction and must be reaped. fork runs on
+// that thread, which may have a descriptor table of its own: carry lists
+// the descriptors fork uses, and fork gets their numbers there, in order.
 type Direct interface {
 	Argv() []string
-	Start(fork func() (int, error)) (int, error)
+	Start(carry []int, fork func(fds []int) (int, error)) (int, error)
 	Close()
 }
 
@@ -501,11 +503,23 @@ func (s *Supervisor) startDirect(spec Spec, attr *syscall.ProcAttr) (int, time.T
 	dattr := &syscall.ProcAttr{Dir: attr.Dir, Env: attr.Env, Files: attr.Files[:3], Sys: &sys}
 	argv := spec.Direct.Argv()
 	var started time.Time
-	pid, err := spec.Direct.Start(func() (int, error) {
+	// The fork runs on a thread with a descriptor table of its own
+	// (sandbox.Direct.Start): the stdio and the cgroup are carried there.
+	carry := []int{int(dattr.Files[0]), int(dattr.Files[1]), int(dattr.Files[2])}
+	if sys.UseCgroupFD {
+		carry = append(carry, sys.CgroupFD)
+	}
+	pid, err := spec.Direct.Start(carry, func(fds []int) (int, error) {
+		a, sys := *dattr, sys
+		a.Files = []uintptr{uintptr(fds[0]), uintptr(fds[1]), uintptr(fds[2])}
+		if sys.UseCgroupFD {
+			sys.CgroupFD = fds[3]
+		}
+		a.Sys = &sys
 		spawnMu.RLock()
 		defer spawnMu.RUnlock()
 		started = time.Now()
-		pid, err := syscall.ForkExec(argv[0], argv, dattr)
+		pid, err := syscall.ForkExec(argv[0], argv, &a)
 		if err == nil {
 			claim(pid)
 		}

@@ -1,0 +1,134 @@
+package sandbox
+
+import (
+	"math"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+
+	"golang.org/x/sys/unix"
+)
+
+// A direct start forks from a thread of the daemon, and a fork copies the
+// descriptor table of the thread that calls it: the daemon holds two or
+// so descriptors per live agent (its pidfd, its log pipe, its socket), so
+// every start copied thousands of them and the agent's execve closed them
+// all again (each close-on-exec descriptor's flush, its dnotify and lock
+// checks): the start's cost grew with the number of live agents (issue
+// 22: about 7 % of a burst of 1,000 spawns' CPU at ~2,000 descriptors).
+//
+// The start's thread instead takes a table of its own before it forks:
+// close_range(base, ~0, CLOSE_RANGE_UNSHARE) gives it a copy of the shared
+// table's first base descriptors only (those below base: the standard
+// ones and the Go runtime's own, see tableBase), without closing anything
+// of the daemon's, and pidfd_getfd copies in the few descriptors the start
+// needs (the child's stdio, its cgroup, the grants, the view). The daemon's
+// other threads keep the shared table; the private one goes with the
+// thread, which ends after the start.
+//
+// The runtime uses two descriptors of its own from whichever thread runs
+// it: the netpoller's epoll (a stop-the-world's restart polls it; a file
+// opened on the thread is registered in it) and its eventfd (a timer that
+// moves wakes the poller through it). Both must have the same numbers in
+// the private table as in the shared one, which is why the table keeps
+// every descriptor below base rather than only 0, 1 and 2, and why base is
+// found once, after the netpoller surely exists. Code on the thread may
+// use no other descriptor of the daemon than those it carries.
+
+// fdBase is tableBase's result, found once.
+var fdBase struct {
+	once sync.Once
+	n    int // 0: no private tables (the runtime's descriptors were not found)
+}
+
+// tableBase is one more than the highest descriptor of the Go runtime's
+// netpoller (its epoll and its eventfd), found in /proc/self/fd once the
+// netpoller exists; 0 where they cannot be told apart.
+func tableBase() int {
+	fdBase.once.Do(func() {
+		// The netpoller is made on the first pollable descriptor: a pipe
+		// makes sure it exists before its descriptors are looked for.
+		r, w, err := os.Pipe()
+		if err != nil {
+			return
+		}
+		r.Close()
+		w.Close()
+		fdBase.n = runtimeFDBase("/proc/self/fd")
+	})
+	return fdBase.n
+}
+
+// runtimeFDBase is one more than the highest epoll or eventfd descriptor
+// listed in dir (a /proc fd directory), 0 where there is none or dir
+// cannot be read.
+func runtimeFDBase(dir string) int {
+	f, err := os.Open(dir)
+	if err != nil {
+		return 0
+	}
+	names, err := f.Readdirnames(-1)
+	f.Close()
+	if err != nil {
+		return 0
+	}
+	base := 0
+	for _, n := range names {
+		fd, err := strconv.Atoi(n)
+		if err != nil {
+			continue
+		}
+		target, err := os.Readlink(dir + "/" + n)
+		if err != nil {
+			continue
+		}
+		if strings.HasPrefix(target, "anon_inode:[eventpoll]") || strings.HasPrefix(target, "anon_inode:[eventfd]") {
+			base = max(base, fd+1)
+		}
+	}
+	if base < 3 {
+		return 0
+	}
+	return base
+}
+
+// privateTable gives the calling thread, which must be locked and end
+// after the start, a descriptor table of its own (above) holding the
+// shared table's descriptors below tableBase and copies of carry; carried
+// are carry's numbers there, in order, each close-on-exec, as is every
+// descriptor of the new table from 3 up. own reports that the thread's
+// table is its own, even when err is not nil (some carry missing): the
+// thread may then use no descriptor of carry. With own false and err nil
+// nothing changed (no private tables here): carried is carry.
+func privateTable(carry []int) (carried []int, own bool, err error) {
+	base := tableBase()
+	if base == 0 {
+		return carry, false, nil
+	}
+	if err := unix.CloseRange(uint(base), math.MaxUint32, unix.CLOSE_RANGE_UNSHARE); err != nil {
+		// ENOSYS, EINVAL (a kernel before 5.9): the shared table, as before.
+		return carry, false, nil
+	}
+	self, err := unix.PidfdOpen(os.Getpid(), 0)
+	if err != nil {
+		return nil, true, err
+	}
+	defer unix.Close(self)
+	carried = make([]int, len(carry))
+	for i, fd := range carry {
+		if fd < base && fd >= 0 {
+			carried[i] = fd // in the copy already
+			continue
+		}
+		// pidfd_getfd duplicates from the thread group leader's table,
+		// the shared one, and sets close-on-exec.
+		if carried[i], err = unix.PidfdGetfd(self, fd, 0); err != nil {
+			return nil, true, err
+		}
+	}
+	if err := unix.CloseRange(3, math.MaxUint32, unix.CLOSE_RANGE_CLOEXEC); err != nil {
+		return nil, true, err
+	}
+	return carried, true, nil
+}
