@@ -6,6 +6,9 @@ import (
 	"sync"
 	"syscall"
 	"testing"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/kin-agents/kin/internal/sandbox"
 	"github.com/kin-agents/kin/kin"
@@ -96,5 +99,53 @@ func TestDirectStartFallsBackToTheShim(t *testing.T) {
 	}
 	if s.DirectStarted() != 0 {
 		t.Errorf("%d direct starts, want 0", s.DirectStarted())
+	}
+}
+
+// TestDirectStartsDoNotWalkEveryChild: a direct start stops its child
+// twice and continues it once; none of that may wake the reaping loop,
+// whose waitid(P_ALL) walks every child of the daemon (a spawn's cost
+// would grow with the live agents), nor may the watch that follows kick it
+// to find a process that is running. The process's SIGCHLD action has
+// SA_NOCLDSTOP, and keeps it while Supervisors come and go.
+func TestDirectStartsDoNotWalkEveryChild(t *testing.T) {
+	if sandbox.ABI() < 7 {
+		t.Skipf("Landlock ABI %d: direct starts with the signal scope need 7", sandbox.ABI())
+	}
+	s := newCgroupSup(t, Config{})
+	if !s.DirectStarts() {
+		t.Skip("this supervisor makes no direct starts")
+	}
+	other := newCgroupSup(t, Config{}) // a second Supervisor's notification
+	other.Close()
+	var act sigaction
+	if _, _, e := unix.RawSyscall6(unix.SYS_RT_SIGACTION, uintptr(syscall.SIGCHLD), 0, uintptr(unsafe.Pointer(&act)), 8, 0, 0); e != 0 || act.flags&saNoCldStop == 0 {
+		t.Errorf("SIGCHLD's action: flags %#x (%v); want SA_NOCLDSTOP while a Supervisor runs", act.flags, e)
+	}
+	const starts = 20
+	children.mu.Lock()
+	walks0 := children.walks
+	children.mu.Unlock()
+	for i := range starts {
+		if _, err := s.Start(testCtx(t), directSpec(t, kin.AgentID(i+1), "/bin/sleep", "1000")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := s.DirectStarted(); n != starts {
+		t.Fatalf("%d of %d starts were direct", n, starts)
+	}
+	children.mu.Lock()
+	walks := children.walks - walks0
+	children.mu.Unlock()
+	if walks >= starts/2 {
+		t.Errorf("%d direct starts made the reaping loop walk every child %d times", starts, walks)
+	}
+	// An exit is still reaped: its SIGCHLD comes.
+	p, err := s.Start(testCtx(t), directSpec(t, starts+1, "/bin/sh", "-c", "exit 3"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e, err := p.Wait(testCtx(t)); err != nil || e.Code != 3 {
+		t.Errorf("the exiting agent: %+v, %v; want code 3", e, err)
 	}
 }

@@ -529,7 +529,7 @@ func (s *Supervisor) startDirect(spec Spec, attr *syscall.ProcAttr) (int, time.T
 	case err == nil:
 		// While it stopped at its first instruction, the traced child may
 		// have hidden an exited one from the reaping loop
-		// (reapChildren): the watch that follows kicks the loop.
+		// (reapChildren): the watch that follows kicks the loop if so.
 		s.directStarts.Add(1)
 		return pid, started, true
 	case pid > 0:

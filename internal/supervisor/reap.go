@@ -321,6 +321,11 @@ var children struct {
 	// their own reaping (reapKilled): meanwhile the loop and the orphan
 	// sweep leave the exits to them (see holdReaping).
 	killing int
+	// hidden: the loop stopped at a direct start's trapped child, which
+	// may hide an exited one; the next watch kicks the loop again.
+	hidden bool
+	// walks counts the loop's waitid(P_ALL) calls (a test's).
+	walks int
 }
 
 // holdReaping tells the reaping loop and the orphan sweep that a Stop is
@@ -393,6 +398,7 @@ func watchChildren() {
 	done := make(chan struct{})
 	children.kick, children.done = kick, done
 	signal.Notify(kick, syscall.SIGCHLD)
+	noChildStopSignals()
 	go reapChildren(kick, done)
 }
 
@@ -414,7 +420,9 @@ func unwatchChildren() {
 }
 
 // watch makes p's end reported: from now on the loop reaps it. A process
-// that exited before is found at once (the kick).
+// that exited before is found at once: a peek at its own pid (a kick would
+// walk every child of the daemon), or a kick where the loop stopped at a
+// direct start's trapped child since the last watch (it may hide others).
 func (s *Supervisor) watch(p *Process) error {
 	children.mu.Lock()
 	if s.unwatched {
@@ -422,8 +430,15 @@ func (s *Supervisor) watch(p *Process) error {
 		return ErrClosed
 	}
 	children.watched[p.Pid] = p
-	kick := children.kick
+	kick, hidden := children.kick, children.hidden
+	children.hidden = false
 	children.mu.Unlock()
+	if !hidden {
+		var si siginfoChild
+		if err := waitid(unix.P_PID, p.Pid, &si, unix.WEXITED|unix.WNOHANG|unix.WNOWAIT, nil); err == nil && si.Pid == 0 {
+			return nil // running: its exit's SIGCHLD kicks the loop
+		}
+	}
 	select {
 	case kick <- syscall.SIGCHLD:
 	default: // a look is due already
@@ -486,14 +501,21 @@ func reapChildren(kick chan os.Signal, done chan struct{}) {
 		// release kicks again.
 		for !reapingHeld() {
 			var si siginfoChild
+			children.mu.Lock()
+			children.walks++
+			children.mu.Unlock()
 			if err := waitid(unix.P_ALL, 0, &si, unix.WEXITED|unix.WNOHANG|unix.WNOWAIT, nil); err != nil || si.Pid == 0 {
 				break // no exited child
 			}
 			if si.Code == cldTrapped {
 				// A direct start's child, stopped before its first
 				// instruction (never a watched pid): it hides the
-				// others until its starter detaches it, which kicks
-				// this loop again (kickChildren).
+				// others until its starter detaches it and watches it
+				// (or, failing, kicks: kickChildren), which kicks this
+				// loop again.
+				children.mu.Lock()
+				children.hidden = true
+				children.mu.Unlock()
 				break
 			}
 			p := take(int(si.Pid))

@@ -292,6 +292,7 @@ func New(cfg Config) (*Supervisor, error) {
 	s.cancel = cancel
 	s.sigch = make(chan os.Signal, 1)
 	signal.Notify(s.sigch, syscall.SIGCHLD)
+	noChildStopSignals()
 	s.wg.Add(1)
 	go s.sweeper(ctx)
 	return s, nil
