@@ -570,3 +570,54 @@ func countFDs(t *testing.T, dir string) int {
 	}
 	return len(names)
 }
+
+// TestForkFromOwnTable: a shim's fork, like a direct start's, runs on a
+// thread whose table holds the carried descriptors and the daemon's first
+// few, not every descriptor the process holds; the runtime works there.
+func TestForkFromOwnTable(t *testing.T) {
+	held := make([]int, 0, 1000)
+	defer func() {
+		for _, fd := range held {
+			unix.Close(fd)
+		}
+	}()
+	for range 1000 {
+		fd, err := unix.Open(os.DevNull, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		held = append(held, fd)
+	}
+	out, err := os.CreateTemp(tempDir(t), "out")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer out.Close()
+	var threadFDs int
+	pid, err := ForkFromOwnTable([]int{held[len(held)-1], int(out.Fd()), int(out.Fd())}, func(fds []int) (int, error) {
+		runtime.GC()
+		tm := time.NewTimer(time.Millisecond)
+		<-tm.C
+		names, err := os.ReadDir("/proc/thread-self/fd")
+		if err != nil {
+			return 0, err
+		}
+		threadFDs = len(names)
+		return syscall.ForkExec("/bin/sh", []string{"/bin/sh", "-c", "echo started; ls /proc/self/fd | wc -l"},
+			&syscall.ProcAttr{Files: []uintptr{uintptr(fds[0]), uintptr(fds[1]), uintptr(fds[2])}})
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ws syscall.WaitStatus
+	if _, err := syscall.Wait4(pid, &ws, 0, nil); err != nil || ws.ExitStatus() != 0 {
+		t.Fatalf("the child: %v, %v", ws, err)
+	}
+	if threadFDs < 3 || threadFDs > 64 {
+		t.Errorf("the fork's thread held %d descriptors (the process over 1,000); want its own table of a few", threadFDs)
+	}
+	b, _ := os.ReadFile(out.Name())
+	if got := string(b); got != "started\n4\n" {
+		t.Errorf("the child wrote %q, want it started with 0, 1, 2 only (and ls's own)", got)
+	}
+}

@@ -1,8 +1,10 @@
 package sandbox
 
 import (
+	"fmt"
 	"math"
 	"os"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -131,4 +133,43 @@ func privateTable(carry []int) (carried []int, own bool, err error) {
 		return nil, true, err
 	}
 	return carried, true, nil
+}
+
+// ForkFromOwnTable runs fork on a new OS thread with a descriptor table of
+// its own (privateTable; the thread ends after it), so that the fork copies
+// the few descriptors it needs rather than every one the process holds:
+// carry lists them, and fork gets their numbers there, in order. fork may
+// use no other descriptor of the caller's, and must not rely on the
+// thread outliving it (no Pdeathsig: it follows the forking thread). Where
+// no table of its own can be made, fork runs on the shared one.
+func ForkFromOwnTable(carry []int, fork func(fds []int) (int, error)) (int, error) {
+	type result struct {
+		pid int
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		runtime.LockOSThread()
+		if unix.Gettid() == os.Getpid() {
+			// The main thread never ends (the runtime parks it): it keeps
+			// the shared table.
+			runtime.UnlockOSThread()
+			pid, err := fork(carry)
+			done <- result{pid, err}
+			return
+		}
+		fds, own, err := privateTable(carry)
+		if err != nil {
+			done <- result{0, fmt.Errorf("sandbox: the fork's descriptor table: %w", err)}
+			return // locked: the thread ends with its table
+		}
+		if !own {
+			runtime.UnlockOSThread()
+		}
+		pid, err := fork(fds)
+		done <- result{pid, err}
+		// Locked where own: the thread ends with its table.
+	}()
+	r := <-done
+	return r.pid, r.err
 }

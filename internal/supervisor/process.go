@@ -19,6 +19,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/kin-agents/kin/internal/sandbox"
 	"github.com/kin-agents/kin/internal/supervisor/cgroup"
 	"github.com/kin-agents/kin/kin"
 )
@@ -446,13 +447,21 @@ func (s *Supervisor) spawn(a *agent, spec Spec, argv0 string) (*Process, error) 
 		pid, started, direct = s.startDirect(spec, attr)
 	}
 	if !direct {
-		spawnMu.RLock()
-		started = time.Now()
-		pid, err = syscall.ForkExec(argv0, spec.Argv, attr)
-		if err == nil {
-			claim(pid)
-		}
-		spawnMu.RUnlock()
+		// From a descriptor table of its own, as a direct start: a fork
+		// copies its caller's, a few descriptors per live agent.
+		pid, err = sandbox.ForkFromOwnTable(carryOf(attr), func(fds []int) (int, error) {
+			a, sys := *attr, *attr.Sys
+			a.Files, sys.CgroupFD = carried(attr, fds)
+			a.Sys = &sys
+			spawnMu.RLock()
+			defer spawnMu.RUnlock()
+			started = time.Now()
+			pid, err := syscall.ForkExec(argv0, spec.Argv, &a)
+			if err == nil {
+				claim(pid)
+			}
+			return pid, err
+		})
 	}
 	runtime.KeepAlive(files)
 	if err != nil {
@@ -505,16 +514,9 @@ func (s *Supervisor) startDirect(spec Spec, attr *syscall.ProcAttr) (int, time.T
 	var started time.Time
 	// The fork runs on a thread with a descriptor table of its own
 	// (sandbox.Direct.Start): the stdio and the cgroup are carried there.
-	carry := []int{int(dattr.Files[0]), int(dattr.Files[1]), int(dattr.Files[2])}
-	if sys.UseCgroupFD {
-		carry = append(carry, sys.CgroupFD)
-	}
-	pid, err := spec.Direct.Start(carry, func(fds []int) (int, error) {
+	pid, err := spec.Direct.Start(carryOf(dattr), func(fds []int) (int, error) {
 		a, sys := *dattr, sys
-		a.Files = []uintptr{uintptr(fds[0]), uintptr(fds[1]), uintptr(fds[2])}
-		if sys.UseCgroupFD {
-			sys.CgroupFD = fds[3]
-		}
+		a.Files, sys.CgroupFD = carried(dattr, fds)
 		a.Sys = &sys
 		spawnMu.RLock()
 		defer spawnMu.RUnlock()
@@ -544,6 +546,33 @@ func (s *Supervisor) startDirect(spec Spec, attr *syscall.ProcAttr) (int, time.T
 	}
 	kickChildren() // no watch follows this child: what it hid is looked for now
 	return 0, time.Time{}, false
+}
+
+// carryOf lists the descriptors a fork with attr uses: its Files, then
+// its cgroup's where it has one (sandbox.ForkFromOwnTable's carry).
+func carryOf(attr *syscall.ProcAttr) []int {
+	carry := make([]int, 0, len(attr.Files)+1)
+	for _, f := range attr.Files {
+		carry = append(carry, int(f))
+	}
+	if attr.Sys.UseCgroupFD {
+		carry = append(carry, attr.Sys.CgroupFD)
+	}
+	return carry
+}
+
+// carried is attr's Files and cgroup descriptor renumbered as fds, the
+// numbers carryOf's list has on the forking thread.
+func carried(attr *syscall.ProcAttr, fds []int) (files []uintptr, cgroupFD int) {
+	files = make([]uintptr, len(attr.Files))
+	for i := range files {
+		files[i] = uintptr(fds[i])
+	}
+	cgroupFD = attr.Sys.CgroupFD
+	if attr.Sys.UseCgroupFD {
+		cgroupFD = fds[len(attr.Files)]
+	}
+	return files, cgroupFD
 }
 
 // output is a pipe whose read end r is copied to w.
