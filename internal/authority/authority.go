@@ -41,7 +41,7 @@ type Authority struct {
 	cfg    policy.Config
 	clock  func() time.Time
 	log    *slog.Logger
-	stop   func(ctx context.Context, id kin.AgentID, reason string) error
+	stop   func(ctx context.Context, id kin.AgentID, reason string) (func() error, error)
 	limits func(flat kin.Policy) []kin.ResourceLimit
 	quota  *quota.Limiter
 
@@ -81,9 +81,11 @@ type Config struct {
 	// Quota limits the rate of what agents report (usage, promotions,
 	// denied authorizations); nil: none.
 	Quota *quota.Limiter
-	// Stop stops id's subtree, id included, for reason (ReasonBudget,
-	// ReasonDeadline): grace, then kill, partial results kept.
-	Stop func(ctx context.Context, id kin.AgentID, reason string) error
+	// Stop claims id's subtree, id included, for reason (ReasonBudget,
+	// ReasonDeadline): from its return on, an agent of it that ends is
+	// recorded by the stop, for reason. finish then stops it: grace, then
+	// kill, partial results kept.
+	Stop func(ctx context.Context, id kin.AgentID, reason string) (finish func() error, err error)
 	// Limits lists the kernel limits that bind an agent of flattened
 	// policy flat on this host, and how (the runner's LimitsOf); nil
 	// leaves EffectivePolicy.Limits empty.
@@ -789,18 +791,47 @@ func (au *Authority) goExhaust(id kin.AgentID, reason, why string) {
 // exhaust records that id's subtree ran out of budget or time and stops
 // it: grace, then kill, its partial results kept (cancelTree copies them).
 func (au *Authority) exhaust(id kin.AgentID, reason, why string) {
+	if finish := au.exhaustClaim(id, reason, why); finish != nil {
+		finish()
+	}
+}
+
+// exhaustNow is exhaust with the record and the claim made before it
+// returns, and the stop itself in the background (Close waits for it): a
+// model call that crossed a cap is answered only once its agent's end,
+// however soon it comes, is the stop's to record (budget_exhausted).
+func (au *Authority) exhaustNow(id kin.AgentID, reason, why string) {
+	finish := au.exhaustClaim(id, reason, why)
+	if finish == nil {
+		return
+	}
+	au.mu.Lock()
+	defer au.mu.Unlock()
+	if au.closed {
+		return
+	}
+	au.wg.Add(1)
+	go func() {
+		defer au.wg.Done()
+		finish()
+	}()
+}
+
+// exhaustClaim is exhaust up to the stop's claim; finish (nil: nothing to
+// do) stops the claimed subtree, and then the agents escalated from it.
+func (au *Authority) exhaustClaim(id kin.AgentID, reason, why string) (finish func()) {
 	// An agent whose spawn id or one of its descendants asked for (seed
 	// 002 §4.1) spends id's budget and lives under id's deadline without
 	// being in id's subtree: it is stopped too, even when id has ended.
-	defer func() {
+	escalated := func() {
 		for _, e := range au.escalatedFrom(id) {
 			au.goExhaust(e, reason, why)
 		}
-	}()
+	}
 	ctx := context.Background()
 	a, err := au.st.AgentGetByID(ctx, id)
 	if err != nil || a.State.Terminal() && a.Status == kin.StatusTerminated {
-		return
+		return escalated
 	}
 	// Calls that crossed the cap together each ask for the stop: the
 	// first to commit records it (its reason in the store and the cache
@@ -827,11 +858,19 @@ func (au *Authority) exhaust(id kin.AgentID, reason, why string) {
 	if err != nil {
 		au.log.Error("record exhausted budget", "agent", id, "err", err)
 	} else if already {
-		return
+		return escalated
 	}
 	au.log.Info("budget exhausted: stopping the subtree", "agent", id, "why", why)
-	if err := au.stop(ctx, id, reason); err != nil {
+	stop, err := au.stop(ctx, id, reason)
+	if err != nil {
 		au.log.Error("stop exhausted subtree", "agent", id, "err", err)
+		return escalated
+	}
+	return func() {
+		defer escalated()
+		if err := stop(); err != nil {
+			au.log.Error("stop exhausted subtree", "agent", id, "err", err)
+		}
 	}
 }
 
@@ -1185,7 +1224,7 @@ func (au *Authority) addSpend(ctx context.Context, a *kin.Agent, tokens int64, c
 	// The highest exhausted ancestor's stop covers the rest (and the
 	// agents escalated from its subtree: exhaust).
 	if n := len(over); n > 0 {
-		au.goExhaust(over[n-1], ReasonBudget, whys[n-1])
+		au.exhaustNow(over[n-1], ReasonBudget, whys[n-1])
 		s.Exhausted = whys[n-1]
 	}
 	return &s, nil

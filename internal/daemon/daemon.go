@@ -183,7 +183,7 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 	d.quota = quota.New(quota.Config{Quotas: func() kin.Quotas { return d.Registry.Profile().Quotas }, Clock: d.now, Chain: d.lineage.Chain})
 	d.Authority, err = authority.New(ctx, authority.Config{
 		Store: d.store, Lineage: &d.lineage, Policy: pcfg, Clock: d.now, Log: d.log, Quota: d.quota,
-		Stop: func(ctx context.Context, id kin.AgentID, reason string) error {
+		Stop: func(ctx context.Context, id kin.AgentID, reason string) (func() error, error) {
 			return d.Runner.StopSubtree(ctx, id, reason)
 		},
 		Limits: func(flat kin.Policy) []kin.ResourceLimit { return d.Runner.LimitsOf(flat) },

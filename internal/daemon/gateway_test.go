@@ -831,3 +831,35 @@ func TestModelCallsOfAnUncappedChainReadItOnce(t *testing.T) {
 		})
 	}
 }
+
+// TestModelCallCrossingACapClaimsTheEndBeforeItsAnswer: the call that
+// crosses a subtree's cap is answered only once the subtree's stop has
+// claimed its agents, so an agent that ends right after that answer (its
+// last call done) is recorded cancelled for its budget, not as ending on
+// its own (README's walk-through raced there on a loaded machine: the stop
+// was begun in the background after the answer).
+func TestModelCallCrossingACapClaimsTheEndBeforeItsAnswer(t *testing.T) {
+	d, _ := gatewayDaemon(t, fakemodel.Options{InputTokens: 10, OutputTokens: 5})
+	for round := range 5 {
+		max := int64(20)
+		a, err := sh(t, d, fmt.Sprintf("asker-%d", round), 0, &kin.Policy{Budget: &kin.Budget{MaxTokens: &max}}, `trap "" TERM; sleep 600`)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cred := d.ModelCredential(a.ID)
+		for call := range 2 {
+			if code, _, b := modelCall(t, d, "/v1/chat/completions", cred, chatBody); code != 200 {
+				t.Fatalf("round %d call %d: %d %s", round, call, code, b)
+			}
+		}
+		// The second call crossed the cap (30 of 20 tokens): the agent
+		// ends at once, by itself as far as kin can tell.
+		if err := unix.Kill(-a.PID, unix.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+		got, _ := ended(t, d, a.ID)
+		if got.State != kin.StateCancelled || got.EndReason != "budget_exhausted" {
+			t.Fatalf("round %d: the agent ended %s (%s); want cancelled for its budget", round, got.State, got.EndReason)
+		}
+	}
+}

@@ -482,11 +482,19 @@ func (run *Runner) Close() error {
 	return errors.Join(errs...)
 }
 
-// StopSubtree stops id's owned subtree, id included, for reason: grace,
-// then kill, partial results kept (authority.Config.Stop).
-func (run *Runner) StopSubtree(ctx context.Context, id kin.AgentID, reason string) error {
-	_, err := run.cancelTree(ctx, cancelParams{Root: id, Reason: reason, IncludeRoot: true})
-	return err
+// StopSubtree claims id's owned subtree, id included, for reason: from
+// its return on, an agent of it that ends is recorded by the stop (and for
+// reason), which finish makes: grace, then kill, partial results kept
+// (authority.Config.Stop).
+func (run *Runner) StopSubtree(ctx context.Context, id kin.AgentID, reason string) (finish func() error, err error) {
+	c, err := run.planCancel(ctx, cancelParams{Root: id, Reason: reason, IncludeRoot: true})
+	if err != nil {
+		return nil, err
+	}
+	return func() error {
+		_, err := run.finishCancel(ctx, c)
+		return err
+	}, nil
 }
 
 // graceWithin is grace, cut to what is left until the shutdown's deadline
