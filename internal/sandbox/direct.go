@@ -284,7 +284,8 @@ var directStuck = 30 * time.Second
 // fork runs on the start's thread, which has a descriptor table of its
 // own where it can (fdtable.go): carry lists the caller's descriptors fork
 // uses (the child's stdio, its cgroup), and fork gets their numbers on the
-// thread, in order. fork may use no other descriptor of the caller's.
+// thread, in order. fork may use no other descriptor of the caller's, and
+// leave none to it (no SysProcAttr.PidFD: ForkFromOwnTable).
 func (d *Direct) Start(carry []int, fork func(fds []int) (int, error)) (int, error) {
 	if d.used {
 		return 0, fmt.Errorf("%w: sandbox: a Direct starts once", ErrNotStarted)

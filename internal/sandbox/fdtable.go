@@ -139,7 +139,9 @@ func privateTable(carry []int) (carried []int, own bool, err error) {
 // its own (privateTable; the thread ends after it), so that the fork copies
 // the few descriptors it needs rather than every one the process holds:
 // carry lists them, and fork gets their numbers there, in order. fork may
-// use no other descriptor of the caller's, and must not rely on the
+// use no other descriptor of the caller's, must leave none to the caller
+// (SysProcAttr.PidFD, os.StartProcess and os/exec make one: it would be a
+// number in the thread's table, gone with it), and must not rely on the
 // thread outliving it (no Pdeathsig: it follows the forking thread). Where
 // no table of its own can be made, fork runs on the shared one.
 func ForkFromOwnTable(carry []int, fork func(fds []int) (int, error)) (int, error) {

@@ -60,9 +60,12 @@
 //
 // Start creates the group and its self leaf and forks with
 // SysProcAttr.UseCgroupFD (clone3 CLONE_INTO_CGROUP) into the leaf, so the
-// process is in its leaf from its first instruction, with SysProcAttr.PidFD
-// for a pidfd and Setpgid so it never shares the daemon's process group
-// (terminal signals, the fallback). The
+// process is in its leaf from its first instruction, with Setpgid so it
+// never shares the daemon's process group (terminal signals, the
+// fallback), from a thread with a descriptor table of its own
+// (sandbox.ForkFromOwnTable, Direct.Start: a fork copies its caller's
+// table, a few descriptors per live agent). No pidfd is kept per process:
+// one reaping loop waits for them all (reap.go). The
 // daemon is a child subreaper (PR_SET_CHILD_SUBREAPER, set by New for the
 // whole process and never undone): processes that double-fork re-parent to
 // it instead of init, and they stay in the agent's leaf.
