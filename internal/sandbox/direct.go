@@ -302,7 +302,7 @@ func (d *Direct) Start(carry []int, fork func(fds []int) (int, error)) (int, err
 		err  error
 	}
 	type thread struct {
-		tid, pidfd int  // pidfd: the thread's own (PIDFD_THREAD), -1 with err
+		tid, pidfd int  // pidfd: the thread's own (PIDFD_THREAD) in the shared table, or -1
 		own        bool // the thread's table is its own: shared is the caller's to close
 		err        error
 	}
@@ -321,8 +321,8 @@ func (d *Direct) Start(carry []int, fork func(fds []int) (int, error)) (int, err
 		}
 		fds, own, err := d.ownTable(carry)
 		if err != nil {
-			unix.Close(pidfd) // no caller uses it
-			tids <- thread{tid: tid, pidfd: -1, own: own, err: err}
+			// pidfd is the shared table's: the caller closes it.
+			tids <- thread{tid: tid, pidfd: pidfd, own: own, err: err}
 			return
 		}
 		tids <- thread{tid: tid, pidfd: pidfd, own: own}
@@ -387,10 +387,12 @@ func (d *Direct) Start(carry []int, fork func(fds []int) (int, error)) (int, err
 			unix.Close(fd)
 		}
 	}
+	if th.pidfd >= 0 {
+		defer unix.Close(th.pidfd)
+	}
 	if th.err != nil {
 		return 0, fmt.Errorf("%w: %w", ErrNotStarted, th.err)
 	}
-	defer unix.Close(th.pidfd)
 	watchdog := time.AfterFunc(directStuck, func() { killTracedChildOf(th.tid) })
 	s := <-stopped
 	watchdog.Stop()
