@@ -842,7 +842,13 @@ func TestModelCallCrossingACapClaimsTheEndBeforeItsAnswer(t *testing.T) {
 	d, _ := gatewayDaemon(t, fakemodel.Options{InputTokens: 10, OutputTokens: 5})
 	for round := range 5 {
 		max := int64(20)
-		a, err := sh(t, d, fmt.Sprintf("asker-%d", round), 0, &kin.Policy{Budget: &kin.Budget{MaxTokens: &max}}, `trap "" TERM; sleep 600`)
+		// It ignores the stop's SIGTERM, within a grace longer than the
+		// test: it ends when the test kills it, as if by itself.
+		grace := kin.Duration(time.Minute)
+		a, err := d.Client.Spawn(ctx, kin.SpawnRequest{RegisterRequest: kin.RegisterRequest{
+			Name: fmt.Sprintf("asker-%d", round), Responsible: "Dr. Schmidt",
+			Policy: &kin.Policy{Budget: &kin.Budget{MaxTokens: &max}}}, Grace: &grace,
+			Command: []string{"/bin/sh", "-c", `trap "" TERM; while :; do sleep 1; done`}})
 		if err != nil {
 			t.Fatal(err)
 		}
