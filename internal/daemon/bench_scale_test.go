@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kin-agents/kin/internal/proctest"
 	"github.com/kin-agents/kin/kin"
 )
 
@@ -104,6 +105,9 @@ func benchAtScale(b *testing.B, live, churn int) {
 	cf, rt := newCommitFloor(b), newRoundTripFloor(b)
 	var lat, raw, composite []time.Duration
 	var cascade, rawCascadeTook, tree, spentBurst, rawBurst time.Duration
+	// This process's CPU (the daemon and its clients) over the bursts and
+	// the cascades: what a busy machine moves least, per agent.
+	var burstCPU, cascadeCPU time.Duration
 	treeAgents, bursts := 0, 0
 	for iter := 0; b.Loop(); iter++ {
 		parent := fill(fmt.Sprintf("lat%d", iter), scaleRoots)[0]
@@ -137,7 +141,9 @@ func benchAtScale(b *testing.B, live, churn int) {
 
 		// Throughput: a burst of throughputBatch spawns from
 		// throughputClients clients, then as many raw starts.
+		cpu0 := proctest.CPU()
 		burst := fill(fmt.Sprintf("burst%d", iter), throughputBatch)
+		burstCPU += proctest.CPU() - cpu0
 		spentBurst += lastFill
 		rawBurst += rawStarts(b, g, throughputBatch)
 		stopRoots(b, d.Client, burst)
@@ -154,7 +160,7 @@ func benchAtScale(b *testing.B, live, churn int) {
 		root, desc := spawnTree(b, d.Client, pids, fmt.Sprintf("casc%d", iter))
 		rootGroup := filepath.Join(d.cgroupRoot, "a"+root.ID.String())
 		last := desc[len(desc)-1]
-		t0 = time.Now()
+		t0, cpu0 = time.Now(), proctest.CPU()
 		if err := syscall.Kill(root.PID, syscall.SIGKILL); err != nil {
 			b.Fatal(err)
 		}
@@ -166,6 +172,7 @@ func benchAtScale(b *testing.B, live, churn int) {
 			return cascadeDone(d, root, desc, rootGroup)
 		})
 		cascade += time.Since(t0)
+		cascadeCPU += proctest.CPU() - cpu0
 		if err != nil {
 			b.Fatalf("cascade: %v", err)
 		}
@@ -184,6 +191,8 @@ func benchAtScale(b *testing.B, live, churn int) {
 	burstN := float64(bursts * (throughputBatch - scaleRoots))
 	b.ReportMetric(burstN/spentBurst.Seconds(), "agents/s")
 	b.ReportMetric((burstN/spentBurst.Seconds())/(float64(bursts*throughputBatch)/rawBurst.Seconds()), "agents/s-x-raw")
+	b.ReportMetric(ms(burstCPU)/float64(bursts*throughputBatch), "spawn-cpu-ms/agent")
+	b.ReportMetric(ms(cascadeCPU)/n, "cascade-cpu-ms")
 	b.ReportMetric(ms(cascade)/n, "cascade-ms")
 	b.ReportMetric(float64(cascade)/float64(rawCascadeTook), "cascade-x-raw")
 	b.ReportMetric(ms(tree)/n, "tree-ms")
