@@ -3,7 +3,6 @@ package gateway
 import (
 	"bufio"
 	"bytes"
-	"encoding/json"
 	"errors"
 	"io"
 	"net/http"
@@ -32,6 +31,7 @@ func (g *Gateway) stream(w http.ResponseWriter, r *http.Request, ep endpoint, re
 		streamReaders.Put(rd)
 	}()
 	var u usage
+	var er eventReader  // the events' reader, its storage reused event after event
 	var ev bytes.Buffer // the event's raw lines, as they go on
 	var data bytes.Buffer
 	var readErr error
@@ -72,7 +72,7 @@ func (g *Gateway) stream(w http.ResponseWriter, r *http.Request, ep endpoint, re
 		}
 		end := len(bytes.TrimRight(line, "\r\n")) == 0 && len(line) > 0
 		if (end || err != nil) && ev.Len() > 0 {
-			forward := g.onEvent(r, ep, c, &u, data.Bytes())
+			forward := g.onEvent(r, ep, c, &u, &er, data.Bytes())
 			if forward {
 				if _, werr := w.Write(ev.Bytes()); werr == nil {
 					pending = true
@@ -154,7 +154,7 @@ func sseField(line []byte) ([]byte, []byte) {
 
 // onEvent reads one event's data for usage, meters the call before the
 // event that ends the stream, and says whether to pass the event on.
-func (g *Gateway) onEvent(r *http.Request, ep endpoint, c *call, u *usage, data []byte) bool {
+func (g *Gateway) onEvent(r *http.Request, ep endpoint, c *call, u *usage, er *eventReader, data []byte) bool {
 	if len(data) == 0 {
 		return true
 	}
@@ -164,11 +164,11 @@ func (g *Gateway) onEvent(r *http.Request, ep endpoint, c *call, u *usage, data 
 	}
 	// Most events are content deltas with nothing to meter: only those
 	// that can carry usage or end the stream are decoded.
-	if !mayMatter(data) {
+	if !mayMatter(ep.api, data) {
 		return true
 	}
-	var e streamEvent
-	if json.Unmarshal(data, &e) != nil {
+	e, ok := er.read(data)
+	if !ok {
 		return true
 	}
 	switch ep.api {
@@ -206,9 +206,11 @@ func (g *Gateway) onEvent(r *http.Request, ep endpoint, c *call, u *usage, data 
 	return true
 }
 
-// mayMatter says whether an event's data can hold usage or end a stream:
-// a usage object (not null), or one of the types the gateway acts on.
-func mayMatter(data []byte) bool {
+// mayMatter says whether an event's data can hold usage or end a stream
+// of api: a usage object (not null), or one of the types the gateway acts
+// on for api (a superset: "message_st" is message_start's and
+// message_stop's).
+func mayMatter(api API, data []byte) bool {
 	for rest := data; ; {
 		i := bytes.Index(rest, []byte(`"usage"`))
 		if i < 0 {
@@ -221,7 +223,10 @@ func mayMatter(data []byte) bool {
 			}
 		}
 	}
-	for _, t := range [][]byte{[]byte("message_start"), []byte("message_stop"), []byte("response.completed"), []byte("response.incomplete"), []byte("response.failed")} {
+	if api == Anthropic {
+		return bytes.Contains(data, []byte("message_st"))
+	}
+	for _, t := range [][]byte{[]byte("response.completed"), []byte("response.incomplete"), []byte("response.failed")} {
 		if bytes.Contains(data, t) {
 			return true
 		}
