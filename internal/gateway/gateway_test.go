@@ -181,6 +181,13 @@ func TestStreamUsageWithMockAuthority(t *testing.T) {
 	if m, _ = streamThrough(t, epResponses, false, resp); len(m.calls) != 1 || m.calls[0].Tokens != 5 {
 		t.Fatalf("responses: %+v", m.calls)
 	}
+	// An event's data in several lines is their values joined by "\n".
+	split := "event: message_start\ndata: {\"type\":\"message_start\",\ndata:\"message\":{\"usage\":{\"input_tokens\":10}}}\n\n" +
+		"event: message_delta\ndata: {\"type\":\"message_delta\",\ndata: \"usage\":\ndata: {\"output_tokens\":5}}\n\n" +
+		"event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n"
+	if m, out = streamThrough(t, epMessages, false, split); len(m.calls) != 1 || m.calls[0].InputTokens != 10 || m.calls[0].OutputTokens != 5 || out != split {
+		t.Fatalf("data in several lines: %+v\n%s", m.calls, out)
+	}
 	// A stream cut short is metered with what it said.
 	if m, _ = streamThrough(t, epMessages, false, msgs[:strings.Index(msgs, "event: message_delta")]); len(m.calls) != 1 || m.calls[0].InputTokens != 14 {
 		t.Fatalf("cut: %+v", m.calls)
@@ -193,7 +200,13 @@ func FuzzStreamWithMockAuthority(f *testing.F) {
 	f.Add("data:\ndata\n\n\r\n:comment\n", 2)
 	f.Fuzz(func(t *testing.T, body string, which int) {
 		eps := []endpoint{epChat, epMessages, epResponses}
-		m, _ := streamThrough(t, eps[(which%3+3)%3], which%2 == 0, body)
+		ep, wantUsage := eps[(which%3+3)%3], which%2 == 0
+		m, out := streamThrough(t, ep, wantUsage, body)
+		// Every byte goes on as it came, but the usage chunk kin asked
+		// for itself.
+		if (ep != epChat || wantUsage) && out != body {
+			t.Fatalf("%q went on as %q", body, out)
+		}
 		if len(m.calls) != 1 {
 			t.Fatalf("metered %d times", len(m.calls))
 		}

@@ -3,7 +3,6 @@ package gateway
 import (
 	"bufio"
 	"bytes"
-	"encoding/json"
 	"errors"
 	"io"
 	"net/http"
@@ -32,10 +31,13 @@ func (g *Gateway) stream(w http.ResponseWriter, r *http.Request, ep endpoint, re
 		streamReaders.Put(rd)
 	}()
 	var u usage
-	var ev bytes.Buffer // the event's raw lines, as they go on
-	var data bytes.Buffer
+	var er eventReader // the events' reader, its storage reused event after event
+	// ev: the event's raw lines, as they go on, read into it (its room
+	// reused event after event). Its data is the value of its one data
+	// line, ev[dataFrom:dataTo], or the values of several joined in data.
+	var ev, data []byte
+	dataFrom, dataTo, dataLines := 0, 0, 0
 	var readErr error
-	var buf []byte // readLine's, reused line after line
 	// pending: events written and not flushed. They are flushed before
 	// any read that may wait for the upstream (no whole line buffered,
 	// and the upstream's body not yet ended) and before the call is
@@ -59,27 +61,39 @@ func (g *Gateway) stream(w http.ResponseWriter, r *http.Request, ep endpoint, re
 			rc.Flush()
 			pending = false
 		}
-		line, err := readLine(rd, maxEventBytes-ev.Len(), buf[:0])
-		buf = line
-		if len(line) > 0 {
-			ev.Write(line)
-			if field, value := sseField(line); string(field) == "data" {
-				if data.Len() > 0 {
-					data.WriteByte('\n')
+		start := len(ev)
+		var err error
+		ev, err = readLine(rd, maxEventBytes, ev)
+		line := ev[start:]
+		if field, from, to := sseField(line); string(field) == "data" {
+			from, to = start+from, start+to
+			switch dataLines {
+			case 0:
+				dataFrom, dataTo = from, to
+			case 1:
+				data = append(data[:0], ev[dataFrom:dataTo]...)
+				fallthrough
+			default:
+				if len(data) > 0 {
+					data = append(data, '\n')
 				}
-				data.Write(value)
+				data = append(data, ev[from:to]...)
 			}
+			dataLines++
 		}
-		end := len(bytes.TrimRight(line, "\r\n")) == 0 && len(line) > 0
-		if (end || err != nil) && ev.Len() > 0 {
-			forward := g.onEvent(r, ep, c, &u, data.Bytes())
-			if forward {
-				if _, werr := w.Write(ev.Bytes()); werr == nil {
+		end := len(line) > 0 && len(trimEOL(line)) == 0
+		if (end || err != nil) && len(ev) > 0 {
+			d := data
+			if dataLines <= 1 {
+				d = ev[dataFrom:dataTo]
+			}
+			if g.onEvent(r, ep, c, &u, &er, d) {
+				if _, werr := w.Write(ev); werr == nil {
 					pending = true
 				}
 			}
-			ev.Reset()
-			data.Reset()
+			ev, data = ev[:0], data[:0]
+			dataFrom, dataTo, dataLines = 0, 0, 0
 		}
 		if err != nil {
 			if !errors.Is(err, io.EOF) {
@@ -115,6 +129,14 @@ func (e *endSeen) Read(p []byte) (int, error) {
 // in BenchmarkGateway (and a large object, cleared on allocation).
 var streamReaders = sync.Pool{New: func() any { return bufio.NewReaderSize(nil, 64<<10) }}
 
+// trimJSONSpace is b without the JSON white space it starts with.
+func trimJSONSpace(b []byte) []byte {
+	for len(b) > 0 && (b[0] == ' ' || b[0] == '\t' || b[0] == '\r' || b[0] == '\n') {
+		b = b[1:]
+	}
+	return b
+}
+
 // doneData is the data of the event that ends an OpenAI stream.
 var doneData = []byte("[DONE]")
 
@@ -125,14 +147,15 @@ func lineBuffered(rd *bufio.Reader) bool {
 	return bytes.IndexByte(b, '\n') >= 0
 }
 
-// readLine reads one line (with its end) of at most limit bytes, into
-// out's room.
+// readLine reads one line (with its end) onto out, which may then hold
+// at most limit bytes (else out as it was, and an error).
 func readLine(rd *bufio.Reader, limit int, out []byte) ([]byte, error) {
+	n0 := len(out)
 	for {
 		chunk, err := rd.ReadSlice('\n')
 		out = append(out, chunk...)
 		if len(out) > limit {
-			return nil, errors.New("an event is larger than the gateway reads")
+			return out[:n0], errors.New("an event is larger than the gateway reads")
 		}
 		if errors.Is(err, bufio.ErrBufferFull) {
 			continue
@@ -141,20 +164,32 @@ func readLine(rd *bufio.Reader, limit int, out []byte) ([]byte, error) {
 	}
 }
 
-// sseField splits an event-stream line into its field and value.
-func sseField(line []byte) ([]byte, []byte) {
-	line = bytes.TrimRight(line, "\r\n")
-	name, value, ok := bytes.Cut(line, []byte(":"))
-	if !ok {
-		return line, nil
+// trimEOL is line without its end (any \r and \n it ends with).
+func trimEOL(line []byte) []byte {
+	for len(line) > 0 && (line[len(line)-1] == '\n' || line[len(line)-1] == '\r') {
+		line = line[:len(line)-1]
 	}
-	value, _ = bytes.CutPrefix(value, []byte(" "))
-	return name, value
+	return line
+}
+
+// sseField splits an event-stream line into its field and where in line
+// its value is (from one space after the colon, to the line's end).
+func sseField(line []byte) (field []byte, from, to int) {
+	line = trimEOL(line)
+	i := bytes.IndexByte(line, ':')
+	if i < 0 {
+		return line, len(line), len(line)
+	}
+	from = i + 1
+	if from < len(line) && line[from] == ' ' {
+		from++
+	}
+	return line[:i], from, len(line)
 }
 
 // onEvent reads one event's data for usage, meters the call before the
 // event that ends the stream, and says whether to pass the event on.
-func (g *Gateway) onEvent(r *http.Request, ep endpoint, c *call, u *usage, data []byte) bool {
+func (g *Gateway) onEvent(r *http.Request, ep endpoint, c *call, u *usage, er *eventReader, data []byte) bool {
 	if len(data) == 0 {
 		return true
 	}
@@ -164,11 +199,11 @@ func (g *Gateway) onEvent(r *http.Request, ep endpoint, c *call, u *usage, data 
 	}
 	// Most events are content deltas with nothing to meter: only those
 	// that can carry usage or end the stream are decoded.
-	if !mayMatter(data) {
+	if !mayMatter(ep.api, data) {
 		return true
 	}
-	var e streamEvent
-	if json.Unmarshal(data, &e) != nil {
+	e, ok := er.read(data)
+	if !ok {
 		return true
 	}
 	switch ep.api {
@@ -206,22 +241,32 @@ func (g *Gateway) onEvent(r *http.Request, ep endpoint, c *call, u *usage, data 
 	return true
 }
 
-// mayMatter says whether an event's data can hold usage or end a stream:
-// a usage object (not null), or one of the types the gateway acts on.
-func mayMatter(data []byte) bool {
+// mayMatter says whether an event's data can hold usage or end a stream
+// of api: a usage object (not null), or one of the types the gateway acts
+// on for api (a superset: "message_st" is message_start's and
+// message_stop's).
+func mayMatter(api API, data []byte) bool {
+	// `usage"` rather than `"usage"`: a quote starts most of the data's
+	// tokens, and bytes.Index looks for a pattern's first byte first.
 	for rest := data; ; {
-		i := bytes.Index(rest, []byte(`"usage"`))
+		i := bytes.Index(rest, []byte(`usage"`))
 		if i < 0 {
 			break
 		}
-		rest = bytes.TrimLeft(rest[i+len(`"usage"`):], " \t\r\n")
-		if rest, ok := bytes.CutPrefix(rest, []byte(":")); ok {
-			if bytes.HasPrefix(bytes.TrimLeft(rest, " \t\r\n"), []byte("{")) {
-				return true
-			}
+		quoted := i > 0 && rest[i-1] == '"'
+		rest = rest[i+len(`usage"`):]
+		if !quoted {
+			continue
+		}
+		v, ok := bytes.CutPrefix(trimJSONSpace(rest), []byte(":"))
+		if v = trimJSONSpace(v); ok && len(v) > 0 && v[0] == '{' {
+			return true
 		}
 	}
-	for _, t := range [][]byte{[]byte("message_start"), []byte("message_stop"), []byte("response.completed"), []byte("response.incomplete"), []byte("response.failed")} {
+	if api == Anthropic {
+		return bytes.Contains(data, []byte("message_st"))
+	}
+	for _, t := range [][]byte{[]byte("response.completed"), []byte("response.incomplete"), []byte("response.failed")} {
 		if bytes.Contains(data, t) {
 			return true
 		}

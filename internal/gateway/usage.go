@@ -18,18 +18,19 @@ type usage struct {
 // (input_tokens, output_tokens, cache_read_input_tokens,
 // cache_creation_input_tokens; input_tokens excludes both).
 type rawUsage struct {
-	PromptTokens     *int64 `json:"prompt_tokens"`
-	CompletionTokens *int64 `json:"completion_tokens"`
-	InputTokens      *int64 `json:"input_tokens"`
-	OutputTokens     *int64 `json:"output_tokens"`
-	CacheRead        *int64 `json:"cache_read_input_tokens"`
-	CacheCreation    *int64 `json:"cache_creation_input_tokens"`
-	PromptDetails    *struct {
-		CachedTokens *int64 `json:"cached_tokens"`
-	} `json:"prompt_tokens_details"`
-	InputDetails *struct {
-		CachedTokens *int64 `json:"cached_tokens"`
-	} `json:"input_tokens_details"`
+	PromptTokens     *int64        `json:"prompt_tokens"`
+	CompletionTokens *int64        `json:"completion_tokens"`
+	InputTokens      *int64        `json:"input_tokens"`
+	OutputTokens     *int64        `json:"output_tokens"`
+	CacheRead        *int64        `json:"cache_read_input_tokens"`
+	CacheCreation    *int64        `json:"cache_creation_input_tokens"`
+	PromptDetails    *tokenDetails `json:"prompt_tokens_details"`
+	InputDetails     *tokenDetails `json:"input_tokens_details"`
+}
+
+// tokenDetails is OpenAI's breakdown of a count: the cached tokens.
+type tokenDetails struct {
+	CachedTokens *int64 `json:"cached_tokens"`
 }
 
 func val(p *int64) int64 {
@@ -81,13 +82,14 @@ type streamEvent struct {
 	Usage   *rawUsage        `json:"usage"`
 	Choices *json.RawMessage `json:"choices"`
 	// Anthropic's message_start carries its usage in message.
-	Message *struct {
-		Usage *rawUsage `json:"usage"`
-	} `json:"message"`
+	Message *usageHolder `json:"message"`
 	// OpenAI responses' response.completed carries it in response.
-	Response *struct {
-		Usage *rawUsage `json:"usage"`
-	} `json:"response"`
+	Response *usageHolder `json:"response"`
+}
+
+// usageHolder is an object of which the gateway reads the usage.
+type usageHolder struct {
+	Usage *rawUsage `json:"usage"`
 }
 
 // merge sets u's fields from n where n has them: Anthropic's counts in
