@@ -218,7 +218,9 @@ func cgroupCPU(dir string) time.Duration {
 // BenchmarkCascade1000 builds a root agent with 10 x 10 x 10 owned
 // descendants (1,111 agents, grace 0), SIGKILLs the root's process and times
 // until every process of the tree is reaped (no /proc entry left: neither
-// running nor a zombie) and every descendant is recorded cancelled (ms);
+// running nor a zombie) and every descendant is recorded cancelled (ms;
+// seen on the event log, the rows read back after the clock stops:
+// awaitCascade);
 // groups-ms is until the daemon has also removed the tree's groups (the
 // root's is removed last). The floor, in the same iteration: 1,110 nested
 // cgroups each with one sleeping process, one cgroup.kill at the top, until
@@ -240,7 +242,6 @@ func BenchmarkCascade1000(b *testing.B) {
 		treePids := &pidCheck{} // this tree's, for the timed check
 		treePids.add(root)
 		treePids.add(tree...)
-		last := tree[len(tree)-1]
 		rootGroup := filepath.Join(d.cgroupRoot, "a"+root.ID.String())
 		if _, err := os.Stat(rootGroup); err != nil {
 			b.Fatalf("the root's group: %v", err)
@@ -253,9 +254,11 @@ func BenchmarkCascade1000(b *testing.B) {
 		if err := syscall.Kill(root.PID, syscall.SIGKILL); err != nil {
 			b.Fatal(err)
 		}
-		err := awaitCascade(d.Daemon, root, last, tree, treePids, 60*time.Second)
-		took := time.Since(t0)
-		cpu += proctest.CPU() - cpu0
+		var took, tookCPU time.Duration
+		err := awaitCascade(d.Daemon, root, tree, treePids, 60*time.Second, func() {
+			took, tookCPU = time.Since(t0), proctest.CPU()-cpu0
+		})
+		cpu += tookCPU
 		b.StopTimer()
 		stopProfile()
 		if err != nil {
@@ -619,32 +622,60 @@ func cascadeDone(d *benchDaemon, root *kin.Agent, tree []*kin.Agent, rootGroup s
 
 // awaitCascade waits, within, until the root's end and every descendant's
 // cancellation are recorded (cascadeRecorded) and every process of pids is
-// gone, at a small cost in CPU beside the cascade it times: it follows the
-// event log for the last agent's agent.child.cancel, which the cascade's
-// record appends in the transaction that records every agent (a wait
-// woken by the store's commits, one indexed read of that agent's events
-// each), then checks everything once. Only should that check fail (the
-// record split in more than one commit) does it poll, as the benchmark
-// did before: a read of the last agent's row, then of every cancelled
-// agent, every millisecond at most.
-func awaitCascade(svc kin.Service, root, last *kin.Agent, tree []*kin.Agent, pids *pidCheck, within time.Duration) error {
+// gone, and calls seen at that moment (the benchmark's clock stops there),
+// at a small cost in CPU beside the cascade it times: it follows the event
+// log for the root's agent.exited and each descendant's agent.child.cancel,
+// each appended in the transaction that records that agent's end (a wait
+// woken by the store's commits, a read of the new events of those two
+// types each), checks that no process is left (a look in /proc each), and
+// calls seen. Only then does it read the agents' rows back
+// (cascadeRecorded), out of the time. Should that check fail, or a process
+// be left, it polls, as the benchmark did before (a read of every
+// cancelled agent and every process, every millisecond at most), and
+// calls seen again when that holds.
+func awaitCascade(svc kin.Service, root *kin.Agent, tree []*kin.Agent, pids *pidCheck, within time.Duration, seen func()) error {
 	deadline := time.Now().Add(within)
 	fctx, cancel := context.WithDeadline(ctx, deadline)
 	defer cancel()
-	f := kin.EventFilter{Agent: last.ID, Subject: true, Types: []string{kin.EventChildCancel}, Limit: 1}
-	if err := svc.FollowEvents(fctx, f, func(kin.Event) error { return nil }); err != nil {
-		return fmt.Errorf("following agent %d's cancellation: %w", last.ID, err)
+	want := make(map[kin.AgentID]bool, len(tree))
+	for _, a := range tree {
+		want[a.ID] = true
 	}
-	return poll(time.Until(deadline), 50*time.Microsecond, time.Millisecond, func() (bool, error) {
-		a, err := svc.Agent(ctx, last.ID)
-		if err != nil || a.EndedAt.IsZero() {
-			return false, err
+	rootEnded := false
+	f := kin.EventFilter{Types: []string{kin.EventAgentExited, kin.EventChildCancel}}
+	errAll := errors.New("all recorded")
+	err := svc.FollowEvents(fctx, f, func(e kin.Event) error {
+		switch {
+		case e.Type == kin.EventAgentExited && e.Agent == root.ID:
+			rootEnded = true
+		case e.Type == kin.EventChildCancel:
+			delete(want, e.Agent)
 		}
+		if rootEnded && len(want) == 0 {
+			return errAll
+		}
+		return nil
+	})
+	if !errors.Is(err, errAll) {
+		return fmt.Errorf("following the cascade's record (%d agents' left): %w", len(want), err)
+	}
+	if len(pids.leftover()) == 0 {
+		seen()
+		ok, err := cascadeRecorded(svc, root, tree)
+		if ok || err != nil {
+			return err
+		}
+	}
+	err = poll(time.Until(deadline), 50*time.Microsecond, time.Millisecond, func() (bool, error) {
 		if ok, err := cascadeRecorded(svc, root, tree); !ok || err != nil {
 			return false, err
 		}
 		return len(pids.leftover()) == 0, nil
 	})
+	if err == nil {
+		seen()
+	}
+	return err
 }
 
 // cascadeRecorded reports whether the root's end and every descendant's

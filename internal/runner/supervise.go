@@ -460,11 +460,38 @@ func (run *Runner) onExit(ex supervisor.Exit) {
 	if errors.Is(ex.Err, supervisor.ErrClosed) {
 		return // left running on purpose (--leave-running): the next daemon re-adopts it
 	}
+	if run.exitOwned(ex.ID) {
+		return
+	}
 	run.exitWG.Add(1)
 	go func() {
 		defer run.exitWG.Done()
 		run.handleExit(ex.ID, exitOf(ex))
 	}()
+}
+
+// exitOwned does, on the reaping goroutine, what handleExit does for an
+// exit that a stop or cancellation records (rt.ending; its start recorded
+// already) or of an agent without a runtime: nothing but mark it exited.
+// A cascade's thousand exits come while its Stop reaps them: each was a
+// goroutine that only did this. False: handleExit's, on a goroutine.
+func (run *Runner) exitOwned(id kin.AgentID) bool {
+	run.rtMu.Lock()
+	defer run.rtMu.Unlock()
+	rt := run.runtimes[id]
+	if rt == nil {
+		return true
+	}
+	select {
+	case <-rt.ready:
+	default:
+		return false // its start is being recorded: handleExit waits for it
+	}
+	if !rt.ending {
+		return false
+	}
+	rt.exited = true
+	return true
 }
 
 // exitOf translates the supervisor's exit into kin's.
