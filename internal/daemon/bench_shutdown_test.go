@@ -213,7 +213,7 @@ func rawShutdown(b *testing.B, g *groupCheck) (time.Duration, error) {
 			return 0, err
 		}
 		rg.mu.Lock()
-		deaf = append(deaf, rg.procs[len(rg.procs)-1].Process.Pid)
+		deaf = append(deaf, rg.procs[len(rg.procs)-1].Pid)
 		rg.mu.Unlock()
 		for k := 1; k < per; k++ {
 			if _, _, err := rg.start(filepath.Join(sub, "c"+strconv.Itoa(k))); err != nil {
@@ -246,8 +246,8 @@ func rawShutdown(b *testing.B, g *groupCheck) (time.Duration, error) {
 	procs := rg.procs
 	rg.procs = nil
 	rg.mu.Unlock()
-	for _, cmd := range procs {
-		cmd.Wait()
+	for _, p := range procs {
+		p.Wait()
 	}
 	return time.Since(t0), nil
 }
