@@ -122,6 +122,7 @@ func (f *FS) CreateChildDir(p ChildParams) error {
 		}
 		return fmt.Errorf("ctxfs: %s: %w", dir, err)
 	}
+	f.dropSpares(childSpare(p.Parent, p.Child))
 	return f.syncDir(children)
 }
 
@@ -136,7 +137,7 @@ func (f *FS) SetChildStatus(parent Session, child string, st ChildStatus) error 
 	}
 	defer unix.Close(fd)
 	dir := f.ChildDir(parent.UID, parent.Agent, parent.ID, child)
-	if err := f.writeAt(fd, FileChildStatus, line(string(st)), parent.Owner, ModeAgentFile); err != nil {
+	if err := f.rewriteAt(fd, FileChildStatus, childSpare(parent, child), line(string(st)), parent.Owner, ModeAgentFile); err != nil {
 		return fmt.Errorf("ctxfs: %s: %w", dir, err)
 	}
 	return f.syncDir(fd)
