@@ -636,15 +636,14 @@ func removeAllAt(dirfd int, name string, depth int) error {
 	return nil
 }
 
-// replaceAt moves name from the directory from into the directory to,
-// atomically replacing whatever stands there (a file, a directory, even a
-// link, which is replaced rather than followed), and removes the replaced
-// entry.
-func replaceAt(from int, to int, name string) error {
-	err := unix.Renameat2(from, name, to, name, unix.RENAME_EXCHANGE)
+// exchangeAt puts tmp in dirfd in the place of name, atomically replacing
+// whatever stands there (a file, a directory, even a link, which is
+// replaced rather than followed); the replaced entry is left under tmp.
+func exchangeAt(dirfd int, tmp, name string) error {
+	err := unix.Renameat2(dirfd, tmp, dirfd, name, unix.RENAME_EXCHANGE)
 	if errors.Is(err, unix.ENOENT) {
 		// Nothing to exchange with (or nothing to move: the caller checks).
-		err = unix.Renameat2(from, name, to, name, unix.RENAME_NOREPLACE)
+		err = unix.Renameat2(dirfd, tmp, dirfd, name, unix.RENAME_NOREPLACE)
 		if err != nil {
 			return &fs.PathError{Op: "rename", Path: name, Err: err}
 		}
@@ -653,7 +652,7 @@ func replaceAt(from int, to int, name string) error {
 	if err != nil {
 		return &fs.PathError{Op: "exchange", Path: name, Err: err}
 	}
-	return removeAllAt(from, name, 0)
+	return nil
 }
 
 // WriteFile atomically replaces the file at path (beneath the root; its
