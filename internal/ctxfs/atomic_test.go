@@ -163,9 +163,10 @@ func TestControlReadersSeeWholeFiles(t *testing.T) {
 
 // crashArgs is the crash writer's input.
 type crashArgs struct {
-	Root string
-	UID  int
-	GID  int
+	Root   string
+	Spares string // Options.SpareDir: the state's rewrites are exchanges
+	UID    int
+	GID    int
 }
 
 const crashMax = 200 << 10 // latest.md up to 200 KiB: many pages per write
@@ -203,7 +204,7 @@ func crashWriter(args string) int {
 		fmt.Fprintln(os.Stderr, err)
 		return 2
 	}
-	f, err := ctxfs.Open(a.Root, ctxfs.Options{})
+	f, err := ctxfs.Open(a.Root, ctxfs.Options{SpareDir: a.Spares})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 2
@@ -250,8 +251,8 @@ func TestCrash(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a := crashArgs{Root: t.TempDir(), UID: os.Getuid(), GID: os.Getgid()}
-	f := openFS(t, a.Root, ctxfs.Options{})
+	a := crashArgs{Root: t.TempDir(), Spares: t.TempDir(), UID: os.Getuid(), GID: os.Getgid()}
+	f := openFS(t, a.Root, ctxfs.Options{SpareDir: a.Spares})
 	s := crashSession(a)
 	if err := f.CreateSession(ctxfs.SessionParams{Session: s, AgentID: 1, Cwd: "/work", Now: t0}); err != nil {
 		t.Fatal(err)

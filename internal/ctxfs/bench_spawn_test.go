@@ -2,6 +2,7 @@ package ctxfs_test
 
 import (
 	"os"
+	"path/filepath"
 	"strconv"
 	"testing"
 	"time"
@@ -52,4 +53,92 @@ func BenchmarkSpawnFolders(b *testing.B) {
 		}
 	}
 	b.ReportMetric(float64(proctest.CPU()-cpu0)/float64(time.Microsecond)/float64(b.N), "cpu-us/agent")
+}
+
+// BenchmarkAgentLife is one child agent's whole life in the agent
+// filesystem as the daemon writes it: its session and its folder in its
+// parent's session (as BenchmarkSpawnFolders), its state set active and
+// then exited, its result.md copied into its parent's folder (CopyResult),
+// and its status there set completed. Sub-benchmarks: rewrites by rename
+// (no spare directory) and by exchange with a spare (Options.SpareDir).
+// inodes-new/agent and inodes-freed/agent are what ext4 allocated and
+// freed per life (proctest.CountInodes; missing where the tracepoints are
+// not available); cpu-us/agent is this process's CPU.
+func BenchmarkAgentLife(b *testing.B) {
+	for _, mode := range []string{"rename", "exchange"} {
+		b.Run(mode, func(b *testing.B) {
+			o := ctxfs.Options{NoSync: true}
+			if mode == "exchange" {
+				o.SpareDir = b.TempDir()
+			}
+			benchAgentLife(b, o)
+		})
+	}
+}
+
+func benchAgentLife(b *testing.B, o ctxfs.Options) {
+	f, err := ctxfs.Open(b.TempDir(), o)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer f.Close()
+	owner := func(i int) ctxfs.Owner {
+		if os.Geteuid() != 0 {
+			return ctxfs.Owner{UID: os.Geteuid(), GID: os.Getegid()}
+		}
+		return ctxfs.Owner{UID: 40000 + i, GID: 40000 + i}
+	}
+	var parents []ctxfs.Session
+	for k := range 4 {
+		s := ctxfs.Session{Owner: owner(k), Agent: "p" + strconv.Itoa(k), ID: ctxfs.DefaultSession}
+		if err := f.CreateSession(ctxfs.SessionParams{Session: s, AgentID: kin.AgentID(k + 1), Now: t0}); err != nil {
+			b.Fatal(err)
+		}
+		parents = append(parents, s)
+	}
+	key := make([]byte, 120)
+	result := []byte("# done\n\nThe patch is in artifact/.\n")
+	inodes, ierr := proctest.CountInodes()
+	if ierr == nil {
+		defer inodes.Close()
+	}
+	var new0, freed0 int64
+	if inodes != nil {
+		new0, freed0 = inodes.Read()
+	}
+	cpu0 := proctest.CPU()
+	for i := 0; b.Loop(); i++ {
+		id := kin.AgentID(i + 10)
+		p := parents[i%len(parents)]
+		s := ctxfs.Session{Owner: owner(i + 10), Agent: "c" + strconv.Itoa(i), ID: ctxfs.DefaultSession}
+		ref := ctxfs.ParentRef{Agent: p.Agent, Session: p.ID, Run: "r" + strconv.Itoa(i%4+1)}
+		if err := f.CreateSession(ctxfs.SessionParams{Session: s, AgentID: id, Run: "r" + id.String(), Parent: ref, Cwd: "/work", Key: key, Now: t0}); err != nil {
+			b.Fatal(err)
+		}
+		if err := f.CreateChildDir(ctxfs.ChildParams{Parent: p, Child: s.Agent, ChildID: id, ChildSession: s.ID}); err != nil {
+			b.Fatal(err)
+		}
+		if err := f.SetSessionState(s, kin.StateActive, t0.Add(time.Second)); err != nil {
+			b.Fatal(err)
+		}
+		out := f.OutputDir(s.UID, s.Agent, s.ID)
+		if err := f.WriteFile(filepath.Join(out, ctxfs.FileResult), result, s.Owner, 0o600); err != nil { // the agent's
+			b.Fatal(err)
+		}
+		if err := f.SetSessionState(s, kin.StateExited, t0.Add(2*time.Second)); err != nil {
+			b.Fatal(err)
+		}
+		if _, err := f.CopyResult(out, f.ChildDir(p.UID, p.Agent, p.ID, s.Agent)); err != nil {
+			b.Fatal(err)
+		}
+		if err := f.SetChildStatus(p, s.Agent, ctxfs.ChildCompleted); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(proctest.CPU()-cpu0)/float64(time.Microsecond)/float64(b.N), "cpu-us/agent")
+	if inodes != nil {
+		new1, freed1 := inodes.Read()
+		b.ReportMetric(float64(new1-new0)/float64(b.N), "inodes-new/agent")
+		b.ReportMetric(float64(freed1-freed0)/float64(b.N), "inodes-freed/agent")
+	}
 }

@@ -122,6 +122,7 @@ func (f *FS) CreateChildDir(p ChildParams) error {
 		}
 		return fmt.Errorf("ctxfs: %s: %w", dir, err)
 	}
+	f.dropSpares(childSpare(p.Parent, p.Child))
 	return f.syncDir(children)
 }
 
@@ -136,7 +137,7 @@ func (f *FS) SetChildStatus(parent Session, child string, st ChildStatus) error 
 	}
 	defer unix.Close(fd)
 	dir := f.ChildDir(parent.UID, parent.Agent, parent.ID, child)
-	if err := f.writeAt(fd, FileChildStatus, line(string(st)), parent.Owner, ModeAgentFile); err != nil {
+	if err := f.rewriteAt(fd, FileChildStatus, childSpare(parent, child), line(string(st)), parent.Owner, ModeAgentFile); err != nil {
 		return fmt.Errorf("ctxfs: %s: %w", dir, err)
 	}
 	return f.syncDir(fd)
@@ -210,9 +211,10 @@ func (m *Manifest) Lookup(rel string) (CopiedFile, bool) {
 // against its contract is the caller's.
 //
 // The copies belong to toChildDir's owner (files 0600, directories 0700).
-// They are staged in toChildDir and then swapped into place one entry at a
-// time, each atomically, artifact/ first and result.md last, replacing an
-// earlier copy (an entry absent from fromDir is removed).
+// They are staged in toChildDir under transient names and then swapped
+// into place one entry at a time, each atomically, artifact/ first and
+// result.md last, replacing an earlier copy (an entry absent from fromDir is
+// removed). An empty artifact/ replacing an empty one is left as it is.
 func (f *FS) CopyResult(fromDir, toChildDir string) (Manifest, error) {
 	src, err := f.walkPath(fromDir)
 	if err != nil {
@@ -239,12 +241,14 @@ func (f *FS) CopyResult(fromDir, toChildDir string) (Manifest, error) {
 		maxN:    f.maxFiles,
 		hashBuf: make([]byte, 64<<10),
 	}
-	stage := f.transient("result", stageTag)
-	m, err := c.stage(src, dst, stage)
+	staged := map[string]string{} // entry -> its staged copy's name in dst
+	m, err := c.stage(src, dst, staged)
 	if err == nil {
-		err = c.install(dst, stage, m)
+		err = c.install(dst, staged, m)
 	}
-	removeAllAt(dst, stage, 0)
+	for _, name := range staged { // what was replaced, or the stages after an error
+		removeAllAt(dst, name, 0)
+	}
 	if err != nil {
 		return Manifest{}, fmt.Errorf("ctxfs: copy result %s to %s: %w", fromDir, toChildDir, err)
 	}
@@ -263,16 +267,18 @@ type copier struct {
 	hashBuf []byte
 }
 
-// stage copies src's result channels into the new directory stage in dst.
-func (c *copier) stage(src, dst int, stage string) (Manifest, error) {
+// stage copies src's result channels into dst, each under a transient name
+// that staged records. An empty artifact/ in src where dst has one as
+// CreateChildDir made it (empty, the owner's, 0700) is not staged: that one
+// stays (a directory neither made nor freed).
+func (c *copier) stage(src, dst int, staged map[string]string) (Manifest, error) {
 	var m Manifest
-	fd, _, err := c.f.mkdirAt(dst, stage, c.o, ModeAgentDir)
-	if err != nil {
-		return m, err
-	}
-	defer unix.Close(fd)
 	for _, name := range []string{FileResult, FileRefs} {
-		found, err := c.copyFile(src, name, fd, name, &m)
+		tmp := c.f.transient(name, stageTag)
+		found, err := c.copyFile(src, name, dst, tmp, name, &m)
+		if found || err != nil {
+			staged[name] = tmp // also after an error: a partial copy is removed
+		}
 		if err != nil {
 			return m, err
 		}
@@ -283,37 +289,57 @@ func (c *copier) stage(src, dst int, stage string) (Manifest, error) {
 		}
 	}
 	kind, err := c.lstat(src, dirArtifact)
+	missing := errors.Is(err, fs.ErrNotExist)
 	switch {
-	case errors.Is(err, fs.ErrNotExist):
-		err = c.f.mkdirWith(fd, dirArtifact, c.o, nil)
+	case missing:
 	case err != nil:
-	case kind != unix.S_IFDIR:
-		err = fmt.Errorf("%s: %w", dirArtifact, ErrNotRegular)
-	default:
-		err = c.copyDir(src, dirArtifact, fd, dirArtifact+"/", 1, &m)
-	}
-	if err != nil {
 		return m, err
+	case kind != unix.S_IFDIR:
+		return m, fmt.Errorf("%s: %w", dirArtifact, ErrNotRegular)
 	}
-	return m, c.f.syncDir(fd)
+	if (missing || c.emptyDir(src, dirArtifact, c.srcUID, 0)) && c.emptyDir(dst, dirArtifact, uint32(c.o.UID), ModeAgentDir) {
+		return m, nil
+	}
+	tmp := c.f.transient(dirArtifact, stageTag)
+	staged[dirArtifact] = tmp
+	if missing {
+		return m, c.f.mkdirWith(dst, tmp, c.o, nil)
+	}
+	return m, c.copyDir(src, dirArtifact, dst, tmp, dirArtifact+"/", 1, &m)
+}
+
+// emptyDir reports whether name in dirfd is a directory (not a link) of
+// uid without entries, with mode when mode is not 0.
+func (c *copier) emptyDir(dirfd int, name string, uid uint32, mode fs.FileMode) bool {
+	fd, err := openDirAt(dirfd, name)
+	if err != nil {
+		return false
+	}
+	defer unix.Close(fd)
+	var st unix.Stat_t
+	if unix.Fstat(fd, &st) != nil || st.Uid != uid || (mode != 0 && fs.FileMode(st.Mode&0o7777) != mode) {
+		return false
+	}
+	names, err := listAt(fd)
+	return err == nil && len(names) == 0
 }
 
 // install swaps the staged entries into dst: artifact/, refs.jsonl, then
 // result.md, so that a reader who sees the new result.md sees its refs and
-// artifacts.
-func (c *copier) install(dst int, stage string, m Manifest) error {
-	fd, err := openDirAt(dst, stage)
-	if err != nil {
-		return err
-	}
-	defer unix.Close(fd)
+// artifacts. A replaced entry is left under its stage's name; an entry
+// absent from the child's output is removed (an artifact/ not staged stays).
+func (c *copier) install(dst int, staged map[string]string, m Manifest) error {
 	for _, e := range []struct {
 		name    string
 		present bool
 	}{{dirArtifact, true}, {FileRefs, m.Refs}, {FileResult, m.Result}} {
-		if e.present {
-			err = replaceAt(fd, dst, e.name)
-		} else {
+		tmp, ok := staged[e.name]
+		var err error
+		switch {
+		case ok && e.present:
+			err = exchangeAt(dst, tmp, e.name)
+		case e.present: // artifact/, kept as it is
+		default:
 			err = removeAllAt(dst, e.name, 0)
 		}
 		if err != nil {
@@ -338,10 +364,10 @@ func (c *copier) lstat(dirfd int, name string) (uint32, error) {
 	return st.Mode & unix.S_IFMT, nil
 }
 
-// copyFile copies the regular file name in src to a new file of that name
-// in dst, reporting false if there is no such file. rel names it in errors
-// and in the manifest.
-func (c *copier) copyFile(src int, name string, dst int, rel string, m *Manifest) (bool, error) {
+// copyFile copies the regular file name in src to the new file to in dst,
+// reporting false if there is no such file. rel names it in errors and in
+// the manifest.
+func (c *copier) copyFile(src int, name string, dst int, to, rel string, m *Manifest) (bool, error) {
 	in, err := unix.Openat(src, name, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
 	if errors.Is(err, unix.ENOENT) {
 		return false, nil
@@ -375,7 +401,7 @@ func (c *copier) copyFile(src int, name string, dst int, rel string, m *Manifest
 	if st.Size > left {
 		return false, fmt.Errorf("%s: more than %d bytes in all: %w", rel, c.maxB, ErrTooLarge)
 	}
-	out, err := unix.Openat(dst, name, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
+	out, err := unix.Openat(dst, to, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
 	if err != nil {
 		return false, &fs.PathError{Op: "create", Path: rel, Err: err}
 	}
@@ -403,8 +429,8 @@ func (c *copier) copyFile(src int, name string, dst int, rel string, m *Manifest
 func hashString(h hash.Hash) string { return "sha256:" + hex.EncodeToString(h.Sum(nil)) }
 
 // copyDir copies the directory name in src (already checked to be a
-// directory owned by the child) to the new directory dstName in dst.
-func (c *copier) copyDir(src int, name string, dst int, rel string, depth int, m *Manifest) error {
+// directory owned by the child) to the new directory to in dst.
+func (c *copier) copyDir(src int, name string, dst int, to, rel string, depth int, m *Manifest) error {
 	if depth > maxResultDepth {
 		return fmt.Errorf("%s: nested deeper than %d: %w", rel, maxResultDepth, ErrTooLarge)
 	}
@@ -420,7 +446,7 @@ func (c *copier) copyDir(src int, name string, dst int, rel string, depth int, m
 	if st.Uid != c.srcUID { // replaced between the lstat and the open
 		return fmt.Errorf("%s: uid %d: %w", rel, st.Uid, ErrForeign)
 	}
-	out, _, err := c.f.mkdirAt(dst, name, c.o, ModeAgentDir)
+	out, _, err := c.f.mkdirAt(dst, to, c.o, ModeAgentDir)
 	if err != nil {
 		return err
 	}
@@ -436,9 +462,9 @@ func (c *copier) copyDir(src int, name string, dst int, rel string, depth int, m
 		}
 		switch kind {
 		case unix.S_IFDIR:
-			err = c.copyDir(in, n, out, rel+n+"/", depth+1, m)
+			err = c.copyDir(in, n, out, n, rel+n+"/", depth+1, m)
 		case unix.S_IFREG:
-			_, err = c.copyFile(in, n, out, rel+n, m)
+			_, err = c.copyFile(in, n, out, n, rel+n, m)
 		default:
 			err = fmt.Errorf("%s%s: %w", rel, n, ErrNotRegular)
 		}

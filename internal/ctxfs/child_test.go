@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/kin-agents/kin/internal/ctxfs"
+	"github.com/kin-agents/kin/internal/proctest"
 )
 
 // resultFixture is a child's output directory and its parent's child
@@ -272,4 +273,49 @@ func TestChildDir(t *testing.T) {
 		}
 	}
 	assertNoTemps(t, f.Root)
+}
+
+// TestCopyResultKeepsAnEmptyArtifact: a child that hands back no artifacts
+// leaves its parent's empty artifact/ as it is (no directory made and
+// freed: the copy of result.md is the only new inode); one the parent
+// filled is still replaced by the child's empty one.
+func TestCopyResultKeepsAnEmptyArtifact(t *testing.T) {
+	requireRoot(t)
+	r := newResultFixture(t, ctxfs.Options{})
+	r.put(t, "result.md", seedResult)
+	artifact := filepath.Join(r.slot, "artifact")
+	before := inode(t, artifact)
+	counter, cerr := proctest.CountInodes()
+	if _, err := r.f.CopyResult(r.out, r.slot); err != nil {
+		t.Fatal(err)
+	}
+	if cerr == nil {
+		n, freed := counter.Read()
+		counter.Close()
+		if n != 1 || freed != 0 {
+			t.Errorf("the copy of result.md alone allocated %d inodes and freed %d, want 1 and 0", n, freed)
+		}
+	} else {
+		t.Logf("inodes not counted: %v", cerr)
+	}
+	if inode(t, artifact) != before {
+		t.Error("the empty artifact/ was replaced by another empty one")
+	}
+	if got := listTree(t, r.slot); !reflect.DeepEqual(got, []string{"agent", "artifact", "handoff.md", "result.md", "session", "status"}) {
+		t.Errorf("child dir: %q", got)
+	}
+
+	if err := os.WriteFile(filepath.Join(artifact, "planted"), []byte("x"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.f.CopyResult(r.out, r.slot); err != nil {
+		t.Fatal(err)
+	}
+	if got := listTree(t, r.slot); !reflect.DeepEqual(got, []string{"agent", "artifact", "handoff.md", "result.md", "session", "status"}) {
+		t.Errorf("child dir after the second copy: %q", got)
+	}
+	if uid, _, mode := statOf(t, artifact); uid != r.parent.UID || mode != fs.ModeDir|0o700 {
+		t.Errorf("artifact/: uid %d %v", uid, mode)
+	}
+	assertNoTemps(t, r.f.Root)
 }

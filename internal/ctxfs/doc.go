@@ -65,7 +65,10 @@
 // leaves the old file or the new one. New control directories, sessions and
 // child directories are built under a temporary name and renamed into place
 // (RENAME_NOREPLACE), so they appear whole, and an existing one is never
-// replaced. CopyResult swaps each entry in with RENAME_EXCHANGE. Appends to
+// replaced. CopyResult swaps each entry in with RENAME_EXCHANGE. With
+// Options.SpareDir, a session's state and updated_at and a child's status
+// are rewritten by exchange with a spare instead (spare.go): no inode is
+// freed, and none allocated after a file's first rewrite. Appends to
 // events.jsonl are one write(2) of whole lines, fsynced; a line a crash cut
 // short (possible only beyond a page, or on power loss) is cut off by the
 // next append. After a crash, RemoveTemps at start clears the temporaries,

@@ -12,6 +12,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"golang.org/x/sys/unix"
 )
@@ -66,6 +67,12 @@ type Options struct {
 	// rewrites the tree (RepairSession, RepairChildDir and the control
 	// files); tests of concurrency set it too.
 	NoSync bool
+	// SpareDir, when set, is a directory of the daemon's (made 0700 if
+	// missing) on the same file system as the root, outside the tree,
+	// where rewrites of existing files keep their spares (spare.go): a
+	// rewrite then allocates and frees no inode. Empty, or on another
+	// file system: every rewrite is a new file renamed into place.
+	SpareDir string
 	// Limits of CopyResult; zero fields take the defaults below.
 	MaxResultBytes int64
 	MaxResultFiles int
@@ -101,6 +108,12 @@ type FS struct {
 	// appendMu serialises appends to one file (striped by path), so the
 	// repair of a torn last line never races another append.
 	appendMu [32]sync.Mutex
+	// spareFD is <root>/.spare, where rewriteAt keeps each rewritten
+	// file's spare (-1: none; noSpares: the file system cannot exchange);
+	// spareMu serialises the uses of one spare (striped by its name).
+	spareFD  int
+	noSpares atomic.Bool
+	spareMu  [32]sync.Mutex
 	// run tags this FS's transient entries, so that RemoveTemps, which
 	// may run beside its writes, removes only those of earlier runs.
 	run string
@@ -136,6 +149,7 @@ func Open(root string, o Options) (*FS, error) {
 		maxBytes: o.MaxResultBytes,
 		maxFiles: o.MaxResultFiles,
 		run:      fmt.Sprintf("%08x-", rand.Uint32()),
+		spareFD:  -1,
 	}
 	if f.maxBytes <= 0 {
 		f.maxBytes = DefaultMaxResultBytes
@@ -154,13 +168,21 @@ func Open(root string, o Options) (*FS, error) {
 			f.syncDir(f.rootFD)
 		}
 	}
+	if o.SpareDir != "" {
+		f.openSpares(o.SpareDir)
+	}
 	return f, nil
 }
 
 // Close releases the root. Calling it twice is safe; no method may run
 // during or after it.
 func (f *FS) Close() error {
-	f.closeOnce.Do(func() { f.closeErr = f.root.Close() })
+	f.closeOnce.Do(func() {
+		if f.spareFD >= 0 {
+			unix.Close(f.spareFD)
+		}
+		f.closeErr = f.root.Close()
+	})
 	return f.closeErr
 }
 
@@ -614,15 +636,14 @@ func removeAllAt(dirfd int, name string, depth int) error {
 	return nil
 }
 
-// replaceAt moves name from the directory from into the directory to,
-// atomically replacing whatever stands there (a file, a directory, even a
-// link, which is replaced rather than followed), and removes the replaced
-// entry.
-func replaceAt(from int, to int, name string) error {
-	err := unix.Renameat2(from, name, to, name, unix.RENAME_EXCHANGE)
+// exchangeAt puts tmp in dirfd in the place of name, atomically replacing
+// whatever stands there (a file, a directory, even a link, which is
+// replaced rather than followed); the replaced entry is left under tmp.
+func exchangeAt(dirfd int, tmp, name string) error {
+	err := unix.Renameat2(dirfd, tmp, dirfd, name, unix.RENAME_EXCHANGE)
 	if errors.Is(err, unix.ENOENT) {
 		// Nothing to exchange with (or nothing to move: the caller checks).
-		err = unix.Renameat2(from, name, to, name, unix.RENAME_NOREPLACE)
+		err = unix.Renameat2(dirfd, tmp, dirfd, name, unix.RENAME_NOREPLACE)
 		if err != nil {
 			return &fs.PathError{Op: "rename", Path: name, Err: err}
 		}
@@ -631,7 +652,7 @@ func replaceAt(from int, to int, name string) error {
 	if err != nil {
 		return &fs.PathError{Op: "exchange", Path: name, Err: err}
 	}
-	return removeAllAt(from, name, 0)
+	return nil
 }
 
 // WriteFile atomically replaces the file at path (beneath the root; its

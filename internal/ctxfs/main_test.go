@@ -19,7 +19,8 @@ import (
 // helperEnv turns the test binary into a helper process instead of running
 // tests: "crash-writer" rewrites a tree until it is killed (TestCrash),
 // "probe" tries file operations and reports each one's errno (run as
-// another uid by TestOtherUIDDenied). helperArgs carries their JSON input.
+// another uid by TestOtherUIDDenied), "holder" keeps a file open for
+// writing and writes through it on demand (TestSparesStayInTheirSession). helperArgs carries their JSON input.
 const (
 	helperEnv  = "KIN_CTXFS_TEST_HELPER"
 	helperArgs = "KIN_CTXFS_TEST_ARGS"
@@ -31,6 +32,8 @@ func TestMain(m *testing.M) {
 		os.Exit(crashWriter(os.Getenv(helperArgs)))
 	case "probe":
 		os.Exit(probe(os.Getenv(helperArgs)))
+	case "holder":
+		os.Exit(holder(os.Getenv(helperArgs)))
 	}
 	os.Exit(m.Run())
 }

@@ -148,6 +148,7 @@ func (f *FS) CreateSession(p SessionParams) error {
 	if err := f.syncDir(sessions); err != nil {
 		return fmt.Errorf("ctxfs: %s: %w", dir, err)
 	}
+	f.dropSpares(sessionSpare(p.Session, FileState), sessionSpare(p.Session, FileUpdatedAt))
 	return nil
 }
 
@@ -255,7 +256,7 @@ func (f *FS) SetSessionState(s Session, st kin.State, now time.Time) error {
 	}
 	defer unix.Close(fd)
 	for _, file := range []File{{FileState, line(string(st))}, {FileUpdatedAt, stamp(now)}} {
-		if err := f.writeAt(fd, file.Name, file.Data, s.Owner, ModeAgentFile); err != nil {
+		if err := f.rewriteAt(fd, file.Name, sessionSpare(s, file.Name), file.Data, s.Owner, ModeAgentFile); err != nil {
 			return fmt.Errorf("ctxfs: %s: %w", f.Dir(s), err)
 		}
 	}

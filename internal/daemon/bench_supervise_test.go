@@ -165,6 +165,11 @@ func benchSpawnThroughput(b *testing.B, opts ...kintest.Option) {
 	d := startBenchDaemon(b, g, opts...)
 	var spent, rawSpent, cpu, agentsCPU time.Duration
 	n := 0
+	inodes, inodesErr := proctest.CountInodes()
+	if inodesErr == nil {
+		defer inodes.Close()
+	}
+	var spawnNew, spawnFreed, lifeNew, lifeFreed int64
 	for iter := 0; b.Loop(); iter++ {
 		parents := spawnRoots(b, d.Client, pids, fmt.Sprintf("tp%d", iter))
 		reqs := make([]kin.SpawnRequest, throughputBatch)
@@ -172,11 +177,19 @@ func benchSpawnThroughput(b *testing.B, opts ...kintest.Option) {
 			reqs[i] = sleepRequest(fmt.Sprintf("t%d-%d", iter, i), parents[i%len(parents)].ID)
 		}
 		stopProfile := benchProfile(b, "KIN_TEST_SPAWN_CPUPROFILE", "KIN_TEST_SPAWN_TRACE", iter)
+		var new0, freed0 int64
+		if inodes != nil {
+			new0, freed0 = inodes.Read()
+		}
 		t0, cpu0, acpu0 := time.Now(), proctest.CPU(), cgroupCPU(d.cgroupRoot)
 		agents, err := spawnAll(d.Client, reqs, throughputClients)
 		spent += time.Since(t0)
 		cpu += proctest.CPU() - cpu0
 		agentsCPU += cgroupCPU(d.cgroupRoot) - acpu0
+		if inodes != nil {
+			new1, freed1 := inodes.Read()
+			spawnNew, spawnFreed = spawnNew+new1-new0, spawnFreed+freed1-freed0
+		}
 		stopProfile()
 		pids.add(agents...)
 		if err != nil {
@@ -186,6 +199,12 @@ func benchSpawnThroughput(b *testing.B, opts ...kintest.Option) {
 
 		rawSpent += rawStarts(b, g, throughputBatch)
 		stopRoots(b, d.Client, parents)
+		if inodes != nil {
+			// The agents' whole life, until the tree holds their end.
+			awaitRecorded(b, d.Client, parents)
+			new1, freed1 := inodes.Read()
+			lifeNew, lifeFreed = lifeNew+new1-new0, lifeFreed+freed1-freed0
+		}
 	}
 	rate, rawRate := float64(n)/spent.Seconds(), float64(n)/rawSpent.Seconds()
 	b.ReportMetric(0, "ns/op")
@@ -199,6 +218,30 @@ func benchSpawnThroughput(b *testing.B, opts ...kintest.Option) {
 	// which cgroup2 keeps without the cpu controller): a shim's start
 	// (its exec and Go runtime), or the agent's execve alone.
 	b.ReportMetric(float64(agentsCPU)/float64(time.Millisecond)/float64(n), "agents-cpu-ms/agent")
+	// The ext4 inodes this process (daemon, clients, agents) allocated and
+	// freed per agent: over the spawns, and over the whole life (spawn,
+	// stop, the tree's record of the end; the raw floor's groups are on
+	// cgroupfs and not counted). Each allocation on this journal-less ext4
+	// scans the block group's recently freed inodes.
+	if inodes != nil {
+		b.ReportMetric(float64(spawnNew)/float64(n), "spawn-inodes-new/agent")
+		b.ReportMetric(float64(spawnFreed)/float64(n), "spawn-inodes-freed/agent")
+		b.ReportMetric(float64(lifeNew)/float64(n), "life-inodes-new/agent")
+		b.ReportMetric(float64(lifeFreed)/float64(n), "life-inodes-freed/agent")
+	} else {
+		b.Logf("no inode figures: %v", inodesErr)
+	}
+}
+
+// awaitRecorded waits until each of roots has ended and the agent
+// filesystem holds every event up to its end (client.Wait).
+func awaitRecorded(b *testing.B, svc kin.Service, roots []*kin.Agent) {
+	b.Helper()
+	for _, r := range roots {
+		if _, err := svc.Wait(ctx, kin.WaitRequest{ID: r.ID, Timeout: kin.Duration(time.Minute)}); err != nil {
+			b.Fatalf("wait %s: %v", r.Name, err)
+		}
+	}
 }
 
 // cgroupCPU is usage_usec of dir's cpu.stat (0 where unreadable).

@@ -1,8 +1,9 @@
 // Package proctest finds processes for tests that must show none is left:
 // the cascade, PID namespace and sandbox tests mark the processes they start
 // with an argument no other process has, and look for it in /proc. It also
-// tells benchmarks this process's CPU time (CPU). It uses only the standard
-// library, so any package's own tests may import it.
+// tells benchmarks this process's CPU time (CPU) and the ext4 inodes it
+// allocates and frees (CountInodes). It uses only the standard library and
+// golang.org/x/sys, so any package's own tests may import it.
 package proctest
 
 import (

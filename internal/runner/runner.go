@@ -309,7 +309,11 @@ func (run *Runner) Open() error {
 	// (the page cache outlives it); after a crash of the machine, which no
 	// agent outlives, the writer rebuilds the tree from the store
 	// (ctxWriter's boot check).
-	if run.ctx, err = ctxfs.Open(run.ctxDir, ctxfs.Options{NoSync: true}); err != nil {
+	// Rewrites of existing files (a session's state, a child's status)
+	// keep their spares in the home, beside the tree: no inode allocated
+	// or freed a rewrite (ctxfs spare.go).
+	spares := filepath.Join(run.cfg.Home, "ctx-spare")
+	if run.ctx, err = ctxfs.Open(run.ctxDir, ctxfs.Options{NoSync: true, SpareDir: spares}); err != nil {
 		return err
 	}
 	// What interrupted writes of an earlier run left is removed in the
