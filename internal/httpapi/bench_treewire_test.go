@@ -2,8 +2,10 @@ package httpapi_test
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -50,7 +52,8 @@ func benchTree() []*kin.TreeNode {
 }
 
 // BenchmarkTreeWire encodes and decodes a 10,001-agent tree in the nested
-// JSON and in the compact form, as the daemon and the client do.
+// JSON and in the compact form, as the daemon and the client do, and
+// decodes it in the compact form v2 (the store's rows).
 func BenchmarkTreeWire(b *testing.B) {
 	trees := benchTree()
 	for _, form := range []string{"application/json", httpapi.TreeColumnsType} {
@@ -77,4 +80,28 @@ func BenchmarkTreeWire(b *testing.B) {
 			b.ReportMetric(float64(proctest.CPU()-cpu0)/float64(time.Millisecond)/float64(b.N), "cpu-ms/op")
 		})
 	}
+	b.Run("rows-decode", func(b *testing.B) {
+		// The compact form v2's reader alone (client.Tree's side of the
+		// streamed tree): the daemon sends the store's rows as they are.
+		var nodes []*kin.TreeNode
+		var walk func([]*kin.TreeNode)
+		walk = func(ns []*kin.TreeNode) {
+			for _, n := range ns {
+				nodes = append(nodes, n)
+				walk(n.Children)
+			}
+		}
+		walk(trees)
+		slices.SortFunc(nodes, func(a, b *kin.TreeNode) int { return cmp.Compare(a.ID, b.ID) })
+		data := []byte(rowsDoc(b, nodes...))
+		cpu0 := proctest.CPU()
+		for range b.N {
+			got, err := httpapi.DecodeTree(httpapi.TreeRowsType, bytes.NewReader(data))
+			if err != nil || len(got) != 1 {
+				b.Fatal(err)
+			}
+			b.SetBytes(int64(len(data)))
+		}
+		b.ReportMetric(float64(proctest.CPU()-cpu0)/float64(time.Millisecond)/float64(b.N), "cpu-ms/op")
+	})
 }

@@ -2,10 +2,14 @@ package httpapi_test
 
 import (
 	"encoding/json"
+	"fmt"
+	"io"
 	"reflect"
 	"strconv"
 	"strings"
 	"testing"
+	"testing/iotest"
+	"time"
 
 	"github.com/kin-agents/kin/internal/httpapi"
 	"github.com/kin-agents/kin/kin"
@@ -21,7 +25,7 @@ var rowsFields = []string{"id", "name", "role", "parent", "generation", "respons
 	"last_heartbeat", "session", "result", "stage", "host", "requested_by"}
 
 // rowOf is a's row in the form v2, as the store packs it.
-func rowOf(t *testing.T, a *kin.Agent) string {
+func rowOf(t testing.TB, a *kin.Agent) string {
 	t.Helper()
 	var b strings.Builder
 	num := func(v int64) { b.WriteString(strconv.FormatInt(v, 10) + ",") }
@@ -138,7 +142,7 @@ func rowOf(t *testing.T, a *kin.Agent) string {
 }
 
 // rowsDoc is nodes (ascending ids) in the form v2.
-func rowsDoc(t *testing.T, nodes ...*kin.TreeNode) string {
+func rowsDoc(t testing.TB, nodes ...*kin.TreeNode) string {
 	t.Helper()
 	head := map[string]any{"version": 2, "fields": rowsFields, "n": len(nodes), "reconciling": []kin.AgentID{}}
 	spend := map[string][]any{"at": {}, "values": {}}
@@ -231,6 +235,9 @@ func TestTreeRowsMalformed(t *testing.T) {
 		{"left over", head + row("1,0,1:ax") + "\n", "1 bytes after"},
 		{"missing field", head + row("1,0,") + "\n", "field 2 (name)"},
 		{"int overflow", head + row("99999999999999999999,0,1:a") + "\n", "out of range"},
+		{"int overflow at 19 digits", head + row("9223372036854775808,0,1:a") + "\n", "out of range"},
+		{"negative overflow", head + row("1,-9223372036854775809,1:a") + "\n", "out of range"},
+		{"negative text length", head + row("1,0,-1:a") + "\n", "bad text length"},
 		{"bad command", `{"version":2,"fields":["id","command"],"n":1}` + "\n" + row("1,3:[1]") + "\n", "command"},
 		{"exit code range", `{"version":2,"fields":["id","exit_state","exit_code"],"n":1}` + "\n" + row("1,1,99999999999,") + "\n", "exit code"},
 		{"bad error record", head + "!{nope\n", "malformed error record"},
@@ -287,4 +294,40 @@ func FuzzDecodeTreeRows(f *testing.F) {
 		}
 		walk(trees, 0, true)
 	})
+}
+
+// TestTreeRowsAcrossReads: the reader takes the rows it has buffered
+// whole and reads a row it has only part of on its own; a long answer
+// read in pieces of any size, rows cut anywhere, decodes to the same tree.
+func TestTreeRowsAcrossReads(t *testing.T) {
+	at := time.Unix(1_700_000_000, 123).UTC()
+	nodes := []*kin.TreeNode{}
+	for i := 1; i <= 3000; i++ {
+		n := &kin.TreeNode{Agent: kin.Agent{ID: kin.AgentID(i), Name: fmt.Sprintf("a:%d,7:x", i), Generation: 1,
+			Status: kin.StatusActive, CreatedAt: at, UpdatedAt: at.Add(time.Duration(i)), PID: -i, Grace: kin.Duration(i) << 40}, Children: []*kin.TreeNode{}}
+		if i > 1 {
+			n.Parent = kin.AgentID(i / 2)
+			nodes[i/2-1].Children = append(nodes[i/2-1].Children, n)
+		}
+		if i%97 == 0 { // a row longer than the reader's buffer
+			n.Command = []string{strings.Repeat("x", 70_000+i)}
+		}
+		nodes = append(nodes, n)
+	}
+	doc := rowsDoc(t, nodes...)
+	want := mustJSON(t, nodes[:1])
+	for name, r := range map[string]func() io.Reader{
+		"whole":    func() io.Reader { return strings.NewReader(doc) },
+		"one byte": func() io.Reader { return iotest.OneByteReader(strings.NewReader(doc)) },
+		"half":     func() io.Reader { return iotest.HalfReader(strings.NewReader(doc)) },
+		"data+err": func() io.Reader { return iotest.DataErrReader(strings.NewReader(doc)) },
+	} {
+		got, err := httpapi.DecodeTree(httpapi.TreeRowsType, r())
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if have := mustJSON(t, got); have != want {
+			t.Fatalf("%s: the tree changed", name)
+		}
+	}
 }

@@ -4,7 +4,9 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 
@@ -101,6 +103,62 @@ func TestAgentListByIDsLarge(t *testing.T) {
 	for i, a := range got {
 		if a.ID != ids[i] || a.Name != fmt.Sprintf("a%d", a.ID-1) {
 			t.Fatalf("row %d is %d %s, want %d", i, a.ID, a.Name, ids[i])
+		}
+	}
+}
+
+// TestLargeReadsLeaveNoMapping: a large read (4096 agents or more: a
+// subtree's rows, a list by ids, the forest by ranges) maps the database
+// file while it reads (sqlite.go's bulkMmap), and no mapping is left once
+// it returns: the file's pages would count in the daemon's resident memory
+// for as long as a connection of the pool kept them mapped.
+func TestLargeReadsLeaveNoMapping(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "kin.db")
+	s := open(t, path)
+	ctx := context.Background()
+	const n = 5000
+	err := s.Update(ctx, func(tx store.Tx) error {
+		for i := range n {
+			if _, err := tx.AgentInsert(ctx, store.AgentInsertParams{Agent: storetest.NewAgent(fmt.Sprintf("a%d", i), 0, 0)}); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil { // the rows go from the log to the file
+		t.Fatal(err)
+	}
+	s = open(t, path)
+	ids := make([]kin.AgentID, n)
+	for i := range ids {
+		ids[i] = kin.AgentID(i + 1)
+	}
+	for range 3 { // the pool's connections are reused
+		size := 0
+		err := s.AgentRowsByIDs(ctx, ids, func(records []byte) error {
+			size += len(records)
+			return nil
+		})
+		if err != nil || size == 0 {
+			t.Fatalf("AgentRowsByIDs: %d bytes, %v", size, err)
+		}
+		if got, err := s.AgentListByIDs(ctx, ids); err != nil || len(got) != n {
+			t.Fatalf("AgentListByIDs: %d, %v", len(got), err)
+		}
+		if got, err := s.AgentList(ctx, kin.AgentFilter{}); err != nil || len(got) != n {
+			t.Fatalf("AgentList: %d, %v", len(got), err)
+		}
+	}
+	maps, err := os.ReadFile("/proc/self/maps")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(maps), "\n") {
+		if strings.HasSuffix(line, " "+path) {
+			t.Errorf("the database is still mapped after the reads: %s", line)
 		}
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"database/sql"
+	"database/sql/driver"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -115,6 +116,32 @@ func (r reader) query1(ctx context.Context, q string, args ...any) (*sql.Rows, e
 		return st.QueryContext(ctx, args...)
 	}
 	return r.q.QueryContext(ctx, r.d.rebind(q), args...)
+}
+
+// bulk runs read, one chunk of a large read (large), with a reader on a
+// connection of its own between the dialect's BulkReadOn and BulkReadOff;
+// with r itself when the read is not large, inside a transaction, or
+// where the dialect has none.
+func (r reader) bulk(ctx context.Context, large bool, read func(r reader) error) error {
+	db, ok := r.q.(*sql.DB)
+	if !large || !ok || r.tx != nil || r.d.BulkReadOn == "" {
+		return read(r)
+	}
+	conn, err := db.Conn(ctx)
+	if err != nil {
+		return interpretError(err)
+	}
+	defer conn.Close()
+	discard := func() { conn.Raw(func(any) error { return driver.ErrBadConn }) } //nolint:errcheck // it closes the connection
+	if _, err := conn.ExecContext(ctx, r.d.BulkReadOn); err != nil {
+		discard()
+		return interpretError(err)
+	}
+	err = read(reader{q: conn, d: r.d})
+	if _, offErr := conn.ExecContext(context.WithoutCancel(ctx), r.d.BulkReadOff); offErr != nil {
+		discard() // it would keep the mode in the pool
+	}
+	return err
 }
 
 func (r reader) queryRow(ctx context.Context, q string, args ...any) *sql.Row {
@@ -299,7 +326,12 @@ func (r reader) listByIDs(ctx context.Context, unpack func(string) (*kin.Agent, 
 			if lo >= hi {
 				return nil, nil
 			}
-			return r.agentsOf(ctx, unpack, query, idArray(sorted[lo:hi]))
+			var part []*kin.Agent
+			err := r.bulk(ctx, true, func(r reader) (err error) {
+				part, err = r.agentsOf(ctx, unpack, query, idArray(sorted[lo:hi]))
+				return err
+			})
+			return part, err
 		})
 		if err != nil {
 			return nil, err
@@ -368,7 +400,7 @@ func (r reader) AgentRowsByIDs(ctx context.Context, ids []kin.AgentID, emit func
 			defer wg.Done()
 			defer close(outs[c])
 			if lo < hi {
-				errs[c] = r.rowsOf(ctx, sorted[lo:hi], outs[c])
+				errs[c] = r.rowsOf(ctx, sorted[lo:hi], len(sorted) >= parallelReadMin, outs[c])
 			}
 		}()
 	}
@@ -395,8 +427,9 @@ func (r reader) AgentRowsByIDs(ctx context.Context, ids []kin.AgentID, emit func
 // for waits in memory, and the connection goes back to the pool once the
 // rows are read, so a slow reader of a streamed tree (an agent that stops
 // reading its subtree) holds no store connection (a chunk in memory at
-// most, as the tree built whole did).
-func (r reader) rowsOf(ctx context.Context, ids []kin.AgentID, out chan<- []byte) error {
+// most, as the tree built whole did). A large read's chunk runs as
+// reader.bulk's.
+func (r reader) rowsOf(ctx context.Context, ids []kin.AgentID, large bool, out chan<- []byte) error {
 	var pending [][]byte
 	offer := func() { // sends what out has room for, without waiting
 		for len(pending) > 0 {
@@ -408,7 +441,7 @@ func (r reader) rowsOf(ctx context.Context, ids []kin.AgentID, out chan<- []byte
 			}
 		}
 	}
-	err := func() error {
+	err := r.bulk(ctx, large, func(r reader) error {
 		rows, err := r.query(ctx, sqlAgentRowsByIDs, idArray(ids))
 		if err != nil {
 			return interpretError(err)
@@ -436,7 +469,7 @@ func (r reader) rowsOf(ctx context.Context, ids []kin.AgentID, out chan<- []byte
 			pending = append(pending, buf)
 		}
 		return nil
-	}()
+	})
 	if err != nil {
 		return err
 	}
@@ -500,7 +533,12 @@ func (r reader) agentsByRange(ctx context.Context) (out []*kin.Agent, ok bool, e
 		if c == chunks-1 {
 			hi = math.MaxInt64
 		}
-		return r.agents(ctx, `SELECT `+agentColumns+` FROM agents a WHERE a.id > ? AND a.id <= ? ORDER BY a.id`, lo, hi)
+		var part []*kin.Agent
+		err := r.bulk(ctx, true, func(r reader) (err error) {
+			part, err = r.agents(ctx, `SELECT `+agentColumns+` FROM agents a WHERE a.id > ? AND a.id <= ? ORDER BY a.id`, lo, hi)
+			return err
+		})
+		return part, err
 	})
 	return out, true, err
 }

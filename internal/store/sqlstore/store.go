@@ -122,6 +122,14 @@ type Dialect struct {
 	// ids) in their LATERAL forms (lateral.go): where the engine keeps a
 	// statement's plan made while the tables were small (PostgreSQL).
 	Lateral bool
+	// BulkReadOn and BulkReadOff, when set, are run on a read connection
+	// taken for one chunk of a large read (parallelReadMin agents or
+	// more, outside a transaction), before its statement and once its rows
+	// were read: where the engine reads large runs of pages cheaper in
+	// another mode that should not stay on (SQLite's mmap_size, which
+	// sqlite.go explains). A connection whose BulkReadOff failed is
+	// closed, not given back to the pool.
+	BulkReadOn, BulkReadOff string
 
 	rebound sync.Map // query → Rebind(query)
 }
