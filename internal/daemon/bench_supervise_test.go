@@ -856,7 +856,7 @@ func (rg *rawGroup) startArgv(sub string, argv []string) (full, start time.Durat
 	// fork from the shared table would copy: a floor that grew with the
 	// live agents). Not os/exec: it would keep a pidfd in that table.
 	t1 := time.Now()
-	pid, err := sandbox.ForkFromOwnTable([]int{fd, int(rawNull.Fd())}, func(fds []int) (int, error) {
+	pid, err := sandbox.ForkFromOwnTable([]int{fd, int(rawNull().Fd())}, func(fds []int) (int, error) {
 		null := uintptr(fds[1])
 		return syscall.ForkExec(argv[0], argv, &syscall.ProcAttr{Files: []uintptr{null, null, null},
 			Sys: &syscall.SysProcAttr{UseCgroupFD: true, CgroupFD: fds[0]}})
@@ -880,14 +880,16 @@ func (rg *rawGroup) startArgv(sub string, argv []string) (full, start time.Durat
 	return full, start, nil
 }
 
-// rawNull is /dev/null, the floors' processes' stdio.
-var rawNull = func() *os.File {
+// rawNull is /dev/null, the floors' processes' stdio, opened at its first
+// use: the test binary is also the attack tests' agent, whose descriptors
+// those tests list (an init's open would be taken for one inherited).
+var rawNull = sync.OnceValue(func() *os.File {
 	f, err := os.Open(os.DevNull)
 	if err != nil {
 		panic(err)
 	}
 	return f
-}()
+})
 
 // killAndReap kills everything in the group with one cgroup.kill, waits
 // until cgroup.events says populated 0, and reaps every process.

@@ -6,9 +6,8 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"syscall"
 	"unsafe"
-
-	"golang.org/x/sys/unix"
 )
 
 // Inodes counts the inodes ext4 allocates and frees in this process's
@@ -48,14 +47,10 @@ func CountInodes() (*Inodes, error) {
 			id  uint64
 			fds *[]int
 		}{{allocID, &c.alloc}, {freeID, &c.free}} {
-			attr := unix.PerfEventAttr{
-				Type:   unix.PERF_TYPE_TRACEPOINT,
-				Size:   uint32(unsafe.Sizeof(unix.PerfEventAttr{})),
-				Config: ev.id,
-				Bits:   unix.PerfBitInherit,
-			}
-			fd, err := unix.PerfEventOpen(&attr, tid, -1, -1, unix.PERF_FLAG_FD_CLOEXEC)
-			if errors.Is(err, unix.ESRCH) {
+			attr := perfEventAttr{typ: perfTypeTracepoint, config: ev.id, flags: perfBitInherit}
+			attr.size = uint32(unsafe.Sizeof(attr))
+			fd, err := perfEventOpen(&attr, tid)
+			if errors.Is(err, syscall.ESRCH) {
 				break // the thread has ended
 			}
 			if err != nil {
@@ -66,6 +61,38 @@ func CountInodes() (*Inodes, error) {
 		}
 	}
 	return c, nil
+}
+
+// perfEventAttr is the kernel's struct perf_event_attr in its first
+// published size (PERF_ATTR_SIZE_VER0, 64 bytes), which every kernel takes
+// (proctest depends on the standard library only: deptest).
+type perfEventAttr struct {
+	typ          uint32
+	size         uint32
+	config       uint64
+	samplePeriod uint64
+	sampleType   uint64
+	readFormat   uint64
+	flags        uint64 // disabled (bit 0), inherit (bit 1), ...
+	wakeupEvents uint32
+	bpType       uint32
+	bpAddr       uint64
+}
+
+const (
+	perfTypeTracepoint = 2   // PERF_TYPE_TRACEPOINT
+	perfBitInherit     = 0x2 // the inherit bit of perf_event_attr's flags
+	perfFlagFDCloexec  = 0x8 // PERF_FLAG_FD_CLOEXEC
+)
+
+// perfEventOpen counts attr's event in thread tid on any CPU.
+func perfEventOpen(attr *perfEventAttr, tid int) (int, error) {
+	fd, _, e := syscall.Syscall6(syscall.SYS_PERF_EVENT_OPEN, uintptr(unsafe.Pointer(attr)), uintptr(tid),
+		^uintptr(0), ^uintptr(0), perfFlagFDCloexec, 0)
+	if e != 0 {
+		return -1, e
+	}
+	return int(fd), nil
 }
 
 // tracepoint reads the id of the tracepoint event (e.g.
@@ -90,7 +117,7 @@ func sum(fds []int) int64 {
 	var n int64
 	var buf [8]byte
 	for _, fd := range fds {
-		if k, err := unix.Read(fd, buf[:]); err == nil && k == len(buf) {
+		if k, err := syscall.Read(fd, buf[:]); err == nil && k == len(buf) {
 			n += int64(binary.NativeEndian.Uint64(buf[:]))
 		}
 	}
@@ -100,7 +127,7 @@ func sum(fds []int) int64 {
 // Close stops counting.
 func (c *Inodes) Close() {
 	for _, fd := range append(c.alloc, c.free...) {
-		unix.Close(fd)
+		syscall.Close(fd)
 	}
 	c.alloc, c.free = nil, nil
 }
