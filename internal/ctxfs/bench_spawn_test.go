@@ -19,40 +19,62 @@ import (
 // gives them (the daemon's own uid where this is not root). cpu-us/agent
 // is this process's CPU (user and system) per agent.
 func BenchmarkSpawnFolders(b *testing.B) {
-	f, err := ctxfs.Open(b.TempDir(), ctxfs.Options{NoSync: true})
+	sp := newSpawnBench(b, ctxfs.Options{NoSync: true})
+	cpu0 := proctest.CPU()
+	for i := 0; b.Loop(); i++ {
+		sp.spawn(b, i)
+	}
+	b.ReportMetric(float64(proctest.CPU()-cpu0)/float64(time.Microsecond)/float64(b.N), "cpu-us/agent")
+}
+
+// spawnBench is the agent filesystem a spawn benchmark works in: four
+// parents' sessions, each agent of a uid of its own where this is root.
+type spawnBench struct {
+	f       *ctxfs.FS
+	parents []ctxfs.Session
+	key     []byte
+}
+
+func newSpawnBench(b *testing.B, o ctxfs.Options) *spawnBench {
+	f, err := ctxfs.Open(b.TempDir(), o)
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer f.Close()
-	owner := func(i int) ctxfs.Owner {
-		if os.Geteuid() != 0 {
-			return ctxfs.Owner{UID: os.Geteuid(), GID: os.Getegid()}
-		}
-		return ctxfs.Owner{UID: 40000 + i, GID: 40000 + i}
-	}
-	var parents []ctxfs.Session
+	b.Cleanup(func() { f.Close() })
+	sp := &spawnBench{f: f, key: make([]byte, 120)}
 	for k := range 4 {
-		s := ctxfs.Session{Owner: owner(k), Agent: "p" + strconv.Itoa(k), ID: ctxfs.DefaultSession}
+		s := ctxfs.Session{Owner: benchOwner(k), Agent: "p" + strconv.Itoa(k), ID: ctxfs.DefaultSession}
 		if err := f.CreateSession(ctxfs.SessionParams{Session: s, AgentID: kin.AgentID(k + 1), Now: t0}); err != nil {
 			b.Fatal(err)
 		}
-		parents = append(parents, s)
+		sp.parents = append(sp.parents, s)
 	}
-	key := make([]byte, 120)
-	cpu0 := proctest.CPU()
-	for i := 0; b.Loop(); i++ {
-		id := kin.AgentID(i + 10)
-		p := parents[i%len(parents)]
-		s := ctxfs.Session{Owner: owner(i + 10), Agent: "c" + strconv.Itoa(i), ID: ctxfs.DefaultSession}
-		ref := ctxfs.ParentRef{Agent: p.Agent, Session: p.ID, Run: "r" + strconv.Itoa(i%4+1)}
-		if err := f.CreateSession(ctxfs.SessionParams{Session: s, AgentID: id, Run: "r" + id.String(), Parent: ref, Cwd: "/work", Key: key, Now: t0}); err != nil {
-			b.Fatal(err)
-		}
-		if err := f.CreateChildDir(ctxfs.ChildParams{Parent: p, Child: s.Agent, ChildID: id, ChildSession: s.ID}); err != nil {
-			b.Fatal(err)
-		}
+	return sp
+}
+
+// benchOwner is agent i's owner: a uid of its own as a root daemon's uid
+// range gives it, the daemon's own where this is not root.
+func benchOwner(i int) ctxfs.Owner {
+	if os.Geteuid() != 0 {
+		return ctxfs.Owner{UID: os.Geteuid(), GID: os.Getegid()}
 	}
-	b.ReportMetric(float64(proctest.CPU()-cpu0)/float64(time.Microsecond)/float64(b.N), "cpu-us/agent")
+	return ctxfs.Owner{UID: 40000 + i, GID: 40000 + i}
+}
+
+// spawn makes agent i's part of a spawn (runner.prepareCtx): its session
+// and its folder in its parent's context/child/. It returns both sessions.
+func (sp *spawnBench) spawn(b *testing.B, i int) (s, parent ctxfs.Session) {
+	id := kin.AgentID(i + 10)
+	p := sp.parents[i%len(sp.parents)]
+	s = ctxfs.Session{Owner: benchOwner(i + 10), Agent: "c" + strconv.Itoa(i), ID: ctxfs.DefaultSession}
+	ref := ctxfs.ParentRef{Agent: p.Agent, Session: p.ID, Run: "r" + strconv.Itoa(i%4+1)}
+	if err := sp.f.CreateSession(ctxfs.SessionParams{Session: s, AgentID: id, Run: "r" + id.String(), Parent: ref, Cwd: "/work", Key: sp.key, Now: t0}); err != nil {
+		b.Fatal(err)
+	}
+	if err := sp.f.CreateChildDir(ctxfs.ChildParams{Parent: p, Child: s.Agent, ChildID: id, ChildSession: s.ID}); err != nil {
+		b.Fatal(err)
+	}
+	return s, p
 }
 
 // BenchmarkAgentLife is one child agent's whole life in the agent
@@ -77,26 +99,8 @@ func BenchmarkAgentLife(b *testing.B) {
 }
 
 func benchAgentLife(b *testing.B, o ctxfs.Options) {
-	f, err := ctxfs.Open(b.TempDir(), o)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer f.Close()
-	owner := func(i int) ctxfs.Owner {
-		if os.Geteuid() != 0 {
-			return ctxfs.Owner{UID: os.Geteuid(), GID: os.Getegid()}
-		}
-		return ctxfs.Owner{UID: 40000 + i, GID: 40000 + i}
-	}
-	var parents []ctxfs.Session
-	for k := range 4 {
-		s := ctxfs.Session{Owner: owner(k), Agent: "p" + strconv.Itoa(k), ID: ctxfs.DefaultSession}
-		if err := f.CreateSession(ctxfs.SessionParams{Session: s, AgentID: kin.AgentID(k + 1), Now: t0}); err != nil {
-			b.Fatal(err)
-		}
-		parents = append(parents, s)
-	}
-	key := make([]byte, 120)
+	sp := newSpawnBench(b, o)
+	f := sp.f
 	result := []byte("# done\n\nThe patch is in artifact/.\n")
 	inodes, ierr := proctest.CountInodes()
 	if ierr == nil {
@@ -108,16 +112,7 @@ func benchAgentLife(b *testing.B, o ctxfs.Options) {
 	}
 	cpu0 := proctest.CPU()
 	for i := 0; b.Loop(); i++ {
-		id := kin.AgentID(i + 10)
-		p := parents[i%len(parents)]
-		s := ctxfs.Session{Owner: owner(i + 10), Agent: "c" + strconv.Itoa(i), ID: ctxfs.DefaultSession}
-		ref := ctxfs.ParentRef{Agent: p.Agent, Session: p.ID, Run: "r" + strconv.Itoa(i%4+1)}
-		if err := f.CreateSession(ctxfs.SessionParams{Session: s, AgentID: id, Run: "r" + id.String(), Parent: ref, Cwd: "/work", Key: key, Now: t0}); err != nil {
-			b.Fatal(err)
-		}
-		if err := f.CreateChildDir(ctxfs.ChildParams{Parent: p, Child: s.Agent, ChildID: id, ChildSession: s.ID}); err != nil {
-			b.Fatal(err)
-		}
+		s, p := sp.spawn(b, i)
 		if err := f.SetSessionState(s, kin.StateActive, t0.Add(time.Second)); err != nil {
 			b.Fatal(err)
 		}

@@ -382,9 +382,19 @@ func (f *FS) createAt(dirfd int, name string, data []byte, o Owner, mode fs.File
 	if err != nil {
 		return &fs.PathError{Op: "create", Path: name, Err: err}
 	}
-	// The descriptor stays a bare one (no os.File: its fcntl, finalizer
-	// and poller bookkeeping cost more than the write of a small file).
-	err = f.fixOwner(fd, o, mode)
+	if err := f.fill(fd, data, o, mode); err != nil {
+		unix.Unlinkat(dirfd, name, 0)
+		return &fs.PathError{Op: "write", Path: name, Err: err}
+	}
+	return nil
+}
+
+// fill gives the open file fd owner o and mode, writes data to it, syncs
+// it and closes it. The descriptor stays a bare one (no os.File: its
+// fcntl, finalizer and poller bookkeeping cost more than the write of a
+// small file).
+func (f *FS) fill(fd int, data []byte, o Owner, mode fs.FileMode) error {
+	err := f.fixOwner(fd, o, mode)
 	if err == nil {
 		err = writeAll(fd, data)
 	}
@@ -394,11 +404,7 @@ func (f *FS) createAt(dirfd int, name string, data []byte, o Owner, mode fs.File
 	if cerr := unix.Close(fd); err == nil {
 		err = cerr
 	}
-	if err != nil {
-		unix.Unlinkat(dirfd, name, 0)
-		return &fs.PathError{Op: "write", Path: name, Err: err}
-	}
-	return nil
+	return err
 }
 
 // writeAll writes data to the blocking descriptor fd.

@@ -163,17 +163,7 @@ func (f *FS) fillSpare(spare string, data []byte, o Owner, mode fs.FileMode) err
 		}
 		return &fs.PathError{Op: "spare", Path: spare, Err: err}
 	}
-	err = f.fixOwner(fd, o, mode)
-	if err == nil {
-		err = writeAll(fd, data)
-	}
-	if err == nil {
-		err = f.syncFile(fd)
-	}
-	if cerr := unix.Close(fd); err == nil {
-		err = cerr
-	}
-	if err != nil {
+	if err := f.fill(fd, data, o, mode); err != nil {
 		return &fs.PathError{Op: "spare", Path: spare, Err: err}
 	}
 	return nil
