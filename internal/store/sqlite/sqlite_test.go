@@ -71,12 +71,11 @@ func TestDriverNamesFile(t *testing.T) {
 	}
 }
 
-// TestAgentListByIDsLarge takes the parallel path (4096 ids and more) and
-// checks every row comes back once, in the caller's order.
-func TestAgentListByIDsLarge(t *testing.T) {
-	s := open(t, filepath.Join(t.TempDir(), "kin.db"))
+// insertRoots inserts n root agents a0, a1, ... in one Update (ids 1 to n
+// in a new store).
+func insertRoots(t *testing.T, s store.Store, n int) {
+	t.Helper()
 	ctx := context.Background()
-	const n = 5000
 	err := s.Update(ctx, func(tx store.Tx) error {
 		for i := range n {
 			if _, err := tx.AgentInsert(ctx, store.AgentInsertParams{Agent: storetest.NewAgent(fmt.Sprintf("a%d", i), 0, 0)}); err != nil {
@@ -88,6 +87,15 @@ func TestAgentListByIDsLarge(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+}
+
+// TestAgentListByIDsLarge takes the parallel path (4096 ids and more) and
+// checks every row comes back once, in the caller's order.
+func TestAgentListByIDsLarge(t *testing.T) {
+	s := open(t, filepath.Join(t.TempDir(), "kin.db"))
+	ctx := context.Background()
+	const n = 5000
+	insertRoots(t, s, n)
 	ids := make([]kin.AgentID, 0, n+1)
 	for id := kin.AgentID(n); id >= 1; id-- {
 		ids = append(ids, id)
@@ -117,17 +125,7 @@ func TestLargeReadsLeaveNoMapping(t *testing.T) {
 	s := open(t, path)
 	ctx := context.Background()
 	const n = 5000
-	err := s.Update(ctx, func(tx store.Tx) error {
-		for i := range n {
-			if _, err := tx.AgentInsert(ctx, store.AgentInsertParams{Agent: storetest.NewAgent(fmt.Sprintf("a%d", i), 0, 0)}); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	insertRoots(t, s, n)
 	if err := s.Close(); err != nil { // the rows go from the log to the file
 		t.Fatal(err)
 	}
