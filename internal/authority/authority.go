@@ -773,52 +773,50 @@ func (au *Authority) armDeadlineLocked(id kin.AgentID, at time.Time) {
 	})
 }
 
-// goExhaust runs exhaust in the background (Close waits for it), unless
-// the authority is closed.
+// goExhaust records that id's subtree ran out of budget or time and stops
+// it (exhaustClaim, then its stop: grace, then kill, its partial results
+// kept), all in the background, unless the authority is closed.
 func (au *Authority) goExhaust(id kin.AgentID, reason, why string) {
-	au.mu.Lock()
-	defer au.mu.Unlock()
-	if au.closed {
+	if !au.hold() {
 		return
 	}
-	au.wg.Add(1)
 	go func() {
 		defer au.wg.Done()
-		au.exhaust(id, reason, why)
+		au.exhaustClaim(id, reason, why)()
 	}()
 }
 
-// exhaust records that id's subtree ran out of budget or time and stops
-// it: grace, then kill, its partial results kept (cancelTree copies them).
-func (au *Authority) exhaust(id kin.AgentID, reason, why string) {
-	if finish := au.exhaustClaim(id, reason, why); finish != nil {
-		finish()
-	}
-}
-
-// exhaustNow is exhaust with the record and the claim made before it
-// returns, and the stop itself in the background (Close waits for it): a
-// model call that crossed a cap is answered only once its agent's end,
-// however soon it comes, is the stop's to record (budget_exhausted).
+// exhaustNow is goExhaust with the record and the claim made before it
+// returns, and the stop itself in the background: a model call that
+// crossed a cap is answered only once its agent's end, however soon it
+// comes, is the stop's to record (budget_exhausted).
 func (au *Authority) exhaustNow(id kin.AgentID, reason, why string) {
+	if !au.hold() {
+		return // nothing claimed: the shutdown stops the subtree
+	}
 	finish := au.exhaustClaim(id, reason, why)
-	if finish == nil {
-		return
-	}
-	au.mu.Lock()
-	defer au.mu.Unlock()
-	if au.closed {
-		return
-	}
-	au.wg.Add(1)
 	go func() {
 		defer au.wg.Done()
 		finish()
 	}()
 }
 
-// exhaustClaim is exhaust up to the stop's claim; finish (nil: nothing to
-// do) stops the claimed subtree, and then the agents escalated from it.
+// hold counts one more piece of background work Close waits for (wg),
+// unless the authority is closed (false).
+func (au *Authority) hold() bool {
+	au.mu.Lock()
+	defer au.mu.Unlock()
+	if au.closed {
+		return false
+	}
+	au.wg.Add(1)
+	return true
+}
+
+// exhaustClaim records that id's subtree ran out of budget or time and
+// claims it for its stop; finish stops the claimed subtree (grace, then
+// kill, its partial results kept: cancelTree copies them), then the
+// agents escalated from it.
 func (au *Authority) exhaustClaim(id kin.AgentID, reason, why string) (finish func()) {
 	// An agent whose spawn id or one of its descendants asked for (seed
 	// 002 §4.1) spends id's budget and lives under id's deadline without
