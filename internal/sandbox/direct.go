@@ -216,9 +216,9 @@ func (d *Direct) fds() []int {
 }
 
 // ownTable runs on the start's thread: it gives the thread a descriptor
-// table of its own (privateTable) holding carry and d's descriptors, which
-// it renumbers, and marks every descriptor the thread holds from 3 up
-// close-on-exec. It returns carry's numbers on the thread. own: the
+// table of its own (privateTable) holding carry and d's descriptors (mine:
+// d.fds()), which it renumbers, and marks every descriptor the thread
+// holds from 3 up close-on-exec. It returns carry's numbers on the thread. own: the
 // thread's table is its own (d's descriptors of the shared table are the
 // caller's to close), even with an error.
 //
@@ -229,8 +229,7 @@ func (d *Direct) fds() []int {
 // the thread shares the daemon's table the daemon marks its own; the stop
 // checks what the child holds all the same (another thread may open one
 // meanwhile).
-func (d *Direct) ownTable(carry []int) (fds []int, own bool, err error) {
-	mine := d.fds()
+func (d *Direct) ownTable(carry, mine []int) (fds []int, own bool, err error) {
 	all, own, err := privateTable(append(slices.Clone(carry), mine...))
 	if err != nil {
 		return nil, own, fmt.Errorf("sandbox: the start's descriptor table: %w", err)
@@ -319,7 +318,7 @@ func (d *Direct) Start(carry []int, fork func(fds []int) (int, error)) (int, err
 			tids <- thread{tid: tid, pidfd: -1, err: fmt.Errorf("sandbox: pidfd of the start's thread: %w", err)}
 			return
 		}
-		fds, own, err := d.ownTable(carry)
+		fds, own, err := d.ownTable(carry, shared)
 		if err != nil {
 			// pidfd is the shared table's: the caller closes it.
 			tids <- thread{tid: tid, pidfd: pidfd, own: own, err: err}

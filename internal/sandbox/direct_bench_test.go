@@ -22,19 +22,7 @@ func BenchmarkDirectStartBesideHeldFDs(b *testing.B) {
 	var first float64
 	for _, n := range []int{0, 2000, 8000} {
 		b.Run(fmt.Sprintf("fds=%d", n), func(b *testing.B) {
-			var held []int
-			defer func() {
-				for _, fd := range held {
-					unix.Close(fd)
-				}
-			}()
-			for range n {
-				fd, err := unix.Open(os.DevNull, unix.O_RDONLY|unix.O_CLOEXEC, 0)
-				if err != nil {
-					b.Skipf("open: %v (RLIMIT_NOFILE)", err)
-				}
-				held = append(held, fd)
-			}
+			holdNull(b, n, unix.O_CLOEXEC)
 			devnull, err := os.Open(os.DevNull)
 			if err != nil {
 				b.Fatal(err)

@@ -510,20 +510,7 @@ func kintestWait(limit time.Duration, cond func() bool) {
 // inheritable does not reach the agent, and the daemon's table is as it was.
 func TestDirectStartForksFromATableOfItsOwn(t *testing.T) {
 	requireLandlock(t)
-	const extra = 2000
-	held := make([]int, 0, extra)
-	defer func() {
-		for _, fd := range held {
-			unix.Close(fd)
-		}
-	}()
-	for range extra {
-		fd, err := unix.Open(os.DevNull, unix.O_RDONLY, 0) // not close-on-exec, on purpose
-		if err != nil {
-			t.Fatalf("open: %v (RLIMIT_NOFILE too low for the test?)", err)
-		}
-		held = append(held, fd)
-	}
+	held := holdNull(t, 2000, 0) // not close-on-exec, on purpose
 	before := countFDs(t, "/proc/self/fd")
 	threadFDs, threadErr := -1, error(nil)
 	directThreadLingers = func() {
@@ -575,19 +562,7 @@ func countFDs(t *testing.T, dir string) int {
 // thread whose table holds the carried descriptors and the daemon's first
 // few, not every descriptor the process holds; the runtime works there.
 func TestForkFromOwnTable(t *testing.T) {
-	held := make([]int, 0, 1000)
-	defer func() {
-		for _, fd := range held {
-			unix.Close(fd)
-		}
-	}()
-	for range 1000 {
-		fd, err := unix.Open(os.DevNull, unix.O_RDONLY|unix.O_CLOEXEC, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		held = append(held, fd)
-	}
+	held := holdNull(t, 1000, unix.O_CLOEXEC)
 	out, err := os.CreateTemp(tempDir(t), "out")
 	if err != nil {
 		t.Fatal(err)
@@ -620,4 +595,24 @@ func TestForkFromOwnTable(t *testing.T) {
 	if got := string(b); got != "started\n4\n" {
 		t.Errorf("the child wrote %q, want it started with 0, 1, 2 only (and ls's own)", got)
 	}
+}
+
+// holdNull opens /dev/null n times with flags besides O_RDONLY, as a
+// daemon holds a few descriptors per live agent, until the test ends.
+func holdNull(tb testing.TB, n, flags int) []int {
+	tb.Helper()
+	held := make([]int, 0, n)
+	tb.Cleanup(func() {
+		for _, fd := range held {
+			unix.Close(fd)
+		}
+	})
+	for range n {
+		fd, err := unix.Open(os.DevNull, unix.O_RDONLY|flags, 0)
+		if err != nil {
+			tb.Fatalf("open: %v (RLIMIT_NOFILE too low for %d descriptors?)", err, n)
+		}
+		held = append(held, fd)
+	}
+	return held
 }

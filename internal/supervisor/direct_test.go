@@ -6,9 +6,6 @@ import (
 	"sync"
 	"syscall"
 	"testing"
-	"unsafe"
-
-	"golang.org/x/sys/unix"
 
 	"github.com/kin-agents/kin/internal/sandbox"
 	"github.com/kin-agents/kin/kin"
@@ -26,12 +23,10 @@ func directSpec(t testing.TB, id kin.AgentID, argv ...string) Spec {
 	return Spec{ID: id, Argv: []string{"/bin/sh", "-c", "exit 99"}, Direct: d}
 }
 
-// TestDirectStartsRaceTheReapingSweeps: direct starts, each child stopped
-// traced for a moment (which waitid reports to the whole daemon), made
-// while children exit all the time and their orphans (re-parented to the
-// daemon) are swept: every exit is reported with its status, none hangs,
-// and every start was direct.
-func TestDirectStartsRaceTheReapingSweeps(t *testing.T) {
+// newDirectSup is a cgroup2 Supervisor that makes direct starts, or skips
+// the test where this machine cannot.
+func newDirectSup(t *testing.T) *Supervisor {
+	t.Helper()
 	if sandbox.ABI() < 7 {
 		t.Skipf("Landlock ABI %d: direct starts with the signal scope need 7", sandbox.ABI())
 	}
@@ -39,6 +34,16 @@ func TestDirectStartsRaceTheReapingSweeps(t *testing.T) {
 	if !s.DirectStarts() {
 		t.Skip("this supervisor makes no direct starts")
 	}
+	return s
+}
+
+// TestDirectStartsRaceTheReapingSweeps: direct starts, each child stopped
+// traced for a moment (which waitid reports to the whole daemon), made
+// while children exit all the time and their orphans (re-parented to the
+// daemon) are swept: every exit is reported with its status, none hangs,
+// and every start was direct.
+func TestDirectStartsRaceTheReapingSweeps(t *testing.T) {
+	s := newDirectSup(t)
 	const workers, each = 8, 25
 	var wg sync.WaitGroup
 	errs := make(chan error, workers*each)
@@ -109,23 +114,14 @@ func TestDirectStartFallsBackToTheShim(t *testing.T) {
 // to find a process that is running. The process's SIGCHLD action has
 // SA_NOCLDSTOP, and keeps it while Supervisors come and go.
 func TestDirectStartsDoNotWalkEveryChild(t *testing.T) {
-	if sandbox.ABI() < 7 {
-		t.Skipf("Landlock ABI %d: direct starts with the signal scope need 7", sandbox.ABI())
-	}
-	s := newCgroupSup(t, Config{})
-	if !s.DirectStarts() {
-		t.Skip("this supervisor makes no direct starts")
-	}
+	s := newDirectSup(t)
 	other := newCgroupSup(t, Config{}) // a second Supervisor's notification
 	other.Close()
-	var act sigaction
-	if _, _, e := unix.RawSyscall6(unix.SYS_RT_SIGACTION, uintptr(syscall.SIGCHLD), 0, uintptr(unsafe.Pointer(&act)), 8, 0, 0); e != 0 || act.flags&saNoCldStop == 0 {
-		t.Errorf("SIGCHLD's action: flags %#x (%v); want SA_NOCLDSTOP while a Supervisor runs", act.flags, e)
+	if act, err := childAction(); err != nil || act.flags&saNoCldStop == 0 {
+		t.Errorf("SIGCHLD's action: flags %#x (%v); want SA_NOCLDSTOP while a Supervisor runs", act.flags, err)
 	}
 	const starts = 20
-	children.mu.Lock()
-	walks0 := children.walks
-	children.mu.Unlock()
+	walks0 := walks.Load()
 	for i := range starts {
 		if _, err := s.Start(testCtx(t), directSpec(t, kin.AgentID(i+1), "/bin/sleep", "1000")); err != nil {
 			t.Fatal(err)
@@ -134,11 +130,9 @@ func TestDirectStartsDoNotWalkEveryChild(t *testing.T) {
 	if n := s.DirectStarted(); n != starts {
 		t.Fatalf("%d of %d starts were direct", n, starts)
 	}
-	children.mu.Lock()
-	walks := children.walks - walks0
-	children.mu.Unlock()
-	if walks >= starts/2 {
-		t.Errorf("%d direct starts made the reaping loop walk every child %d times", starts, walks)
+	walked := walks.Load() - walks0
+	if walked >= starts/2 {
+		t.Errorf("%d direct starts made the reaping loop walk every child %d times", starts, walked)
 	}
 	// An exit is still reaped: its SIGCHLD comes.
 	p, err := s.Start(testCtx(t), directSpec(t, starts+1, "/bin/sh", "-c", "exit 3"))

@@ -450,17 +450,7 @@ func (s *Supervisor) spawn(a *agent, spec Spec, argv0 string) (*Process, error) 
 		// From a descriptor table of its own, as a direct start: a fork
 		// copies its caller's, a few descriptors per live agent.
 		pid, err = sandbox.ForkFromOwnTable(carryOf(attr), func(fds []int) (int, error) {
-			a, sys := *attr, *attr.Sys
-			a.Files, sys.CgroupFD = carried(attr, fds)
-			a.Sys = &sys
-			spawnMu.RLock()
-			defer spawnMu.RUnlock()
-			started = time.Now()
-			pid, err := syscall.ForkExec(argv0, spec.Argv, &a)
-			if err == nil {
-				claim(pid)
-			}
-			return pid, err
+			return forkCarried(argv0, spec.Argv, attr, fds, &started)
 		})
 	}
 	runtime.KeepAlive(files)
@@ -515,17 +505,7 @@ func (s *Supervisor) startDirect(spec Spec, attr *syscall.ProcAttr) (int, time.T
 	// The fork runs on a thread with a descriptor table of its own
 	// (sandbox.Direct.Start): the stdio and the cgroup are carried there.
 	pid, err := spec.Direct.Start(carryOf(dattr), func(fds []int) (int, error) {
-		a, sys := *dattr, sys
-		a.Files, sys.CgroupFD = carried(dattr, fds)
-		a.Sys = &sys
-		spawnMu.RLock()
-		defer spawnMu.RUnlock()
-		started = time.Now()
-		pid, err := syscall.ForkExec(argv[0], argv, &a)
-		if err == nil {
-			claim(pid)
-		}
-		return pid, err
+		return forkCarried(argv[0], argv, dattr, fds, &started)
 	})
 	switch {
 	case err == nil:
@@ -561,18 +541,27 @@ func carryOf(attr *syscall.ProcAttr) []int {
 	return carry
 }
 
-// carried is attr's Files and cgroup descriptor renumbered as fds, the
-// numbers carryOf's list has on the forking thread.
-func carried(attr *syscall.ProcAttr, fds []int) (files []uintptr, cgroupFD int) {
-	files = make([]uintptr, len(attr.Files))
-	for i := range files {
-		files[i] = uintptr(fds[i])
+// forkCarried forks and execs argv0 with attr, its descriptors taken as
+// fds (the forking thread's numbers of carryOf(attr)), under spawnMu
+// until the new pid is claimed; started is set to when it forked.
+func forkCarried(argv0 string, argv []string, attr *syscall.ProcAttr, fds []int, started *time.Time) (int, error) {
+	a, sys := *attr, *attr.Sys
+	a.Files = make([]uintptr, len(attr.Files))
+	for i := range a.Files {
+		a.Files[i] = uintptr(fds[i])
 	}
-	cgroupFD = attr.Sys.CgroupFD
-	if attr.Sys.UseCgroupFD {
-		cgroupFD = fds[len(attr.Files)]
+	if sys.UseCgroupFD {
+		sys.CgroupFD = fds[len(attr.Files)]
 	}
-	return files, cgroupFD
+	a.Sys = &sys
+	spawnMu.RLock()
+	defer spawnMu.RUnlock()
+	*started = time.Now()
+	pid, err := syscall.ForkExec(argv0, argv, &a)
+	if err == nil {
+		claim(pid)
+	}
+	return pid, err
 }
 
 // output is a pipe whose read end r is copied to w.

@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -324,9 +325,10 @@ var children struct {
 	// hidden: the loop stopped at a direct start's trapped child, which
 	// may hide an exited one; the next watch kicks the loop again.
 	hidden bool
-	// walks counts the loop's waitid(P_ALL) calls (a test's).
-	walks int
 }
+
+// walks counts the reaping loop's waitid(P_ALL) calls (a test's).
+var walks atomic.Int64
 
 // holdReaping tells the reaping loop and the orphan sweep that a Stop is
 // about to kill a group and will reap its supervised processes itself,
@@ -501,9 +503,7 @@ func reapChildren(kick chan os.Signal, done chan struct{}) {
 		// release kicks again.
 		for !reapingHeld() {
 			var si siginfoChild
-			children.mu.Lock()
-			children.walks++
-			children.mu.Unlock()
+			walks.Add(1)
 			if err := waitid(unix.P_ALL, 0, &si, unix.WEXITED|unix.WNOHANG|unix.WNOWAIT, nil); err != nil || si.Pid == 0 {
 				break // no exited child
 			}

@@ -36,8 +36,8 @@ type sigaction struct {
 // notified, and again only after every notification stopped: call it
 // after each signal.Notify of SIGCHLD.
 func noChildStopSignals() bool {
-	var act sigaction
-	if _, _, e := unix.RawSyscall6(unix.SYS_RT_SIGACTION, uintptr(syscall.SIGCHLD), 0, uintptr(unsafe.Pointer(&act)), unsafe.Sizeof(act.mask), 0, 0); e != 0 {
+	act, err := childAction()
+	if err != nil {
 		return false
 	}
 	if act.handler == 0 || act.handler == 1 { // SIG_DFL, SIG_IGN: not the runtime's
@@ -49,4 +49,13 @@ func noChildStopSignals() bool {
 	act.flags |= saNoCldStop
 	_, _, e := unix.RawSyscall6(unix.SYS_RT_SIGACTION, uintptr(syscall.SIGCHLD), uintptr(unsafe.Pointer(&act)), 0, unsafe.Sizeof(act.mask), 0, 0)
 	return e == 0
+}
+
+// childAction is the process's SIGCHLD action.
+func childAction() (sigaction, error) {
+	var act sigaction
+	if _, _, e := unix.RawSyscall6(unix.SYS_RT_SIGACTION, uintptr(syscall.SIGCHLD), 0, uintptr(unsafe.Pointer(&act)), unsafe.Sizeof(act.mask), 0, 0); e != 0 {
+		return act, e
+	}
+	return act, nil
 }
