@@ -108,6 +108,13 @@ exec sleep 1000
 	if st, _ := readStat(orphan); st.sid != orphan {
 		t.Fatalf("orphan %d is in session %d, not its own", orphan, st.sid)
 	}
+	// It reported its pid before its exec of sleep: its environment (the
+	// process-groups fallback's marker) reads empty while the exec replaces
+	// its memory.
+	waitFor(t, 10*time.Second, "the double-forked process to run sleep", func() bool {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/comm", orphan))
+		return err == nil && strings.TrimSpace(string(b)) == "sleep"
+	})
 	waitFor(t, 10*time.Second, "top's child to lead its own process group", func() bool {
 		st, err := readStat(labels["top-child"])
 		return err == nil && st.pgid == labels["top-child"]
