@@ -109,7 +109,7 @@ exec sleep 1000
 		t.Fatalf("orphan %d is in session %d, not its own", orphan, st.sid)
 	}
 	// It reported its pid before its exec of sleep: its environment (the
-	// process-groups fallback's marker) reads empty while the exec replaces
+	// process-groups fallback's marker) can read empty while the exec replaces
 	// its memory.
 	waitFor(t, 10*time.Second, "the double-forked process to run sleep", func() bool {
 		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/comm", orphan))
