@@ -110,12 +110,16 @@ type Config struct {
 // against the agent's budget and model list first and metered from the
 // upstream's answer after.
 type Gateway struct {
-	cfg    Config
-	creds  credentials
-	client *http.Client
-	log    *slog.Logger
-	now    func() time.Time
-	keys   []string // the upstreams' keys, for CheckEnv
+	cfg   Config
+	creds credentials
+	// upstream reaches the upstreams: its round trip is called itself,
+	// not through an http.Client, whose work per request (its copy of the
+	// headers for redirects) the gateway never needs: it follows no
+	// redirect, and passes one on as it came.
+	upstream http.RoundTripper
+	log      *slog.Logger
+	now      func() time.Time
+	keys     []string // the upstreams' keys, for CheckEnv
 
 	mu   sync.Mutex
 	held map[kin.AgentID]int64 // tokens held by each agent's calls in flight under a budget (hold)
@@ -155,7 +159,7 @@ func New(cfg Config) (*Gateway, error) {
 		t.Proxy = nil // never through the daemon's proxy settings by surprise
 		tr = t
 	}
-	g.client = &http.Client{Transport: tr, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	g.upstream = tr
 	for _, u := range cfg.Upstreams {
 		if k := u.Key.Reveal(); k != "" {
 			g.keys = append(g.keys, k)
@@ -856,7 +860,7 @@ func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, ep endpoint, u
 		(&apiError{status: http.StatusBadGateway, code: kin.ECodeUnavailable, msg: "the upstream request: " + err.Error()}).write(w, ep.api)
 		return
 	}
-	resp, err := g.client.Do(out)
+	resp, err := g.send(out)
 	if err != nil {
 		c.data.Error = upstreamError(err, up)
 		g.meter(r.Context(), c, usage{})
@@ -900,6 +904,15 @@ func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, ep endpoint, u
 	copyResponseHeaders(w, resp)
 	w.WriteHeader(resp.StatusCode)
 	w.Write(b)
+}
+
+// send makes one request to an upstream.
+func (g *Gateway) send(out *http.Request) (*http.Response, error) {
+	resp, err := g.upstream.RoundTrip(out)
+	if err == nil && resp == nil {
+		return nil, errors.New("the transport gave no answer")
+	}
+	return resp, err
 }
 
 // upstreamError describes a failed call to an upstream without its key
@@ -952,7 +965,7 @@ func (g *Gateway) models(w http.ResponseWriter, r *http.Request, ep endpoint, id
 		(&apiError{status: http.StatusBadGateway, code: kin.ECodeUnavailable, msg: "the upstream request: " + err.Error()}).write(w, ep.api)
 		return
 	}
-	resp, err := g.client.Do(out)
+	resp, err := g.send(out)
 	if err != nil {
 		(&apiError{status: http.StatusBadGateway, code: kin.ECodeUnavailable, msg: upstreamError(err, up)}).write(w, ep.api)
 		return
