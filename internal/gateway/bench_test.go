@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -87,5 +88,51 @@ func BenchmarkStreamEvents(b *testing.B) {
 			// the machine's other load moves less than the time.
 			b.ReportMetric(float64(proctest.CPU()-cpu0)/float64(b.N), "cpu-ns/op")
 		})
+	}
+}
+
+// BenchmarkRenamedRequestBody is what a request for "NAME/model" costs
+// kin to forward as "model": its body encoded again from what kin read
+// (before) or the new name spliced into the agent's bytes (after), for
+// BenchmarkGateway's request and for a conversation of 100 messages.
+func BenchmarkRenamedRequestBody(b *testing.B) {
+	var conv strings.Builder
+	conv.WriteString(`{"model":"paced/claude-3-5-haiku-latest","max_tokens":100,"stream":true,"messages":[`)
+	for i := range 100 {
+		if i > 0 {
+			conv.WriteByte(',')
+		}
+		fmt.Fprintf(&conv, `{"role":"user","content":"message %d: %s"}`, i, strings.Repeat("lorem ipsum dolor sit amet ", 40))
+	}
+	conv.WriteString(`]}`)
+	for _, c := range []struct{ name, body string }{
+		{"bench", `{"model":"paced/claude-3-5-haiku-latest","max_tokens":100,"stream":true,"messages":[{"role":"user","content":"hi"}]}`},
+		{"conversation", conv.String()},
+	} {
+		for _, how := range []string{"encoded", "spliced"} {
+			b.Run(c.name+"/"+how, func(b *testing.B) {
+				body := []byte(c.body)
+				b.SetBytes(int64(len(body)))
+				b.ReportAllocs()
+				cpu0 := proctest.CPU()
+				for b.Loop() {
+					var req map[string]json.RawMessage
+					if err := json.Unmarshal(body, &req); err != nil {
+						b.Fatal(err)
+					}
+					req["model"], _ = json.Marshal("claude-3-5-haiku-latest")
+					var out []byte
+					if how == "encoded" {
+						out, _ = json.Marshal(req)
+					} else {
+						out, _ = spliceMembers(body, req, "model")
+					}
+					if len(out) == 0 {
+						b.Fatal("no body")
+					}
+				}
+				b.ReportMetric(float64(proctest.CPU()-cpu0)/float64(b.N), "cpu-ns/op")
+			})
+		}
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"net/url"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -110,12 +111,16 @@ type Config struct {
 // against the agent's budget and model list first and metered from the
 // upstream's answer after.
 type Gateway struct {
-	cfg    Config
-	creds  credentials
-	client *http.Client
-	log    *slog.Logger
-	now    func() time.Time
-	keys   []string // the upstreams' keys, for CheckEnv
+	cfg   Config
+	creds credentials
+	// upstream reaches the upstreams: its round trip is called itself,
+	// not through an http.Client, whose work per request (its copy of the
+	// headers for redirects) the gateway never needs: it follows no
+	// redirect, and passes one on as it came.
+	upstream http.RoundTripper
+	log      *slog.Logger
+	now      func() time.Time
+	keys     []string // the upstreams' keys, for CheckEnv
 
 	mu   sync.Mutex
 	held map[kin.AgentID]int64 // tokens held by each agent's calls in flight under a budget (hold)
@@ -155,7 +160,7 @@ func New(cfg Config) (*Gateway, error) {
 		t.Proxy = nil // never through the daemon's proxy settings by surprise
 		tr = t
 	}
-	g.client = &http.Client{Transport: tr, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	g.upstream = tr
 	for _, u := range cfg.Upstreams {
 		if k := u.Key.Reveal(); k != "" {
 			g.keys = append(g.keys, k)
@@ -473,7 +478,8 @@ func (g *Gateway) serve(w http.ResponseWriter, r *http.Request, ep endpoint, onS
 	// changed: the body kin forwards differs from the one it got (else
 	// the agent's bytes go on as they came, when the upstream cannot read
 	// other members in them than kin did: uniqueMembers).
-	changed := upModel != model
+	renamed := upModel != model
+	changed := renamed
 	if changed {
 		req["model"], _ = json.Marshal(upModel)
 	}
@@ -483,6 +489,7 @@ func (g *Gateway) serve(w http.ResponseWriter, r *http.Request, ep endpoint, onS
 		return
 	}
 	c.data.Stream = f.stream
+	other := false // kin changed the request otherwise than renaming its model
 	if ep.metered {
 		release, capped, aerr := g.hold(id, req, ep, lim, len(body), f.choices)
 		if aerr != nil {
@@ -490,20 +497,172 @@ func (g *Gateway) serve(w http.ResponseWriter, r *http.Request, ep endpoint, onS
 			return
 		}
 		defer release()
-		changed = changed || capped
+		other = capped
 		if f.stream && ep == epChat {
 			var set bool
 			c.wantUsag, set = setIncludeUsage(req)
-			changed = changed || set
+			other = other || set
 		}
+		changed = changed || other
 	}
-	if changed || !uniqueMembers(body, len(req)) {
+	unique := uniqueMembers(body, len(req))
+	if unique && renamed && !other {
+		// Only the model renamed: written into the agent's bytes, the
+		// rest of the body (a conversation, large) not encoded again.
+		var ok bool
+		if body, ok = spliceMembers(body, req, "model"); !ok {
+			unique = false
+		}
+	} else if changed {
+		unique = false // encoded as kin read it
+	}
+	if !unique {
 		if body, err = json.Marshal(req); err != nil {
 			(&apiError{status: http.StatusBadRequest, code: kin.ECodeInvalid, msg: "the request body: " + err.Error()}).write(w, ep.api)
 			return
 		}
 	}
 	g.forward(w, r, ep, up, body, c)
+}
+
+// spliceMembers is body, a JSON object with unique top-level members
+// (uniqueMembers) that json.Unmarshal read into req, with the members
+// named (those kin changed) as req now holds them: each replaced where it
+// is, or added at the end. Every other byte stays as the agent sent it.
+// False (body unchanged) when a top-level name holds an escape or a
+// member named was removed: the caller encodes req instead.
+func spliceMembers(body []byte, req map[string]json.RawMessage, names ...string) ([]byte, bool) {
+	type span struct{ from, to int }
+	var spans map[string]span
+	end := -1 // the closing brace
+	i := skipSpace(body, 0)
+	if i >= len(body) || body[i] != '{' {
+		return body, false
+	}
+	for i = skipSpace(body, i+1); i < len(body); {
+		if body[i] == '}' {
+			end = i
+			break
+		}
+		if body[i] != '"' {
+			return body, false
+		}
+		j := i + 1
+		for j < len(body) && body[j] != '"' {
+			if body[j] == '\\' {
+				return body, false // the name as the upstream reads it is not its bytes
+			}
+			j++
+		}
+		name := string(body[i+1 : min(j, len(body))])
+		i = skipSpace(body, j+1)
+		if i >= len(body) || body[i] != ':' {
+			return body, false
+		}
+		from := skipSpace(body, i+1)
+		to := skipValue(body, from)
+		if to < 0 {
+			return body, false
+		}
+		if spans == nil {
+			spans = map[string]span{}
+		}
+		spans[name] = span{from, to}
+		i = skipSpace(body, to)
+		if i < len(body) && body[i] == ',' {
+			i = skipSpace(body, i+1)
+		}
+	}
+	if end < 0 {
+		return body, false
+	}
+	type edit struct {
+		at   span
+		name string
+	}
+	var edits []edit
+	var added []string
+	for _, k := range names {
+		if slices.ContainsFunc(edits, func(e edit) bool { return e.name == k }) || slices.Contains(added, k) {
+			continue
+		}
+		v, set := req[k]
+		at, was := spans[k]
+		switch {
+		case set && was && !bytes.Equal(body[at.from:at.to], v):
+			edits = append(edits, edit{at, k})
+		case set && !was:
+			added = append(added, k)
+		case !set && was:
+			return body, false
+		}
+	}
+	slices.SortFunc(edits, func(a, b edit) int { return a.at.from - b.at.from })
+	out := make([]byte, 0, len(body)+64)
+	last := 0
+	for _, e := range edits {
+		out = append(out, body[last:e.at.from]...)
+		out = append(out, req[e.name]...)
+		last = e.at.to
+	}
+	out = append(out, body[last:end]...)
+	for _, k := range added {
+		if len(spans) > 0 || k != added[0] {
+			out = append(out, ',')
+		}
+		out = strconv.AppendQuote(out, k)
+		out = append(out, ':')
+		out = append(out, req[k]...)
+	}
+	return append(out, body[end:]...), true
+}
+
+// skipSpace is the index of the first byte of b from i that is not JSON
+// white space.
+func skipSpace(b []byte, i int) int {
+	for i < len(b) && (b[i] == ' ' || b[i] == '\t' || b[i] == '\n' || b[i] == '\r') {
+		i++
+	}
+	return i
+}
+
+// skipValue is the index just past the JSON value that starts at b[i]
+// (b valid JSON), or -1.
+func skipValue(b []byte, i int) int {
+	depth := 0
+	for ; i < len(b); i++ {
+		switch b[i] {
+		case '"':
+			for i++; i < len(b) && b[i] != '"'; i++ {
+				if b[i] == '\\' {
+					i++
+				}
+			}
+			if i >= len(b) {
+				return -1
+			}
+			if depth == 0 {
+				return i + 1
+			}
+		case '{', '[':
+			depth++
+		case '}', ']':
+			if depth == 0 {
+				return i // a literal or number just before it
+			}
+			if depth--; depth == 0 {
+				return i + 1
+			}
+		case ',', ' ', '\t', '\n', '\r':
+			if depth == 0 {
+				return i
+			}
+		}
+	}
+	if depth == 0 {
+		return i
+	}
+	return -1
 }
 
 // uniqueMembers reports whether body, a JSON object json.Unmarshal took
@@ -856,7 +1015,7 @@ func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, ep endpoint, u
 		(&apiError{status: http.StatusBadGateway, code: kin.ECodeUnavailable, msg: "the upstream request: " + err.Error()}).write(w, ep.api)
 		return
 	}
-	resp, err := g.client.Do(out)
+	resp, err := g.send(out)
 	if err != nil {
 		c.data.Error = upstreamError(err, up)
 		g.meter(r.Context(), c, usage{})
@@ -900,6 +1059,15 @@ func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, ep endpoint, u
 	copyResponseHeaders(w, resp)
 	w.WriteHeader(resp.StatusCode)
 	w.Write(b)
+}
+
+// send makes one request to an upstream.
+func (g *Gateway) send(out *http.Request) (*http.Response, error) {
+	resp, err := g.upstream.RoundTrip(out)
+	if err == nil && resp == nil {
+		return nil, errors.New("the transport gave no answer")
+	}
+	return resp, err
 }
 
 // upstreamError describes a failed call to an upstream without its key
@@ -952,7 +1120,7 @@ func (g *Gateway) models(w http.ResponseWriter, r *http.Request, ep endpoint, id
 		(&apiError{status: http.StatusBadGateway, code: kin.ECodeUnavailable, msg: "the upstream request: " + err.Error()}).write(w, ep.api)
 		return
 	}
-	resp, err := g.client.Do(out)
+	resp, err := g.send(out)
 	if err != nil {
 		(&apiError{status: http.StatusBadGateway, code: kin.ECodeUnavailable, msg: upstreamError(err, up)}).write(w, ep.api)
 		return

@@ -57,7 +57,7 @@ func TestWalkPlansLookUpByKey(t *testing.T) {
 	}
 	args := map[string]string{
 		"PermChain":       "(1)",
-		"SpendSubAdd":     "(1, 1, 1.0)",
+		"SpendAdd":        "(1, 1, 1.0)",
 		"Ancestors":       "(1)",
 		"Subtree":         "(1)",
 		"AgentsByIDs":     "('[1, 2, 1]')",

@@ -13,22 +13,31 @@ import (
 // and read by the checks of later ones, so group commit cannot let two
 // registrations of one batch miss each other.
 const (
-	sqlSpendAdd = `INSERT INTO agent_spend (agent_id, tokens, cost) VALUES (?, ?, ?)
-		ON CONFLICT (agent_id) DO UPDATE SET tokens = agent_spend.tokens + excluded.tokens, cost = agent_spend.cost + excluded.cost`
-	// The agent and each link of its permission chain (permParent): every
-	// subtree the usage lies in, and the budget of an agent that asked
-	// for an escalated spawn.
-	sqlSpendSubAdd = `
+	// sqlSpendAdd adds usage to the agent's own spend and to the subtree
+	// sums of each link of its permission chain (permParent, the agent
+	// first): every subtree the usage lies in, and the budget of an agent
+	// that asked for an escalated spawn. One statement: the agent's row
+	// takes both its own and its subtree's share.
+	sqlSpendAdd = `
 		WITH RECURSIVE up(id) AS (
 			SELECT CAST(?1 AS BIGINT)
 			UNION ALL
 			SELECT ` + permParent + ` FROM up JOIN agents a ON a.id = up.id WHERE a.parent_id <> 0
 		)
-		INSERT INTO agent_spend (agent_id, sub_tokens, sub_cost) SELECT id, CAST(?2 AS BIGINT), CAST(?3 AS DOUBLE PRECISION) FROM up WHERE true
-		ON CONFLICT (agent_id) DO UPDATE SET sub_tokens = agent_spend.sub_tokens + excluded.sub_tokens, sub_cost = agent_spend.sub_cost + excluded.sub_cost`
+		INSERT INTO agent_spend (agent_id, tokens, cost, sub_tokens, sub_cost)
+			SELECT id, ` + spendOwn + `, CAST(?2 AS BIGINT), CAST(?3 AS DOUBLE PRECISION) FROM up WHERE true
+		` + spendUpsert
 	sqlSpawnAdd = `INSERT INTO agent_spend (agent_id, spawns) SELECT value, 1 FROM json_each(?) WHERE true
 		ON CONFLICT (agent_id) DO UPDATE SET spawns = agent_spend.spawns + 1`
 )
+
+// spendOwn is sqlSpendAdd's own tokens and cost of a link of the chain:
+// the usage on the agent's row, nothing on its ancestors'.
+const spendOwn = `CASE WHEN id = ?1 THEN CAST(?2 AS BIGINT) ELSE 0 END, CASE WHEN id = ?1 THEN CAST(?3 AS DOUBLE PRECISION) ELSE 0 END`
+
+// spendUpsert adds a row's usage to the spend the agent already has.
+const spendUpsert = `ON CONFLICT (agent_id) DO UPDATE SET tokens = agent_spend.tokens + excluded.tokens, cost = agent_spend.cost + excluded.cost,
+			sub_tokens = agent_spend.sub_tokens + excluded.sub_tokens, sub_cost = agent_spend.sub_cost + excluded.sub_cost`
 
 // permParent is the next link of an agent's permission chain: the agent
 // that asked for its spawn when it was escalated (requested_by, itself a
@@ -114,15 +123,12 @@ func (r reader) permChain(ctx context.Context, q string, id kin.AgentID, signed 
 	return out, texts, interpretError(rows.Err())
 }
 
-// SpendAdd's two writes need no answer: in a deferred Update (held.go)
-// they are held, and go with the Update's next statement (the model
-// gateway's metering: with its read of the chain's sums).
+// SpendAdd's write needs no answer: in a deferred Update (held.go) it is
+// held, and goes with the Update's next statement (the model gateway's
+// metering: with its read of the chain's sums).
 func (t *txn) SpendAdd(ctx context.Context, id kin.AgentID, tokens int64, cost float64) error {
 	t.forgetChains()
-	if _, err := t.execHeld(ctx, sqlSpendAdd, id, tokens, cost); err != nil {
-		return interpretError(err)
-	}
-	_, err := t.execHeld(ctx, sqlSpendSubAdd, id, tokens, cost)
+	_, err := t.execHeld(ctx, sqlSpendAdd, id, tokens, cost)
 	return interpretError(err)
 }
 

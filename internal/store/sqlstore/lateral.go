@@ -33,16 +33,16 @@ var lateralForms = map[string]string{
 		FROM up CROSS JOIN LATERAL (SELECT * FROM agents a WHERE a.id = up.id OFFSET 0) a
 			LEFT JOIN LATERAL (SELECT * FROM agent_spend s WHERE s.agent_id = a.id OFFSET 0) s ON true
 		ORDER BY up.depth`,
-	sqlSpendSubAdd: `
+	sqlSpendAdd: `
 		WITH RECURSIVE up(id) AS (
 			SELECT CAST(?1 AS BIGINT)
 			UNION ALL
 			SELECT (SELECT ` + permParent + ` FROM agents a WHERE a.id = up.id AND a.parent_id <> 0)
 			FROM up WHERE up.id IS NOT NULL
 		)
-		INSERT INTO agent_spend (agent_id, sub_tokens, sub_cost)
-			SELECT id, CAST(?2 AS BIGINT), CAST(?3 AS DOUBLE PRECISION) FROM up WHERE id IS NOT NULL
-		ON CONFLICT (agent_id) DO UPDATE SET sub_tokens = agent_spend.sub_tokens + excluded.sub_tokens, sub_cost = agent_spend.sub_cost + excluded.sub_cost`,
+		INSERT INTO agent_spend (agent_id, tokens, cost, sub_tokens, sub_cost)
+			SELECT id, ` + spendOwn + `, CAST(?2 AS BIGINT), CAST(?3 AS DOUBLE PRECISION) FROM up WHERE id IS NOT NULL
+		` + spendUpsert,
 	sqlAgentAncestors: `
 		WITH RECURSIVE chain(id, depth) AS (
 			SELECT CAST(? AS BIGINT), 0
@@ -75,7 +75,7 @@ var lateralForms = map[string]string{
 func WalkQueries() map[string]string {
 	return map[string]string{
 		"PermChain":   sqlPermChain,
-		"SpendSubAdd": sqlSpendSubAdd,
+		"SpendAdd":    sqlSpendAdd,
 		"Ancestors":   sqlAgentAncestors,
 		"Subtree":     sqlAgentSubtree,
 		"AgentsByIDs": sqlAgentListByIDs,

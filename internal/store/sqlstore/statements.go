@@ -67,7 +67,7 @@ func writerStatements() []string {
 	return []string{
 		sqlAgentByID, sqlAgentSubtree, sqlAgentLiveByName, sqlAgentWalletExists, sqlAgentInsert,
 		sqlAgentUpdateStatus, sqlAgentSpawnBlock, sqlEventAppend, sqlRejectionInsert, sqlRejectionCount,
-		sqlSettingList, sqlSettingSet, sqlSpendAdd, sqlSpendSubAdd, sqlSpawnAdd, sqlPermChain, LogSizeSQL, sqlAgentKeyInsert, sqlAuthTokenInsert, countLiveSQL(true, false, false, false, false, false), countLiveSQL(false, true, false, false, true, false), countLiveSQL(false, true, true, false, true, false),
+		sqlSettingList, sqlSettingSet, sqlSpendAdd, sqlSpawnAdd, sqlPermChain, LogSizeSQL, sqlAgentKeyInsert, sqlAuthTokenInsert, countLiveSQL(true, false, false, false, false, false), countLiveSQL(false, true, false, false, true, false), countLiveSQL(false, true, true, false, true, false),
 		SavepointSQL, RollbackToSQL, ReleaseSQL,
 	}
 }

@@ -47,6 +47,7 @@ func Exercise(t *testing.T, open Opener) {
 	t.Run("Events", func(t *testing.T) { testEvents(t, one(t)) })
 	t.Run("SettingsAndRejections", func(t *testing.T) { testSettingsAndRejections(t, one(t)) })
 	t.Run("FailedUpdateUndoesOnlyItself", func(t *testing.T) { testFailedUpdate(t, one(t)) })
+	t.Run("FailedUpdateAloneUndoesItself", func(t *testing.T) { testFailedUpdateAlone(t, one(t)) })
 	t.Run("UpdatesAreSerialised", func(t *testing.T) { testSerialised(t, one(t)) })
 	t.Run("RuntimeFieldsAndProcessSpec", func(t *testing.T) { testRuntime(t, one(t)) })
 	t.Run("UpdateMany", func(t *testing.T) { testUpdateMany(t, one(t)) })
@@ -731,6 +732,49 @@ func testSettingsAndRejections(t *testing.T, s store.Store) {
 		}
 		return nil
 	})
+}
+
+// testFailedUpdateAlone: an Update alone in its batch (one after
+// another) that fails after writing a row, its spend and an event leaves
+// none of them, and the log goes on from where it was.
+func testFailedUpdateAlone(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	boom := errors.New("boom")
+	a := Insert(t, s, "kept", 0)
+	size0, err := s.LogSize(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 {
+		err := s.Update(ctx, func(tx store.Tx) error {
+			if _, err := tx.AgentInsert(ctx, store.AgentInsertParams{Agent: NewAgent(fmt.Sprintf("undone%d", i), 0, 0)}); err != nil {
+				return err
+			}
+			if err := tx.SpendAdd(ctx, a.ID, 10, 0.5); err != nil {
+				return err
+			}
+			if err := store.AppendEvent(ctx, tx, time.Now(), kin.EventAgentMessage, a.ID, 0, map[string]any{"agent": a.ID}); err != nil {
+				return err
+			}
+			return boom
+		})
+		if !errors.Is(err, boom) {
+			t.Fatalf("update %d: %v, want %v", i, err, boom)
+		}
+	}
+	update(t, s, func(tx store.Tx) error {
+		return store.AppendEvent(ctx, tx, time.Now(), kin.EventAgentMessage, a.ID, 0, map[string]any{"agent": a.ID})
+	})
+	if size, err := s.LogSize(ctx); err != nil || size != size0+1 {
+		t.Fatalf("the log's size %d, %v; want %d: only the successful update's event", size, err, size0+1)
+	}
+	all, err := s.AgentList(ctx, kin.AgentFilter{})
+	if err != nil || len(all) != 1 || all[0].ID != a.ID {
+		t.Fatalf("agents %+v, %v: the failed updates' agents were kept", all, err)
+	}
+	if spend, err := s.SpendList(ctx); err != nil || len(spend) != 0 {
+		t.Fatalf("spend %+v, %v: the failed updates' spend was kept", spend, err)
+	}
 }
 
 func testFailedUpdate(t *testing.T, s store.Store) {
