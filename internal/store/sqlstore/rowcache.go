@@ -66,6 +66,9 @@ const (
 	// commits a read may have overlapped (rowWrites).
 	maxRecent    = 256
 	maxRecentIDs = 1 << 16
+	// getBatch is how many ids a read looks up under one hold of the
+	// lock.
+	getBatch = 1024
 )
 
 func newRowCache(max int) *rowCache {
@@ -81,14 +84,20 @@ func (c *rowCache) begin() uint64 {
 }
 
 // get sets rows[i] to ids[i]'s cached row, "" where there is none, and
-// returns how many there were not.
+// returns how many there were not. It takes the lock for getBatch ids at
+// a time, so that the writer's commits wait little for a large read
+// (rows found after a commit it let through are that commit's or later:
+// a read of several snapshots, as the parallel chunks of a read are).
 func (c *rowCache) get(ids []kin.AgentID, rows []string) (missing int) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	for i, id := range ids {
-		if rows[i] = c.rows[id]; rows[i] == "" {
-			missing++
+	for lo := 0; lo < len(ids); lo += getBatch {
+		hi := min(lo+getBatch, len(ids))
+		c.mu.Lock()
+		for i := lo; i < hi; i++ {
+			if rows[i] = c.rows[ids[i]]; rows[i] == "" {
+				missing++
+			}
 		}
+		c.mu.Unlock()
 	}
 	return missing
 }
