@@ -130,7 +130,11 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 	if err != nil {
 		return nil, err
 	}
-	st, err := storeopen.Open(ctx, cfg.Store, storeopen.Options{Home: cfg.Home, Synchronous: cfg.Synchronous})
+	// The home's kin.db is this daemon's alone while it holds kin.lock:
+	// its store may keep rows in memory between reads. Another file
+	// ("sqlite:PATH") may be another daemon's too.
+	onlyWriter := cfg.Store == "" || cfg.Store == storeopen.DriverSQLite
+	st, err := storeopen.Open(ctx, cfg.Store, storeopen.Options{Home: cfg.Home, Synchronous: cfg.Synchronous, OnlyWriter: onlyWriter})
 	if err != nil {
 		return nil, err
 	}

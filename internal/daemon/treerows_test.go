@@ -3,9 +3,13 @@ package daemon_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"os"
+	"path/filepath"
+	"sync"
 	"testing"
 	"time"
 
@@ -33,6 +37,22 @@ func TestTreeRowsMatchTheNestedJSON(t *testing.T) {
 	if _, err := d.Client.Register(ctx, kin.RegisterRequest{Name: "rows-grandchild", Parent: mid.ID}); err != nil {
 		t.Fatal(err)
 	}
+	nested := sameTreeEveryWay(t, d, root.ID)
+	if len(nested) != 1 || len(nested[0].Children) != 3 || nested[0].Children[1].Exit == nil || len(nested[0].Children[0].Command) == 0 {
+		t.Fatalf("the nested tree lacks what this test compares:\n%s", showTree(t, nested))
+	}
+	// An unknown agent is the usual error answer, before any row.
+	if _, err := d.Client.Tree(ctx, 999999); kin.ErrorCodeOf(err) != kin.ECodeNotFound {
+		t.Fatalf("tree of an unknown agent: %v", err)
+	}
+}
+
+// sameTreeEveryWay reads root's subtree through the operator socket in
+// the streamed form v2, in the form v1 and as the nested JSON, through
+// client.Tree and in the daemon's own process, fails unless every way
+// gives the same tree, and returns it.
+func sameTreeEveryWay(t *testing.T, d *kintest.Daemon, root kin.AgentID) []*kin.TreeNode {
+	t.Helper()
 	hc := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
 		var dl net.Dialer
 		return dl.DialContext(ctx, "unix", d.SocketPath())
@@ -42,7 +62,7 @@ func TestTreeRowsMatchTheNestedJSON(t *testing.T) {
 		t.Helper()
 		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		defer cancel()
-		req, err := http.NewRequestWithContext(cctx, "GET", "http://kin/v1/agents/"+root.ID.String()+"/tree", nil)
+		req, err := http.NewRequestWithContext(cctx, "GET", "http://kin/v1/agents/"+root.String()+"/tree", nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -66,42 +86,114 @@ func TestTreeRowsMatchTheNestedJSON(t *testing.T) {
 		return ct, trees
 	}
 	_, nested := get("")
-	show := func(v any) string {
-		b, err := json.MarshalIndent(v, "", " ")
-		if err != nil {
-			t.Fatal(err)
-		}
-		return string(b)
-	}
-	want := show(nested)
-	if len(nested) != 1 || len(nested[0].Children) != 3 || nested[0].Children[1].Exit == nil || len(nested[0].Children[0].Command) == 0 {
-		t.Fatalf("the nested tree lacks what this test compares:\n%s", want)
-	}
+	want := showTree(t, nested)
 	for _, accept := range []string{httpapi.TreeRowsType, httpapi.TreeColumnsType} {
 		ct, got := get(accept)
 		if ct != accept {
 			t.Fatalf("Accept %q: Content-Type %q", accept, ct)
 		}
-		if have := show(got); have != want {
+		if have := showTree(t, got); have != want {
 			t.Fatalf("%s says\n%s\nthe nested JSON\n%s", accept, have, want)
 		}
 	}
-	sdk, err := d.Client.Tree(ctx, root.ID)
+	sdk, err := d.Client.Tree(ctx, root)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if have := show(sdk); have != want {
+	if have := showTree(t, sdk); have != want {
 		t.Fatalf("client.Tree says\n%s\nthe nested JSON\n%s", have, want)
 	}
-	inProcess, err := d.Daemon.Tree(ctx, root.ID)
+	inProcess, err := d.Daemon.Tree(ctx, root)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if have := show(inProcess); have != want {
+	if have := showTree(t, inProcess); have != want {
 		t.Fatalf("Daemon.Tree says\n%s\nthe nested JSON\n%s", have, want)
 	}
-	// An unknown agent is the usual error answer, before any row.
-	if _, err := d.Client.Tree(ctx, 999999); kin.ErrorCodeOf(err) != kin.ECodeNotFound {
-		t.Fatalf("tree of an unknown agent: %v", err)
+	return nested
+}
+
+func showTree(t *testing.T, v any) string {
+	t.Helper()
+	b, err := json.MarshalIndent(v, "", " ")
+	if err != nil {
+		t.Fatal(err)
 	}
+	return string(b)
+}
+
+// TestLargeTreeThroughTheRowCache: a subtree large enough for the store's
+// row cache (1,024 agents or more, read again and again) is the same tree
+// every way, before and after some of its agents change status: the
+// cached rows are dropped by the commits that changed them.
+func TestLargeTreeThroughTheRowCache(t *testing.T) {
+	prof := filepath.Join(t.TempDir(), "wide.json")
+	if err := os.WriteFile(prof, []byte(`{"name": "wide", "max_generation_depth": 10, "max_children": 0}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	d := kintest.StartDaemon(t, kintest.WithProfile(prof))
+	root, err := d.Client.Register(ctx, kin.RegisterRequest{Name: "big-root"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const groups, each = 20, 55 // 1,121 agents with the root and the groups' heads
+	var wg sync.WaitGroup
+	errs := make(chan error, groups)
+	for g := range groups {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			head, err := d.Client.Register(ctx, kin.RegisterRequest{Name: fmt.Sprintf("big-%d", g), Parent: root.ID})
+			if err != nil {
+				errs <- err
+				return
+			}
+			for i := range each {
+				if _, err := d.Client.Register(ctx, kin.RegisterRequest{Name: fmt.Sprintf("big-%d-%d", g, i), Parent: head.ID}); err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	first := sameTreeEveryWay(t, d, root.ID)
+	if n := countNodes(first); n != 1+groups*(1+each) {
+		t.Fatalf("the tree has %d agents, want %d", n, 1+groups*(1+each))
+	}
+	before := showTree(t, first)
+	if again := showTree(t, sameTreeEveryWay(t, d, root.ID)); again != before {
+		t.Fatalf("read again, the tree changed:\n%s\nwas\n%s", again, before)
+	}
+	heads := first[0].Children
+	changed := map[kin.AgentID]bool{}
+	for _, n := range []*kin.TreeNode{heads[3], heads[3].Children[7], heads[19].Children[54]} {
+		if _, err := d.Client.SetStatus(ctx, kin.StatusRequest{ID: n.ID, Action: kin.ActionSuspend}); err != nil {
+			t.Fatal(err)
+		}
+		changed[n.ID] = true
+	}
+	after := sameTreeEveryWay(t, d, root.ID)
+	var walk func(ns []*kin.TreeNode)
+	walk = func(ns []*kin.TreeNode) {
+		for _, n := range ns {
+			if want := changed[n.ID]; want != (n.Status == kin.StatusSuspended) {
+				t.Errorf("agent %d (%s) is %s after the suspensions", n.ID, n.Name, n.Status)
+			}
+			walk(n.Children)
+		}
+	}
+	walk(after)
+}
+
+func countNodes(ns []*kin.TreeNode) int {
+	n := 0
+	for _, c := range ns {
+		n += 1 + countNodes(c.Children)
+	}
+	return n
 }

@@ -54,6 +54,12 @@ type Options struct {
 	// Synchronous is SQLite's synchronous pragma: "FULL" (default, durable
 	// across power loss) or "NORMAL" (durable across a crash of the process).
 	Synchronous string
+	// OnlyWriter says the caller is the file's only writer while the store
+	// is open (a daemon on its home's kin.db, which kin.lock keeps to one
+	// daemon): the rows of large reads by id are then kept in memory
+	// between reads (sqlstore's Config.RowCache), which learns of changes
+	// only from this handle's commits.
+	OnlyWriter bool
 	// unhashed appends events without their tree hashes: only benchmarks
 	// set it, to measure what hashing costs.
 	unhashed bool
@@ -175,7 +181,7 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 		BulkReadOn:         "PRAGMA mmap_size = " + strconv.Itoa(bulkMmap),
 		BulkReadOff:        "PRAGMA mmap_size = 0",
 	}
-	core, err := sqlstore.New(ctx, sqlstore.Config{Dialect: d, Writer: wdb, Readers: rdb, Unhashed: opts.unhashed})
+	core, err := sqlstore.New(ctx, sqlstore.Config{Dialect: d, Writer: wdb, Readers: rdb, Unhashed: opts.unhashed, RowCache: opts.OnlyWriter})
 	if err != nil {
 		wdb.Close()
 		rdb.Close()

@@ -175,6 +175,10 @@ type Config struct {
 	// Unhashed appends events without their tree hashes: only benchmarks
 	// set it, to measure what hashing costs.
 	Unhashed bool
+	// RowCache keeps the rows large reads by id read (rowcache.go): only
+	// where this handle's writer is the database's only writer while the
+	// store is open, since the cache learns of changes from its commits.
+	RowCache bool
 }
 
 // Store is the shared part of a SQL store: a driver embeds it and adds
@@ -254,8 +258,12 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 			return nil, fmt.Errorf("%s: prepare: %w", d.Name, err)
 		}
 	}
+	var rc *rowCache
+	if cfg.RowCache {
+		rc = newRowCache(rowCacheBytes)
+	}
 	s := &Store{
-		reader:   reader{q: cfg.Readers, d: d, st: newStmts(cfg.Readers, d, true)},
+		reader:   reader{q: cfg.Readers, d: d, st: newStmts(cfg.Readers, d, true), rc: rc},
 		d:        d,
 		wstmts:   wstmts,
 		inserts:  inserts,
@@ -496,7 +504,15 @@ func (s *Store) commit(batch []*update) {
 		failAll(fmt.Errorf("%s: event log: %w", s.d.Name, err))
 		return
 	}
-	cache := &batchCache{}
+	cache := &batchCache{track: s.rc != nil}
+	// marked: the row cache was told of the batch's writes (committing),
+	// and must be told the COMMIT returned (committed) on every way out.
+	marked := false
+	defer func() {
+		if marked {
+			s.rc.committed(cache.wrote)
+		}
+	}()
 	// The batch as it was before each Update, for undoing it.
 	type mark struct {
 		tree   auditlog.Frontier
@@ -656,6 +672,10 @@ run:
 			types = append(types, typesOf[j]...)
 		}
 	}
+	if ok > 0 && len(cache.wrote) > 0 {
+		s.rc.committing(cache.wrote) // again after a redo: the ids so far
+		marked = true
+	}
 	var err error
 	switch {
 	case ok == 0:
@@ -741,6 +761,11 @@ run:
 			}
 			err = tx.Commit()
 		}
+	}
+	if marked {
+		// Before anyone learns of the commit (its waiters, its callers).
+		s.rc.committed(cache.wrote)
+		marked = false
 	}
 	if err != nil {
 		for i := range errs {

@@ -33,6 +33,10 @@ type Options struct {
 	// "NORMAL". PostgreSQL's durability is the server's
 	// (synchronous_commit).
 	Synchronous string
+	// OnlyWriter: the caller is the store's only writer while it is open
+	// (sqlite.Options.OnlyWriter); PostgreSQL, which a fleet shares,
+	// ignores it.
+	OnlyWriter bool
 }
 
 // Open parses dsn (ParseDSN) and opens that store, creating and migrating
@@ -44,7 +48,7 @@ func Open(ctx context.Context, dsn string, opts Options) (store.Store, error) {
 	}
 	switch d.Driver {
 	case DriverSQLite:
-		s, err := sqlite.Open(ctx, d.Path, sqlite.Options{Synchronous: opts.Synchronous})
+		s, err := sqlite.Open(ctx, d.Path, sqlite.Options{Synchronous: opts.Synchronous, OnlyWriter: opts.OnlyWriter})
 		if err != nil {
 			return nil, err
 		}
