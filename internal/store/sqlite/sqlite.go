@@ -32,6 +32,9 @@ import (
 type Store struct {
 	*sqlstore.Store
 	path string
+	// lock holds the writers' lock (writers.go) until Close, which closes
+	// it after the database's connections.
+	lock *os.File
 	// sync is the synchronous level the store was opened with; syncNow the
 	// writer connection's (NORMAL for a batch of lazy Updates alone).
 	sync, syncNow string
@@ -54,11 +57,14 @@ type Options struct {
 	// Synchronous is SQLite's synchronous pragma: "FULL" (default, durable
 	// across power loss) or "NORMAL" (durable across a crash of the process).
 	Synchronous string
-	// OnlyWriter says the caller is the file's only writer while the store
-	// is open (a daemon on its home's kin.db, which kin.lock keeps to one
-	// daemon): the rows of large reads by id are then kept in memory
-	// between reads (sqlstore's Config.RowCache), which learns of changes
-	// only from this handle's commits.
+	// OnlyWriter says the caller means to be the file's only writer while
+	// the store is open (a daemon on its home's kin.db): the rows of large
+	// reads by id are then kept in memory between reads (sqlstore's
+	// Config.RowCache), which learns of changes only from this handle's
+	// commits. The writers' lock beside the file (writers.go) holds it to
+	// that: a handle of this package opened on the file meanwhile is
+	// refused (ErrNotOnlyWriter), and where one was open already the rows
+	// are not kept. A process writing the file by other means is not seen.
 	OnlyWriter bool
 	// unhashed appends events without their tree hashes: only benchmarks
 	// set it, to measure what hashing costs.
@@ -124,6 +130,22 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return nil, fmt.Errorf("sqlite: %w", err)
 	}
+	lock, onlyWriter, err := writersLock(path, opts.OnlyWriter)
+	if err != nil {
+		return nil, err
+	}
+	st, err := open(ctx, path, sync, opts, onlyWriter)
+	if err != nil {
+		lock.Close()
+		return nil, err
+	}
+	st.lock = lock
+	return st, nil
+}
+
+// open is Open once the writers' lock is held; onlyWriter says it is held
+// exclusively.
+func open(ctx context.Context, path, sync string, opts Options, onlyWriter bool) (*Store, error) {
 	base := "file:" + (&url.URL{Path: path}).EscapedPath()
 	pragmas := "_pragma=busy_timeout(10000)&_pragma=foreign_keys(1)&_pragma=journal_mode(WAL)&_pragma=synchronous(" + sync + ")"
 	// The writer's temporary files in memory: each Update's savepoint
@@ -181,7 +203,7 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 		BulkReadOn:         "PRAGMA mmap_size = " + strconv.Itoa(bulkMmap),
 		BulkReadOff:        "PRAGMA mmap_size = 0",
 	}
-	core, err := sqlstore.New(ctx, sqlstore.Config{Dialect: d, Writer: wdb, Readers: rdb, Unhashed: opts.unhashed, RowCache: opts.OnlyWriter})
+	core, err := sqlstore.New(ctx, sqlstore.Config{Dialect: d, Writer: wdb, Readers: rdb, Unhashed: opts.unhashed, RowCache: onlyWriter})
 	if err != nil {
 		wdb.Close()
 		rdb.Close()
@@ -205,6 +227,9 @@ func (s *Store) Close() error {
 		close(s.stop)
 		s.wg.Wait()
 		err = errors.Join(s.Store.Close(), s.pdb.Close())
+		if s.lock != nil {
+			s.lock.Close()
+		}
 	})
 	return err
 }

@@ -881,3 +881,7 @@ func storeMax(v *atomic.Int64, n int64) bool {
 // Queued is how many Updates wait for the writer: for tests that hold the
 // writer while others queue.
 func (s *Store) Queued() int { return len(s.queue) }
+
+// KeepsRows reports whether the store keeps the rows of large reads between
+// reads (Config.RowCache).
+func (s *Store) KeepsRows() bool { return s.rc != nil }
