@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -253,12 +254,6 @@ func (run *Runner) startWithKey(ctx context.Context, a *kin.Agent, spec store.Pr
 	// The default view's ruleset is made beside the work below.
 	view := run.startView(a)
 	defer func() { view.discard() }() // a start that fails before sandboxArgv
-	sock, err := run.listen(a)
-	if err != nil {
-		run.removeRuntime(a.ID)
-		return nil, run.failStart(ctx, a, err)
-	}
-	rt.sock = sock
 	recorded := key != nil
 	if !recorded {
 		keyPEM, keyRow, err := run.ps.NewAgentKey(ctx, a)
@@ -270,10 +265,36 @@ func (run *Runner) startWithKey(ctx context.Context, a *kin.Agent, spec store.Pr
 		key = &agentKey{pem: keyPEM, row: keyRow}
 	}
 	keyRow := key.row
-	cx, ctxEnv, dir, err := run.prepareCtx(ctx, a, spec, sock.Path(), key.pem)
+	// Its socket, the pipe kin drains into its log (bounded) and its
+	// folders need nothing of each other (the socket's path is its
+	// name's): made side by side.
+	var (
+		sock            *agentsock.Socket
+		logOut          *os.File // the process's output
+		sockErr, logErr error
+		made            sync.WaitGroup
+	)
+	made.Go(func() { sock, sockErr = run.listen(a) })
+	made.Go(func() { logOut, logErr = run.openLog(a.ID) })
+	cx, ctxEnv, dir, err := run.prepareCtx(ctx, a, spec, run.socks.Path(a.Name), key.pem)
+	made.Wait()
+	rt.sock = sock
+	defer func() {
+		if logOut != nil {
+			logOut.Close() // the start failed: without a writer, the drain ends
+		}
+	}()
+	switch {
+	case sockErr != nil:
+		err = sockErr
+	case err != nil:
+		err = fmt.Errorf("agent filesystem: %w", err)
+	case logErr != nil:
+		err = fmt.Errorf("its log: %w", logErr)
+	}
 	if err != nil {
 		run.removeRuntime(a.ID)
-		return nil, run.failStart(ctx, a, fmt.Errorf("agent filesystem: %w", err))
+		return nil, run.failStart(ctx, a, err)
 	}
 	rt.ctx = cx
 	run.rememberCtx(a.ID, cx)
@@ -309,12 +330,6 @@ func (run *Runner) startWithKey(ctx context.Context, a *kin.Agent, spec store.Pr
 			return nil, run.failStart(ctx, a, fmt.Errorf("record its key: %w", run.storeError(err)))
 		}
 	}
-	// Its output goes through a pipe kin drains into its log, bounded.
-	logOut, err := run.openLog(a.ID)
-	if err != nil {
-		run.removeRuntime(a.ID)
-		return nil, run.failStart(ctx, a, fmt.Errorf("its log: %w", err))
-	}
 	cred := withGroups(run.agentCredential(a.ID), readGroups)
 	proc, err := run.sup.Start(ctx, supervisor.Spec{
 		ID:         a.ID,
@@ -331,6 +346,7 @@ func (run *Runner) startWithKey(ctx context.Context, a *kin.Agent, spec store.Pr
 		Direct:     run.directStart(a, sbSpec, held, cred),
 	})
 	logOut.Close() // the process has its own copy; without one, the drain ends
+	logOut = nil
 	if err != nil {
 		run.removeRuntime(a.ID)
 		return nil, run.failStart(ctx, a, err)
