@@ -181,11 +181,18 @@ func (run *Runner) spawn(ctx context.Context, req *kin.SpawnRequest) (recorded, 
 			key.row = row
 			return err
 		}}
-	a, err := run.reg.RegisterSpawn(ctx, req.RegisterRequest, *extra)
+	// Answered once visible: its start makes what needs no durability
+	// while the registration reaches the disk, and waits for it before
+	// the process runs (startWithKey).
+	a, durable, err := run.reg.RegisterSpawnEarly(ctx, req.RegisterRequest, *extra)
 	if err != nil {
 		return nil, nil, err
 	}
+	key.durable = durable
 	if !run.ownsAgent(a) {
+		if err := durable(); err != nil {
+			return a, nil, run.storeError(err)
+		}
 		out, err := run.awaitPlaced(context.WithoutCancel(ctx), a)
 		return a, out, err
 	}
@@ -197,6 +204,9 @@ func (run *Runner) spawn(ctx context.Context, req *kin.SpawnRequest) (recorded, 
 type agentKey struct {
 	pem []byte
 	row store.AgentKeyRow
+	// durable waits until that registration is on the disk
+	// (RegisterSpawnEarly); nil: it is.
+	durable func() error
 }
 
 // defaultName makes a name from the command: its base name and a random
@@ -328,6 +338,14 @@ func (run *Runner) startWithKey(ctx context.Context, a *kin.Agent, spec store.Pr
 		if err := run.update(ctx, func(tx store.Tx, _ *store.AfterCommit) error { return tx.AgentKeyInsert(ctx, keyRow) }); err != nil {
 			run.removeRuntime(a.ID)
 			return nil, run.failStart(ctx, a, fmt.Errorf("record its key: %w", run.storeError(err)))
+		}
+	}
+	// Its process runs only once its record is on the disk: "when kin
+	// spawn returns, the agent and its process are on record".
+	if key.durable != nil {
+		if err := key.durable(); err != nil {
+			run.removeRuntime(a.ID)
+			return nil, run.failStart(ctx, a, fmt.Errorf("its record: %w", run.storeError(err)))
 		}
 	}
 	cred := withGroups(run.agentCredential(a.ID), readGroups)
