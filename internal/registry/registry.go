@@ -137,7 +137,7 @@ func (r *Registry) authorize(ctx context.Context, target kin.AgentID, self bool)
 // transaction as the insert.
 func (r *Registry) Register(ctx context.Context, req kin.RegisterRequest) (*kin.Agent, error) {
 	began := r.obs.TraceBegan()
-	a, err := r.register(ctx, req, nil)
+	a, _, err := r.register(ctx, req, nil, false)
 	r.obs.Traced(ctx, req, a, began, err)
 	return a, err
 }
@@ -145,7 +145,17 @@ func (r *Registry) Register(ctx context.Context, req kin.RegisterRequest) (*kin.
 // RegisterSpawn registers an agent that is to be spawned: what it runs is
 // stored with it, in the same transaction. The caller traces it.
 func (r *Registry) RegisterSpawn(ctx context.Context, req kin.RegisterRequest, spawn SpawnExtra) (*kin.Agent, error) {
-	return r.register(ctx, req, &spawn)
+	a, _, err := r.register(ctx, req, &spawn, false)
+	return a, err
+}
+
+// RegisterSpawnEarly is RegisterSpawn, except that it may return once the
+// registration is committed and visible, before it is on the disk
+// (store.EarlyDeferrer): durable waits until it is. What must follow the
+// record's durability (the agent's process) waits for durable; a refusal
+// or an error is returned once durable, with durable nil.
+func (r *Registry) RegisterSpawnEarly(ctx context.Context, req kin.RegisterRequest, spawn SpawnExtra) (a *kin.Agent, durable func() error, err error) {
+	return r.register(ctx, req, &spawn, true)
 }
 
 // SpawnExtra is what a spawn stores beside the registration.
@@ -174,11 +184,13 @@ type SpawnExtra struct {
 
 // register validates, authorizes and inserts an agent (and its process spec
 // for a spawn) with its events, the governor's rules checked in the same
-// transaction, and adds it to the in-memory lineage once committed.
-func (r *Registry) register(ctx context.Context, req kin.RegisterRequest, extra *SpawnExtra) (*kin.Agent, error) {
+// transaction, and adds it to the in-memory lineage once committed. early:
+// it may return once committed and visible, with durable (RegisterSpawnEarly);
+// otherwise durable is nil.
+func (r *Registry) register(ctx context.Context, req kin.RegisterRequest, extra *SpawnExtra, early bool) (_ *kin.Agent, durable func() error, _ error) {
 	c := caller.Of(ctx)
 	if c.Refused != "" {
-		return nil, kin.Errorf(kin.ECodeForbidden, "%s", c.Refused)
+		return nil, nil, kin.Errorf(kin.ECodeForbidden, "%s", c.Refused)
 	}
 	if req.Parent == 0 && c.Agent != 0 {
 		req.Parent = c.Agent // inside an agent, a spawn is a child of the caller
@@ -187,14 +199,14 @@ func (r *Registry) register(ctx context.Context, req kin.RegisterRequest, extra 
 		req.Responsible = r.defaultResponsible // the operator answers for a root nobody named
 	}
 	if err := req.Validate(); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if req.Parent == 0 {
 		if err := caller.OperatorOnly(ctx, "register root agents"); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 	} else if err := r.authorize(ctx, req.Parent, true); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	name, _ := kin.ParseName(req.Name) // validated above
 	if req.Life == "" {
@@ -202,7 +214,7 @@ func (r *Registry) register(ctx context.Context, req kin.RegisterRequest, extra 
 	}
 	mountIDs, err := r.run.CheckRequest(&req)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	by := c.CreatedBy()
 	var out *kin.Agent
@@ -214,7 +226,7 @@ func (r *Registry) register(ctx context.Context, req kin.RegisterRequest, extra 
 	// run, its effects are tx's and after's, and the quota is charged once
 	// however often it runs. On PostgreSQL the insert then rides with the
 	// next statement, and a name taken meanwhile runs it again.
-	err = store.UpdateAfterDeferrable(ctx, r.st, func(tx store.Tx, after *store.AfterCommit) error {
+	update := func(tx store.Tx, after *store.AfterCommit) error {
 		out, refused, denied, ad = nil, nil, nil, nil
 		now := r.now()
 		prof, err := r.governorInTx(ctx, tx)
@@ -422,28 +434,43 @@ func (r *Registry) register(ctx context.Context, req kin.RegisterRequest, extra 
 			})
 		}
 		return nil
-	})
+	}
+	if early {
+		durable, err = store.UpdateAfterEarlyDeferrable(ctx, r.st, update)
+	} else {
+		err = store.UpdateAfterDeferrable(ctx, r.st, update)
+	}
 	if errors.Is(err, errRefusedInTx) {
 		err = nil
 	}
 	if err != nil {
-		return nil, store.KinError(err)
+		return nil, nil, store.KinError(err)
+	}
+	if durable != nil && (refused != nil || denied != nil) {
+		// A refusal recorded: answered once on the disk, as ever.
+		if err := durable(); err != nil {
+			return nil, nil, store.KinError(err)
+		}
+		durable = nil
 	}
 	if refused != nil {
 		r.obs.Refused(refused)
-		return nil, refused
+		return nil, nil, refused
 	}
 	if denied != nil {
 		r.obs.Refused(denied)
-		return nil, denied
+		return nil, nil, denied
 	}
 	r.obs.Admitted(extra)
 	if req.Template != nil {
 		if err := r.run.Provision(ctx, out, req.Template); err != nil {
-			return out, err
+			if durable != nil {
+				durable()
+			}
+			return out, nil, err
 		}
 	}
-	return out, nil
+	return out, durable, nil
 }
 
 // slotHolders counts the agents that hold the cardinality slot a role

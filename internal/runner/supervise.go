@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -180,11 +181,18 @@ func (run *Runner) spawn(ctx context.Context, req *kin.SpawnRequest) (recorded, 
 			key.row = row
 			return err
 		}}
-	a, err := run.reg.RegisterSpawn(ctx, req.RegisterRequest, *extra)
+	// Answered once visible: its start makes what needs no durability
+	// while the registration reaches the disk, and waits for it before
+	// the process runs (startWithKey).
+	a, durable, err := run.reg.RegisterSpawnEarly(ctx, req.RegisterRequest, *extra)
 	if err != nil {
 		return nil, nil, err
 	}
+	key.durable = durable
 	if !run.ownsAgent(a) {
+		if err := durable(); err != nil {
+			return a, nil, run.storeError(err)
+		}
 		out, err := run.awaitPlaced(context.WithoutCancel(ctx), a)
 		return a, out, err
 	}
@@ -196,6 +204,9 @@ func (run *Runner) spawn(ctx context.Context, req *kin.SpawnRequest) (recorded, 
 type agentKey struct {
 	pem []byte
 	row store.AgentKeyRow
+	// durable waits until that registration is on the disk
+	// (RegisterSpawnEarly); nil: it is.
+	durable func() error
 }
 
 // defaultName makes a name from the command: its base name and a random
@@ -253,12 +264,6 @@ func (run *Runner) startWithKey(ctx context.Context, a *kin.Agent, spec store.Pr
 	// The default view's ruleset is made beside the work below.
 	view := run.startView(a)
 	defer func() { view.discard() }() // a start that fails before sandboxArgv
-	sock, err := run.listen(a)
-	if err != nil {
-		run.removeRuntime(a.ID)
-		return nil, run.failStart(ctx, a, err)
-	}
-	rt.sock = sock
 	recorded := key != nil
 	if !recorded {
 		keyPEM, keyRow, err := run.ps.NewAgentKey(ctx, a)
@@ -270,10 +275,36 @@ func (run *Runner) startWithKey(ctx context.Context, a *kin.Agent, spec store.Pr
 		key = &agentKey{pem: keyPEM, row: keyRow}
 	}
 	keyRow := key.row
-	cx, ctxEnv, dir, err := run.prepareCtx(ctx, a, spec, sock.Path(), key.pem)
+	// Its socket, the pipe kin drains into its log (bounded) and its
+	// folders need nothing of each other (the socket's path is its
+	// name's): made side by side.
+	var (
+		sock            *agentsock.Socket
+		logOut          *os.File // the process's output
+		sockErr, logErr error
+		made            sync.WaitGroup
+	)
+	made.Go(func() { sock, sockErr = run.listen(a) })
+	made.Go(func() { logOut, logErr = run.openLog(a.ID) })
+	cx, ctxEnv, dir, err := run.prepareCtx(ctx, a, spec, run.socks.Path(a.Name), key.pem)
+	made.Wait()
+	rt.sock = sock
+	defer func() {
+		if logOut != nil {
+			logOut.Close() // the start failed: without a writer, the drain ends
+		}
+	}()
+	switch {
+	case sockErr != nil:
+		err = sockErr
+	case err != nil:
+		err = fmt.Errorf("agent filesystem: %w", err)
+	case logErr != nil:
+		err = fmt.Errorf("its log: %w", logErr)
+	}
 	if err != nil {
 		run.removeRuntime(a.ID)
-		return nil, run.failStart(ctx, a, fmt.Errorf("agent filesystem: %w", err))
+		return nil, run.failStart(ctx, a, err)
 	}
 	rt.ctx = cx
 	run.rememberCtx(a.ID, cx)
@@ -309,11 +340,13 @@ func (run *Runner) startWithKey(ctx context.Context, a *kin.Agent, spec store.Pr
 			return nil, run.failStart(ctx, a, fmt.Errorf("record its key: %w", run.storeError(err)))
 		}
 	}
-	// Its output goes through a pipe kin drains into its log, bounded.
-	logOut, err := run.openLog(a.ID)
-	if err != nil {
-		run.removeRuntime(a.ID)
-		return nil, run.failStart(ctx, a, fmt.Errorf("its log: %w", err))
+	// Its process runs only once its record is on the disk: "when kin
+	// spawn returns, the agent and its process are on record".
+	if key.durable != nil {
+		if err := key.durable(); err != nil {
+			run.removeRuntime(a.ID)
+			return nil, run.failStart(ctx, a, fmt.Errorf("its record: %w", run.storeError(err)))
+		}
 	}
 	cred := withGroups(run.agentCredential(a.ID), readGroups)
 	proc, err := run.sup.Start(ctx, supervisor.Spec{
@@ -331,6 +364,7 @@ func (run *Runner) startWithKey(ctx context.Context, a *kin.Agent, spec store.Pr
 		Direct:     run.directStart(a, sbSpec, held, cred),
 	})
 	logOut.Close() // the process has its own copy; without one, the drain ends
+	logOut = nil
 	if err != nil {
 		run.removeRuntime(a.ID)
 		return nil, run.failStart(ctx, a, err)

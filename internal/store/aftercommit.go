@@ -4,7 +4,8 @@ import "context"
 
 // AfterCommit is the work an Update's function leaves for after its commit:
 // changes to a cache of what the transaction wrote, timers. It runs only once
-// the writes are durable (visible, for UpdateAfterLazy), in the order it was added, and never when the
+// the writes are durable (visible, for UpdateAfterLazy and
+// UpdateAfterEarlyDeferrable), in the order it was added, and never when the
 // Update failed, so no cache runs ahead of the store.
 type AfterCommit struct{ fns []func() }
 
@@ -50,6 +51,30 @@ func UpdateAfterDeferrable(ctx context.Context, st Store, fn func(tx Tx, after *
 		return updateAfter(ctx, d.UpdateDeferrable, fn)
 	}
 	return updateAfter(ctx, st.Update, fn)
+}
+
+// UpdateAfterEarlyDeferrable is UpdateAfterDeferrable through st's
+// UpdateEarlyDeferrable where st has one (EarlyDeferrer): it returns once
+// the commit is visible, and after runs then; durable waits until it is on
+// the disk. Elsewhere it returns once the commit is durable, and durable
+// is Durable. durable is nil when err is not.
+func UpdateAfterEarlyDeferrable(ctx context.Context, st Store, fn func(tx Tx, after *AfterCommit) error) (durable func() error, err error) {
+	e, ok := st.(EarlyDeferrer)
+	if !ok {
+		if err := UpdateAfterDeferrable(ctx, st, fn); err != nil {
+			return nil, err
+		}
+		return Durable, nil
+	}
+	err = updateAfter(ctx, func(ctx context.Context, f func(Tx) error) error {
+		var err error
+		durable, err = e.UpdateEarlyDeferrable(ctx, f)
+		return err
+	}, fn)
+	if err != nil {
+		return nil, err
+	}
+	return durable, nil
 }
 
 // UpdateAfterLazyDeferrable is UpdateAfterLazy for a re-runnable fn (see

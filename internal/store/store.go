@@ -86,6 +86,21 @@ type LazyDeferrer interface {
 	UpdateLazyDeferrable(ctx context.Context, fn func(tx Tx) error) error
 }
 
+// EarlyDeferrer is a Store whose deferrable Update (Deferrer) can answer
+// before its commit is on the disk: UpdateEarlyDeferrable returns once fn's
+// writes are committed and visible to every reader and safe from a crash
+// of the process, with durable, which waits until they are on the disk as
+// an Update's are when it returns (nil), or says why they are not. The
+// caller does what needs no durability meanwhile, and calls durable before
+// anything that must follow it: a spawn makes the agent's folders while
+// its registration reaches the disk, and starts its process after.
+type EarlyDeferrer interface {
+	UpdateEarlyDeferrable(ctx context.Context, fn func(tx Tx) error) (durable func() error, err error)
+}
+
+// Durable is the durable of an Update that was durable when it returned.
+func Durable() error { return nil }
+
 // UpdateDeferrable is st's UpdateDeferrable where st has one (Deferrer),
 // else its Update. fn must be re-runnable (Deferrer).
 func UpdateDeferrable(ctx context.Context, st Store, fn func(tx Tx) error) error {

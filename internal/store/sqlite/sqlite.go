@@ -5,8 +5,9 @@
 // shared with the PostgreSQL driver; this package opens the file, migrates
 // it, and says what SQLite does its own way: the write lock is BEGIN
 // IMMEDIATE's, a commit is on disk with synchronous=FULL (NORMAL for a
-// batch of lazy Updates alone), and a handle learns of other handles'
-// commits on the same file by polling (notify.go).
+// batch of lazy Updates alone; a batch of early ones commits NORMAL and is
+// synced as FULL would once it is answered: syncWAL), and a handle learns
+// of other handles' commits on the same file by polling (notify.go).
 package sqlite
 
 import (
@@ -21,6 +22,7 @@ import (
 	"sync"
 	"time"
 
+	"golang.org/x/sys/unix"
 	_ "modernc.org/sqlite" // registers the "sqlite" database/sql driver
 
 	"github.com/kin-agents/kin/internal/auditlog"
@@ -38,18 +40,22 @@ type Store struct {
 	// sync is the synchronous level the store was opened with; syncNow the
 	// writer connection's (NORMAL for a batch of lazy Updates alone).
 	sync, syncNow string
-	writer        *sql.DB // the writer's one connection (sqlstore's; kept here for its pragmas' test)
-	pdb           *sql.DB // one read-only connection: the poller's (data_version is per connection)
-	stop          chan struct{}
-	wg            sync.WaitGroup
-	closed        sync.Once
+	// wal is the write-ahead log, open for syncWAL (only the writer
+	// goroutine uses it); nil until the first sync.
+	wal    *os.File
+	writer *sql.DB // the writer's one connection (sqlstore's; kept here for its pragmas' test)
+	pdb    *sql.DB // one read-only connection: the poller's (data_version is per connection)
+	stop   chan struct{}
+	wg     sync.WaitGroup
+	closed sync.Once
 }
 
 var (
-	_ store.Store       = (*Store)(nil)
-	_ store.LazyUpdater = (*Store)(nil)
-	_ store.Deferrer    = (*Store)(nil)
-	_ auditlog.Source   = (*sqlstore.ReadOnly)(nil)
+	_ store.Store         = (*Store)(nil)
+	_ store.LazyUpdater   = (*Store)(nil)
+	_ store.Deferrer      = (*Store)(nil)
+	_ store.EarlyDeferrer = (*Store)(nil)
+	_ auditlog.Source     = (*sqlstore.ReadOnly)(nil)
 )
 
 // Options tune a store. The zero value is the durable default.
@@ -198,6 +204,7 @@ func open(ctx context.Context, path, sync string, opts Options, onlyWriter bool)
 	d := &sqlstore.Dialect{
 		Name:               "sqlite",
 		Begin:              s.begin,
+		Sync:               s.syncWAL,
 		WriterStatements:   true, // compiling was a quarter of the writer's time
 		EventRowsPerInsert: rows,
 		BulkReadOn:         "PRAGMA mmap_size = " + strconv.Itoa(bulkMmap),
@@ -227,6 +234,9 @@ func (s *Store) Close() error {
 		close(s.stop)
 		s.wg.Wait()
 		err = errors.Join(s.Store.Close(), s.pdb.Close())
+		if s.wal != nil { // the writer has stopped
+			s.wal.Close()
+		}
 		if s.lock != nil {
 			s.lock.Close()
 		}
@@ -251,6 +261,66 @@ func (s *Store) begin(ctx context.Context, w *sql.DB, lazy bool) (*sql.Tx, error
 		s.syncNow = want
 	}
 	return w.BeginTx(ctx, nil)
+}
+
+// syncWAL makes every commit so far durable as synchronous=FULL makes
+// each: a batch of early Updates (sqlstore's UpdateEarlyDeferrable) commits
+// with synchronous=NORMAL, which in WAL mode writes the log's frames
+// without syncing them, and is synced here once answered. SQLite's FULL
+// commit is that very fdatasync of the log, and nothing else: with
+// powersafe overwrite (the default) a commit pads nothing, and the log's
+// header is synced, at NORMAL too, whenever the log restarts. The log is
+// opened once, and again should its file no longer be the one at its path
+// (a log is removed only when the last connection to the database closes,
+// and the writer's stays open), with its directory synced then, as SQLite
+// syncs it for a new log. A store opened NORMAL syncs nothing: that is
+// its durability. Only the writer goroutine calls it.
+func (s *Store) syncWAL() error {
+	if s.sync != "FULL" {
+		return nil
+	}
+	path := s.path + "-wal"
+	if s.wal != nil {
+		if same, err := sameFile(s.wal, path); err != nil || !same {
+			s.wal.Close()
+			s.wal = nil
+		}
+	}
+	if s.wal == nil {
+		f, err := os.Open(path)
+		if err != nil {
+			return err
+		}
+		if err := syncDir(filepath.Dir(path)); err != nil {
+			f.Close()
+			return err
+		}
+		s.wal = f
+	}
+	return unix.Fdatasync(int(s.wal.Fd()))
+}
+
+// sameFile reports whether f is the file at path.
+func sameFile(f *os.File, path string) (bool, error) {
+	a, err := f.Stat()
+	if err != nil {
+		return false, err
+	}
+	b, err := os.Stat(path)
+	if err != nil {
+		return false, err
+	}
+	return os.SameFile(a, b), nil
+}
+
+// syncDir syncs the directory dir's entries.
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
 }
 
 // ping opens db's first connection. Its pragmas switch a new file to WAL,

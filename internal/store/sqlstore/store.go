@@ -50,6 +50,11 @@ type Dialect struct {
 	// in the batch is lazy (UpdateLazy), so it may commit without waiting
 	// for the disk.
 	Begin func(ctx context.Context, w *sql.DB, lazy bool) (*sql.Tx, error)
+	// Sync, when set, makes every commit so far as durable as a batch that
+	// Begin began not lazy: a batch of early Updates (UpdateEarlyDeferrable)
+	// begins lazy, is answered once committed, and is synced after. Nil:
+	// early Updates are durable when answered, as Updates are.
+	Sync func() error
 	// BeforeCommit, when set, runs in a batch's transaction before COMMIT
 	// when the batch appended events, the log's size being size: where a
 	// notification must be part of the commit (PostgreSQL's NOTIFY).
@@ -228,6 +233,9 @@ type update struct {
 	fn   func(store.Tx) error
 	err  chan error
 	lazy bool // UpdateLazy's: its batch need not reach the disk before it returns
+	// durable, for UpdateEarlyDeferrable's, is answered once its commit is
+	// on the disk (after err, which answers once it is visible).
+	durable chan error
 	// deferrable: UpdateDeferrable's, whose fn may run more than once
 	// (held.go)
 	deferrable bool
@@ -383,6 +391,19 @@ func (s *Store) UpdateLazyDeferrable(ctx context.Context, fn func(store.Tx) erro
 	return s.update(ctx, &update{fn: fn, lazy: true, deferrable: true})
 }
 
+// UpdateEarlyDeferrable is UpdateDeferrable, except that, where the
+// dialect can sync commits apart (Dialect.Sync), it returns once fn's
+// writes are committed and visible, and durable waits until they are on
+// the disk (store.EarlyDeferrer). A batch of early and lazy Updates alone
+// commits without waiting for the disk, is answered, then synced.
+func (s *Store) UpdateEarlyDeferrable(ctx context.Context, fn func(store.Tx) error) (durable func() error, err error) {
+	u := &update{fn: fn, deferrable: true, durable: make(chan error, 1)}
+	if err := s.update(ctx, u); err != nil {
+		return nil, err
+	}
+	return sync.OnceValue(func() error { return <-u.durable }), nil
+}
+
 // UpdateLazy is Update, except that a batch of lazy Updates alone commits
 // without waiting for the disk (Dialect.Begin's lazy): committed, visible
 // and safe from a crash of the process when it returns, on the disk with
@@ -446,9 +467,34 @@ func (s *Store) writeLoop() {
 // commit runs a batch of Updates in one transaction, each in a savepoint.
 func (s *Store) commit(batch []*update) {
 	errs := make([]error, len(batch))
+	// early: the batch holds early Updates and commits as if lazy, to be
+	// synced once they are answered.
+	lazy, early := true, false
+	for _, u := range batch {
+		switch {
+		case u.durable != nil && s.d.Sync != nil:
+			early = true
+		case !u.lazy:
+			lazy = false
+		}
+	}
+	early = early && lazy
 	answer := func() {
+		synced := false
 		for i, u := range batch {
 			u.err <- errs[i]
+			synced = synced || early && u.durable != nil && errs[i] == nil
+		}
+		var err error
+		if synced {
+			if err = s.d.Sync(); err != nil {
+				err = fmt.Errorf("%s: sync: %w", s.d.Name, err)
+			}
+		}
+		for _, u := range batch {
+			if u.durable != nil {
+				u.durable <- err // nil where the commit was durable (or failed: err answered it)
+			}
 		}
 	}
 	failAll := func(err error) {
@@ -458,10 +504,6 @@ func (s *Store) commit(batch []*update) {
 		answer()
 	}
 	ctx := context.Background()
-	lazy := true
-	for _, u := range batch {
-		lazy = lazy && u.lazy
-	}
 	var (
 		tx   *sql.Tx
 		w    reader
