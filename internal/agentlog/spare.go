@@ -2,7 +2,6 @@ package agentlog
 
 import (
 	"errors"
-	"fmt"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -54,19 +53,55 @@ func unread(path string) bool {
 func isSpare(name string) bool { return strings.HasPrefix(name, spareTag) }
 
 // retire keeps the ended pipe at path for a later Open, or removes it.
-// The caller has let go of it: it holds no descriptor of it.
+// The caller has let go of it: it holds no descriptor of it. A cascade's
+// drains end together: the check and the rename run outside spareMu (a
+// place among the spares held meanwhile), so that they run side by side.
 func (p *Poller) retire(path string) {
 	dir := filepath.Dir(path)
 	p.spareMu.Lock()
-	defer p.spareMu.Unlock()
-	if !p.sparesClosed && len(p.spares[dir]) < maxSpares && unread(path) {
-		spare := filepath.Join(dir, fmt.Sprintf("%s%016x.log.pipe", spareTag, rand.Uint64()))
-		if err := unix.Renameat2(unix.AT_FDCWD, path, unix.AT_FDCWD, spare, unix.RENAME_NOREPLACE); err == nil {
-			p.spares[dir] = append(p.spares[dir], spare)
-			return
+	keep := !p.sparesClosed && len(p.spares[dir])+p.retiring[dir] < maxSpares
+	if keep {
+		p.retiring[dir]++
+	}
+	p.spareMu.Unlock()
+	if !keep {
+		os.Remove(path)
+		return
+	}
+	spare := ""
+	if unread(path) {
+		spare = spareName(dir)
+		if err := unix.Renameat2(unix.AT_FDCWD, path, unix.AT_FDCWD, spare, unix.RENAME_NOREPLACE); err != nil {
+			spare = ""
 		}
 	}
-	os.Remove(path)
+	p.spareMu.Lock()
+	if p.retiring[dir]--; p.retiring[dir] == 0 {
+		delete(p.retiring, dir)
+	}
+	if spare != "" && !p.sparesClosed {
+		p.spares[dir] = append(p.spares[dir], spare)
+		spare = ""
+	} else if spare == "" {
+		spare = path
+	}
+	p.spareMu.Unlock()
+	if spare != "" {
+		os.Remove(spare) // not kept, or kept after Close removed the others
+	}
+}
+
+// spareName is a new name for a kept pipe in dir:
+// spareTag<16 hex digits>.log.pipe (without fmt: a cascade names 1,000).
+func spareName(dir string) string {
+	const digits = "0123456789abcdef"
+	b := make([]byte, 0, len(spareTag)+16+len(".log.pipe"))
+	b = append(b, spareTag...)
+	v := rand.Uint64()
+	for shift := 60; shift >= 0; shift -= 4 {
+		b = append(b, digits[v>>shift&0xf])
+	}
+	return filepath.Join(dir, string(append(b, ".log.pipe"...)))
 }
 
 // reuse renames a kept pipe of path's directory to path, replacing
