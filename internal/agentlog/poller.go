@@ -53,7 +53,6 @@ type Poller struct {
 
 	spareMu      sync.Mutex
 	spares       map[string][]string // kept pipes by directory (spare.go)
-	retiring     map[string]int      // pipes being kept by directory (retire)
 	sparesClosed bool
 }
 
@@ -74,7 +73,7 @@ func NewPoller() (*Poller, error) {
 		f.Close()
 		return nil, fmt.Errorf("agent logs: epoll descriptor: %w", err)
 	}
-	p := &Poller{epfd: epfd, file: f, raw: raw, drains: map[uint64]*Drain{}, wds: map[int32]*Drain{}, peekR: -1, peekW: -1, spares: map[string][]string{}, retiring: map[string]int{}}
+	p := &Poller{epfd: epfd, file: f, raw: raw, drains: map[uint64]*Drain{}, wds: map[int32]*Drain{}, peekR: -1, peekW: -1, spares: map[string][]string{}}
 	var pp [2]int
 	if err := unix.Pipe2(pp[:], unix.O_CLOEXEC|unix.O_NONBLOCK); err == nil {
 		p.peekR, p.peekW = pp[0], pp[1]

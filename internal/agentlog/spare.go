@@ -53,42 +53,21 @@ func unread(path string) bool {
 func isSpare(name string) bool { return strings.HasPrefix(name, spareTag) }
 
 // retire keeps the ended pipe at path for a later Open, or removes it.
-// The caller has let go of it: it holds no descriptor of it. A cascade's
-// drains end together: the check and the rename run outside spareMu (a
-// place among the spares held meanwhile), so that they run side by side.
+// The caller has let go of it: it holds no descriptor of it. The check and
+// the rename run under spareMu: a cascade's ends would otherwise wait on
+// the directory's lock in the kernel, each on a thread of its own.
 func (p *Poller) retire(path string) {
 	dir := filepath.Dir(path)
 	p.spareMu.Lock()
-	keep := !p.sparesClosed && len(p.spares[dir])+p.retiring[dir] < maxSpares
-	if keep {
-		p.retiring[dir]++
-	}
-	p.spareMu.Unlock()
-	if !keep {
-		os.Remove(path)
-		return
-	}
-	spare := ""
-	if unread(path) {
-		spare = spareName(dir)
-		if err := unix.Renameat2(unix.AT_FDCWD, path, unix.AT_FDCWD, spare, unix.RENAME_NOREPLACE); err != nil {
-			spare = ""
+	defer p.spareMu.Unlock()
+	if !p.sparesClosed && len(p.spares[dir]) < maxSpares && unread(path) {
+		spare := spareName(dir)
+		if err := unix.Renameat2(unix.AT_FDCWD, path, unix.AT_FDCWD, spare, unix.RENAME_NOREPLACE); err == nil {
+			p.spares[dir] = append(p.spares[dir], spare)
+			return
 		}
 	}
-	p.spareMu.Lock()
-	if p.retiring[dir]--; p.retiring[dir] == 0 {
-		delete(p.retiring, dir)
-	}
-	if spare != "" && !p.sparesClosed {
-		p.spares[dir] = append(p.spares[dir], spare)
-		spare = ""
-	} else if spare == "" {
-		spare = path
-	}
-	p.spareMu.Unlock()
-	if spare != "" {
-		os.Remove(spare) // not kept, or kept after Close removed the others
-	}
+	os.Remove(path)
 }
 
 // spareName is a new name for a kept pipe in dir:
