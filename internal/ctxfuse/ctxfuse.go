@@ -781,14 +781,14 @@ func (r *root) unbindLocked(name string, s *sockState) {
 }
 
 // RemoveSocket removes the socket at path, a node of the mount's
-// directory, as unlink(2) of it would,
-// without a request: the node is dropped here, then the kernel is told its
-// entry is deleted (FUSE_NOTIFY_DELETE: it unhashes the dentry and clears
-// the inode's links, as an unlink does), one write to the connection where
-// an unlink was a request through the kernel, a read and a reply (1,110
-// sockets: ~60 ms of a cascade's CPU on this machine). False where path
-// is not a socket bound here, or the mount is closed: the caller unlinks
-// path itself. The caller must not be serving a request of this mount (the
+// directory, as unlink(2) of it would, without a request: the node is
+// dropped here, then the kernel is told its entry is deleted
+// (FUSE_NOTIFY_DELETE: it unhashes the dentry and clears the inode's
+// links, as an unlink does), one write to the connection where an unlink
+// was a request through the kernel, a read and a reply (1,110 sockets:
+// ~60 ms of a cascade's CPU on this machine). False where path is not a
+// socket bound here, or the mount is closed: the caller unlinks path
+// itself. The caller must not be serving a request of this mount (the
 // kernel takes the directory's lock for the notification).
 func (m *Mount) RemoveSocket(path string) bool {
 	name := filepath.Base(path)
@@ -811,7 +811,7 @@ func (m *Mount) RemoveSocket(path string) bool {
 		return true
 	default:
 		// An older protocol, say: its entry looked up again finds nothing.
-		if st2 := m.srv.EntryNotify(inoRoot, name); st2 != fuse.OK && st2 != fuse.ENOENT {
+		if st2 := m.srv.EntryNotify(inoRoot, name); st2 != fuse.OK && st2 != fuse.ENOENT && !m.closed.Load() {
 			m.log.Warn("agent filesystem: a removed socket's entry", "name", name, "delete", st, "inval", st2)
 		}
 	}
