@@ -2,7 +2,6 @@ package agentlog
 
 import (
 	"errors"
-	"fmt"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -54,19 +53,34 @@ func unread(path string) bool {
 func isSpare(name string) bool { return strings.HasPrefix(name, spareTag) }
 
 // retire keeps the ended pipe at path for a later Open, or removes it.
-// The caller has let go of it: it holds no descriptor of it.
+// The caller has let go of it: it holds no descriptor of it. The check and
+// the rename run under spareMu: a cascade's ends would otherwise wait on
+// the directory's lock in the kernel, each on a thread of its own.
 func (p *Poller) retire(path string) {
 	dir := filepath.Dir(path)
 	p.spareMu.Lock()
 	defer p.spareMu.Unlock()
 	if !p.sparesClosed && len(p.spares[dir]) < maxSpares && unread(path) {
-		spare := filepath.Join(dir, fmt.Sprintf("%s%016x.log.pipe", spareTag, rand.Uint64()))
+		spare := spareName(dir)
 		if err := unix.Renameat2(unix.AT_FDCWD, path, unix.AT_FDCWD, spare, unix.RENAME_NOREPLACE); err == nil {
 			p.spares[dir] = append(p.spares[dir], spare)
 			return
 		}
 	}
 	os.Remove(path)
+}
+
+// spareName is a new name for a kept pipe in dir:
+// spareTag<16 hex digits>.log.pipe (without fmt: a cascade names 1,000).
+func spareName(dir string) string {
+	const digits = "0123456789abcdef"
+	b := make([]byte, 0, len(spareTag)+16+len(".log.pipe"))
+	b = append(b, spareTag...)
+	v := rand.Uint64()
+	for shift := 60; shift >= 0; shift -= 4 {
+		b = append(b, digits[v>>shift&0xf])
+	}
+	return filepath.Join(dir, string(append(b, ".log.pipe"...)))
 }
 
 // reuse renames a kept pipe of path's directory to path, replacing

@@ -179,3 +179,59 @@ func TestPipeReadElsewhereIsNotKept(t *testing.T) {
 		t.Fatalf("the kept descriptor read %d bytes of agent 2's output (%v)", n, err)
 	}
 }
+
+// TestManyEndsKeptTogether: pipes whose drains end at once (a cascade's)
+// are each kept once, under names of their own, none left at its agent's
+// path; the next Opens take them; Close removes the rest.
+func TestManyEndsKeptTogether(t *testing.T) {
+	p, err := agentlog.NewPoller()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	dir := t.TempDir()
+	const n = 64
+	var ds []*agentlog.Drain
+	var outs []*os.File
+	for i := range n {
+		d, out, err := p.Open(agentlog.Config{Path: filepath.Join(dir, fmt.Sprintf("%d.log", i)), Bytes: 1 << 20, Keep: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer out.Close()
+		ds, outs = append(ds, d), append(outs, out)
+	}
+	for _, out := range outs {
+		out.Close()
+	}
+	for _, d := range ds {
+		<-d.Done()
+	}
+	for i := range n {
+		if _, err := os.Lstat(agentlog.PipePath(filepath.Join(dir, fmt.Sprintf("%d.log", i)))); !os.IsNotExist(err) {
+			t.Errorf("agent %d's pipe after its end: %v", i, err)
+		}
+	}
+	kept := spares(t, dir)
+	if len(kept) != n {
+		t.Fatalf("%d kept pipes after %d ends", len(kept), n)
+	}
+	inos := map[uint64]bool{}
+	for _, ino := range kept {
+		inos[ino] = true
+	}
+	d, out, err := p.Open(agentlog.Config{Path: filepath.Join(dir, "next.log"), Bytes: 1 << 20, Keep: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fi, err := os.Lstat(agentlog.PipePath(filepath.Join(dir, "next.log")))
+	if err != nil || !inos[fi.Sys().(*syscall.Stat_t).Ino] {
+		t.Errorf("the next agent's pipe is not a kept one: %v %v", fi, err)
+	}
+	out.Close()
+	<-d.Done()
+	p.Close()
+	if left := spares(t, dir); len(left) != 0 {
+		t.Errorf("%d kept pipes after Close", len(left))
+	}
+}

@@ -60,6 +60,7 @@ type Sockets struct {
 	handler http.Handler // the agents' API
 	peers   Peers
 	log     *slog.Logger
+	remove  func(path string) bool // Config.Remove
 
 	mu    sync.Mutex
 	socks map[uint64]*Socket // by key
@@ -80,11 +81,15 @@ type Config struct {
 	Handler http.Handler // the API as agents reach it
 	Peers   Peers
 	Log     *slog.Logger
+	// Remove, when set, removes a closed socket's file at path in its
+	// stead (the daemon's own FUSE server drops its node: ctxfuse's
+	// RemoveSocket); false: not done, the file is unlinked.
+	Remove func(path string) bool
 }
 
 // New makes the agents' socket server; nothing listens until Listen.
 func New(c Config) *Sockets {
-	s := &Sockets{dir: c.Dir, handler: c.Handler, peers: c.Peers, log: c.Log, socks: map[uint64]*Socket{}, shut: map[string]*Socket{}}
+	s := &Sockets{dir: c.Dir, handler: c.Handler, peers: c.Peers, log: c.Log, remove: c.Remove, socks: map[uint64]*Socket{}, shut: map[string]*Socket{}}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	}
@@ -391,7 +396,9 @@ func (s *Socket) Unlink() {
 		return
 	}
 	s.unlinked = true
-	unix.Unlink(s.path)
+	if s.ss.remove == nil || !s.ss.remove(s.path) {
+		unix.Unlink(s.path)
+	}
 	s.ss.mu.Lock()
 	if s.ss.shut[s.path] == s {
 		delete(s.ss.shut, s.path)

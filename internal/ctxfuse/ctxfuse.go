@@ -41,6 +41,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -97,8 +98,9 @@ type Mount struct {
 	root *root
 	log  *slog.Logger
 
-	once sync.Once
-	err  error
+	once   sync.Once
+	err    error
+	closed atomic.Bool // Close was called
 }
 
 // Available reports why FUSE cannot be served here, or nil: a mount needs
@@ -165,6 +167,7 @@ func New(dir string, src Source, log *slog.Logger) (*Mount, error) {
 // Close then waits up to a second for the kernel to end the connection.
 func (m *Mount) Close() error {
 	m.once.Do(func() {
+		m.closed.Store(true)
 		if err := unix.Unmount(m.dir, unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) {
 			m.err = fmt.Errorf("ctxfuse: unmount %s: %w", m.dir, err)
 			return
@@ -763,12 +766,56 @@ func (r *root) Unlink(cancel <-chan struct{}, h *fuse.InHeader, name string) fus
 	if h.NodeId != inoRoot || s == nil {
 		return fuse.EROFS
 	}
+	r.unbindLocked(name, s)
+	return fuse.OK
+}
+
+// unbindLocked drops the bound socket s of name: its node is kept while
+// the kernel holds it (until its Forget).
+func (r *root) unbindLocked(name string, s *sockState) {
 	delete(r.socks, name)
 	s.bound = false
 	if s.lookups == 0 {
 		delete(r.sockIno, s.ino)
 	}
-	return fuse.OK
+}
+
+// RemoveSocket removes the socket at path, a node of the mount's
+// directory, as unlink(2) of it would, without a request: the node is
+// dropped here, then the kernel is told its entry is deleted
+// (FUSE_NOTIFY_DELETE: it unhashes the dentry and clears the inode's
+// links, as an unlink does), one write to the connection where an unlink
+// was a request through the kernel, a read and a reply (1,110 sockets:
+// ~60 ms of a cascade's CPU on this machine). False where path is not a
+// socket bound here, or the mount is closed: the caller unlinks path
+// itself. The caller must not be serving a request of this mount (the
+// kernel takes the directory's lock for the notification).
+func (m *Mount) RemoveSocket(path string) bool {
+	name := filepath.Base(path)
+	if filepath.Dir(path) != filepath.Clean(m.dir) || m.closed.Load() {
+		return false
+	}
+	r := m.root
+	r.mu.Lock()
+	s := r.socks[name]
+	if s == nil {
+		r.mu.Unlock()
+		return false
+	}
+	r.unbindLocked(name, s)
+	r.mu.Unlock()
+	// ENOENT: the kernel holds no entry of that name (evicted), or one of
+	// another node: nothing of s is left to drop.
+	switch st := m.srv.DeleteNotify(inoRoot, s.ino, name); st {
+	case fuse.OK, fuse.ENOENT:
+		return true
+	default:
+		// An older protocol, say: its entry looked up again finds nothing.
+		if st2 := m.srv.EntryNotify(inoRoot, name); st2 != fuse.OK && st2 != fuse.ENOENT && !m.closed.Load() {
+			m.log.Warn("agent filesystem: a removed socket's entry", "name", name, "delete", st, "inval", st2)
+		}
+	}
+	return true
 }
 
 // Nothing else changes here.

@@ -424,6 +424,92 @@ func TestSocketInMount(t *testing.T) {
 	}
 }
 
+// TestSocketRemovedWithoutRequest: RemoveSocket drops a bound socket's
+// node and tells the kernel (no unlink request): the path is gone at once
+// for every process, whether the kernel held its entry or had dropped it,
+// its name can be bound again, and the kernel's node is let go of as after
+// an unlink. A path not bound here, or outside the mount, is left to the
+// caller (false).
+func TestSocketRemovedWithoutRequest(t *testing.T) {
+	m, dir := mountAt(t, newTableSource())
+	// bind binds and listens at name; close closes the socket, once.
+	bind := func(name string) (path string, close func()) {
+		t.Helper()
+		path = filepath.Join(dir, name)
+		fd, err := unix.Socket(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		close = sync.OnceFunc(func() { unix.Close(fd) })
+		t.Cleanup(close)
+		if err := unix.Bind(fd, &unix.SockaddrUnix{Name: path}); err != nil {
+			t.Fatal(err)
+		}
+		if err := unix.Listen(fd, 8); err != nil {
+			t.Fatal(err)
+		}
+		return path, close
+	}
+	gone := func(path, when string) {
+		t.Helper()
+		if _, err := os.Lstat(path); !errors.Is(err, fs.ErrNotExist) {
+			t.Errorf("%s %s: lstat %v", path, when, err)
+		}
+		// Another process looks it up by path too.
+		if out, err := exec.Command("stat", "-c", "%F", path).CombinedOutput(); err == nil {
+			t.Errorf("%s %s: stat(1) found it: %s", path, when, out)
+		}
+	}
+	for _, dropped := range []bool{false, true} {
+		path, closeSock := bind("coder.sock")
+		if st, err := os.Lstat(path); err != nil || st.Mode().Type() != fs.ModeSocket {
+			t.Fatalf("the socket: %v %v", st, err)
+		}
+		if dropped { // the kernel holds no entry of it any more
+			if err := os.WriteFile("/proc/sys/vm/drop_caches", []byte("2"), 0); err != nil {
+				t.Skipf("drop caches: %v", err)
+			}
+		}
+		closeSock()
+		if !m.RemoveSocket(path) {
+			t.Fatalf("RemoveSocket(%s) = false for a bound socket", path)
+		}
+		gone(path, fmt.Sprintf("after RemoveSocket (caches dropped: %v)", dropped))
+		if m.RemoveSocket(path) {
+			t.Errorf("RemoveSocket(%s) again = true", path)
+		}
+		if ents, err := os.ReadDir(dir); err != nil || len(ents) != 0 {
+			t.Errorf("agent/ after RemoveSocket: %v %v", ents, err)
+		}
+	}
+	// Bound again under the same name: a new node, reached by path.
+	path, closeSock := bind("coder.sock")
+	if st, err := os.Lstat(path); err != nil || st.Mode().Type() != fs.ModeSocket {
+		t.Fatalf("the socket bound again: %v %v", st, err)
+	}
+	closeSock()
+	if m.RemoveSocket(filepath.Join(dir, "other.sock")) || m.RemoveSocket(filepath.Join(filepath.Dir(dir), "coder.sock")) {
+		t.Error("RemoveSocket took a path not bound in the mount")
+	}
+	if err := unix.Unlink(path); err != nil {
+		t.Fatal(err)
+	}
+	gone(path, "after unlink")
+	// The kernel lets go of the removed nodes as of unlinked ones.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		os.WriteFile("/proc/sys/vm/drop_caches", []byte("2"), 0)
+		if _, s := ctxfuse.Held(m); s == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			_, s := ctxfuse.Held(m)
+			t.Fatalf("%d sockets still held after the kernel let go", s)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
 // TestDeadMountReplaced: a daemon killed with -9 leaves a mount answering
 // ENOTCONN; the next daemon detaches it (DetachStale, at the runner's
 // Open) and New serves again.

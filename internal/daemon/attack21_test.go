@@ -164,6 +164,46 @@ func TestAttackChildrenMultiplyLogQuota(t *testing.T) {
 	}
 }
 
+// TestCascadeKeepsEndedLogsWithinQuota: the ended agents below a root
+// share its log quota (issue 21), and a cascade's ends are its tree's first
+// in this daemon run. Its trim read the tree's ended logs (the cascade's
+// among them) and then added each of the cascade's again: every log counted
+// twice, and logs removed at half the quota. Here two children's 40 KiB
+// (80 of a 128 KiB quota) are all kept when their parent's subtree is
+// stopped.
+func TestCascadeKeepsEndedLogsWithinQuota(t *testing.T) {
+	const logBytes, keep, write = 64 << 10, 1, 40 << 10
+	d := kintest.StartDaemon(t, kintest.WithProfile(childrenProfile(t, 4, fmt.Sprintf(`{"log_bytes": %d, "log_keep": %d}`, logBytes, keep))))
+	root := spawnAgent(t, d.Client, "root", 0, "sleep")
+	mid := spawnAgent(t, d.Client.ActingAs(root.ID.String()), "mid", root.ID, "sleep")
+	as := d.Client.ActingAs(mid.ID.String())
+	var kids []kin.AgentID
+	for i := range 2 {
+		a, err := as.Spawn(ctx, kin.SpawnRequest{
+			RegisterRequest: kin.RegisterRequest{Name: fmt.Sprintf("writer-%d", i), Parent: mid.ID},
+			Command:         []string{"/bin/sh", "-c", fmt.Sprintf("head -c %d /dev/zero; exec sleep 1000", write)},
+		})
+		if err != nil {
+			t.Fatalf("spawn %d: %v", i, err)
+		}
+		kids = append(kids, a.ID)
+		kintest.WaitFor(t, 30*time.Second, fmt.Sprintf("child %d's output in its log", i), func() bool {
+			n, _ := logBytesOnDisk(t, d.Home, a.ID)
+			return n == write
+		})
+	}
+	stopped, err := d.Client.Stop(ctx, kin.StopRequest{ID: mid.ID})
+	if err != nil || len(stopped) != 3 {
+		t.Fatalf("stop agent %d's subtree: %d stopped, %v", mid.ID, len(stopped), err)
+	}
+	for _, id := range kids {
+		if n, files := logBytesOnDisk(t, d.Home, id); n != write {
+			t.Errorf("agent %d's log after its parent's subtree stopped: %d bytes in %v, want %d: 80 KiB of ended logs "+
+				"trimmed under a quota of %d", id, n, files, write, logBytes*(1+keep))
+		}
+	}
+}
+
 // TestPidsLimitThroughChildAgents: an agent's children fork-bomb. With the
 // pids controller the parent's limit binds them all together. Without it
 // (this host), the limit is RLIMIT_NPROC on each agent's own uid or user

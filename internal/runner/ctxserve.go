@@ -42,12 +42,21 @@ func (run *Runner) serveControl() {
 		m, err := ctxfuse.New(dir, src, run.log)
 		if err == nil {
 			run.served, run.ctlSrc = m, src
+			run.sockMount.Store(m)
 			run.log.Info("agent filesystem: control files served from the store (FUSE)", "dir", dir)
 			return
 		}
 		why = err.Error()
 	}
 	run.log.Info("agent filesystem: control files written to disk", "dir", dir, "because", why)
+}
+
+// removeSocket removes an agent's socket file at path on the served
+// agent/ without a FUSE request (ctxfuse's RemoveSocket): false where the
+// control files are not served, or no more.
+func (run *Runner) removeSocket(path string) bool {
+	m := run.sockMount.Load()
+	return m != nil && m.RemoveSocket(path)
 }
 
 // ServedControl reports whether the control files are served (FUSE)

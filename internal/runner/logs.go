@@ -247,6 +247,7 @@ func (run *Runner) trimEnded(ctx context.Context, known map[kin.AgentID]*kin.Age
 	defer run.trimMu.Unlock()
 	roots := map[kin.AgentID]bool{}
 	var rootsEnded []kin.AgentID
+	var these map[kin.AgentID]bool // ended, once a tree is read here
 	for _, id := range ended {
 		chain := run.lineage.Chain(id)
 		if len(chain) == 0 {
@@ -259,11 +260,19 @@ func (run *Runner) trimEnded(ctx context.Context, known map[kin.AgentID]*kin.Age
 		}
 		t, loaded := run.endedLogs[root]
 		if !loaded {
-			t = run.loadEndedLogs(ctx, root, known) // finds id too
+			// The tree's earlier ends; these are added below in their
+			// order, each once (the read found them too, and a cascade
+			// counted its logs twice: trimmed at half the quota).
+			if these == nil {
+				these = make(map[kin.AgentID]bool, len(ended))
+				for _, e := range ended {
+					these[e] = true
+				}
+			}
+			t = run.loadEndedLogs(ctx, root, known, these)
 			run.endedLogs[root] = t
-		} else {
-			t.Add(run.logPath(id))
 		}
+		t.Add(run.logPath(id))
 		roots[root] = true
 	}
 	for root := range roots {
@@ -279,24 +288,24 @@ func (run *Runner) trimEnded(ctx context.Context, known map[kin.AgentID]*kin.Age
 }
 
 // loadEndedLogs reads the ended agents below root whose output is all in
-// their logs, in the order they ended: those in known as they are there,
-// the others from the store.
-func (run *Runner) loadEndedLogs(ctx context.Context, root kin.AgentID, known map[kin.AgentID]*kin.Agent) *agentlog.Ended {
+// their logs, but those of except, in the order they ended: those in known
+// as they are there, the others from the store.
+func (run *Runner) loadEndedLogs(ctx context.Context, root kin.AgentID, known map[kin.AgentID]*kin.Agent, except map[kin.AgentID]bool) *agentlog.Ended {
 	t := &agentlog.Ended{}
 	below := run.lineage.Subtree(root)
 	if len(below) < 2 {
 		return t
 	}
 	var as []*kin.Agent
-	ask := below[1:]
-	if len(known) > 0 {
-		ask = nil
-		for _, id := range below[1:] {
-			if a := known[id]; a != nil {
-				as = append(as, a)
-			} else {
-				ask = append(ask, id)
-			}
+	var ask []kin.AgentID
+	for _, id := range below[1:] {
+		if except[id] {
+			continue
+		}
+		if a := known[id]; a != nil {
+			as = append(as, a)
+		} else {
+			ask = append(ask, id)
 		}
 	}
 	if len(ask) > 0 {

@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/kin-agents/kin/internal/agentlog"
@@ -102,6 +103,11 @@ type Runner struct {
 	// fence is what fencing did (hostfail.go), under fenceMu.
 	fenceMu sync.Mutex
 	fence   fenceState
+
+	// sockMount is served again, for the removal of agents' sockets
+	// (removeSocket), which may run while a Close clears served: set once,
+	// never cleared.
+	sockMount atomic.Pointer[ctxfuse.Mount]
 
 	wg          sync.WaitGroup // the liveness watcher, agent socket servers
 	reconcileWG sync.WaitGroup // the background reconciliation's checks (not its cancellations: exitWG)
@@ -349,6 +355,7 @@ func (run *Runner) Open() error {
 		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { run.agents.ServeHTTP(w, r) }),
 		Peers:   run.sup,
 		Log:     run.log,
+		Remove:  run.removeSocket,
 	})
 	run.serveControl()
 	return nil

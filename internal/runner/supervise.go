@@ -857,12 +857,12 @@ func (run *Runner) finishCancel(ctx context.Context, c *cancellation) ([]*kin.Ag
 // stopping (one transaction, unless recordEnd marked them: c.marked) and
 // close their sockets: shut (no connection accepted or served from then
 // on). It returns the sockets, whose files the caller removes
-// (agentsock.UnlinkAll): on a served agent/ each removal is a request to
-// the daemon's own FUSE server (a tenth of a second for 1,110 agents on two
-// cores, and more on a busy machine), which need not delay the signals nor
-// the record (a later agent of one of their names removes the old file
-// itself before it binds the path: agentsock's Listen). A shutdown silences
-// every subtree at once before it signals any.
+// (agentsock.UnlinkAll): on a served agent/ each removal is a write to the
+// daemon's own FUSE connection (removeSocket; an unlink was a request to
+// its server, a tenth of a second for 1,110 agents on two cores), which
+// need not delay the signals nor the record (a later agent of one of their
+// names removes the old file itself before it binds the path: agentsock's
+// Listen). A shutdown silences every subtree at once before it signals any.
 func (run *Runner) silence(ctx context.Context, cs ...*cancellation) ([]*agentsock.Socket, error) {
 	// 1-2: mark them stopping, unless done already.
 	var unmarked []*cancellation
