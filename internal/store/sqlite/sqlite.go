@@ -34,9 +34,11 @@ import (
 type Store struct {
 	*sqlstore.Store
 	path string
-	// lock holds the writers' lock (writers.go) until Close, which closes
-	// it after the database's connections.
-	lock *os.File
+	// lock is the writers' lock (writers.go), held until Close, which
+	// closes it after the database's connections; the writer's begin takes
+	// it shared before the handle's first write (only the writer
+	// goroutine uses it after Open).
+	lock *writers
 	// sync is the synchronous level the store was opened with; syncNow the
 	// writer connection's (NORMAL for a batch of lazy Updates alone).
 	sync, syncNow string
@@ -136,22 +138,21 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return nil, fmt.Errorf("sqlite: %w", err)
 	}
-	lock, onlyWriter, err := writersLock(path, opts.OnlyWriter)
+	lock, onlyWriter, err := openWriters(path, opts.OnlyWriter)
 	if err != nil {
 		return nil, err
 	}
-	st, err := open(ctx, path, sync, opts, onlyWriter)
+	st, err := open(ctx, path, sync, opts, onlyWriter, lock)
 	if err != nil {
-		lock.Close()
+		lock.close()
 		return nil, err
 	}
-	st.lock = lock
 	return st, nil
 }
 
-// open is Open once the writers' lock is held; onlyWriter says it is held
-// exclusively.
-func open(ctx context.Context, path, sync string, opts Options, onlyWriter bool) (*Store, error) {
+// open is Open once the writers' file is open; onlyWriter says its lock
+// is held exclusively.
+func open(ctx context.Context, path, sync string, opts Options, onlyWriter bool, lock *writers) (*Store, error) {
 	base := "file:" + (&url.URL{Path: path}).EscapedPath()
 	pragmas := "_pragma=busy_timeout(10000)&_pragma=foreign_keys(1)&_pragma=journal_mode(WAL)&_pragma=synchronous(" + sync + ")"
 	// The writer's temporary files in memory: each Update's savepoint
@@ -193,7 +194,7 @@ func open(ctx context.Context, path, sync string, opts Options, onlyWriter bool)
 		rdb.Close()
 		return nil, fmt.Errorf("sqlite: open %s: %w", path, err)
 	}
-	s := &Store{path: path, sync: sync, syncNow: sync, writer: wdb, pdb: pdb, stop: make(chan struct{})}
+	s := &Store{path: path, sync: sync, syncNow: sync, writer: wdb, pdb: pdb, stop: make(chan struct{}), lock: lock}
 	rows := opts.eventRows
 	switch {
 	case rows == 0:
@@ -237,9 +238,7 @@ func (s *Store) Close() error {
 		if s.wal != nil { // the writer has stopped
 			s.wal.Close()
 		}
-		if s.lock != nil {
-			s.lock.Close()
-		}
+		s.lock.close()
 	})
 	return err
 }
@@ -250,6 +249,9 @@ func (s *Store) Close() error {
 // inside a transaction, so it is made before BEGIN, and only when the level
 // differs from the last batch's. (Only the writer goroutine calls begin.)
 func (s *Store) begin(ctx context.Context, w *sql.DB, lazy bool) (*sql.Tx, error) {
+	if err := s.lock.share(); err != nil {
+		return nil, err
+	}
 	want := s.sync
 	if want == "FULL" && lazy {
 		want = "NORMAL"

@@ -8,17 +8,19 @@ import (
 	"testing"
 
 	"github.com/kin-agents/kin/internal/store"
+	"github.com/kin-agents/kin/kin"
 )
 
 // TestOnlyWriterHoldsTheFile: a handle opened as the file's only writer
 // (a daemon on its home's kin.db, whose rows it keeps between reads) keeps
 // every other handle of this package from writing the file while it is
-// open, with an error that names the fix; once it is closed they open.
-// An only writer opened beside another handle keeps no rows, and refuses
-// no one.
+// open, with an error that names the fix (reading stays open to them);
+// once it is closed they write. An only writer opened beside a handle
+// that writes keeps no rows, and refuses no one.
 func TestOnlyWriterHoldsTheFile(t *testing.T) {
 	ctx := context.Background()
 	path := filepath.Join(t.TempDir(), "kin.db")
+	nop := func(store.Tx) error { return nil }
 	only, err := Open(ctx, path, Options{OnlyWriter: true})
 	if err != nil {
 		t.Fatal(err)
@@ -26,9 +28,17 @@ func TestOnlyWriterHoldsTheFile(t *testing.T) {
 	if !only.KeepsRows() {
 		t.Fatal("the only writer keeps no rows")
 	}
-	_, err = Open(ctx, path, Options{})
+	other, err := Open(ctx, path, Options{})
+	if err != nil {
+		t.Fatalf("a second handle beside the only writer, to read: %v", err)
+	}
+	defer other.Close()
+	if _, err := other.AgentList(ctx, kin.AgentFilter{}); err != nil {
+		t.Fatalf("a read beside the only writer: %v", err)
+	}
+	err = other.Update(ctx, nop)
 	if !errors.Is(err, ErrNotOnlyWriter) {
-		t.Fatalf("a second handle beside the only writer: %v", err)
+		t.Fatalf("a write beside the only writer: %v", err)
 	}
 	for _, want := range []string{path, "stop that daemon", "sqlite:PATH"} {
 		if !strings.Contains(err.Error(), want) {
@@ -38,29 +48,28 @@ func TestOnlyWriterHoldsTheFile(t *testing.T) {
 	if _, err := Open(ctx, path, Options{OnlyWriter: true}); !errors.Is(err, ErrNotOnlyWriter) {
 		t.Fatalf("a second only writer: %v", err)
 	}
-	if err := only.Update(ctx, func(store.Tx) error { return nil }); err != nil {
+	if err := only.Update(ctx, nop); err != nil {
 		t.Fatalf("the only writer after the refusals: %v", err)
 	}
 	if err := only.Close(); err != nil {
 		t.Fatal(err)
 	}
 
-	shared, err := Open(ctx, path, Options{})
-	if err != nil {
-		t.Fatalf("a handle once the only writer closed: %v", err)
+	if err := other.Update(ctx, nop); err != nil {
+		t.Fatalf("a write once the only writer closed: %v", err)
 	}
-	defer shared.Close()
 	late, err := Open(ctx, path, Options{OnlyWriter: true})
 	if err != nil {
-		t.Fatalf("an only writer beside a handle: %v", err)
+		t.Fatalf("an only writer beside a handle that writes: %v", err)
 	}
 	defer late.Close()
 	if late.KeepsRows() {
-		t.Fatal("an only writer beside another handle keeps rows it would not see change")
+		t.Fatal("an only writer beside another writer keeps rows it would not see change")
 	}
-	third, err := Open(ctx, path, Options{})
-	if err != nil {
-		t.Fatalf("a third handle: %v", err)
+	if err := late.Update(ctx, nop); err != nil {
+		t.Fatalf("its write: %v", err)
 	}
-	third.Close()
+	if err := other.Update(ctx, nop); err != nil {
+		t.Fatalf("the other handle's write beside it: %v", err)
+	}
 }
