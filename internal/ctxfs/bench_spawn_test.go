@@ -45,7 +45,7 @@ func newSpawnBench(b *testing.B, o ctxfs.Options) *spawnBench {
 		if err := os.MkdirAll(d, 0o711); err != nil {
 			b.Fatal(err)
 		}
-		if err := spread(d); err != nil {
+		if err := ctxfs.SpreadDir(d); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -63,16 +63,6 @@ func newSpawnBench(b *testing.B, o ctxfs.Options) *spawnBench {
 		sp.parents = append(sp.parents, s)
 	}
 	return sp
-}
-
-// spread is ctxfs.SpreadSubdirs on dir.
-func spread(dir string) error {
-	f, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	return ctxfs.SpreadSubdirs(int(f.Fd()))
 }
 
 // benchOwner is agent i's owner: a uid of its own as a root daemon's uid

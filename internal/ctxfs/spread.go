@@ -2,6 +2,7 @@ package ctxfs
 
 import (
 	"errors"
+	"os"
 
 	"golang.org/x/sys/unix"
 )
@@ -45,4 +46,14 @@ func SpreadSubdirs(fd int) error {
 
 func unsupported(err error) bool {
 	return errors.Is(err, unix.ENOTTY) || errors.Is(err, unix.EOPNOTSUPP) || errors.Is(err, unix.EINVAL) || errors.Is(err, unix.ENOSYS)
+}
+
+// SpreadDir is SpreadSubdirs on the directory at path.
+func SpreadDir(path string) error {
+	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return &os.PathError{Op: "open", Path: path, Err: err}
+	}
+	defer unix.Close(fd)
+	return SpreadSubdirs(fd)
 }

@@ -21,7 +21,7 @@ func (run *Runner) prepareDirs() error {
 	}
 	// Parents first: the home's and the ctx root's subdirectories, and
 	// every agent's directories below ctx/home and ctx/agent, are spread
-	// over the file system's block groups (spreadSubdirs).
+	// over the file system's block groups (ctxfs.SpreadDir).
 	run.spread(run.cfg.Home)
 	for _, d := range []struct {
 		dir    string
@@ -148,10 +148,10 @@ func (run *Runner) agentKeyPath(id kin.AgentID) string {
 	return ""
 }
 
-// spread is spreadSubdirs, logged when it fails: the daemon works the same
+// spread is ctxfs.SpreadDir, logged when it fails: the daemon works the same
 // without it, only slower to create agents' files on a busy file system.
 func (run *Runner) spread(dir string) {
-	if err := spreadSubdirs(dir); err != nil {
+	if err := ctxfs.SpreadDir(dir); err != nil {
 		run.log.Warn("spread agents' directories over the file system (chattr +T)", "dir", dir, "err", err)
 	}
 }
