@@ -11,8 +11,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -88,30 +86,6 @@ func BenchmarkSpawnCeiling(b *testing.B) {
 	}
 }
 
-// fanOut calls op for i in [0, n) from clients goroutines and returns the
-// first error.
-func fanOut(n, clients int, op func(i int) error) error {
-	var next atomic.Int64
-	var first atomic.Pointer[error]
-	var wg sync.WaitGroup
-	for range clients {
-		wg.Go(func() {
-			for i := int(next.Add(1) - 1); i < n && first.Load() == nil; i = int(next.Add(1) - 1) {
-				if err := op(i); err != nil {
-					err = fmt.Errorf("agent %d: %w", i, err)
-					first.CompareAndSwap(nil, &err)
-					return
-				}
-			}
-		})
-	}
-	wg.Wait()
-	if err := first.Load(); err != nil {
-		return *err
-	}
-	return nil
-}
-
 // ceilingServer is BenchmarkSpawnCeiling's daemon of bare parts: an HTTP
 // server on a Unix socket whose handler makes the agent's folders (when
 // folders is set), starts its process and commits its row, then answers.
@@ -136,7 +110,7 @@ func newCeilingServer(b *testing.B, start func(i int) error, folders bool) *ceil
 			if err := os.MkdirAll(d, 0o711); err != nil {
 				b.Fatal(err)
 			}
-			if err := spreadDir(d); err != nil {
+			if err := ctxfs.SpreadDir(d); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -188,16 +162,6 @@ func newCeilingServer(b *testing.B, start func(i int) error, folders bool) *ceil
 	b.Cleanup(tr.CloseIdleConnections)
 	s.client = &http.Client{Transport: tr}
 	return s
-}
-
-// spreadDir is ctxfs.SpreadSubdirs on dir.
-func spreadDir(dir string) error {
-	f, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	return ctxfs.SpreadSubdirs(int(f.Fd()))
 }
 
 // ceilingOwner is agent i's owner: a uid of its own where this is root, as

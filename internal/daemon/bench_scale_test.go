@@ -4,8 +4,6 @@ import (
 	"fmt"
 	"path/filepath"
 	"strconv"
-	"sync"
-	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -205,24 +203,14 @@ func benchAtScale(b *testing.B, live, churn int) {
 func rawStarts(b *testing.B, g *groupCheck, n int) time.Duration {
 	b.Helper()
 	rg := newRawGroup(b, g, "burst")
-	var next atomic.Int64
-	var wg sync.WaitGroup
-	var rawErr atomic.Pointer[error]
 	t0 := time.Now()
-	for range throughputClients {
-		wg.Go(func() {
-			for i := int(next.Add(1) - 1); i < n; i = int(next.Add(1) - 1) {
-				if _, _, err := rg.start("r" + strconv.Itoa(i)); err != nil {
-					rawErr.CompareAndSwap(nil, &err)
-					return
-				}
-			}
-		})
-	}
-	wg.Wait()
+	err := fanOut(n, throughputClients, func(i int) error {
+		_, _, err := rg.start("r" + strconv.Itoa(i))
+		return err
+	})
 	took := time.Since(t0)
-	if err := rawErr.Load(); err != nil {
-		b.Fatal(*err)
+	if err != nil {
+		b.Fatal(err)
 	}
 	if err := rg.close(); err != nil {
 		b.Fatal(err)

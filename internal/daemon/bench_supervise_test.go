@@ -578,27 +578,40 @@ func sleepRequest(name string, parent kin.AgentID) kin.SpawnRequest {
 // the first error.
 func spawnAll(svc kin.Service, reqs []kin.SpawnRequest, clients int) ([]*kin.Agent, error) {
 	out := make([]*kin.Agent, len(reqs))
+	err := fanOut(len(reqs), clients, func(i int) error {
+		a, err := svc.Spawn(ctx, reqs[i])
+		if err != nil {
+			return fmt.Errorf("spawn %s: %w", reqs[i].Name, err)
+		}
+		out[i] = a
+		return nil
+	})
+	return out, err
+}
+
+// fanOut calls op for i in [0, n) from clients goroutines, each taking
+// the next i, until all are done or one fails, and returns the first
+// error (with its i).
+func fanOut(n, clients int, op func(i int) error) error {
 	var next atomic.Int64
-	var wg sync.WaitGroup
 	var first atomic.Pointer[error]
-	for range min(clients, len(reqs)) {
+	var wg sync.WaitGroup
+	for range clients {
 		wg.Go(func() {
-			for i := int(next.Add(1) - 1); i < len(reqs) && first.Load() == nil; i = int(next.Add(1) - 1) {
-				a, err := svc.Spawn(ctx, reqs[i])
-				if err != nil {
-					err = fmt.Errorf("spawn %s: %w", reqs[i].Name, err)
+			for i := int(next.Add(1) - 1); i < n && first.Load() == nil; i = int(next.Add(1) - 1) {
+				if err := op(i); err != nil {
+					err = fmt.Errorf("agent %d: %w", i, err)
 					first.CompareAndSwap(nil, &err)
 					return
 				}
-				out[i] = a
 			}
 		})
 	}
 	wg.Wait()
 	if err := first.Load(); err != nil {
-		return out, *err
+		return *err
 	}
-	return out, nil
+	return nil
 }
 
 // spawnRoots spawns spawnParents sleeping roots named prefix-<k>.
