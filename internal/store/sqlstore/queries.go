@@ -396,32 +396,20 @@ func (r reader) cachedList(ctx context.Context, c *rowCache, ids []kin.AgentID) 
 	slices.Sort(sorted)
 	sorted = slices.Compact(sorted)
 	rows := make([]string, len(sorted))
-	if c.get(sorted, rows) > 0 {
-		var missing []kin.AgentID
-		for i, row := range rows {
-			if row == "" {
-				missing = append(missing, sorted[i])
-			}
-		}
-		var read []kin.AgentID
-		var readRows []string
+	if missing := c.get(sorted, rows); missing > 0 {
 		k := 0 // the next of sorted to match a row read
-		err := r.rowsByIDs(ctx, missing, func(records []byte) error {
-			return eachRecord(records, func(id kin.AgentID, _, row []byte) {
-				for k < len(sorted) && sorted[k] < id {
-					k++
-				}
-				s := string(row)
-				if k < len(sorted) && sorted[k] == id {
-					rows[k] = s
-				}
-				read, readRows = append(read, id), append(readRows, s)
-			})
+		err := r.readMissing(ctx, c, since, sorted, rows, missing, func(id kin.AgentID, _ []byte, row string) error {
+			for k < len(sorted) && sorted[k] < id {
+				k++
+			}
+			if k < len(sorted) && sorted[k] == id {
+				rows[k] = row
+			}
+			return nil
 		})
 		if err != nil {
 			return nil, err
 		}
-		c.fill(since, read, readRows)
 	}
 	// Taken apart in parallel: about a millisecond per 1,000 rows.
 	chunks := readChunks()
@@ -445,8 +433,8 @@ func (r reader) cachedList(ctx context.Context, c *rowCache, ids []kin.AgentID) 
 
 // eachRecord calls fn with the id, the whole record and the row of each
 // "<length>:<row>" record in records (rowsOf's), the row being a packed
-// row (agentColumns: its id first).
-func eachRecord(records []byte, fn func(id kin.AgentID, record, row []byte)) error {
+// row (agentColumns: its id first), until fn fails.
+func eachRecord(records []byte, fn func(id kin.AgentID, record, row []byte) error) error {
 	for len(records) > 0 {
 		n, i, ok := leadingInt(records, ':')
 		if !ok || n > int64(len(records)-i-1) {
@@ -457,7 +445,9 @@ func eachRecord(records []byte, fn func(id kin.AgentID, record, row []byte)) err
 		if !ok {
 			return errors.New("store: malformed agent row: no id")
 		}
-		fn(kin.AgentID(id), records[:i+1+int(n)], row)
+		if err := fn(kin.AgentID(id), records[:i+1+int(n)], row); err != nil {
+			return err
+		}
 		records = records[i+1+int(n):]
 	}
 	return nil
@@ -538,32 +528,14 @@ func (r reader) cachedRows(ctx context.Context, c *rowCache, sorted []kin.AgentI
 		return nil
 	}
 	if missing > 0 {
-		ask := make([]kin.AgentID, 0, missing)
-		for i, row := range rows {
-			if row == "" {
-				ask = append(ask, sorted[i])
-			}
-		}
-		var read []kin.AgentID
-		var readRows []string
-		err := r.rowsByIDs(ctx, ask, func(records []byte) error {
-			var failed error
-			err := eachRecord(records, func(id kin.AgentID, record, row []byte) {
-				if failed == nil {
-					failed = upTo(id)
-				}
-				if k < len(sorted) && sorted[k] == id {
-					k++
-				}
-				buf = append(buf, record...)
-				read, readRows = append(read, id), append(readRows, string(row))
-			})
-			if failed != nil {
-				return failed
-			}
-			if err != nil {
+		err := r.readMissing(ctx, c, since, sorted, rows, missing, func(id kin.AgentID, record []byte, _ string) error {
+			if err := upTo(id); err != nil {
 				return err
 			}
+			if k < len(sorted) && sorted[k] == id {
+				k++
+			}
+			buf = append(buf, record...)
 			if len(buf) >= rowsFlush {
 				return flush()
 			}
@@ -572,12 +544,39 @@ func (r reader) cachedRows(ctx context.Context, c *rowCache, sorted []kin.AgentI
 		if err != nil {
 			return err
 		}
-		c.fill(since, read, readRows)
 	}
 	if err := upTo(math.MaxInt64); err != nil {
 		return err
 	}
 	return flush()
+}
+
+// readMissing reads from the database the rows of sorted (ascending,
+// distinct) that rows lacks (rows[i] is sorted[i]'s cached row, "" for
+// none; missing of them), calls each with every row read, in ascending id
+// order (its id, its "<length>:<row>" record and the row), and puts them
+// in c as rows of a read that began at since.
+func (r reader) readMissing(ctx context.Context, c *rowCache, since uint64, sorted []kin.AgentID, rows []string, missing int, each func(id kin.AgentID, record []byte, row string) error) error {
+	ask := make([]kin.AgentID, 0, missing)
+	for i, row := range rows {
+		if row == "" {
+			ask = append(ask, sorted[i])
+		}
+	}
+	var read []kin.AgentID
+	var readRows []string
+	err := r.rowsByIDs(ctx, ask, func(records []byte) error {
+		return eachRecord(records, func(id kin.AgentID, record, row []byte) error {
+			s := string(row)
+			read, readRows = append(read, id), append(readRows, s)
+			return each(id, record, s)
+		})
+	})
+	if err != nil {
+		return err
+	}
+	c.fill(since, read, readRows)
+	return nil
 }
 
 // rowsByIDs is AgentRowsByIDs of sorted (ascending, distinct) from the

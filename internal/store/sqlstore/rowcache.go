@@ -171,8 +171,7 @@ func (c *rowCache) committed(ids []kin.AgentID) {
 		c.recent = c.recent[1:]
 	}
 	for _, id := range ids {
-		delete(c.pending, id)
-		c.drop(id) // no read put it back meanwhile (pending); for clarity
+		delete(c.pending, id) // dropped at committing, and no read put it back since
 	}
 }
 
