@@ -55,6 +55,8 @@ type gatewayTarget struct {
 	// process spent meanwhile (user and system: the clients, the fake
 	// upstream, and on kin's path kin), per kind.
 	fast, slow, paced streamRun
+	// steady: the paced kind at a steady 200 streams (steadyStreams).
+	steady streamRun
 	// The same kinds with the upstream apart (apartRound): the process's
 	// CPU is the clients' and, on kin's path, kin's.
 	apart map[string]*streamRun
@@ -80,7 +82,12 @@ func (s *streamRun) add(n int, took, cpu time.Duration) {
 // the gateway must keep up), OpenAI chat streams with no delay (the
 // gateway's own cost, CPU-bound on this machine, where kin and the fake
 // share two cores), and Anthropic streams of 20 chunks pacedDelay apart
-// (a provider's pace). The clients, the fake upstreams and kin share one
+// (a provider's pace); each kind's 200 streams start together, in waves
+// (each worker's next call begins when its last ends). The
+// streams200-paced-steady row is the paced kind with the workers' starts
+// spread over one stream's length (steadyStreams): 200 streams open at
+// all times, beginning and ending at all times as agents' calls do.
+// The clients, the fake upstreams and kin share one
 // process: each kind also reports the process's CPU per stream, direct
 // (clients and upstream) and through kin, and the difference (kin's own
 // CPU per stream), a figure the box's other load does not move as it
@@ -202,6 +209,13 @@ func BenchmarkGateway(b *testing.B) {
 				b.Fatalf("%s paced streams: %v", t.name, err)
 			}
 			t.paced.add(run.n, run.took, run.cpu)
+			run, err = steadyStreams(t.client, base, t.key, pacedDelay*20, func(c *http.Client, base, key string) error {
+				return messagesStream(c, base, key, model)
+			})
+			if err != nil {
+				b.Fatalf("%s steady paced streams: %v", t.name, err)
+			}
+			t.steady.add(run.n, run.took, run.cpu)
 		}
 		if apartOK {
 			apartRound(b, targets, direct, apartURLs, hostCPUs)
@@ -229,6 +243,7 @@ func BenchmarkGateway(b *testing.B) {
 		{"streams200-slow", func(t *gatewayTarget) streamRun { return t.slow }},
 		{"streams200-fast", func(t *gatewayTarget) streamRun { return t.fast }},
 		{"streams200-paced", func(t *gatewayTarget) streamRun { return t.paced }},
+		{"streams200-paced-steady", func(t *gatewayTarget) streamRun { return t.steady }},
 	}
 	if apartOK {
 		for _, kind := range []string{"slow", "fast", "paced"} {
@@ -378,6 +393,68 @@ func concurrentStreams(c *http.Client, base, key string, call func(*http.Client,
 	}
 	wg.Wait()
 	return streamRun{n: benchStreams * streamsEach, took: time.Since(t0), cpu: proctest.CPU() - cpu0}, first
+}
+
+// steadyStreams is concurrentStreams at a steady benchStreams streams:
+// the workers start spread evenly over spread (a stream's length at its
+// provider's pace), so that their streams begin and end at all times as
+// agents' calls do, not in waves of 200 together, and each makes
+// streamsEach+1 calls in a row. The rate is counted between the last
+// worker's start and the first worker's end, while all benchStreams are
+// open: the streams that ended in that window, its length, and the
+// process's CPU over it.
+func steadyStreams(c *http.Client, base, key string, spread time.Duration, call func(*http.Client, string, string) error) (streamRun, error) {
+	var (
+		wg             sync.WaitGroup
+		mu             sync.Mutex
+		first          error
+		started, ended int
+		from, to       time.Time
+		cpuFrom, cpuTo time.Duration
+		ends           []time.Time
+	)
+	for i := range benchStreams {
+		wg.Go(func() {
+			time.Sleep(time.Duration(i) * spread / benchStreams) // the spread itself, not a wait for a condition
+			mu.Lock()
+			if started++; started == benchStreams {
+				from, cpuFrom = time.Now(), proctest.CPU()
+			}
+			mu.Unlock()
+			for range streamsEach + 1 {
+				if err := call(c, base, key); err != nil {
+					mu.Lock()
+					if first == nil {
+						first = err
+					}
+					mu.Unlock()
+					break
+				}
+				mu.Lock()
+				ends = append(ends, time.Now())
+				mu.Unlock()
+			}
+			mu.Lock()
+			if ended++; ended == 1 {
+				to, cpuTo = time.Now(), proctest.CPU()
+			}
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	if first != nil {
+		return streamRun{}, first
+	}
+	if !to.After(from) {
+		return streamRun{}, fmt.Errorf("a worker ended (%v) before the last started (%v): no window with %d streams open", to, from, benchStreams)
+	}
+	n := 0
+	for _, e := range ends {
+		if e.After(from) && !e.After(to) {
+			n++
+		}
+	}
+	return streamRun{n: n, took: to.Sub(from), cpu: cpuTo - cpuFrom}, nil
 }
 
 // apartCPUs splits the CPUs this process may run on for the -apart rows:

@@ -42,7 +42,11 @@ type Options struct {
 	Reply string
 
 	// Chunks is how many content deltas a streamed reply is cut into
-	// (default: one per rune of Reply). ChunkDelay is waited before each.
+	// (default: one per rune of Reply). ChunkDelay paces them as a
+	// provider does: content chunk i (from 1) is due i×ChunkDelay after
+	// the stream's headers, on a schedule of its own. A chunk written late
+	// (this host busy) does not push the next one back, as a provider's
+	// model does not generate slower because its client's host is busy.
 	Chunks     int
 	ChunkDelay time.Duration
 
@@ -480,6 +484,8 @@ type stream struct {
 	rc    *http.ResponseController
 	ctx   context.Context
 	delay time.Duration
+	due   time.Time   // when the last content chunk was due (its schedule)
+	timer *time.Timer // wait's, made at its first wait
 }
 
 func (s *Server) startStream(w http.ResponseWriter, r *http.Request) *stream {
@@ -488,20 +494,32 @@ func (s *Server) startStream(w http.ResponseWriter, r *http.Request) *stream {
 	w.WriteHeader(http.StatusOK)
 	st := &stream{w: w, rc: http.NewResponseController(w), ctx: r.Context(), delay: s.opts.ChunkDelay}
 	_ = st.rc.Flush()
+	st.due = time.Now()
 	return st
 }
 
-// wait is the delay before a content chunk; false when the client left.
+// wait waits for the next content chunk's time on the stream's schedule
+// (ChunkDelay after the last one's due time, not after its write); false
+// when the client left.
 func (st *stream) wait() bool {
 	if st.delay <= 0 {
 		return st.ctx.Err() == nil
 	}
-	t := time.NewTimer(st.delay)
-	defer t.Stop()
+	st.due = st.due.Add(st.delay)
+	left := time.Until(st.due)
+	if left <= 0 {
+		return st.ctx.Err() == nil
+	}
+	if st.timer == nil {
+		st.timer = time.NewTimer(left)
+	} else {
+		st.timer.Reset(left) // fired and drained: a stream waits once at a time
+	}
 	select {
-	case <-t.C:
+	case <-st.timer.C:
 		return true
 	case <-st.ctx.Done():
+		st.timer.Stop()
 		return false
 	}
 }
@@ -518,6 +536,11 @@ func (st *stream) event(name string, data any) error {
 			return err
 		}
 	}
+	return st.raw(name, b)
+}
+
+// raw writes one event whose data b is encoded already.
+func (st *stream) raw(name string, b []byte) error {
 	var buf bytes.Buffer
 	if name != "" {
 		buf.WriteString("event: ")

@@ -280,6 +280,41 @@ func TestStreamIsFlushedPerEvent(t *testing.T) {
 	// test's cleanup would hang otherwise).
 }
 
+// TestPacedChunksNeverComeEarly: content chunk i of a stream
+// paced ChunkDelay apart is never sent before i×ChunkDelay after the
+// request (a schedule, not a burst), and the chunks come in order.
+func TestPacedChunksNeverComeEarly(t *testing.T) {
+	const delay = 20 * time.Millisecond
+	s := start(t, fakemodel.Options{InputTokens: 1, OutputTokens: 4, Reply: "abcd", Chunks: 4, ChunkDelay: delay})
+	t0 := time.Now()
+	resp := call(t, s, "POST", "/v1/messages", `{"model":"m","stream":true,"max_tokens":9,"messages":[{"role":"user","content":"hi"}]}`)
+	br := bufio.NewReader(resp.Body)
+	var text strings.Builder
+	for {
+		line, err := br.ReadString('\n')
+		if err != nil {
+			break
+		}
+		if !strings.HasPrefix(line, "data: ") || !strings.Contains(line, `"text_delta"`) {
+			continue
+		}
+		at := time.Since(t0)
+		var d struct {
+			Delta struct{ Text string } `json:"delta"`
+		}
+		if err := json.Unmarshal([]byte(strings.TrimPrefix(line, "data: ")), &d); err != nil {
+			t.Fatalf("%v: %s", err, line)
+		}
+		text.WriteString(d.Delta.Text)
+		if due := time.Duration(text.Len()) * delay; at < due {
+			t.Errorf("chunk %d came %v after the request, before its time %v", text.Len(), at, due)
+		}
+	}
+	if text.String() != "abcd" {
+		t.Errorf("streamed %q, want abcd", text.String())
+	}
+}
+
 func TestResponses(t *testing.T) {
 	s := start(t, fakemodel.Options{InputTokens: 10, OutputTokens: 5, CachedTokens: 4, Reply: "hello"})
 	v := jsonOf(t, call(t, s, "POST", "/v1/responses", `{"model":"gpt-4o-mini","input":"hi"}`), 200)

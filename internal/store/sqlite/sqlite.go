@@ -211,7 +211,7 @@ func open(ctx context.Context, path, sync string, opts Options, onlyWriter bool,
 		BulkReadOn:         "PRAGMA mmap_size = " + strconv.Itoa(bulkMmap),
 		BulkReadOff:        "PRAGMA mmap_size = 0",
 	}
-	core, err := sqlstore.New(ctx, sqlstore.Config{Dialect: d, Writer: wdb, Readers: rdb, Unhashed: opts.unhashed, RowCache: onlyWriter})
+	core, err := sqlstore.New(ctx, sqlstore.Config{Dialect: d, Writer: wdb, Readers: rdb, Unhashed: opts.unhashed, OnlyWriter: onlyWriter})
 	if err != nil {
 		wdb.Close()
 		rdb.Close()

@@ -3,9 +3,11 @@ package sqlite
 import (
 	"context"
 	"errors"
+	"fmt"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/kin-agents/kin/internal/store"
 	"github.com/kin-agents/kin/kin"
@@ -72,4 +74,63 @@ func TestOnlyWriterHoldsTheFile(t *testing.T) {
 	if err := other.Update(ctx, nop); err != nil {
 		t.Fatalf("the other handle's write beside it: %v", err)
 	}
+}
+
+// TestOnlyWriterKnowsTheLogSize: the only writer answers LogSize from
+// its own commits without reading the file, and the answer is the file's:
+// after each commit, plain, early or lazy, it equals what another handle
+// reads, and LogHead's size with it.
+func TestOnlyWriterKnowsTheLogSize(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "kin.db")
+	only, err := Open(ctx, path, Options{OnlyWriter: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer only.Close()
+	other, err := Open(ctx, path, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	check := func(what string) {
+		t.Helper()
+		got, err := only.LogSize(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, err := other.LogSize(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		head, _, err := only.LogHead(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got != want || head != want || want == 0 {
+			t.Fatalf("after %s: LogSize %d, LogHead %d, the file's %d", what, got, head, want)
+		}
+	}
+	for i := range 3 {
+		earlyAgent(ctx, t, only, fmt.Sprintf("plain-%d", i)) // its durable is not waited for: the size is the commit's
+		check("an early commit")
+	}
+	now := time.Now().UTC()
+	if err := only.UpdateLazy(ctx, func(tx store.Tx) error {
+		return store.AppendEvent(ctx, tx, now, kin.EventAgentRegistered, 1, 0, kin.AgentRegisteredData{Agent: 1, Name: "lazy"})
+	}); err != nil {
+		t.Fatal(err)
+	}
+	check("a lazy commit")
+	if err := only.Update(ctx, func(tx store.Tx) error {
+		for range 5 {
+			if err := store.AppendEvent(ctx, tx, now, kin.EventAgentRegistered, 1, 0, kin.AgentRegisteredData{Agent: 1, Name: "five"}); err != nil {
+				return err
+			}
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	check("a durable commit of five")
 }

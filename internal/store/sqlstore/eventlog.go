@@ -175,8 +175,16 @@ func (s *Store) LogHead(ctx context.Context) (int64, tlog.Hash, error) {
 
 // LogSize is the committed tree's size: the largest seq stored, or what
 // this handle committed last if that is larger (it may have committed
-// since the read).
+// since the read). The only writer (Config.OnlyWriter) knows it without a
+// read: every event the file holds, its own commits appended, and the edge
+// they leave is cached before they are answered (the log signer asks after
+// every commit).
 func (s *Store) LogSize(ctx context.Context) (int64, error) {
+	if s.only {
+		s.logMu.Lock()
+		defer s.logMu.Unlock()
+		return s.log.Size(), nil
+	}
 	n, err := logSize(ctx, s.reader)
 	if err != nil {
 		return 0, err

@@ -180,10 +180,11 @@ type Config struct {
 	// Unhashed appends events without their tree hashes: only benchmarks
 	// set it, to measure what hashing costs.
 	Unhashed bool
-	// RowCache keeps the rows large reads by id read (rowcache.go): only
-	// where this handle's writer is the database's only writer while the
-	// store is open, since the cache learns of changes from its commits.
-	RowCache bool
+	// OnlyWriter says this handle's writer is the database's only writer
+	// while the store is open: the store then keeps the rows large reads by
+	// id read (rowcache.go), learning of changes from its own commits, and
+	// knows the log's size without reading it (LogSize).
+	OnlyWriter bool
 }
 
 // Store is the shared part of a SQL store: a driver embeds it and adds
@@ -203,6 +204,7 @@ type Store struct {
 	done    bool
 
 	unhashed bool
+	only     bool              // the only writer, hashing: log is the committed edge (LogSize)
 	logMu    sync.Mutex        // guards log
 	log      auditlog.Frontier // a cache of the committed tree's edge, checked in every write transaction; setLog only moves it forward
 
@@ -267,7 +269,7 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 		}
 	}
 	var rc *rowCache
-	if cfg.RowCache {
+	if cfg.OnlyWriter {
 		rc = newRowCache(rowCacheBytes)
 	}
 	s := &Store{
@@ -280,6 +282,7 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 		queue:    make(chan *update, maxBatch),
 		stop:     make(chan struct{}),
 		unhashed: cfg.Unhashed,
+		only:     cfg.OnlyWriter && !cfg.Unhashed,
 		log:      tree,
 		hub:      inmem.NewHub(),
 	}
@@ -925,5 +928,5 @@ func storeMax(v *atomic.Int64, n int64) bool {
 func (s *Store) Queued() int { return len(s.queue) }
 
 // KeepsRows reports whether the store keeps the rows of large reads between
-// reads (Config.RowCache).
+// reads (Config.OnlyWriter).
 func (s *Store) KeepsRows() bool { return s.rc != nil }
