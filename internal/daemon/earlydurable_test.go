@@ -123,3 +123,67 @@ func TestSpawnStartsOnlyOnceRecordDurable(t *testing.T) {
 		t.Fatalf("spawned: pid %d; want its process running", got.PID)
 	}
 }
+
+// TestRegisterAnsweredOnlyOnceDurable: a registration commits without the
+// disk's wait (the store's writer goes on while the log is synced), but
+// Register answers only once its record is on the disk; a record that
+// fails to reach the disk fails the registration.
+func TestRegisterAnsweredOnlyOnceDurable(t *testing.T) {
+	es := earlyStore{visible: make(chan struct{}, 1), release: make(chan error, 1)}
+	d := kintest.StartDaemon(t, func(c *daemon.Config) {
+		c.WrapStore = func(s store.Store) store.Store {
+			if _, ok := s.(store.EarlyDeferrer); !ok {
+				t.Skipf("the store (%T) commits no Update early", s)
+			}
+			es.Store = s
+			return es
+		}
+	})
+	ctx := context.Background()
+	register := func(name string) (chan *kin.Agent, chan error) {
+		out, errs := make(chan *kin.Agent, 1), make(chan error, 1)
+		go func() {
+			a, err := d.Client.Register(ctx, kin.RegisterRequest{Name: name, Responsible: "t@example.org"})
+			out <- a
+			errs <- err
+		}()
+		select {
+		case <-es.visible:
+		case <-time.After(15 * time.Second):
+			t.Fatalf("register %s: not committed", name)
+		}
+		return out, errs
+	}
+	for _, c := range []struct {
+		name string
+		sync error
+	}{{"undurable", errors.New("injected: the disk refused the sync")}, {"durable", nil}} {
+		out, errs := register(c.name)
+		// Committed and visible, but not answered while not on the disk.
+		kintest.WaitFor(t, 15*time.Second, c.name+" visible", func() bool {
+			as, err := d.Daemon.Agents(ctx, kin.AgentFilter{})
+			for _, x := range as {
+				if err == nil && x.Name == c.name {
+					return true
+				}
+			}
+			return false
+		})
+		select {
+		case a := <-out:
+			t.Fatalf("%s: answered (%+v, %v) before its record was on the disk", c.name, a, <-errs)
+		default:
+		}
+		es.release <- c.sync
+		got, err := <-out, <-errs
+		if c.sync != nil {
+			if err == nil || got != nil {
+				t.Fatalf("a registration whose record never reached the disk: %+v, %v; want an error", got, err)
+			}
+			continue
+		}
+		if err != nil || got == nil || got.Name != c.name {
+			t.Fatalf("registered once durable: %+v, %v", got, err)
+		}
+	}
+}
