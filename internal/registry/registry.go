@@ -135,28 +135,9 @@ func (r *Registry) authorize(ctx context.Context, target kin.AgentID, self bool)
 
 // Register adds an agent under the governor's rules, checked in the same
 // transaction as the insert.
-//
-// It returns once the registration is on the disk. Its transaction
-// commits without waiting for the disk (as RegisterSpawnEarly's), and the
-// disk's sync is waited for here: the store's writer goes on with the
-// next registrations while the log is synced, rather than holding the
-// write lock through each sync. A template is provisioned once the
-// registration is on the disk, as before.
 func (r *Registry) Register(ctx context.Context, req kin.RegisterRequest) (*kin.Agent, error) {
 	began := r.obs.TraceBegan()
-	var a *kin.Agent
-	var err error
-	if req.Template != nil {
-		a, _, err = r.register(ctx, req, nil, false)
-	} else {
-		var durable func() error
-		a, durable, err = r.register(ctx, req, nil, true)
-		if err == nil && durable != nil {
-			if err = durable(); err != nil {
-				a, err = nil, store.KinError(err)
-			}
-		}
-	}
+	a, _, err := r.register(ctx, req, nil, false)
 	r.obs.Traced(ctx, req, a, began, err)
 	return a, err
 }

@@ -277,9 +277,7 @@ func (s *Store) begin(ctx context.Context, w *sql.DB, lazy bool) (*sql.Tx, error
 // (a log is removed only when the last connection to the database closes,
 // and the writer's stays open), with its directory synced then, as SQLite
 // syncs it for a new log. A store opened NORMAL syncs nothing: that is
-// its durability. Only the syncer (sqlstore's syncLoop) calls it, while
-// the writer may be committing the next batch: the sync then covers some
-// of its frames too, which is harmless.
+// its durability. Only the writer goroutine calls it.
 func (s *Store) syncWAL() error {
 	if s.sync != "FULL" {
 		return nil

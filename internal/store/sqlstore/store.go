@@ -205,9 +205,6 @@ type Store struct {
 	rdb     *sql.DB
 	queue   chan *update
 	stop    chan struct{}
-	// syncs carries to the syncer (syncLoop) the durable answers of each
-	// early batch once committed; the writer closes it when it ends.
-	syncs   chan []chan error
 	wg      sync.WaitGroup
 	closed  sync.Once
 	closeMu sync.RWMutex // guards done against Update racing Close
@@ -297,11 +294,6 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 		hub:      inmem.NewHub(),
 	}
 	s.notified.Store(tree.Size())
-	if d.Sync != nil {
-		s.syncs = make(chan []chan error, maxBatch)
-		s.wg.Add(1)
-		go s.syncLoop()
-	}
 	s.wg.Add(1)
 	go s.writeLoop()
 	return s, nil
@@ -453,9 +445,6 @@ func (s *Store) update(ctx context.Context, u *update) error {
 
 func (s *Store) writeLoop() {
 	defer s.wg.Done()
-	if s.syncs != nil {
-		defer close(s.syncs) // after the last batch: the syncer answers it, then ends
-	}
 	batch := make([]*update, 0, maxBatch)
 	for {
 		select {
@@ -506,21 +495,16 @@ func (s *Store) commit(batch []*update) {
 			u.err <- errs[i]
 			synced = synced || early && u.durable != nil && errs[i] == nil
 		}
-		var durable []chan error
-		for _, u := range batch {
-			if u.durable == nil {
-				continue
+		var err error
+		if synced {
+			if err = s.d.Sync(); err != nil {
+				err = fmt.Errorf("%s: sync: %w", s.d.Name, err)
 			}
-			if !synced {
-				u.durable <- nil // the commit was durable (or failed: err answered it)
-				continue
-			}
-			durable = append(durable, u.durable)
 		}
-		if len(durable) > 0 {
-			// Synced by the syncer while the writer goes on with the
-			// next batch: the log's sync no longer holds the write lock.
-			s.syncs <- durable
+		for _, u := range batch {
+			if u.durable != nil {
+				u.durable <- err // nil where the commit was durable (or failed: err answered it)
+			}
 		}
 	}
 	failAll := func(err error) {
@@ -857,38 +841,6 @@ run:
 		s.committing(0, 0, nil)
 	}
 	answer()
-}
-
-// syncLoop syncs the commits of early batches (Dialect.Sync) apart from the
-// writer, and answers their durable waits: every batch queued while a sync
-// ran is covered by one more. A sync covers every commit before it (both
-// engines' logs are appended in order), so a batch is answered only by a
-// sync begun after its commit. It ends once the writer has ended and
-// every queued batch is answered.
-func (s *Store) syncLoop() {
-	defer s.wg.Done()
-	for first := range s.syncs {
-		waits := first
-	more:
-		for {
-			select {
-			case next, ok := <-s.syncs:
-				if !ok {
-					break more
-				}
-				waits = append(waits, next...)
-			default:
-				break more
-			}
-		}
-		err := s.d.Sync()
-		if err != nil {
-			err = fmt.Errorf("%s: sync: %w", s.d.Name, err)
-		}
-		for _, w := range waits {
-			w <- err
-		}
-	}
 }
 
 // appendedHere records that this handle's commit appended the events
