@@ -57,18 +57,6 @@ func BenchmarkRegister(b *testing.B) {
 	b.Run("store-update-c64", func(b *testing.B) {
 		ratio(b, benchStoreRegister(b, openBenchStore(b, sqliteDriver, kintest.TempHome(b), "FULL"), benchClients))
 	})
-	b.Run("store-early-c64", func(b *testing.B) {
-		// As Register commits: visible first, answered once the syncer
-		// has synced the log (the writer goes on meanwhile).
-		st := openBenchStore(b, sqliteDriver, kintest.TempHome(b), "FULL")
-		ratio(b, benchStoreRegisterWith(b, st, func(ctx context.Context, fn func(store.Tx) error) error {
-			durable, err := store.UpdateAfterEarlyDeferrable(ctx, st, func(tx store.Tx, _ *store.AfterCommit) error { return fn(tx) })
-			if err != nil {
-				return err
-			}
-			return durable()
-		}, benchClients))
-	})
 	b.Run("api-unix-c1", func(b *testing.B) {
 		d := kintest.StartDaemon(b, kintest.WithProfile(unlimitedProfile(b)))
 		ratio(b, benchAPIRegister(b, d.Client, 1))
