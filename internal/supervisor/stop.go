@@ -333,6 +333,52 @@ func (h *removalHold) release() {
 	}
 }
 
+// Gone reports whether agent id's group, and every group nested in it,
+// holds no process while a Stop covers it: nothing starts there again, so
+// its end may be recorded, and its groups removed (RemoveGone), before that
+// Stop's grace is over (a shutdown's children that died of its SIGTERM,
+// while their root ignores it). One read of its cgroup.events. False
+// without cgroups, for an agent no Stop covers, or one whose process is
+// being started.
+func (s *Supervisor) Gone(id kin.AgentID) bool {
+	s.mu.Lock()
+	a := s.agents[id]
+	ok := s.cg && a != nil && a.stopping != nil && a.starting == nil
+	s.mu.Unlock()
+	if !ok {
+		return false
+	}
+	ev, err := cgroup.ReadEvents(a.path)
+	return errors.Is(err, fs.ErrNotExist) || err == nil && !ev.Populated
+}
+
+// RemoveGone removes the groups of the agents of ids, found Gone, each
+// with what is nested in it, deepest first, before the Stop covering them
+// is over; that Stop then finds them removed. (A group that holds a
+// process is not removed: the kernel refuses, EBUSY.) The caller does not
+// remove groups of the same subtree meanwhile (its Stop's removals held
+// by HoldRemovals until this returned).
+func (s *Supervisor) RemoveGone(ids []kin.AgentID) error {
+	if !s.cg {
+		return nil
+	}
+	paths := make([]string, 0, len(ids))
+	s.mu.Lock()
+	for _, id := range ids {
+		if a := s.agents[id]; a != nil && a.stopping != nil {
+			paths = append(paths, a.path)
+		}
+	}
+	s.mu.Unlock()
+	depth := func(p string) int { return strings.Count(p, "/") }
+	slices.SortStableFunc(paths, func(a, b string) int { return depth(b) - depth(a) })
+	var errs []error
+	for _, p := range paths {
+		errs = append(errs, removeGroup(selfDir(p)), removeGroup(p))
+	}
+	return errors.Join(errs...)
+}
+
 // endStop forgets op's records on success and lets a later Stop retry on
 // failure.
 func (s *Supervisor) endStop(op *stopOp, err error) {
