@@ -167,6 +167,13 @@ type goneEnds struct {
 	recorded map[*cancellation][]*kin.Agent
 
 	batch sync.Mutex // held through a batch: take waits for the one in flight
+
+	// unsignalled counts the subtrees whose SIGTERM has not gone out yet
+	// (signalled); heard is closed when it reaches 0: no batch begins
+	// before, so that none takes the CPU from the signals, on which each
+	// subtree's grace, and the shutdown's end, wait.
+	unsignalled sync.WaitGroup
+	heard       chan struct{}
 }
 
 // goneGather is how long a batch waits after the first exit it records
@@ -179,9 +186,15 @@ const goneGather = 50 * time.Millisecond
 // their processes are found gone. close stops it.
 func (run *Runner) newGoneEnds(cs []*cancellation) *goneEnds {
 	g := &goneEnds{run: run, kick: make(chan struct{}, 1), quit: make(chan struct{}), over: make(chan struct{}),
-		of: map[kin.AgentID]stopEnd{}, recorded: map[*cancellation][]*kin.Agent{}}
+		of: map[kin.AgentID]stopEnd{}, recorded: map[*cancellation][]*kin.Agent{}, heard: make(chan struct{})}
+	g.unsignalled.Add(len(cs))
+	go func() {
+		g.unsignalled.Wait()
+		close(g.heard)
+	}()
 	for _, c := range cs {
 		c.gone = g
+		c.signalled = sync.OnceFunc(g.unsignalled.Done)
 		for _, a := range c.mine {
 			if a.ID != c.Root {
 				g.of[a.ID] = stopEnd{c, a}
@@ -222,6 +235,11 @@ func (g *goneEnds) exited(id kin.AgentID) {
 
 func (g *goneEnds) loop() {
 	defer close(g.over)
+	select {
+	case <-g.heard:
+	case <-g.quit:
+		return
+	}
 	gather := time.NewTimer(0)
 	<-gather.C
 	for {

@@ -760,8 +760,11 @@ type cancellation struct {
 	// transaction that recorded its root's end: recordEnd).
 	marked bool
 	// gone: a shutdown's, which records its agents but its root as they
-	// are found gone while the grace runs (nil: its stop records them all).
-	gone *goneEnds
+	// are found gone while the grace runs (nil: its stop records them all);
+	// signalled tells it once the subtree's SIGTERM went out, or its stop
+	// ended without one.
+	gone      *goneEnds
+	signalled func()
 }
 
 // planCancel is the first step of cancelTree: it finds the owned subtree
@@ -972,6 +975,9 @@ func (run *Runner) stopAndRecord(ctx context.Context, c *cancellation) ([]*kin.A
 	// has committed: their rmdirs (two per agent) would compete with it.
 	sctx, releaseGroups := run.sup.HoldRemovals(ctx)
 	defer releaseGroups()
+	if c.signalled != nil {
+		sctx = supervisor.OnSignalled(sctx, c.signalled)
+	}
 	if err := run.sup.Stop(sctx, root, maxGrace); err != nil && !errors.Is(err, supervisor.ErrUnknownAgent) {
 		run.log.Error("stop cgroup", "agent", root, "err", err)
 	}
@@ -985,6 +991,9 @@ func (run *Runner) stopAndRecord(ctx context.Context, c *cancellation) ([]*kin.A
 	// Their processes are gone: the model gateway refuses their
 	// credentials from now on (Runs), not only once each exit is handled
 	// on its own goroutine or the end recorded below.
+	if c.signalled != nil {
+		c.signalled() // (if its Stop did not, having nothing to signal)
+	}
 	run.markExited(mine)
 	// What a shutdown recorded already while the grace ran (goneEnds) is
 	// not recorded again.
