@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/kin-agents/kin/internal/store"
+	"github.com/kin-agents/kin/internal/supervisor"
 	"github.com/kin-agents/kin/kin"
 )
 
@@ -182,14 +183,37 @@ type goneEnds struct {
 // a few hundred; a grace is seconds.
 const goneGather = 50 * time.Millisecond
 
+// heldFor bounds how long the exits wait for the signals (newGoneEnds).
+const heldFor = time.Second
+
 // newGoneEnds starts recording the ends of cs's agents but their roots as
 // their processes are found gone. close stops it.
 func (run *Runner) newGoneEnds(cs []*cancellation) *goneEnds {
 	g := &goneEnds{run: run, kick: make(chan struct{}, 1), quit: make(chan struct{}), over: make(chan struct{}),
 		of: map[kin.AgentID]stopEnd{}, recorded: map[*cancellation][]*kin.Agent{}, heard: make(chan struct{})}
 	g.unsignalled.Add(len(cs))
+	// Until then the agents' exits wait too (reaped, their logs' ends
+	// drained), at most heldFor: a stop waiting for a process to be reaped
+	// may be one not signalled yet.
+	resumeReaping, resumeDrains := func() {}, func() {}
+	if run.sup.Containment() == supervisor.ContainmentCgroup2 { // (the fallback's stops wait for the reaping)
+		resumeReaping, resumeDrains = run.sup.HoldReaping(), run.logs.Pause()
+	}
 	go func() {
-		g.unsignalled.Wait()
+		defer resumeDrains()
+		defer resumeReaping()
+		signalled := make(chan struct{})
+		go func() {
+			g.unsignalled.Wait()
+			close(signalled)
+		}()
+		t := time.NewTimer(heldFor)
+		defer t.Stop()
+		select {
+		case <-signalled:
+		case <-t.C:
+			run.log.Warn("shutdown: the agents' exits held for the signals no longer", "held", heldFor.String())
+		}
 		close(g.heard)
 	}()
 	for _, c := range cs {

@@ -301,9 +301,9 @@ func (s *Supervisor) releaseHolds() {
 
 type holdKey struct{}
 
-// OnSignalled returns ctx carrying fn, which a Stop given it calls once it
-// has sent SIGTERM to its subtree's processes (before its grace; not when
-// there was nothing to signal, or no grace). A shutdown holds back its
+// OnSignalled returns ctx carrying fn, which a Stop given it (with
+// cgroup2) calls once it has sent SIGTERM to its subtree's processes,
+// before its grace, or found nothing to signal. A shutdown holds back its
 // other work until every subtree has heard it (the last SIGTERM is what
 // the shutdown's end waits for, a grace after it).
 func OnSignalled(ctx context.Context, fn func()) context.Context {
@@ -428,18 +428,25 @@ func (s *Supervisor) removeOldRoot(dir string) {
 // reaping loop (holdReaping) from just before the kill: the caller reaps
 // the supervised processes of the group (reapKilled) and then releases it.
 func (s *Supervisor) killCgroup(ctx context.Context, sub []*agent, dir string, grace time.Duration) (release func(), _ error) {
+	signalled, _ := ctx.Value(signalledKey{}).(func())
+	if signalled == nil {
+		signalled = func() {}
+	}
 	ev, err := cgroup.ReadEvents(dir)
 	if errors.Is(err, fs.ErrNotExist) {
+		signalled()
 		return nil, nil
 	}
 	if err != nil {
+		signalled()
 		return nil, err
+	}
+	if !ev.Populated || grace <= 0 {
+		signalled() // nothing to signal
 	}
 	if ev.Populated && grace > 0 {
 		s.signalTree(sub, dir, true, unix.SIGTERM, unix.SIGCONT)
-		if fn, _ := ctx.Value(signalledKey{}).(func()); fn != nil {
-			fn()
-		}
+		signalled()
 		gctx, cancel := context.WithTimeout(ctx, grace)
 		ev, err = cgroup.WaitEvents(gctx, dir, func(e cgroup.Events) bool { return !e.Populated })
 		cancel()
