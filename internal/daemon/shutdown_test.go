@@ -10,7 +10,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kin-agents/kin/client"
+	"github.com/kin-agents/kin/internal/daemon"
 	"github.com/kin-agents/kin/internal/kintest"
+	"github.com/kin-agents/kin/internal/supervisor/cgroup"
 	"github.com/kin-agents/kin/kin"
 )
 
@@ -237,6 +240,80 @@ func TestShutdownRecordsTheGoneWhileTheGraceRuns(t *testing.T) {
 		if got.State != kin.StateCancelled || got.EndReason != "shutdown" || got.EndedAt.IsZero() || got.Exit == nil || got.Exit.Signal != w.signal {
 			t.Errorf("%s after the shutdown: %s, %s, exit %v; want cancelled for the shutdown, %s", w.a.Name, got.State, got.EndReason, got.Exit, w.signal)
 		}
+	}
+	stops := 0
+	for _, e := range events(t, d2.Client, kin.EventFilter{Agent: gone.ID, Types: []string{kin.EventAgentStop}}) {
+		if e.Agent == gone.ID {
+			stops++
+		}
+	}
+	if stops != 1 {
+		t.Errorf("gone: %d agent.stop events, want 1", stops)
+	}
+}
+
+// TestKill9MidShutdownAfterTheGoneAreRecorded: the daemon is killed with
+// SIGKILL while its shutdown waits on a root that ignores SIGTERM, once the
+// root's child, dead of the SIGTERM, is recorded and its group removed
+// (while the grace runs). The next start finds the child recorded once
+// (cancelled for the shutdown, terminated), takes the root, which still
+// runs, back and finishes its stop; nothing is left.
+func TestKill9MidShutdownAfterTheGoneAreRecorded(t *testing.T) {
+	const grace = 8 * time.Second
+	home := kintest.TempHome(t)
+	removeHomeCgroup(t, home)
+	m, err := cgroup.FindMount()
+	if err != nil || !m.Writable {
+		t.Skip("needs a writable cgroup v2: without it no group is known empty before its stop ends")
+	}
+	proc := startDaemonProcess(t, home)
+	c, err := client.New(client.Config{Socket: filepath.Join(home, daemon.SocketName)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := outPath(t)
+	root := spawnAgent(t, c, "deaf", 0, "note-term", withGrace(grace), withEnv("KINTEST_OUT="+out))
+	waitOut(t, out, "ready deaf")
+	gone := spawnAgent(t, c, "gone", root.ID, "sleep", withGrace(grace))
+	c.Close()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", gone.PID))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, leaf, _ := strings.Cut(strings.TrimSpace(string(b)), "0::")
+	group := filepath.Dir(filepath.Join(m.Dir, leaf)) // .../a<root>/a<gone>, its self leaf's parent
+	if filepath.Base(group) != "a"+gone.ID.String() {
+		t.Fatalf("gone's group from its leaf %q: %s", leaf, group)
+	}
+	began := time.Now()
+	proc.Process.Signal(syscall.SIGTERM)
+	kintest.WaitFor(t, grace/2, "gone's group removed while the root's grace runs", func() bool {
+		_, err := os.Stat(group)
+		return errors.Is(err, os.ErrNotExist)
+	})
+	proc.Process.Signal(syscall.SIGKILL)
+	proc.Wait()
+	if !alive(root.PID) || time.Since(began) >= grace {
+		t.Fatalf("the root's grace was over (%s) before the daemon was killed", time.Since(began))
+	}
+
+	d := kintest.StartDaemon(t, kintest.WithHome(home))
+	g := waitAgent(t, d.Client, gone.ID, "checked", func(a *kin.Agent) bool { return !a.Reconciling })
+	if g.State != kin.StateCancelled || g.EndReason != "shutdown" || g.Exit == nil || g.Exit.Signal != "terminated" {
+		t.Errorf("gone after the restart: %s, %s, exit %v; want cancelled for the shutdown, terminated", g.State, g.EndReason, g.Exit)
+	}
+	// The root, still running and stopping, is taken back, and the stop
+	// the killed daemon had begun is finished (reason "stopped"), or the
+	// second shutdown's.
+	waitAgent(t, d.Client, root.ID, "checked", func(a *kin.Agent) bool { return !a.Reconciling })
+	waitClosed(t, closeInBackground(d), 30*time.Second, root)
+	if alive(root.PID) {
+		t.Fatalf("the root (pid %d) outlived the second shutdown", root.PID)
+	}
+
+	d2 := kintest.StartDaemon(t, kintest.WithHome(home))
+	if got, _ := d2.Client.Agent(ctx, root.ID); got.State != kin.StateCancelled || got.EndedAt.IsZero() || (got.EndReason != "stopped" && got.EndReason != "shutdown") {
+		t.Errorf("the root after the second shutdown: %s, %s, exit %v; want cancelled, stopped or for the shutdown", got.State, got.EndReason, got.Exit)
 	}
 	stops := 0
 	for _, e := range events(t, d2.Client, kin.EventFilter{Agent: gone.ID, Types: []string{kin.EventAgentStop}}) {
