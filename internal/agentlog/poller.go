@@ -46,6 +46,11 @@ type Poller struct {
 	loop sync.WaitGroup // the wait loop
 	wg   sync.WaitGroup // the steps
 
+	// pauseMu guards resumed: while not nil, the loop hands no pipe to
+	// its drain (Pause) until it is closed.
+	pauseMu sync.Mutex
+	resumed chan struct{}
+
 	// peekMu guards peekR and peekW, a pipe of the poller's own that
 	// peek tees into (see peek); -1 where none could be made.
 	peekMu       sync.Mutex
@@ -261,6 +266,43 @@ func (p *Poller) wakeLocked(d *Drain) {
 	}
 }
 
+// Pause holds back the drains' steps until resume is called (at most one
+// batch of the pipes ready when it was called still gets its steps): their
+// output and their ends wait in their pipes meanwhile. A shutdown pauses
+// the drains while it sends its agents SIGTERM: each agent dead of it was
+// a step (its log's end, its pipe kept or removed) taking the CPU from the
+// signals of the subtrees not yet signalled. resume may be called more
+// than once; Close resumes.
+func (p *Poller) Pause() (resume func()) {
+	p.pauseMu.Lock()
+	defer p.pauseMu.Unlock()
+	if p.resumed != nil {
+		return func() {} // paused already: its own resume resumes
+	}
+	ch := make(chan struct{})
+	p.resumed = ch
+	return sync.OnceFunc(func() { p.resume(ch) })
+}
+
+func (p *Poller) resume(ch chan struct{}) {
+	p.pauseMu.Lock()
+	defer p.pauseMu.Unlock()
+	if p.resumed == ch {
+		close(ch)
+		p.resumed = nil
+	}
+}
+
+// waitResumed waits while the poller is paused.
+func (p *Poller) waitResumed() {
+	p.pauseMu.Lock()
+	ch := p.resumed
+	p.pauseMu.Unlock()
+	if ch != nil {
+		<-ch
+	}
+}
+
 // Close detaches the drains left (their pipes stay for the next daemon)
 // and stops the poller, waiting for its goroutines. Calling it twice is
 // safe.
@@ -276,6 +318,12 @@ func (p *Poller) Close() {
 		left = append(left, d)
 	}
 	p.mu.Unlock()
+	p.pauseMu.Lock()
+	if p.resumed != nil {
+		close(p.resumed)
+		p.resumed = nil
+	}
+	p.pauseMu.Unlock()
 	for _, d := range left {
 		d.Detach()
 	}
@@ -397,6 +445,7 @@ func (p *Poller) run() {
 		if err != nil || werr != nil {
 			return // closed
 		}
+		p.waitResumed()
 		for i := range n {
 			if p.hold != nil && keyOf(&events[i]) == 0 {
 				if watchBuf == nil {

@@ -86,7 +86,7 @@ against without a real provider.`,
 	f.IntVar(&o.CachedTokens, "cached-tokens", 0, "cached input tokens each call reports")
 	f.StringVar(&o.Reply, "reply", "ok", "the assistant's `text`")
 	f.IntVar(&o.Chunks, "chunks", 0, "content deltas a streamed reply is cut into (default one per character)")
-	f.DurationVar(&o.ChunkDelay, "chunk-delay", 0, "wait before each streamed content delta")
+	f.DurationVar(&o.ChunkDelay, "chunk-delay", 0, "pace streamed content deltas this far apart, on a schedule from the stream's start (a late one does not push the next back)")
 	f.StringSliceVar(&o.Models, "model", nil, "a model calls may name (repeatable; default any)")
 	f.BoolVar(&verbose, "verbose", false, "print each call (method, path, status, body) on stderr")
 	return cmd

@@ -1,14 +1,19 @@
 package daemon_test
 
 import (
+	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/kin-agents/kin/client"
+	"github.com/kin-agents/kin/internal/daemon"
 	"github.com/kin-agents/kin/internal/kintest"
+	"github.com/kin-agents/kin/internal/supervisor/cgroup"
 	"github.com/kin-agents/kin/kin"
 )
 
@@ -157,5 +162,166 @@ func TestShutdownTimeoutKillsWhatIsLeft(t *testing.T) {
 		if stops != 1 {
 			t.Fatalf("%s: %d agent.stop events, want 1", a.Name, stops)
 		}
+	}
+}
+
+// TestShutdownRecordsTheGoneWhileTheGraceRuns: a root that ignores SIGTERM,
+// with a grace of G, and two children: one that dies of the SIGTERM, and
+// one whose process dies of it but leaves in its group a process that
+// ignores it. While the root's grace runs, the first is recorded (cancelled
+// for the shutdown, terminated) and its group removed; the second is not,
+// nor its group touched, since a process of its group lives, until the
+// root's grace is over and the root's group is killed. Then everything is
+// recorded as before.
+func TestShutdownRecordsTheGoneWhileTheGraceRuns(t *testing.T) {
+	const grace = 8 * time.Second
+	home := kintest.TempHome(t)
+	d := kintest.StartDaemon(t, kintest.WithHome(home))
+	kinRoot := d.Runner.Supervisor().Root()
+	if kinRoot == "" {
+		t.Skip("needs cgroup v2: without it no group is known empty before its stop ends")
+	}
+	out := outPath(t)
+	root := spawnAgent(t, d.Client, "deaf", 0, "note-term", withGrace(grace), withEnv("KINTEST_OUT="+out))
+	waitOut(t, out, "ready deaf")
+	gone := spawnAgent(t, d.Client, "gone", root.ID, "sleep", withGrace(grace))
+	// Its process (sleep) dies of the SIGTERM; what it started in the
+	// background ignores it.
+	left, err := d.Client.Spawn(ctx, kin.SpawnRequest{
+		RegisterRequest: kin.RegisterRequest{Name: "left", Parent: root.ID},
+		Command:         []string{"/bin/sh", "-c", "(trap '' TERM; exec /bin/sleep 3600) >/dev/null 2>&1 & exec /bin/sleep 3600"},
+		Grace:           func() *kin.Duration { g := kin.Duration(grace); return &g }(),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	groupOf := func(a *kin.Agent) string {
+		return filepath.Join(kinRoot, "a"+root.ID.String(), "a"+a.ID.String())
+	}
+	kintest.WaitFor(t, 10*time.Second, "left's two processes", func() bool {
+		b, _ := os.ReadFile(filepath.Join(groupOf(left), "self", "cgroup.procs"))
+		return len(strings.Fields(string(b))) == 2
+	})
+	began := time.Now()
+	done := closeInBackground(d)
+	kintest.WaitFor(t, grace/2, "gone recorded while the root's grace runs", func() bool {
+		a, err := d.Daemon.Agent(ctx, gone.ID)
+		return err == nil && !a.EndedAt.IsZero()
+	})
+	a, err := d.Daemon.Agent(ctx, gone.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a.State != kin.StateCancelled || a.EndReason != "shutdown" || a.Exit == nil || a.Exit.Signal != "terminated" {
+		t.Errorf("gone while the grace runs: %s, %s, exit %v; want cancelled for the shutdown, terminated", a.State, a.EndReason, a.Exit)
+	}
+	kintest.WaitFor(t, grace/2, "gone's group removed while the root's grace runs", func() bool {
+		_, err := os.Stat(groupOf(gone))
+		return errors.Is(err, os.ErrNotExist)
+	})
+	if l, err := d.Daemon.Agent(ctx, left.ID); err != nil || !l.EndedAt.IsZero() || l.State != kin.StateStopping {
+		t.Errorf("left while a process of its group lives: %+v, %v; want stopping, not ended", l, err)
+	}
+	if _, err := os.Stat(groupOf(left)); err != nil {
+		t.Errorf("left's group while a process of it lives: %v", err)
+	}
+	if !alive(root.PID) || time.Since(began) >= grace {
+		t.Fatalf("the root's grace was over (%s since the shutdown began) before the checks ended", time.Since(began))
+	}
+	waitClosed(t, done, 30*time.Second, root, gone, left)
+
+	d2 := kintest.StartDaemon(t, kintest.WithHome(home))
+	// The root killed; left's and gone's own processes died of the SIGTERM.
+	for _, w := range []struct {
+		a      *kin.Agent
+		signal string
+	}{{root, "killed"}, {left, "terminated"}, {gone, "terminated"}} {
+		got, _ := d2.Client.Agent(ctx, w.a.ID)
+		if got.State != kin.StateCancelled || got.EndReason != "shutdown" || got.EndedAt.IsZero() || got.Exit == nil || got.Exit.Signal != w.signal {
+			t.Errorf("%s after the shutdown: %s, %s, exit %v; want cancelled for the shutdown, %s", w.a.Name, got.State, got.EndReason, got.Exit, w.signal)
+		}
+	}
+	stops := 0
+	for _, e := range events(t, d2.Client, kin.EventFilter{Agent: gone.ID, Types: []string{kin.EventAgentStop}}) {
+		if e.Agent == gone.ID {
+			stops++
+		}
+	}
+	if stops != 1 {
+		t.Errorf("gone: %d agent.stop events, want 1", stops)
+	}
+}
+
+// TestKill9MidShutdownAfterTheGoneAreRecorded: the daemon is killed with
+// SIGKILL while its shutdown waits on a root that ignores SIGTERM, once the
+// root's child, dead of the SIGTERM, is recorded and its group removed
+// (while the grace runs). The next start finds the child recorded once
+// (cancelled for the shutdown, terminated), takes the root, which still
+// runs, back and finishes its stop; nothing is left.
+func TestKill9MidShutdownAfterTheGoneAreRecorded(t *testing.T) {
+	const grace = 8 * time.Second
+	home := kintest.TempHome(t)
+	removeHomeCgroup(t, home)
+	m, err := cgroup.FindMount()
+	if err != nil || !m.Writable {
+		t.Skip("needs a writable cgroup v2: without it no group is known empty before its stop ends")
+	}
+	proc := startDaemonProcess(t, home)
+	c, err := client.New(client.Config{Socket: filepath.Join(home, daemon.SocketName)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := outPath(t)
+	root := spawnAgent(t, c, "deaf", 0, "note-term", withGrace(grace), withEnv("KINTEST_OUT="+out))
+	waitOut(t, out, "ready deaf")
+	gone := spawnAgent(t, c, "gone", root.ID, "sleep", withGrace(grace))
+	c.Close()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", gone.PID))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, leaf, _ := strings.Cut(strings.TrimSpace(string(b)), "0::")
+	group := filepath.Dir(filepath.Join(m.Dir, leaf)) // .../a<root>/a<gone>, its self leaf's parent
+	if filepath.Base(group) != "a"+gone.ID.String() {
+		t.Fatalf("gone's group from its leaf %q: %s", leaf, group)
+	}
+	began := time.Now()
+	proc.Process.Signal(syscall.SIGTERM)
+	kintest.WaitFor(t, grace/2, "gone's group removed while the root's grace runs", func() bool {
+		_, err := os.Stat(group)
+		return errors.Is(err, os.ErrNotExist)
+	})
+	proc.Process.Signal(syscall.SIGKILL)
+	proc.Wait()
+	if !alive(root.PID) || time.Since(began) >= grace {
+		t.Fatalf("the root's grace was over (%s) before the daemon was killed", time.Since(began))
+	}
+
+	d := kintest.StartDaemon(t, kintest.WithHome(home))
+	g := waitAgent(t, d.Client, gone.ID, "checked", func(a *kin.Agent) bool { return !a.Reconciling })
+	if g.State != kin.StateCancelled || g.EndReason != "shutdown" || g.Exit == nil || g.Exit.Signal != "terminated" {
+		t.Errorf("gone after the restart: %s, %s, exit %v; want cancelled for the shutdown, terminated", g.State, g.EndReason, g.Exit)
+	}
+	// The root, still running and stopping, is taken back, and the stop
+	// the killed daemon had begun is finished (reason "stopped"), or the
+	// second shutdown's.
+	waitAgent(t, d.Client, root.ID, "checked", func(a *kin.Agent) bool { return !a.Reconciling })
+	waitClosed(t, closeInBackground(d), 30*time.Second, root)
+	if alive(root.PID) {
+		t.Fatalf("the root (pid %d) outlived the second shutdown", root.PID)
+	}
+
+	d2 := kintest.StartDaemon(t, kintest.WithHome(home))
+	if got, _ := d2.Client.Agent(ctx, root.ID); got.State != kin.StateCancelled || got.EndedAt.IsZero() || (got.EndReason != "stopped" && got.EndReason != "shutdown") {
+		t.Errorf("the root after the second shutdown: %s, %s, exit %v; want cancelled, stopped or for the shutdown", got.State, got.EndReason, got.Exit)
+	}
+	stops := 0
+	for _, e := range events(t, d2.Client, kin.EventFilter{Agent: gone.ID, Types: []string{kin.EventAgentStop}}) {
+		if e.Agent == gone.ID {
+			stops++
+		}
+	}
+	if stops != 1 {
+		t.Errorf("gone: %d agent.stop events, want 1", stops)
 	}
 }

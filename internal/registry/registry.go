@@ -465,7 +465,11 @@ func (r *Registry) register(ctx context.Context, req kin.RegisterRequest, extra 
 	if req.Template != nil {
 		if err := r.run.Provision(ctx, out, req.Template); err != nil {
 			if durable != nil {
-				durable()
+				// Answered once on the disk, as a refusal is; a failed
+				// sync is said beside the provisioning's error.
+				if derr := durable(); derr != nil {
+					err = errors.Join(err, store.KinError(derr))
+				}
 			}
 			return out, nil, err
 		}

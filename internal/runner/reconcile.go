@@ -536,6 +536,10 @@ func (run *Runner) stopAgents(ctx context.Context) {
 	if err != nil {
 		run.log.Error("stop at shutdown: mark the agents stopping", "err", err)
 	}
+	// The agents whose processes die of the SIGTERM are recorded, and
+	// their groups removed, while the graces run: after them, only what
+	// had to be killed is left to record.
+	gone := run.newGoneEnds(plans)
 	var wg sync.WaitGroup
 	for _, c := range plans {
 		wg.Go(func() {
@@ -545,6 +549,7 @@ func (run *Runner) stopAgents(ctx context.Context) {
 		})
 	}
 	wg.Wait()
+	gone.close()
 	// Their sockets' files: after the stops, which they would slow (no
 	// agent starts from now on, so no name is taken meanwhile); none on a
 	// served agent/, whose nodes end with the mount at Close.

@@ -88,9 +88,12 @@ type Runner struct {
 	// it: Config.ShutdownTimeout from then); killTimer does it.
 	deadline  time.Time
 	killTimer *time.Timer
-	exitWG    sync.WaitGroup     // exit handlers and restarts
-	socks     *agentsock.Sockets // every agent's own socket
-	agents    http.Handler       // what the sockets serve: the API as agents reach it (Start)
+	// gone records the ends of a shutdown's agents found gone while the
+	// graces run (stopAgents); exitOwned tells it of their exits.
+	gone   *goneEnds
+	exitWG sync.WaitGroup     // exit handlers and restarts
+	socks  *agentsock.Sockets // every agent's own socket
+	agents http.Handler       // what the sockets serve: the API as agents reach it (Start)
 
 	// The sandbox's default view's exceptions (agentView), and the shim
 	// published for agents when the daemon is not a binary named kin.

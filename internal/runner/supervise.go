@@ -525,6 +525,9 @@ func (run *Runner) exitOwned(id kin.AgentID) bool {
 		return false
 	}
 	rt.exited = true
+	if run.gone != nil {
+		run.gone.exited(id) // a shutdown's: its end may be recorded while the grace runs
+	}
 	return true
 }
 
@@ -756,6 +759,12 @@ type cancellation struct {
 	// marked: its agents are recorded stopping already (in the
 	// transaction that recorded its root's end: recordEnd).
 	marked bool
+	// gone: a shutdown's, which records its agents but its root as they
+	// are found gone while the grace runs (nil: its stop records them all);
+	// signalled tells it once the subtree's SIGTERM went out, or its stop
+	// ended without one.
+	gone      *goneEnds
+	signalled func()
 }
 
 // planCancel is the first step of cancelTree: it finds the owned subtree
@@ -951,7 +960,7 @@ func markStopping(ctx context.Context, tx store.Tx, now time.Time, cs ...*cancel
 // stopAndRecord is steps 4-8 of the cancellation, once silenced: signal,
 // grace, kill, wait, record.
 func (run *Runner) stopAndRecord(ctx context.Context, c *cancellation) ([]*kin.Agent, error) {
-	root, reason, grace, rootState, mine, began := c.Root, c.Reason, c.Grace, c.RootState, c.mine, c.began
+	root, reason, grace, mine, began := c.Root, c.Reason, c.Grace, c.mine, c.began
 	maxGrace := time.Duration(0)
 	for _, a := range mine {
 		maxGrace = max(maxGrace, time.Duration(a.Grace))
@@ -966,6 +975,9 @@ func (run *Runner) stopAndRecord(ctx context.Context, c *cancellation) ([]*kin.A
 	// has committed: their rmdirs (two per agent) would compete with it.
 	sctx, releaseGroups := run.sup.HoldRemovals(ctx)
 	defer releaseGroups()
+	if c.signalled != nil {
+		sctx = supervisor.OnSignalled(sctx, c.signalled)
+	}
 	if err := run.sup.Stop(sctx, root, maxGrace); err != nil && !errors.Is(err, supervisor.ErrUnknownAgent) {
 		run.log.Error("stop cgroup", "agent", root, "err", err)
 	}
@@ -979,10 +991,24 @@ func (run *Runner) stopAndRecord(ctx context.Context, c *cancellation) ([]*kin.A
 	// Their processes are gone: the model gateway refuses their
 	// credentials from now on (Runs), not only once each exit is handled
 	// on its own goroutine or the end recorded below.
+	if c.signalled != nil {
+		c.signalled() // (if its Stop did not, having nothing to signal)
+	}
 	run.markExited(mine)
+	// What a shutdown recorded already while the grace ran (goneEnds) is
+	// not recorded again.
+	done := c.gone.take(c)
+	rest := mine
+	if len(done) > 0 {
+		early := make(map[kin.AgentID]bool, len(done))
+		for _, a := range done {
+			early[a.ID] = true
+		}
+		rest = slices.DeleteFunc(slices.Clone(mine), func(a *kin.Agent) bool { return early[a.ID] })
+	}
 	// Their output is in their logs before their ends are recorded.
 	flushBy := time.Now().Add(logFlushWait)
-	for _, a := range mine {
+	for _, a := range rest {
 		run.awaitLog(a.ID, flushBy)
 	}
 	// A subtree stopped for its budget or deadline hands back what it had
@@ -998,101 +1024,18 @@ func (run *Runner) stopAndRecord(ctx context.Context, c *cancellation) ([]*kin.A
 		}
 	}
 	// 7-8: record.
-	now := run.now()
-	var done []*kin.Agent
+	var recorded []*kin.Agent
 	var err error
-	if len(mine) > 0 { // a leaf's exit has nothing to record here: no batch for it
+	if len(rest) > 0 { // a leaf's exit has nothing to record here: no batch for it
+		now := run.now()
+		ends := make([]stopEnd, len(rest))
+		for i, a := range rest {
+			ends[i] = stopEnd{c, a}
+		}
 		err = run.update(ctx, func(tx store.Tx, _ *store.AfterCommit) error {
-			done = done[:0]
-			// Their rows in one read (a read per agent was a third of the
-			// record's CPU in a 1,000-agent cascade), whole only for a caller
-			// that gives them out.
-			read := tx.AgentListLeanByIDs
-			if c.Rows {
-				read = tx.AgentListByIDs
-			}
-			rows, err := read(ctx, ids)
-			if err != nil {
-				return err
-			}
-			curs := make(map[kin.AgentID]*kin.Agent, len(rows))
-			for _, r := range rows {
-				curs[r.ID] = r
-			}
-			// The agents that end the same way are updated in one statement
-			// each (most often all of them in one); their events, one or more
-			// per agent, are appended in the cascade's order.
-			type ending struct {
-				state         kin.State
-				result, ended bool
-				exit          kin.Exit
-			}
-			var endings []ending
-			updates := map[ending]*store.AgentUpdateParams{}
-			same := map[ending][]kin.AgentID{}
-			for _, a := range mine {
-				cur := curs[a.ID]
-				if cur == nil {
-					return fmt.Errorf("%w: agent %d", store.ErrNotFound, a.ID)
-				}
-				if cur.State.Terminal() && (cur.PID == 0 || !cur.EndedAt.IsZero()) {
-					continue // recorded by someone else (a concurrent cancellation of an overlapping subtree)
-				}
-				status, state, why := kin.StatusTerminated, kin.StateCancelled, reason
-				if a.ID == root && rootState != "" {
-					state = rootState
-				}
-				p := store.AgentUpdateParams{ID: a.ID, At: now, Status: &status, State: &state, EndReason: &why}
-				cancelled := kin.ResultCancelled
-				if cur.Result == kin.ResultRunning {
-					p.Result = &cancelled
-				}
-				if cur.PID != 0 && cur.EndedAt.IsZero() {
-					p.EndedAt = &now
-					exit := kin.Exit{Code: -1}
-					if rt := run.runtimeOf(a.ID); rt != nil && rt.proc != nil {
-						if ex, ok := rt.proc.Exit(); ok {
-							exit = exitOf(ex)
-						}
-					}
-					p.Exit = &exit
-				}
-				e := ending{state: state, result: p.Result != nil, ended: p.EndedAt != nil}
-				if p.Exit != nil {
-					e.exit = *p.Exit
-				}
-				if updates[e] == nil {
-					endings = append(endings, e)
-					updates[e] = &p
-				}
-				same[e] = append(same[e], a.ID)
-				if a.ID != root || c.ParentEnded {
-					if err := store.AppendEvent(ctx, tx, now, kin.EventChildCancel, a.ID, a.Parent, kin.ChildCancelData{Parent: a.Parent, Child: a.ID, Reason: reason}); err != nil {
-						return err
-					}
-				}
-				if err := store.AppendEvent(ctx, tx, now, kin.EventAgentStop, a.ID, a.Parent, kin.AgentStopData{Agent: a.ID, Status: string(state)}); err != nil {
-					return err
-				}
-				if p.Result != nil {
-					if err := appendResult(ctx, tx, now, a.ID, a.Parent, cancelled, []string{"cancelled: " + reason}); err != nil {
-						return err
-					}
-					cur.Result = cancelled
-				}
-				// What was written, without reading it back.
-				cur.Status, cur.State, cur.EndReason, cur.UpdatedAt = status, state, why, now
-				if p.EndedAt != nil {
-					cur.EndedAt, cur.Exit = now, p.Exit
-				}
-				done = append(done, cur)
-			}
-			for _, e := range endings {
-				if err := tx.AgentUpdateMany(ctx, same[e], *updates[e]); err != nil {
-					return err
-				}
-			}
-			return run.ps.RevokeAgentsTx(ctx, tx, now, idsOf(done), "agent stopped: "+reason)
+			var err error
+			recorded, err = run.recordStoppedTx(ctx, tx, now, ends, c.Rows)
+			return err
 		})
 	}
 	releaseGroups()
@@ -1102,11 +1045,12 @@ func (run *Runner) stopAndRecord(ctx context.Context, c *cancellation) ([]*kin.A
 	if err != nil {
 		return nil, run.storeError(err)
 	}
-	known := make(map[kin.AgentID]*kin.Agent, len(done))
-	for _, a := range done {
+	known := make(map[kin.AgentID]*kin.Agent, len(recorded))
+	for _, a := range recorded {
 		known[a.ID] = a
 	}
-	run.trimEnded(context.WithoutCancel(ctx), known, idsOf(done))
+	run.trimEnded(context.WithoutCancel(ctx), known, idsOf(recorded))
+	done = append(done, recorded...)
 	if len(done) > 0 {
 		run.obs.Cascade(reason, len(done), began)
 		run.log.Info("cancelled", "root", root, "agents", len(done), "reason", reason)

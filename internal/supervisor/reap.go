@@ -360,6 +360,15 @@ func holdReaping() (release func()) {
 	}
 }
 
+// HoldReaping holds the reaping loop, as a Stop does from its kill
+// (holdReaping), until release: the processes that exit meanwhile are
+// reaped once it is called. A shutdown holds it while it sends its agents
+// SIGTERM: each exit reaped was the loop's work, taking the CPU from the
+// signals of the subtrees not yet signalled. A Stop that waits for a
+// process it did not kill to be reaped waits for release: the caller
+// bounds the hold.
+func (s *Supervisor) HoldReaping() (release func()) { return holdReaping() }
+
 // reapingHeld reports whether a Stop holds the reaping (holdReaping).
 func reapingHeld() bool {
 	children.mu.Lock()

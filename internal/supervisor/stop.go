@@ -165,7 +165,7 @@ func (s *Supervisor) runStop(ctx context.Context, op *stopOp, dir string, grace 
 	var err error
 	if s.cg {
 		var release func()
-		release, err = s.killCgroup(ctx, dir, grace)
+		release, err = s.killCgroup(ctx, op.sub, dir, grace)
 		if release != nil {
 			if err == nil {
 				s.reapKilled(procs) // the group is empty: each by its pid
@@ -301,6 +301,17 @@ func (s *Supervisor) releaseHolds() {
 
 type holdKey struct{}
 
+// OnSignalled returns ctx carrying fn, which a Stop given it (with
+// cgroup2) calls once it has sent SIGTERM to its subtree's processes,
+// before its grace, or found nothing to signal. A shutdown holds back its
+// other work until every subtree has heard it (the last SIGTERM is what
+// the shutdown's end waits for, a grace after it).
+func OnSignalled(ctx context.Context, fn func()) context.Context {
+	return context.WithValue(ctx, signalledKey{}, fn)
+}
+
+type signalledKey struct{}
+
 // removalHold is the removals deferred under one HoldRemovals.
 type removalHold struct {
 	mu       sync.Mutex
@@ -331,6 +342,52 @@ func (h *removalHold) release() {
 			}
 		}()
 	}
+}
+
+// Gone reports whether agent id's group, and every group nested in it,
+// holds no process while a Stop covers it: nothing starts there again, so
+// its end may be recorded, and its groups removed (RemoveGone), before that
+// Stop's grace is over (a shutdown's children that died of its SIGTERM,
+// while their root ignores it). One read of its cgroup.events. False
+// without cgroups, for an agent no Stop covers, or one whose process is
+// being started.
+func (s *Supervisor) Gone(id kin.AgentID) bool {
+	s.mu.Lock()
+	a := s.agents[id]
+	ok := s.cg && a != nil && a.stopping != nil && a.starting == nil
+	s.mu.Unlock()
+	if !ok {
+		return false
+	}
+	ev, err := cgroup.ReadEvents(a.path)
+	return errors.Is(err, fs.ErrNotExist) || err == nil && !ev.Populated
+}
+
+// RemoveGone removes the groups of the agents of ids, found Gone, each
+// with what is nested in it, deepest first, before the Stop covering them
+// is over; that Stop then finds them removed. (A group that holds a
+// process is not removed: the kernel refuses, EBUSY.) The caller does not
+// remove groups of the same subtree meanwhile (its Stop's removals held
+// by HoldRemovals until this returned).
+func (s *Supervisor) RemoveGone(ids []kin.AgentID) error {
+	if !s.cg {
+		return nil
+	}
+	paths := make([]string, 0, len(ids))
+	s.mu.Lock()
+	for _, id := range ids {
+		if a := s.agents[id]; a != nil && a.stopping != nil {
+			paths = append(paths, a.path)
+		}
+	}
+	s.mu.Unlock()
+	depth := func(p string) int { return strings.Count(p, "/") }
+	slices.SortStableFunc(paths, func(a, b string) int { return depth(b) - depth(a) })
+	var errs []error
+	for _, p := range paths {
+		errs = append(errs, removeGroup(selfDir(p)), removeGroup(p))
+	}
+	return errors.Join(errs...)
 }
 
 // endStop forgets op's records on success and lets a later Stop retry on
@@ -370,16 +427,26 @@ func (s *Supervisor) removeOldRoot(dir string) {
 // populated 0, reap re-parented orphans. When it killed, it holds the
 // reaping loop (holdReaping) from just before the kill: the caller reaps
 // the supervised processes of the group (reapKilled) and then releases it.
-func (s *Supervisor) killCgroup(ctx context.Context, dir string, grace time.Duration) (release func(), _ error) {
+func (s *Supervisor) killCgroup(ctx context.Context, sub []*agent, dir string, grace time.Duration) (release func(), _ error) {
+	signalled, _ := ctx.Value(signalledKey{}).(func())
+	if signalled == nil {
+		signalled = func() {}
+	}
 	ev, err := cgroup.ReadEvents(dir)
 	if errors.Is(err, fs.ErrNotExist) {
+		signalled()
 		return nil, nil
 	}
 	if err != nil {
+		signalled()
 		return nil, err
 	}
+	if !ev.Populated || grace <= 0 {
+		signalled() // nothing to signal
+	}
 	if ev.Populated && grace > 0 {
-		s.signalTree(dir, true, unix.SIGTERM, unix.SIGCONT)
+		s.signalTree(sub, dir, true, unix.SIGTERM, unix.SIGCONT)
+		signalled()
 		gctx, cancel := context.WithTimeout(ctx, grace)
 		ev, err = cgroup.WaitEvents(gctx, dir, func(e cgroup.Events) bool { return !e.Populated })
 		cancel()
@@ -409,13 +476,16 @@ func (s *Supervisor) killCgroup(ctx context.Context, dir string, grace time.Dura
 // through its pidfd, a process that was in the group after the pidfd was
 // opened. (Two reads of the group instead of one of /proc/<pid>/cgroup per
 // process: a shutdown signals thousands at once.) With thaw, each group's
-// cgroup.freeze is cleared first, in the same walk: a frozen process
-// cannot act on SIGTERM. Unless a group may be frozen (mayBeFrozen) that
-// is not read: a third of the walk's reads, which a shutdown of 2,000
-// agents made by the thousand while they died.
-func (s *Supervisor) signalTree(dir string, thaw bool, sigs ...unix.Signal) {
+// cgroup.freeze is cleared first: a frozen process cannot act on SIGTERM.
+// Unless a group may be frozen (mayBeFrozen) that is not read: a third of
+// the reads, which a shutdown of 2,000 agents made by the thousand while
+// they died. The groups are those the records of sub make (knownGroups),
+// unless the kernel counts others there, which a walk of the subtree
+// finds: a directory read per group (a fifth of a shutdown's CPU while
+// it signalled, issue 22).
+func (s *Supervisor) signalTree(sub []*agent, dir string, thaw bool, sigs ...unix.Signal) {
 	thaw = thaw && s.mayBeFrozen.Load()
-	cgroup.Walk(dir, func(d string) error {
+	signal := func(d string) error {
 		if thaw {
 			if on, err := cgroup.FreezeSet(d); err == nil && on {
 				cgroup.SetFreeze(d, false)
@@ -443,7 +513,42 @@ func (s *Supervisor) signalTree(dir string, thaw bool, sigs ...unix.Signal) {
 			unix.Close(fd)
 		}
 		return nil
-	})
+	}
+	if dirs, ok := knownGroups(sub, dir); ok {
+		for _, d := range dirs {
+			signal(d)
+		}
+		return
+	}
+	cgroup.Walk(dir, signal)
+}
+
+// knownGroups are the groups of dir's subtree that the records of sub
+// make, parents first: dir, and each record's group within it with its
+// self leaf. ok: they are all the subtree holds, as the kernel counts
+// its groups (cgroup.stat's nr_descendants), so no directory need be read
+// to find them; not when it counts more (a group kin did not make) or
+// fewer (one of them removed: another may be there instead).
+func knownGroups(sub []*agent, dir string) (dirs []string, ok bool) {
+	n, err := cgroup.Descendants(dir)
+	if err != nil {
+		return nil, false
+	}
+	dirs = append(make([]string, 0, 2*len(sub)+1), dir)
+	for _, b := range sub {
+		if b.path != dir && within(b.path, dir) {
+			dirs = append(dirs, b.path)
+		}
+		if within(b.path, dir) {
+			dirs = append(dirs, selfDir(b.path))
+		}
+	}
+	if len(dirs)-1 != n {
+		return nil, false
+	}
+	depth := func(p string) int { return strings.Count(p, "/") }
+	slices.SortStableFunc(dirs, func(a, b string) int { return depth(a) - depth(b) })
+	return dirs, true
 }
 
 // killGroups is killCgroup for the process-groups fallback: it finds the

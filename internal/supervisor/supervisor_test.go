@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -914,4 +915,43 @@ exec sleep 1000
 			}
 		}
 	})
+}
+
+// TestStopSignalsUnknownGroups: a process in a group kin did not make,
+// inside a stopped agent's group, gets SIGTERM with the agent's own (the
+// stop finds that group although its records do not name it), not only
+// the cgroup.kill at the end of the grace.
+func TestStopSignalsUnknownGroups(t *testing.T) {
+	s := newCgroupSup(t, Config{})
+	ctx := testCtx(t)
+	dir := t.TempDir()
+	noted := filepath.Join(dir, "noted")
+	parent := start(t, s, sleeper(1, 0))
+	start(t, s, sleeper(2, 1))
+	unknown := filepath.Join(parent.Cgroup, "x", "y")
+	if err := os.MkdirAll(unknown, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command("/bin/sh", "-c", `trap 'echo term >> "$NOTED"; exit 0' TERM; echo ready >> "$NOTED"; while :; do sleep 0.05; done`)
+	cmd.Env = []string{"PATH=/usr/bin:/bin", "NOTED=" + noted}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		cmd.Process.Kill()
+		cmd.Wait()
+	}()
+	if err := os.WriteFile(filepath.Join(unknown, "cgroup.procs"), []byte(strconv.Itoa(cmd.Process.Pid)), 0); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "the process in the unknown group to be ready", func() bool {
+		b, _ := os.ReadFile(noted)
+		return strings.Contains(string(b), "ready")
+	})
+	if err := s.Stop(ctx, 1, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := os.ReadFile(noted); !strings.Contains(string(b), "term") {
+		t.Errorf("the process in a group kin did not make got no SIGTERM: %q", b)
+	}
 }
