@@ -207,6 +207,7 @@ func open(ctx context.Context, path, sync string, opts Options, onlyWriter bool,
 		Begin:              s.begin,
 		Sync:               s.syncWAL,
 		WriterStatements:   true, // compiling was a quarter of the writer's time
+		InsertRowID:        true,
 		EventRowsPerInsert: rows,
 		BulkReadOn:         "PRAGMA mmap_size = " + strconv.Itoa(bulkMmap),
 		BulkReadOff:        "PRAGMA mmap_size = 0",

@@ -3,6 +3,7 @@ package sqlstore
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 
 	"github.com/kin-agents/kin/internal/store"
 	"github.com/kin-agents/kin/kin"
@@ -45,8 +46,11 @@ const spendUpsert = `ON CONFLICT (agent_id) DO UPDATE SET tokens = agent_spend.t
 // its parent.
 const permParent = `CASE WHEN a.requested_by <> 0 THEN a.requested_by ELSE a.parent_id END`
 
-// sqlPermChain is the permission chain, the asked-for agent first with its
-// whole row.
+// sqlPermChain is the permission chain, the asked-for agent with its whole
+// row, each row's depth last. It has no ORDER BY: SQLite's sorter copied
+// every row, the packed one included, and took a third of the read (66
+// against 44 µs of CPU for a 2-row chain); permChain puts the rows in
+// order by their depth.
 var sqlPermChain = `
 		WITH RECURSIVE up(id, depth) AS (
 			SELECT id, 0 FROM agents WHERE id = ?
@@ -56,9 +60,8 @@ var sqlPermChain = `
 		SELECT CASE WHEN up.depth = 0 THEN ` + agentColumns + ` ELSE '' END,
 			a.id, a.parent_id, a.requested_by, a.role, a.stage, a.policy, a.deadline_at,
 			COALESCE(s.tokens, 0), COALESCE(s.cost, 0), COALESCE(s.sub_tokens, 0), COALESCE(s.sub_cost, 0),
-			COALESCE(s.spawns, 0), COALESCE(s.exhausted, '')
-		FROM up JOIN agents a ON a.id = up.id LEFT JOIN agent_spend s ON s.agent_id = a.id
-		ORDER BY up.depth`
+			COALESCE(s.spawns, 0), COALESCE(s.exhausted, ''), up.depth
+		FROM up JOIN agents a ON a.id = up.id LEFT JOIN agent_spend s ON s.agent_id = a.id`
 
 func (r reader) SpendList(ctx context.Context) ([]store.SpendRow, error) {
 	rows, err := r.query(ctx, `SELECT agent_id, tokens, cost, sub_tokens, sub_cost, spawns, exhausted FROM agent_spend ORDER BY agent_id`)
@@ -83,20 +86,23 @@ func (r reader) PermChain(ctx context.Context, id kin.AgentID) ([]store.PermRow,
 }
 
 // permChain reads a permission chain with q (sqlPermChain, or
-// sqlPermChainSigned when signed: each row's text last, returned in texts).
+// sqlPermChainSigned when signed: each row's text last, returned in texts),
+// in the order of the rows' depth.
 func (r reader) permChain(ctx context.Context, q string, id kin.AgentID, signed bool) (out []store.PermRow, texts []string, err error) {
 	rows, err := r.query(ctx, q, id)
 	if err != nil {
 		return nil, nil, interpretError(err)
 	}
 	defer rows.Close()
+	ordered := true
+	var depths []int64
 	for rows.Next() {
 		var p store.PermRow
 		var packed, pol, text string
-		var deadline int64
+		var deadline, depth int64
 		s := &p.Spend
 		dest := []any{&packed, &p.ID, &p.Parent, &p.RequestedBy, &p.Role, &p.Stage, &pol, &deadline,
-			&s.Tokens, &s.Cost, &s.SubTokens, &s.SubCost, &s.Spawns, &s.Exhausted}
+			&s.Tokens, &s.Cost, &s.SubTokens, &s.SubCost, &s.Spawns, &s.Exhausted, &depth}
 		if signed {
 			dest = append(dest, &text)
 		}
@@ -115,12 +121,42 @@ func (r reader) permChain(ctx context.Context, q string, id kin.AgentID, signed 
 			p.Policy = []byte(pol)
 		}
 		p.DeadlineAt = unixTime(deadline)
+		ordered = ordered && depth == int64(len(out))
 		out = append(out, p)
+		depths = append(depths, depth)
 		if signed {
 			texts = append(texts, text)
 		}
 	}
-	return out, texts, interpretError(rows.Err())
+	if err := rows.Err(); err != nil {
+		return nil, nil, interpretError(err)
+	}
+	if !ordered {
+		return chainInOrder(out, texts, depths)
+	}
+	return out, texts, nil
+}
+
+// chainInOrder is a chain read out of order put in the order of its rows'
+// depths (with their texts): each depth from 0 once, or it is an error.
+func chainInOrder(rows []store.PermRow, texts []string, depths []int64) ([]store.PermRow, []string, error) {
+	out := make([]store.PermRow, len(rows))
+	var outTexts []string
+	if texts != nil {
+		outTexts = make([]string, len(texts))
+	}
+	seen := make([]bool, len(rows))
+	for i, d := range depths {
+		if d < 0 || d >= int64(len(rows)) || seen[d] {
+			return nil, nil, fmt.Errorf("store: permission chain of agent %d: depth %d out of place", rows[0].ID, d)
+		}
+		seen[d] = true
+		out[d] = rows[i]
+		if texts != nil {
+			outTexts[d] = texts[i]
+		}
+	}
+	return out, outTexts, nil
 }
 
 // SpendAdd's write needs no answer: in a deferred Update (held.go) it is

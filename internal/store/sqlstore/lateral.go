@@ -29,7 +29,7 @@ var lateralForms = map[string]string{
 		SELECT CASE WHEN up.depth = 0 THEN ` + agentColumns + ` ELSE '' END,
 			a.id, a.parent_id, a.requested_by, a.role, a.stage, a.policy, a.deadline_at,
 			COALESCE(s.tokens, 0), COALESCE(s.cost, 0), COALESCE(s.sub_tokens, 0), COALESCE(s.sub_cost, 0),
-			COALESCE(s.spawns, 0), COALESCE(s.exhausted, '')
+			COALESCE(s.spawns, 0), COALESCE(s.exhausted, ''), up.depth
 		FROM up CROSS JOIN LATERAL (SELECT * FROM agents a WHERE a.id = up.id OFFSET 0) a
 			LEFT JOIN LATERAL (SELECT * FROM agent_spend s WHERE s.agent_id = a.id OFFSET 0) s ON true
 		ORDER BY up.depth`,

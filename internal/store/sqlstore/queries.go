@@ -869,8 +869,8 @@ func (t *txn) AgentInsert(ctx context.Context, p store.AgentInsertParams) (*kin.
 		a.ID = kin.AgentID(id)
 		return &a, nil
 	}
-	var id int64
-	if err := t.queryRow(ctx, sqlAgentInsert, args...).Scan(&id); err != nil {
+	id, err := t.insertAgent(ctx, args)
+	if err != nil {
 		return nil, interpretError(err)
 	}
 	if t.top != nil {
@@ -878,6 +878,21 @@ func (t *txn) AgentInsert(ctx context.Context, p store.AgentInsertParams) (*kin.
 	}
 	a.ID = kin.AgentID(id)
 	return &a, nil
+}
+
+// insertAgent runs the insert of an agent whose id the database assigns,
+// and returns the id.
+func (t *txn) insertAgent(ctx context.Context, args []any) (int64, error) {
+	if t.d.InsertRowID {
+		res, err := t.exec(ctx, sqlAgentInsertRowID, args...)
+		if err != nil {
+			return 0, err
+		}
+		return res.LastInsertId()
+	}
+	var id int64
+	err := t.queryRow(ctx, sqlAgentInsert, args...).Scan(&id)
+	return id, err
 }
 
 func (t *txn) AgentUpdateStatus(ctx context.Context, p store.AgentUpdateStatusParams) error {

@@ -101,7 +101,7 @@ var permChainRows = `
 
 // sqlPermChainSigned is PermChain's query with each row's text last.
 var sqlPermChainSigned = `SELECT c.packed, c.id, c.parent_id, c.requested_by, c.role, c.stage, c.policy, c.deadline_at,
-		c.tokens, c.cost, c.sub_tokens, c.sub_cost, c.spawns, c.exhausted, CAST(c AS TEXT)
+		c.tokens, c.cost, c.sub_tokens, c.sub_cost, c.spawns, c.exhausted, c.depth, CAST(c AS TEXT)
 	FROM (` + permChainRows + `) c ORDER BY c.depth`
 
 // sqlPermChainCheck fails (division by zero) unless the chain's rows, as

@@ -38,11 +38,13 @@ var (
 	// The next id is the largest plus one, as SQLite's rowid does: under
 	// the write lock it is free, and an undone insert leaves no gap (a
 	// sequence would).
-	sqlAgentInsert = `INSERT INTO agents (id, name, name_context, role, parent_id, generation, responsible, wallet,
+	sqlAgentInsert = sqlAgentInsertRowID + ` RETURNING id`
+	// sqlAgentInsertRowID is the insert whose id the driver's result
+	// reports (Dialect.InsertRowID).
+	sqlAgentInsertRowID = `INSERT INTO agents (id, name, name_context, role, parent_id, generation, responsible, wallet,
 		constitution_hash, capability_hash, scope, self_modifying, life, status, state, created_at, created_by, updated_at,
 		command, env, dir, restart, grace, replaces, result, handoff, stage, policy, deadline_at, host, requested_by)
-		VALUES ((SELECT COALESCE(MAX(id), 0) + 1 FROM agents), ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-		RETURNING id`
+		VALUES ((SELECT COALESCE(MAX(id), 0) + 1 FROM agents), ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
 	// sqlAgentInsertID is the insert with its id given (Dialect.HoldInserts:
 	// the writer assigns it, the batch's largest plus one).
 	sqlAgentInsertID = `INSERT INTO agents (id, name, name_context, role, parent_id, generation, responsible, wallet,
@@ -65,7 +67,7 @@ var (
 // would wait for its only connection, which the open transaction holds.)
 func writerStatements() []string {
 	return []string{
-		sqlAgentByID, sqlAgentSubtree, sqlAgentLiveByName, sqlAgentWalletExists, sqlAgentInsert,
+		sqlAgentByID, sqlAgentSubtree, sqlAgentLiveByName, sqlAgentWalletExists, sqlAgentInsert, sqlAgentInsertRowID,
 		sqlAgentUpdateStatus, sqlAgentSpawnBlock, sqlEventAppend, sqlRejectionInsert, sqlRejectionCount,
 		sqlSettingList, sqlSettingSet, sqlSpendAdd, sqlSpawnAdd, sqlPermChain, LogSizeSQL, sqlAgentKeyInsert, sqlAuthTokenInsert, countLiveSQL(true, false, false, false, false, false), countLiveSQL(false, true, false, false, true, false), countLiveSQL(false, true, true, false, true, false),
 		SavepointSQL, RollbackToSQL, ReleaseSQL,

@@ -86,6 +86,13 @@ type Dialect struct {
 	// connection at New (SQLite compiles a statement on every call
 	// otherwise; pgx caches statements itself).
 	WriterStatements bool
+	// InsertRowID says the driver's result of an INSERT reports the new
+	// row's id (SQLite's rowid), so an agent's insert needs no RETURNING:
+	// with it, SQLite runs the insert to the end, keeps the returned row
+	// aside and hands it over as a query's, which cost more than the
+	// insert itself (20,000 inserts in one transaction, under load:
+	// 121-135 µs an insert with RETURNING, 48-65 µs without).
+	InsertRowID bool
 	// CachesStatements says the database/sql driver keeps its own cache of
 	// prepared statements per connection (pgx: a query's first run parses
 	// it, later runs only bind and execute), so a write transaction
