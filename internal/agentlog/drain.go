@@ -71,7 +71,10 @@ type Drain struct {
 	detached bool // Detach was called: the step ends the drain
 	ended    bool
 	hup      bool // not woken for output (a first step, a writer gone): the next step peeks
-	done     chan struct{}
+	// retireHeld: the pipe stays at its path when the drain ends, until
+	// Retire (HoldRetire); retirePending: it ended meanwhile.
+	retireHeld, retirePending bool
+	done                      chan struct{}
 }
 
 // Open makes the named pipe of a new agent's log and starts draining it.
@@ -171,8 +174,8 @@ func (p *Poller) start(c Config, r int) (*Drain, error) {
 }
 
 // Done is closed once the drain has ended: every writer of the pipe (the
-// agent and whatever it forked) is gone and everything was copied, or
-// Detach was called.
+// agent and whatever it forked) is gone and everything was copied (the
+// pipe retired, unless HoldRetire holds it), or Detach was called.
 func (d *Drain) Done() <-chan struct{} { return d.done }
 
 // Detach stops draining and leaves the pipe for the next daemon (kin serve
@@ -292,15 +295,52 @@ func (d *Drain) step() {
 
 // drained ends a drain whose pipe has no writer left and is empty: no
 // writer will ever come (nobody else opens the pipe), so the pipe is kept
-// for another agent or removed, unless Detach came meanwhile.
+// for another agent or removed (at once, or at Retire while HoldRetire
+// holds it), unless Detach came meanwhile.
 func (d *Drain) drained() {
 	if !d.stopping() {
 		// Kept for another agent (spare.go) once this drain holds it no
 		// more, if no one else does.
 		d.release()
-		d.p.retire(PipePath(d.c.Path))
+		if !d.retireLater() {
+			d.p.retire(PipePath(d.c.Path))
+		}
 	}
 	d.end()
+}
+
+// retireLater reports whether the ended pipe's retire waits for Retire
+// (HoldRetire), noting that it does.
+func (d *Drain) retireLater() bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.retirePending = d.retireHeld
+	return d.retireHeld
+}
+
+// HoldRetire keeps d's pipe at its path when the drain ends (Done), until
+// Retire: its end then waits only for its output to be copied, not for
+// its pipe to be kept for another agent or removed (retire: an open and a
+// rename, serialised on the directory). A cancellation holds its agents'
+// pipes before it kills them and retires them together once their ends
+// are recorded: a thousand renames off the way from the kill to the
+// record.
+func (d *Drain) HoldRetire() {
+	d.mu.Lock()
+	d.retireHeld = true
+	d.mu.Unlock()
+}
+
+// Retire ends HoldRetire: a pipe whose drain ended meanwhile is kept or
+// removed now, one whose drain has not ended when it ends.
+func (d *Drain) Retire() {
+	d.mu.Lock()
+	pending := d.retirePending
+	d.retireHeld, d.retirePending = false, false
+	d.mu.Unlock()
+	if pending {
+		d.p.retire(PipePath(d.c.Path))
+	}
 }
 
 func (d *Drain) stopping() bool {

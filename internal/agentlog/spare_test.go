@@ -235,3 +235,74 @@ func TestManyEndsKeptTogether(t *testing.T) {
 		t.Errorf("%d kept pipes after Close", len(left))
 	}
 }
+
+// TestHeldPipesRetiredTogether: drains held (HoldRetire) end once their
+// output is copied, their pipes still at their paths; Retire then keeps
+// each (renamed, none left at an agent's path). A drain released before it
+// ends retires its pipe itself when it ends, and a held drain detached
+// leaves its pipe for the next daemon.
+func TestHeldPipesRetiredTogether(t *testing.T) {
+	p, err := agentlog.NewPoller()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	dir := t.TempDir()
+	logOf := func(i int) string { return filepath.Join(dir, fmt.Sprintf("%d.log", i)) }
+	const n = 16
+	var ds []*agentlog.Drain
+	var outs []*os.File
+	for i := range n + 2 {
+		d, out, err := p.Open(agentlog.Config{Path: logOf(i), Bytes: 1 << 20, Keep: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer out.Close()
+		d.HoldRetire()
+		ds, outs = append(ds, d), append(outs, out)
+	}
+	// n held drains end, each with a line in its log.
+	for i := range n {
+		fmt.Fprintf(outs[i], "line %d\n", i)
+		outs[i].Close()
+	}
+	for i := range n {
+		<-ds[i].Done()
+		if b, err := os.ReadFile(logOf(i)); err != nil || string(b) != fmt.Sprintf("line %d\n", i) {
+			t.Fatalf("log %d at its drain's end: %q, %v", i, b, err)
+		}
+		if fi, err := os.Lstat(agentlog.PipePath(logOf(i))); err != nil || fi.Mode()&os.ModeNamedPipe == 0 {
+			t.Fatalf("held pipe %d after its drain's end: %v, %v", i, fi, err)
+		}
+	}
+	if kept := spares(t, dir); len(kept) != 0 {
+		t.Fatalf("%d pipes kept before Retire", len(kept))
+	}
+	for i := range n {
+		ds[i].Retire()
+	}
+	for i := range n {
+		if _, err := os.Lstat(agentlog.PipePath(logOf(i))); !os.IsNotExist(err) {
+			t.Errorf("pipe %d after Retire: %v", i, err)
+		}
+	}
+	if kept := spares(t, dir); len(kept) != n {
+		t.Fatalf("%d kept pipes after %d retired", len(kept), n)
+	}
+	// Released before its end: its end retires it.
+	ds[n].Retire()
+	outs[n].Close()
+	<-ds[n].Done()
+	if _, err := os.Lstat(agentlog.PipePath(logOf(n))); !os.IsNotExist(err) {
+		t.Errorf("pipe released before its end, after its end: %v", err)
+	}
+	if kept := spares(t, dir); len(kept) != n+1 {
+		t.Fatalf("%d kept pipes, want %d", len(kept), n+1)
+	}
+	// Held and detached: left where it is, and Retire keeps it there.
+	ds[n+1].Detach()
+	ds[n+1].Retire()
+	if fi, err := os.Lstat(agentlog.PipePath(logOf(n + 1))); err != nil || fi.Mode()&os.ModeNamedPipe == 0 {
+		t.Errorf("a detached drain's pipe: %v, %v", fi, err)
+	}
+}

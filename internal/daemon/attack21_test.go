@@ -204,6 +204,83 @@ func TestCascadeKeepsEndedLogsWithinQuota(t *testing.T) {
 	}
 }
 
+// TestCascadePipesRetiredAfterRecord: a cancellation records its agents'
+// ends once their output is in their logs, and retires their pipes (keeps
+// them for later agents) after that record: once Stop returns no stopped
+// agent's pipe is left at its path, each log holds its agent's last line,
+// and the pipes were kept (renamed), not removed. The same holds, in the
+// end, for a subtree cancelled because its root died.
+func TestCascadePipesRetiredAfterRecord(t *testing.T) {
+	d := kintest.StartDaemon(t, kintest.WithProfile(childrenProfile(t, 4, `{"log_bytes": 65536, "log_keep": 1}`)))
+	pipeOf := func(id kin.AgentID) string { return filepath.Join(d.Home, "logs", id.String()+".log.pipe") }
+	spares := func() int {
+		ms, _ := filepath.Glob(filepath.Join(d.Home, "logs", ".spare-*"))
+		return len(ms)
+	}
+	tree := func(name string) (top kin.AgentID, kids []kin.AgentID) {
+		root := spawnAgent(t, d.Client, name, 0, "sleep")
+		as := d.Client.ActingAs(root.ID.String())
+		for i := range 3 {
+			a, err := as.Spawn(ctx, kin.SpawnRequest{
+				RegisterRequest: kin.RegisterRequest{Name: fmt.Sprintf("%s-%d", name, i), Parent: root.ID},
+				Command:         []string{"/bin/sh", "-c", fmt.Sprintf("echo last-%d; exec sleep 1000", i)},
+			})
+			if err != nil {
+				t.Fatalf("spawn %d: %v", i, err)
+			}
+			kids = append(kids, a.ID)
+			kintest.WaitFor(t, 30*time.Second, fmt.Sprintf("child %d's line in its log", i), func() bool {
+				n, _ := logBytesOnDisk(t, d.Home, a.ID)
+				return n == int64(len("last-0\n"))
+			})
+		}
+		return root.ID, kids
+	}
+	top, kids := tree("stopped")
+	before := spares()
+	stopped, err := d.Client.Stop(ctx, kin.StopRequest{ID: top})
+	if err != nil || len(stopped) != 4 {
+		t.Fatalf("stop agent %d's subtree: %d stopped, %v", top, len(stopped), err)
+	}
+	for i, id := range append([]kin.AgentID{top}, kids...) {
+		if _, err := os.Lstat(pipeOf(id)); !os.IsNotExist(err) {
+			t.Errorf("agent %d's pipe once Stop returned: %v", id, err)
+		}
+		if i == 0 {
+			continue
+		}
+		if b, err := os.ReadFile(filepath.Join(d.Home, "logs", id.String()+".log")); err != nil || string(b) != fmt.Sprintf("last-%d\n", i-1) {
+			t.Errorf("agent %d's log once Stop returned: %q, %v", id, b, err)
+		}
+	}
+	if got := spares(); got < before+3 {
+		t.Errorf("%d kept pipes after the stop, %d before: the stopped children's pipes were not kept", got, before)
+	}
+
+	// A root that dies: its owned children are cancelled by the runner,
+	// not by a caller that waits.
+	top, kids = tree("dies")
+	a, err := d.Client.Agent(ctx, top)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Kill(a.PID, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	kintest.WaitFor(t, 30*time.Second, "the dead root's children cancelled and their pipes retired", func() bool {
+		for _, id := range kids {
+			c, err := d.Client.Agent(ctx, id)
+			if err != nil || c.State != kin.StateCancelled {
+				return false
+			}
+			if _, err := os.Lstat(pipeOf(id)); !os.IsNotExist(err) {
+				return false
+			}
+		}
+		return true
+	})
+}
+
 // TestPidsLimitThroughChildAgents: an agent's children fork-bomb. With the
 // pids controller the parent's limit binds them all together. Without it
 // (this host), the limit is RLIMIT_NPROC on each agent's own uid or user

@@ -106,6 +106,32 @@ func (run *Runner) awaitLog(id kin.AgentID, deadline time.Time) {
 	}
 }
 
+// holdPipes holds the pipes of agents' drains at their paths once drained
+// (agentlog's HoldRetire), until retirePipes: a cancellation's record
+// waits for its agents' output, and their pipes are renamed (kept for later
+// agents) or removed after it.
+func (run *Runner) holdPipes(agents []*kin.Agent) []*agentlog.Drain {
+	run.logMu.Lock()
+	defer run.logMu.Unlock()
+	var ds []*agentlog.Drain
+	for _, a := range agents {
+		if d := run.drains[a.ID]; d != nil {
+			d.HoldRetire()
+			ds = append(ds, d)
+		}
+	}
+	return ds
+}
+
+// retirePipes ends holdPipes: the pipes of the drains that ended are
+// retired now, one after another on this goroutine (the kernel serialises
+// their renames on the directory's lock anyway); the others when they end.
+func retirePipes(ds []*agentlog.Drain) {
+	for _, d := range ds {
+		d.Retire()
+	}
+}
+
 // closeLogs ends the drains at shutdown. Agents stopped, each drain ends
 // once it copied what they wrote last (waited for up to a few seconds);
 // agents left running keep their pipes for the next daemon (Detach).

@@ -978,6 +978,11 @@ func (run *Runner) stopAndRecord(ctx context.Context, c *cancellation) ([]*kin.A
 	if c.signalled != nil {
 		sctx = supervisor.OnSignalled(sctx, c.signalled)
 	}
+	// Their pipes stay at their paths once drained, until the record
+	// below has committed: the record waits for their output to be in
+	// their logs, not for the pipes' renames (retirePipes).
+	pipes := run.holdPipes(mine)
+	defer func() { retirePipes(pipes) }() // on the ways out before the record
 	if err := run.sup.Stop(sctx, root, maxGrace); err != nil && !errors.Is(err, supervisor.ErrUnknownAgent) {
 		run.log.Error("stop cgroup", "agent", root, "err", err)
 	}
@@ -1039,6 +1044,8 @@ func (run *Runner) stopAndRecord(ctx context.Context, c *cancellation) ([]*kin.A
 		})
 	}
 	releaseGroups()
+	retirePipes(pipes)
+	pipes = nil
 	for _, a := range mine {
 		run.dropRuntime(a.ID, !c.leaveFiles)
 	}
