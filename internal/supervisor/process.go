@@ -272,6 +272,11 @@ func (s *Supervisor) Start(ctx context.Context, spec Spec) (*Process, error) {
 	}
 	s.mu.Unlock()
 	if err != nil {
+		if errors.Is(err, fs.ErrPermission) {
+			if why := closedOnTheWay(spec.Dir, spec.Credential); why != "" {
+				return nil, fmt.Errorf("supervisor: start agent %d: %s: %w", spec.ID, why, err)
+			}
+		}
 		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, fs.ErrPermission) {
 			// The program (or its directory) is what the operator must fix.
 			return nil, fmt.Errorf("supervisor: start agent %d: program %s (run in %s): %w", spec.ID, argv0, spec.Dir, err)

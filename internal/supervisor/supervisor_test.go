@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -954,4 +955,57 @@ func TestStopSignalsUnknownGroups(t *testing.T) {
 	if b, _ := os.ReadFile(noted); !strings.Contains(string(b), "term") {
 		t.Errorf("the process in a group kin did not make got no SIGTERM: %q", b)
 	}
+}
+
+// TestStartInAClosedDirectorySaysWhichDirectory: an agent whose working
+// directory lies under a directory its uid may not enter (a checkout in a
+// mktemp -d directory, mode 0700) is refused with an error that names that
+// directory, its mode and the fix, not only the program.
+func TestStartInAClosedDirectorySaysWhichDirectory(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: the agent runs as another uid")
+	}
+	s := newSup(t, Config{})
+	tmp := t.TempDir()
+	// The test's own temporary directories are 0700: opened to search, so
+	// that the one closed on the way is the test's.
+	for _, d := range []string{filepath.Dir(tmp), tmp} {
+		if err := os.Chmod(d, 0o711); err != nil {
+			t.Fatal(err)
+		}
+	}
+	closed := filepath.Join(tmp, "closed")
+	if err := os.Mkdir(closed, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	work := filepath.Join(closed, "checkout", "pkg")
+	if err := os.MkdirAll(work, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	sp := sleeper(1, 0)
+	sp.Env = []string{"PATH=/usr/bin:/bin"}
+	sp.Credential = &syscall.Credential{Uid: 65534, Gid: 65534}
+	sp.Dir = work
+	_, err := s.Start(testCtx(t), sp)
+	if err == nil {
+		t.Fatal("an agent started in a directory its uid cannot enter")
+	}
+	for _, want := range []string{"working directory " + work, "uid 65534", closed + " is mode 0700", "chmod o+x " + closed} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("the refusal %q does not say %q", err, want)
+		}
+	}
+	if !errors.Is(err, fs.ErrPermission) {
+		t.Errorf("the refusal %v is not a permission error", err)
+	}
+	// Reachable once opened: the same start works.
+	if err := os.Chmod(closed, 0o711); err != nil {
+		t.Fatal(err)
+	}
+	sp.ID = 2
+	p := start(t, s, sp)
+	if err := s.Stop(testCtx(t), 2, 0); err != nil {
+		t.Fatal(err)
+	}
+	waitExit(t, p)
 }
