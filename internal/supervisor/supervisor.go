@@ -570,6 +570,17 @@ func (s *Supervisor) close() error {
 	}
 	unwatchChildren()
 	s.devnull.Close()
+	if s.cfg.KeepOnClose && s.cg && s.root != "" {
+		// Left in place for the next supervisor of this name, unless
+		// nothing runs under it: then its groups are empty, the next one
+		// makes its own, and a run that kept nothing leaves nothing (a
+		// daemon run with --leave-running whose agents all ended).
+		if ev, err := cgroup.ReadEvents(s.root); err == nil && !ev.Populated {
+			if err := cgroup.RemoveTree(s.root); err != nil {
+				s.log.Warn("remove the empty root group", "root", s.root, "err", err)
+			}
+		}
+	}
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("supervisor: close: %w", err)
 	}

@@ -1009,3 +1009,43 @@ func TestStartInAClosedDirectorySaysWhichDirectory(t *testing.T) {
 	}
 	waitExit(t, p)
 }
+
+// TestKeepOnCloseLeavesNothingWhenNothingRuns: a supervisor that keeps its
+// groups for the next one (a daemon run with --leave-running) keeps them
+// while a process runs in them, and removes its root when none does (its
+// agents all ended, or none started): a run that kept nothing leaves no
+// group behind.
+func TestKeepOnCloseLeavesNothingWhenNothingRuns(t *testing.T) {
+	name := uniqueName()
+	a := newCgroupSup(t, Config{Name: name, KeepOnClose: true})
+	start(t, a, sleeper(1, 0))
+	if err := a.Stop(testCtx(t), 1, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(a.Root()); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("the root %s of a supervisor that kept nothing running is still there (stat: %v)", a.Root(), err)
+	}
+
+	b := newCgroupSup(t, Config{Name: name, KeepOnClose: true})
+	p := start(t, b, sleeper(2, 0))
+	w := watchPid(t, p.Pid)
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if w.reaped() {
+		t.Fatal("KeepOnClose killed the process")
+	}
+	if _, err := os.Stat(p.Cgroup); err != nil {
+		t.Fatalf("the group of a process left running is gone: %v", err)
+	}
+	// The test's own cleanup: the next supervisor of the name ends it.
+	c := newCgroupSup(t, Config{Name: name})
+	if c.Root() != b.Root() {
+		t.Fatalf("roots differ: %s %s", b.Root(), c.Root())
+	}
+	unix.Kill(p.Pid, unix.SIGKILL)
+	waitFor(t, 10*time.Second, "the left process to end", w.reaped)
+}
