@@ -177,7 +177,8 @@
 // # Restart
 //
 // Close kills everything (after Config.CloseGrace) and removes the kin root;
-// with Config.KeepOnClose it leaves processes and groups in place. A
+// with Config.KeepOnClose it leaves processes and groups in place (the root
+// is removed all the same when no process runs under it). A
 // restarted daemon with the same Config.Name finds the old groups with
 // Discover and takes them over with Adopt (a path from an earlier root also
 // works): Stop, Freeze, Group and AgentOfPID then work on them, though their

@@ -83,7 +83,8 @@ type Config struct {
 	// cgroup.kill.
 	CloseGrace time.Duration
 	// KeepOnClose makes Close leave the processes and their groups alone
-	// (for a daemon restart); it still stops the supervisor's goroutines.
+	// (for a daemon restart); it still stops the supervisor's goroutines,
+	// and removes the root when no process runs under it.
 	KeepOnClose bool
 	// DeferRemove makes Stop return once every process is dead and reaped,
 	// and remove the emptied groups in the background (Close waits for
