@@ -241,13 +241,7 @@ func TestShutdownRecordsTheGoneWhileTheGraceRuns(t *testing.T) {
 			t.Errorf("%s after the shutdown: %s, %s, exit %v; want cancelled for the shutdown, %s", w.a.Name, got.State, got.EndReason, got.Exit, w.signal)
 		}
 	}
-	stops := 0
-	for _, e := range events(t, d2.Client, kin.EventFilter{Agent: gone.ID, Types: []string{kin.EventAgentStop}}) {
-		if e.Agent == gone.ID {
-			stops++
-		}
-	}
-	if stops != 1 {
+	if stops := stopsOf(t, d2.Client, gone.ID); stops != 1 {
 		t.Errorf("gone: %d agent.stop events, want 1", stops)
 	}
 }
@@ -315,13 +309,20 @@ func TestKill9MidShutdownAfterTheGoneAreRecorded(t *testing.T) {
 	if got, _ := d2.Client.Agent(ctx, root.ID); got.State != kin.StateCancelled || got.EndedAt.IsZero() || (got.EndReason != "stopped" && got.EndReason != "shutdown") {
 		t.Errorf("the root after the second shutdown: %s, %s, exit %v; want cancelled, stopped or for the shutdown", got.State, got.EndReason, got.Exit)
 	}
-	stops := 0
-	for _, e := range events(t, d2.Client, kin.EventFilter{Agent: gone.ID, Types: []string{kin.EventAgentStop}}) {
-		if e.Agent == gone.ID {
-			stops++
-		}
-	}
-	if stops != 1 {
+	if stops := stopsOf(t, d2.Client, gone.ID); stops != 1 {
 		t.Errorf("gone: %d agent.stop events, want 1", stops)
 	}
+}
+
+// stopsOf counts agent id's agent.stop events: a record made twice (by the
+// shutdown's batch and by its subtree's stop) would show two.
+func stopsOf(t *testing.T, c kin.Service, id kin.AgentID) int {
+	t.Helper()
+	n := 0
+	for _, e := range events(t, c, kin.EventFilter{Agent: id, Types: []string{kin.EventAgentStop}}) {
+		if e.Agent == id {
+			n++
+		}
+	}
+	return n
 }
