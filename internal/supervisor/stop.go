@@ -216,8 +216,7 @@ func removeGroups(sub []*agent, dir string) error {
 	if !known {
 		paths = append(paths, dir) // the kin root, or an unknown parent group
 	}
-	depth := func(p string) int { return strings.Count(p, "/") }
-	slices.SortStableFunc(paths, func(a, b string) int { return depth(b) - depth(a) })
+	byDepth(paths, true)
 	var errs []error
 	for _, p := range paths {
 		if p != dir || known {
@@ -381,8 +380,7 @@ func (s *Supervisor) RemoveGone(ids []kin.AgentID) error {
 		}
 	}
 	s.mu.Unlock()
-	depth := func(p string) int { return strings.Count(p, "/") }
-	slices.SortStableFunc(paths, func(a, b string) int { return depth(b) - depth(a) })
+	byDepth(paths, true)
 	var errs []error
 	for _, p := range paths {
 		errs = append(errs, removeGroup(selfDir(p)), removeGroup(p))
@@ -525,10 +523,11 @@ func (s *Supervisor) signalTree(sub []*agent, dir string, thaw bool, sigs ...uni
 
 // knownGroups are the groups of dir's subtree that the records of sub
 // make, parents first: dir, and each record's group within it with its
-// self leaf. ok: they are all the subtree holds, as the kernel counts
-// its groups (cgroup.stat's nr_descendants), so no directory need be read
-// to find them; not when it counts more (a group kin did not make) or
-// fewer (one of them removed: another may be there instead).
+// self leaf. ok: as many as the kernel counts there (cgroup.stat's
+// nr_descendants), so no directory need be read to find them; not when it
+// counts more (a group kin did not make) or fewer. The count cannot tell
+// one of them removed and another made in its place: a process there
+// misses the SIGTERM, not the kill, which is the subtree's cgroup.kill.
 func knownGroups(sub []*agent, dir string) (dirs []string, ok bool) {
 	n, err := cgroup.Descendants(dir)
 	if err != nil {
@@ -546,8 +545,7 @@ func knownGroups(sub []*agent, dir string) (dirs []string, ok bool) {
 	if len(dirs)-1 != n {
 		return nil, false
 	}
-	depth := func(p string) int { return strings.Count(p, "/") }
-	slices.SortStableFunc(dirs, func(a, b string) int { return depth(a) - depth(b) })
+	byDepth(dirs, false)
 	return dirs, true
 }
 
@@ -627,4 +625,16 @@ func waitUntil(ctx context.Context, cond func() bool) error {
 		}
 		backoff = min(2*backoff, 50*time.Millisecond)
 	}
+}
+
+// byDepth sorts group paths by their depth: parents first, or with deepest
+// the deepest first (removals: a group goes before its parent).
+func byDepth(paths []string, deepest bool) {
+	depth := func(p string) int { return strings.Count(p, "/") }
+	slices.SortStableFunc(paths, func(a, b string) int {
+		if deepest {
+			return depth(b) - depth(a)
+		}
+		return depth(a) - depth(b)
+	})
 }
