@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -562,6 +563,24 @@ func countFDs(t *testing.T, dir string) int {
 // thread whose table holds the carried descriptors and the daemon's first
 // few, not every descriptor the process holds; the runtime works there.
 func TestForkFromOwnTable(t *testing.T) {
+	forkFromOwnTableTest(t, onMainThread)
+}
+
+// TestForkFromOwnTableOffTheMainThread: a goroutine that lands on the main
+// thread (it happened in CI: the fork then copied the whole shared table,
+// since the main thread never ends and so never takes a table of its own)
+// hands the start to another thread. The first locked goroutine is told it
+// is on the main thread, whichever it is.
+func TestForkFromOwnTableOffTheMainThread(t *testing.T) {
+	var asked atomic.Int32
+	forkFromOwnTableTest(t, func() bool { return asked.Add(1) == 1 })
+	if asked.Load() != 2 {
+		t.Errorf("asked %d times whether on the main thread, want 2 (the start moved once)", asked.Load())
+	}
+}
+
+func forkFromOwnTableTest(t *testing.T, mainThread func() bool) {
+	t.Helper()
 	held := holdNull(t, 1000, unix.O_CLOEXEC)
 	out, err := os.CreateTemp(tempDir(t), "out")
 	if err != nil {
@@ -569,7 +588,7 @@ func TestForkFromOwnTable(t *testing.T) {
 	}
 	defer out.Close()
 	var threadFDs int
-	pid, err := ForkFromOwnTable([]int{held[len(held)-1], int(out.Fd()), int(out.Fd())}, func(fds []int) (int, error) {
+	pid, err := forkFromOwnTable([]int{held[len(held)-1], int(out.Fd()), int(out.Fd())}, func(fds []int) (int, error) {
 		runtime.GC()
 		tm := time.NewTimer(time.Millisecond)
 		<-tm.C
@@ -580,7 +599,7 @@ func TestForkFromOwnTable(t *testing.T) {
 		threadFDs = len(names)
 		return syscall.ForkExec("/bin/sh", []string{"/bin/sh", "-c", "echo started; ls /proc/self/fd | wc -l"},
 			&syscall.ProcAttr{Files: []uintptr{uintptr(fds[0]), uintptr(fds[1]), uintptr(fds[2])}})
-	})
+	}, mainThread)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -145,19 +145,32 @@ func privateTable(carry []int) (carried []int, own bool, err error) {
 // thread outliving it (no Pdeathsig: it follows the forking thread). Where
 // no table of its own can be made, fork runs on the shared one.
 func ForkFromOwnTable(carry []int, fork func(fds []int) (int, error)) (int, error) {
+	return forkFromOwnTable(carry, fork, onMainThread)
+}
+
+// onMainThread reports that the calling goroutine, locked, runs on the
+// process's main thread.
+func onMainThread() bool { return unix.Gettid() == os.Getpid() }
+
+// forkFromOwnTable is ForkFromOwnTable, told by mainThread whether a
+// locked goroutine runs on the main thread (a test says yes once).
+func forkFromOwnTable(carry []int, fork func(fds []int) (int, error), mainThread func() bool) (int, error) {
 	type result struct {
 		pid int
 		err error
 	}
-	done := make(chan result, 1)
-	go func() {
+	var onThread func(done chan<- result)
+	onThread = func(done chan<- result) {
 		runtime.LockOSThread()
-		if unix.Gettid() == os.Getpid() {
-			// The main thread never ends (the runtime parks it): it keeps
-			// the shared table.
+		if mainThread() {
+			// The main thread never ends (the runtime parks it), so its
+			// table would stay the daemon's. While this goroutine holds
+			// it, a new one runs on another thread: the start goes there.
+			inner := make(chan result, 1)
+			go onThread(inner)
+			r := <-inner
 			runtime.UnlockOSThread()
-			pid, err := fork(carry)
-			done <- result{pid, err}
+			done <- r
 			return
 		}
 		fds, own, err := privateTable(carry)
@@ -171,7 +184,9 @@ func ForkFromOwnTable(carry []int, fork func(fds []int) (int, error)) (int, erro
 		pid, err := fork(fds)
 		done <- result{pid, err}
 		// Locked where own: the thread ends with its table.
-	}()
+	}
+	done := make(chan result, 1)
+	go onThread(done)
 	r := <-done
 	return r.pid, r.err
 }
