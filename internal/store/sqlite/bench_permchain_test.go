@@ -8,16 +8,27 @@ import (
 
 	"github.com/kin-agents/kin/internal/proctest"
 	"github.com/kin-agents/kin/internal/store"
+	"github.com/kin-agents/kin/internal/store/sqlite"
 	"github.com/kin-agents/kin/internal/store/storetest"
 )
 
 // BenchmarkPermChain is what a registration's permission check reads inside
 // its transaction: the parent's chain with its budget counters, here a
-// child of a root (the registration benchmarks' shape), against the
-// cheapest read there is in a transaction (the parent's row).
+// child of a root and a root (the registration benchmarks' parents),
+// against the cheapest read there is in a transaction (the parent's row).
+// The -only-writer rows are the daemon's kin.db, whose writer answers the
+// chains it read before from memory (sqlstore's permmemo.go).
 func BenchmarkPermChain(b *testing.B) {
+	b.Run("read", func(b *testing.B) { benchPermChain(b, false) })
+	b.Run("only-writer", func(b *testing.B) { benchPermChain(b, true) })
+}
+
+func benchPermChain(b *testing.B, only bool) {
 	ctx := context.Background()
-	s := open(&testing.T{}, filepath.Join(b.TempDir(), "kin.db"))
+	s, err := sqlite.Open(ctx, filepath.Join(b.TempDir(), "kin.db"), sqlite.Options{OnlyWriter: only})
+	if err != nil {
+		b.Fatal(err)
+	}
 	defer s.Close()
 	t := &testing.T{}
 	root := storetest.Insert(t, s, "root", 0)
@@ -28,6 +39,7 @@ func BenchmarkPermChain(b *testing.B) {
 	}{
 		{"floor-AgentGetByID", func(tx store.Tx) error { _, err := tx.AgentGetByID(ctx, child.ID); return err }},
 		{"PermChain", func(tx store.Tx) error { _, err := tx.PermChain(ctx, child.ID); return err }},
+		{"PermChain-root", func(tx store.Tx) error { _, err := tx.PermChain(ctx, root.ID); return err }},
 		{"SettingList", func(tx store.Tx) error { _, err := tx.SettingList(ctx); return err }},
 	} {
 		b.Run(bench.name, func(b *testing.B) {

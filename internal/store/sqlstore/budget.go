@@ -164,6 +164,9 @@ func chainInOrder(rows []store.PermRow, texts []string, depths []int64) ([]store
 // metering: with its read of the chain's sums).
 func (t *txn) SpendAdd(ctx context.Context, id kin.AgentID, tokens int64, cost float64) error {
 	t.forgetChains()
+	if m := t.perm(); m != nil {
+		m.spent(id)
+	}
 	_, err := t.execHeld(ctx, sqlSpendAdd, id, tokens, cost)
 	return interpretError(err)
 }
@@ -178,5 +181,12 @@ func (t *txn) SpendSpawnAdd(ctx context.Context, ids []kin.AgentID) error {
 		return err
 	}
 	_, err = t.execHeld(ctx, sqlSpawnAdd, string(b)) // held in a deferred Update, as SpendAdd
+	if m := t.perm(); m != nil {
+		if err != nil {
+			m.forget() // whatever the statement did or not
+		} else {
+			m.spawned(ids)
+		}
+	}
 	return interpretError(err)
 }

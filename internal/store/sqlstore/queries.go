@@ -897,6 +897,7 @@ func (t *txn) insertAgent(ctx context.Context, args []any) (int64, error) {
 
 func (t *txn) AgentUpdateStatus(ctx context.Context, p store.AgentUpdateStatusParams) error {
 	t.forgetChain(p.ID)
+	t.permDrop(p.ID)
 	t.wrote(p.ID)
 	res, err := t.exec(ctx, sqlAgentUpdateStatus,
 		p.Status, p.State, p.State, p.At.UnixNano(), p.ID)
@@ -905,6 +906,7 @@ func (t *txn) AgentUpdateStatus(ctx context.Context, p store.AgentUpdateStatusPa
 
 func (t *txn) AgentUpdate(ctx context.Context, p store.AgentUpdateParams) error {
 	t.forgetChain(p.ID)
+	t.permDrop(p.ID)
 	t.wrote(p.ID)
 	if p.Stage != nil {
 		t.forgetStage()
@@ -933,6 +935,7 @@ func (t *txn) AgentUpdateMany(ctx context.Context, ids []kin.AgentID, p store.Ag
 		t.forgetStage()
 	}
 	t.wrote(ids...)
+	t.permDrop(ids...)
 	distinct := make(map[kin.AgentID]struct{}, len(ids))
 	for _, id := range ids {
 		distinct[id] = struct{}{}
@@ -1059,6 +1062,7 @@ func jsonList(l []string) string {
 
 func (t *txn) AgentUpdateSpawnBlock(ctx context.Context, id kin.AgentID, until time.Time) error {
 	t.forgetChain(id)
+	t.permDrop(id)
 	t.wrote(id)
 	res, err := t.exec(ctx, sqlAgentSpawnBlock, until.UnixNano(), id)
 	return affectedOne(res, err)
@@ -1214,6 +1218,7 @@ func (r reader) AgentPolicyList(ctx context.Context) ([]store.AgentPolicyRow, er
 
 func (t *txn) SpendSetExhausted(ctx context.Context, id kin.AgentID, why string) error {
 	t.forgetChains()
+	t.permDrop(id)
 	_, err := t.exec(ctx, `INSERT INTO agent_spend (agent_id, exhausted) VALUES (?, ?)
 		ON CONFLICT (agent_id) DO UPDATE SET exhausted = excluded.exhausted`, id, why)
 	return interpretError(err)

@@ -116,6 +116,16 @@ func (t *txn) speculates() bool {
 // PermChain is the reader's, except on a server where the writer
 // remembers chains (above).
 func (t *txn) PermChain(ctx context.Context, id kin.AgentID) ([]store.PermRow, error) {
+	if m := t.perm(); m != nil {
+		if rows, ok := m.chain(id); ok {
+			return rows, nil
+		}
+		rows, err := t.reader.PermChain(ctx, id)
+		if err == nil && len(rows) > 0 {
+			m.put(rows)
+		}
+		return rows, err
+	}
 	if !t.speculates() || t.counted {
 		return t.reader.PermChain(ctx, id)
 	}

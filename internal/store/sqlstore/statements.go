@@ -88,6 +88,9 @@ type stmts struct {
 	// chains are the permission chains the writer read in its
 	// transactions (the writer's statements only: speculate.go).
 	chains chainMemo
+	// perm is the writer's permission rows where it is the database's
+	// only writer (permmemo.go); nil elsewhere.
+	perm *permMemo
 }
 
 func newStmts(db *sql.DB, d *Dialect, lazy bool) *stmts {

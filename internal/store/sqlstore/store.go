@@ -278,6 +278,9 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 	var rc *rowCache
 	if cfg.OnlyWriter {
 		rc = newRowCache(rowCacheBytes)
+		if !d.HoldInserts {
+			wstmts.perm = newPermMemo()
+		}
 	}
 	s := &Store{
 		reader:   reader{q: cfg.Readers, d: d, st: newStmts(cfg.Readers, d, true), rc: rc},
@@ -508,6 +511,7 @@ func (s *Store) commit(batch []*update) {
 		}
 	}
 	failAll := func(err error) {
+		s.wstmts.forgetPerm()
 		for i := range errs {
 			errs[i] = err
 		}
@@ -580,6 +584,7 @@ func (s *Store) commit(batch []*update) {
 		tree, size, top = m.tree, m.size, m.top
 		cache.events = cache.events[:m.events] // its events go with its writes
 		cache.forget()                         // what it read may include its undone writes
+		s.wstmts.forgetPerm()                  // as what the writer's memory learnt from them
 	}
 	var held heldWrites                // held writes not yet confirmed (held.go)
 	noHold := make([]bool, len(batch)) // run again with its writes done at once
@@ -587,6 +592,7 @@ func (s *Store) commit(batch []*update) {
 	// the transaction is in an unknown state.
 	failBatch := func(err error, also int) {
 		tx.Rollback()
+		s.wstmts.forgetPerm()
 		for j := range errs {
 			if errs[j] == nil || j == also {
 				errs[j] = err
@@ -820,6 +826,7 @@ run:
 		marked = false
 	}
 	if err != nil {
+		s.wstmts.forgetPerm() // the batch's writes are not the database's
 		for i := range errs {
 			if errs[i] == nil {
 				errs[i] = fmt.Errorf("%s: commit: %w", s.d.Name, err)

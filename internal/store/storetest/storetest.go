@@ -28,13 +28,19 @@ var t0 = time.Date(2026, 3, 30, 12, 0, 0, 0, time.UTC)
 
 // Exercise runs the whole suite.
 func Exercise(t *testing.T, open Opener) {
+	exercise(t, open, true)
+}
+
+// ExerciseOneHandle runs the suite's tests of one handle: for a store that
+// must be its database's only handle (open's second is not called).
+func ExerciseOneHandle(t *testing.T, open Opener) {
+	exercise(t, open, false)
+}
+
+func exercise(t *testing.T, open Opener, twoHandles bool) {
 	one := func(t *testing.T) store.Store {
 		s, _ := open(t)
 		return s
-	}
-	two := func(t *testing.T, test func(*testing.T, store.Store, func() store.Store)) {
-		s, second := open(t)
-		test(t, s, second)
 	}
 	t.Run("AgentInsertAndGet", func(t *testing.T) { testAgentInsertAndGet(t, one(t)) })
 	t.Run("AgentList", func(t *testing.T) { testAgentList(t, one(t)) })
@@ -58,19 +64,24 @@ func Exercise(t *testing.T, open Opener) {
 	t.Run("DeferredNameClashes", func(t *testing.T) { testDeferredNameClashes(t, one(t)) })
 	t.Run("DeferredMixed", func(t *testing.T) { testDeferredMixed(t, one(t)) })
 	t.Run("CloseTwiceAndUpdateAfterClose", func(t *testing.T) { testClose(t, one(t)) })
-
 	t.Run("LogAppend", func(t *testing.T) { testLogAppend(t, one(t)) })
 	t.Run("LogProofs", func(t *testing.T) { testLogProofs(t, one(t)) })
 	t.Run("LogRefusesDataWithNewlines", func(t *testing.T) { testLogRefusesDataWithNewlines(t, one(t)) })
-	t.Run("LogSurvivesReopen", func(t *testing.T) { two(t, testLogSurvivesReopen) })
-
 	t.Run("NotifyOwnCommits", func(t *testing.T) { testNotifyOwnCommits(t, one(t)) })
 	t.Run("SubscribeSleepsThroughOtherTypes", func(t *testing.T) { testSubscribeSleepsThroughOtherTypes(t, one(t)) })
-	t.Run("NotifyOtherHandle", func(t *testing.T) { two(t, testNotifyOtherHandle) })
-	t.Run("FollowAcrossHandles", func(t *testing.T) { two(t, testFollowAcrossHandles) })
 	t.Run("HostLeases", func(t *testing.T) { testHostLeases(t, one(t)) })
 	t.Run("SingletonLeases", func(t *testing.T) { testSingletonLeases(t, one(t)) })
 	t.Run("SigningKeys", func(t *testing.T) { testSigningKeys(t, one(t)) })
+	if !twoHandles {
+		return
+	}
+	two := func(t *testing.T, test func(*testing.T, store.Store, func() store.Store)) {
+		s, second := open(t)
+		test(t, s, second)
+	}
+	t.Run("LogSurvivesReopen", func(t *testing.T) { two(t, testLogSurvivesReopen) })
+	t.Run("NotifyOtherHandle", func(t *testing.T) { two(t, testNotifyOtherHandle) })
+	t.Run("FollowAcrossHandles", func(t *testing.T) { two(t, testFollowAcrossHandles) })
 	t.Run("TwoHandlesHoldALimit", func(t *testing.T) { two(t, testTwoHandlesHoldALimit) })
 	t.Run("TwoHandlesHoldACardinality", func(t *testing.T) { two(t, testTwoHandlesHoldACardinality) })
 	t.Run("TwoHandlesHoldASpawnBudget", func(t *testing.T) { two(t, testTwoHandlesHoldASpawnBudget) })
