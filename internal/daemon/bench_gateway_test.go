@@ -39,6 +39,10 @@ const (
 	// Without the first token's wait (0.3-1 s at providers), which would
 	// only lengthen the streams.
 	pacedDelay = 15 * time.Millisecond
+	// longChunks is the content chunks of a "long" paced stream: a reply
+	// of 100 tokens (1.5 s at pacedDelay), still short of what an agent's
+	// call usually writes, and still without the first token's wait.
+	longChunks = 100
 )
 
 // gatewayTarget is where a benchmark's calls go: the fake upstream
@@ -55,8 +59,9 @@ type gatewayTarget struct {
 	// process spent meanwhile (user and system: the clients, the fake
 	// upstream, and on kin's path kin), per kind.
 	fast, slow, paced streamRun
-	// steady: the paced kind at a steady 200 streams (steadyStreams).
-	steady streamRun
+	// steady: the paced kind at a steady 200 streams (steadyStreams);
+	// long: the same with replies of longChunks.
+	steady, long streamRun
 	// The same kinds with the upstream apart (apartRound): the process's
 	// CPU is the clients' and, on kin's path, kin's.
 	apart map[string]*streamRun
@@ -86,7 +91,10 @@ func (s *streamRun) add(n int, took, cpu time.Duration) {
 // (each worker's next call begins when its last ends). The
 // streams200-paced-steady row is the paced kind with the workers' starts
 // spread over one stream's length (steadyStreams): 200 streams open at
-// all times, beginning and ending at all times as agents' calls do.
+// all times, beginning and ending at all times as agents' calls do. The
+// streams200-paced-long row is the steady one with replies of longChunks
+// tokens (1.5 s): the per-call costs (the request, the admission, the
+// metering before the last event) weigh less against a longer reply.
 // The clients, the fake upstreams and kin share one
 // process: each kind also reports the process's CPU per stream, direct
 // (clients and upstream) and through kin, and the difference (kin's own
@@ -108,11 +116,15 @@ func BenchmarkGateway(b *testing.B) {
 		Reply: strings.Repeat("x", 20), Chunks: 20, ChunkDelay: 5 * time.Millisecond, NoRecord: true}
 	pacedOpts := fakemodel.Options{Key: upstreamKey, InputTokens: 10, OutputTokens: 20,
 		Reply: strings.Repeat("x", 20), Chunks: 20, ChunkDelay: pacedDelay, NoRecord: true}
+	longOpts := pacedOpts
+	longOpts.Reply, longOpts.Chunks, longOpts.OutputTokens = strings.Repeat("x", longChunks), longChunks, longChunks
 	fast, slow, paced := fakemodel.Start(b, fastOpts), fakemodel.Start(b, slowOpts), fakemodel.Start(b, pacedOpts)
+	long := fakemodel.Start(b, longOpts)
 	opts := []kintest.Option{kintest.WithHTTP(),
 		kintest.WithModelUpstream("openai", "openai", fast.URL, upstreamKey),
 		kintest.WithModelUpstream("anthropic", "anthropic", slow.URL, upstreamKey),
-		kintest.WithModelUpstream("paced", "anthropic", paced.URL, upstreamKey)}
+		kintest.WithModelUpstream("paced", "anthropic", paced.URL, upstreamKey),
+		kintest.WithModelUpstream("long", "anthropic", long.URL, upstreamKey)}
 	// The same upstreams in a process of their own on the last CPU (kin
 	// reaches them as fast-apart/MODEL etc.).
 	var apartURLs []string
@@ -216,6 +228,18 @@ func BenchmarkGateway(b *testing.B) {
 				b.Fatalf("%s steady paced streams: %v", t.name, err)
 			}
 			t.steady.add(run.n, run.took, run.cpu)
+			// kin sends "long/NAME" to the long upstream as NAME.
+			base, model = t.base, "long/claude-3-5-haiku-latest"
+			if t == direct {
+				base, model = long.URL, "claude-3-5-haiku-latest"
+			}
+			run, err = steadyStreams(t.client, base, t.key, pacedDelay*longChunks, func(c *http.Client, base, key string) error {
+				return messagesStream(c, base, key, model)
+			})
+			if err != nil {
+				b.Fatalf("%s steady long streams: %v", t.name, err)
+			}
+			t.long.add(run.n, run.took, run.cpu)
 		}
 		if apartOK {
 			apartRound(b, targets, direct, apartURLs, hostCPUs)
@@ -244,6 +268,7 @@ func BenchmarkGateway(b *testing.B) {
 		{"streams200-fast", func(t *gatewayTarget) streamRun { return t.fast }},
 		{"streams200-paced", func(t *gatewayTarget) streamRun { return t.paced }},
 		{"streams200-paced-steady", func(t *gatewayTarget) streamRun { return t.steady }},
+		{"streams200-paced-long", func(t *gatewayTarget) streamRun { return t.long }},
 	}
 	if apartOK {
 		for _, kind := range []string{"slow", "fast", "paced"} {
