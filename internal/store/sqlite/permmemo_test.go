@@ -320,3 +320,131 @@ func chainOfRows(ctx context.Context, tx store.Tx, id kin.AgentID, before []stor
 		}
 	}
 }
+
+// TestWriterPermRowsAfterFailedWrites: a write that fails inside an Update
+// the caller still commits (its error ignored) may have changed some rows
+// (AgentUpdateMany's existing ids, before it reports a missing one) or
+// none (a statement SQLite undid whole: a spend row for no agent, a live
+// name taken twice); either way the chains the writer answers afterwards,
+// in the same transaction and after its commit, are the database's.
+func TestWriterPermRowsAfterFailedWrites(t *testing.T) {
+	ctx := context.Background()
+	s := openOnly(t, filepath.Join(t.TempDir(), "kin.db"))
+	const missing = kin.AgentID(1 << 40)
+	var root, mid, leaf, old kin.AgentID
+	err := s.Update(ctx, func(tx store.Tx) error {
+		add := func(name string, parent kin.AgentID, gen int, pol string) (kin.AgentID, error) {
+			a, err := tx.AgentInsert(ctx, store.AgentInsertParams{Agent: storetest.NewAgent(name, parent, gen), Policy: []byte(pol)})
+			if err != nil {
+				return 0, err
+			}
+			return a.ID, nil
+		}
+		var err error
+		if root, err = add("root", 0, 0, `{"budget":{"max_descendants":10}}`); err != nil {
+			return err
+		}
+		if mid, err = add("mid", root, 1, ""); err != nil {
+			return err
+		}
+		if leaf, err = add("leaf", mid, 2, ""); err != nil {
+			return err
+		}
+		if old, err = add("twin", mid, 2, ""); err != nil {
+			return err
+		}
+		// A terminated "twin" and a live one: old's return to active
+		// breaks the unique index of live names.
+		if err := tx.AgentUpdateStatus(ctx, store.AgentUpdateStatusParams{ID: old, Status: kin.StatusTerminated, At: time.Unix(1_900_000_000, 0)}); err != nil {
+			return err
+		}
+		_, err = add("twin", mid, 2, "")
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	all := []kin.AgentID{root, mid, leaf, old}
+	at := time.Unix(1_900_000_001, 0)
+	stage, state := "promoted", kin.State("working")
+	failing := []struct {
+		name  string
+		write func(tx store.Tx) error
+	}{
+		{"AgentUpdateMany with a missing id", func(tx store.Tx) error {
+			return tx.AgentUpdateMany(ctx, []kin.AgentID{mid, missing, leaf}, store.AgentUpdateParams{At: at, Stage: &stage, State: &state})
+		}},
+		{"SpendSpawnAdd with a missing id", func(tx store.Tx) error {
+			return tx.SpendSpawnAdd(ctx, []kin.AgentID{leaf, mid, missing, root})
+		}},
+		{"SpendAdd of a missing agent", func(tx store.Tx) error { return tx.SpendAdd(ctx, missing, 10, 0.5) }},
+		{"SpendSetExhausted of a missing agent", func(tx store.Tx) error { return tx.SpendSetExhausted(ctx, missing, "spent") }},
+		{"AgentUpdate of a missing agent", func(tx store.Tx) error {
+			return tx.AgentUpdate(ctx, store.AgentUpdateParams{ID: missing, At: at, Stage: &stage})
+		}},
+		{"AgentUpdateStatus to a taken live name", func(tx store.Tx) error {
+			return tx.AgentUpdateStatus(ctx, store.AgentUpdateStatusParams{ID: old, Status: kin.StatusActive, At: at})
+		}},
+	}
+	for _, f := range failing {
+		// A spend and a spawn first, so that a write undone whole has
+		// counters to take back with it.
+		err := s.Update(ctx, func(tx store.Tx) error {
+			before := map[kin.AgentID][]store.PermRow{}
+			for _, id := range all {
+				c, err := tx.PermChain(ctx, id)
+				if err != nil {
+					return err
+				}
+				before[id] = c
+			}
+			if err := tx.SpendAdd(ctx, leaf, 7, 0.25); err != nil {
+				return err
+			}
+			if err := tx.SpendSpawnAdd(ctx, []kin.AgentID{root}); err != nil {
+				return err
+			}
+			for _, id := range all {
+				if _, err := tx.PermChain(ctx, id); err != nil {
+					return err
+				}
+			}
+			if err := f.write(tx); err == nil {
+				return fmt.Errorf("%s did not fail", f.name)
+			}
+			for _, id := range all {
+				got, err := tx.PermChain(ctx, id)
+				if err != nil {
+					return err
+				}
+				want, err := chainOfRows(ctx, tx, id, before[id])
+				if err != nil {
+					return err
+				}
+				if !reflect.DeepEqual(got, want) {
+					return fmt.Errorf("after %s, agent %d's chain in the transaction:\n%+v\nits rows say:\n%+v", f.name, id, got, want)
+				}
+			}
+			return nil // committed, the failed write's error ignored
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, id := range all {
+			want, err := s.PermChain(ctx, id)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got []store.PermRow
+			if err := s.Update(ctx, func(tx store.Tx) error {
+				got, err = tx.PermChain(ctx, id)
+				return err
+			}); err != nil {
+				t.Fatal(err)
+			}
+			if !reflect.DeepEqual(got, want) {
+				t.Fatalf("after %s committed, agent %d's chain in the writer:\n%+v\nin the database:\n%+v", f.name, id, got, want)
+			}
+		}
+	}
+}

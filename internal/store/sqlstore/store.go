@@ -738,6 +738,9 @@ run:
 	switch {
 	case ok == 0:
 		err = tx.Rollback()
+		// What the writer's memory learnt in the batch is undone with it:
+		// an Update that failed only at its RELEASE called no restore.
+		s.wstmts.forgetPerm()
 	case s.d.CommitInTx:
 		// The held writes, the events (and their notification) and the
 		// COMMIT in one round trip: should anything before the COMMIT
