@@ -20,15 +20,11 @@ import (
 	"github.com/kin-agents/kin/kin"
 )
 
-// TestPermRowsForgottenWhenNoUpdateCommits: a batch in which no Update
-// counts as done is rolled back whole, and the writer forgets the
-// permission rows it learnt in it (permmemo.go), even from an Update that
-// ran to its end and failed only at its savepoint's RELEASE: the stage it
-// wrote, and the chain it then read, are not the database's. Otherwise the
-// next registration under the agent would be checked against a stage it
-// never had. SQLite's RELEASE is made to fail by a driver wrapped around
-// the real one, on a real file.
-func TestPermRowsForgottenWhenNoUpdateCommits(t *testing.T) {
+// faultStore is a store over a new SQLite file whose writer's connection
+// fails the RELEASE SAVEPOINT that fault says fails: sqlstore's own over a
+// driver wrapped around the real one, as the daemon's only writer.
+func faultStore(t *testing.T) (*sqlstore.Store, *releaseFault) {
+	t.Helper()
 	ctx := context.Background()
 	path := filepath.Join(t.TempDir(), "kin.db")
 	// sqlite.Open creates and migrates the file; the store under test is
@@ -68,8 +64,23 @@ func TestPermRowsForgottenWhenNoUpdateCommits(t *testing.T) {
 	}
 	t.Cleanup(func() { s.Close() })
 
+	return s, fault
+}
+
+// TestPermRowsForgottenWhenNoUpdateCommits: a batch in which no Update
+// counts as done is rolled back whole, and the writer forgets the
+// permission rows it learnt in it (permmemo.go), even from an Update that
+// ran to its end and failed only at its savepoint's RELEASE: the stage it
+// wrote, and the chain it then read, are not the database's. Otherwise the
+// next registration under the agent would be checked against a stage it
+// never had. SQLite's RELEASE is made to fail by a driver wrapped around
+// the real one, on a real file.
+func TestPermRowsForgottenWhenNoUpdateCommits(t *testing.T) {
+	ctx := context.Background()
+	s, fault := faultStore(t)
+
 	var root, child kin.AgentID
-	err = s.Update(ctx, func(tx store.Tx) error {
+	err := s.Update(ctx, func(tx store.Tx) error {
 		r, err := tx.AgentInsert(ctx, store.AgentInsertParams{Agent: storetest.NewAgent("root", 0, 0)})
 		if err != nil {
 			return err
@@ -136,6 +147,67 @@ func TestPermRowsForgottenWhenNoUpdateCommits(t *testing.T) {
 	}
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("after a batch rolled back whole, the writer answers agent %d's chain with stage %q; the database holds stage %q:\n%+v\nwant\n%+v", child, got[0].Stage, want[0].Stage, got, want)
+	}
+}
+
+// TestUpdateWhoseReleaseFailsIsUndone: an Update that ran to its end and
+// whose savepoint's RELEASE then failed is reported failed, and so its
+// writes are undone, while the Updates of its batch before and after it
+// commit. Before, its agent was committed though its caller was told the
+// registration failed.
+func TestUpdateWhoseReleaseFailsIsUndone(t *testing.T) {
+	ctx := context.Background()
+	s, fault := faultStore(t)
+	insert := func(name string, release bool) func(store.Tx) error {
+		return func(tx store.Tx) error {
+			if _, err := tx.AgentInsert(ctx, store.AgentInsertParams{Agent: storetest.NewAgent(name, 0, 0)}); err != nil {
+				return err
+			}
+			err := store.AppendEvent(ctx, tx, time.Unix(1_900_000_000, 0), kin.EventAgentRegistered, 0, 0, map[string]string{"name": name})
+			if err == nil && !release {
+				fault.next.Store(true) // the RELEASE after this Update fails
+			}
+			return err
+		}
+	}
+	hold, held := make(chan struct{}), make(chan struct{})
+	var wg sync.WaitGroup
+	var first, second, third error
+	wg.Go(func() {
+		first = s.Update(ctx, func(tx store.Tx) error {
+			close(held)
+			<-hold
+			return insert("first", true)(tx)
+		})
+	})
+	<-held
+	wg.Go(func() { second = s.Update(ctx, insert("second", false)) })
+	waitQueued(t, s, 1)
+	wg.Go(func() { third = s.Update(ctx, insert("third", true)) })
+	waitQueued(t, s, 2)
+	close(hold)
+	wg.Wait()
+	if first != nil || third != nil || second == nil {
+		t.Fatalf("the batch's updates returned %v, %v, %v; want nil, the RELEASE's failure, nil", first, second, third)
+	}
+	for name, want := range map[string]bool{"first": true, "second": false, "third": true} {
+		as, err := s.AgentList(ctx, kin.AgentFilter{Name: name})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := len(as) == 1; got != want {
+			t.Errorf("agent %q stored: %v, want %v (the second Update was reported failed)", name, got, want)
+		}
+	}
+	evs, err := s.EventList(ctx, kin.EventFilter{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(evs) != 2 {
+		t.Errorf("%d events stored, want the first's and the third's: %+v", len(evs), evs)
+	}
+	if err := s.Update(ctx, insert("after", true)); err != nil {
+		t.Fatalf("an update after the batch: %v", err)
 	}
 }
 

@@ -717,7 +717,19 @@ run:
 			pending = true
 		default:
 			if _, err := w.exec(ctx, ReleaseSQL); err != nil {
+				// Reported failed, so undone: its writes must not commit
+				// with the batch's (a registration answered "failed"
+				// whose agent exists). Its savepoint is still open.
 				errs[i] = fmt.Errorf("%s: release savepoint: %w", s.d.Name, err)
+				restore(marks[i])
+				if _, err := w.exec(ctx, RollbackToSQL); err != nil {
+					failBatch(fmt.Errorf("%s: rollback to savepoint after a failed release: %w", s.d.Name, err), i)
+					return
+				}
+				if _, err := w.exec(ctx, ReleaseSQL); err != nil {
+					failBatch(fmt.Errorf("%s: release savepoint after rolling back to it: %w", s.d.Name, err), i)
+					return
+				}
 			}
 		}
 	}
