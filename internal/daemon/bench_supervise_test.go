@@ -667,16 +667,6 @@ func spawnTree(b *testing.B, svc kin.Service, pids *pidCheck, name string) (root
 	return root, tree
 }
 
-// cascadeDone reports whether the root's end and every descendant's
-// cancellation are recorded and the root's group, which the supervisor
-// removes once every process in it is reaped, is gone.
-func cascadeDone(d *benchDaemon, root *kin.Agent, tree []*kin.Agent, rootGroup string) (bool, error) {
-	if _, err := os.Stat(rootGroup); !errors.Is(err, fs.ErrNotExist) {
-		return false, nil
-	}
-	return cascadeRecorded(d.Daemon, root, tree)
-}
-
 // awaitCascade waits, within, until the root's end and every descendant's
 // cancellation are recorded (cascadeRecorded) and every process of pids is
 // gone, and calls seen at that moment (the benchmark's clock stops there),
