@@ -510,3 +510,30 @@ func TestSignedRequestsAreForOneHost(t *testing.T) {
 		t.Fatalf("the agent's request signed for beta, sent to beta: %d %q %v; want 200", status, sigErr, err)
 	}
 }
+
+// TestCascadeFindsAChildTheHostHasNotSeenYet: a child registered on
+// another host a moment before its parent dies is cancelled with it, though
+// the parent's host has not yet applied that registration to its lineage
+// (its follower of the store held here; under load, a notification on its
+// way, or missed until the next poll). Before, the cancellation planned from
+// the lineage alone, and the child was left running on the other host
+// (CI: TestOwnedChildrenDieAcrossHosts, once).
+func TestCascadeFindsAChildTheHostHasNotSeenYet(t *testing.T) {
+	dsn, key := pgtest.NewDatabase(t), kintest.WithLogKeyDir(filepath.Join(t.TempDir(), "log-key"))
+	a := kintest.StartDaemon(t, kintest.WithStore(dsn), kintest.WithHostName("alpha"), key)
+	b := kintest.StartDaemon(t, kintest.WithStore(dsn), kintest.WithHostName("beta"), key)
+	root := spawnAgent(t, a.Client, "root", 0, "sleep")
+	release := a.Daemon.Registry.HoldFollowing()
+	t.Cleanup(release) // before the daemons stop
+	child := spawnAgent(t, b.Client, "child", root.ID, "sleep", func(r *kin.SpawnRequest) { r.Host = "beta" })
+	if child.Host != "beta" {
+		t.Fatalf("the child runs on %q, want beta", child.Host)
+	}
+	if err := syscall.Kill(root.PID, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	kintest.WaitFor(t, 15*time.Second, "the child's process gone and its end recorded cancelled", func() bool {
+		got, err := b.Client.Agent(ctx, child.ID)
+		return err == nil && got.State == kin.StateCancelled && !got.EndedAt.IsZero() && syscall.Kill(child.PID, 0) != nil
+	})
+}

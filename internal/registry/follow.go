@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"log/slog"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/kin-agents/kin/internal/store"
@@ -30,6 +31,7 @@ var followTypes = []string{kin.EventAgentRegistered, kin.EventGovernorChanged, k
 // again at the next commit.
 func (r *Registry) FollowStore(from int64, log *slog.Logger, others []string, fn func(kin.Event)) {
 	ctx := context.Background()
+	r.followed.Store(from)
 	types := append(slices.Clone(followTypes), others...)
 	here, _ := r.st.(store.AppendedHere)
 	// Woken by this daemon's commits of those types only (a model call's
@@ -37,6 +39,7 @@ func (r *Registry) FollowStore(from int64, log *slog.Logger, others []string, fn
 	wait := store.WaitFor(r.st, types, false)
 	for {
 		wake := wait()
+		r.followHold.RLock()
 		// The log's size before the read: every event up to it is
 		// committed, so the next read starts there even when none of them
 		// is of these types (else each wake would read again every event
@@ -54,20 +57,7 @@ func (r *Registry) FollowStore(from int64, log *slog.Logger, others []string, fn
 		for _, e := range evs {
 			switch e.Type {
 			case kin.EventAgentRegistered:
-				// Registered by another host: not in the lineage, and not
-				// appended by this daemon's own commits (whose registering
-				// goroutine may not have added it yet: its admission is
-				// cached after its commit, and reading the chain again here
-				// was a chain read for every other registration).
-				foreign := !r.lin.Has(e.Agent) && (here == nil || !here.AppendedHere(e.Seq))
-				r.lin.Add(e.Agent, e.Parent)
-				if foreign && r.auth != nil {
-					// Its stage and policy, for what this host answers
-					// about it (kin authorize, kin show) and admits under it.
-					if err := r.auth.Learn(ctx, e.Agent); err != nil {
-						log.Error("follow the store: a registration's policy", "agent", e.Agent, "err", err)
-					}
-				}
+				r.learnRegistration(ctx, e, here, log)
 			case kin.EventGovernorChanged:
 				governor = true
 			case kin.EventAgentPromoted:
@@ -94,15 +84,19 @@ func (r *Registry) FollowStore(from int64, log *slog.Logger, others []string, fn
 			}
 			from = e.Seq
 		}
+		r.followed.Store(from)
 		if governor {
 			if err := r.loadGovernor(ctx); err != nil {
 				log.Error("follow the store: governor", "err", err)
 			}
 		}
 		if len(evs) == 1000 {
+			r.followHold.RUnlock()
 			continue // more are stored
 		}
 		from = max(from, size)
+		r.followed.Store(from)
+		r.followHold.RUnlock()
 		select {
 		case <-wake:
 		case <-r.closing:
@@ -112,6 +106,61 @@ func (r *Registry) FollowStore(from int64, log *slog.Logger, others []string, fn
 			// reconnecting) is made good here.
 		}
 	}
+}
+
+// learnRegistration adds an agent registration e (of any host) to the
+// lineage, with its policy where another host registered it.
+func (r *Registry) learnRegistration(ctx context.Context, e kin.Event, here store.AppendedHere, log *slog.Logger) {
+	// Registered by another host: not in the lineage, and not appended by
+	// this daemon's own commits (whose registering goroutine may not have
+	// added it yet: its admission is cached after its commit, and reading
+	// the chain again here was a chain read for every other registration).
+	foreign := !r.lin.Has(e.Agent) && (here == nil || !here.AppendedHere(e.Seq))
+	r.lin.Add(e.Agent, e.Parent)
+	if foreign && r.auth != nil {
+		// Its stage and policy, for what this host answers about it (kin
+		// authorize, kin show) and admits under it.
+		if err := r.auth.Learn(ctx, e.Agent); err != nil {
+			log.Error("follow the store: a registration's policy", "agent", e.Agent, "err", err)
+		}
+	}
+}
+
+// CatchUp adds to the lineage, now, the agents registered in the store
+// since what FollowStore last applied: the registrations of other hosts
+// that its next wake-up would bring (a notification on its way, or missed
+// until followEvery). A cancellation plans from the lineage: without this
+// a child another host registered a moment before its parent died was left
+// running (issue 24's cascade across hosts). Where FollowStore does not
+// run (a store this daemon alone writes), there is nothing to catch up.
+func (r *Registry) CatchUp(ctx context.Context) error {
+	from := r.followed.Load()
+	if from < 0 {
+		return nil
+	}
+	here, _ := r.st.(store.AppendedHere)
+	for {
+		evs, err := r.st.EventList(ctx, kin.EventFilter{Since: from, Types: []string{kin.EventAgentRegistered}, Limit: 1000})
+		if err != nil {
+			return err
+		}
+		for _, e := range evs {
+			r.learnRegistration(ctx, e, here, slog.Default())
+			from = e.Seq
+		}
+		if len(evs) < 1000 {
+			return nil
+		}
+	}
+}
+
+// HoldFollowing keeps FollowStore from applying what it reads until
+// release is called: for tests of what a host does before it has seen
+// another host's commit.
+func (r *Registry) HoldFollowing() (release func()) {
+	r.followHold.Lock()
+	var once sync.Once
+	return func() { once.Do(r.followHold.Unlock) }
 }
 
 // followEvery bounds how long a commit of another host can go unseen.

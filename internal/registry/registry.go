@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/kin-agents/kin/internal/authority"
@@ -38,6 +39,12 @@ type Registry struct {
 
 	defaultResponsible string
 	host               string // this daemon's host in the fleet, recorded on every agent it registers
+
+	// followed is the event log's seq FollowStore applied up to (CatchUp
+	// reads from there); -1 while it does not run.
+	followed atomic.Int64
+	// followHold, held, keeps FollowStore from applying (HoldFollowing).
+	followHold sync.RWMutex
 
 	mu            sync.Mutex // guards profile, overrides and settings
 	profile       kin.Profile
@@ -120,6 +127,7 @@ func New(ctx context.Context, c Config) (*Registry, error) {
 	r := &Registry{st: c.Store, lin: c.Lineage, auth: c.Authority, ps: c.Identity, run: c.Runner, obs: c.Observer,
 		clock: c.Clock, closing: c.Closing, wait: c.Wait, quota: c.Quota, defaultResponsible: c.DefaultResponsible, host: c.Host,
 		baseProfile: c.Profile, profileSource: c.ProfileSource}
+	r.followed.Store(-1)
 	if err := r.loadGovernor(ctx); err != nil {
 		return nil, err
 	}

@@ -774,6 +774,13 @@ type cancellation struct {
 func (run *Runner) planCancel(ctx context.Context, p cancelParams) (*cancellation, error) {
 	root, includeRoot := p.Root, p.IncludeRoot
 	began := time.Now()
+	if run.reg != nil {
+		// The subtree as the store has it now: a child another host
+		// registered a moment ago may not be in the lineage yet.
+		if err := run.reg.CatchUp(ctx); err != nil {
+			run.log.Error("cancel: read the registrations the lineage has not seen yet; planning from the lineage", "root", root, "err", err)
+		}
+	}
 	if err := run.awaitReconciled(ctx, run.lineage.Subtree(root)...); err != nil {
 		return nil, err
 	}
