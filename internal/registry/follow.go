@@ -3,6 +3,8 @@ package registry
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"log/slog"
 	"slices"
 	"sync"
@@ -57,7 +59,9 @@ func (r *Registry) FollowStore(from int64, log *slog.Logger, others []string, fn
 		for _, e := range evs {
 			switch e.Type {
 			case kin.EventAgentRegistered:
-				r.learnRegistration(ctx, e, here, log)
+				if err := r.learnRegistration(ctx, e, here); err != nil {
+					log.Error("follow the store: a registration's policy", "agent", e.Agent, "err", err)
+				}
 			case kin.EventGovernorChanged:
 				governor = true
 			case kin.EventAgentPromoted:
@@ -109,8 +113,9 @@ func (r *Registry) FollowStore(from int64, log *slog.Logger, others []string, fn
 }
 
 // learnRegistration adds an agent registration e (of any host) to the
-// lineage, with its policy where another host registered it.
-func (r *Registry) learnRegistration(ctx context.Context, e kin.Event, here store.AppendedHere, log *slog.Logger) {
+// lineage, with its policy where another host registered it (the error:
+// that policy's read; the lineage has the agent whatever it says).
+func (r *Registry) learnRegistration(ctx context.Context, e kin.Event, here store.AppendedHere) error {
 	// Registered by another host: not in the lineage, and not appended by
 	// this daemon's own commits (whose registering goroutine may not have
 	// added it yet: its admission is cached after its commit, and reading
@@ -120,10 +125,9 @@ func (r *Registry) learnRegistration(ctx context.Context, e kin.Event, here stor
 	if foreign && r.auth != nil {
 		// Its stage and policy, for what this host answers about it (kin
 		// authorize, kin show) and admits under it.
-		if err := r.auth.Learn(ctx, e.Agent); err != nil {
-			log.Error("follow the store: a registration's policy", "agent", e.Agent, "err", err)
-		}
+		return r.auth.Learn(ctx, e.Agent)
 	}
+	return nil
 }
 
 // CatchUp adds to the lineage, now, the agents registered in the store
@@ -139,17 +143,20 @@ func (r *Registry) CatchUp(ctx context.Context) error {
 		return nil
 	}
 	here, _ := r.st.(store.AppendedHere)
+	var errs []error
 	for {
 		evs, err := r.st.EventList(ctx, kin.EventFilter{Since: from, Types: []string{kin.EventAgentRegistered}, Limit: 1000})
 		if err != nil {
-			return err
+			return errors.Join(append(errs, err)...)
 		}
 		for _, e := range evs {
-			r.learnRegistration(ctx, e, here, slog.Default())
+			if err := r.learnRegistration(ctx, e, here); err != nil {
+				errs = append(errs, fmt.Errorf("agent %d's policy: %w", e.Agent, err))
+			}
 			from = e.Seq
 		}
 		if len(evs) < 1000 {
-			return nil
+			return errors.Join(errs...)
 		}
 	}
 }

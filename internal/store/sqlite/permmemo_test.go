@@ -22,12 +22,7 @@ import (
 // whose writer keeps the permission rows it read (sqlstore's permmemo.go).
 func openOnly(t *testing.T, path string) *sqlite.Store {
 	t.Helper()
-	s, err := sqlite.Open(context.Background(), path, sqlite.Options{Synchronous: "NORMAL", OnlyWriter: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close() })
-	return s
+	return openWith(t, path, sqlite.Options{Synchronous: "NORMAL", OnlyWriter: true})
 }
 
 // TestSQLiteStoreOnlyWriter runs the suite's one-handle tests on a store

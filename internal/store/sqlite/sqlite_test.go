@@ -18,7 +18,13 @@ import (
 
 func open(t *testing.T, path string) *sqlite.Store {
 	t.Helper()
-	s, err := sqlite.Open(context.Background(), path, sqlite.Options{})
+	return openWith(t, path, sqlite.Options{})
+}
+
+// openWith opens the store at path with opts, closed when the test ends.
+func openWith(t *testing.T, path string, opts sqlite.Options) *sqlite.Store {
+	t.Helper()
+	s, err := sqlite.Open(context.Background(), path, opts)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -25,15 +25,16 @@ import (
 // keep the memory as the transaction sees the database:
 //
 //   - a write of an agent's row (AgentUpdate, AgentUpdateStatus,
-//     AgentUpdateMany, AgentUpdateSpawnBlock) drops that agent's row (an
-//     insert adds a row no chain held: the memory holds only rows read);
+//     AgentUpdateMany, AgentUpdateSpawnBlock: txn.rowsWritten, before the
+//     statement) drops that agent's row (an insert adds a row no chain
+//     held: the memory holds only rows read);
 //   - SpendSpawnAdd adds its spawn to each row held, as its statement does
 //     to the table (one per id listed);
 //   - SpendAdd drops the rows of the chain it adds to (its statement walks
 //     the same links), or every row where the memory does not hold that
 //     whole chain; SpendSetExhausted drops the agent's row;
-//   - an Update undone (its savepoint rolled back, run again after a held
-//     write failed) or a batch not committed forgets every row: what the
+//   - an Update undone (its savepoint rolled back, after it failed or its
+//     RELEASE did) or a batch not committed forgets every row: what the
 //     memory learnt from the undone writes is undone with them.
 //
 // A chain's first row carries the agent's whole row (PermRow.Agent): a row
@@ -58,21 +59,31 @@ func newPermMemo() *permMemo { return &permMemo{rows: map[kin.AgentID]store.Perm
 func (m *permMemo) chain(id kin.AgentID) ([]store.PermRow, bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	out, ok := m.walk(id)
+	if !ok || out[0].Agent == nil {
+		return nil, false
+	}
+	for i := 1; i < len(out); i++ {
+		out[i].Agent = nil
+	}
+	return clonePermRows(out), true
+}
+
+// walk is the rows of id's chain the memory holds, up the links
+// sqlPermChain follows, and whether it holds all of them (not when a link
+// is missing, or past maxMemoWalk). m.mu is held.
+func (m *permMemo) walk(id kin.AgentID) ([]store.PermRow, bool) {
 	var out []store.PermRow
-	for next := id; ; {
+	for next := id; len(out) < maxMemoWalk; next = permNext(out[len(out)-1]) {
 		r, ok := m.rows[next]
-		if !ok || (len(out) == 0 && r.Agent == nil) || len(out) >= maxMemoWalk {
+		if !ok {
 			return nil, false
 		}
-		if len(out) > 0 {
-			r.Agent = nil
+		if out = append(out, r); r.Parent == 0 {
+			return out, true
 		}
-		out = append(out, r)
-		if r.Parent == 0 {
-			return clonePermRows(out), true
-		}
-		next = permNext(r)
 	}
+	return nil, false
 }
 
 // permNext is the next link after r (permParent).
@@ -126,21 +137,13 @@ func (m *permMemo) spawned(ids []kin.AgentID) {
 func (m *permMemo) spent(id kin.AgentID) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	var links []kin.AgentID
-	for next := id; ; {
-		r, ok := m.rows[next]
-		if !ok || len(links) >= maxMemoWalk {
-			m.rows = map[kin.AgentID]store.PermRow{}
-			return
-		}
-		links = append(links, next)
-		if r.Parent == 0 {
-			break
-		}
-		next = permNext(r)
+	links, ok := m.walk(id)
+	if !ok {
+		m.rows = map[kin.AgentID]store.PermRow{}
+		return
 	}
 	for _, l := range links {
-		delete(m.rows, l)
+		delete(m.rows, l.ID)
 	}
 }
 
@@ -164,11 +167,4 @@ func (t *txn) perm() *permMemo {
 		return nil
 	}
 	return t.st.perm
-}
-
-// permDrop forgets the rows of ids, whose agents' rows t wrote.
-func (t *txn) permDrop(ids ...kin.AgentID) {
-	if m := t.perm(); m != nil {
-		m.drop(ids...)
-	}
 }

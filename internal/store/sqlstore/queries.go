@@ -91,6 +91,20 @@ func (t *txn) wrote(ids ...kin.AgentID) {
 	}
 }
 
+// rowsWritten is told, before the statement, that t writes the agents'
+// rows of ids: what the writer keeps of them is forgotten (the chains it
+// remembers on a server, speculate.go; its permission rows, permmemo.go) and the
+// row cache is told at the commit (batchCache.wrote).
+func (t *txn) rowsWritten(ids ...kin.AgentID) {
+	for _, id := range ids {
+		t.forgetChain(id)
+	}
+	if m := t.perm(); m != nil {
+		m.drop(ids...)
+	}
+	t.wrote(ids...)
+}
+
 func (c *batchCache) forget() {
 	if c != nil {
 		c.settings = nil
@@ -896,18 +910,14 @@ func (t *txn) insertAgent(ctx context.Context, args []any) (int64, error) {
 }
 
 func (t *txn) AgentUpdateStatus(ctx context.Context, p store.AgentUpdateStatusParams) error {
-	t.forgetChain(p.ID)
-	t.permDrop(p.ID)
-	t.wrote(p.ID)
+	t.rowsWritten(p.ID)
 	res, err := t.exec(ctx, sqlAgentUpdateStatus,
 		p.Status, p.State, p.State, p.At.UnixNano(), p.ID)
 	return affectedOne(res, err)
 }
 
 func (t *txn) AgentUpdate(ctx context.Context, p store.AgentUpdateParams) error {
-	t.forgetChain(p.ID)
-	t.permDrop(p.ID)
-	t.wrote(p.ID)
+	t.rowsWritten(p.ID)
 	if p.Stage != nil {
 		t.forgetStage()
 	}
@@ -934,12 +944,10 @@ func (t *txn) AgentUpdateMany(ctx context.Context, ids []kin.AgentID, p store.Ag
 	if p.Stage != nil {
 		t.forgetStage()
 	}
-	t.wrote(ids...)
-	t.permDrop(ids...)
+	t.rowsWritten(ids...)
 	distinct := make(map[kin.AgentID]struct{}, len(ids))
 	for _, id := range ids {
 		distinct[id] = struct{}{}
-		t.forgetChain(id)
 	}
 	set, args := agentUpdateSet(p)
 	where := sqlAgentUpdateManyWhere
@@ -1061,9 +1069,7 @@ func jsonList(l []string) string {
 }
 
 func (t *txn) AgentUpdateSpawnBlock(ctx context.Context, id kin.AgentID, until time.Time) error {
-	t.forgetChain(id)
-	t.permDrop(id)
-	t.wrote(id)
+	t.rowsWritten(id)
 	res, err := t.exec(ctx, sqlAgentSpawnBlock, until.UnixNano(), id)
 	return affectedOne(res, err)
 }
@@ -1218,7 +1224,9 @@ func (r reader) AgentPolicyList(ctx context.Context) ([]store.AgentPolicyRow, er
 
 func (t *txn) SpendSetExhausted(ctx context.Context, id kin.AgentID, why string) error {
 	t.forgetChains()
-	t.permDrop(id)
+	if m := t.perm(); m != nil {
+		m.drop(id)
+	}
 	_, err := t.exec(ctx, `INSERT INTO agent_spend (agent_id, exhausted) VALUES (?, ?)
 		ON CONFLICT (agent_id) DO UPDATE SET exhausted = excluded.exhausted`, id, why)
 	return interpretError(err)

@@ -511,7 +511,6 @@ func (s *Store) commit(batch []*update) {
 		}
 	}
 	failAll := func(err error) {
-		s.wstmts.forgetPerm()
 		for i := range errs {
 			errs[i] = err
 		}
@@ -749,10 +748,7 @@ run:
 	var err error
 	switch {
 	case ok == 0:
-		err = tx.Rollback()
-		// What the writer's memory learnt in the batch is undone with it:
-		// an Update that failed only at its RELEASE called no restore.
-		s.wstmts.forgetPerm()
+		err = tx.Rollback() // each Update undone forgot what the writer learnt (restore)
 	case s.d.CommitInTx:
 		// The held writes, the events (and their notification) and the
 		// COMMIT in one round trip: should anything before the COMMIT
