@@ -267,9 +267,10 @@ func (c *Client) Tree(ctx context.Context, id kin.AgentID) ([]*kin.TreeNode, err
 	if id != 0 {
 		path = "/v1/agents/" + id.String() + "/tree"
 	}
-	// A compact form (httpapi.TreeRowsType for a subtree, else
-	// httpapi.TreeColumnsType) when the daemon has it; a daemon that
-	// predates them ignores the Accept and sends nested JSON.
+	// A compact form (httpapi.TreeRowsType, else httpapi.TreeColumnsType
+	// from a daemon that serves the forest only in that one) when the
+	// daemon has it; a daemon that predates them ignores the Accept and
+	// sends nested JSON.
 	resp, err := c.send(ctx, "GET", path, nil, httpapi.TreeRowsType+", "+httpapi.TreeColumnsType+";q=0.9, application/json;q=0.5")
 	if err != nil {
 		return nil, err

@@ -152,6 +152,24 @@ func TestTreeSpansTheFleet(t *testing.T) {
 			t.Errorf("%s: hosts %v", d.Config.HostName, hosts)
 		}
 	}
+	// The forest is the store's, whatever the host has followed: with
+	// alpha's follower held, a root and a child beta registers now are in
+	// alpha's forest at once (it catches up before it reads).
+	release := a.Daemon.Registry.HoldFollowing()
+	root2 := reg(b, "root2", 0)
+	kid5 := reg(b, "kid5", root2.ID)
+	forest, err := a.Client.Tree(ctx, 0)
+	release()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var shapes []string
+	for _, n := range forest {
+		shapes = append(shapes, shape(n))
+	}
+	if got, want := strings.Join(shapes, " "), want+fmt.Sprintf(" %d[%d]", root2.ID, kid5.ID); got != want {
+		t.Errorf("alpha's forest with its follower held: %s, want %s", got, want)
+	}
 	if _, err := a.Client.SetGovernor(ctx, "max_children", "3"); err != nil {
 		t.Fatal(err)
 	}

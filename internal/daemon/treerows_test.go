@@ -41,16 +41,36 @@ func TestTreeRowsMatchTheNestedJSON(t *testing.T) {
 	if len(nested) != 1 || len(nested[0].Children) != 3 || nested[0].Children[1].Exit == nil || len(nested[0].Children[0].Command) == 0 {
 		t.Fatalf("the nested tree lacks what this test compares:\n%s", showTree(t, nested))
 	}
+	// The forest (GET /v1/tree): this tree and two more roots, one of them
+	// ended, the same every way too.
+	other := spawnAgent(t, d.Client, "rows-other-root", 0, "exit 0")
+	waitAgent(t, d.Client, other.ID, "ended", func(a *kin.Agent) bool { return !a.EndedAt.IsZero() })
+	lone, err := d.Client.Register(ctx, kin.RegisterRequest{Name: "rows-lone-root"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	forest := sameTreeEveryWay(t, d, 0)
+	if len(forest) != 3 || forest[0].ID != root.ID || forest[1].ID != other.ID || forest[2].ID != lone.ID || countNodes(forest) != 7 {
+		t.Fatalf("the forest is not the three roots and their 7 agents:\n%s", showTree(t, forest))
+	}
+	if have, want := showTree(t, forest[:1]), showTree(t, nested); have != want {
+		t.Fatalf("the forest's first tree\n%s\nis not the subtree\n%s", have, want)
+	}
+	// An agent's forest is its own subtree (the form v2: client.Tree's).
+	trees, err := d.Client.ActingAs(mid.ID.String()).Tree(ctx, 0)
+	if err != nil || len(trees) != 1 || trees[0].ID != mid.ID || countNodes(trees) != 2 {
+		t.Fatalf("the forest of agent %d: %v\n%s", mid.ID, err, showTree(t, trees))
+	}
 	// An unknown agent is the usual error answer, before any row.
 	if _, err := d.Client.Tree(ctx, 999999); kin.ErrorCodeOf(err) != kin.ECodeNotFound {
 		t.Fatalf("tree of an unknown agent: %v", err)
 	}
 }
 
-// sameTreeEveryWay reads root's subtree through the operator socket in
-// the streamed form v2, in the form v1 and as the nested JSON, through
-// client.Tree and in the daemon's own process, fails unless every way
-// gives the same tree, and returns it.
+// sameTreeEveryWay reads root's subtree (root 0: the forest) through the
+// operator socket in the streamed form v2, in the form v1 and as the
+// nested JSON, through client.Tree and in the daemon's own process, fails
+// unless every way gives the same tree, and returns it.
 func sameTreeEveryWay(t *testing.T, d *kintest.Daemon, root kin.AgentID) []*kin.TreeNode {
 	t.Helper()
 	hc := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
@@ -62,7 +82,11 @@ func sameTreeEveryWay(t *testing.T, d *kintest.Daemon, root kin.AgentID) []*kin.
 		t.Helper()
 		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		defer cancel()
-		req, err := http.NewRequestWithContext(cctx, "GET", "http://kin/v1/agents/"+root.String()+"/tree", nil)
+		path := "/v1/agents/" + root.String() + "/tree"
+		if root == 0 {
+			path = "/v1/tree"
+		}
+		req, err := http.NewRequestWithContext(cctx, "GET", "http://kin"+path, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -178,6 +202,13 @@ func TestLargeTreeThroughTheRowCache(t *testing.T) {
 		changed[n.ID] = true
 	}
 	after := sameTreeEveryWay(t, d, root.ID)
+	// The forest, as large, read twice (the second time from the cache).
+	if forest := sameTreeEveryWay(t, d, 0); showTree(t, forest) != showTree(t, after) {
+		t.Fatalf("the forest of one root is not its tree:\n%s", showTree(t, forest))
+	}
+	if forest := sameTreeEveryWay(t, d, 0); showTree(t, forest) != showTree(t, after) {
+		t.Fatalf("read again, the forest of one root is not its tree:\n%s", showTree(t, forest))
+	}
 	var walk func(ns []*kin.TreeNode)
 	walk = func(ns []*kin.TreeNode) {
 		for _, n := range ns {

@@ -446,6 +446,9 @@ func (s *Server) subtree(w http.ResponseWriter, r *http.Request) error {
 }
 
 func (s *Server) forest(w http.ResponseWriter, r *http.Request) error {
+	if tr, ok := s.svc.(TreeRowser); ok && accepts(r, TreeRowsType) {
+		return s.writeTreeRows(w, r, tr, 0)
+	}
 	out, err := s.svc.Tree(r.Context(), 0)
 	if err != nil {
 		return err

@@ -18,11 +18,11 @@ import (
 	"github.com/kin-agents/kin/kin"
 )
 
-// The compact tree form version 2 (GET /v1/agents/{id}/tree with
-// "Accept: application/vnd.kin.tree.v2"): an agent's subtree as the
-// store's rows, streamed as the daemon reads them. The daemon neither
-// takes the rows apart nor nests them, and the client decodes each as it
-// arrives, while the daemon reads the next ones (issue 22: the 10,000-agent
+// The compact tree form version 2 (GET /v1/agents/{id}/tree and GET
+// /v1/tree with "Accept: application/vnd.kin.tree.v2"): an agent's
+// subtree, or the whole forest, as the store's rows, streamed as the
+// daemon reads them. The daemon neither takes the rows apart nor nests
+// them, and the client decodes each as it arrives, while the daemon reads the next ones (issue 22: the 10,000-agent
 // subtree through the API; version 1 built the tree, turned it into
 // columns and only then wrote a byte).
 //
@@ -53,8 +53,8 @@ const (
 	TreeRowsVersion = 2
 )
 
-// TreeRowser is a service that streams an agent's subtree as stored rows
-// (the daemon, through its registry's TreeRows).
+// TreeRowser is a service that streams an agent's subtree (id 0: the
+// forest) as stored rows (the daemon, through its registry's TreeRows).
 type TreeRowser interface {
 	TreeRows(ctx context.Context, id kin.AgentID, head func(kin.TreeRowsHead) error, rows func([]byte) error) error
 }
@@ -68,7 +68,8 @@ type treeRowsHead struct {
 	Reconciling []kin.AgentID     `json:"reconciling"`
 }
 
-// writeTreeRows answers GET /v1/agents/{id}/tree in the form v2 from svc.
+// writeTreeRows answers GET /v1/agents/{id}/tree (GET /v1/tree: id 0) in
+// the form v2 from svc.
 // An error before the head is the usual error answer; one after it ends
 // the body with an error record.
 func (s *Server) writeTreeRows(w http.ResponseWriter, r *http.Request, svc TreeRowser, id kin.AgentID) error {

@@ -124,6 +124,19 @@ func (l *Tree) Subtree(id kin.AgentID) []kin.AgentID {
 	return out
 }
 
+// All returns every known agent, in ascending id order.
+func (l *Tree) All() []kin.AgentID {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	out := make([]kin.AgentID, 0, len(l.known))
+	for id, ok := range l.known {
+		if ok {
+			out = append(out, kin.AgentID(id))
+		}
+	}
+	return out
+}
+
 // IsDescendant reports whether id is a strict descendant of ancestor.
 func (l *Tree) IsDescendant(id, ancestor kin.AgentID) bool {
 	l.mu.RLock()

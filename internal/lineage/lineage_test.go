@@ -101,3 +101,18 @@ func TestLinksArriveInAnyOrder(t *testing.T) {
 		t.Fatalf("after its parent: subtree(10)=%v chain(12)=%v", o.Subtree(10), o.Chain(12))
 	}
 }
+
+// TestAllInIDOrder: All is every agent added, in ascending id order,
+// whatever the order they arrived in, and nothing else.
+func TestAllInIDOrder(t *testing.T) {
+	var l Tree
+	if got := l.All(); len(got) != 0 {
+		t.Fatalf("empty tree: %v", got)
+	}
+	for _, link := range [][2]kin.AgentID{{7, 3}, {3, 0}, {1, 0}, {9, 7}, {3, 1}} {
+		l.Add(link[0], link[1])
+	}
+	if got := fmt.Sprint(l.All()); got != "[1 3 7 9]" {
+		t.Fatalf("All = %s, want [1 3 7 9]", got)
+	}
+}

@@ -33,6 +33,7 @@ var followTypes = []string{kin.EventAgentRegistered, kin.EventGovernorChanged, k
 // again at the next commit.
 func (r *Registry) FollowStore(from int64, log *slog.Logger, others []string, fn func(kin.Event)) {
 	ctx := context.Background()
+	r.followLog.Store(log)
 	r.followed.Store(from)
 	types := append(slices.Clone(followTypes), others...)
 	here, _ := r.st.(store.AppendedHere)
@@ -138,16 +139,24 @@ func (r *Registry) learnRegistration(ctx context.Context, e kin.Event, here stor
 // running (issue 24's cascade across hosts). Where FollowStore does not
 // run (a store this daemon alone writes), there is nothing to catch up.
 func (r *Registry) CatchUp(ctx context.Context) error {
+	policies, err := r.catchUp(ctx)
+	return errors.Join(err, policies)
+}
+
+// catchUp is CatchUp with the reads of the registrations' policies that
+// failed (policies) apart from the store's error (err): the lineage has
+// every registration read, whatever its policy's read said.
+func (r *Registry) catchUp(ctx context.Context) (policies, err error) {
 	from := r.followed.Load()
 	if from < 0 {
-		return nil
+		return nil, nil
 	}
 	here, _ := r.st.(store.AppendedHere)
 	var errs []error
 	for {
 		evs, err := r.st.EventList(ctx, kin.EventFilter{Since: from, Types: []string{kin.EventAgentRegistered}, Limit: 1000})
 		if err != nil {
-			return errors.Join(append(errs, err)...)
+			return errors.Join(errs...), err
 		}
 		for _, e := range evs {
 			if err := r.learnRegistration(ctx, e, here); err != nil {
@@ -156,7 +165,7 @@ func (r *Registry) CatchUp(ctx context.Context) error {
 			from = e.Seq
 		}
 		if len(evs) < 1000 {
-			return errors.Join(errs...)
+			return errors.Join(errs...), nil
 		}
 	}
 }

@@ -3,6 +3,7 @@ package registry
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"slices"
 	"strconv"
 	"strings"
@@ -43,6 +44,9 @@ type Registry struct {
 	// followed is the event log's seq FollowStore applied up to (CatchUp
 	// reads from there); -1 while it does not run.
 	followed atomic.Int64
+	// followLog is FollowStore's logger (nil until it runs), for what a
+	// read of the forest caught up with (forest).
+	followLog atomic.Pointer[slog.Logger]
 	// followHold, held, keeps FollowStore from applying (HoldFollowing).
 	followHold sync.RWMutex
 
@@ -727,20 +731,17 @@ func (r *Registry) Tree(ctx context.Context, id kin.AgentID) ([]*kin.TreeNode, e
 	if c := caller.Of(ctx); id == 0 && c.Agent != 0 {
 		id = c.Agent // an agent's forest is its own subtree
 	}
-	var agents []*kin.Agent
+	var ids []kin.AgentID
 	var err error
 	if id == 0 {
-		if err := caller.OperatorOnly(ctx, "read the whole forest"); err != nil {
-			return nil, err
-		}
-		agents, err = r.st.AgentList(ctx, kin.AgentFilter{})
+		ids, err = r.forest(ctx)
 	} else {
-		var ids []kin.AgentID
-		if ids, err = r.subtreeOf(ctx, id); err != nil {
-			return nil, err
-		}
-		agents, err = r.st.AgentListByIDs(ctx, ids)
+		ids, err = r.subtreeOf(ctx, id)
 	}
+	if err != nil {
+		return nil, err
+	}
+	agents, err := r.st.AgentListByIDs(ctx, ids)
 	if err != nil {
 		return nil, store.AgentError(err, id)
 	}
@@ -755,11 +756,11 @@ func (r *Registry) Tree(ctx context.Context, id kin.AgentID) ([]*kin.TreeNode, e
 		}
 	}
 	walk(trees)
-	ids := make([]kin.AgentID, len(nodes))
+	inOrder := make([]kin.AgentID, len(nodes))
 	for i, n := range nodes {
-		ids[i] = n.ID
+		inOrder[i] = n.ID
 	}
-	for i, s := range r.auth.SpendOfEach(ids) {
+	for i, s := range r.auth.SpendOfEach(inOrder) {
 		nodes[i].Spend = s
 	}
 	return trees, nil
@@ -778,19 +779,39 @@ func (r *Registry) subtreeOf(ctx context.Context, id kin.AgentID) ([]kin.AgentID
 	return ids, nil
 }
 
-// TreeRows is Tree for an agent's subtree (id not 0) as the store's rows,
-// streamed: head is called once with what the rows do not hold, then
-// rows with runs of them in ascending id order as they are read
-// (store.Reader.AgentRowsByIDs), never taken apart or nested here. The
-// compact tree form v2 is made of them.
+// forest is the ids of every agent, once the caller (the operator) may
+// read them all: the lineage's, caught up with what other hosts of a fleet
+// registered (CatchUp), as a subtree's are.
+func (r *Registry) forest(ctx context.Context) ([]kin.AgentID, error) {
+	if err := caller.OperatorOnly(ctx, "read the whole forest"); err != nil {
+		return nil, err
+	}
+	policies, err := r.catchUp(ctx)
+	if err != nil {
+		return nil, store.KinError(err)
+	}
+	if log := r.followLog.Load(); policies != nil && log != nil {
+		// The lineage has them all the same: the forest is whole.
+		log.Error("read the forest: other hosts' registrations whose policy could not be read", "err", policies)
+	}
+	return r.lin.All(), nil
+}
+
+// TreeRows is Tree as the store's rows, streamed: head is called once
+// with what the rows do not hold, then rows with runs of them in
+// ascending id order as they are read (store.Reader.AgentRowsByIDs), never
+// taken apart or nested here. The compact tree form v2 is made of them.
 func (r *Registry) TreeRows(ctx context.Context, id kin.AgentID, head func(kin.TreeRowsHead) error, rows func([]byte) error) error {
 	if c := caller.Of(ctx); id == 0 && c.Agent != 0 {
 		id = c.Agent // an agent's forest is its own subtree
 	}
+	var ids []kin.AgentID
+	var err error
 	if id == 0 {
-		return kin.Errorf(kin.ECodeInvalid, "the streamed tree is an agent's subtree: name the agent")
+		ids, err = r.forest(ctx)
+	} else {
+		ids, err = r.subtreeOf(ctx, id)
 	}
-	ids, err := r.subtreeOf(ctx, id)
 	if err != nil {
 		return err
 	}
