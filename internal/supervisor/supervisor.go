@@ -493,8 +493,9 @@ func (s *Supervisor) forgetLocked(a *agent) {
 // subtreeLocked is a and every record nested in it.
 func (s *Supervisor) subtreeLocked(a *agent) []*agent {
 	out := []*agent{a}
+	prefix := a.path + "/" // within's, made once: this runs under s.mu, over every record
 	for _, b := range s.agents {
-		if b != a && within(b.path, a.path) {
+		if b != a && (b.path == a.path || strings.HasPrefix(b.path, prefix)) {
 			out = append(out, b)
 		}
 	}

@@ -255,3 +255,30 @@ func TestThawTree(t *testing.T) {
 		t.Error(err)
 	}
 }
+
+// TestReadSmall: readSmall reads a whole file of any size (past its first
+// buffer, and empty), and a missing file is fs.ErrNotExist with its path,
+// as os.ReadFile's errors were for the callers that test for it.
+func TestReadSmall(t *testing.T) {
+	dir := t.TempDir()
+	for _, size := range []int{0, 1, 511, 512, 513, 5000} {
+		want := strings.Repeat("x", size)
+		path := filepath.Join(dir, fmt.Sprint(size))
+		if err := os.WriteFile(path, []byte(want), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		got, err := readSmall(path)
+		if err != nil || string(got) != want {
+			t.Fatalf("%d bytes: read %d bytes, %v", size, len(got), err)
+		}
+	}
+	missing := filepath.Join(dir, "missing")
+	_, err := readSmall(missing)
+	var pe *fs.PathError
+	if !errors.Is(err, fs.ErrNotExist) || !errors.As(err, &pe) || pe.Path != missing {
+		t.Fatalf("a missing file: %v", err)
+	}
+	if _, err := readSmall(dir); err == nil || !strings.Contains(err.Error(), dir) {
+		t.Fatalf("a directory: %v, want an error naming it", err)
+	}
+}
