@@ -161,6 +161,9 @@ func TestMatch(t *testing.T) {
 		{"ok  # a comment", "ok", true},
 		{"left 48800", "left 50000", true},
 		{"completed", "failed", false},
+		{"latency_ms=1.692 model=x", "latency_ms=2 model=x", true}, // a whole float prints without its fraction
+		{"latency_ms=1.692 model=x", "latency_ms=2.5 model=x", true},
+		{"latency_ms=1.692 model=x", "latency_ms=2. model=x", false},
 	} {
 		if got := Match(strings.Split(c.want, "\n"), strings.Split(c.got, "\n")); got != c.ok {
 			t.Errorf("Match(%q, %q) = %v, want %v", c.want, c.got, got, c.ok)
