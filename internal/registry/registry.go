@@ -728,16 +728,7 @@ func (r *Registry) Ancestors(ctx context.Context, id kin.AgentID) ([]*kin.Agent,
 // Tree returns the subtree at id, or the whole forest for id 0. The shape
 // comes from the in-memory lineage; the rows from the store.
 func (r *Registry) Tree(ctx context.Context, id kin.AgentID) ([]*kin.TreeNode, error) {
-	if c := caller.Of(ctx); id == 0 && c.Agent != 0 {
-		id = c.Agent // an agent's forest is its own subtree
-	}
-	var ids []kin.AgentID
-	var err error
-	if id == 0 {
-		ids, err = r.forest(ctx)
-	} else {
-		ids, err = r.subtreeOf(ctx, id)
-	}
+	ids, id, err := r.treeIDs(ctx, id)
 	if err != nil {
 		return nil, err
 	}
@@ -779,6 +770,21 @@ func (r *Registry) subtreeOf(ctx context.Context, id kin.AgentID) ([]kin.AgentID
 	return ids, nil
 }
 
+// treeIDs is what a read of the tree at id answers, and the id it is
+// rooted at: agent id's subtree, or for id 0 the forest (an agent's forest
+// is its own subtree).
+func (r *Registry) treeIDs(ctx context.Context, id kin.AgentID) ([]kin.AgentID, kin.AgentID, error) {
+	if c := caller.Of(ctx); id == 0 && c.Agent != 0 {
+		id = c.Agent
+	}
+	if id == 0 {
+		ids, err := r.forest(ctx)
+		return ids, 0, err
+	}
+	ids, err := r.subtreeOf(ctx, id)
+	return ids, id, err
+}
+
 // forest is the ids of every agent, once the caller (the operator) may
 // read them all: the lineage's, caught up with what other hosts of a fleet
 // registered (CatchUp), as a subtree's are.
@@ -802,16 +808,7 @@ func (r *Registry) forest(ctx context.Context) ([]kin.AgentID, error) {
 // ascending id order as they are read (store.Reader.AgentRowsByIDs), never
 // taken apart or nested here. The compact tree form v2 is made of them.
 func (r *Registry) TreeRows(ctx context.Context, id kin.AgentID, head func(kin.TreeRowsHead) error, rows func([]byte) error) error {
-	if c := caller.Of(ctx); id == 0 && c.Agent != 0 {
-		id = c.Agent // an agent's forest is its own subtree
-	}
-	var ids []kin.AgentID
-	var err error
-	if id == 0 {
-		ids, err = r.forest(ctx)
-	} else {
-		ids, err = r.subtreeOf(ctx, id)
-	}
+	ids, _, err := r.treeIDs(ctx, id)
 	if err != nil {
 		return err
 	}
