@@ -570,12 +570,16 @@ func TestForkFromOwnTable(t *testing.T) {
 // thread (it happened in CI: the fork then copied the whole shared table,
 // since the main thread never ends and so never takes a table of its own)
 // hands the start to another thread. The first locked goroutine is told it
-// is on the main thread, whichever it is.
+// is on the main thread, whichever it is; the others get the true answer.
+// (Told no there too, a goroutine that did land on the main thread took a
+// table of its own there and wedged the thread with it: pidfd_getfd reads
+// the main thread's table, so every later start of the test binary carried
+// descriptors from that stale copy, or failed with EBADF.)
 func TestForkFromOwnTableOffTheMainThread(t *testing.T) {
 	var asked atomic.Int32
-	forkFromOwnTableTest(t, func() bool { return asked.Add(1) == 1 })
-	if asked.Load() != 2 {
-		t.Errorf("asked %d times whether on the main thread, want 2 (the start moved once)", asked.Load())
+	forkFromOwnTableTest(t, func() bool { return asked.Add(1) == 1 || onMainThread() })
+	if asked.Load() < 2 {
+		t.Errorf("asked %d times whether on the main thread, want 2 or more (the start moved)", asked.Load())
 	}
 }
 

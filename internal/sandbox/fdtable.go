@@ -105,7 +105,10 @@ func runtimeFDBase(dir string) int {
 // nothing changed (no private tables here): carried is carry.
 func privateTable(carry []int) (carried []int, own bool, err error) {
 	base := tableBase()
-	if base == 0 {
+	if base == 0 || onMainThread() {
+		// Never the main thread's: it outlives the goroutine (the runtime
+		// wedges it), and pidfd_getfd below reads the thread group
+		// leader's table, which must stay the shared one.
 		return carry, false, nil
 	}
 	if err := unix.CloseRange(uint(base), math.MaxUint32, unix.CLOSE_RANGE_UNSHARE); err != nil {
