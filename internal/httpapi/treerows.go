@@ -22,9 +22,10 @@ import (
 // /v1/tree with "Accept: application/vnd.kin.tree.v2"): an agent's
 // subtree, or the whole forest, as the store's rows, streamed as the
 // daemon reads them. The daemon neither takes the rows apart nor nests
-// them, and the client decodes each as it arrives, while the daemon reads the next ones (issue 22: the 10,000-agent
-// subtree through the API; version 1 built the tree, turned it into
-// columns and only then wrote a byte).
+// them, and the client decodes each as it arrives, while the daemon reads
+// the next ones (issue 22: the 10,000-agent subtree through the API;
+// version 1 built the tree, turned it into columns and only then wrote a
+// byte).
 //
 // The body is:
 //

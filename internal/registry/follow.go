@@ -3,8 +3,6 @@ package registry
 import (
 	"context"
 	"encoding/json"
-	"errors"
-	"fmt"
 	"log/slog"
 	"slices"
 	"sync"
@@ -136,36 +134,31 @@ func (r *Registry) learnRegistration(ctx context.Context, e kin.Event, here stor
 // that its next wake-up would bring (a notification on its way, or missed
 // until followEvery). A cancellation plans from the lineage: without this
 // a child another host registered a moment before its parent died was left
-// running (issue 24's cascade across hosts). Where FollowStore does not
-// run (a store this daemon alone writes), there is nothing to catch up.
+// running (issue 24's cascade across hosts); the forest is read from it
+// too. Where FollowStore does not run (a store this daemon alone writes),
+// there is nothing to catch up. The error is the store's: a registration
+// whose policy cannot be read is in the lineage all the same, and logged
+// as FollowStore logs it.
 func (r *Registry) CatchUp(ctx context.Context) error {
-	policies, err := r.catchUp(ctx)
-	return errors.Join(err, policies)
-}
-
-// catchUp is CatchUp with the reads of the registrations' policies that
-// failed (policies) apart from the store's error (err): the lineage has
-// every registration read, whatever its policy's read said.
-func (r *Registry) catchUp(ctx context.Context) (policies, err error) {
 	from := r.followed.Load()
 	if from < 0 {
-		return nil, nil
+		return nil
 	}
+	log := r.followLog.Load() // set before followed
 	here, _ := r.st.(store.AppendedHere)
-	var errs []error
 	for {
 		evs, err := r.st.EventList(ctx, kin.EventFilter{Since: from, Types: []string{kin.EventAgentRegistered}, Limit: 1000})
 		if err != nil {
-			return errors.Join(errs...), err
+			return err
 		}
 		for _, e := range evs {
 			if err := r.learnRegistration(ctx, e, here); err != nil {
-				errs = append(errs, fmt.Errorf("agent %d's policy: %w", e.Agent, err))
+				log.Error("catch up with the store: a registration's policy", "agent", e.Agent, "err", err)
 			}
 			from = e.Seq
 		}
 		if len(evs) < 1000 {
-			return errors.Join(errs...), nil
+			return nil
 		}
 	}
 }

@@ -44,8 +44,8 @@ type Registry struct {
 	// followed is the event log's seq FollowStore applied up to (CatchUp
 	// reads from there); -1 while it does not run.
 	followed atomic.Int64
-	// followLog is FollowStore's logger (nil until it runs), for what a
-	// read of the forest caught up with (forest).
+	// followLog is FollowStore's logger (nil until it runs), for the
+	// registrations CatchUp learns of.
 	followLog atomic.Pointer[slog.Logger]
 	// followHold, held, keeps FollowStore from applying (HoldFollowing).
 	followHold sync.RWMutex
@@ -792,13 +792,8 @@ func (r *Registry) forest(ctx context.Context) ([]kin.AgentID, error) {
 	if err := caller.OperatorOnly(ctx, "read the whole forest"); err != nil {
 		return nil, err
 	}
-	policies, err := r.catchUp(ctx)
-	if err != nil {
+	if err := r.CatchUp(ctx); err != nil {
 		return nil, store.KinError(err)
-	}
-	if log := r.followLog.Load(); policies != nil && log != nil {
-		// The lineage has them all the same: the forest is whole.
-		log.Error("read the forest: other hosts' registrations whose policy could not be read", "err", policies)
 	}
 	return r.lin.All(), nil
 }

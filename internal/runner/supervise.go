@@ -778,7 +778,7 @@ func (run *Runner) planCancel(ctx context.Context, p cancelParams) (*cancellatio
 		// The subtree as the store has it now: a child another host
 		// registered a moment ago may not be in the lineage yet.
 		if err := run.reg.CatchUp(ctx); err != nil {
-			run.log.Error("cancel: the registrations the lineage had not seen yet (the plan goes on with what it has)", "root", root, "err", err)
+			run.log.Error("cancel: read the registrations the lineage had not seen yet (the plan goes on with what it has)", "root", root, "err", err)
 		}
 	}
 	if err := run.awaitReconciled(ctx, run.lineage.Subtree(root)...); err != nil {

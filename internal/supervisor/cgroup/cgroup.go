@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -37,7 +39,7 @@ type Events struct {
 
 // ReadEvents reads dir/cgroup.events.
 func ReadEvents(dir string) (Events, error) {
-	b, err := readSmall(filepath.Join(dir, "cgroup.events"))
+	b, err := readFile(filepath.Join(dir, "cgroup.events"))
 	if err != nil {
 		return Events{}, err
 	}
@@ -164,16 +166,25 @@ func WaitEmpty(ctx context.Context, dir string) error {
 	return err
 }
 
+// writeFile writes value to dir/name in one write, with plain system
+// calls (readFile says why).
 func writeFile(dir, name, value string) error {
-	f, err := os.OpenFile(filepath.Join(dir, name), os.O_WRONLY, 0)
+	path := filepath.Join(dir, name)
+	fd, err := unix.Open(path, unix.O_WRONLY|unix.O_CLOEXEC, 0)
 	if err != nil {
-		return err
+		return &fs.PathError{Op: "open", Path: path, Err: err}
 	}
-	_, err = f.WriteString(value)
-	if cerr := f.Close(); err == nil {
+	n, err := ignoringEINTR(func() (int, error) { return unix.Write(fd, []byte(value)) })
+	if err == nil && n < len(value) {
+		err = io.ErrShortWrite
+	}
+	if cerr := unix.Close(fd); err == nil && cerr != nil {
 		err = cerr
 	}
-	return err
+	if err != nil {
+		return &fs.PathError{Op: "write", Path: path, Err: err}
+	}
+	return nil
 }
 
 // Kill writes "1" to dir/cgroup.kill: SIGKILL to every process in dir and
@@ -191,7 +202,7 @@ func SetFreeze(dir string, frozen bool) error {
 
 // FreezeSet reports dir's own cgroup.freeze setting (not the effective state).
 func FreezeSet(dir string) (bool, error) {
-	b, err := readSmall(filepath.Join(dir, "cgroup.freeze"))
+	b, err := readFile(filepath.Join(dir, "cgroup.freeze"))
 	if err != nil {
 		return false, err
 	}
@@ -306,7 +317,7 @@ func waitTree(ctx context.Context, dir string, frozen bool) error {
 // Procs lists the processes directly in dir (not in groups below it).
 // Zombies are not listed.
 func Procs(dir string) ([]int, error) {
-	b, err := readSmall(filepath.Join(dir, "cgroup.procs"))
+	b, err := readFile(filepath.Join(dir, "cgroup.procs"))
 	if err != nil {
 		return nil, err
 	}
@@ -339,7 +350,7 @@ func ProcsTree(dir string) ([]int, error) {
 // (cgroup.stat's nr_descendants; removed groups the kernel still holds
 // are not counted).
 func Descendants(dir string) (int, error) {
-	b, err := readSmall(filepath.Join(dir, "cgroup.stat"))
+	b, err := readFile(filepath.Join(dir, "cgroup.stat"))
 	if err != nil {
 		return 0, err
 	}
@@ -408,11 +419,11 @@ func Open(dir string) (int, error) {
 	return fd, nil
 }
 
-// readSmall reads a cgroup file with plain system calls: os.ReadFile
-// registers each file it opens with the runtime's poller (cgroupfs files
-// are pollable), an epoll_ctl in and out for every read, and a stop of
-// 2,000 agents reads thousands.
-func readSmall(path string) ([]byte, error) {
+// readFile reads a cgroup file with plain system calls, as writeFile
+// writes one: os.ReadFile and os.OpenFile register each file they open
+// with the runtime's poller (cgroupfs files are pollable), an epoll_ctl in
+// and out for every access, and a stop of 2,000 agents reads thousands.
+func readFile(path string) ([]byte, error) {
 	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return nil, &fs.PathError{Op: "open", Path: path, Err: err}
@@ -420,13 +431,8 @@ func readSmall(path string) ([]byte, error) {
 	defer unix.Close(fd)
 	buf := make([]byte, 0, 512)
 	for {
-		if len(buf) == cap(buf) {
-			buf = append(buf, 0)[:len(buf)]
-		}
-		n, err := unix.Read(fd, buf[len(buf):cap(buf)])
-		if err == unix.EINTR {
-			continue
-		}
+		buf = slices.Grow(buf, 512)
+		n, err := ignoringEINTR(func() (int, error) { return unix.Read(fd, buf[len(buf):cap(buf)]) })
 		if err != nil {
 			return nil, &fs.PathError{Op: "read", Path: path, Err: err}
 		}
@@ -434,5 +440,15 @@ func readSmall(path string) ([]byte, error) {
 			return buf, nil
 		}
 		buf = buf[:len(buf)+n]
+	}
+}
+
+// ignoringEINTR retries a system call that a signal interrupted.
+func ignoringEINTR(call func() (int, error)) (int, error) {
+	for {
+		n, err := call()
+		if err != unix.EINTR {
+			return n, err
+		}
 	}
 }

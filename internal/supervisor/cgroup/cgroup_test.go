@@ -256,10 +256,11 @@ func TestThawTree(t *testing.T) {
 	}
 }
 
-// TestReadSmall: readSmall reads a whole file of any size (past its first
+// TestReadFile: readFile reads a whole file of any size (past its first
 // buffer, and empty), and a missing file is fs.ErrNotExist with its path,
-// as os.ReadFile's errors were for the callers that test for it.
-func TestReadSmall(t *testing.T) {
+// as os.ReadFile's errors were for the callers that test for it;
+// writeFile writes, and fails on a missing file the same way.
+func TestReadFile(t *testing.T) {
 	dir := t.TempDir()
 	for _, size := range []int{0, 1, 511, 512, 513, 5000} {
 		want := strings.Repeat("x", size)
@@ -267,18 +268,28 @@ func TestReadSmall(t *testing.T) {
 		if err := os.WriteFile(path, []byte(want), 0o600); err != nil {
 			t.Fatal(err)
 		}
-		got, err := readSmall(path)
+		got, err := readFile(path)
 		if err != nil || string(got) != want {
 			t.Fatalf("%d bytes: read %d bytes, %v", size, len(got), err)
 		}
 	}
 	missing := filepath.Join(dir, "missing")
-	_, err := readSmall(missing)
+	_, err := readFile(missing)
 	var pe *fs.PathError
 	if !errors.Is(err, fs.ErrNotExist) || !errors.As(err, &pe) || pe.Path != missing {
 		t.Fatalf("a missing file: %v", err)
 	}
-	if _, err := readSmall(dir); err == nil || !strings.Contains(err.Error(), dir) {
+	if _, err := readFile(dir); err == nil || !strings.Contains(err.Error(), dir) {
 		t.Fatalf("a directory: %v, want an error naming it", err)
+	}
+	if err := writeFile(dir, "5000", "written"); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := readFile(filepath.Join(dir, "5000")); err != nil || string(got) != "written"+strings.Repeat("x", 5000-len("written")) {
+		t.Fatalf("after writeFile: %.20q, %v", got, err)
+	}
+	err = writeFile(dir, "missing", "1")
+	if !errors.Is(err, fs.ErrNotExist) || !errors.As(err, &pe) || pe.Path != missing {
+		t.Fatalf("writeFile to a missing file: %v", err)
 	}
 }

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io/fs"
 	"math"
-	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -15,7 +14,7 @@ import (
 // Controllers lists the controllers dir's parent grants it (dir's
 // cgroup.controllers): the only ones dir may enable below itself.
 func Controllers(dir string) ([]string, error) {
-	b, err := os.ReadFile(filepath.Join(dir, "cgroup.controllers"))
+	b, err := readFile(filepath.Join(dir, "cgroup.controllers"))
 	if err != nil {
 		return nil, err
 	}
@@ -112,7 +111,7 @@ func SetLimits(dir string, l Limits, enabled []string) (missing []string, err er
 func Tasks(dir string) (int64, error) {
 	var n int64
 	err := Walk(dir, func(d string) error {
-		b, err := os.ReadFile(filepath.Join(d, "cgroup.threads"))
+		b, err := readFile(filepath.Join(d, "cgroup.threads"))
 		if errors.Is(err, fs.ErrNotExist) && d != dir {
 			return nil
 		}
