@@ -81,13 +81,25 @@ type batchCache struct {
 	// row cache (rowcache.go; nil without one: not kept). An Update undone
 	// leaves its ids here: dropping a row that did not change costs a read.
 	wrote []kin.AgentID
-	track bool // keep wrote
+	// inserted is the agents the batch's Updates inserted, for the row
+	// cache's warmer (rowwarm.go; with wrote, read into the cache once
+	// committed). An Update undone leaves its ids here: a row not there
+	// is not read.
+	inserted []kin.AgentID
+	track    bool // keep wrote and inserted
 }
 
 // wrote records that the batch changed ids' rows (batchCache.wrote).
 func (t *txn) wrote(ids ...kin.AgentID) {
 	if t.batch != nil && t.batch.track {
 		t.batch.wrote = append(t.batch.wrote, ids...)
+	}
+}
+
+// inserted records that the batch inserted agent id (batchCache.inserted).
+func (t *txn) inserted(id kin.AgentID) {
+	if t.batch != nil && t.batch.track {
+		t.batch.inserted = append(t.batch.inserted, id)
 	}
 }
 
@@ -881,6 +893,7 @@ func (t *txn) AgentInsert(ctx context.Context, p store.AgentInsertParams) (*kin.
 		}
 		*t.top = id
 		a.ID = kin.AgentID(id)
+		t.inserted(a.ID)
 		return &a, nil
 	}
 	id, err := t.insertAgent(ctx, args)
@@ -891,6 +904,7 @@ func (t *txn) AgentInsert(ctx context.Context, p store.AgentInsertParams) (*kin.
 		*t.top = max(*t.top, id)
 	}
 	a.ID = kin.AgentID(id)
+	t.inserted(a.ID)
 	return &a, nil
 }
 

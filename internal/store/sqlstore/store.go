@@ -215,6 +215,9 @@ type Store struct {
 	logMu    sync.Mutex        // guards log
 	log      auditlog.Frontier // a cache of the committed tree's edge, checked in every write transaction; setLog only moves it forward
 
+	warm       *rowWarmer         // nil without a row cache (rowwarm.go)
+	warmCancel context.CancelFunc // ends the warmer's read at Close
+
 	hub      *inmem.Hub   // wakes this handle's waiters
 	notified atomic.Int64 // the largest log size waiters were woken for
 
@@ -299,6 +302,13 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 	s.notified.Store(tree.Size())
 	s.wg.Add(1)
 	go s.writeLoop()
+	if rc != nil {
+		var warmCtx context.Context
+		warmCtx, s.warmCancel = context.WithCancel(context.Background())
+		s.warm = newRowWarmer()
+		s.wg.Add(1)
+		go s.warmLoop(warmCtx)
+	}
 	return s, nil
 }
 
@@ -379,6 +389,9 @@ func (s *Store) Close() error {
 		s.done = true
 		s.closeMu.Unlock()
 		close(s.stop)
+		if s.warmCancel != nil {
+			s.warmCancel()
+		}
 		s.wg.Wait()
 		err = errors.Join(s.reader.st.close(), s.wstmts.close(), s.rdb.Close(), s.wdb.Close())
 	})
@@ -844,6 +857,10 @@ run:
 			}
 		}
 	} else if ok > 0 {
+		if s.warm != nil {
+			s.warm.add(cache.wrote)
+			s.warm.add(cache.inserted)
+		}
 		s.setLog(tree)
 		if total > 0 {
 			s.appendedHere(size-int64(total), size)
