@@ -978,7 +978,10 @@ func (au *Authority) spendOfLocked(id kin.AgentID) *kin.Spend {
 	if s.SubtreeTokens == 0 && s.SubtreeCost == 0 && s.MaxTokens == nil && s.MaxCost == nil && s.MaxDescendants == nil && s.DeadlineAt.IsZero() && s.Exhausted == "" {
 		return nil
 	}
-	return &s
+	// A copy of its own: returning &s moved s to the heap at its
+	// declaration, for every agent of a tree, spend or none.
+	out := s
+	return &out
 }
 
 // agent returns one agent the caller may see.

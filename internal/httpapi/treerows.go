@@ -15,6 +15,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/kin-agents/kin/internal/jsonlist"
 	"github.com/kin-agents/kin/kin"
 )
 
@@ -491,9 +492,11 @@ func parseRow(row string, fields []rowField, a *kin.Agent) error {
 			a.CreatedBy = v
 		case rowCommand:
 			if v != "" {
-				if err := json.Unmarshal([]byte(v), &a.Command); err != nil {
+				cmd, err := jsonlist.Parse(v)
+				if err != nil {
 					return fmt.Errorf("field %d (command): %v", k, err)
 				}
+				a.Command = cmd
 			}
 		case rowRestart:
 			a.Restart = kin.RestartPolicy(v)

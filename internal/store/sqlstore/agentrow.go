@@ -1,12 +1,12 @@
 package sqlstore
 
 import (
-	"encoding/json"
 	"fmt"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/kin-agents/kin/internal/jsonlist"
 	"github.com/kin-agents/kin/kin"
 )
 
@@ -182,11 +182,7 @@ func unpackAgent(packed string) (*kin.Agent, error) {
 	}
 	a.SpawnBlockedUntil = unixTime(r.int())
 	a.PID = int(r.int())
-	if cmd := r.text(); cmd != "" && r.err == nil {
-		if err := json.Unmarshal([]byte(cmd), &a.Command); err != nil {
-			r.err = fmt.Errorf("store: agent %d command: %w", a.ID, err)
-		}
-	}
+	r.command(a)
 	a.Restart = kin.RestartPolicy(r.text())
 	a.Grace = kin.Duration(r.int())
 	a.StartedAt = unixTime(r.int())
@@ -225,11 +221,7 @@ func unpackLean(packed string) (*kin.Agent, error) {
 		State:  kin.State(r.text()),
 		PID:    int(r.int()),
 	}
-	if cmd := r.text(); cmd != "" && r.err == nil {
-		if err := json.Unmarshal([]byte(cmd), &a.Command); err != nil {
-			r.err = fmt.Errorf("store: agent %d command: %w", a.ID, err)
-		}
-	}
+	r.command(a)
 	a.Grace = kin.Duration(r.int())
 	a.EndedAt = unixTime(r.int())
 	a.Result = kin.ResultStatus(r.text())
@@ -241,4 +233,19 @@ func unpackLean(packed string) (*kin.Agent, error) {
 		return nil, r.err
 	}
 	return a, nil
+}
+
+// command reads the next field, a command (jsonList's JSON array, "" for
+// none), into a.
+func (r *rowReader) command(a *kin.Agent) {
+	cmd := r.text()
+	if cmd == "" || r.err != nil {
+		return
+	}
+	l, err := jsonlist.Parse(cmd)
+	if err != nil {
+		r.err = fmt.Errorf("store: agent %d command: %w", a.ID, err)
+		return
+	}
+	a.Command = l
 }
