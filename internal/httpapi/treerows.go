@@ -56,7 +56,8 @@ const (
 )
 
 // TreeRowser is a service that streams an agent's subtree (id 0: the
-// forest) as stored rows (the daemon, through its registry's TreeRows).
+// forest) as stored rows (the daemon, through its registry's TreeRows),
+// each run of rows valid until rows returns.
 type TreeRowser interface {
 	TreeRows(ctx context.Context, id kin.AgentID, head func(kin.TreeRowsHead) error, rows func([]byte) error) error
 }

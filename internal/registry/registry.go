@@ -801,7 +801,8 @@ func (r *Registry) forest(ctx context.Context) ([]kin.AgentID, error) {
 // TreeRows is Tree as the store's rows, streamed: head is called once
 // with what the rows do not hold, then rows with runs of them in
 // ascending id order as they are read (store.Reader.AgentRowsByIDs), never
-// taken apart or nested here. The compact tree form v2 is made of them.
+// taken apart or nested here (valid until rows returns). The compact tree
+// form v2 is made of them.
 func (r *Registry) TreeRows(ctx context.Context, id kin.AgentID, head func(kin.TreeRowsHead) error, rows func([]byte) error) error {
 	ids, _, err := r.treeIDs(ctx, id)
 	if err != nil {

@@ -206,7 +206,8 @@ type Reader interface {
 	// order, each an integer "<decimal>," or a text "<byte length>:<bytes>"
 	// (times are Unix nanoseconds, 0 for none; a bool 0 or 1; command its
 	// JSON array; exit_state 0 for no exit, 1 known, 2 unknown). The bytes
-	// passed to emit are its own. It stops at emit's first error and
+	// passed to emit are valid until it returns (a reader may reuse them
+	// for the next call). It stops at emit's first error and
 	// returns it. For bulk reads that pass rows on (the tree's compact
 	// wire form) without taking them apart.
 	AgentRowsByIDs(ctx context.Context, ids []kin.AgentID, emit func(records []byte) error) error

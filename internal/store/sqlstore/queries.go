@@ -533,7 +533,7 @@ func (r reader) cachedRows(ctx context.Context, c *rowCache, sorted []kin.AgentI
 			return nil
 		}
 		err := emit(buf)
-		buf = make([]byte, 0, rowsFlush+4096)
+		buf = buf[:0] // emit is done with it (store.Reader.AgentRowsByIDs)
 		return err
 	}
 	k := 0 // the next of sorted to hand on
