@@ -448,6 +448,9 @@ var packageMap = map[string]deptest.DepChecker{
 			mod + "internal/supervisor/...": "it is the log's pieces, nothing of the running daemon",
 		},
 	},
+	"internal/jsonlist": {
+		OnlyDeps: map[string]string{"std": "a parser of JSON arrays of strings, as encoding/json reads them"},
+	},
 	"internal/keyring": {}, // what it must never do (write elsewhere, follow a link) is not an import
 	"aauth": {
 		BadDeps: map[string]string{
