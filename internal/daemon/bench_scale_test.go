@@ -284,9 +284,10 @@ func raiseOpenFiles(b *testing.B, n int) {
 	b.Cleanup(func() { syscall.Setrlimit(syscall.RLIMIT_NOFILE, &lim) })
 }
 
-// waitQuiet waits, at most within, until the machine's CPUs were busy less
-// than a tenth of a 100 ms window (/proc/stat: every CPU, every process,
-// the kernel's workers too), and returns how long that took.
+// waitQuiet waits, at most within, until the machine's CPUs together were
+// busy less than a tenth of a 100 ms window (/proc/stat's sum over every
+// CPU: every process, the kernel's workers too), and returns how long that
+// took.
 func waitQuiet(within time.Duration) (time.Duration, error) {
 	t0 := time.Now()
 	for {
@@ -320,7 +321,9 @@ func cpuJiffies() (busy, total int64, err error) {
 	if len(fields) < 5 || fields[0] != "cpu" {
 		return 0, 0, fmt.Errorf("/proc/stat: unexpected first line %q", line)
 	}
-	for i, f := range fields[1:] {
+	// user nice system idle iowait irq softirq steal: guest and guest_nice
+	// are counted in user and nice already.
+	for i, f := range fields[1:min(len(fields), 9)] {
 		v, err := strconv.ParseInt(f, 10, 64)
 		if err != nil {
 			return 0, 0, fmt.Errorf("/proc/stat: %q: %v", line, err)

@@ -37,7 +37,9 @@ func plain(s string) (out []string, ok bool) {
 	if body == "" {
 		return []string{}, true
 	}
-	out = make([]string, 0, strings.Count(body, `","`)+1)
+	// Separators counted bound the elements of a valid array; an invalid
+	// one may hold many, and goes to encoding/json after a few appends.
+	out = make([]string, 0, min(strings.Count(body, `","`)+1, 64))
 	for {
 		if len(body) < 2 || body[0] != '"' {
 			return nil, false

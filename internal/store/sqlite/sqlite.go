@@ -77,6 +77,9 @@ type Options struct {
 	// unhashed appends events without their tree hashes: only benchmarks
 	// set it, to measure what hashing costs.
 	unhashed bool
+	// cold: no warmer for the row cache (sqlstore's Config.Cold); only
+	// tests set it.
+	cold bool
 	// eventRows is the events per INSERT (Dialect.EventRowsPerInsert):
 	// 0 is eventRowsPerInsert, below 0 an INSERT per event as EventAppend
 	// makes it. Only benchmarks set it.
@@ -212,7 +215,7 @@ func open(ctx context.Context, path, sync string, opts Options, onlyWriter bool,
 		BulkReadOn:         "PRAGMA mmap_size = " + strconv.Itoa(bulkMmap),
 		BulkReadOff:        "PRAGMA mmap_size = 0",
 	}
-	core, err := sqlstore.New(ctx, sqlstore.Config{Dialect: d, Writer: wdb, Readers: rdb, Unhashed: opts.unhashed, OnlyWriter: onlyWriter})
+	core, err := sqlstore.New(ctx, sqlstore.Config{Dialect: d, Writer: wdb, Readers: rdb, Unhashed: opts.unhashed, OnlyWriter: onlyWriter, Cold: opts.cold})
 	if err != nil {
 		wdb.Close()
 		rdb.Close()

@@ -1073,13 +1073,19 @@ func boolInt(b bool) int64 {
 	return 0
 }
 
-// jsonList stores a list as a JSON array, an empty one as "".
+// jsonList stores a list as a JSON array, an empty one as "". '<', '>'
+// and '&' are kept as they are (json.Marshal's \u003c and kin made every
+// command with a redirect or an && one that jsonlist.Parse hands to
+// encoding/json); both forms read back the same.
 func jsonList(l []string) string {
 	if len(l) == 0 {
 		return ""
 	}
-	b, _ := json.Marshal(l)
-	return string(b)
+	var b strings.Builder
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	enc.Encode(l) //nolint:errcheck // strings always encode
+	return strings.TrimSuffix(b.String(), "\n")
 }
 
 func (t *txn) AgentUpdateSpawnBlock(ctx context.Context, id kin.AgentID, until time.Time) error {

@@ -187,6 +187,9 @@ type Config struct {
 	// Unhashed appends events without their tree hashes: only benchmarks
 	// set it, to measure what hashing costs.
 	Unhashed bool
+	// Cold keeps the row cache (OnlyWriter's) from being warmed
+	// (rowwarm.go): only tests set it, to see what reads alone put there.
+	Cold bool
 	// OnlyWriter says this handle's writer is the database's only writer
 	// while the store is open: the store then keeps the rows large reads by
 	// id read (rowcache.go), learning of changes from its own commits, and
@@ -300,12 +303,15 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 		hub:      inmem.NewHub(),
 	}
 	s.notified.Store(tree.Size())
-	s.wg.Add(1)
-	go s.writeLoop()
-	if rc != nil {
-		var warmCtx context.Context
+	var warmCtx context.Context
+	if rc != nil && !cfg.Cold {
+		// Before the writer starts: its commits queue what they wrote.
 		warmCtx, s.warmCancel = context.WithCancel(context.Background())
 		s.warm = newRowWarmer()
+	}
+	s.wg.Add(1)
+	go s.writeLoop()
+	if s.warm != nil {
 		s.wg.Add(1)
 		go s.warmLoop(warmCtx)
 	}
