@@ -1140,39 +1140,14 @@ func readProcStatus(pid int) (procStatus, error) {
 		return s, err
 	}
 	s.fds = len(fds)
-	// /proc/<pid>/limits, not prlimit(2): reading another user's limits
-	// through prlimit needs CAP_SYS_RESOURCE, which root lacks in some
-	// containers (these machines': BenchmarkCascadeRootAndUser failed on
-	// its user daemons with EPERM).
-	if s.nofile, err = softNofile(pid); err != nil {
+	// Not prlimit(2): BenchmarkCascadeRootAndUser's user daemons are
+	// another user's processes (procNofile).
+	soft, _, err := procNofile(pid)
+	if err != nil {
 		return s, err
 	}
+	s.nofile = int(min(soft, math.MaxInt32))
 	return s, nil
-}
-
-// softNofile is the soft RLIMIT_NOFILE of process pid, from /proc (-1 for
-// unlimited).
-func softNofile(pid int) (int, error) {
-	path := "/proc/" + strconv.Itoa(pid) + "/limits"
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return 0, err
-	}
-	for line := range strings.Lines(string(data)) {
-		rest, ok := strings.CutPrefix(line, "Max open files")
-		if !ok {
-			continue
-		}
-		f := strings.Fields(rest)
-		if len(f) < 1 {
-			break
-		}
-		if f[0] == "unlimited" {
-			return -1, nil
-		}
-		return strconv.Atoi(f[0])
-	}
-	return 0, fmt.Errorf("%s: no \"Max open files\" line", path)
 }
 
 // pidCheck remembers the agents' processes, each by a pidfd opened when it

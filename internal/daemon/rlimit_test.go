@@ -155,19 +155,31 @@ func (p *wrappedDaemon) stop(t *testing.T) {
 // nofile is process pid's RLIMIT_NOFILE, soft and hard.
 func nofile(t *testing.T, pid int) (soft, hard uint64) {
 	t.Helper()
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/limits", pid))
+	soft, hard, err := procNofile(pid)
 	if err != nil {
 		t.Fatal(err)
+	}
+	return soft, hard
+}
+
+// procNofile is process pid's RLIMIT_NOFILE, soft and hard, from
+// /proc/<pid>/limits ("unlimited" is 0), which any process may read:
+// prlimit(2) on another user's process needs CAP_SYS_RESOURCE, which root
+// lacks in some containers (these machines').
+func procNofile(pid int) (soft, hard uint64, err error) {
+	path := fmt.Sprintf("/proc/%d/limits", pid)
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return 0, 0, err
 	}
 	for l := range strings.Lines(string(b)) {
 		if f := strings.Fields(strings.TrimPrefix(l, "Max open files")); strings.HasPrefix(l, "Max open files") && len(f) >= 2 {
 			soft, _ = strconv.ParseUint(f[0], 10, 64)
 			hard, _ = strconv.ParseUint(f[1], 10, 64)
-			return soft, hard
+			return soft, hard, nil
 		}
 	}
-	t.Fatalf("no open files limit in /proc/%d/limits", pid)
-	return 0, 0
+	return 0, 0, fmt.Errorf("no open files limit in %s", path)
 }
 
 func readProcUint(t *testing.T, path string) uint64 {

@@ -37,23 +37,7 @@ func testRowCacheNeverStale(t *testing.T, cold bool) {
 	}
 	defer s.Close()
 	const n = 3000 // above the cache's smallest read (cachedReadMin)
-	ids := make([]kin.AgentID, n)
-	err = s.Update(ctx, func(tx store.Tx) error {
-		for i := range ids {
-			a, err := tx.AgentInsert(ctx, store.AgentInsertParams{Agent: kin.Agent{
-				Name: fmt.Sprintf("a%d", i), Role: "worker", Life: kin.LifeOwned, Status: kin.StatusActive,
-				State: kin.StateRegistered, CreatedAt: time.Unix(0, 1), CreatedBy: kin.Operator, UpdatedAt: time.Unix(0, 1),
-			}})
-			if err != nil {
-				return err
-			}
-			ids[i] = a.ID
-		}
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	ids := insertAgents(t, s, n)
 	var version atomic.Int64 // the last version handed out
 	version.Store(1)
 	seen := make([]atomic.Int64, n) // by index in ids: the version of the last write that returned
@@ -256,23 +240,7 @@ func TestRowCacheWarmsWrittenRows(t *testing.T) {
 	}
 	defer func() { s.Close() }()
 	const n = 3000
-	ids := make([]kin.AgentID, n)
-	err = s.Update(ctx, func(tx store.Tx) error {
-		for i := range ids {
-			a, err := tx.AgentInsert(ctx, store.AgentInsertParams{Agent: kin.Agent{
-				Name: fmt.Sprintf("a%d", i), Role: "worker", Life: kin.LifeOwned, Status: kin.StatusActive,
-				State: kin.StateRegistered, CreatedAt: time.Unix(0, 1), CreatedBy: kin.Operator, UpdatedAt: time.Unix(0, 1),
-			}})
-			if err != nil {
-				return err
-			}
-			ids[i] = a.ID
-		}
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	ids := insertAgents(t, s, n)
 	waitCached := func(what string, want int) {
 		t.Helper()
 		deadline := time.Now().Add(20 * time.Second)
@@ -322,4 +290,29 @@ func TestRowCacheWarmsWrittenRows(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitCached("reopened", n)
+}
+
+// insertAgents inserts n registered agents a0, a1, ... (updated_at version
+// 1) in one Update and returns their ids in that order.
+func insertAgents(t *testing.T, s *Store, n int) []kin.AgentID {
+	t.Helper()
+	ctx := context.Background()
+	ids := make([]kin.AgentID, n)
+	err := s.Update(ctx, func(tx store.Tx) error {
+		for i := range ids {
+			a, err := tx.AgentInsert(ctx, store.AgentInsertParams{Agent: kin.Agent{
+				Name: fmt.Sprintf("a%d", i), Role: "worker", Life: kin.LifeOwned, Status: kin.StatusActive,
+				State: kin.StateRegistered, CreatedAt: time.Unix(0, 1), CreatedBy: kin.Operator, UpdatedAt: time.Unix(0, 1),
+			}})
+			if err != nil {
+				return err
+			}
+			ids[i] = a.ID
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ids
 }

@@ -1074,9 +1074,9 @@ func boolInt(b bool) int64 {
 }
 
 // jsonList stores a list as a JSON array, an empty one as "". '<', '>'
-// and '&' are kept as they are (json.Marshal's \u003c and kin made every
-// command with a redirect or an && one that jsonlist.Parse hands to
-// encoding/json); both forms read back the same.
+// and '&' are kept as they are: json.Marshal's escapes (\u003c and the
+// like) made every command with a redirect or an && one that
+// jsonlist.Parse hands to encoding/json. Both forms read back the same.
 func jsonList(l []string) string {
 	if len(l) == 0 {
 		return ""

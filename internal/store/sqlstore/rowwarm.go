@@ -83,8 +83,6 @@ func (s *Store) warmLoop(ctx context.Context) {
 	}
 	// A warm read that fails is dropped: the rows are read, and cached,
 	// by the next large read that wants them, as without a warmer.
-	timer := time.NewTimer(0)
-	<-timer.C
 	for {
 		for {
 			ids := s.warm.take(warmBatch)
@@ -101,12 +99,10 @@ func (s *Store) warmLoop(ctx context.Context) {
 			return
 		case <-s.warm.wake:
 		}
-		timer.Reset(warmDelay)
-		select {
+		select { // let the commits gather
 		case <-s.stop:
-			timer.Stop()
 			return
-		case <-timer.C:
+		case <-time.After(warmDelay):
 		}
 	}
 }
