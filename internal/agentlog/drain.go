@@ -71,8 +71,9 @@ type Drain struct {
 	detached bool // Detach was called: the step ends the drain
 	ended    bool
 	hup      bool // not woken for output (a first step, a writer gone): the next step peeks
-	// retireHeld: the pipe stays at its path when the drain ends, until
-	// Retire (HoldRetire); retirePending: it ended meanwhile.
+	// retireHeld: the pipe stays at its path, held, when the drain ends,
+	// until Retire (HoldRetire); retirePending: it ended meanwhile, and
+	// Retire lets go of it.
 	retireHeld, retirePending bool
 	done                      chan struct{}
 }
@@ -294,23 +295,21 @@ func (d *Drain) step() {
 }
 
 // drained ends a drain whose pipe has no writer left and is empty: no
-// writer will ever come (nobody else opens the pipe), so the pipe is kept
-// for another agent or removed (at once, or at Retire while HoldRetire
-// holds it), unless Detach came meanwhile.
+// writer will ever come (nobody else opens the pipe), so the pipe is let
+// go of and kept for another agent or removed, at once or, while
+// HoldRetire holds it, at Retire; unless Detach came meanwhile.
 func (d *Drain) drained() {
-	if !d.stopping() {
+	if !d.stopping() && !d.retireLater() {
 		// Kept for another agent (spare.go) once this drain holds it no
 		// more, if no one else does.
 		d.release()
-		if !d.retireLater() {
-			d.p.retire(PipePath(d.c.Path))
-		}
+		d.p.retire(PipePath(d.c.Path))
 	}
 	d.end()
 }
 
-// retireLater reports whether the ended pipe's retire waits for Retire
-// (HoldRetire), noting that it does.
+// retireLater reports whether the ended drain's release and its pipe's
+// retire wait for Retire (HoldRetire), noting that they do.
 func (d *Drain) retireLater() bool {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -318,29 +317,39 @@ func (d *Drain) retireLater() bool {
 	return d.retireHeld
 }
 
-// HoldRetire keeps d's pipe at its path when the drain ends (Done), until
-// Retire: its end then waits only for its output to be copied, not for
-// its pipe to be kept for another agent or removed (retire: an open and a
-// rename, serialised on the directory). A cancellation holds its agents'
-// pipes before it kills them and retires them together once their ends
-// are recorded: a thousand renames off the way from the kill to the
-// record.
+// HoldRetire keeps d's pipe, and d's hold of it, when the drain ends
+// (Done), until Retire: its end then waits only for its output to be
+// copied, not for the pipe to be let go of (release: its epoll
+// registration, its holder's slot and inotify watch, its read end) and
+// kept for another agent or removed (retire: an open and a rename,
+// serialised on the directory). A cancellation holds its agents' pipes
+// before it kills them and retires them together once their ends are
+// recorded: a thousand releases and renames off the way from the kill to
+// the record, where they took the CPU from the dying processes.
 func (d *Drain) HoldRetire() {
 	d.mu.Lock()
 	d.retireHeld = true
 	d.mu.Unlock()
 }
 
-// Retire ends HoldRetire: a pipe whose drain ended meanwhile is kept or
-// removed now, one whose drain has not ended when it ends.
+// Retire ends HoldRetire: a drain that ended meanwhile lets go of its
+// pipe, which is kept or removed, now; one that has not ended does when it
+// ends.
 func (d *Drain) Retire() {
-	d.mu.Lock()
-	pending := d.retirePending
-	d.retireHeld, d.retirePending = false, false
-	d.mu.Unlock()
-	if pending {
+	if d.takePending() {
+		d.p.releaseLate(d)
 		d.p.retire(PipePath(d.c.Path))
 	}
+}
+
+// takePending ends HoldRetire, reporting whether the drain ended
+// meanwhile without letting go of its pipe: the caller then does, once.
+func (d *Drain) takePending() bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	pending := d.retirePending
+	d.retireHeld, d.retirePending = false, false
+	return pending
 }
 
 func (d *Drain) stopping() bool {
@@ -379,8 +388,11 @@ func (d *Drain) end() {
 		return
 	}
 	d.ended = true
+	held := d.retirePending // let go of at Retire (or the poller's Close)
 	d.mu.Unlock()
-	d.release()
+	if !held {
+		d.release()
+	}
 	if d.f != nil {
 		d.f.Close()
 		d.f = nil

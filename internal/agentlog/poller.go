@@ -56,6 +56,12 @@ type Poller struct {
 	peekMu       sync.Mutex
 	peekR, peekW int
 
+	// lateMu guards tornDown: Close holds it exclusively while it ends
+	// the epoll instance, the inotify instance and the holder, which a
+	// Retire's late release (releaseLate) uses.
+	lateMu   sync.RWMutex
+	tornDown bool
+
 	spareMu      sync.Mutex
 	spares       map[string][]string // kept pipes by directory (spare.go)
 	sparesClosed bool
@@ -326,7 +332,15 @@ func (p *Poller) Close() {
 	p.pauseMu.Unlock()
 	for _, d := range left {
 		d.Detach()
+		// Ended under HoldRetire, its Retire not come: its pipe is let go
+		// of here, and kept for the next daemon (no drain reads it).
+		if d.takePending() {
+			d.release()
+		}
 	}
+	p.lateMu.Lock() // a Retire's release in flight ends first
+	p.tornDown = true
+	p.lateMu.Unlock()
 	p.file.Close() // ends run's wait
 	p.loop.Wait()
 	p.wg.Wait()
@@ -403,6 +417,23 @@ func (p *Poller) remove(d *Drain) {
 	p.mu.Unlock()
 	if d.r >= 0 { // not parked: its read end is registered
 		unix.EpollCtl(p.epfd, unix.EPOLL_CTL_DEL, d.r, nil)
+	}
+}
+
+// releaseLate is d.release for a drain that ended under HoldRetire, at its
+// Retire: once Close has ended the poller's instances, only d's read end
+// is left to close (their descriptors' numbers may be another file's by
+// then).
+func (p *Poller) releaseLate(d *Drain) {
+	p.lateMu.RLock()
+	defer p.lateMu.RUnlock()
+	if !p.tornDown {
+		d.release()
+		return
+	}
+	if d.r >= 0 {
+		unix.Close(d.r)
+		d.r = -1
 	}
 }
 

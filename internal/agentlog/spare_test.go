@@ -237,8 +237,9 @@ func TestManyEndsKeptTogether(t *testing.T) {
 }
 
 // TestHeldPipesRetiredTogether: drains held (HoldRetire) end once their
-// output is copied, their pipes still at their paths; Retire then keeps
-// each (renamed, none left at an agent's path). A drain released before it
+// output is copied, their pipes still at their paths and still held by
+// the drains (their release waits too); Retire then lets go of each and
+// keeps it (renamed, none left at an agent's path). A drain released before it
 // ends retires its pipe itself when it ends, and a held drain detached
 // leaves its pipe for the next daemon.
 func TestHeldPipesRetiredTogether(t *testing.T) {
@@ -274,6 +275,9 @@ func TestHeldPipesRetiredTogether(t *testing.T) {
 		if fi, err := os.Lstat(agentlog.PipePath(logOf(i))); err != nil || fi.Mode()&os.ModeNamedPipe == 0 {
 			t.Fatalf("held pipe %d after its drain's end: %v, %v", i, fi, err)
 		}
+		if !hasReader(t, agentlog.PipePath(logOf(i))) {
+			t.Fatalf("held pipe %d was let go of at its drain's end, not at Retire", i)
+		}
 	}
 	if kept := spares(t, dir); len(kept) != 0 {
 		t.Fatalf("%d pipes kept before Retire", len(kept))
@@ -305,4 +309,51 @@ func TestHeldPipesRetiredTogether(t *testing.T) {
 	if fi, err := os.Lstat(agentlog.PipePath(logOf(n + 1))); err != nil || fi.Mode()&os.ModeNamedPipe == 0 {
 		t.Errorf("a detached drain's pipe: %v, %v", fi, err)
 	}
+}
+
+// TestHeldPipeLetGoAtClose: a drain that ended held, whose Retire never
+// came, lets go of its pipe at the poller's Close, which leaves the pipe at
+// its path (for the next daemon, which removes it: no agent of its).
+func TestHeldPipeLetGoAtClose(t *testing.T) {
+	p, err := agentlog.NewPoller()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	log := filepath.Join(t.TempDir(), "a.log")
+	d, out, err := p.Open(agentlog.Config{Path: log, Bytes: 1 << 20, Keep: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.HoldRetire()
+	out.Close()
+	<-d.Done()
+	pipe := agentlog.PipePath(log)
+	if !hasReader(t, pipe) {
+		t.Fatal("the held pipe was let go of at its drain's end")
+	}
+	p.Close()
+	if hasReader(t, pipe) {
+		t.Error("the held pipe is still held after the poller's Close")
+	}
+	if fi, err := os.Lstat(pipe); err != nil || fi.Mode()&os.ModeNamedPipe == 0 {
+		t.Errorf("the pipe after Close: %v, %v", fi, err)
+	}
+	d.Retire() // after Close: nothing left to let go of
+}
+
+// hasReader reports whether the named pipe at path is open for reading
+// somewhere: a non-blocking open for writing fails with ENXIO exactly
+// when it is not.
+func hasReader(t *testing.T, path string) bool {
+	t.Helper()
+	fd, err := syscall.Open(path, syscall.O_WRONLY|syscall.O_NONBLOCK|syscall.O_CLOEXEC, 0)
+	if err == nil {
+		syscall.Close(fd)
+		return true
+	}
+	if err != syscall.ENXIO {
+		t.Fatalf("open %s for writing: %v", path, err)
+	}
+	return false
 }
