@@ -449,15 +449,26 @@ func (run *Runner) failStart(ctx context.Context, a *kin.Agent, cause error) err
 	return kin.Errorf(code, "agent %d (%s) was registered but its process could not start: %v", a.ID, a.Name, cause)
 }
 
-// agentEnv is the environment of an agent's process: a few variables of
-// the daemon's own, kin's identity variables, then the spawner's.
-func (run *Runner) agentEnv(a *kin.Agent, sock, cursor string, extra []string) []string {
-	env := make([]string, 0, 12+len(extra))
+// InheritedEnv is the part of every agent's environment that comes from
+// the daemon's own: HOME, LANG, LC_ALL, TZ, TMPDIR, USER and LOGNAME, as
+// the daemon has them. (The benchmarks' floors start their processes with
+// it too: a command's own work follows it; a sleep with LANG set maps 13
+// locale files, and its exit's page-table work doubles.)
+func InheritedEnv() []string {
+	var env []string
 	for _, k := range []string{"HOME", "LANG", "LC_ALL", "TZ", "TMPDIR", "USER", "LOGNAME"} {
 		if v, ok := os.LookupEnv(k); ok {
 			env = append(env, k+"="+v)
 		}
 	}
+	return env
+}
+
+// agentEnv is the environment of an agent's process: a few variables of
+// the daemon's own (InheritedEnv), kin's identity variables, then the
+// spawner's.
+func (run *Runner) agentEnv(a *kin.Agent, sock, cursor string, extra []string) []string {
+	env := append(make([]string, 0, 12+len(extra)), InheritedEnv()...)
 	env = append(env, "PATH="+run.agentPath)
 	env = append(env,
 		"KIN_AGENT_ID="+a.ID.String(),
@@ -746,13 +757,6 @@ type cancellation struct {
 	// fleet, by host: silence marks them stopping in its transaction and
 	// asks each host to cancel its own (EventFleetCancel).
 	remote map[string][]*kin.Agent
-	// unlinked is closed once the files of the sockets silence shut are
-	// removed, which finishCancel does in the background while the agents
-	// are signalled, waited for and recorded, and waits for before it
-	// returns (nil: nothing to wait for). The record does not wait: a
-	// later agent of one of their names removes the old file itself
-	// before it binds the path (agentsock's Listen).
-	unlinked chan struct{}
 	// leaveFiles: the shutdown's, which removes its sockets' files after
 	// every stop, when no agent can start and take a name again.
 	leaveFiles bool
@@ -846,23 +850,15 @@ func (run *Runner) finishCancel(ctx context.Context, c *cancellation) ([]*kin.Ag
 	if err != nil {
 		return nil, err
 	}
-	// Their sockets' files are removed while they are signalled and
-	// waited for; the record, which frees their names, waits for that.
-	if len(socks) > 0 {
-		unlinked := make(chan struct{})
-		c.unlinked = unlinked
-		go func() {
-			defer close(unlinked)
-			agentsock.UnlinkAll(socks)
-		}()
-	}
 	done, err := run.stopAndRecord(ctx, c)
-	// The record did not wait for the files: a later agent of one of
-	// their names unlinks the old file itself before it binds the path
-	// (agentsock's Listen). Whoever stopped them waits for it here.
-	if c.unlinked != nil {
-		<-c.unlinked
-	}
+	// Their sockets' files are removed once their ends are recorded: on a
+	// served agent/ each removal is a write to the daemon's own FUSE
+	// connection, CPU that the dying processes and the record need more
+	// (a tenth of the daemon's CPU between its kill and the group's end in
+	// a 1,110-agent cascade). The record freed their names: a later agent
+	// of one of them removes the old file itself before it binds the path
+	// (agentsock's Listen), and this removal then does nothing.
+	agentsock.UnlinkAll(socks)
 	if err != nil || len(c.remote) == 0 {
 		return done, err
 	}
@@ -878,7 +874,8 @@ func (run *Runner) finishCancel(ctx context.Context, c *cancellation) ([]*kin.Ag
 // its server, a tenth of a second for 1,110 agents on two cores), which
 // need not delay the signals nor the record (a later agent of one of their
 // names removes the old file itself before it binds the path: agentsock's
-// Listen). A shutdown silences every subtree at once before it signals any.
+// Listen): finishCancel removes them after the record. A shutdown silences
+// every subtree at once before it signals any.
 func (run *Runner) silence(ctx context.Context, cs ...*cancellation) ([]*agentsock.Socket, error) {
 	// 1-2: mark them stopping, unless done already.
 	var unmarked []*cancellation
