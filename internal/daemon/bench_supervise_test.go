@@ -40,6 +40,7 @@ import (
 	"github.com/kin-agents/kin/internal/daemon"
 	"github.com/kin-agents/kin/internal/kintest"
 	"github.com/kin-agents/kin/internal/proctest"
+	"github.com/kin-agents/kin/internal/runner"
 	"github.com/kin-agents/kin/internal/sandbox"
 	"github.com/kin-agents/kin/internal/supervisor/cgroup"
 	"github.com/kin-agents/kin/kin"
@@ -861,7 +862,7 @@ func (rg *rawGroup) startArgv(sub string, argv []string) (full, start time.Durat
 	t1 := time.Now()
 	pid, err := sandbox.ForkFromOwnTable([]int{fd, int(rawNull().Fd())}, func(fds []int) (int, error) {
 		null := uintptr(fds[1])
-		return syscall.ForkExec(argv[0], argv, &syscall.ProcAttr{Files: []uintptr{null, null, null},
+		return syscall.ForkExec(argv[0], argv, &syscall.ProcAttr{Env: rawEnv(), Files: []uintptr{null, null, null},
 			Sys: &syscall.SysProcAttr{UseCgroupFD: true, CgroupFD: fds[0]}})
 	})
 	start = time.Since(t1)
@@ -882,6 +883,14 @@ func (rg *rawGroup) startArgv(sub string, argv []string) (full, start time.Durat
 	rg.mu.Unlock()
 	return full, start, nil
 }
+
+// rawEnv is the floors' processes' environment: what kin's agents get
+// from the daemon's own (runner.InheritedEnv) and a PATH, so that a floor's
+// process does the work kin's does (a sleep with LANG set maps 13 locale
+// files, and its exit takes about half as long again: session 13 of issue 22).
+var rawEnv = sync.OnceValue(func() []string {
+	return append(runner.InheritedEnv(), "PATH="+os.Getenv("PATH"))
+})
 
 // rawNull is /dev/null, the floors' processes' stdio, opened at its first
 // use: the test binary is also the attack tests' agent, whose descriptors
