@@ -1,11 +1,15 @@
 package supervisor
 
 import (
+	"cmp"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -13,6 +17,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/kin-agents/kin/internal/supervisor/cgroup"
 	"github.com/kin-agents/kin/kin"
 )
 
@@ -165,4 +170,97 @@ func TestConcurrentStopsReapTheirOrphans(t *testing.T) {
 		})
 	}
 	wg.Wait()
+}
+
+// TestReapDyingReapsAsTheKillEndsThem: with the reaping loop held, as a
+// Stop holds it from its kill, reapDying alone reaps every process of a
+// killed subtree of more than reapDyingMin agents, each reported killed,
+// before it is told to stop (a Stop tells it once the group is empty and
+// reaps what it did not reach: reapKilled).
+func TestReapDyingReapsAsTheKillEndsThem(t *testing.T) {
+	s := newCgroupSup(t, Config{})
+	root := start(t, s, sleeper(1, 0))
+	procs := []*Process{root}
+	// Three levels, as a cascade's tree: parents before children.
+	next := kin.AgentID(2)
+	for range 6 {
+		mid := start(t, s, sleeper(next, 1))
+		procs = append(procs, mid)
+		parent := next
+		next++
+		for range 12 {
+			procs = append(procs, start(t, s, sleeper(next, parent)))
+			next++
+		}
+	}
+	if len(procs) < reapDyingMin {
+		t.Fatalf("%d processes: reapDying leaves fewer than %d to reapKilled", len(procs), reapDyingMin)
+	}
+	release := holdReaping()
+	defer release()
+	s.mu.Lock()
+	sub := s.subtreeLocked(s.agents[1])
+	s.mu.Unlock()
+	stop := s.reapDying(sub, procs)
+	defer stop()
+	if err := cgroup.Kill(root.Cgroup); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 20*time.Second, "reapDying to reap every killed process", func() bool {
+		for _, p := range procs {
+			if !isDone(p) {
+				return false
+			}
+		}
+		return true
+	})
+	stop()
+	for _, p := range procs {
+		if ex, _ := p.Exit(); ex.Signal != syscall.SIGKILL {
+			t.Errorf("agent %d: %s, want killed", p.ID, ex)
+		}
+	}
+}
+
+// TestComparePreorder: group paths sort as the kernel walks a subtree, a
+// group before the groups in it and siblings by their ids.
+func TestComparePreorder(t *testing.T) {
+	got := []string{"r/a1/a12", "r/a1/a3/a100", "r/a2", "r/a1", "r/a1/a3", "r/a10", "r/a1/a3/a20", "r/a1/a12/a7"}
+	slices.SortFunc(got, comparePreorder)
+	want := []string{"r/a1", "r/a1/a3", "r/a1/a3/a20", "r/a1/a3/a100", "r/a1/a12", "r/a1/a12/a7", "r/a2", "r/a10"}
+	if !slices.Equal(got, want) {
+		t.Errorf("sorted:\n got %v\nwant %v", got, want)
+	}
+	for _, c := range []struct {
+		a, b string
+		want int
+	}{{"r/a1", "r/a1", 0}, {"r/a1", "r/a1/a2", -1}, {"r/a1/a2", "r/a1", 1}, {"r/a1/a9", "r/a10", -1}, {"r/a12", "r/a1/a3", 1}} {
+		if got := comparePreorder(c.a, c.b); got != c.want {
+			t.Errorf("comparePreorder(%q, %q) = %d, want %d", c.a, c.b, got, c.want)
+		}
+	}
+	// Against comparing component by component, over random trees.
+	byComponents := func(a, b string) int {
+		as, bs := strings.Split(a, "/"), strings.Split(b, "/")
+		for i := 0; i < len(as) && i < len(bs); i++ {
+			if c := cmp.Or(cmp.Compare(len(as[i]), len(bs[i])), strings.Compare(as[i], bs[i])); c != 0 {
+				return c
+			}
+		}
+		return cmp.Compare(len(as), len(bs))
+	}
+	rng := rand.New(rand.NewPCG(1, 2))
+	path := func() string {
+		p := "r"
+		for range 1 + rng.IntN(4) {
+			p += "/a" + strconv.Itoa(rng.IntN(120))
+		}
+		return p
+	}
+	for range 20000 {
+		a, b := path(), path()
+		if got, want := comparePreorder(a, b), byComponents(a, b); got != want {
+			t.Fatalf("comparePreorder(%q, %q) = %d, component by component %d", a, b, got, want)
+		}
+	}
 }

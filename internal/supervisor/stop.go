@@ -165,7 +165,7 @@ func (s *Supervisor) runStop(ctx context.Context, op *stopOp, dir string, grace 
 	var err error
 	if s.cg {
 		var release func()
-		release, err = s.killCgroup(ctx, op.sub, dir, grace)
+		release, err = s.killCgroup(ctx, op.sub, dir, grace, procs)
 		if release != nil {
 			if err == nil {
 				s.reapKilled(procs) // the group is empty: each by its pid
@@ -423,9 +423,11 @@ func (s *Supervisor) removeOldRoot(dir string) {
 
 // killCgroup empties dir's subtree: TERM, grace, cgroup.kill, wait for
 // populated 0, reap re-parented orphans. When it killed, it holds the
-// reaping loop (holdReaping) from just before the kill: the caller reaps
-// the supervised processes of the group (reapKilled) and then releases it.
-func (s *Supervisor) killCgroup(ctx context.Context, sub []*agent, dir string, grace time.Duration) (release func(), _ error) {
+// reaping loop (holdReaping) from just before the kill: procs, the
+// subtree's supervised processes, are reaped as the kill ends them
+// (reapDying), and the caller reaps those left (reapKilled) and then
+// releases it.
+func (s *Supervisor) killCgroup(ctx context.Context, sub []*agent, dir string, grace time.Duration, procs []*Process) (release func(), _ error) {
 	signalled, _ := ctx.Value(signalledKey{}).(func())
 	if signalled == nil {
 		signalled = func() {}
@@ -454,11 +456,15 @@ func (s *Supervisor) killCgroup(ctx context.Context, sub []*agent, dir string, g
 	}
 	if ev.Populated {
 		release = holdReaping()
+		stopReaping := s.reapDying(sub, procs)
 		if err := cgroup.Kill(dir); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			stopReaping()
 			release()
 			return nil, err
 		}
-		if err := cgroup.WaitEmpty(ctx, dir); err != nil {
+		err := cgroup.WaitEmpty(ctx, dir)
+		stopReaping()
+		if err != nil {
 			release()
 			return nil, fmt.Errorf("cgroup %s still populated after cgroup.kill: %w", dir, err)
 		}
