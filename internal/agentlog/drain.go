@@ -344,12 +344,17 @@ func (d *Drain) Retire() {
 
 // takePending ends HoldRetire, reporting whether the drain ended
 // meanwhile without letting go of its pipe: the caller then does, once.
+// A drain that saw the hold but has not ended yet lets go of its pipe
+// itself when it ends (end), the hold being over.
 func (d *Drain) takePending() bool {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	pending := d.retirePending
-	d.retireHeld, d.retirePending = false, false
-	return pending
+	d.retireHeld = false
+	if d.retirePending && d.ended {
+		d.retirePending = false
+		return true
+	}
+	return false
 }
 
 func (d *Drain) stopping() bool {
@@ -381,6 +386,12 @@ func (d *Drain) wait() bool {
 
 // end ends the drain once: out of the poller, its descriptors closed, Done
 // closed, then OnEnd called.
+//
+// A drain that ended held (drained under HoldRetire) closes its read end
+// now, which costs little and holds no descriptor of the daemon's for
+// every agent of a large cascade until its record, and leaves the rest of
+// its release (its holder's slot and watch) and its pipe's retire to
+// Retire; if Retire came since drained saw the hold, it does both itself.
 func (d *Drain) end() {
 	d.mu.Lock()
 	if d.ended {
@@ -388,10 +399,22 @@ func (d *Drain) end() {
 		return
 	}
 	d.ended = true
-	held := d.retirePending // let go of at Retire (or the poller's Close)
+	pending, held := d.retirePending, d.retireHeld
+	switch {
+	case pending && held:
+		// Under d.mu: a Retire that finds the drain ended finds this done.
+		d.closeReadEnd()
+	case pending:
+		d.retirePending = false // Retire came meanwhile: it is ours
+	}
 	d.mu.Unlock()
-	if !held {
+	switch {
+	case !pending:
 		d.release()
+	case held: // the rest at Retire (or the poller's Close)
+	default:
+		d.release()
+		d.p.retire(PipePath(d.c.Path))
 	}
 	if d.f != nil {
 		d.f.Close()
@@ -403,8 +426,19 @@ func (d *Drain) end() {
 	}
 }
 
+// closeReadEnd takes d's read end out of the epoll set and closes it (a
+// held pipe stays open in the holder).
+func (d *Drain) closeReadEnd() {
+	if d.r >= 0 {
+		unix.EpollCtl(d.p.epfd, unix.EPOLL_CTL_DEL, d.r, nil)
+		unix.Close(d.r)
+		d.r = -1
+	}
+}
+
 // release lets go of d's pipe: its epoll registration, its holder's slot
-// and watch, its read end. Only d's step or its end calls it.
+// and watch, its read end. Only d's step, its end, or, for a drain that
+// ended held, Retire or the poller's Close calls it, once.
 func (d *Drain) release() {
 	d.p.remove(d)
 	d.p.unholdPipe(d)

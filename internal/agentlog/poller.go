@@ -56,9 +56,10 @@ type Poller struct {
 	peekMu       sync.Mutex
 	peekR, peekW int
 
-	// lateMu guards tornDown: Close holds it exclusively while it ends
-	// the epoll instance, the inotify instance and the holder, which a
-	// Retire's late release (releaseLate) uses.
+	// lateMu guards tornDown, which Close sets (holding lateMu, so after
+	// any Retire's late release in flight: releaseLate) before it ends the
+	// epoll instance, the inotify instance and the holder: a late release
+	// after that closes only the drain's own descriptor.
 	lateMu   sync.RWMutex
 	tornDown bool
 

@@ -357,3 +357,42 @@ func hasReader(t *testing.T, path string) bool {
 	}
 	return false
 }
+
+// TestRetireRacingTheEnd: Retire coming just as a held drain ends (after
+// it saw the hold, before its end) lets go of the pipe once, by whichever
+// of the two comes last: no holder slot twice in the free list, and the
+// pipe retired either way.
+func TestRetireRacingTheEnd(t *testing.T) {
+	p, err := agentlog.NewPoller()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	dir := t.TempDir()
+	for i := range 300 {
+		log := filepath.Join(dir, fmt.Sprintf("%d.log", i))
+		d, out, err := p.Open(agentlog.Config{Path: log, Bytes: 1 << 20, Keep: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		d.HoldRetire()
+		out.Close()
+		// A little later each time, up to 50 µs: before, at and after
+		// the drain's end.
+		for until := time.Now().Add(time.Duration(i%51) * time.Microsecond); time.Now().Before(until); {
+		}
+		d.Retire()
+		<-d.Done()
+		free := p.FreeSlots()
+		seen := map[uint32]bool{}
+		for _, s := range free {
+			if seen[s] {
+				t.Fatalf("iteration %d: slot %d twice in the free list %v", i, s, free)
+			}
+			seen[s] = true
+		}
+		if _, err := os.Lstat(agentlog.PipePath(log)); !os.IsNotExist(err) {
+			t.Fatalf("iteration %d: the pipe after its end and Retire: %v", i, err)
+		}
+	}
+}
