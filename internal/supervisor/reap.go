@@ -393,7 +393,7 @@ func (s *Supervisor) reapKilled(procs []*Process) {
 		if err := waitid(unix.P_PID, p.Pid, &si, unix.WEXITED|unix.WNOHANG|unix.WNOWAIT, nil); err == nil && si.Pid == 0 {
 			continue
 		}
-		if take(p.Pid) == p {
+		if takeIf(p) {
 			s.reap(p)
 		}
 	}
@@ -506,6 +506,21 @@ func take(pid int) *Process {
 		p.sup.reaping.Add(1) // Close waits for the reap
 	}
 	return p
+}
+
+// takeIf is take for a caller that knows the process it wants: it takes
+// pid only while p is the one watched there. A process reaped by another
+// path frees its pid, which a later child may have by now (pid_max is
+// 32,768 here): that child is not the caller's to take.
+func takeIf(p *Process) bool {
+	children.mu.Lock()
+	defer children.mu.Unlock()
+	if children.watched[p.Pid] != p {
+		return false
+	}
+	delete(children.watched, p.Pid)
+	p.sup.reaping.Add(1) // Close waits for the reap
+	return true
 }
 
 // reapChildren is the loop: on each kick it reaps every watched child that
@@ -650,14 +665,17 @@ func (s *Supervisor) reapExited(left []*Process) []*Process {
 		if running == reapDyingWindow {
 			return append(keep, left[i:]...)
 		}
+		if isDone(p) {
+			continue // reaped by another path (its pid may be another child's now)
+		}
 		var si siginfoChild
 		if err := waitid(unix.P_PID, p.Pid, &si, unix.WEXITED|unix.WNOHANG|unix.WNOWAIT, nil); err == nil && si.Pid == 0 {
 			running++
 			keep = append(keep, p)
 			continue
 		}
-		// Exited (or reaped by another path: then no longer watched).
-		if take(p.Pid) == p {
+		// Exited (or being reaped by another path: then not watched).
+		if takeIf(p) {
 			s.reap(p)
 		}
 	}
