@@ -350,7 +350,7 @@ func (g *goneEnds) record() {
 	}
 	g.mu.Unlock()
 	for _, a := range done {
-		run.dropRuntime(a.ID, !of[a.ID].leaveFiles)
+		run.dropRuntime(a.ID, false) // the shutdown removes the files after every stop
 	}
 	run.trimEnded(ctx, known, ids)
 }

@@ -525,7 +525,6 @@ func (run *Runner) stopAgents(ctx context.Context) {
 			run.log.Error("stop at shutdown", "agent", id, "err", err)
 			continue
 		}
-		c.leaveFiles = true
 		plans = append(plans, c)
 	}
 	if len(plans) == 0 {

@@ -757,9 +757,6 @@ type cancellation struct {
 	// fleet, by host: silence marks them stopping in its transaction and
 	// asks each host to cancel its own (EventFleetCancel).
 	remote map[string][]*kin.Agent
-	// leaveFiles: the shutdown's, which removes its sockets' files after
-	// every stop, when no agent can start and take a name again.
-	leaveFiles bool
 	// marked: its agents are recorded stopping already (in the
 	// transaction that recorded its root's end: recordEnd).
 	marked bool
@@ -1050,8 +1047,10 @@ func (run *Runner) stopAndRecord(ctx context.Context, c *cancellation) ([]*kin.A
 	releaseGroups()
 	retirePipes(pipes)
 	pipes = nil
+	// Their sockets' files are the caller's to remove, all at once:
+	// finishCancel's after this record, a shutdown's after every stop.
 	for _, a := range mine {
-		run.dropRuntime(a.ID, !c.leaveFiles)
+		run.dropRuntime(a.ID, false)
 	}
 	if err != nil {
 		return nil, run.storeError(err)
