@@ -426,8 +426,9 @@ func (d *Drain) end() {
 	}
 }
 
-// closeReadEnd takes d's read end out of the epoll set and closes it (a
-// held pipe stays open in the holder).
+// closeReadEnd takes d's read end, while it has one (not parked, not
+// ended held), out of the epoll set and closes it: a held pipe stays open
+// in the holder.
 func (d *Drain) closeReadEnd() {
 	if d.r >= 0 {
 		unix.EpollCtl(d.p.epfd, unix.EPOLL_CTL_DEL, d.r, nil)
@@ -436,16 +437,13 @@ func (d *Drain) closeReadEnd() {
 	}
 }
 
-// release lets go of d's pipe: its epoll registration, its holder's slot
+// release lets go of d's pipe: its place in the poller, its holder's slot
 // and watch, its read end. Only d's step, its end, or, for a drain that
 // ended held, Retire or the poller's Close calls it, once.
 func (d *Drain) release() {
 	d.p.remove(d)
 	d.p.unholdPipe(d)
-	if d.r >= 0 {
-		unix.Close(d.r)
-		d.r = -1
-	}
+	d.closeReadEnd()
 }
 
 // reopen opens a held drain's pipe again by its path, refusing any other

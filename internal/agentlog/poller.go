@@ -59,7 +59,7 @@ type Poller struct {
 	// lateMu guards tornDown, which Close sets (holding lateMu, so after
 	// any Retire's late release in flight: releaseLate) before it ends the
 	// epoll instance, the inotify instance and the holder: a late release
-	// after that closes only the drain's own descriptor.
+	// after that has nothing left to let go of.
 	lateMu   sync.RWMutex
 	tornDown bool
 
@@ -193,9 +193,8 @@ func (p *Poller) sweep() {
 		case d.active:
 			d.active = false
 		default:
-			unix.EpollCtl(p.epfd, unix.EPOLL_CTL_DEL, d.r, nil)
-			unix.Close(d.r)
-			d.r, d.parked = -1, true
+			d.closeReadEnd()
+			d.parked = true
 		}
 		d.mu.Unlock()
 	}
@@ -409,32 +408,25 @@ func (p *Poller) rearm(d *Drain) error {
 	return unix.EpollCtl(p.epfd, unix.EPOLL_CTL_MOD, d.r, &ev)
 }
 
-// remove takes d out of the poller. A held drain's watch and holder slot
-// are unholdPipe's to release (once: the slot goes back to the free list,
-// and a second release would hand it to two drains).
+// remove takes d out of the poller's drains. Its read end is
+// closeReadEnd's to take out of the epoll set, and a held drain's watch and
+// holder slot are unholdPipe's to release (once: the slot goes back to the
+// free list, and a second release would hand it to two drains).
 func (p *Poller) remove(d *Drain) {
 	p.mu.Lock()
 	delete(p.drains, d.key)
 	p.mu.Unlock()
-	if d.r >= 0 { // not parked: its read end is registered
-		unix.EpollCtl(p.epfd, unix.EPOLL_CTL_DEL, d.r, nil)
-	}
 }
 
 // releaseLate is d.release for a drain that ended under HoldRetire, at its
-// Retire: once Close has ended the poller's instances, only d's read end
-// is left to close (their descriptors' numbers may be another file's by
-// then).
+// Retire. Its read end was closed at its end; once Close has ended the
+// poller's instances nothing is left to let go of (their descriptors'
+// numbers may be another file's by then).
 func (p *Poller) releaseLate(d *Drain) {
 	p.lateMu.RLock()
 	defer p.lateMu.RUnlock()
 	if !p.tornDown {
 		d.release()
-		return
-	}
-	if d.r >= 0 {
-		unix.Close(d.r)
-		d.r = -1
 	}
 }
 
