@@ -198,10 +198,7 @@ func TestReapDyingReapsAsTheKillEndsThem(t *testing.T) {
 	}
 	release := holdReaping()
 	defer release()
-	s.mu.Lock()
-	sub := s.subtreeLocked(s.agents[1])
-	s.mu.Unlock()
-	stop := s.reapDying(sub, procs)
+	stop := s.reapDying(procs)
 	defer stop()
 	if err := cgroup.Kill(root.Cgroup); err != nil {
 		t.Fatal(err)

@@ -456,7 +456,7 @@ func (s *Supervisor) killCgroup(ctx context.Context, sub []*agent, dir string, g
 	}
 	if ev.Populated {
 		release = holdReaping()
-		stopReaping := s.reapDying(sub, procs)
+		stopReaping := s.reapDying(procs)
 		if err := cgroup.Kill(dir); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			stopReaping()
 			release()
