@@ -454,8 +454,10 @@ func (run *Runner) failStart(ctx context.Context, a *kin.Agent, cause error) err
 // the daemon has them. (The benchmarks' floors start their processes with
 // it too: a command's own work follows it; a sleep with LANG set maps 13
 // locale files, and its exit's page-table work doubles.)
-func InheritedEnv() []string {
-	var env []string
+func InheritedEnv() []string { return appendInheritedEnv(nil) }
+
+// appendInheritedEnv appends InheritedEnv to env.
+func appendInheritedEnv(env []string) []string {
 	for _, k := range []string{"HOME", "LANG", "LC_ALL", "TZ", "TMPDIR", "USER", "LOGNAME"} {
 		if v, ok := os.LookupEnv(k); ok {
 			env = append(env, k+"="+v)
@@ -468,7 +470,7 @@ func InheritedEnv() []string {
 // the daemon's own (InheritedEnv), kin's identity variables, then the
 // spawner's.
 func (run *Runner) agentEnv(a *kin.Agent, sock, cursor string, extra []string) []string {
-	env := append(make([]string, 0, 12+len(extra)), InheritedEnv()...)
+	env := appendInheritedEnv(make([]string, 0, 12+len(extra)))
 	env = append(env, "PATH="+run.agentPath)
 	env = append(env,
 		"KIN_AGENT_ID="+a.ID.String(),
@@ -851,8 +853,9 @@ func (run *Runner) finishCancel(ctx context.Context, c *cancellation) ([]*kin.Ag
 	// Their sockets' files are removed once their ends are recorded: on a
 	// served agent/ each removal is a write to the daemon's own FUSE
 	// connection, CPU that the dying processes and the record need more
-	// (a tenth of the daemon's CPU between its kill and the group's end in
-	// a 1,110-agent cascade). The record freed their names: a later agent
+	// (FUSE writes, most likely these, were an eighth of the daemon's CPU
+	// between its kill and the group's end in a 1,110-agent cascade:
+	// PERFORMANCE, session 12). The record freed their names: a later agent
 	// of one of them removes the old file itself before it binds the path
 	// (agentsock's Listen), and this removal then does nothing.
 	agentsock.UnlinkAll(socks)
