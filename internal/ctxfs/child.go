@@ -89,6 +89,9 @@ func (f *FS) CreateChildDir(p ChildParams) error {
 	// Best effort: without it only the allocation is slower.
 	SpreadSubdirs(children)
 
+	if exists(children, p.Child) { // (the rename below decides; this spares building a stage for nothing)
+		return fmt.Errorf("ctxfs: %s: child directory exists: %w", dir, fs.ErrExist)
+	}
 	stage := f.transient(p.Child, stageTag)
 	build := func() error {
 		fd, _, err := f.mkdirAt(children, stage, o, ModeAgentDir)

@@ -389,6 +389,12 @@ func (f *FS) createAt(dirfd int, name string, data []byte, o Owner, mode fs.File
 	return nil
 }
 
+// exists reports whether name stands in the directory dirfd.
+func exists(dirfd int, name string) bool {
+	var st unix.Stat_t
+	return unix.Fstatat(dirfd, name, &st, unix.AT_SYMLINK_NOFOLLOW) == nil
+}
+
 // fill gives the open file fd owner o and mode, writes data to it, syncs
 // it and closes it. The descriptor stays a bare one (no os.File: its
 // fcntl, finalizer and poller bookkeeping cost more than the write of a

@@ -84,6 +84,9 @@ func (f *FS) CreateSession(p SessionParams) error {
 	}
 	defer unix.Close(sessions)
 
+	if exists(sessions, p.ID) { // (the rename below decides; this spares building a stage for nothing)
+		return fmt.Errorf("ctxfs: %s: session exists: %w", dir, fs.ErrExist)
+	}
 	stage := f.transient(p.ID, stageTag)
 	o := p.Owner
 	build := func() error {

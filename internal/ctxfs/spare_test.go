@@ -2,7 +2,9 @@ package ctxfs_test
 
 import (
 	"bufio"
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -253,5 +255,41 @@ func TestNewSessionDropsOldSpares(t *testing.T) {
 		if inode(t, state) == old {
 			t.Fatalf("rewrite %d of the new session put the old session's state inode in place", i)
 		}
+	}
+}
+
+// TestMadeAgainChurnsNothing: a session or a child folder asked for where
+// one stands (an agent spawned again under a name whose default session
+// is left, which then gets a session of its own) is refused before a stage
+// is built: no inode is allocated or freed. Building and removing the
+// stage allocated and freed some ten inodes, each of which the next
+// allocations in its block group scan on a journal-less ext4.
+func TestMadeAgainChurnsNothing(t *testing.T) {
+	f := openFS(t, t.TempDir(), ctxfs.Options{NoSync: true, SpareDir: t.TempDir()})
+	s := ctxfs.Session{Owner: owned(), Agent: "coder", ID: ctxfs.DefaultSession}
+	sp := ctxfs.SessionParams{Session: s, AgentID: 1, Now: t0, Output: true, Handoff: []byte("Task: review\n")}
+	if err := f.CreateSession(sp); err != nil {
+		t.Fatal(err)
+	}
+	cp := ctxfs.ChildParams{Parent: s, Child: "rev", ChildID: 2, ChildSession: ctxfs.DefaultSession}
+	if err := f.CreateChildDir(cp); err != nil {
+		t.Fatal(err)
+	}
+	counter, cerr := proctest.CountInodes()
+	sp.AgentID = 3
+	if err := f.CreateSession(sp); !errors.Is(err, fs.ErrExist) {
+		t.Errorf("CreateSession where one stands: %v, want fs.ErrExist", err)
+	}
+	cp.ChildID = 4
+	if err := f.CreateChildDir(cp); !errors.Is(err, fs.ErrExist) {
+		t.Errorf("CreateChildDir where one stands: %v, want fs.ErrExist", err)
+	}
+	assertNoTemps(t, f.Root)
+	if cerr != nil {
+		t.Skipf("inodes not counted (the ext4 tracepoints, through perf_event_open): %v", cerr)
+	}
+	defer counter.Close()
+	if n, freed := counter.Read(); n != 0 || freed != 0 {
+		t.Errorf("the two refusals allocated %d inodes and freed %d, want 0 and 0", n, freed)
 	}
 }
