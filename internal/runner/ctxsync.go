@@ -293,6 +293,8 @@ func (w *ctxWriter) sync() {
 			}
 			byAgent[ev.Agent] = append(byAgent[ev.Agent], ev)
 		}
+		named := len(ids) > 0
+		ids = w.justRegistered(ids, byAgent, touched)
 		for id := range touched {
 			if _, seen := byAgent[id]; !seen {
 				byAgent[id] = nil
@@ -328,7 +330,7 @@ func (w *ctxWriter) sync() {
 			last := evs[len(evs)-1].Seq
 			// A batch that touched no agent's files (identity events only)
 			// need not be recorded at once: a restart replays it for nothing.
-			if len(ids) > 0 || last-w.recorded >= recordEvery {
+			if named || last-w.recorded >= recordEvery {
 				w.recorded = last
 				if err := w.record(last); err != nil {
 					w.d.log.Error("agent filesystem: record progress", "err", err)
@@ -341,6 +343,68 @@ func (w *ctxWriter) sync() {
 			w.mu.Unlock()
 		}
 	}
+}
+
+// justRegistered applies, and leaves out of ids, the agents whose only
+// events in the batch are their registration's (agent.registered, with
+// agent.child.spawned) and whose files the writer has not met yet: a
+// registered agent has no session until its start (which makes it, with
+// the events before it), its control files are served, and all the
+// writer does for it is learn its name, which the event holds. Their rows,
+// their parents' rows and a ctxAgent each were read and kept for that
+// (a tenth of a registration's CPU through the API, and a ctxAgent per
+// registered agent in memory; issue 22). Only where the store tells the
+// events this daemon appended (store.AppendedHere). The rest of ids is
+// returned.
+func (w *ctxWriter) justRegistered(ids []kin.AgentID, byAgent map[kin.AgentID][]kin.Event, touched map[kin.AgentID]bool) []kin.AgentID {
+	run := w.d
+	here, ok := run.store.(store.AppendedHere)
+	if !ok || run.ctlSrc == nil || w.rebuild {
+		return ids // control files on disk, or a tree to repair: the whole row
+	}
+	rest := ids[:0]
+	for _, id := range ids {
+		if name, ok := registeredOnly(byAgent[id], here); ok && !touched[id] && !run.hasCtxAgent(id) {
+			run.names.remember(name, id)
+			continue
+		}
+		rest = append(rest, id)
+	}
+	return rest
+}
+
+// registeredOnly returns the name agent.registered gives when evs are an
+// agent's registration's events only, appended by this daemon (here): an
+// agent another host of the fleet registered is that host's, or has its
+// folder here (remoteChild), which its row says. One placed on another
+// host has spawn.placed among them.
+func registeredOnly(evs []kin.Event, here store.AppendedHere) (string, bool) {
+	name := ""
+	for _, ev := range evs {
+		switch ev.Type {
+		case kin.EventAgentRegistered:
+			if !here.AppendedHere(ev.Seq) {
+				return "", false
+			}
+			var d kin.AgentRegisteredData
+			if err := json.Unmarshal(ev.Data, &d); err != nil || d.Name == "" {
+				return "", false
+			}
+			name = d.Name
+		case kin.EventChildSpawned:
+		default:
+			return "", false
+		}
+	}
+	return name, name != ""
+}
+
+// hasCtxAgent reports whether the agent filesystem's record of id is in
+// memory (started by this daemon, or met by the writer).
+func (run *Runner) hasCtxAgent(id kin.AgentID) bool {
+	run.ctxMu.Lock()
+	defer run.ctxMu.Unlock()
+	return run.ctxAgents[id] != nil
 }
 
 // apply brings one agent's files up to date.
