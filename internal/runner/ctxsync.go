@@ -293,8 +293,8 @@ func (w *ctxWriter) sync() {
 			}
 			byAgent[ev.Agent] = append(byAgent[ev.Agent], ev)
 		}
-		named := len(ids) > 0
-		ids = w.justRegistered(ids, byAgent, touched)
+		named := len(ids) > 0 || len(touched) > 0
+		ids = w.justRegistered(ids, evs, byAgent, touched)
 		for id := range touched {
 			if _, seen := byAgent[id]; !seen {
 				byAgent[id] = nil
@@ -354,17 +354,31 @@ func (w *ctxWriter) sync() {
 // their parents' rows and a ctxAgent each were read and kept for that
 // (a tenth of a registration's CPU through the API, and a ctxAgent per
 // registered agent in memory; issue 22). Only where the store tells the
-// events this daemon appended (store.AppendedHere). The rest of ids is
-// returned.
-func (w *ctxWriter) justRegistered(ids []kin.AgentID, byAgent map[kin.AgentID][]kin.Event, touched map[kin.AgentID]bool) []kin.AgentID {
+// events this daemon appended (store.AppendedHere), and never for the
+// agent a full batch of evs ends on, whose commit may go on in the next
+// batch: another host's agent placed by this one is known by its
+// spawn.placed, or by its row. The rest of ids is returned.
+func (w *ctxWriter) justRegistered(ids []kin.AgentID, evs []kin.Event, byAgent map[kin.AgentID][]kin.Event, touched map[kin.AgentID]bool) []kin.AgentID {
 	run := w.d
 	here, ok := run.store.(store.AppendedHere)
 	if !ok || run.ctlSrc == nil || w.rebuild {
 		return ids // control files on disk, or a tree to repair: the whole row
 	}
+	// A full batch may end inside a commit: its last agent's events may go
+	// on in the next batch (a placed agent's spawn.placed).
+	var cut kin.AgentID
+	if len(evs) == ctxBatch {
+		for i := len(evs) - 1; i >= 0 && cut == 0; i-- {
+			cut = evs[i].Agent
+		}
+	}
 	rest := ids[:0]
 	for _, id := range ids {
-		if name, ok := registeredOnly(byAgent[id], here); ok && !touched[id] && !run.hasCtxAgent(id) {
+		if id == cut || touched[id] {
+			rest = append(rest, id)
+			continue
+		}
+		if name, ok := registeredOnly(byAgent[id], here); ok && !run.hasCtxAgent(id) {
 			run.names.remember(name, id)
 			continue
 		}

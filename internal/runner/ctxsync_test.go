@@ -1,0 +1,125 @@
+package runner
+
+import (
+	"context"
+	"path/filepath"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/kin-agents/kin/internal/store"
+	"github.com/kin-agents/kin/internal/store/sqlite"
+	"github.com/kin-agents/kin/kin"
+)
+
+// TestJustRegistered: the tree's writer learns the name of an agent whose
+// only events in a batch are its registration's, appended by this daemon,
+// without reading its row; every other agent takes the whole path: one
+// another handle on the store registered (another host of the fleet), one
+// placed on another host (spawn.placed), one the writer has met, one
+// touched, and the agent a full batch ends on, whose spawn.placed may be
+// in the next batch (a review found that one: its name hid this host's
+// earlier agent of the same name).
+func TestJustRegistered(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "kin.db")
+	here, err := sqlite.Open(ctx, path, sqlite.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer here.Close()
+	other, err := sqlite.Open(ctx, path, sqlite.Options{}) // another host's handle on one store
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	register := func(s store.Store, id kin.AgentID, name string, placed bool) {
+		t.Helper()
+		err := store.UpdateAfter(ctx, s, func(tx store.Tx, _ *store.AfterCommit) error {
+			if err := store.AppendEvent(ctx, tx, t0(), kin.EventAgentRegistered, id, 1, kin.AgentRegisteredData{Agent: id, Name: name, Parent: 1}); err != nil {
+				return err
+			}
+			if err := store.AppendEvent(ctx, tx, t0(), kin.EventChildSpawned, id, 1, kin.ChildSpawnedData{Parent: 1, Child: id}); err != nil {
+				return err
+			}
+			if placed {
+				return store.AppendEvent(ctx, tx, t0(), kin.EventSpawnPlaced, id, 1, kin.SpawnPlacedData{Agent: id, Parent: 1, Host: "beta"})
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	register(here, 2, "plain", false)
+	register(other, 3, "elsewhere", false)
+	register(here, 4, "placed", true)
+	register(here, 5, "met", false)
+	register(here, 6, "touched", false)
+
+	run := &Runner{store: here, ctlSrc: &ctlSource{}, names: newNameIndex(), ctxAgents: map[kin.AgentID]*ctxAgent{5: {}}}
+	w := &ctxWriter{d: run}
+	batch := func(evs []kin.Event) ([]kin.AgentID, map[kin.AgentID][]kin.Event) {
+		var ids []kin.AgentID
+		by := map[kin.AgentID][]kin.Event{}
+		for _, ev := range evs {
+			if _, seen := by[ev.Agent]; !seen {
+				ids = append(ids, ev.Agent)
+			}
+			by[ev.Agent] = append(by[ev.Agent], ev)
+		}
+		return ids, by
+	}
+	evs, err := here.EventList(ctx, kin.EventFilter{Limit: ctxBatch})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids, by := batch(evs)
+	rest := w.justRegistered(ids, evs, by, map[kin.AgentID]bool{6: true})
+	if want := []kin.AgentID{3, 4, 5, 6}; !slices.Equal(rest, want) {
+		t.Errorf("read whole: %v, want %v", rest, want)
+	}
+	for name, want := range map[string]kin.AgentID{"plain": 2, "elsewhere": 0, "placed": 0, "met": 0, "touched": 0} {
+		if id, _ := run.names.latest(name); id != want {
+			t.Errorf("%s: the writer knows agent %d, want %d", name, id, want)
+		}
+	}
+
+	// A full batch that ends after "cut"'s agent.child.spawned, before
+	// its spawn.placed.
+	filler := ctxBatch - 2 - len(evs)
+	err = store.UpdateAfter(ctx, here, func(tx store.Tx, _ *store.AfterCommit) error {
+		for range filler {
+			if err := store.AppendEvent(ctx, tx, t0(), kin.EventAgentStatus, 9, 1, kin.AgentStatusData{Agent: 9, From: kin.StatusActive, To: kin.StatusSuspended}); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	register(here, 7, "cut", true)
+	register(here, 8, "next", false)
+	evs, err = here.EventList(ctx, kin.EventFilter{Limit: ctxBatch})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(evs) != ctxBatch || evs[len(evs)-1].Agent != 7 || evs[len(evs)-1].Type != kin.EventChildSpawned {
+		t.Fatalf("the batch: %d events, the last %s of agent %d", len(evs), evs[len(evs)-1].Type, evs[len(evs)-1].Agent)
+	}
+	run.names = newNameIndex()
+	ids, by = batch(evs)
+	rest = w.justRegistered(ids, evs, by, nil)
+	if !slices.Contains(rest, 7) {
+		t.Errorf("the agent the full batch ends on was not read whole: %v", rest)
+	}
+	if id, _ := run.names.latest("cut"); id != 0 {
+		t.Errorf("the writer took agent %d's name from a batch that may end inside its commit", id)
+	}
+	if id, _ := run.names.latest("plain"); id != 2 {
+		t.Errorf("plain: agent %d, want 2 (a full batch's other agents keep the shortcut)", id)
+	}
+}
+
+func t0() time.Time { return time.Unix(1_700_000_000, 0).UTC() }
