@@ -195,8 +195,12 @@ func (s *ctlSource) Resolve(ctx context.Context, name string) (kin.AgentID, erro
 	case err != nil && !errors.Is(err, store.ErrNotFound):
 		return 0, err
 	}
+	// The latest this host knew of, when it is this host's (the index
+	// may have met another host's agent of that name).
 	if id, ok := run.names.latest(name); ok {
-		return id, nil
+		if a, err := run.store.AgentGetByID(ctx, id); err == nil && run.ownsAgent(a) {
+			return id, nil
+		}
 	}
 	all, err := run.store.AgentList(ctx, kin.AgentFilter{Name: name})
 	if err != nil {
