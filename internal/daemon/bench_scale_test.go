@@ -177,9 +177,7 @@ func benchAtScale(b *testing.B, live, churn int) {
 		}
 
 		root, desc := spawnTree(b, d.Client, pids, fmt.Sprintf("casc%d", iter))
-		treePids := &pidCheck{} // this tree's, for the timed check
-		treePids.add(root)
-		treePids.add(desc...)
+		treePids := newPidfdCheck(b, append([]*kin.Agent{root}, desc...)...) // this tree's, for the timed check
 		rootGroup := filepath.Join(d.cgroupRoot, "a"+root.ID.String())
 		// Timed as BenchmarkCascade1000 times it: to every agent recorded
 		// and every process gone, followed on the event log (a read of
@@ -197,6 +195,7 @@ func benchAtScale(b *testing.B, live, churn int) {
 		cascade += took
 		cascadeCPU += tookCPU
 		stopProfile()
+		treePids.close()
 		if err != nil {
 			b.Fatalf("cascade: %v", err)
 		}
