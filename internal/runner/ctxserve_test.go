@@ -6,7 +6,6 @@ import (
 	"testing"
 
 	"github.com/kin-agents/kin/internal/store"
-	"github.com/kin-agents/kin/internal/store/sqlite"
 	"github.com/kin-agents/kin/kin"
 )
 
@@ -17,11 +16,7 @@ import (
 // this host's earlier agent of the name).
 func TestResolveOwnAgentsOnly(t *testing.T) {
 	ctx := context.Background()
-	st, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "kin.db"), sqlite.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
+	st := openSQLite(t, filepath.Join(t.TempDir(), "kin.db"))
 	insert := func(host string, status kin.Status) kin.AgentID {
 		t.Helper()
 		var id kin.AgentID

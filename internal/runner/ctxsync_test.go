@@ -23,16 +23,8 @@ import (
 func TestJustRegistered(t *testing.T) {
 	ctx := context.Background()
 	path := filepath.Join(t.TempDir(), "kin.db")
-	here, err := sqlite.Open(ctx, path, sqlite.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer here.Close()
-	other, err := sqlite.Open(ctx, path, sqlite.Options{}) // another host's handle on one store
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer other.Close()
+	here := openSQLite(t, path)
+	other := openSQLite(t, path) // another host's handle on one store
 	register := func(s store.Store, id kin.AgentID, name string, placed bool) {
 		t.Helper()
 		err := store.UpdateAfter(ctx, s, func(tx store.Tx, _ *store.AfterCommit) error {
@@ -123,3 +115,14 @@ func TestJustRegistered(t *testing.T) {
 }
 
 func t0() time.Time { return time.Unix(1_700_000_000, 0).UTC() }
+
+// openSQLite opens a store on the SQLite file path, closed at the test's end.
+func openSQLite(t *testing.T, path string) *sqlite.Store {
+	t.Helper()
+	st, err := sqlite.Open(context.Background(), path, sqlite.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	return st
+}

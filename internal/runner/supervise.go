@@ -1059,10 +1059,10 @@ func (run *Runner) stopAndRecord(ctx context.Context, c *cancellation) ([]*kin.A
 		// (a follower of the log, a client waiting for the subtree) have
 		// the other core. Both at once here, the groups' rmdirs on their
 		// goroutine and the pipes' renames on this one, kept both cores
-		// for 20-60 ms after a 1,110-agent record, and a follower saw it
-		// that much later (PERFORMANCE, session 14).
+		// after a 1,110-agent record, and a follower saw it 11-68 ms after
+		// its commit, 7-40 ms so (PERFORMANCE, session 14).
 		ps, release := pipes, releaseGroups
-		releaseGroups = func() {}
+		releaseGroups = func() {} // the goroutine's to call now, not the defer's
 		go func() {
 			retirePipes(ps)
 			release()
