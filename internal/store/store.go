@@ -86,6 +86,19 @@ type LazyDeferrer interface {
 	UpdateLazyDeferrable(ctx context.Context, fn func(tx Tx) error) error
 }
 
+// WarmHolder is a Store that reads, in the background, the rows its
+// commits changed back into a cache of its own (SQLite's row cache's
+// warmer), and that can be told to hold those reads: HoldWarming returns
+// once they are held, until release (which may be called more than once;
+// a hold forgotten is let go after a while). A cancellation holds them from
+// before it marks its agents stopping until it has recorded their ends:
+// 1,110 rows read again between the two took a third of the daemon's CPU
+// while the kill's processes died on the same two cores (issue 22), and
+// are changed again by the record anyway.
+type WarmHolder interface {
+	HoldWarming() (release func())
+}
+
 // EarlyDeferrer is a Store whose deferrable Update (Deferrer) can answer
 // before its commit is on the disk: UpdateEarlyDeferrable returns once fn's
 // writes are committed and visible to every reader and safe from a crash

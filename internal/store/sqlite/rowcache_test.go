@@ -292,6 +292,51 @@ func TestRowCacheWarmsWrittenRows(t *testing.T) {
 	waitCached("reopened", n)
 }
 
+// TestRowCacheWarmingHeld: while a hold (HoldWarming) stands, the rows a
+// commit changed are not read back into the cache, however long the
+// warmer has waited; once it is released they are. The cancellation of a
+// large subtree holds it from its plan to its record (issue 22).
+func TestRowCacheWarmingHeld(t *testing.T) {
+	ctx := context.Background()
+	s, err := Open(ctx, filepath.Join(t.TempDir(), "kin.db"), Options{Synchronous: "NORMAL", OnlyWriter: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	var _ store.WarmHolder = s
+	const n = 500
+	ids := insertAgents(t, s, n)
+	waitFor := func(what string, ok func() bool) {
+		t.Helper()
+		deadline := time.Now().Add(20 * time.Second)
+		for wait := time.Millisecond; !ok(); wait = min(2*wait, 100*time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: not after 20 s (%d rows cached)", what, s.CachedRows())
+			}
+			time.Sleep(wait)
+		}
+	}
+	waitFor("the inserted rows cached", func() bool { return s.CachedRows() == n })
+
+	release := s.HoldWarming()
+	waits := s.WarmHeldWaits()
+	stopping := kin.StateStopping
+	err = s.Update(ctx, func(tx store.Tx) error {
+		return tx.AgentUpdateMany(ctx, ids[:100], store.AgentUpdateParams{At: time.Unix(0, 2), State: &stopping})
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The warmer woke for the commit and is waiting for the release.
+	waitFor("the warmer waiting for the hold", func() bool { return s.WarmHeldWaits() > waits })
+	if got := s.CachedRows(); got != n-100 {
+		t.Fatalf("held: %d rows cached, want %d (the changed rows read back while held)", got, n-100)
+	}
+	release()
+	release() // twice is fine
+	waitFor("the changed rows read back once released", func() bool { return s.CachedRows() == n })
+}
+
 // insertAgents inserts n registered agents a0, a1, ... (updated_at version
 // 1) in one Update and returns their ids in that order.
 func insertAgents(t *testing.T, s *Store, n int) []kin.AgentID {

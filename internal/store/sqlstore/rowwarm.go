@@ -4,6 +4,7 @@ import (
 	"context"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/kin-agents/kin/kin"
@@ -25,6 +26,11 @@ type rowWarmer struct {
 	mu   sync.Mutex
 	ids  []kin.AgentID // to read: in commit order, maybe repeated
 	wake chan struct{} // signalled (never blocking) when ids grows
+	// holds counts the HoldWarming not yet released; free is closed (and
+	// replaced) when it comes back to 0.
+	holds int
+	free  chan struct{}
+	waits atomic.Int64 // times the warmer waited for a hold's release (WarmHeldWaits)
 }
 
 const (
@@ -42,10 +48,56 @@ const (
 	// warmAtStart is how many of the newest agents' rows are read at
 	// start: about 6 MB of the cache's rowCacheBytes.
 	warmAtStart = 16384
+	// warmHoldMax is how long the warmer waits for a hold to be released
+	// (HoldWarming) before it reads anyway: a hold its holder forgot
+	// delays the warming, it never ends it.
+	warmHoldMax = 10 * time.Second
 )
 
+// HoldWarming holds the warmer's reads until release (store.WarmHolder).
+func (s *Store) HoldWarming() (release func()) {
+	if s.warm == nil {
+		return func() {}
+	}
+	return s.warm.hold()
+}
+
+// WarmHeldWaits is how many times the warmer has waited for a hold's
+// release (HoldWarming): what it had to read waited with it.
+func (s *Store) WarmHeldWaits() int64 {
+	if s.warm == nil {
+		return 0
+	}
+	return s.warm.waits.Load()
+}
+
+// hold is HoldWarming's.
+func (w *rowWarmer) hold() (release func()) {
+	w.mu.Lock()
+	w.holds++
+	w.mu.Unlock()
+	return sync.OnceFunc(func() {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		if w.holds--; w.holds == 0 {
+			close(w.free)
+			w.free = make(chan struct{})
+		}
+	})
+}
+
+// held returns a channel closed once no hold is left, or nil when none is.
+func (w *rowWarmer) held() <-chan struct{} {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.holds == 0 {
+		return nil
+	}
+	return w.free
+}
+
 func newRowWarmer() *rowWarmer {
-	return &rowWarmer{wake: make(chan struct{}, 1)}
+	return &rowWarmer{wake: make(chan struct{}, 1), free: make(chan struct{})}
 }
 
 // add queues ids to be read.
@@ -84,6 +136,21 @@ func (s *Store) warmLoop(ctx context.Context) {
 	// A warm read that fails is dropped: the rows are read, and cached,
 	// by the next large read that wants them, as without a warmer.
 	for {
+		// Held (HoldWarming): what gathers meanwhile is read once released.
+		for free := s.warm.held(); free != nil; free = s.warm.held() {
+			s.warm.waits.Add(1)
+			t := time.NewTimer(warmHoldMax)
+			select {
+			case <-free:
+			case <-t.C:
+			case <-s.stop:
+				t.Stop()
+				return
+			}
+			if !t.Stop() {
+				break // waited warmHoldMax: read anyway
+			}
+		}
 		for {
 			ids := s.warm.take(warmBatch)
 			if len(ids) == 0 {
