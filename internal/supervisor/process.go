@@ -169,6 +169,45 @@ func (p *Process) Exit() (Exit, bool) {
 	}
 }
 
+// PeekExit returns how the process ended once it has exited, reaped or
+// not: its Exit once Done is closed, else the status the kernel keeps for
+// its reaping (waitid WNOWAIT), which leaves the zombie to the reaper. The
+// Exit of a peek has no times and no resource use. False while it runs,
+// and where only its reaping tells (the init of a PID namespace reports
+// its child's status on a pipe that the reap reads): wait for Done then.
+// A cancellation records a killed subtree's ends while the kill's last
+// exits are still being reaped (Runner.stopAndRecord).
+func (p *Process) PeekExit() (Exit, bool) {
+	if e, ok := p.Exit(); ok {
+		return e, true
+	}
+	if p.status != nil {
+		return Exit{}, false
+	}
+	// Under sigMu the reaper cannot take the pid meanwhile (reap), so the
+	// status read is this process's, not a later child's of the same pid.
+	p.sigMu.Lock()
+	defer p.sigMu.Unlock()
+	if p.gone {
+		return Exit{}, false // reaped this instant: Done closes at once
+	}
+	var si siginfoChild
+	if err := waitid(unix.P_PID, p.Pid, &si, unix.WEXITED|unix.WNOHANG|unix.WNOWAIT, nil); err != nil || si.Pid != int32(p.Pid) {
+		return Exit{}, false
+	}
+	e := Exit{ID: p.ID, Pid: p.Pid, Started: p.Started, Code: -1}
+	switch si.Code {
+	case cldExited:
+		e.Code = int(si.Status)
+	case cldKilled, cldDumped:
+		e.Signal = syscall.Signal(si.Status)
+		e.CoreDumped = si.Code == cldDumped
+	default:
+		return Exit{}, false // stopped or traced, not exited
+	}
+	return e, true
+}
+
 // ended is how the process ended, once Done is closed.
 func (p *Process) ended() Exit {
 	if p.exit == nil {

@@ -261,3 +261,95 @@ func TestComparePreorder(t *testing.T) {
 		}
 	}
 }
+
+// TestPeekExitBeforeTheReap: a process that has exited and is not reaped
+// yet tells how it ended (PeekExit), and is left a zombie for the reaper,
+// whose Exit then says the same; one that runs tells nothing.
+func TestPeekExitBeforeTheReap(t *testing.T) {
+	s := newCgroupSup(t, Config{})
+	release := holdReaping()
+	defer release()
+	running := start(t, s, sleeper(1, 0))
+	exited := start(t, s, Spec{ID: 2, Argv: []string{"sh", "-c", "exit 7"}})
+	killed := start(t, s, sleeper(3, 0))
+	if err := syscall.Kill(killed.Pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 20*time.Second, "both processes exited", func() bool {
+		_, ok1 := exited.PeekExit()
+		_, ok2 := killed.PeekExit()
+		return ok1 && ok2
+	})
+	if e, ok := running.PeekExit(); ok {
+		t.Errorf("a running process peeked as ended: %s", e)
+	}
+	e, _ := exited.PeekExit()
+	k, _ := killed.PeekExit()
+	if e.Code != 7 || e.Signal != 0 || k.Code != -1 || k.Signal != syscall.SIGKILL {
+		t.Fatalf("peeked %s and %s, want exit 7 and killed", e, k)
+	}
+	for _, p := range []*Process{exited, killed} {
+		if isDone(p) {
+			t.Fatalf("pid %d reaped while the reaping was held", p.Pid)
+		}
+		stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p.Pid))
+		if err != nil {
+			t.Fatalf("pid %d after the peek: %v (the peek reaped it)", p.Pid, err)
+		}
+		if f := strings.Fields(string(stat[strings.LastIndexByte(string(stat), ')')+1:])); len(f) == 0 || f[0] != "Z" {
+			t.Fatalf("pid %d after the peek: state %v, want a zombie", p.Pid, f[:1])
+		}
+	}
+	release()
+	if got := waitExit(t, exited); got.Code != 7 || got.Signal != 0 {
+		t.Errorf("reaped: %s, want exit 7", got)
+	}
+	if got := waitExit(t, killed); got.Signal != syscall.SIGKILL {
+		t.Errorf("reaped: %s, want killed", got)
+	}
+	if _, ok := exited.PeekExit(); !ok {
+		t.Error("a reaped process peeked as running")
+	}
+}
+
+// TestOnEmptyBeforeTheLastReaps: a Stop given OnEmpty calls it once the
+// killed group is empty, with every agent its groups hold, each of whose
+// processes has exited by then (PeekExit tells how), before it returns.
+func TestOnEmptyBeforeTheLastReaps(t *testing.T) {
+	s := newCgroupSup(t, Config{})
+	root := start(t, s, sleeper(1, 0))
+	procs := []*Process{root}
+	for id := kin.AgentID(2); id <= 5; id++ {
+		procs = append(procs, start(t, s, sleeper(id, 1)))
+	}
+	other := start(t, s, sleeper(9, 0))
+	var covered []kin.AgentID
+	calls := 0
+	var peeked []Exit
+	ctx := OnEmpty(testCtx(t), func(ids []kin.AgentID) {
+		calls++
+		covered = slices.Clone(ids)
+		for _, p := range procs {
+			e, ok := p.PeekExit()
+			if !ok {
+				e, _ = p.Wait(testCtx(t)) // an init's status pipe: its reap tells
+			}
+			peeked = append(peeked, e)
+		}
+	})
+	if err := s.Stop(ctx, 1, 0); err != nil {
+		t.Fatal(err)
+	}
+	slices.Sort(covered)
+	if calls != 1 || !slices.Equal(covered, []kin.AgentID{1, 2, 3, 4, 5}) {
+		t.Fatalf("OnEmpty called %d times with %v, want once with agents 1-5", calls, covered)
+	}
+	for i, e := range peeked {
+		if e.Signal != syscall.SIGKILL {
+			t.Errorf("agent %d at OnEmpty: %s, want killed", procs[i].ID, e)
+		}
+	}
+	if isDone(other) {
+		t.Error("the Stop of agent 1 ended agent 9, outside its group")
+	}
+}

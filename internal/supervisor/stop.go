@@ -311,6 +311,19 @@ func OnSignalled(ctx context.Context, fn func()) context.Context {
 
 type signalledKey struct{}
 
+// OnEmpty returns ctx carrying fn, which a Stop given it calls once the
+// group it killed holds no process, before the last of them are reaped:
+// with the ids of the agents whose groups that Stop covers (the agent and
+// every agent nested in its group). Every process of theirs has exited by
+// then (Process.PeekExit tells how). Not called when the Stop killed
+// nothing (a group empty already, or ended by its SIGTERM within the
+// grace: its processes are reaped as they exit) or failed.
+func OnEmpty(ctx context.Context, fn func(ids []kin.AgentID)) context.Context {
+	return context.WithValue(ctx, emptyKey{}, fn)
+}
+
+type emptyKey struct{}
+
 // removalHold is the removals deferred under one HoldRemovals.
 type removalHold struct {
 	mu       sync.Mutex
@@ -463,6 +476,13 @@ func (s *Supervisor) killCgroup(ctx context.Context, sub []*agent, dir string, g
 			return nil, err
 		}
 		err := cgroup.WaitEmpty(ctx, dir)
+		if emptied, _ := ctx.Value(emptyKey{}).(func([]kin.AgentID)); emptied != nil && err == nil {
+			ids := make([]kin.AgentID, len(sub))
+			for i, b := range sub {
+				ids[i] = b.id
+			}
+			emptied(ids) // its caller's record, beside the reaping of the last exits
+		}
 		stopReaping()
 		if err != nil {
 			release()
