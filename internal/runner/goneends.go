@@ -15,6 +15,9 @@ import (
 type stopEnd struct {
 	c *cancellation
 	a *kin.Agent
+	// exit is how its process ended, where known before the record
+	// (recordBeside); nil: its Process's reaped Exit, if any.
+	exit *kin.Exit
 }
 
 // recordStoppedTx is step 8 of the cancellation in tx: each agent of ends
@@ -80,7 +83,9 @@ func (run *Runner) recordStoppedTx(ctx context.Context, tx store.Tx, now time.Ti
 		if cur.PID != 0 && cur.EndedAt.IsZero() {
 			p.EndedAt = &now
 			exit := kin.Exit{Code: -1}
-			if rt := run.runtimeOf(a.ID); rt != nil && rt.proc != nil {
+			if end.exit != nil {
+				exit = *end.exit
+			} else if rt := run.runtimeOf(a.ID); rt != nil && rt.proc != nil {
 				if ex, ok := rt.proc.Exit(); ok {
 					exit = exitOf(ex)
 				}
@@ -221,7 +226,7 @@ func (run *Runner) newGoneEnds(cs []*cancellation) *goneEnds {
 		c.signalled = sync.OnceFunc(g.unsignalled.Done)
 		for _, a := range c.mine {
 			if a.ID != c.Root {
-				g.of[a.ID] = stopEnd{c, a}
+				g.of[a.ID] = stopEnd{c: c, a: a}
 			}
 		}
 	}

@@ -608,7 +608,19 @@ func (run *Runner) handleExit(id kin.AgentID, exit kin.Exit) {
 	if err != nil {
 		run.log.Error("cancel children", "agent", id, "err", err)
 	}
+	// Their sockets are shut (step 3) while that transaction commits
+	// (steps 1-2): both come before any signal, and neither needs the
+	// other (some 10 ms each for a 1,110-agent subtree). Should the
+	// commit fail, the cancellation marks them itself (silence), with
+	// their sockets shut already: their parent is dead, and they are
+	// about to be signalled.
+	var shut sync.WaitGroup
+	if c != nil {
+		socks := run.socketsOf(c)
+		shut.Go(func() { agentsock.ShutAll(socks) })
+	}
 	a, err := run.recordEnd(ctx, id, state, reason, &exit, res, c)
+	shut.Wait()
 	if err != nil {
 		run.log.Error("record exit", "agent", id, "err", err)
 	}
@@ -775,6 +787,21 @@ type cancellation struct {
 	// ended without one.
 	gone      *goneEnds
 	signalled func()
+	// unhold lets the store's warmer read again (store.WarmHolder): held
+	// from the plan of a large cancellation to its record.
+	unhold func()
+}
+
+// warmHoldMin is the fewest agents a cancellation holds the store's
+// warmer for (store.WarmHolder): below it, the rows read again are few.
+const warmHoldMin = 64
+
+// letWarm releases c's hold on the store's warmer, if any; more than once
+// is fine.
+func (c *cancellation) letWarm() {
+	if c.unhold != nil {
+		c.unhold()
+	}
 }
 
 // planCancel is the first step of cancelTree: it finds the owned subtree
@@ -839,7 +866,11 @@ func (run *Runner) planCancel(ctx context.Context, p cancelParams) (*cancellatio
 		mine = append(mine, a)
 	}
 	run.rtMu.Unlock()
-	return &cancellation{cancelParams: p, began: began, mine: mine, remote: remote}, nil
+	c := &cancellation{cancelParams: p, began: began, mine: mine, remote: remote}
+	if h, ok := run.store.(store.WarmHolder); ok && len(mine) >= warmHoldMin {
+		c.unhold = h.HoldWarming() // until its record (stopAndRecord), or its failure
+	}
+	return c, nil
 }
 
 // ownsAgent reports whether a is this host's to run and record: recorded
@@ -852,6 +883,7 @@ func (run *Runner) ownsAgent(a *kin.Agent) bool {
 // finishCancel is the rest of cancelTree: steps 1-8 of the sequence for
 // the agents c claimed.
 func (run *Runner) finishCancel(ctx context.Context, c *cancellation) ([]*kin.Agent, error) {
+	defer c.letWarm()
 	socks, err := run.silence(ctx, c)
 	if err != nil {
 		return nil, err
@@ -903,17 +935,25 @@ func (run *Runner) silence(ctx context.Context, cs ...*cancellation) ([]*agentso
 			c.marked = true
 		}
 	}
-	// 3: close their sockets.
+	// 3: close their sockets (shut already by a parent's death's: handleExit).
+	socks := run.socketsOf(cs...)
+	agentsock.ShutAll(socks)
+	return socks, nil
+}
+
+// socketsOf is the sockets of cs's agents.
+func (run *Runner) socketsOf(cs ...*cancellation) []*agentsock.Socket {
 	var socks []*agentsock.Socket
+	run.rtMu.Lock()
+	defer run.rtMu.Unlock()
 	for _, c := range cs {
 		for _, a := range c.mine {
-			if rt := run.runtimeOf(a.ID); rt != nil && rt.sock != nil {
+			if rt := run.runtimes[a.ID]; rt != nil && rt.sock != nil {
 				socks = append(socks, rt.sock)
 			}
 		}
 	}
-	agentsock.ShutAll(socks)
-	return socks, nil
+	return socks
 }
 
 // markStopping is steps 1-2 of the cancellation for the agents of cs, in
@@ -972,6 +1012,7 @@ func markStopping(ctx context.Context, tx store.Tx, now time.Time, cs ...*cancel
 // grace, kill, wait, record.
 func (run *Runner) stopAndRecord(ctx context.Context, c *cancellation) ([]*kin.Agent, error) {
 	root, reason, grace, mine, began := c.Root, c.Reason, c.Grace, c.mine, c.began
+	defer c.letWarm() // on the ways out before the record
 	maxGrace := time.Duration(0)
 	for _, a := range mine {
 		maxGrace = max(maxGrace, time.Duration(a.Grace))
@@ -994,7 +1035,18 @@ func (run *Runner) stopAndRecord(ctx context.Context, c *cancellation) ([]*kin.A
 	// their logs, not for the pipes' renames (retirePipes).
 	pipes := run.holdPipes(mine)
 	defer func() { retirePipes(pipes) }() // on the ways out before the record
-	if err := run.sup.Stop(sctx, root, maxGrace); err != nil && !errors.Is(err, supervisor.ErrUnknownAgent) {
+	// Once the kill has emptied the root's group, its agents' ends are
+	// recorded beside the reaping of the last exits (recordBeside).
+	var beside *besideRecord
+	rctx := sctx
+	if c.gone == nil && c.signalled == nil && reason != authority.ReasonBudget && reason != authority.ReasonDeadline {
+		rctx = supervisor.OnEmpty(sctx, func(covered []kin.AgentID) {
+			if beside == nil {
+				beside = run.recordBeside(ctx, c, covered)
+			}
+		})
+	}
+	if err := run.sup.Stop(rctx, root, maxGrace); err != nil && !errors.Is(err, supervisor.ErrUnknownAgent) {
 		run.log.Error("stop cgroup", "agent", root, "err", err)
 	}
 	for _, a := range mine { // agents under a registered-only root have groups of their own
@@ -1004,56 +1056,56 @@ func (run *Runner) stopAndRecord(ctx context.Context, c *cancellation) ([]*kin.A
 			}
 		}
 	}
-	// Their processes are gone: the model gateway refuses their
-	// credentials from now on (Runs), not only once each exit is handled
-	// on its own goroutine or the end recorded below.
-	if c.signalled != nil {
-		c.signalled() // (if its Stop did not, having nothing to signal)
-	}
-	run.markExited(mine)
-	// What a shutdown recorded already while the grace ran (goneEnds) is
-	// not recorded again.
-	done := c.gone.take(c)
-	rest := mine
-	if len(done) > 0 {
-		early := make(map[kin.AgentID]bool, len(done))
-		for _, a := range done {
-			early[a.ID] = true
-		}
-		rest = slices.DeleteFunc(slices.Clone(mine), func(a *kin.Agent) bool { return early[a.ID] })
-	}
-	// Their output is in their logs before their ends are recorded.
-	flushBy := time.Now().Add(logFlushWait)
-	for _, a := range rest {
-		run.awaitLog(a.ID, flushBy)
-	}
-	// A subtree stopped for its budget or deadline hands back what it had
-	// made so far: partial, marked cancelled, but kept.
-	ids := idsOf(mine)
-	if reason == authority.ReasonBudget || reason == authority.ReasonDeadline {
-		whole, err := run.store.AgentListByIDs(ctx, ids) // the plan's rows are lean
-		if err != nil {
-			run.log.Warn("keep partial results: read the agents", "root", root, "err", err)
-		}
-		for _, a := range whole {
-			run.keepPartial(ctx, a)
-		}
-	}
-	// 7-8: record.
-	var recorded []*kin.Agent
+	var done, recorded []*kin.Agent
 	var err error
-	if len(rest) > 0 { // a leaf's exit has nothing to record here: no batch for it
-		now := run.now()
-		ends := make([]stopEnd, len(rest))
-		for i, a := range rest {
-			ends[i] = stopEnd{c, a}
+	if beside != nil {
+		<-beside.done
+		recorded, err = beside.recorded, beside.err
+	} else {
+		// Their processes are gone: the model gateway refuses their
+		// credentials from now on (Runs), not only once each exit is
+		// handled on its own goroutine or the end recorded below.
+		if c.signalled != nil {
+			c.signalled() // (if its Stop did not, having nothing to signal)
 		}
-		err = run.update(ctx, func(tx store.Tx, _ *store.AfterCommit) error {
-			var err error
-			recorded, err = run.recordStoppedTx(ctx, tx, now, ends, c.Rows)
-			return err
-		})
+		run.markExited(mine)
+		// What a shutdown recorded already while the grace ran (goneEnds)
+		// is not recorded again.
+		done = c.gone.take(c)
+		rest := mine
+		if len(done) > 0 {
+			early := make(map[kin.AgentID]bool, len(done))
+			for _, a := range done {
+				early[a.ID] = true
+			}
+			rest = slices.DeleteFunc(slices.Clone(mine), func(a *kin.Agent) bool { return early[a.ID] })
+		}
+		// Their output is in their logs before their ends are recorded.
+		flushBy := time.Now().Add(logFlushWait)
+		for _, a := range rest {
+			run.awaitLog(a.ID, flushBy)
+		}
+		// A subtree stopped for its budget or deadline hands back what it
+		// had made so far: partial, marked cancelled, but kept.
+		if reason == authority.ReasonBudget || reason == authority.ReasonDeadline {
+			whole, err := run.store.AgentListByIDs(ctx, idsOf(mine)) // the plan's rows are lean
+			if err != nil {
+				run.log.Warn("keep partial results: read the agents", "root", root, "err", err)
+			}
+			for _, a := range whole {
+				run.keepPartial(ctx, a)
+			}
+		}
+		// 7-8: record.
+		if len(rest) > 0 { // a leaf's exit has nothing to record here: no batch for it
+			ends := make([]stopEnd, len(rest))
+			for i, a := range rest {
+				ends[i] = stopEnd{c: c, a: a}
+			}
+			recorded, err = run.recordStopped(ctx, c, ends)
+		}
 	}
+	c.letWarm() // their rows, changed by the record too, are read once
 	if c.Background {
 		// Done one after the other on one goroutine: the record's readers
 		// (a follower of the log, a client waiting for the subtree) have
@@ -1091,6 +1143,98 @@ func (run *Runner) stopAndRecord(ctx context.Context, c *cancellation) ([]*kin.A
 		run.log.Info("cancelled", "root", root, "agents", len(done), "reason", reason)
 	}
 	return nonNil(done), nil
+}
+
+// recordStopped is steps 7-8 of the cancellation c: ends recorded in one
+// transaction (recordStoppedTx).
+func (run *Runner) recordStopped(ctx context.Context, c *cancellation, ends []stopEnd) (recorded []*kin.Agent, err error) {
+	now := run.now()
+	err = run.update(ctx, func(tx store.Tx, _ *store.AfterCommit) error {
+		var err error
+		recorded, err = run.recordStoppedTx(ctx, tx, now, ends, c.Rows)
+		return err
+	})
+	return recorded, err
+}
+
+// besideRecord is a cancellation's record made beside the reaping of its
+// kill's last exits (recordBeside): done is closed once it committed, or
+// failed (err).
+type besideRecord struct {
+	done     chan struct{}
+	recorded []*kin.Agent
+	err      error
+}
+
+// exitWait bounds how long recordBeside waits for a process whose status
+// only its reaping tells (Process.PeekExit) once its group is empty: a
+// zombie's reaping is the next thing the kill's goroutine does.
+const exitWait = 10 * time.Second
+
+// recordBeside starts the record of c (steps 7-8) once the kill emptied
+// its root's group, and returns it; nil when some agent of c has a process
+// outside the groups that kill covered (covered: their agents), whose end
+// the sequential record after every Stop then waits for. Every process in
+// those groups has exited by then, and how is known before it is reaped
+// (Process.PeekExit): the record, one core's work of some 70 ms for a
+// 1,110-agent subtree, no longer waits for the reaping of the kill's last
+// exits, the kernel's release of each task, some 10-60 ms more on the
+// other core (issue 22's cascade). A reader that sees the record may still
+// find a zombie of one of them for those milliseconds, never a process
+// that runs.
+func (run *Runner) recordBeside(ctx context.Context, c *cancellation, covered []kin.AgentID) *besideRecord {
+	in := make(map[kin.AgentID]bool, len(covered))
+	for _, id := range covered {
+		in[id] = true
+	}
+	procs := make([]*supervisor.Process, len(c.mine)) // nil: no process here (none started)
+	run.rtMu.Lock()
+	for i, a := range c.mine {
+		rt := run.runtimes[a.ID]
+		if rt == nil {
+			continue
+		}
+		if rt.proc == nil || !in[a.ID] { // its start in flight, or outside the kill
+			run.rtMu.Unlock()
+			return nil
+		}
+		procs[i] = rt.proc
+	}
+	run.rtMu.Unlock()
+	// Their processes are gone: the model gateway refuses their
+	// credentials from now on (Runs).
+	run.markExited(c.mine)
+	r := &besideRecord{done: make(chan struct{})}
+	go func() {
+		defer close(r.done)
+		flushBy := time.Now().Add(logFlushWait)
+		ends := make([]stopEnd, len(c.mine))
+		for i, a := range c.mine {
+			// Its output is in its log before its end is recorded.
+			run.awaitLog(a.ID, flushBy)
+			if procs[i] == nil {
+				ends[i] = stopEnd{c: c, a: a}
+				continue
+			}
+			ex, ok := procs[i].PeekExit()
+			if !ok {
+				t := time.NewTimer(exitWait)
+				select {
+				case <-procs[i].Done():
+					ex, ok = procs[i].Exit()
+				case <-t.C:
+				}
+				t.Stop()
+			}
+			exit := kin.Exit{Code: -1}
+			if ok {
+				exit = exitOf(ex)
+			}
+			ends[i] = stopEnd{c: c, a: a, exit: &exit}
+		}
+		r.recorded, r.err = run.recordStopped(ctx, c, ends)
+	}()
+	return r
 }
 
 // maybeRestart replaces an agent that ended by itself when its restart
