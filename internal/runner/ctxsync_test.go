@@ -126,3 +126,13 @@ func openSQLite(t *testing.T, path string) *sqlite.Store {
 	t.Cleanup(func() { st.Close() })
 	return st
 }
+
+// TestRecordBesideNothingToRecord: a cancellation with no agent to record
+// (a leaf's leftovers killed) makes no record beside the reaping: no
+// transaction for nothing (stopAndRecord makes none for it either).
+func TestRecordBesideNothingToRecord(t *testing.T) {
+	run := &Runner{}
+	if r := run.recordBeside(context.Background(), &cancellation{}, []kin.AgentID{7}); r != nil {
+		t.Fatal("a record beside the reaping for a cancellation of no agent")
+	}
+}

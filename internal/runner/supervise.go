@@ -612,8 +612,9 @@ func (run *Runner) handleExit(id kin.AgentID, exit kin.Exit) {
 	// (steps 1-2): both come before any signal, and neither needs the
 	// other (some 10 ms each for a 1,110-agent subtree). Should the
 	// commit fail, the cancellation marks them itself (silence), with
-	// their sockets shut already: their parent is dead, and they are
-	// about to be signalled.
+	// their sockets shut already; should that fail too, they are left
+	// running, claimed, with their sockets shut: the store refuses
+	// writes, and their parent is dead.
 	var shut sync.WaitGroup
 	if c != nil {
 		socks := run.socketsOf(c)
@@ -788,7 +789,8 @@ type cancellation struct {
 	gone      *goneEnds
 	signalled func()
 	// unhold lets the store's warmer read again (store.WarmHolder): held
-	// from the plan of a large cancellation to its record.
+	// from the plan of a large cancellation to its record, or to its
+	// SIGTERM when it has a grace.
 	unhold func()
 }
 
@@ -1021,6 +1023,12 @@ func (run *Runner) stopAndRecord(ctx context.Context, c *cancellation) ([]*kin.A
 		maxGrace = time.Duration(*grace)
 	}
 	maxGrace = run.graceWithin(maxGrace)
+	if maxGrace > 0 {
+		// Signalled first: the store's warmer reads the rows the stopping
+		// commit changed while the grace runs (a kill after it has nothing
+		// new for it), rather than waiting for the record.
+		c.letWarm()
+	}
 	// 4-6: SIGTERM, grace, SIGKILL, wait until empty. The root's group
 	// holds every owned descendant's group, and what the root's own process
 	// left behind. The emptied groups are removed once the record below
@@ -1183,18 +1191,20 @@ const exitWait = 10 * time.Second
 // find a zombie of one of them for those milliseconds, never a process
 // that runs.
 func (run *Runner) recordBeside(ctx context.Context, c *cancellation, covered []kin.AgentID) *besideRecord {
+	if len(c.mine) == 0 {
+		return nil // a leaf's leftovers killed: nothing to record (stopAndRecord makes no batch for it)
+	}
 	in := make(map[kin.AgentID]bool, len(covered))
 	for _, id := range covered {
 		in[id] = true
 	}
-	procs := make([]*supervisor.Process, len(c.mine)) // nil: no process here (none started)
+	procs := make([]*supervisor.Process, len(c.mine))
 	run.rtMu.Lock()
 	for i, a := range c.mine {
 		rt := run.runtimes[a.ID]
-		if rt == nil {
-			continue
-		}
-		if rt.proc == nil || !in[a.ID] { // its start in flight, or outside the kill
+		if rt == nil || rt.proc == nil || !in[a.ID] {
+			// Not started (or its start in flight), or outside the kill:
+			// the record waits for every Stop, as before.
 			run.rtMu.Unlock()
 			return nil
 		}
@@ -1212,10 +1222,8 @@ func (run *Runner) recordBeside(ctx context.Context, c *cancellation, covered []
 		for i, a := range c.mine {
 			// Its output is in its log before its end is recorded.
 			run.awaitLog(a.ID, flushBy)
-			if procs[i] == nil {
-				ends[i] = stopEnd{c: c, a: a}
-				continue
-			}
+			// The group reads empty a moment before its last tasks are
+			// zombies (reapKilled): those are told by their reaping.
 			ex, ok := procs[i].PeekExit()
 			if !ok {
 				t := time.NewTimer(exitWait)

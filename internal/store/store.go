@@ -88,13 +88,14 @@ type LazyDeferrer interface {
 
 // WarmHolder is a Store that reads, in the background, the rows its
 // commits changed back into a cache of its own (SQLite's row cache's
-// warmer), and that can be told to hold those reads: HoldWarming returns
-// once they are held, until release (which may be called more than once;
-// a hold forgotten is let go after a while). A cancellation holds them from
-// before it marks its agents stopping until it has recorded their ends:
-// 1,110 rows read again between the two took a third of the daemon's CPU
-// while the kill's processes died on the same two cores (issue 22), and
-// are changed again by the record anyway.
+// warmer), and that can be told to hold those reads: from HoldWarming on,
+// no read starts until release (which may be called more than once; a read
+// already under way ends first), or until the hold lapses, a while after it
+// was taken. A cancellation without a grace holds them from before it
+// marks its agents stopping until it has recorded their ends: 1,110 rows
+// read again between the two took a third of the daemon's CPU while the
+// kill's processes died on the same two cores (issue 22), and are changed
+// again by the record anyway.
 type WarmHolder interface {
 	HoldWarming() (release func())
 }

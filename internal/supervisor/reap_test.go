@@ -313,8 +313,9 @@ func TestPeekExitBeforeTheReap(t *testing.T) {
 }
 
 // TestOnEmptyBeforeTheLastReaps: a Stop given OnEmpty calls it once the
-// killed group is empty, with every agent its groups hold, each of whose
-// processes has exited by then (PeekExit tells how), before it returns.
+// killed group is empty, with every agent its groups hold, before it has
+// reaped any of them (fewer than reapDyingMin: none is reaped as it dies),
+// and each of them tells how it ended by then or once reaped.
 func TestOnEmptyBeforeTheLastReaps(t *testing.T) {
 	s := newCgroupSup(t, Config{})
 	root := start(t, s, sleeper(1, 0))
@@ -324,17 +325,18 @@ func TestOnEmptyBeforeTheLastReaps(t *testing.T) {
 	}
 	other := start(t, s, sleeper(9, 0))
 	var covered []kin.AgentID
-	calls := 0
-	var peeked []Exit
+	calls, reaped := 0, 0
+	peeked := make([]bool, len(procs))
 	ctx := OnEmpty(testCtx(t), func(ids []kin.AgentID) {
 		calls++
 		covered = slices.Clone(ids)
-		for _, p := range procs {
-			e, ok := p.PeekExit()
-			if !ok {
-				e, _ = p.Wait(testCtx(t)) // an init's status pipe: its reap tells
+		for i, p := range procs {
+			if isDone(p) {
+				reaped++
 			}
-			peeked = append(peeked, e)
+			// False only for one that left the group and is not a
+			// zombie yet: its reaping, after this, tells.
+			_, peeked[i] = p.PeekExit()
 		}
 	})
 	if err := s.Stop(ctx, 1, 0); err != nil {
@@ -344,9 +346,13 @@ func TestOnEmptyBeforeTheLastReaps(t *testing.T) {
 	if calls != 1 || !slices.Equal(covered, []kin.AgentID{1, 2, 3, 4, 5}) {
 		t.Fatalf("OnEmpty called %d times with %v, want once with agents 1-5", calls, covered)
 	}
-	for i, e := range peeked {
-		if e.Signal != syscall.SIGKILL {
-			t.Errorf("agent %d at OnEmpty: %s, want killed", procs[i].ID, e)
+	if reaped != 0 {
+		t.Fatalf("at OnEmpty %d of %d killed processes were reaped already", reaped, len(procs))
+	}
+	for i, p := range procs {
+		e, ok := p.PeekExit()
+		if !ok || e.Signal != syscall.SIGKILL {
+			t.Errorf("agent %d after the Stop: %s (%v; peeked at OnEmpty: %v), want killed", p.ID, e, ok, peeked[i])
 		}
 	}
 	if isDone(other) {

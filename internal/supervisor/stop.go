@@ -312,12 +312,15 @@ func OnSignalled(ctx context.Context, fn func()) context.Context {
 type signalledKey struct{}
 
 // OnEmpty returns ctx carrying fn, which a Stop given it calls once the
-// group it killed holds no process, before the last of them are reaped:
-// with the ids of the agents whose groups that Stop covers (the agent and
-// every agent nested in its group). Every process of theirs has exited by
-// then (Process.PeekExit tells how). Not called when the Stop killed
-// nothing (a group empty already, or ended by its SIGTERM within the
-// grace: its processes are reaped as they exit) or failed.
+// group it killed (cgroup.kill) holds no process, before the last of them
+// are reaped: with the ids of the agents whose groups that Stop covers (the
+// agent and every agent nested in its group). Every process of theirs has
+// left the group by then; the kernel says so a moment before the last of
+// them are zombies, so Process.PeekExit tells how most ended, and the
+// reaping, which follows, the rest. Not called when the Stop killed nothing
+// (a group empty already, or emptied by its SIGTERM within the grace: its
+// processes are reaped as they exit), waited for another Stop covering the
+// agent, failed, or runs without cgroups.
 func OnEmpty(ctx context.Context, fn func(ids []kin.AgentID)) context.Context {
 	return context.WithValue(ctx, emptyKey{}, fn)
 }

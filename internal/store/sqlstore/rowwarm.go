@@ -27,9 +27,12 @@ type rowWarmer struct {
 	ids  []kin.AgentID // to read: in commit order, maybe repeated
 	wake chan struct{} // signalled (never blocking) when ids grows
 	// holds counts the HoldWarming not yet released; free is closed (and
-	// replaced) when it comes back to 0.
+	// replaced) when it comes back to 0. until is when the last hold
+	// taken lapses (warmHoldMax after it): a hold its holder forgot
+	// delays the warming, it never ends it.
 	holds int
 	free  chan struct{}
+	until time.Time
 	waits atomic.Int64 // times the warmer waited for a hold's release (WarmHeldWaits)
 }
 
@@ -48,9 +51,9 @@ const (
 	// warmAtStart is how many of the newest agents' rows are read at
 	// start: about 6 MB of the cache's rowCacheBytes.
 	warmAtStart = 16384
-	// warmHoldMax is how long the warmer waits for a hold to be released
-	// (HoldWarming) before it reads anyway: a hold its holder forgot
-	// delays the warming, it never ends it.
+	// warmHoldMax is how long a hold (HoldWarming) holds at most: the
+	// warmer reads once every hold is released or this long after the
+	// last was taken.
 	warmHoldMax = 10 * time.Second
 )
 
@@ -75,6 +78,7 @@ func (s *Store) WarmHeldWaits() int64 {
 func (w *rowWarmer) hold() (release func()) {
 	w.mu.Lock()
 	w.holds++
+	w.until = time.Now().Add(warmHoldMax)
 	w.mu.Unlock()
 	return sync.OnceFunc(func() {
 		w.mu.Lock()
@@ -82,18 +86,24 @@ func (w *rowWarmer) hold() (release func()) {
 		if w.holds--; w.holds == 0 {
 			close(w.free)
 			w.free = make(chan struct{})
+			select { // what waited for it (warmLoop's reads between two batches) is read now
+			case w.wake <- struct{}{}:
+			default:
+			}
 		}
 	})
 }
 
-// held returns a channel closed once no hold is left, or nil when none is.
-func (w *rowWarmer) held() <-chan struct{} {
+// held returns a channel closed once no hold is left, and how long the
+// holds last at most; nil when none is left, or they have lapsed.
+func (w *rowWarmer) held() (<-chan struct{}, time.Duration) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if w.holds == 0 {
-		return nil
+	left := time.Until(w.until)
+	if w.holds == 0 || left <= 0 {
+		return nil, 0
 	}
-	return w.free
+	return w.free, left
 }
 
 func newRowWarmer() *rowWarmer {
@@ -137,9 +147,9 @@ func (s *Store) warmLoop(ctx context.Context) {
 	// by the next large read that wants them, as without a warmer.
 	for {
 		// Held (HoldWarming): what gathers meanwhile is read once released.
-		for free := s.warm.held(); free != nil; free = s.warm.held() {
+		for free, left := s.warm.held(); free != nil; free, left = s.warm.held() {
 			s.warm.waits.Add(1)
-			t := time.NewTimer(warmHoldMax)
+			t := time.NewTimer(left)
 			select {
 			case <-free:
 			case <-t.C:
@@ -147,11 +157,12 @@ func (s *Store) warmLoop(ctx context.Context) {
 				t.Stop()
 				return
 			}
-			if !t.Stop() {
-				break // waited warmHoldMax: read anyway
-			}
+			t.Stop()
 		}
 		for {
+			if free, _ := s.warm.held(); free != nil {
+				break // held between two reads: the rest waits for the release
+			}
 			ids := s.warm.take(warmBatch)
 			if len(ids) == 0 {
 				break
