@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"path/filepath"
+	"reflect"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -362,4 +364,60 @@ func insertAgents(t *testing.T, s *Store, n int) []kin.AgentID {
 		t.Fatal(err)
 	}
 	return ids
+}
+
+// TestLeanReadThroughTheCache: a large lean read by id (a cancellation's
+// plan) served from the row cache's whole rows answers what SQLite's lean
+// rows answer, field for field, the others zero, cold and warm; and it is
+// served from the cache (its rows stay cached, none read again).
+func TestLeanReadThroughTheCache(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "kin.db")
+	s, err := Open(ctx, path, Options{Synchronous: "NORMAL", OnlyWriter: true, cold: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	const n = 1500
+	ids := insertAgents(t, s, n)
+	// Some of the lean fields set: a command, a host, a grace, an end.
+	ended := time.Unix(1700000000, 5)
+	stopping := kin.StateStopping
+	err = s.Update(ctx, func(tx store.Tx) error {
+		if err := tx.AgentUpdateMany(ctx, ids[:300], store.AgentUpdateParams{At: time.Unix(0, 2), State: &stopping}); err != nil {
+			return err
+		}
+		return tx.AgentUpdateMany(ctx, ids[300:400], store.AgentUpdateParams{At: time.Unix(0, 3), EndedAt: &ended})
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The same file through a handle without a row cache: SQLite's lean rows.
+	plain, err := Open(ctx, path, Options{Synchronous: "NORMAL"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer plain.Close()
+	asked := append(slices.Clone(ids), 999999, ids[7]) // an unknown id, a repeated one
+	want, err := plain.AgentListLeanByIDs(ctx, asked)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, pass := range []string{"cold", "warm"} {
+		got, err := s.AgentListLeanByIDs(ctx, asked)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(got) != len(want) || len(got) != n {
+			t.Fatalf("%s: %d lean rows, SQLite's %d, want %d", pass, len(got), len(want), n)
+		}
+		for i := range got {
+			if !reflect.DeepEqual(got[i], want[i]) {
+				t.Fatalf("%s: lean row %d\n got %+v\nwant %+v", pass, i, got[i], want[i])
+			}
+		}
+		if c := s.CachedRows(); c != n {
+			t.Fatalf("%s: %d rows cached after the lean read, want %d (it went through the cache)", pass, c, n)
+		}
+	}
 }

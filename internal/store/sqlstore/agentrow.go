@@ -235,6 +235,15 @@ func unpackLean(packed string) (*kin.Agent, error) {
 	return a, nil
 }
 
+// leanOf is a whole row as unpackLean would have it: its lean fields, the
+// others zero (Reader.AgentListLeanByIDs).
+func leanOf(w *kin.Agent) *kin.Agent {
+	return &kin.Agent{
+		ID: w.ID, Parent: w.Parent, Life: w.Life, Status: w.Status, State: w.State, PID: w.PID,
+		Command: w.Command, Grace: w.Grace, EndedAt: w.EndedAt, Result: w.Result, Host: w.Host,
+	}
+}
+
 // command reads the next field, a command (jsonList's JSON array, "" for
 // none), into a.
 func (r *rowReader) command(a *kin.Agent) {
