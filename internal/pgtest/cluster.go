@@ -131,6 +131,11 @@ func start(ctx context.Context, tcp *ServerConfig) (_ *cluster, err error) {
 		"-c", "listen_addresses=", // the Unix socket only
 		"-c", "max_connections=300", // many daemons in parallel, each with a pool
 		"-c", "shared_buffers=32MB", // several test binaries run at once
+		// Its dynamic shared memory in files of the data directory, gone
+		// with it: POSIX segments (/dev/shm/PostgreSQL.<n>, the default)
+		// outlive a server killed by its test binary's death (Pdeathsig),
+		// and 200 of them had piled up on these machines.
+		"-c", "dynamic_shared_memory_type=mmap",
 	}
 	if tcp != nil {
 		if err := c.allowTCP(); err != nil {

@@ -84,6 +84,12 @@ func TestDatabaseIsUsable(t *testing.T) {
 	if err := conn.QueryRow(context.Background(), "SHOW server_encoding").Scan(&enc); err != nil || enc != "UTF8" {
 		t.Errorf("server_encoding %q (%v), want UTF8", enc, err)
 	}
+	// Nothing of it outside its directory: a killed server's POSIX shared
+	// memory segments stay in /dev/shm.
+	var dsm string
+	if err := conn.QueryRow(context.Background(), "SHOW dynamic_shared_memory_type").Scan(&dsm); err != nil || dsm != "mmap" {
+		t.Errorf("dynamic_shared_memory_type %q (%v), want mmap (files in the data directory)", dsm, err)
+	}
 
 	// Only the server's user (and root) reach the socket.
 	c := get(t)
