@@ -1181,15 +1181,11 @@ type leftoverCheck interface{ leftover() []string }
 
 // pidfdCheck is the leftoverCheck of a cascade's timed window: a pidfd of
 // each of the tree's processes, opened before the kill, says whether the
-// process is reaped (pidfd_send_signal of signal 0 answers ESRCH once it
-// is; a zombie still answers), one system call each. pidCheck's reads of
-// /proc/<pid>/stat took 34-59 ms for 1,111 processes inside the window,
-// beside the daemon's cleanup after its record (three cascades, session
-// 14): the benchmark's own cost, which the floor does not pay. A pidfd
-// names its process, so a recycled pid is never taken for it.
-type pidfdCheck struct {
-	pids, fds []int
-}
+// process is reaped (proctest.Pidfd), one system call each. pidCheck's
+// reads of /proc/<pid>/stat took 34-59 ms for 1,111 processes inside the
+// window, beside the daemon's cleanup after its record (three cascades,
+// session 14): the benchmark's own cost, which the floor does not pay.
+type pidfdCheck struct{ fds []proctest.Pidfd }
 
 // newPidfdCheck opens a pidfd of each agent's process; close them with
 // close (registered as a cleanup too).
@@ -1201,20 +1197,20 @@ func newPidfdCheck(b *testing.B, agents ...*kin.Agent) *pidfdCheck {
 		if a == nil || a.PID <= 0 {
 			continue
 		}
-		fd, err := unix.PidfdOpen(a.PID, 0)
+		fd, err := proctest.OpenPidfd(a.PID)
 		if err != nil {
 			b.Fatalf("pidfd of agent %d's process %d: %v", a.ID, a.PID, err)
 		}
-		pc.pids, pc.fds = append(pc.pids, a.PID), append(pc.fds, fd)
+		pc.fds = append(pc.fds, fd)
 	}
 	return pc
 }
 
 func (pc *pidfdCheck) leftover() []string {
 	var out []string
-	for i, fd := range pc.fds {
-		if err := unix.PidfdSendSignal(fd, 0, nil, 0); !errors.Is(err, unix.ESRCH) {
-			out = append(out, fmt.Sprintf("%d (not reaped: %v)", pc.pids[i], err))
+	for _, fd := range pc.fds {
+		if reaped, err := fd.Reaped(); !reaped {
+			out = append(out, fmt.Sprintf("%d (not reaped: %v)", fd.Pid, err))
 		}
 	}
 	return out
@@ -1222,9 +1218,9 @@ func (pc *pidfdCheck) leftover() []string {
 
 func (pc *pidfdCheck) close() {
 	for _, fd := range pc.fds {
-		unix.Close(fd)
+		fd.Close()
 	}
-	pc.pids, pc.fds = nil, nil
+	pc.fds = nil
 }
 
 func newPidCheck(b *testing.B) *pidCheck {

@@ -830,7 +830,7 @@ func (run *Runner) planCancel(ctx context.Context, p cancelParams) (*cancellatio
 	// Only the columns the plan and the signals decide on (whole rows
 	// read from SQLite cost 2-3.4 ms more of CPU over a 1,111-agent tree:
 	// the store's BenchmarkCascadeRecord; a large read takes them from the
-	// row cache where there is one, in 1-3 ms rather than 7-9).
+	// row cache where there is one, in 1-6 ms rather than 7-9).
 	all, err := run.store.AgentListLeanByIDs(ctx, ids)
 	if err != nil {
 		return nil, run.storeError(err)

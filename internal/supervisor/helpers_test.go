@@ -16,6 +16,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/kin-agents/kin/internal/proctest"
 	"github.com/kin-agents/kin/internal/sandbox"
 	"github.com/kin-agents/kin/internal/supervisor/cgroup"
 	"github.com/kin-agents/kin/kin"
@@ -176,22 +177,23 @@ func waitExit(t testing.TB, p *Process) Exit {
 }
 
 // pidWatch holds a pidfd on a process to tell, without pid-reuse races,
-// when it has been reaped (pidfd_send_signal fails with ESRCH only then).
-type pidWatch struct {
-	pid, fd int
-}
+// when it has been reaped (proctest.Pidfd).
+type pidWatch struct{ proctest.Pidfd }
 
 func watchPid(t testing.TB, pid int) pidWatch {
 	t.Helper()
-	fd, err := unix.PidfdOpen(pid, 0)
+	p, err := proctest.OpenPidfd(pid)
 	if err != nil {
 		t.Fatalf("pidfd_open %d: %v", pid, err)
 	}
-	t.Cleanup(func() { unix.Close(fd) })
-	return pidWatch{pid, fd}
+	t.Cleanup(p.Close)
+	return pidWatch{p}
 }
 
-func (w pidWatch) reaped() bool { return unix.PidfdSendSignal(w.fd, 0, nil, 0) == unix.ESRCH }
+func (w pidWatch) reaped() bool {
+	reaped, _ := w.Reaped()
+	return reaped
+}
 
 // readLabels reads "label pid" lines that test scripts append to a file.
 func readLabels(path string) map[string]int {

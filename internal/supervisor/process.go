@@ -172,7 +172,7 @@ func (p *Process) Exit() (Exit, bool) {
 // PeekExit returns how the process ended once it has exited, reaped or
 // not: its Exit once Done is closed, else the status the kernel keeps for
 // its reaping (waitid WNOWAIT), which leaves the zombie to the reaper. The
-// Exit of a peek has no times and no resource use. False while it runs,
+// Exit of a peek has no end time and no resource use. False while it runs,
 // and where only its reaping tells (the init of a PID namespace reports
 // its child's status on a pipe that the reap reads): wait for Done then.
 // A cancellation records a killed subtree's ends while the kill's last

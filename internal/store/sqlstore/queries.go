@@ -347,14 +347,14 @@ func (r reader) listByIDs(ctx context.Context, unpack func(string) (*kin.Agent, 
 	var err error
 	if c := r.cache(len(ids)); c != nil && (query == sqlAgentListByIDs || query == sqlAgentLeanByIDs) {
 		// A large lean read (a cancellation's plan) takes the cache's
-		// whole rows, and keeps only its fields: 1-3 ms for the 1,111
+		// whole rows, and keeps only its fields: 1-6 ms for the 1,111
 		// rows of BenchmarkCascade1000's tree, where SQLite packed their
 		// lean rows in 7-9 ms (a cold cache reads the whole rows it
 		// lacks, and then holds them).
 		out, err = r.cachedList(ctx, c, ids)
 		if err == nil && query == sqlAgentLeanByIDs {
-			for i, a := range out {
-				out[i] = leanOf(a)
+			for _, a := range out {
+				keepLean(a)
 			}
 		}
 	} else {
