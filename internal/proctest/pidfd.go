@@ -2,8 +2,15 @@ package proctest
 
 import (
 	"errors"
+	"syscall"
+)
 
-	"golang.org/x/sys/unix"
+// The system calls' numbers, the same on every architecture (both came
+// after Linux unified its tables): the standard library has neither, and
+// proctest depends on it alone.
+const (
+	sysPidfdSendSignal = 424
+	sysPidfdOpen       = 434
 )
 
 // Pidfd holds a pidfd of a process, to tell without pid-reuse races when
@@ -17,22 +24,25 @@ type Pidfd struct {
 
 // OpenPidfd opens a pidfd of the process pid; Close closes it.
 func OpenPidfd(pid int) (Pidfd, error) {
-	fd, err := unix.PidfdOpen(pid, 0)
-	if err != nil {
-		return Pidfd{}, err
+	fd, _, e := syscall.Syscall(sysPidfdOpen, uintptr(pid), 0, 0)
+	if e != 0 {
+		return Pidfd{}, e
 	}
-	return Pidfd{Pid: pid, fd: fd}, nil
+	syscall.CloseOnExec(int(fd))
+	return Pidfd{Pid: pid, fd: int(fd)}, nil
 }
 
 // Reaped reports whether the process has been reaped; err is what the
 // signal answered when it has not (nil: it runs, or is a zombie).
 func (p Pidfd) Reaped() (reaped bool, err error) {
-	err = unix.PidfdSendSignal(p.fd, 0, nil, 0)
-	if errors.Is(err, unix.ESRCH) {
+	if _, _, e := syscall.Syscall6(sysPidfdSendSignal, uintptr(p.fd), 0, 0, 0, 0, 0); e != 0 {
+		err = e
+	}
+	if errors.Is(err, syscall.ESRCH) {
 		return true, nil
 	}
 	return false, err
 }
 
 // Close closes the pidfd.
-func (p Pidfd) Close() { unix.Close(p.fd) }
+func (p Pidfd) Close() { syscall.Close(p.fd) }
