@@ -2,6 +2,7 @@ package runner
 
 import (
 	"context"
+	"log/slog"
 	"path/filepath"
 	"slices"
 	"testing"
@@ -134,5 +135,79 @@ func TestRecordBesideNothingToRecord(t *testing.T) {
 	run := &Runner{}
 	if r := run.recordBeside(context.Background(), &cancellation{}, []kin.AgentID{7}); r != nil {
 		t.Fatal("a record beside the reaping for a cancellation of no agent")
+	}
+}
+
+// TestWriterSettlesUnlessWaitedFor: a commit wakes the tree's writer, which
+// lets it settle (settleFor) before applying it; a caller waiting for the
+// tree (waitApplied: kin wait) does not wait out the settling, and a stop
+// ends it. settleFor is an hour here: without the hurry the wait below
+// runs into its deadline, without the stop's case the cleanup does.
+func TestWriterSettlesUnlessWaitedFor(t *testing.T) {
+	ctx := context.Background()
+	st := openSQLite(t, filepath.Join(t.TempDir(), "kin.db"))
+	was, wasHook := settleFor, settling
+	settleFor = time.Hour
+	settled := make(chan struct{}, 8)
+	settling = func() { settled <- struct{}{} }
+	t.Cleanup(func() { settleFor, settling = was, wasHook })
+
+	run := &Runner{store: st, log: slog.New(slog.DiscardHandler), names: newNameIndex(), ctxAgents: map[kin.AgentID]*ctxAgent{}}
+	w := &ctxWriter{d: run, advance: make(chan struct{}), touched: map[kin.AgentID]bool{}, kick: make(chan struct{}, 1),
+		hurry: make(chan struct{}, 1), pausec: make(chan struct{}), stopc: make(chan struct{}), done: make(chan struct{})}
+	go w.run()
+	t.Cleanup(func() {
+		stopped := make(chan struct{})
+		go func() { w.stop(); close(stopped) }()
+		select {
+		case <-stopped:
+		case <-time.After(10 * time.Second):
+			t.Error("the writer did not stop while it settled")
+		}
+	})
+
+	// An event of no agent: the writer applies it without a file to write.
+	var seq int64
+	err := store.UpdateAfter(ctx, st, func(tx store.Tx, _ *store.AfterCommit) error {
+		e, err := kin.NewEvent("aauth.test", 0, 0, map[string]string{})
+		if err != nil {
+			return err
+		}
+		e.Time = t0()
+		e, err = tx.EventAppend(ctx, e)
+		seq = e.Seq
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-settled:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the commit did not wake the writer")
+	}
+	w.mu.Lock()
+	applied := w.applied
+	w.mu.Unlock()
+	if applied >= seq {
+		t.Fatalf("the writer applied event %d before it settled", seq)
+	}
+	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := w.waitApplied(wctx, seq); err != nil {
+		t.Fatalf("waiting for the tree: %v (the wait did not hurry the settling writer)", err)
+	}
+
+	// Settling again on the next commit, the writer stops when told.
+	err = store.UpdateAfter(ctx, st, func(tx store.Tx, _ *store.AfterCommit) error {
+		return store.AppendEvent(ctx, tx, t0(), "aauth.test", 0, 0, map[string]string{})
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-settled:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the second commit did not wake the writer")
 	}
 }
