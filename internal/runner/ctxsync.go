@@ -153,7 +153,7 @@ func (w *ctxWriter) record(seq int64) error {
 // lazyTypes are the events the writer applies within lazyEvery rather
 // than at once: a model call's event comes with every call an agent makes
 // through the gateway (hundreds a second), and nobody waits for it in an
-// agent's events.jsonl (kin wait kicks the writer: waitApplied).
+// agent's events.jsonl (kin wait hurries the writer: waitApplied).
 var lazyTypes = []string{kin.EventModelCall}
 
 // lazyEvery bounds how long a lazy event waits for the writer.
@@ -170,9 +170,9 @@ const lazyEvery = time.Second
 // no change a burst of spawns could show (10 ms did no better).
 var settleFor = 3 * time.Millisecond
 
-// settling, when not nil, is called as the writer starts to settle (a
-// test's hook).
-var settling func()
+// settling and idle, when not nil, are called as the writer starts to
+// settle and as it starts to wait for a commit (a test's hooks).
+var settling, idle func()
 
 func (w *ctxWriter) run() {
 	defer close(w.done)
@@ -185,10 +185,19 @@ func (w *ctxWriter) run() {
 	lazy := store.WaitFor(w.d.store, lazyTypes, false)
 	for {
 		wake, lz := changed(), lazy()
+		// A hurry sent before this pass is answered by it: the seq its
+		// waiter wants was committed before it was sent.
+		select {
+		case <-w.hurry:
+		default:
+		}
 		w.sync()
 		var later <-chan time.Time
 		var timer *time.Timer
 		settle := true
+		if idle != nil {
+			idle()
+		}
 	wait:
 		for {
 			select {
@@ -222,8 +231,10 @@ func (w *ctxWriter) run() {
 	}
 }
 
-// settle waits settleFor, or less if someone waits for the tree or the
-// daemon stops (the loop then sees why).
+// settle waits settleFor, or less if someone waits for the tree (the
+// hurry is taken here) or the daemon pauses or stops it (the pass that
+// follows stops at its first agent while paused, or within the stop's
+// deadline, as any pass does).
 func (w *ctxWriter) settle() {
 	if settling != nil {
 		settling()
@@ -282,8 +293,8 @@ func (w *ctxWriter) waitApplied(ctx context.Context, seq int64) error {
 			return nil
 		}
 		// A lazy event (lazyTypes) does not wake the writer at once, and
-		// a woken one settles first (settleFor): hurry it, again after
-		// each pass that left seq out.
+		// a woken one settles first (settleFor): hurry it, again each
+		// time the tree advances short of seq (a pass of ctxBatch events).
 		select {
 		case w.hurry <- struct{}{}:
 		default:

@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"path/filepath"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -141,56 +142,82 @@ func TestRecordBesideNothingToRecord(t *testing.T) {
 // TestWriterSettlesUnlessWaitedFor: a commit wakes the tree's writer, which
 // lets it settle (settleFor) before applying it; a caller waiting for the
 // tree (waitApplied: kin wait) does not wait out the settling, and a stop
-// ends it. settleFor is an hour here: without the hurry the wait below
-// runs into its deadline, without the stop's case the cleanup does.
+// ends it and still applies what was committed. settleFor is an hour here:
+// without the hurry the wait below runs into its deadline, without the
+// stop's case the stop does, and a settling that does not wait applies the
+// commit within the 50 ms watched for it.
 func TestWriterSettlesUnlessWaitedFor(t *testing.T) {
 	ctx := context.Background()
 	st := openSQLite(t, filepath.Join(t.TempDir(), "kin.db"))
-	was, wasHook := settleFor, settling
+	was, wasSettling, wasIdle := settleFor, settling, idle
 	settleFor = time.Hour
-	settled := make(chan struct{}, 8)
+	settled, waiting := make(chan struct{}, 8), make(chan struct{}, 8)
 	settling = func() { settled <- struct{}{} }
-	t.Cleanup(func() { settleFor, settling = was, wasHook })
+	idle = func() { waiting <- struct{}{} }
+	t.Cleanup(func() { settleFor, settling, idle = was, wasSettling, wasIdle })
 
 	run := &Runner{store: st, log: slog.New(slog.DiscardHandler), names: newNameIndex(), ctxAgents: map[kin.AgentID]*ctxAgent{}}
 	w := &ctxWriter{d: run, advance: make(chan struct{}), touched: map[kin.AgentID]bool{}, kick: make(chan struct{}, 1),
 		hurry: make(chan struct{}, 1), pausec: make(chan struct{}), stopc: make(chan struct{}), done: make(chan struct{})}
 	go w.run()
-	t.Cleanup(func() {
-		stopped := make(chan struct{})
-		go func() { w.stop(); close(stopped) }()
+	var stopOnce sync.Once
+	stopped := make(chan struct{})
+	stop := func() bool {
+		stopOnce.Do(func() { go func() { w.stop(); close(stopped) }() })
 		select {
 		case <-stopped:
+			return true
 		case <-time.After(10 * time.Second):
-			t.Error("the writer did not stop while it settled")
+			return false
 		}
-	})
-
-	// An event of no agent: the writer applies it without a file to write.
-	var seq int64
-	err := store.UpdateAfter(ctx, st, func(tx store.Tx, _ *store.AfterCommit) error {
-		e, err := kin.NewEvent("aauth.test", 0, 0, map[string]string{})
-		if err != nil {
+	}
+	t.Cleanup(func() { stop() })
+	await := func(ch chan struct{}, what string) {
+		t.Helper()
+		select {
+		case <-ch:
+		case <-time.After(10 * time.Second):
+			t.Fatal(what)
+		}
+	}
+	applied := func() (int64, chan struct{}) {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		return w.applied, w.advance
+	}
+	// An event of no agent: the writer applies it without a file to
+	// write. Each is committed once the writer waits for one.
+	commit := func() int64 {
+		t.Helper()
+		await(waiting, "the writer did not come to wait for a commit")
+		var seq int64
+		err := store.UpdateAfter(ctx, st, func(tx store.Tx, _ *store.AfterCommit) error {
+			e, err := kin.NewEvent("aauth.test", 0, 0, map[string]string{})
+			if err != nil {
+				return err
+			}
+			e.Time = t0()
+			e, err = tx.EventAppend(ctx, e)
+			seq = e.Seq
 			return err
+		})
+		if err != nil {
+			t.Fatal(err)
 		}
-		e.Time = t0()
-		e, err = tx.EventAppend(ctx, e)
-		seq = e.Seq
-		return err
-	})
-	if err != nil {
-		t.Fatal(err)
+		await(settled, "the commit did not wake the writer")
+		return seq
+	}
+
+	seq := commit()
+	got, advance := applied()
+	if got >= seq {
+		t.Fatalf("the writer applied event %d before it settled", seq)
 	}
 	select {
-	case <-settled:
-	case <-time.After(10 * time.Second):
-		t.Fatal("the commit did not wake the writer")
-	}
-	w.mu.Lock()
-	applied := w.applied
-	w.mu.Unlock()
-	if applied >= seq {
-		t.Fatalf("the writer applied event %d before it settled", seq)
+	case <-advance:
+		got, _ = applied()
+		t.Fatalf("the writer applied up to event %d while it settled", got)
+	case <-time.After(50 * time.Millisecond):
 	}
 	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
@@ -198,16 +225,13 @@ func TestWriterSettlesUnlessWaitedFor(t *testing.T) {
 		t.Fatalf("waiting for the tree: %v (the wait did not hurry the settling writer)", err)
 	}
 
-	// Settling again on the next commit, the writer stops when told.
-	err = store.UpdateAfter(ctx, st, func(tx store.Tx, _ *store.AfterCommit) error {
-		return store.AppendEvent(ctx, tx, t0(), "aauth.test", 0, 0, map[string]string{})
-	})
-	if err != nil {
-		t.Fatal(err)
+	// Settling again on the next commit, the writer stops when told, and
+	// applies that commit as it stops.
+	seq = commit()
+	if !stop() {
+		t.Fatal("the writer did not stop while it settled")
 	}
-	select {
-	case <-settled:
-	case <-time.After(10 * time.Second):
-		t.Fatal("the second commit did not wake the writer")
+	if got, _ := applied(); got < seq {
+		t.Errorf("the writer stopped at event %d, before the last commit's %d", got, seq)
 	}
 }
