@@ -14,6 +14,7 @@ import (
 	"github.com/kin-agents/kin/client"
 	"github.com/kin-agents/kin/internal/daemon"
 	"github.com/kin-agents/kin/internal/kintest"
+	"github.com/kin-agents/kin/internal/proctest"
 	"github.com/kin-agents/kin/internal/supervisor/cgroup"
 	"github.com/kin-agents/kin/kin"
 )
@@ -209,7 +210,8 @@ func TestShutdownRecordsTheGoneWhileTheGraceRuns(t *testing.T) {
 			return false
 		}
 		for _, pid := range pids {
-			if ignoresTerm(pid) {
+			n, _ := strconv.Atoi(pid)
+			if ignored, _ := proctest.SignalIgnored(n, syscall.SIGTERM); ignored {
 				return true
 			}
 		}
@@ -338,20 +340,4 @@ func stopsOf(t *testing.T, c kin.Service, id kin.AgentID) int {
 		}
 	}
 	return n
-}
-
-// ignoresTerm reports whether process pid ignores SIGTERM (its SigIgn in
-// /proc/<pid>/status).
-func ignoresTerm(pid string) bool {
-	b, err := os.ReadFile("/proc/" + pid + "/status")
-	if err != nil {
-		return false
-	}
-	for line := range strings.Lines(string(b)) {
-		if hex, ok := strings.CutPrefix(line, "SigIgn:"); ok {
-			mask, err := strconv.ParseUint(strings.TrimSpace(hex), 16, 64)
-			return err == nil && mask&(1<<(uint(syscall.SIGTERM)-1)) != 0
-		}
-	}
-	return false
 }

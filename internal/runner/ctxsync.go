@@ -78,16 +78,21 @@ const syncedFile = ".kin-synced"
 const ctxBatch = 1000
 
 func newCtxWriter(run *Runner) *ctxWriter {
-	w := &ctxWriter{
-		d: run, advance: make(chan struct{}), touched: map[kin.AgentID]bool{}, kick: make(chan struct{}, 1),
-		hurry:  make(chan struct{}, 1),
-		pausec: make(chan struct{}), stopc: make(chan struct{}), done: make(chan struct{}),
-	}
+	w := blankCtxWriter(run)
 	if b, err := run.ctx.ReadFile(filepath.Join(run.ctx.Root, syncedFile), 64); err == nil {
 		w.applied, _ = strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
 	}
 	w.checkBoot()
 	return w
+}
+
+// blankCtxWriter is a writer for run at event 0, before newCtxWriter
+// reads where the tree got to and checks the boot.
+func blankCtxWriter(run *Runner) *ctxWriter {
+	return &ctxWriter{
+		d: run, advance: make(chan struct{}), touched: map[kin.AgentID]bool{}, kick: make(chan struct{}, 1),
+		hurry: make(chan struct{}, 1), pausec: make(chan struct{}), stopc: make(chan struct{}), done: make(chan struct{}),
+	}
 }
 
 // bootFile, in the daemon's home (outside the tree, whose every entry

@@ -157,8 +157,7 @@ func TestWriterSettlesUnlessWaitedFor(t *testing.T) {
 	t.Cleanup(func() { settleFor, settling, idle = was, wasSettling, wasIdle })
 
 	run := &Runner{store: st, log: slog.New(slog.DiscardHandler), names: newNameIndex(), ctxAgents: map[kin.AgentID]*ctxAgent{}}
-	w := &ctxWriter{d: run, advance: make(chan struct{}), touched: map[kin.AgentID]bool{}, kick: make(chan struct{}, 1),
-		hurry: make(chan struct{}, 1), pausec: make(chan struct{}), stopc: make(chan struct{}), done: make(chan struct{})}
+	w := blankCtxWriter(run)
 	go w.run()
 	var stopOnce sync.Once
 	stopped := make(chan struct{})

@@ -241,21 +241,12 @@ func threadCount(t testing.TB) int {
 	return 0
 }
 
-// sigIgnored reports whether pid ignores sig (SigIgn in /proc/<pid>/status).
+// sigIgnored reports whether pid ignores sig (proctest.SignalIgnored).
 func sigIgnored(t testing.TB, pid int, sig unix.Signal) bool {
 	t.Helper()
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
+	ignored, err := proctest.SignalIgnored(pid, sig)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(line, "SigIgn:"); ok {
-			mask, err := strconv.ParseUint(strings.TrimSpace(v), 16, 64)
-			if err != nil {
-				t.Fatal(err)
-			}
-			return mask&(1<<(uint(sig)-1)) != 0
-		}
-	}
-	return false
+	return ignored
 }
