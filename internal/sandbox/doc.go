@@ -7,7 +7,7 @@
 //	[kinBinary, Subcommand, Args(spec)...]  =  [kin, "sandbox-exec", "--spec", "<JSON>"]
 //
 // and the shim, in the new process, opens and checks the granted paths,
-// restricts itself, sets the limits and syscall.Exec's spec.Argv.
+// restricts itself, sets the limits and execs spec.Argv.
 //
 // Grants travel two ways. The agent's policy mounts come as descriptors
 // (Spec.Held): the daemon opened each (O_PATH, following no link) and
@@ -125,5 +125,9 @@
 // used: a Go program needs well over 300 MiB of it just to start ("failed
 // to reserve page summary memory"), and JVMs and V8 reserve more; prefer
 // a cgroup's memory.max where one is available. RLIMIT_AS is set last,
-// right before exec, since the shim itself maps more than that.
+// right before exec, since the shim itself maps more than that: the
+// exec's arguments and environment are made before the first limit, and
+// from there to the exec only system calls run (Go's syscall.Exec
+// allocates after them). Where no RLIMIT_NOFILE is given, the command gets
+// the soft limit the shim started with, which Go's runtime had raised.
 package sandbox

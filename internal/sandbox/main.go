@@ -9,9 +9,11 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
+	"runtime/debug"
 	"strconv"
 	"strings"
 	"syscall"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -174,31 +176,99 @@ func (p *plan) run() (int, error) {
 	if err := closeOnExecFrom3(); err != nil {
 		return ExitCannotRun, fmt.Errorf("close descriptors on exec: %v", err)
 	}
-	// The address-space limit last: the Go runtime must not need to map
-	// memory after it.
-	for _, l := range p.limits {
-		soft := l.value
-		if l.soft != 0 {
-			soft = l.soft
-		}
-		if err := syscall.Setrlimit(l.resource, &syscall.Rlimit{Cur: soft, Max: l.value}); err != nil {
-			return ExitCannotRun, fmt.Errorf("rlimit: %s=%d:%d: %v", l.name, soft, l.value, err)
-		}
-	}
 	if p.init {
+		// The init keeps neither RLIMIT_AS nor RLIMIT_NPROC (prepare): its
+		// runtime may go on mapping memory and making threads.
+		for _, l := range p.limits {
+			if err := syscall.Setrlimit(l.resource, l.rlimit()); err != nil {
+				return ExitCannotRun, fmt.Errorf("rlimit: %s=%d:%d: %v", l.name, l.rlimit().Cur, l.value, err)
+			}
+		}
 		return p.runInit()
 	}
-	err := syscall.Exec(p.path, p.argv, env)
+	return p.exec(env)
+}
+
+// exec sets the limits and execs the command from the calling thread.
+// Go's syscall.Exec allocates (the C strings of the arguments and the
+// environment) and so may the runtime's other threads: under an RLIMIT_AS
+// below what the shim has mapped already, any new mapping fails, and the
+// shim would die with "fatal error: runtime: out of memory" instead of
+// running the command. So everything the exec needs is made first, the
+// collector is stopped, and only system calls run from the first limit to
+// the exec (RLIMIT_AS last).
+func (p *plan) exec(env []string) (int, error) {
+	if !p.setsOpenFiles() {
+		restoreOpenFiles()
+	}
+	path, err := syscall.BytePtrFromString(p.path)
+	if err != nil {
+		return ExitCannotRun, fmt.Errorf("exec %s: %v", quote(p.path), err)
+	}
+	argv, err := syscall.SlicePtrFromStrings(p.argv)
+	if err != nil {
+		return ExitCannotRun, fmt.Errorf("exec %s: arguments: %v", quote(p.path), err)
+	}
+	envv, err := syscall.SlicePtrFromStrings(env)
+	if err != nil {
+		return ExitCannotRun, fmt.Errorf("exec %s: environment: %v", quote(p.path), err)
+	}
+	rlimits := make([]syscall.Rlimit, len(p.limits))
+	for i, l := range p.limits {
+		rlimits[i] = *l.rlimit()
+	}
+	debug.SetGCPercent(-1) // returns once no collection runs; none starts after
+	for i := range rlimits {
+		_, _, e := syscall.RawSyscall6(syscall.SYS_PRLIMIT64, 0, uintptr(p.limits[i].resource), uintptr(unsafe.Pointer(&rlimits[i])), 0, 0, 0)
+		if e != 0 {
+			return ExitCannotRun, fmt.Errorf("rlimit: %s=%d:%d: %v", p.limits[i].name, rlimits[i].Cur, rlimits[i].Max, e)
+		}
+	}
+	_, _, e := syscall.RawSyscall(syscall.SYS_EXECVE, uintptr(unsafe.Pointer(path)), uintptr(unsafe.Pointer(&argv[0])), uintptr(unsafe.Pointer(&envv[0])))
+	runtime.KeepAlive(path)
+	runtime.KeepAlive(argv)
+	runtime.KeepAlive(envv)
+	// Still here: the exec failed. What follows may allocate under the
+	// limits; the exit status says what failed even where the message is lost.
 	code := ExitCannotRun
 	hint := ""
 	switch {
-	case errors.Is(err, syscall.ENOENT):
+	case e == syscall.ENOENT:
 		code = ExitNotFound
 		hint = " (a script's interpreter may be missing)"
-	case errors.Is(err, syscall.EACCES) && p.abi > 0:
+	case e == syscall.EACCES && p.abi > 0:
 		hint = " (Landlock: are the command and its interpreter under a granted path?)"
 	}
-	return code, fmt.Errorf("exec %s: %v%s", quote(p.path), err, hint)
+	return code, fmt.Errorf("exec %s: %v%s", quote(p.path), e, hint)
+}
+
+// setsOpenFiles says whether the plan sets RLIMIT_NOFILE itself.
+func (p *plan) setsOpenFiles() bool {
+	for _, l := range p.limits {
+		if l.resource == syscall.RLIMIT_NOFILE {
+			return true
+		}
+	}
+	return false
+}
+
+// restoreOpenFiles gives the process back the soft RLIMIT_NOFILE it was
+// started with. Go's runtime raises it at start and restores it only in
+// what the process execs or starts, a value it keeps to itself: an exec
+// that cannot start anything (an empty path: ENOENT) restores it and
+// changes nothing else. TestCommandGetsTheOpenFilesLimitTheShimStartedWith
+// fails if Go's runtime stops doing so.
+func restoreOpenFiles() {
+	_ = syscall.Exec("", nil, nil)
+}
+
+// rlimit is l as the kernel takes it.
+func (l limit) rlimit() *syscall.Rlimit {
+	soft := l.value
+	if l.soft != 0 {
+		soft = l.soft
+	}
+	return &syscall.Rlimit{Cur: soft, Max: l.value}
 }
 
 // closeOnExecFrom3 marks every descriptor from 3 up close-on-exec:

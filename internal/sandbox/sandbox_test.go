@@ -2,11 +2,15 @@ package sandbox
 
 import (
 	"bytes"
+	"fmt"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 )
 
@@ -275,16 +279,7 @@ func TestInheritOpenFilesIsTheCommandsLimit(t *testing.T) {
 
 // parseLimits reads /proc/self/limits: name -> soft, hard.
 func parseLimits(t *testing.T, s string) map[string][2]string {
-	out := map[string][2]string{}
-	for _, line := range strings.Split(s, "\n")[1:] {
-		if len(line) < 26 {
-			continue
-		}
-		f := strings.Fields(line[25:])
-		if len(f) >= 2 {
-			out[strings.TrimSpace(line[:25])] = [2]string{f[0], f[1]}
-		}
-	}
+	out := parseLimitsOf(s)
 	if len(out) == 0 {
 		t.Fatalf("no limits in %q", s)
 	}
@@ -525,4 +520,94 @@ func contains(list []string, s string) bool {
 		}
 	}
 	return false
+}
+
+// TestAddressSpaceLimitBelowTheShimsMapsStillExecs: the shim sets
+// RLIMIT_AS far below what its own Go runtime has mapped, so nothing may
+// allocate between that limit and the exec. Go's syscall.Exec did (the C
+// strings of a large environment): a fifth of such starts died with
+// "fatal error: runtime: out of memory" before the command ran.
+func TestAddressSpaceLimitBelowTheShimsMapsStillExecs(t *testing.T) {
+	t.Parallel()
+	const memory = 16 << 20
+	args, err := Args(Spec{MemoryBytes: memory, OpenFiles: 48, Argv: []string{"cat", "/proc/self/limits"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := append(os.Environ(), helperEnv+"=1", "KIN_TEST_BIG="+strings.Repeat("x", 120_000))
+	for i := range 200 {
+		env = append(env, fmt.Sprintf("KIN_TEST_V%d=%s", i, strings.Repeat("y", 500)))
+	}
+	const starts, workers = 64, 4
+	var failed atomic.Int32
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Go(func() {
+			for range starts / workers {
+				cmd := exec.Command(testExe(t), append([]string{"shim"}, args...)...)
+				cmd.Env = env
+				var stdout, stderr bytes.Buffer
+				cmd.Stdout, cmd.Stderr = &stdout, &stderr
+				err := cmd.Run()
+				as := [2]string{}
+				if err == nil {
+					as = parseLimitsOf(stdout.String())["Max address space"]
+				}
+				if want := strconv.Itoa(memory); err != nil || as != [2]string{want, want} {
+					if failed.Add(1) <= 3 {
+						t.Errorf("cat under RLIMIT_AS %d: %v, address space %v; stderr %q", memory, err, as, firstLines(stderr.String(), 3))
+					}
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if n := failed.Load(); n > 0 {
+		t.Errorf("%d of %d starts failed", n, starts)
+	}
+}
+
+// TestCommandGetsTheOpenFilesLimitTheShimStartedWith: Go's runtime raises
+// the shim's soft RLIMIT_NOFILE at start; where the spec names no open
+// files limit, the command gets the one the shim was started with.
+func TestCommandGetsTheOpenFilesLimitTheShimStartedWith(t *testing.T) {
+	t.Parallel()
+	for _, memory := range []int64{0, 256 << 20} {
+		args, err := Args(Spec{MemoryBytes: memory, Argv: []string{"cat", "/proc/self/limits"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		script := `ulimit -Sn 321 && exec "$0" shim "$@"`
+		cmd := exec.Command("/bin/sh", append([]string{"-c", script, testExe(t)}, args...)...)
+		cmd.Env = append(os.Environ(), helperEnv+"=1")
+		var stderr bytes.Buffer
+		cmd.Stderr = &stderr
+		out, err := cmd.Output()
+		if err != nil {
+			t.Fatalf("memory %d: %v; stderr %q", memory, err, stderr.String())
+		}
+		if got := parseLimitsOf(string(out))["Max open files"][0]; got != "321" {
+			t.Errorf("memory %d: the command's soft open files limit is %s, want 321, the shim's at start", memory, got)
+		}
+	}
+}
+
+// parseLimitsOf is parseLimits without a test to fail: empty where s holds
+// no limits.
+func parseLimitsOf(s string) map[string][2]string {
+	out := map[string][2]string{}
+	for _, line := range strings.Split(s, "\n")[1:] {
+		if len(line) < 26 {
+			continue
+		}
+		if f := strings.Fields(line[25:]); len(f) >= 2 {
+			out[strings.TrimSpace(line[:25])] = [2]string{f[0], f[1]}
+		}
+	}
+	return out
+}
+
+func firstLines(s string, n int) string {
+	lines := strings.SplitN(s, "\n", n+1)
+	return strings.Join(lines[:min(n, len(lines))], "\n")
 }
