@@ -1,6 +1,7 @@
 package daemon_test
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -36,7 +37,12 @@ import (
 // SIGCHLD handling weighs on a little), and the whole forest through the
 // API (GET /v1/tree: what `kin tree` fetches), once the machine is quiet
 // after the burst (waitQuiet), whose cost per agent is reported, and then
-// read again (tree-warm-ms: unchanged since the first read).
+// read again (tree-warm-ms: unchanged since the first read), and then
+// more times, to treeReads in all (tree-p50-ms: the median of them all).
+// kdamond-cpu-% is the share of one core the kernel's DAMON threads took
+// over the timed loop (0 where the kernel runs none): on a machine that
+// runs DAMON on physical memory it grows with the live processes, and it
+// takes that CPU from the daemon and the floors alike.
 func BenchmarkScale(b *testing.B) {
 	for _, n := range []int{100, 1000, 10000} {
 		b.Run("live="+strconv.Itoa(n), func(b *testing.B) { benchAtScale(b, n, 0) })
@@ -53,6 +59,7 @@ const (
 	scaleLatency = 100    // sequential spawns timed per iteration
 	scaleRoots   = 10     // the live agents are children of a few roots
 	scaleChurn   = 20_000 // agents spawned and ended before BenchmarkScaleAfterChurn measures
+	treeReads    = 10     // reads of the forest an iteration, the first two included
 )
 
 func benchAtScale(b *testing.B, live, churn int) {
@@ -112,6 +119,8 @@ func benchAtScale(b *testing.B, live, churn int) {
 	// the cascades: what a busy machine moves least, per agent.
 	var burstCPU, cascadeCPU time.Duration
 	treeAgents, bursts := 0, 0
+	var treeAll []time.Duration // every read of the forest
+	damon0, wall0 := kernelThreadsCPU("kdamond"), time.Now()
 	for iter := 0; b.Loop(); iter++ {
 		parent := fill(fmt.Sprintf("lat%d", iter), scaleRoots)[0]
 		rg := newRawGroup(b, g, "scale")
@@ -162,7 +171,8 @@ func benchAtScale(b *testing.B, live, churn int) {
 		}
 		t0 := time.Now()
 		forest, err := d.Client.Tree(ctx, 0)
-		tree += time.Since(t0)
+		took1 := time.Since(t0)
+		tree += took1
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -175,6 +185,16 @@ func benchAtScale(b *testing.B, live, churn int) {
 		if err != nil || countTree(again) != treeAgents {
 			b.Fatalf("the forest read again: %d agents, %v; first %d", countTree(again), err, treeAgents)
 		}
+		reads := []time.Duration{took1, time.Since(t0)}
+		for len(reads) < treeReads {
+			t0 := time.Now()
+			if _, err := d.Client.Tree(ctx, 0); err != nil {
+				b.Fatal(err)
+			}
+			reads = append(reads, time.Since(t0))
+		}
+		treeAll = append(treeAll, reads...)
+		b.Logf("the forest's %d reads: %v", len(reads), roundAll(reads, 100*time.Microsecond))
 
 		root, desc := spawnTree(b, d.Client, pids, fmt.Sprintf("casc%d", iter))
 		treePids := newPidfdCheck(b, append([]*kin.Agent{root}, desc...)...) // this tree's, for the timed check
@@ -213,6 +233,11 @@ func benchAtScale(b *testing.B, live, churn int) {
 		}
 		rawCascadeTook += kill
 	}
+	// The machine's DAMON (a kernel thread, kdamond, that samples which
+	// pages are in use to page out the cold ones) walks every mapping of
+	// each page it samples: the live agents' shared libraries, mapped once
+	// a process, cost it more with every agent, on the same two cores.
+	damonShare := float64(kernelThreadsCPU("kdamond")-damon0) / float64(time.Since(wall0))
 	n := float64(b.N)
 	p50, floor := percentile(lat, 0.5), percentile(composite, 0.5)
 	b.ReportMetric(0, "ns/op")
@@ -230,6 +255,46 @@ func benchAtScale(b *testing.B, live, churn int) {
 	b.ReportMetric(float64(tree.Microseconds())/n/float64(max(treeAgents, 1)), "tree-us/agent")
 	b.ReportMetric(float64(treeAgents), "tree-agents")
 	b.ReportMetric(ms(treeWarm)/n, "tree-warm-ms")
+	b.ReportMetric(ms(percentile(treeAll, 0.5)), "tree-p50-ms")
+	b.ReportMetric(100*damonShare, "kdamond-cpu-%")
+}
+
+func roundAll(ds []time.Duration, to time.Duration) []time.Duration {
+	out := make([]time.Duration, len(ds))
+	for i, d := range ds {
+		out[i] = d.Round(to)
+	}
+	return out
+}
+
+// kernelThreadsCPU is the CPU time the kernel threads whose names begin
+// with prefix have spent (0 where there are none).
+func kernelThreadsCPU(prefix string) time.Duration {
+	ents, _ := os.ReadDir("/proc")
+	var ticks uint64
+	for _, e := range ents {
+		if e.Name()[0] < '0' || e.Name()[0] > '9' {
+			continue
+		}
+		stat, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		if err != nil {
+			continue
+		}
+		// "pid (comm) state ppid ...": utime and stime are the 14th and
+		// 15th fields, the 12th and 13th after the comm's ")".
+		i := bytes.LastIndexByte(stat, ')')
+		if i < 0 || !bytes.HasPrefix(stat[bytes.IndexByte(stat, '(')+1:], []byte(prefix)) {
+			continue
+		}
+		f := strings.Fields(string(stat[i+1:]))
+		if len(f) < 13 {
+			continue
+		}
+		u, _ := strconv.ParseUint(f[11], 10, 64)
+		s, _ := strconv.ParseUint(f[12], 10, 64)
+		ticks += u + s
+	}
+	return time.Duration(ticks) * time.Second / 100 // USER_HZ
 }
 
 // rawStarts starts n processes into fresh cgroups from throughputClients
