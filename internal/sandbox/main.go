@@ -33,7 +33,9 @@ const WarningUnrestricted = "WARNING: Landlock is unavailable; running agent UNR
 // says not to), sets the limits and execs the command, with the shim's
 // environment. It never returns on success. On failure it prints one line
 // on stderr, "kin sandbox: <what failed>: <why>", and returns 126, or 127
-// when the command was not found.
+// when the command was not found; where the exec itself fails (the limits
+// set), it exits with that status instead of returning, stderr being an
+// *os.File's descriptor or else descriptor 2.
 func Main(args []string, stderr io.Writer) int {
 	spec, err := parseArgs(args)
 	if err != nil {
@@ -42,6 +44,10 @@ func Main(args []string, stderr io.Writer) int {
 	p, code, err := prepare(&spec, ABI(), stderr)
 	if err != nil {
 		return fail(stderr, code, err)
+	}
+	p.stderrFD = 2
+	if f, ok := stderr.(*os.File); ok {
+		p.stderrFD = int(f.Fd())
 	}
 	code, err = p.run()
 	return fail(stderr, code, err)
@@ -59,6 +65,8 @@ type plan struct {
 	init         bool
 	// view is Spec.ViewFD, checked; -1 without one.
 	view int
+	// stderrFD is where exec writes its failure (Main's stderr, or 2).
+	stderrFD int
 	// childSpec is what init's child shim applies when the spec has an
 	// address-space limit (set in the child only: the init's own Go
 	// runtime must be free to map memory).
@@ -196,7 +204,16 @@ func (p *plan) run() (int, error) {
 // shim would die with "fatal error: runtime: out of memory" instead of
 // running the command. So everything the exec needs is made first, the
 // collector is stopped, and only system calls run from the first limit to
-// the exec (RLIMIT_AS last).
+// the exec (RLIMIT_AS last). Should the exec fail, its one line is written
+// and the process exits from here, with raw system calls too, into a
+// message made beforehand: it never returns once the limits are set.
+//
+// Unlike syscall.Exec, this does not hold the runtime's exec lock (Go
+// offers no way to): should the runtime clone a thread while the execve
+// runs, the kernel treats the exec as shared and the command runs without
+// the privileges a set-user-id or file-capability binary would have given
+// it (golang.org/issue/19546). That gives less, never more; the window is
+// two system calls long, with nothing of the shim's own running beside.
 func (p *plan) exec(env []string) (int, error) {
 	if !p.setsOpenFiles() {
 		restoreOpenFiles()
@@ -217,29 +234,44 @@ func (p *plan) exec(env []string) (int, error) {
 	for i, l := range p.limits {
 		rlimits[i] = *l.rlimit()
 	}
-	debug.SetGCPercent(-1) // returns once no collection runs; none starts after
+	// fail's line, less the reason: "kin sandbox: exec <path>: ", with
+	// room for the longest errno text and hint.
+	head := "kin sandbox: " + oneLine(fmt.Sprintf("exec %s: ", quote(p.path)))
+	msg := make([]byte, len(head), len(head)+256)
+	copy(msg, head)
+	// No collection starts from here: none is running once this returns,
+	// and nothing allocates to set one off (nor the memory limit's).
+	debug.SetGCPercent(-1)
+	debug.SetMemoryLimit(math.MaxInt64)
 	for i := range rlimits {
 		_, _, e := syscall.RawSyscall6(syscall.SYS_PRLIMIT64, 0, uintptr(p.limits[i].resource), uintptr(unsafe.Pointer(&rlimits[i])), 0, 0, 0)
-		if e != 0 {
+		if e != 0 { // RLIMIT_AS, last, is not set: this may allocate
 			return ExitCannotRun, fmt.Errorf("rlimit: %s=%d:%d: %v", p.limits[i].name, rlimits[i].Cur, rlimits[i].Max, e)
 		}
 	}
 	_, _, e := syscall.RawSyscall(syscall.SYS_EXECVE, uintptr(unsafe.Pointer(path)), uintptr(unsafe.Pointer(&argv[0])), uintptr(unsafe.Pointer(&envv[0])))
+	code, hint := execFailed(e, p.abi > 0)
+	msg = append(msg, e.Error()...) // a text of the table for every errno execve returns: no allocation
+	msg = append(msg, hint...)
+	msg = append(msg, '\n')
+	syscall.RawSyscall(syscall.SYS_WRITE, uintptr(p.stderrFD), uintptr(unsafe.Pointer(&msg[0])), uintptr(len(msg)))
+	syscall.RawSyscall(syscall.SYS_EXIT_GROUP, uintptr(code), 0, 0)
 	runtime.KeepAlive(path)
 	runtime.KeepAlive(argv)
 	runtime.KeepAlive(envv)
-	// Still here: the exec failed. What follows may allocate under the
-	// limits; the exit status says what failed even where the message is lost.
-	code := ExitCannotRun
-	hint := ""
+	panic("unreachable: exit_group returned")
+}
+
+// execFailed is the exit status and the hint for an execve that failed
+// with e: constants, so that it allocates nothing.
+func execFailed(e syscall.Errno, landlock bool) (int, string) {
 	switch {
 	case e == syscall.ENOENT:
-		code = ExitNotFound
-		hint = " (a script's interpreter may be missing)"
-	case e == syscall.EACCES && p.abi > 0:
-		hint = " (Landlock: are the command and its interpreter under a granted path?)"
+		return ExitNotFound, " (a script's interpreter may be missing)"
+	case e == syscall.EACCES && landlock:
+		return ExitCannotRun, " (Landlock: are the command and its interpreter under a granted path?)"
 	}
-	return code, fmt.Errorf("exec %s: %v%s", quote(p.path), e, hint)
+	return ExitCannotRun, ""
 }
 
 // setsOpenFiles says whether the plan sets RLIMIT_NOFILE itself.

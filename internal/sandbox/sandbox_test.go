@@ -2,6 +2,7 @@ package sandbox
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -539,12 +540,13 @@ func TestAddressSpaceLimitBelowTheShimsMapsStillExecs(t *testing.T) {
 		env = append(env, fmt.Sprintf("KIN_TEST_V%d=%s", i, strings.Repeat("y", 500)))
 	}
 	const starts, workers = 64, 4
+	exe := testExe(t)
 	var failed atomic.Int32
 	var wg sync.WaitGroup
 	for range workers {
 		wg.Go(func() {
 			for range starts / workers {
-				cmd := exec.Command(testExe(t), append([]string{"shim"}, args...)...)
+				cmd := exec.Command(exe, append([]string{"shim"}, args...)...)
 				cmd.Env = env
 				var stdout, stderr bytes.Buffer
 				cmd.Stdout, cmd.Stderr = &stdout, &stderr
@@ -567,27 +569,97 @@ func TestAddressSpaceLimitBelowTheShimsMapsStillExecs(t *testing.T) {
 	}
 }
 
-// TestCommandGetsTheOpenFilesLimitTheShimStartedWith: Go's runtime raises
-// the shim's soft RLIMIT_NOFILE at start; where the spec names no open
-// files limit, the command gets the one the shim was started with.
-func TestCommandGetsTheOpenFilesLimitTheShimStartedWith(t *testing.T) {
+// TestFailedExecUnderAddressSpaceLimitSaysWhy: once the limits are set
+// nothing may allocate, the exec's failure included: the shim still says
+// in one line why the command did not start, with its status (a missing
+// interpreter 127, a file the kernel cannot run 126), never a crash of its
+// runtime. Before, a few starts in a hundred died with "fatal error".
+func TestFailedExecUnderAddressSpaceLimitSaysWhy(t *testing.T) {
 	t.Parallel()
-	for _, memory := range []int64{0, 256 << 20} {
-		args, err := Args(Spec{MemoryBytes: memory, Argv: []string{"cat", "/proc/self/limits"}})
+	dir := tempDir(t)
+	noInterp := filepath.Join(dir, "no-interpreter")
+	writeFile(t, noInterp, "#!/nonexistent/interpreter\n")
+	garbage := filepath.Join(dir, "not-a-program")
+	writeFile(t, garbage, strings.Repeat("\x7fELF not really", 64))
+	for _, f := range []string{noInterp, garbage} {
+		if err := os.Chmod(f, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	exe := testExe(t)
+	for _, tc := range []struct {
+		path string
+		code int
+		why  string
+	}{{noInterp, ExitNotFound, "no such file or directory (a script's interpreter may be missing)"}, {garbage, ExitCannotRun, "exec format error"}} {
+		args, err := Args(Spec{MemoryBytes: 16 << 20, OpenFiles: 48, Argv: []string{tc.path}})
 		if err != nil {
 			t.Fatal(err)
 		}
-		script := `ulimit -Sn 321 && exec "$0" shim "$@"`
+		const starts, workers = 120, 4
+		var failed atomic.Int32
+		var wg sync.WaitGroup
+		for range workers {
+			wg.Go(func() {
+				for range starts / workers {
+					cmd := exec.Command(exe, append([]string{"shim"}, args...)...)
+					cmd.Env = append(os.Environ(), helperEnv+"=1")
+					var stderr bytes.Buffer
+					cmd.Stderr = &stderr
+					err := cmd.Run()
+					code := -1
+					var ee *exec.ExitError
+					if errors.As(err, &ee) {
+						code = ee.ExitCode()
+					}
+					want := fmt.Sprintf("kin sandbox: exec %s: %s\n", quote(tc.path), tc.why)
+					if code != tc.code || stderr.String() != want {
+						if failed.Add(1) <= 3 {
+							t.Errorf("%s: exit %d (%v), stderr %q; want %d, %q", filepath.Base(tc.path), code, err, firstLines(stderr.String(), 3), tc.code, want)
+						}
+					}
+				}
+			})
+		}
+		wg.Wait()
+		if n := failed.Load(); n > 0 {
+			t.Errorf("%s: %d of %d starts failed otherwise", filepath.Base(tc.path), n, starts)
+		}
+	}
+}
+
+// TestCommandGetsTheOpenFilesLimitTheShimStartedWith: Go's runtime raises
+// the shim's soft RLIMIT_NOFILE at start; where the spec names no open
+// files limit, the command gets the one the shim was started with, soft
+// and hard, restricted by Landlock or not.
+func TestCommandGetsTheOpenFilesLimitTheShimStartedWith(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		memory   int64
+		restrict bool
+	}{{0, false}, {256 << 20, false}, {0, true}, {256 << 20, true}} {
+		if tc.restrict {
+			requireLandlock(t)
+		}
+		spec := Spec{MemoryBytes: tc.memory, Argv: []string{"cat", "/proc/self/limits"}}
+		if tc.restrict {
+			spec.Restrict, spec.RO = true, DefaultSystemRO()
+		}
+		args, err := Args(spec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		script := `ulimit -Sn 321 && ulimit -Hn 4000 && exec "$0" shim "$@"`
 		cmd := exec.Command("/bin/sh", append([]string{"-c", script, testExe(t)}, args...)...)
 		cmd.Env = append(os.Environ(), helperEnv+"=1")
 		var stderr bytes.Buffer
 		cmd.Stderr = &stderr
 		out, err := cmd.Output()
 		if err != nil {
-			t.Fatalf("memory %d: %v; stderr %q", memory, err, stderr.String())
+			t.Fatalf("%+v: %v; stderr %q", tc, err, stderr.String())
 		}
-		if got := parseLimitsOf(string(out))["Max open files"][0]; got != "321" {
-			t.Errorf("memory %d: the command's soft open files limit is %s, want 321, the shim's at start", memory, got)
+		if got := parseLimitsOf(string(out))["Max open files"]; got != [2]string{"321", "4000"} {
+			t.Errorf("%+v: the command's open files limit is %v, want 321 4000, the shim's at start", tc, got)
 		}
 	}
 }
