@@ -539,34 +539,13 @@ func TestAddressSpaceLimitBelowTheShimsMapsStillExecs(t *testing.T) {
 	for i := range 200 {
 		env = append(env, fmt.Sprintf("KIN_TEST_V%d=%s", i, strings.Repeat("y", 500)))
 	}
-	const starts, workers = 64, 4
-	exe := testExe(t)
-	var failed atomic.Int32
-	var wg sync.WaitGroup
-	for range workers {
-		wg.Go(func() {
-			for range starts / workers {
-				cmd := exec.Command(exe, append([]string{"shim"}, args...)...)
-				cmd.Env = env
-				var stdout, stderr bytes.Buffer
-				cmd.Stdout, cmd.Stderr = &stdout, &stderr
-				err := cmd.Run()
-				as := [2]string{}
-				if err == nil {
-					as = parseLimitsOf(stdout.String())["Max address space"]
-				}
-				if want := strconv.Itoa(memory); err != nil || as != [2]string{want, want} {
-					if failed.Add(1) <= 3 {
-						t.Errorf("cat under RLIMIT_AS %d: %v, address space %v; stderr %q", memory, err, as, firstLines(stderr.String(), 3))
-					}
-				}
-			}
-		})
-	}
-	wg.Wait()
-	if n := failed.Load(); n > 0 {
-		t.Errorf("%d of %d starts failed", n, starts)
-	}
+	want := strconv.Itoa(memory)
+	shimMany(t, args, env, 64, func(r run) string {
+		if as := parseLimitsOf(r.stdout)["Max address space"]; r.code != 0 || as != [2]string{want, want} {
+			return fmt.Sprintf("cat under RLIMIT_AS %s: exit %d, address space %v", want, r.code, as)
+		}
+		return ""
+	})
 }
 
 // TestFailedExecUnderAddressSpaceLimitSaysWhy: once the limits are set
@@ -586,7 +565,6 @@ func TestFailedExecUnderAddressSpaceLimitSaysWhy(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	exe := testExe(t)
 	for _, tc := range []struct {
 		path string
 		code int
@@ -596,35 +574,13 @@ func TestFailedExecUnderAddressSpaceLimitSaysWhy(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		const starts, workers = 120, 4
-		var failed atomic.Int32
-		var wg sync.WaitGroup
-		for range workers {
-			wg.Go(func() {
-				for range starts / workers {
-					cmd := exec.Command(exe, append([]string{"shim"}, args...)...)
-					cmd.Env = append(os.Environ(), helperEnv+"=1")
-					var stderr bytes.Buffer
-					cmd.Stderr = &stderr
-					err := cmd.Run()
-					code := -1
-					var ee *exec.ExitError
-					if errors.As(err, &ee) {
-						code = ee.ExitCode()
-					}
-					want := fmt.Sprintf("kin sandbox: exec %s: %s\n", quote(tc.path), tc.why)
-					if code != tc.code || stderr.String() != want {
-						if failed.Add(1) <= 3 {
-							t.Errorf("%s: exit %d (%v), stderr %q; want %d, %q", filepath.Base(tc.path), code, err, firstLines(stderr.String(), 3), tc.code, want)
-						}
-					}
-				}
-			})
-		}
-		wg.Wait()
-		if n := failed.Load(); n > 0 {
-			t.Errorf("%s: %d of %d starts failed otherwise", filepath.Base(tc.path), n, starts)
-		}
+		want := fmt.Sprintf("kin sandbox: exec %s: %s\n", quote(tc.path), tc.why)
+		shimMany(t, args, append(os.Environ(), helperEnv+"=1"), 120, func(r run) string {
+			if r.code != tc.code || r.stderr != want {
+				return fmt.Sprintf("%s: exit %d, want %d and %q", filepath.Base(tc.path), r.code, tc.code, want)
+			}
+			return ""
+		})
 	}
 }
 
@@ -677,6 +633,42 @@ func parseLimitsOf(s string) map[string][2]string {
 		}
 	}
 	return out
+}
+
+// shimMany runs the shim with args and env n times from four goroutines,
+// and fails the test for each run that check says (a non-empty text) went
+// wrong, showing the first three with the start of their stderr.
+func shimMany(t *testing.T, args, env []string, n int, check func(run) string) {
+	t.Helper()
+	exe := testExe(t)
+	var failed atomic.Int32
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Go(func() {
+			for range n / 4 {
+				cmd := exec.Command(exe, append([]string{"shim"}, args...)...)
+				cmd.Env = env
+				var stdout, stderr bytes.Buffer
+				cmd.Stdout, cmd.Stderr = &stdout, &stderr
+				err := cmd.Run()
+				r := run{stdout: stdout.String(), stderr: stderr.String(), code: -1}
+				var ee *exec.ExitError
+				switch {
+				case err == nil:
+					r.code = 0
+				case errors.As(err, &ee):
+					r.code = ee.ExitCode()
+				}
+				if what := check(r); what != "" && failed.Add(1) <= 3 {
+					t.Errorf("%s; stderr %q", what, firstLines(r.stderr, 3))
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if k := failed.Load(); k > 0 {
+		t.Errorf("%d of %d starts went wrong", k, n/4*4)
+	}
 }
 
 func firstLines(s string, n int) string {
