@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"context"
 	"errors"
-	"fmt"
 	"slices"
 	"strings"
 	"sync"
@@ -16,16 +15,27 @@ const StopAtOnce = 16
 // StopAll stops each of ids (req's ID aside) with its owned subtree, side
 // by side, StopAtOnce at a time (what "kin stop" does with several
 // agents), and returns every agent stopped, each once, by id. An id whose
-// stop failed is an error unless another's stop ended it; where several
-// failed, the error has the first's code (in the order of ids) and names
-// them all.
+// stop failed is an error unless another's stop ended it; the error names
+// every such agent, and has the first's code (in the order of ids). With
+// one id, the error is that Stop's own.
+//
+// Once ctx is done no more stops are sent, and the error (ECodeUnavailable)
+// says how many were: the daemon finishes a stop it received even when its
+// caller goes away, so those may still end their agents.
 func StopAll(ctx context.Context, svc RunnerService, ids []AgentID, req StopRequest) ([]*Agent, error) {
 	lists := make([][]*Agent, len(ids))
 	errs := make([]error, len(ids))
 	sem := make(chan struct{}, StopAtOnce)
 	var wg sync.WaitGroup
+	sent := 0
+send:
 	for i, id := range ids {
-		sem <- struct{}{}
+		select {
+		case sem <- struct{}{}:
+		case <-ctx.Done():
+			break send
+		}
+		sent++
 		wg.Go(func() {
 			defer func() { <-sem }()
 			r := req
@@ -40,29 +50,72 @@ func StopAll(ctx context.Context, svc RunnerService, ids []AgentID, req StopRequ
 			byID[ag.ID] = ag
 		}
 	}
-	var failed []error
-	for i, err := range errs {
-		if err != nil && byID[ids[i]] == nil {
-			failed = append(failed, err)
-		}
-	}
 	stopped := make([]*Agent, 0, len(byID))
 	for _, ag := range byID {
 		stopped = append(stopped, ag)
 	}
 	slices.SortFunc(stopped, func(x, y *Agent) int { return cmp.Compare(x.ID, y.ID) })
-	switch len(failed) {
-	case 0:
+	if ctx.Err() != nil {
+		return stopped, Errorf(ECodeUnavailable, "interrupted: the stops of %d of %d agents were sent, and may still end them (%d known stopped)",
+			sent, len(ids), len(stopped))
+	}
+	if len(ids) == 1 {
+		return stopped, errs[0]
+	}
+	// The failures, those with one cause together, in the order of ids.
+	type cause struct {
+		code ErrorCode
+		msg  string
+		ids  []AgentID
+	}
+	var causes []*cause
+	var first error
+	for i, err := range errs {
+		if err == nil || byID[ids[i]] != nil {
+			continue
+		}
+		if first == nil {
+			first = err
+		}
+		code, msg := ErrorCodeOf(err), messageOf(err)
+		k := slices.IndexFunc(causes, func(c *cause) bool { return c.code == code && c.msg == msg })
+		if k < 0 {
+			causes = append(causes, &cause{code: code, msg: msg})
+			k = len(causes) - 1
+		}
+		causes[k].ids = append(causes[k].ids, ids[i])
+	}
+	if first == nil {
 		return stopped, nil
-	case 1:
-		return stopped, failed[0] // the daemon's own error: it names the agent
 	}
-	// Each with its code, the first's the whole error's.
-	parts := make([]string, len(failed))
-	for i, err := range failed {
-		parts[i] = fmt.Sprintf("%s [%s]", messageOf(err), ErrorCodeOf(err))
+	parts := make([]string, len(causes))
+	n := 0
+	for i, c := range causes {
+		n += len(c.ids)
+		parts[i] = c.msg
+		if len(c.ids) > 1 || !strings.Contains(c.msg, "agent "+c.ids[0].String()) {
+			parts[i] = agentList(c.ids) + ": " + c.msg
+		}
+		if len(causes) > 1 {
+			parts[i] += " [" + string(c.code) + "]"
+		}
 	}
-	return stopped, Errorf(ErrorCodeOf(failed[0]), "%d agents not stopped: %s", len(failed), strings.Join(parts, "; "))
+	if n == 1 {
+		return stopped, Errorf(ErrorCodeOf(first), "%s", parts[0])
+	}
+	return stopped, Errorf(ErrorCodeOf(first), "%d agents not stopped: %s", n, strings.Join(parts, "; "))
+}
+
+// agentList is "agent 7" or "agents 7, 9, 12".
+func agentList(ids []AgentID) string {
+	if len(ids) == 1 {
+		return "agent " + ids[0].String()
+	}
+	s := make([]string, len(ids))
+	for i, id := range ids {
+		s[i] = id.String()
+	}
+	return "agents " + strings.Join(s, ", ")
 }
 
 // messageOf is err's message without its code.

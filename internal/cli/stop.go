@@ -22,7 +22,9 @@ agent.stop for them.
 
 Several agents are stopped at once, side by side (at most 16 stops in flight),
 and the command returns once all have ended. An agent named twice, or inside
-the owned subtree of another one named, is stopped once.
+the owned subtree of another one named, is stopped once. Every ID is read
+first: one that names no agent (or a name the caller cannot see) stops
+nothing.
 
 The grace is each agent's own ("kin spawn --grace", default 5s) unless
 --grace overrides it for all of them; --grace 0s kills at once.
@@ -30,8 +32,10 @@ The grace is each agent's own ("kin spawn --grace", default 5s) unless
 Prints the agents stopped (with --json, an array of them, by id). An agent
 may stop only its descendants; stopping an agent that has already ended fails
 with invalid_transition. Where some of several agents could not be stopped,
-the others still are: the command prints those stopped, then fails with the
-first error (its message names every agent that failed).`,
+the others still are: the command prints those stopped (with --json, their
+array on stdout), then fails (exit 1) with an error that names every agent
+not stopped and carries the first one's code. Interrupted (Ctrl-C), it sends
+no more stops; the daemon still finishes those it received.`,
 		Example: `  kin stop 7
   kin stop 1 --grace 0s          # kill the whole owned subtree at once
   kin stop 3 8 12 --grace 0s     # three subtrees, side by side
