@@ -112,10 +112,15 @@ exec sleep 1000
 	}
 	// It reported its pid before its exec of sleep: its environment (the
 	// process-groups fallback's marker) can read empty while the exec replaces
-	// its memory.
-	waitFor(t, 10*time.Second, "the double-forked process to run sleep", func() bool {
+	// its memory, after its name is sleep's already (the kernel sets the new
+	// name before it lays out the new environment: CI once read it empty).
+	waitFor(t, 10*time.Second, "the double-forked process to run sleep, its environment in place", func() bool {
 		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/comm", orphan))
-		return err == nil && strings.TrimSpace(string(b)) == "sleep"
+		if err != nil || strings.TrimSpace(string(b)) != "sleep" {
+			return false
+		}
+		env, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", orphan))
+		return err == nil && len(env) > 0
 	})
 	waitFor(t, 10*time.Second, "top's child to lead its own process group", func() bool {
 		st, err := readStat(labels["top-child"])
