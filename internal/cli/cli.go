@@ -144,7 +144,9 @@ success, 1 when the command failed (the error is on stderr; with --json as
 {"code": "...", "message": "..."}), 2 when the command line is wrong; "kin
 wait" adds 3 (the result is not completed) and 4 (it timed out); "kin
 authorize" exits 1 when the tool is denied; "kin hook claude-code" always
-exits 0 with its decision (2 when it cannot answer at all).`,
+exits 0 with its decision (2 when it cannot answer at all); "kin stop" of
+several agents, where some could not be stopped, prints those it stopped
+and then exits 1.`,
 		Example: `  kin serve &
   kin register --name Research-Coordinator --responsible "Dr. Schmidt"
   kin register --name Data-Collector --parent 1
