@@ -12,9 +12,10 @@ import (
 // StopAtOnce is how many stops StopAll has in flight at a time.
 const StopAtOnce = 16
 
-// StopAll stops each of ids (req's ID aside) with its owned subtree, side
-// by side, StopAtOnce at a time (what "kin stop" does with several
-// agents), and returns every agent stopped, each once, by id. An id whose
+// StopAll stops each of ids (req's ID aside; one named twice is stopped
+// once) with its owned subtree, side by side, StopAtOnce at a time (what
+// "kin stop" does with several agents), and returns every agent stopped,
+// each once, by id. An id whose
 // stop failed is an error unless another's stop ended it; the error names
 // every such agent, and has the first's code (in the order of ids). With
 // one id, the error is that Stop's own.
@@ -23,6 +24,12 @@ const StopAtOnce = 16
 // says how many were: the daemon finishes a stop it received even when its
 // caller goes away, so those may still end their agents.
 func StopAll(ctx context.Context, svc RunnerService, ids []AgentID, req StopRequest) ([]*Agent, error) {
+	seen := make(map[AgentID]bool, len(ids))
+	ids = slices.DeleteFunc(slices.Clone(ids), func(id AgentID) bool {
+		dup := seen[id]
+		seen[id] = true
+		return dup
+	})
 	lists := make([][]*Agent, len(ids))
 	errs := make([]error, len(ids))
 	sem := make(chan struct{}, StopAtOnce)
@@ -69,13 +76,9 @@ send:
 		ids  []AgentID
 	}
 	var causes []*cause
-	var first error
 	for i, err := range errs {
 		if err == nil || byID[ids[i]] != nil {
 			continue
-		}
-		if first == nil {
-			first = err
 		}
 		code, msg := ErrorCodeOf(err), messageOf(err)
 		k := slices.IndexFunc(causes, func(c *cause) bool { return c.code == code && c.msg == msg })
@@ -85,7 +88,7 @@ send:
 		}
 		causes[k].ids = append(causes[k].ids, ids[i])
 	}
-	if first == nil {
+	if len(causes) == 0 {
 		return stopped, nil
 	}
 	parts := make([]string, len(causes))
@@ -101,9 +104,9 @@ send:
 		}
 	}
 	if n == 1 {
-		return stopped, Errorf(ErrorCodeOf(first), "%s", parts[0])
+		return stopped, Errorf(causes[0].code, "%s", parts[0])
 	}
-	return stopped, Errorf(ErrorCodeOf(first), "%d agents not stopped: %s", n, strings.Join(parts, "; "))
+	return stopped, Errorf(causes[0].code, "%d agents not stopped: %s", n, strings.Join(parts, "; "))
 }
 
 // agentList is "agent 7" or "agents 7, 9, 12".

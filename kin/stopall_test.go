@@ -139,6 +139,10 @@ func TestStopAllFakeServiceMergesAndNamesFailures(t *testing.T) {
 	if ErrorCodeOf(err) != ECodeUnavailable || ErrorMessageOf(err) != want {
 		t.Errorf("error %v (%s), want %q with the first's code", err, ErrorCodeOf(err), want)
 	}
+	_, err = StopAll(context.Background(), svc, []AgentID{6, 1, 6}, StopRequest{})
+	if ErrorMessageOf(err) != "agent 6 not found" {
+		t.Errorf("an agent named twice: %v, want it stopped (and failed) once", err)
+	}
 	_, err = StopAll(context.Background(), svc, []AgentID{1, 4}, StopRequest{})
 	if ErrorMessageOf(err) != "agent 4: cannot reach kin" {
 		t.Errorf("one failure of two: %v, want it to name agent 4", err)

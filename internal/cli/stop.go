@@ -1,8 +1,6 @@
 package cli
 
 import (
-	"slices"
-
 	"github.com/spf13/cobra"
 
 	"github.com/kin-agents/kin/kin"
@@ -50,15 +48,13 @@ no more stops; the daemon still finishes those it received.`,
 		RunE: run(func(cmd *cobra.Command, args []string) error {
 			// Every argument is read before anything is stopped: a bad one
 			// changes nothing.
-			var ids []kin.AgentID
-			for _, s := range args {
+			ids := make([]kin.AgentID, len(args))
+			for i, s := range args {
 				id, err := a.agentArg(cmd.Context(), s)
 				if err != nil {
 					return err
 				}
-				if !slices.Contains(ids, id) {
-					ids = append(ids, id)
-				}
+				ids[i] = id
 			}
 			svc, err := a.service()
 			if err != nil {

@@ -1,7 +1,6 @@
 package daemon_test
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -271,30 +270,19 @@ func roundAll(ds []time.Duration, to time.Duration) []time.Duration {
 // with prefix have spent (0 where there are none).
 func kernelThreadsCPU(prefix string) time.Duration {
 	ents, _ := os.ReadDir("/proc")
-	var ticks uint64
+	var sum time.Duration
 	for _, e := range ents {
-		if e.Name()[0] < '0' || e.Name()[0] > '9' {
-			continue
-		}
-		stat, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		pid, err := strconv.Atoi(e.Name())
 		if err != nil {
 			continue
 		}
-		// "pid (comm) state ppid ...": utime and stime are the 14th and
-		// 15th fields, the 12th and 13th after the comm's ")".
-		i := bytes.LastIndexByte(stat, ')')
-		if i < 0 || !bytes.HasPrefix(stat[bytes.IndexByte(stat, '(')+1:], []byte(prefix)) {
-			continue
+		if st, ok := readStat(pid); ok && strings.HasPrefix(st.comm, prefix) {
+			if cpu, err := procCPU(pid); err == nil {
+				sum += cpu
+			}
 		}
-		f := strings.Fields(string(stat[i+1:]))
-		if len(f) < 13 {
-			continue
-		}
-		u, _ := strconv.ParseUint(f[11], 10, 64)
-		s, _ := strconv.ParseUint(f[12], 10, 64)
-		ticks += u + s
 	}
-	return time.Duration(ticks) * time.Second / 100 // USER_HZ
+	return sum
 }
 
 // rawStarts starts n processes into fresh cgroups from throughputClients

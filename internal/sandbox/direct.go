@@ -597,12 +597,9 @@ func (d *Direct) setLimits(pid int) error {
 	}
 	var err error
 	for _, l := range d.limits {
-		soft := l.value
-		if l.soft != 0 {
-			soft = l.soft
-		}
-		if e := unix.Prlimit(pid, l.resource, &unix.Rlimit{Cur: soft, Max: l.value}, nil); e != nil {
-			err = fmt.Errorf("sandbox: rlimit: %s=%d:%d of process %d: %v", l.name, soft, l.value, pid, e)
+		r := l.rlimit()
+		if e := unix.Prlimit(pid, l.resource, (*unix.Rlimit)(&r), nil); e != nil {
+			err = fmt.Errorf("sandbox: rlimit: %s=%d:%d of process %d: %v", l.name, r.Cur, r.Max, pid, e)
 			break
 		}
 	}

@@ -188,8 +188,9 @@ func (p *plan) run() (int, error) {
 		// The init keeps neither RLIMIT_AS nor RLIMIT_NPROC (prepare): its
 		// runtime may go on mapping memory and making threads.
 		for _, l := range p.limits {
-			if err := syscall.Setrlimit(l.resource, l.rlimit()); err != nil {
-				return ExitCannotRun, fmt.Errorf("rlimit: %s=%d:%d: %v", l.name, l.rlimit().Cur, l.value, err)
+			r := l.rlimit()
+			if err := syscall.Setrlimit(l.resource, &r); err != nil {
+				return ExitCannotRun, fmt.Errorf("rlimit: %s=%d:%d: %v", l.name, r.Cur, r.Max, err)
 			}
 		}
 		return p.runInit()
@@ -232,7 +233,7 @@ func (p *plan) exec(env []string) (int, error) {
 	}
 	rlimits := make([]syscall.Rlimit, len(p.limits))
 	for i, l := range p.limits {
-		rlimits[i] = *l.rlimit()
+		rlimits[i] = l.rlimit()
 	}
 	// fail's line, less the reason: "kin sandbox: exec <path>: ", with
 	// room for the longest errno text and hint.
@@ -256,9 +257,6 @@ func (p *plan) exec(env []string) (int, error) {
 	msg = append(msg, '\n')
 	syscall.RawSyscall(syscall.SYS_WRITE, uintptr(p.stderrFD), uintptr(unsafe.Pointer(&msg[0])), uintptr(len(msg)))
 	syscall.RawSyscall(syscall.SYS_EXIT_GROUP, uintptr(code), 0, 0)
-	runtime.KeepAlive(path)
-	runtime.KeepAlive(argv)
-	runtime.KeepAlive(envv)
 	panic("unreachable: exit_group returned")
 }
 
@@ -294,13 +292,13 @@ func restoreOpenFiles() {
 	_ = syscall.Exec("", nil, nil)
 }
 
-// rlimit is l as the kernel takes it.
-func (l limit) rlimit() *syscall.Rlimit {
+// rlimit is l as the kernel takes it (the shim's and a direct start's).
+func (l limit) rlimit() syscall.Rlimit {
 	soft := l.value
 	if l.soft != 0 {
 		soft = l.soft
 	}
-	return &syscall.Rlimit{Cur: soft, Max: l.value}
+	return syscall.Rlimit{Cur: soft, Max: l.value}
 }
 
 // closeOnExecFrom3 marks every descriptor from 3 up close-on-exec:
