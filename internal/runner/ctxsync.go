@@ -44,6 +44,7 @@ type ctxWriter struct {
 	touched map[kin.AgentID]bool // changed without an event (heartbeats)
 	kick    chan struct{}        // one value when touched gains an agent: no commit with events wakes the writer for it
 	hurry   chan struct{}        // one value when someone waits for the tree (waitApplied): no settling
+	waiting int                  // waitApplied calls in progress: the writer does not yield (yieldToStops)
 	// recorded is the last event seq written to the progress file, kept
 	// open as progress (only the writer's goroutine uses them).
 	recorded int64
@@ -290,6 +291,14 @@ func (w *ctxWriter) touch(ids ...kin.AgentID) {
 
 // waitApplied returns once the tree reflects event seq, or ctx is done.
 func (w *ctxWriter) waitApplied(ctx context.Context, seq int64) error {
+	w.mu.Lock()
+	w.waiting++
+	w.mu.Unlock()
+	defer func() {
+		w.mu.Lock()
+		w.waiting--
+		w.mu.Unlock()
+	}()
 	for {
 		w.mu.Lock()
 		ok, ch := w.applied >= seq, w.advance
@@ -319,6 +328,7 @@ func (w *ctxWriter) waitApplied(ctx context.Context, seq int64) error {
 // sync applies every event not yet applied, batch by batch.
 func (w *ctxWriter) sync() {
 	ctx := context.Background()
+	yieldUntil := time.Now().Add(yieldMax)
 	for {
 		w.mu.Lock()
 		since := w.applied
@@ -337,6 +347,7 @@ func (w *ctxWriter) sync() {
 			}
 			return
 		}
+		w.yieldToStops(&yieldUntil)
 		byAgent := map[kin.AgentID][]kin.Event{}
 		var ids []kin.AgentID
 		for _, ev := range evs {
@@ -366,6 +377,7 @@ func (w *ctxWriter) sync() {
 		}
 		known := w.d.parentsOf(ctx, agents)
 		for _, a := range agents {
+			w.yieldToStops(&yieldUntil)
 			w.mu.Lock()
 			deadline, paused := w.deadline, w.paused
 			w.mu.Unlock()
@@ -400,6 +412,38 @@ func (w *ctxWriter) sync() {
 			w.advance = make(chan struct{})
 			w.mu.Unlock()
 		}
+	}
+}
+
+// yieldToStops waits while a large cancellation runs (Runner.yield), but
+// not past *until (the pass's bound, yieldMax from its start), nor while
+// someone waits for the tree (waitApplied, whose hurry also ends the
+// wait), nor once the daemon pauses or stops the writer (the pass then
+// ends at its next agent, as it always did). A wait cut short by a waiter
+// ends the pass's yielding: *until is cleared.
+func (w *ctxWriter) yieldToStops(until *time.Time) {
+	free := w.d.yield.waitFree()
+	if free == nil || until.IsZero() {
+		return
+	}
+	w.mu.Lock()
+	waited := w.waiting > 0
+	w.mu.Unlock()
+	left := time.Until(*until)
+	if waited || left <= 0 {
+		*until = time.Time{}
+		return
+	}
+	t := time.NewTimer(left)
+	defer t.Stop()
+	select {
+	case <-free:
+	case <-t.C:
+		*until = time.Time{}
+	case <-w.hurry:
+		*until = time.Time{}
+	case <-w.pausec:
+	case <-w.stopc:
 	}
 }
 

@@ -56,6 +56,7 @@ type Runner struct {
 	ctxDir        string // the agent filesystem's root
 	ctx           *ctxfs.FS
 	ctxw          *ctxWriter
+	yield         yieldGate      // held by large cancellations: background work waits (yield.go)
 	served        *ctxfuse.Mount // the control files served (ctxserve.go); nil: written by ctxw
 	ctlSrc        *ctlSource     // what served answers from
 	names         *nameIndex     // the latest agent of each name (ctxserve.go)

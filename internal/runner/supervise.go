@@ -887,6 +887,9 @@ func (run *Runner) ownsAgent(a *kin.Agent) bool {
 // the agents c claimed.
 func (run *Runner) finishCancel(ctx context.Context, c *cancellation) ([]*kin.Agent, error) {
 	defer c.letWarm()
+	if len(c.mine) >= yieldHoldMin {
+		defer run.yield.hold()() // until it answers (yield.go)
+	}
 	socks, err := run.silence(ctx, c)
 	if err != nil {
 		return nil, err
@@ -1126,10 +1129,12 @@ func (run *Runner) stopAndRecord(ctx context.Context, c *cancellation) ([]*kin.A
 		releaseGroups = func() {} // the goroutine's to call now, not the defer's
 		go func() {
 			retirePipes(ps)
-			release()
+			run.yield.afterFree(release)
 		}()
 	} else {
-		releaseGroups()
+		// The groups' rmdirs once no large cancellation runs: after
+		// this one's answer, and after the others' that run beside it.
+		run.yield.afterFree(releaseGroups)
 		retirePipes(pipes)
 	}
 	pipes = nil

@@ -1,0 +1,171 @@
+package runner
+
+import (
+	"context"
+	"log/slog"
+	"path/filepath"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/kin-agents/kin/internal/store"
+	"github.com/kin-agents/kin/kin"
+)
+
+// within fails the test unless ch is closed (or sends) within 10 s.
+func within(t *testing.T, ch <-chan struct{}, what string) {
+	t.Helper()
+	select {
+	case <-ch:
+	case <-time.After(10 * time.Second):
+		t.Fatal(what)
+	}
+}
+
+// TestYieldGateRunsAfterTheLastHold: work queued while the gate is held
+// runs once the last hold is released, in the order it was queued, on a
+// goroutine of its own; with nothing holding it, at once on the caller's.
+func TestYieldGateRunsAfterTheLastHold(t *testing.T) {
+	var g yieldGate
+	ran := false
+	g.afterFree(func() { ran = true })
+	if !ran {
+		t.Fatal("work given to a free gate did not run at once")
+	}
+	if g.waitFree() != nil {
+		t.Fatal("a free gate has a channel to wait on")
+	}
+
+	first, second := g.hold(), g.hold()
+	free := g.waitFree()
+	var mu sync.Mutex
+	var order []int
+	done := make(chan struct{})
+	g.afterFree(func() { mu.Lock(); order = append(order, 1); mu.Unlock() })
+	g.afterFree(func() { mu.Lock(); order = append(order, 2); mu.Unlock(); close(done) })
+	first()
+	first() // twice is once
+	g.mu.Lock()
+	queued, held := len(g.after), g.held
+	g.mu.Unlock()
+	if queued != 2 || held != 1 {
+		t.Fatalf("after one of two holds was released: %d queued, %d held; want 2 and 1", queued, held)
+	}
+	select {
+	case <-free:
+		t.Fatal("the gate reads free while one hold is left")
+	default:
+	}
+	second()
+	within(t, free, "the gate did not read free after its last hold was released")
+	within(t, done, "the queued work did not run after the last hold was released")
+	mu.Lock()
+	defer mu.Unlock()
+	if !slices.Equal(order, []int{1, 2}) {
+		t.Fatalf("queued work ran in the order %v, want [1 2]", order)
+	}
+}
+
+// TestYieldGateRunsQueuedWorkAfterYieldMax: a gate held for good (a stream
+// of large stops) does not hold the queued work back past yieldMax, and
+// that work does not run a second time at the release.
+func TestYieldGateRunsQueuedWorkAfterYieldMax(t *testing.T) {
+	was := yieldMax
+	yieldMax = 20 * time.Millisecond
+	t.Cleanup(func() { yieldMax = was })
+	var g yieldGate
+	release := g.hold()
+	runs := make(chan struct{}, 2)
+	g.afterFree(func() { runs <- struct{}{} })
+	within(t, chanOf(runs), "queued work waited past yieldMax")
+	release()
+	g.afterFree(func() { runs <- struct{}{} }) // free: at once
+	if n := len(runs); n != 1 {
+		t.Fatalf("%d more runs after the release, want the one given to the free gate", n)
+	}
+}
+
+// chanOf turns one value sent on ch into a closed channel.
+func chanOf(ch <-chan struct{}) <-chan struct{} {
+	out := make(chan struct{})
+	go func() { <-ch; close(out) }()
+	return out
+}
+
+// TestWriterYieldsToLargeStops: while a large cancellation holds the gate
+// (Runner.yield), the tree's writer applies no commit; a caller waiting
+// for the tree (waitApplied: kin wait) is not held back by it; and the
+// writer applies what is left once the gate is free. yieldMax is an hour
+// here: without the waiter's case the wait runs into its deadline, and
+// without the yield the writer applies the commit within the 50 ms watched
+// for it.
+func TestWriterYieldsToLargeStops(t *testing.T) {
+	ctx := context.Background()
+	st := openSQLite(t, filepath.Join(t.TempDir(), "kin.db"))
+	wasSettle, wasMax, wasIdle := settleFor, yieldMax, idle
+	settleFor, yieldMax = 0, time.Hour
+	waiting := make(chan struct{}, 8)
+	idle = func() { waiting <- struct{}{} }
+	t.Cleanup(func() { settleFor, yieldMax, idle = wasSettle, wasMax, wasIdle })
+
+	run := &Runner{store: st, log: slog.New(slog.DiscardHandler), names: newNameIndex(), ctxAgents: map[kin.AgentID]*ctxAgent{}}
+	w := blankCtxWriter(run)
+	go w.run()
+	t.Cleanup(w.stop)
+	applied := func() (int64, chan struct{}) {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		return w.applied, w.advance
+	}
+	commit := func() int64 {
+		t.Helper()
+		within(t, waiting, "the writer did not come to wait for a commit")
+		var seq int64
+		err := store.UpdateAfter(ctx, st, func(tx store.Tx, _ *store.AfterCommit) error {
+			e, err := kin.NewEvent("aauth.test", 0, 0, map[string]string{})
+			if err != nil {
+				return err
+			}
+			e.Time = t0()
+			e, err = tx.EventAppend(ctx, e)
+			seq = e.Seq
+			return err
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return seq
+	}
+	notApplied := func(seq int64) {
+		t.Helper()
+		got, advance := applied()
+		if got >= seq {
+			t.Fatalf("the writer applied event %d while a large stop held the gate", seq)
+		}
+		select {
+		case <-advance:
+			got, _ = applied()
+			t.Fatalf("the writer applied up to event %d while a large stop held the gate", got)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+
+	release := run.yield.hold()
+	seq := commit()
+	notApplied(seq)
+	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := w.waitApplied(wctx, seq); err != nil {
+		t.Fatalf("waiting for the tree while a stop held the gate: %v (the writer yielded to the stop, not to the waiter)", err)
+	}
+
+	seq = commit()
+	notApplied(seq)
+	_, advance := applied()
+	release()
+	within(t, advance, "the writer did not apply the commit once the gate was free")
+	if got, _ := applied(); got < seq {
+		t.Fatalf("the writer applied up to event %d, want %d", got, seq)
+	}
+}
