@@ -887,8 +887,11 @@ func (run *Runner) ownsAgent(a *kin.Agent) bool {
 // the agents c claimed.
 func (run *Runner) finishCancel(ctx context.Context, c *cancellation) ([]*kin.Agent, error) {
 	defer c.letWarm()
-	if len(c.mine) >= yieldHoldMin {
-		defer run.yield.hold()() // until it answers (yield.go)
+	if len(c.mine) >= yieldHoldMin && run.graceOf(c) == 0 {
+		// Killed at once, its processes fill the cores until it answers
+		// (yield.go); a grace leaves them idle mostly, and the writer
+		// need not wait through it.
+		defer run.yield.hold()()
 	}
 	socks, err := run.silence(ctx, c)
 	if err != nil {
@@ -1014,19 +1017,30 @@ func markStopping(ctx context.Context, tx store.Tx, now time.Time, cs ...*cancel
 	return nil
 }
 
+// releasingGroups, when set (tests), is called as a cancellation lets
+// its emptied groups be removed (stopAndRecord).
+var releasingGroups func()
+
+// graceOf is how long c's processes are given after their SIGTERM: its
+// own grace, else the largest of its agents', cut to what is left of a
+// shutdown's deadline.
+func (run *Runner) graceOf(c *cancellation) time.Duration {
+	grace := time.Duration(0)
+	for _, a := range c.mine {
+		grace = max(grace, time.Duration(a.Grace))
+	}
+	if c.Grace != nil {
+		grace = time.Duration(*c.Grace)
+	}
+	return run.graceWithin(grace)
+}
+
 // stopAndRecord is steps 4-8 of the cancellation, once silenced: signal,
 // grace, kill, wait, record.
 func (run *Runner) stopAndRecord(ctx context.Context, c *cancellation) ([]*kin.Agent, error) {
-	root, reason, grace, mine, began := c.Root, c.Reason, c.Grace, c.mine, c.began
+	root, reason, mine, began := c.Root, c.Reason, c.mine, c.began
 	defer c.letWarm() // on the ways out before the record
-	maxGrace := time.Duration(0)
-	for _, a := range mine {
-		maxGrace = max(maxGrace, time.Duration(a.Grace))
-	}
-	if grace != nil {
-		maxGrace = time.Duration(*grace)
-	}
-	maxGrace = run.graceWithin(maxGrace)
+	maxGrace := run.graceOf(c)
 	if maxGrace > 0 {
 		// Signalled first: the store's warmer reads the rows the stopping
 		// commit changed while the grace runs (a kill after it has nothing
@@ -1038,6 +1052,10 @@ func (run *Runner) stopAndRecord(ctx context.Context, c *cancellation) ([]*kin.A
 	// left behind. The emptied groups are removed once the record below
 	// has committed: their rmdirs (two per agent) would compete with it.
 	sctx, releaseGroups := run.sup.HoldRemovals(ctx)
+	if releasingGroups != nil {
+		release := releaseGroups
+		releaseGroups = func() { releasingGroups(); release() }
+	}
 	defer func() { releaseGroups() }() // on the ways out before the record
 	if c.signalled != nil {
 		sctx = supervisor.OnSignalled(sctx, c.signalled)
@@ -1135,6 +1153,7 @@ func (run *Runner) stopAndRecord(ctx context.Context, c *cancellation) ([]*kin.A
 		// The groups' rmdirs once no large cancellation runs: after
 		// this one's answer, and after the others' that run beside it.
 		run.yield.afterFree(releaseGroups)
+		releaseGroups = func() {} // the gate's to call now, not the defer's
 		retirePipes(pipes)
 	}
 	pipes = nil

@@ -17,15 +17,17 @@ import (
 // session 18). They are not part of what a stop answers for: the writer
 // lags behind the store anyway (and waits for nobody who waits for the
 // tree: kin wait), and a group's removal is invisible to agents. So each
-// cancellation of yieldHoldMin agents or more holds the gate from its
-// plan's end to its answer, and that work waits for the gate to be free,
-// never longer than yieldMax at a time.
+// cancellation of yieldHoldMin agents or more that kills at once (no
+// grace: one with a grace leaves the cores idle mostly while it waits)
+// holds the gate from its plan's end to its answer, and that work waits
+// for the gate to be free, never longer than yieldMax at a time.
 type yieldGate struct {
 	mu    sync.Mutex
 	held  int
 	free  chan struct{} // closed when held drops to 0; nil while nothing holds it
 	after []func()      // afterFree's, run once nothing holds it (or yieldMax after the first)
 	flush *time.Timer   // runs after at yieldMax
+	armed uint64        // which flush may take after: a stopped one's callback may run late
 }
 
 // yieldHoldMin is the fewest agents a cancellation holds the gate for:
@@ -71,6 +73,7 @@ func (g *yieldGate) takeLocked() []func() {
 		g.flush.Stop()
 		g.flush = nil
 	}
+	g.armed++ // a flush that fires now finds nothing of its own to run
 	return after
 }
 
@@ -107,9 +110,13 @@ func (g *yieldGate) afterFree(fn func()) {
 	}
 	g.after = append(g.after, fn)
 	if g.flush == nil {
+		armed := g.armed
 		g.flush = time.AfterFunc(yieldMax, func() {
 			g.mu.Lock()
-			after := g.takeLocked()
+			var after []func()
+			if g.armed == armed { // else taken already, and what is queued now is a later flush's
+				after = g.takeLocked()
+			}
 			g.mu.Unlock()
 			runInOrder(after)
 		})
