@@ -179,45 +179,19 @@ func TestWriterSettlesUnlessWaitedFor(t *testing.T) {
 			t.Fatal(what)
 		}
 	}
-	applied := func() (int64, chan struct{}) {
-		w.mu.Lock()
-		defer w.mu.Unlock()
-		return w.applied, w.advance
-	}
 	// An event of no agent: the writer applies it without a file to
 	// write. Each is committed once the writer waits for one.
 	commit := func() int64 {
 		t.Helper()
 		await(waiting, "the writer did not come to wait for a commit")
 		var seq int64
-		err := store.UpdateAfter(ctx, st, func(tx store.Tx, _ *store.AfterCommit) error {
-			e, err := kin.NewEvent("aauth.test", 0, 0, map[string]string{})
-			if err != nil {
-				return err
-			}
-			e.Time = t0()
-			e, err = tx.EventAppend(ctx, e)
-			seq = e.Seq
-			return err
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
+		commitNoAgentEvent(t, st, &seq)
 		await(settled, "the commit did not wake the writer")
 		return seq
 	}
 
 	seq := commit()
-	got, advance := applied()
-	if got >= seq {
-		t.Fatalf("the writer applied event %d before it settled", seq)
-	}
-	select {
-	case <-advance:
-		got, _ = applied()
-		t.Fatalf("the writer applied up to event %d while it settled", got)
-	case <-time.After(50 * time.Millisecond):
-	}
+	notApplied(t, w, seq, "while it settled")
 	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	if err := w.waitApplied(wctx, seq); err != nil {
@@ -230,7 +204,52 @@ func TestWriterSettlesUnlessWaitedFor(t *testing.T) {
 	if !stop() {
 		t.Fatal("the writer did not stop while it settled")
 	}
-	if got, _ := applied(); got < seq {
+	if got, _ := writerAt(w); got < seq {
 		t.Errorf("the writer stopped at event %d, before the last commit's %d", got, seq)
 	}
+}
+
+// commitNoAgentEvent commits an event of no agent (the tree's writer
+// applies it without a file to write), setting *seq to its seq before the
+// commit, for whoever the commit wakes.
+func commitNoAgentEvent(t *testing.T, st store.Store, seq *int64) {
+	t.Helper()
+	ctx := context.Background()
+	err := store.UpdateAfter(ctx, st, func(tx store.Tx, _ *store.AfterCommit) error {
+		e, err := kin.NewEvent("aauth.test", 0, 0, map[string]string{})
+		if err != nil {
+			return err
+		}
+		e.Time = t0()
+		e, err = tx.EventAppend(ctx, e)
+		*seq = e.Seq
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// notApplied fails the test if the tree's writer has applied event seq,
+// or applies anything within the next 50 ms; while says when that was wrong.
+func notApplied(t *testing.T, w *ctxWriter, seq int64, while string) {
+	t.Helper()
+	got, advance := writerAt(w)
+	if got >= seq {
+		t.Fatalf("the writer applied event %d %s", seq, while)
+	}
+	select {
+	case <-advance:
+		got, _ = writerAt(w)
+		t.Fatalf("the writer applied up to event %d %s", got, while)
+	case <-time.After(50 * time.Millisecond):
+	}
+}
+
+// writerAt is the last event the tree's writer applied, and the channel
+// closed when it applies more.
+func writerAt(w *ctxWriter) (int64, chan struct{}) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.applied, w.advance
 }

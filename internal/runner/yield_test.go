@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kin-agents/kin/internal/store"
 	"github.com/kin-agents/kin/internal/supervisor"
 	"github.com/kin-agents/kin/kin"
 )
@@ -121,47 +120,17 @@ func TestWriterYieldsToLargeStops(t *testing.T) {
 	w := blankCtxWriter(run)
 	go w.run()
 	t.Cleanup(w.stop)
-	applied := func() (int64, chan struct{}) {
-		w.mu.Lock()
-		defer w.mu.Unlock()
-		return w.applied, w.advance
-	}
 	commit := func() int64 {
 		t.Helper()
 		within(t, waiting, "the writer did not come to wait for a commit")
 		var seq int64
-		err := store.UpdateAfter(ctx, st, func(tx store.Tx, _ *store.AfterCommit) error {
-			e, err := kin.NewEvent("aauth.test", 0, 0, map[string]string{})
-			if err != nil {
-				return err
-			}
-			e.Time = t0()
-			e, err = tx.EventAppend(ctx, e)
-			seq = e.Seq
-			return err
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
+		commitNoAgentEvent(t, st, &seq)
 		return seq
-	}
-	notApplied := func(seq int64) {
-		t.Helper()
-		got, advance := applied()
-		if got >= seq {
-			t.Fatalf("the writer applied event %d while a large stop held the gate", seq)
-		}
-		select {
-		case <-advance:
-			got, _ = applied()
-			t.Fatalf("the writer applied up to event %d while a large stop held the gate", got)
-		case <-time.After(50 * time.Millisecond):
-		}
 	}
 
 	release := run.yield.hold()
 	seq := commit()
-	notApplied(seq)
+	notApplied(t, w, seq, "while a large stop held the gate")
 	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	if err := w.waitApplied(wctx, seq); err != nil {
@@ -169,11 +138,11 @@ func TestWriterYieldsToLargeStops(t *testing.T) {
 	}
 
 	seq = commit()
-	notApplied(seq)
-	_, advance := applied()
+	notApplied(t, w, seq, "while a large stop held the gate")
+	_, advance := writerAt(w)
 	release()
 	within(t, advance, "the writer did not apply the commit once the gate was free")
-	if got, _ := applied(); got < seq {
+	if got, _ := writerAt(w); got < seq {
 		t.Fatalf("the writer applied up to event %d, want %d", got, seq)
 	}
 }
@@ -244,19 +213,7 @@ func TestWriterDoesNotYieldWhileWaitedFor(t *testing.T) {
 	free := run.yield.hold()
 	defer free()
 	within(t, waiting, "the writer did not come to wait for a commit")
-	err := store.UpdateAfter(ctx, st, func(tx store.Tx, _ *store.AfterCommit) error {
-		e, err := kin.NewEvent("aauth.test", 0, 0, map[string]string{})
-		if err != nil {
-			return err
-		}
-		e.Time = t0()
-		e, err = tx.EventAppend(ctx, e)
-		seq = e.Seq
-		return err
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	commitNoAgentEvent(t, st, &seq) // seq is set before the commit wakes the writer
 	select {
 	case err := <-waited:
 		if err != nil {
