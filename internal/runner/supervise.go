@@ -887,12 +887,14 @@ func (run *Runner) ownsAgent(a *kin.Agent) bool {
 // the agents c claimed.
 func (run *Runner) finishCancel(ctx context.Context, c *cancellation) ([]*kin.Agent, error) {
 	defer c.letWarm()
+	unyield := func() {}
 	if len(c.mine) >= yieldHoldMin && run.graceOf(c) == 0 {
 		// Killed at once, its processes fill the cores until it answers
 		// (yield.go); a grace leaves them idle mostly, and the writer
 		// need not wait through it.
-		defer run.yield.hold()()
+		unyield = run.yield.hold()
 	}
+	defer unyield()
 	socks, err := run.silence(ctx, c)
 	if err != nil {
 		return nil, err
@@ -910,6 +912,7 @@ func (run *Runner) finishCancel(ctx context.Context, c *cancellation) ([]*kin.Ag
 	if err != nil || len(c.remote) == 0 {
 		return done, err
 	}
+	unyield() // other hosts stop theirs: this one's cores are free again
 	return append(done, run.awaitRemote(ctx, c)...), nil
 }
 
