@@ -19,7 +19,8 @@ import (
 // tree: kin wait), and a group's removal is invisible to agents. So each
 // cancellation of yieldHoldMin agents or more that kills at once (no
 // grace: one with a grace leaves the cores idle mostly while it waits)
-// holds the gate from its plan's end to its answer, and that work waits
+// holds the gate from its plan's end to its answer (or until it waits for
+// other hosts of the fleet to stop theirs), and that work waits
 // for the gate to be free, never longer than yieldMax at a time.
 type yieldGate struct {
 	mu    sync.Mutex
