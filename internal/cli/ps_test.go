@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 
@@ -57,11 +58,7 @@ func TestPs(t *testing.T) {
 		wantOK(t, r)
 		var agents []*kin.Agent
 		decodeOne(t, r.stdout, &agents)
-		var got []kin.AgentID
-		for _, a := range agents {
-			got = append(got, a.ID)
-		}
-		if !equalIDs(got, c.want) {
+		if got := agentIDs(agents); !slices.Equal(got, c.want) {
 			t.Errorf("ps %v = %v, want %v", c.args, got, c.want)
 		}
 	}
@@ -92,16 +89,13 @@ func TestPsRuntime(t *testing.T) {
 	}
 }
 
-func equalIDs(a, b []kin.AgentID) bool {
-	if len(a) != len(b) {
-		return false
+// agentIDs is the ids of agents, in their order.
+func agentIDs(agents []*kin.Agent) []kin.AgentID {
+	ids := make([]kin.AgentID, len(agents))
+	for i, a := range agents {
+		ids[i] = a.ID
 	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
+	return ids
 }
 
 func TestPsErrors(t *testing.T) {

@@ -98,14 +98,12 @@ func TestStopSeveral(t *testing.T) {
 	wantOK(t, r)
 	var stopped []*kin.Agent
 	decodeOne(t, r.stdout, &stopped)
-	var got []kin.AgentID
 	for _, a := range stopped {
-		got = append(got, a.ID)
 		if a.State != kin.StateCancelled || a.Running() {
 			t.Errorf("agent %d in the answer: state %s, running %v", a.ID, a.State, a.Running())
 		}
 	}
-	if want := []kin.AgentID{boss.ID, helper.ID, other.ID}; !slices.Equal(got, want) {
+	if got, want := agentIDs(stopped), []kin.AgentID{boss.ID, helper.ID, other.ID}; !slices.Equal(got, want) {
 		t.Errorf("stopped %v, want %v (each once, by id)", got, want)
 	}
 	if !running(third) || !running(last) {

@@ -148,16 +148,9 @@ func TestRecordBesideNothingToRecord(t *testing.T) {
 // commit within the 50 ms watched for it.
 func TestWriterSettlesUnlessWaitedFor(t *testing.T) {
 	ctx := context.Background()
-	st := openSQLite(t, filepath.Join(t.TempDir(), "kin.db"))
-	was, wasSettling, wasIdle := settleFor, settling, idle
-	settleFor = time.Hour
-	settled, waiting := make(chan struct{}, 8), make(chan struct{}, 8)
+	w, st, waiting := newTestWriter(t, time.Hour, yieldMax)
+	settled := make(chan struct{}, 8)
 	settling = func() { settled <- struct{}{} }
-	idle = func() { waiting <- struct{}{} }
-	t.Cleanup(func() { settleFor, settling, idle = was, wasSettling, wasIdle })
-
-	run := &Runner{store: st, log: slog.New(slog.DiscardHandler), names: newNameIndex(), ctxAgents: map[kin.AgentID]*ctxAgent{}}
-	w := blankCtxWriter(run)
 	go w.run()
 	var stopOnce sync.Once
 	stopped := make(chan struct{})
@@ -252,4 +245,21 @@ func writerAt(w *ctxWriter) (int64, chan struct{}) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.applied, w.advance
+}
+
+// newTestWriter is a tree's writer over a fresh SQLite store, not started
+// yet, with settleFor and yieldMax set for the test, and idle sending on
+// waiting each time the writer comes to wait for a commit. The package's
+// hooks (settling too, which the caller may set) are restored at the
+// test's end.
+func newTestWriter(t *testing.T, settle, maxYield time.Duration) (w *ctxWriter, st *sqlite.Store, waiting chan struct{}) {
+	t.Helper()
+	st = openSQLite(t, filepath.Join(t.TempDir(), "kin.db"))
+	wasSettle, wasMax, wasIdle, wasSettling := settleFor, yieldMax, idle, settling
+	t.Cleanup(func() { settleFor, yieldMax, idle, settling = wasSettle, wasMax, wasIdle, wasSettling })
+	settleFor, yieldMax = settle, maxYield
+	waiting = make(chan struct{}, 8)
+	idle = func() { waiting <- struct{}{} }
+	run := &Runner{store: st, log: slog.New(slog.DiscardHandler), names: newNameIndex(), ctxAgents: map[kin.AgentID]*ctxAgent{}}
+	return blankCtxWriter(run), st, waiting
 }

@@ -794,9 +794,10 @@ type cancellation struct {
 	unhold func()
 }
 
-// warmHoldMin is the fewest agents a cancellation holds the store's
-// warmer for (store.WarmHolder): below it, the rows read again are few.
-const warmHoldMin = 64
+// largeCancel is the fewest agents a cancellation holds the store's
+// warmer (store.WarmHolder) and, killing at once, the yield gate (yield.go)
+// for: below it, the rows read again and the work held back are few.
+const largeCancel = 64
 
 // letWarm releases c's hold on the store's warmer, if any; more than once
 // is fine.
@@ -870,7 +871,7 @@ func (run *Runner) planCancel(ctx context.Context, p cancelParams) (*cancellatio
 	}
 	run.rtMu.Unlock()
 	c := &cancellation{cancelParams: p, began: began, mine: mine, remote: remote}
-	if h, ok := run.store.(store.WarmHolder); ok && len(mine) >= warmHoldMin {
+	if h, ok := run.store.(store.WarmHolder); ok && len(mine) >= largeCancel {
 		c.unhold = h.HoldWarming() // until its record (stopAndRecord), or its failure
 	}
 	return c, nil
@@ -888,7 +889,7 @@ func (run *Runner) ownsAgent(a *kin.Agent) bool {
 func (run *Runner) finishCancel(ctx context.Context, c *cancellation) ([]*kin.Agent, error) {
 	defer c.letWarm()
 	unyield := func() {}
-	if len(c.mine) >= yieldHoldMin && run.graceOf(c) == 0 {
+	if len(c.mine) >= largeCancel && run.graceOf(c) == 0 {
 		// Killed at once, its processes fill the cores until it answers
 		// (yield.go); a grace leaves them idle mostly, and the writer
 		// need not wait through it.

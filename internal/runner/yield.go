@@ -12,12 +12,12 @@ import (
 // CPU second spent beside them delays the answer by about half a second on
 // two cores. The agent filesystem's writer (rewriting each stopped agent's
 // session state and its status in its parent's session) and the removal of
-// the stopped groups (two rmdirs per agent) were a third of the daemon's
-// CPU between the first Stop of 1,000 agents and its answer (issue 22,
-// session 18). They are not part of what a stop answers for: the writer
+// the stopped groups (two rmdirs per agent) were about two fifths of the
+// daemon's CPU between the first Stop of 1,000 agents and its answer
+// (issue 22, session 18). They are not part of what a stop answers for: the writer
 // lags behind the store anyway (and waits for nobody who waits for the
 // tree: kin wait), and a group's removal is invisible to agents. So each
-// cancellation of yieldHoldMin agents or more that kills at once (no
+// cancellation of largeCancel agents or more that kills at once (no
 // grace: one with a grace leaves the cores idle mostly while it waits)
 // holds the gate from its plan's end to its answer (or until it waits for
 // other hosts of the fleet to stop theirs), and that work waits
@@ -30,10 +30,6 @@ type yieldGate struct {
 	flush *time.Timer   // runs after at yieldMax
 	armed uint64        // which flush may take after: a stopped one's callback may run late
 }
-
-// yieldHoldMin is the fewest agents a cancellation holds the gate for:
-// below it, the work held back is small.
-const yieldHoldMin = 64
 
 // yieldMax bounds how long background work waits for the gate at a time,
 // so that a stream of large stops does not hold it back for good (a

@@ -3,14 +3,12 @@ package runner
 import (
 	"context"
 	"log/slog"
-	"path/filepath"
 	"slices"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/kin-agents/kin/internal/supervisor"
-	"github.com/kin-agents/kin/kin"
 )
 
 // within fails the test unless ch is closed (or sends) within 10 s.
@@ -109,15 +107,7 @@ func chanOf(ch <-chan struct{}) <-chan struct{} {
 // for it.
 func TestWriterYieldsToLargeStops(t *testing.T) {
 	ctx := context.Background()
-	st := openSQLite(t, filepath.Join(t.TempDir(), "kin.db"))
-	wasSettle, wasMax, wasIdle := settleFor, yieldMax, idle
-	settleFor, yieldMax = 0, time.Hour
-	waiting := make(chan struct{}, 8)
-	idle = func() { waiting <- struct{}{} }
-	t.Cleanup(func() { settleFor, yieldMax, idle = wasSettle, wasMax, wasIdle })
-
-	run := &Runner{store: st, log: slog.New(slog.DiscardHandler), names: newNameIndex(), ctxAgents: map[kin.AgentID]*ctxAgent{}}
-	w := blankCtxWriter(run)
+	w, st, waiting := newTestWriter(t, 0, time.Hour)
 	go w.run()
 	t.Cleanup(w.stop)
 	commit := func() int64 {
@@ -128,7 +118,7 @@ func TestWriterYieldsToLargeStops(t *testing.T) {
 		return seq
 	}
 
-	release := run.yield.hold()
+	release := w.d.yield.hold()
 	seq := commit()
 	notApplied(t, w, seq, "while a large stop held the gate")
 	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
@@ -190,13 +180,7 @@ func TestStopLeavesGroupRemovalsToTheGate(t *testing.T) {
 // into its deadline.
 func TestWriterDoesNotYieldWhileWaitedFor(t *testing.T) {
 	ctx := context.Background()
-	st := openSQLite(t, filepath.Join(t.TempDir(), "kin.db"))
-	wasSettle, wasMax, wasIdle, wasSettling := settleFor, yieldMax, idle, settling
-	settleFor, yieldMax = time.Second, time.Hour
-	waiting := make(chan struct{}, 8)
-	idle = func() { waiting <- struct{}{} }
-	run := &Runner{store: st, log: slog.New(slog.DiscardHandler), names: newNameIndex(), ctxAgents: map[kin.AgentID]*ctxAgent{}}
-	w := blankCtxWriter(run)
+	w, st, waiting := newTestWriter(t, time.Second, time.Hour)
 	var seq int64
 	waited := make(chan error, 1)
 	settling = func() {
@@ -206,11 +190,10 @@ func TestWriterDoesNotYieldWhileWaitedFor(t *testing.T) {
 			waited <- w.waitApplied(wctx, seq)
 		}()
 	}
-	t.Cleanup(func() { settleFor, yieldMax, idle, settling = wasSettle, wasMax, wasIdle, wasSettling })
 	go w.run()
 	t.Cleanup(w.stop)
 
-	free := run.yield.hold()
+	free := w.d.yield.hold()
 	defer free()
 	within(t, waiting, "the writer did not come to wait for a commit")
 	commitNoAgentEvent(t, st, &seq) // seq is set before the commit wakes the writer
