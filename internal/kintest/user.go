@@ -27,13 +27,16 @@ var users atomic.Int64
 
 // NewUser makes an ordinary user with useradd (no home, no shell) and
 // removes it, and every process it still has, when the test ends. It skips
-// where the test does not run as root.
+// where the test does not run as root. Its first call in a test binary
+// removes the users (and their delegated cgroups) of test binaries that
+// died before their cleanups ran.
 func NewUser(t testing.TB) User {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("making a test user needs root (useradd)")
 	}
-	name := fmt.Sprintf("kint%d-%d", os.Getpid(), users.Add(1))
+	sweepOnce.Do(sweepStaleUsers) // what a killed test binary left
+	name := fmt.Sprintf("%s%d-%d", userPrefix, os.Getpid(), users.Add(1))
 	if out, err := exec.Command("useradd", "--no-create-home", "--shell", "/usr/sbin/nologin", name).CombinedOutput(); err != nil {
 		t.Fatalf("useradd %s: %v: %s", name, err, out)
 	}
@@ -68,7 +71,7 @@ func DelegatedCgroup(t testing.TB, u User) string {
 	if err != nil || !m.Writable {
 		t.Skipf("no writable cgroup v2 mount (%v)", err)
 	}
-	dir := filepath.Join(m.Dir, "kintest-delegated-"+u.Name)
+	dir := filepath.Join(m.Dir, delegatedPrefix+u.Name)
 	if err := os.Mkdir(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
