@@ -156,7 +156,8 @@ func benchAtScale(b *testing.B, live, churn int) {
 		burst := fill(fmt.Sprintf("burst%d", iter), throughputBatch)
 		burstCPU += proctest.CPU() - cpu0
 		spentBurst += lastFill
-		rawBurst += rawStarts(b, g, throughputBatch)
+		rawTook, _ := rawStarts(b, g, throughputBatch)
+		rawBurst += rawTook
 		stopRoots(b, d.Client, burst)
 		bursts++
 
@@ -286,8 +287,10 @@ func kernelThreadsCPU(prefix string) time.Duration {
 }
 
 // rawStarts starts n processes into fresh cgroups from throughputClients
-// goroutines (BenchmarkSpawnThroughput's floor) and returns the time taken.
-func rawStarts(b *testing.B, g *groupCheck, n int) time.Duration {
+// goroutines (BenchmarkSpawnThroughput's floor) and returns the time taken
+// and the processes' own CPU over it (their groups' cpu.stat: the execve
+// of each, which kin's agents pay as well).
+func rawStarts(b *testing.B, g *groupCheck, n int) (took, procsCPU time.Duration) {
 	b.Helper()
 	rg := newRawGroup(b, g, "burst")
 	t0 := time.Now()
@@ -295,14 +298,15 @@ func rawStarts(b *testing.B, g *groupCheck, n int) time.Duration {
 		_, _, err := rg.start("r" + strconv.Itoa(i))
 		return err
 	})
-	took := time.Since(t0)
+	took = time.Since(t0)
 	if err != nil {
 		b.Fatal(err)
 	}
+	procsCPU = cgroupCPU(rg.dir)
 	if err := rg.close(); err != nil {
 		b.Fatal(err)
 	}
-	return took
+	return took, procsCPU
 }
 
 // countTree counts the nodes of a forest.
