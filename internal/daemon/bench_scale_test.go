@@ -156,7 +156,7 @@ func benchAtScale(b *testing.B, live, churn int) {
 		burst := fill(fmt.Sprintf("burst%d", iter), throughputBatch)
 		burstCPU += proctest.CPU() - cpu0
 		spentBurst += lastFill
-		rawTook, _ := rawStarts(b, g, throughputBatch)
+		rawTook, _, _ := rawStarts(b, g, throughputBatch)
 		rawBurst += rawTook
 		stopRoots(b, d.Client, burst)
 		bursts++
@@ -287,18 +287,19 @@ func kernelThreadsCPU(prefix string) time.Duration {
 }
 
 // rawStarts starts n processes into fresh cgroups from throughputClients
-// goroutines (BenchmarkSpawnThroughput's floor) and returns the time taken
-// and the processes' own CPU over it (their groups' cpu.stat: the execve
-// of each, which kin's agents pay as well).
-func rawStarts(b *testing.B, g *groupCheck, n int) (took, procsCPU time.Duration) {
+// goroutines (BenchmarkSpawnThroughput's floor) and returns the time taken,
+// this process's CPU over it (the starts: mkdir, open, fork) and the
+// processes' own (their groups' cpu.stat: the execve of each, which kin's
+// agents pay as well).
+func rawStarts(b *testing.B, g *groupCheck, n int) (took, cpu, procsCPU time.Duration) {
 	b.Helper()
 	rg := newRawGroup(b, g, "burst")
-	t0 := time.Now()
+	t0, cpu0 := time.Now(), proctest.CPU()
 	err := fanOut(n, throughputClients, func(i int) error {
 		_, _, err := rg.start("r" + strconv.Itoa(i))
 		return err
 	})
-	took = time.Since(t0)
+	took, cpu = time.Since(t0), proctest.CPU()-cpu0
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -306,7 +307,7 @@ func rawStarts(b *testing.B, g *groupCheck, n int) (took, procsCPU time.Duration
 	if err := rg.close(); err != nil {
 		b.Fatal(err)
 	}
-	return took, procsCPU
+	return took, cpu, procsCPU
 }
 
 // countTree counts the nodes of a forest.
