@@ -37,7 +37,7 @@ func NewUser(t testing.TB) User {
 	}
 	sweepOnce.Do(sweepStaleUsers) // what a killed test binary left
 	name := fmt.Sprintf("%s%d-%d", userPrefix, os.Getpid(), users.Add(1))
-	if out, err := exec.Command("useradd", "--no-create-home", "--shell", "/usr/sbin/nologin", name).CombinedOutput(); err != nil {
+	if out, err := exec.Command("useradd", "--no-create-home", "--shell", "/usr/sbin/nologin", "--comment", userComment, name).CombinedOutput(); err != nil {
 		t.Fatalf("useradd %s: %v: %s", name, err, out)
 	}
 	u, err := user.Lookup(name)

@@ -19,6 +19,10 @@ import (
 // pid the test binary's.
 const userPrefix = "kint"
 
+// userComment is the GECOS field of the users NewUser makes: the sweep
+// removes no user without it, whatever its name.
+const userComment = "kin test user (kintest.NewUser)"
+
 // delegatedPrefix starts the names of DelegatedCgroup's directories, each
 // followed by its user's name.
 const delegatedPrefix = "kintest-delegated-"
@@ -36,8 +40,8 @@ func sweepStaleUsers() {
 	}
 }
 
-// staleUsers lists /etc/passwd's users that NewUser made for a test binary
-// other than self that is gone.
+// staleUsers lists /etc/passwd's users that NewUser made (their name and
+// comment say so) for a test binary other than self that is gone.
 func staleUsers(self int) []string {
 	f, err := os.Open("/etc/passwd")
 	if err != nil {
@@ -47,10 +51,13 @@ func staleUsers(self int) []string {
 	var stale []string
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
-		name, _, _ := strings.Cut(sc.Text(), ":")
-		pid, ok := userPID(name)
+		fields := strings.Split(sc.Text(), ":")
+		if len(fields) < 5 || fields[4] != userComment {
+			continue
+		}
+		pid, ok := userPID(fields[0])
 		if ok && pid != self && !alive(pid) {
-			stale = append(stale, name)
+			stale = append(stale, fields[0])
 		}
 	}
 	return stale

@@ -18,7 +18,8 @@ import (
 // TestSweepRemovesUsersOfDeadTestBinaries: a test binary killed before its
 // cleanups ran (kill -9, go test's -timeout) left its user, a process of
 // that user and the user's delegated cgroup; the next binary's NewUser
-// removes all three, and keeps the user of a binary that still runs.
+// removes all three, and keeps the user of a binary that still runs and a
+// user of that name that NewUser did not make.
 func TestSweepRemovesUsersOfDeadTestBinaries(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("making test users needs root (useradd)")
@@ -39,11 +40,14 @@ func TestSweepRemovesUsersOfDeadTestBinaries(t *testing.T) {
 
 	stale := fmt.Sprintf("%s%d-1", userPrefix, gone.Process.Pid)
 	kept := fmt.Sprintf("%s%d-1", userPrefix, running.Process.Pid)
-	for _, name := range []string{stale, kept} {
-		if out, err := exec.Command("useradd", "--no-create-home", "--shell", "/usr/sbin/nologin", name).CombinedOutput(); err != nil {
-			t.Fatalf("useradd %s: %v: %s", name, err, out)
+	// Named as NewUser names them, but not made by it (no comment): a
+	// machine's own account is never swept for its name alone.
+	foreign := fmt.Sprintf("%s%d-2", userPrefix, gone.Process.Pid)
+	for _, u := range []struct{ name, comment string }{{stale, userComment}, {kept, userComment}, {foreign, "someone"}} {
+		if out, err := exec.Command("useradd", "--no-create-home", "--shell", "/usr/sbin/nologin", "--comment", u.comment, u.name).CombinedOutput(); err != nil {
+			t.Fatalf("useradd %s: %v: %s", u.name, err, out)
 		}
-		t.Cleanup(func() { removeStaleUser(name) })
+		t.Cleanup(func() { exec.Command("pkill", "-9", "-u", u.name).Run(); exec.Command("userdel", u.name).Run() })
 	}
 	u, err := user.Lookup(stale)
 	if err != nil {
@@ -90,5 +94,8 @@ func TestSweepRemovesUsersOfDeadTestBinaries(t *testing.T) {
 	}
 	if _, err := user.Lookup(kept); err != nil {
 		t.Errorf("user %s of a running test binary was removed: %v", kept, err)
+	}
+	if _, err := user.Lookup(foreign); err != nil {
+		t.Errorf("user %s, which NewUser did not make, was removed: %v", foreign, err)
 	}
 }

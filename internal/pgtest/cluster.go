@@ -394,7 +394,7 @@ func serverUser() (u *user.User, made bool, err error) {
 		}
 	}
 	name := userPrefix + strconv.Itoa(os.Getpid())
-	if out, err := exec.Command("useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", name).CombinedOutput(); err != nil {
+	if out, err := exec.Command("useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", "--comment", userComment, name).CombinedOutput(); err != nil {
 		return nil, false, fmt.Errorf("PostgreSQL refuses to run as root and there is no postgres user: useradd %s: %v: %s", name, err, out)
 	}
 	u, err = user.Lookup(name)
@@ -407,6 +407,10 @@ func serverUser() (u *user.User, made bool, err error) {
 
 // userPrefix starts the names of the users pgtest makes.
 const userPrefix = "kinpg-"
+
+// userComment is the GECOS field of the users pgtest makes: the sweep
+// removes no user without it, whatever its name.
+const userComment = "kin test PostgreSQL server (pgtest)"
 
 // findBindir finds the directory of initdb and postgres: $KIN_PG_BINDIR,
 // else `pg_config --bindir`, else the newest /usr/lib/postgresql/*/bin.

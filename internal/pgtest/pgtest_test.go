@@ -517,3 +517,31 @@ func TestServerRefusesClientsNotAllowed(t *testing.T) {
 		t.Errorf("a client outside Allow: %v, want refused by pg_hba.conf", err)
 	}
 }
+
+// TestSweepRemovesOnlyUsersPgtestMade: the sweep deletes a dead binary's
+// user that pgtest made, and keeps an account of the same form of name
+// that it did not make (no userComment).
+func TestSweepRemovesOnlyUsersPgtestMade(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("making test users needs root (useradd)")
+	}
+	gone := exec.Command("true")
+	if err := gone.Run(); err != nil {
+		t.Fatal(err)
+	}
+	made := userPrefix + strconv.Itoa(gone.Process.Pid)
+	foreign := userPrefix + strconv.Itoa(gone.Process.Pid+1_000_000_000) // a pid no process has
+	for _, u := range []struct{ name, comment string }{{made, userComment}, {foreign, "someone"}} {
+		if out, err := exec.Command("useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", "--comment", u.comment, u.name).CombinedOutput(); err != nil {
+			t.Fatalf("useradd %s: %v: %s", u.name, err, out)
+		}
+		t.Cleanup(func() { exec.Command("userdel", u.name).Run() })
+	}
+	sweepStale()
+	if _, err := user.Lookup(made); !errors.As(err, new(user.UnknownUserError)) {
+		t.Errorf("the sweep left %s, a dead binary's user pgtest made (lookup: %v)", made, err)
+	}
+	if _, err := user.Lookup(foreign); err != nil {
+		t.Errorf("the sweep removed %s, which pgtest did not make: %v", foreign, err)
+	}
+}

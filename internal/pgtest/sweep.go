@@ -23,7 +23,7 @@ func Sweep() { sweepStale() }
 // -9, a crash) left: their clusters' directories (kinpg-PID-* whose PID is
 // gone), the server of each if it still runs (it should not: PDEATHSIG
 // killed it), its SysV shared memory segment once nothing is attached, and
-// the users pgtest made for them.
+// the users pgtest made for them (named kinpg-PID, with userComment).
 func sweepStale() {
 	for _, parent := range []string{os.TempDir(), "/tmp"} {
 		dirs, _ := filepath.Glob(filepath.Join(parent, "kinpg-*-*"))
@@ -44,7 +44,11 @@ func sweepStale() {
 	defer f.Close()
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
-		name, _, _ := strings.Cut(sc.Text(), ":")
+		fields := strings.Split(sc.Text(), ":")
+		if len(fields) < 5 || fields[4] != userComment {
+			continue // not one pgtest made, whatever its name
+		}
+		name := fields[0]
 		if pid, err := strconv.Atoi(strings.TrimPrefix(name, userPrefix)); err == nil && strings.HasPrefix(name, userPrefix) && pid != os.Getpid() && !alive(pid) {
 			exec.Command("userdel", name).Run()
 		}
