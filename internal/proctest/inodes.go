@@ -1,11 +1,12 @@
 package proctest
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"os"
-	"runtime"
+	"os/exec"
 	"strconv"
 	"strings"
 	"syscall"
@@ -26,7 +27,7 @@ type Inodes struct {
 // CountInodes starts counting. It fails where the tracepoints cannot be
 // opened (no tracefs, no ext4 events, not permitted): benchmarks then
 // report no inode figures. Where tracefs is not mounted it reads the
-// events' ids from a mount of its own that only it sees (root).
+// events' ids from a mount that only a child of its own sees (root).
 func CountInodes() (*Inodes, error) {
 	allocID, err := tracepoint("ext4/ext4_allocate_inode")
 	if err != nil {
@@ -111,48 +112,34 @@ func tracepoint(event string) (uint64, error) {
 	}
 	b, perr := privateTracefs(event)
 	if perr != nil {
-		return 0, fmt.Errorf("%w; and in a tracefs of its own: %w", err, perr)
+		return 0, fmt.Errorf("%w; and %w", err, perr)
 	}
 	return strconv.ParseUint(strings.TrimSpace(string(b)), 10, 64)
 }
 
 // privateTracefs reads event's id from a tracefs mounted for the read
 // only, where the machine has the file system but none mounted (the
-// counters themselves need no mount): on a locked thread that takes a
-// mount namespace of its own, private, so that nothing is mounted on the
-// host even if this process dies meanwhile; the thread ends with it.
-// It needs CAP_SYS_ADMIN.
+// counters themselves need no mount): in a child (sh, mount, cat) that
+// has a mount namespace of its own, which Go's fork makes private before
+// the exec, so that nothing is mounted on the host and this process's own
+// namespace never changes (a thread of it that took another namespace and
+// happened to be the main thread would stay in it: the runtime never ends
+// the main thread). It needs CAP_SYS_ADMIN.
 func privateTracefs(event string) ([]byte, error) {
 	dir, err := os.MkdirTemp("", "kintracefs")
 	if err != nil {
 		return nil, err
 	}
 	defer os.Remove(dir)
-	type result struct {
-		b   []byte
-		err error
+	cmd := exec.Command("sh", "-c", `mount -t tracefs -o nosuid,nodev,noexec tracefs "$1" && cat "$1/events/$2/id"`, "sh", dir, event)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Unshareflags: syscall.CLONE_NEWNS}
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return nil, fmt.Errorf("a tracefs in a mount namespace of its own: %v: %s", err, bytes.TrimSpace(stderr.Bytes()))
 	}
-	done := make(chan result, 1)
-	go func() {
-		runtime.LockOSThread() // never unlocked: the thread ends with its namespace
-		if err := syscall.Unshare(syscall.CLONE_NEWNS); err != nil {
-			done <- result{err: fmt.Errorf("unshare the mount namespace: %w", err)}
-			return
-		}
-		if err := syscall.Mount("", "/", "", syscall.MS_REC|syscall.MS_PRIVATE, ""); err != nil {
-			done <- result{err: fmt.Errorf("make the mounts private: %w", err)}
-			return
-		}
-		if err := syscall.Mount("tracefs", dir, "tracefs", syscall.MS_NOSUID|syscall.MS_NODEV|syscall.MS_NOEXEC, ""); err != nil {
-			done <- result{err: fmt.Errorf("mount tracefs: %w", err)}
-			return
-		}
-		b, err := os.ReadFile(dir + "/events/" + event + "/id")
-		syscall.Unmount(dir, syscall.MNT_DETACH)
-		done <- result{b, err}
-	}()
-	r := <-done
-	return r.b, r.err
+	return out, nil
 }
 
 // Read returns the inodes allocated and freed since CountInodes.

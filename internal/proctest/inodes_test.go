@@ -12,7 +12,8 @@ import (
 // TestCountInodesCountsFilesMade: three files made and removed on ext4 are
 // three inodes allocated and three freed, whether or not the machine has
 // tracefs mounted (without it, CountInodes reads the events' ids from a
-// tracefs of its own, which it leaves mounted nowhere).
+// tracefs of its own, which it leaves mounted nowhere, and this process
+// stays in its mount namespace).
 func TestCountInodesCountsFilesMade(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("counting ext4's tracepoints needs root (perf_event_open)")
@@ -27,6 +28,7 @@ func TestCountInodesCountsFilesMade(t *testing.T) {
 		t.Skipf("the temporary directory %s is not on ext4 (f_type %#x): no ext4 inodes to count", dir, fs.Type)
 	}
 	mounted := tracefsMounted(t)
+	ns := mountNamespace(t)
 	c, err := CountInodes()
 	if err != nil {
 		t.Fatalf("CountInodes as root on ext4 (tracefs mounted: %v): %v", mounted, err)
@@ -47,6 +49,20 @@ func TestCountInodesCountsFilesMade(t *testing.T) {
 	if now := tracefsMounted(t); now != mounted {
 		t.Errorf("tracefs mounted before CountInodes: %v, after: %v; it must leave the machine's mounts as they were", mounted, now)
 	}
+	if now := mountNamespace(t); now != ns {
+		t.Errorf("the process's mount namespace was %s before CountInodes and is %s after: it must not move", ns, now)
+	}
+}
+
+// mountNamespace names the mount namespace /proc/self (the main thread)
+// is in.
+func mountNamespace(t *testing.T) string {
+	t.Helper()
+	ns, err := os.Readlink("/proc/self/ns/mnt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ns
 }
 
 // tracefsMounted reports whether this mount namespace has a tracefs.
