@@ -35,7 +35,9 @@ func NewUser(t testing.TB) User {
 	if os.Geteuid() != 0 {
 		t.Skip("making a test user needs root (useradd)")
 	}
-	sweepOnce.Do(sweepStaleUsers) // what a killed test binary left
+	// What a killed test binary left; this binary has made no user yet, so
+	// a kint<self>-<n> is an earlier process's of the same pid.
+	sweepOnce.Do(func() { sweepStaleUsers(true) })
 	name := fmt.Sprintf("%s%d-%d", userPrefix, os.Getpid(), users.Add(1))
 	if out, err := exec.Command("useradd", "--no-create-home", "--shell", "/usr/sbin/nologin", "--comment", userComment, name).CombinedOutput(); err != nil {
 		t.Fatalf("useradd %s: %v: %s", name, err, out)

@@ -16,10 +16,12 @@ import (
 )
 
 // TestSweepRemovesUsersOfDeadTestBinaries: a test binary killed before its
-// cleanups ran (kill -9, go test's -timeout) left its user, a process of
-// that user and the user's delegated cgroup; the next binary's NewUser
-// removes all three, and keeps the user of a binary that still runs and a
-// user of that name that NewUser did not make.
+// cleanups ran (kill -9, go test's -timeout) left its user, two processes
+// of that user (one in the user's delegated cgroup, one outside it), the
+// cgroup, and another delegated cgroup whose user is already gone; the
+// sweep removes them all. It keeps the user of a binary that still runs, a
+// user of that form of name that NewUser did not make, and this binary's
+// own users unless told that none is (NewUser's first call).
 func TestSweepRemovesUsersOfDeadTestBinaries(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("making test users needs root (useradd)")
@@ -43,7 +45,10 @@ func TestSweepRemovesUsersOfDeadTestBinaries(t *testing.T) {
 	// Named as NewUser names them, but not made by it (no comment): a
 	// machine's own account is never swept for its name alone.
 	foreign := fmt.Sprintf("%s%d-2", userPrefix, gone.Process.Pid)
-	for _, u := range []struct{ name, comment string }{{stale, userComment}, {kept, userComment}, {foreign, "someone"}} {
+	// This binary's pid: an earlier process's of the same pid, or this
+	// binary's own.
+	own := fmt.Sprintf("%s%d-999999", userPrefix, os.Getpid())
+	for _, u := range []struct{ name, comment string }{{stale, userComment}, {kept, userComment}, {foreign, "someone"}, {own, userComment}} {
 		if out, err := exec.Command("useradd", "--no-create-home", "--shell", "/usr/sbin/nologin", "--comment", u.comment, u.name).CombinedOutput(); err != nil {
 			t.Fatalf("useradd %s: %v: %s", u.name, err, out)
 		}
@@ -56,46 +61,64 @@ func TestSweepRemovesUsersOfDeadTestBinaries(t *testing.T) {
 	uid, _ := strconv.Atoi(u.Uid)
 	gid, _ := strconv.Atoi(u.Gid)
 	cg := filepath.Join(m.Dir, delegatedPrefix+stale)
-	if err := os.Mkdir(cg, 0o755); err != nil {
-		t.Fatal(err)
+	orphan := filepath.Join(m.Dir, fmt.Sprintf("%s%s%d-3", delegatedPrefix, userPrefix, gone.Process.Pid))   // its user gone
+	for _, dir := range []string{cg, filepath.Join(cg, "agents"), orphan, filepath.Join(orphan, "agents")} { // subtrees, as kin makes
+		if err := os.Mkdir(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
 	}
-	t.Cleanup(func() { removeStaleCgroup(cg) })
-	if err := os.Mkdir(filepath.Join(cg, "agents"), 0o755); err != nil { // a subtree, as kin makes
-		t.Fatal(err)
-	}
-	cgfd, err := syscall.Open(filepath.Join(cg, "agents"), syscall.O_RDONLY|syscall.O_DIRECTORY|syscall.O_CLOEXEC, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	left := exec.Command("sleep", "60")
-	left.SysProcAttr = &syscall.SysProcAttr{
-		Credential:  &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)},
-		UseCgroupFD: true, CgroupFD: cgfd,
-	}
-	err = left.Start()
-	syscall.Close(cgfd)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { left.Process.Kill(); left.Wait() })
+	t.Cleanup(func() { removeStaleCgroup(cg); removeStaleCgroup(orphan) })
+	cred := &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}
+	inside := startIn(t, filepath.Join(cg, "agents"), cred)
+	outside := startIn(t, "", cred) // only pkill finds it
+	inOrphan := startIn(t, filepath.Join(orphan, "agents"), nil)
 
-	sweepStaleUsers()
+	sweepStaleUsers(false)
 
 	if _, err := user.Lookup(stale); !errors.As(err, new(user.UnknownUserError)) {
 		t.Errorf("user %s of a dead test binary is still there (lookup: %v)", stale, err)
 	}
-	if _, err := os.Stat(cg); !errors.Is(err, os.ErrNotExist) {
-		t.Errorf("its delegated cgroup %s is still there (stat: %v)", cg, err)
+	for _, dir := range []string{cg, orphan} {
+		if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("delegated cgroup %s is still there (stat: %v)", dir, err)
+		}
 	}
-	WaitFor(t, 10*time.Second, "the process of the dead binary's user to end", func() bool { return !alive(left.Process.Pid) })
-	err = left.Wait()
-	if ws, ok := left.ProcessState.Sys().(syscall.WaitStatus); !ok || !ws.Signaled() || ws.Signal() != syscall.SIGKILL {
-		t.Errorf("its process ended with %v, want killed", err)
+	for _, p := range []*exec.Cmd{inside, outside, inOrphan} {
+		WaitFor(t, 10*time.Second, fmt.Sprintf("process %d of the dead binary to end", p.Process.Pid), func() bool { return !alive(p.Process.Pid) })
+		err := p.Wait()
+		if ws, ok := p.ProcessState.Sys().(syscall.WaitStatus); !ok || !ws.Signaled() || ws.Signal() != syscall.SIGKILL {
+			t.Errorf("process %d ended with %v, want killed", p.Process.Pid, err)
+		}
 	}
-	if _, err := user.Lookup(kept); err != nil {
-		t.Errorf("user %s of a running test binary was removed: %v", kept, err)
+	for _, name := range []string{kept, foreign, own} {
+		if _, err := user.Lookup(name); err != nil {
+			t.Errorf("user %s was removed: %v", name, err)
+		}
 	}
-	if _, err := user.Lookup(foreign); err != nil {
-		t.Errorf("user %s, which NewUser did not make, was removed: %v", foreign, err)
+
+	sweepStaleUsers(true) // as NewUser's first call: no user of this binary's pid is its own yet
+	if _, err := user.Lookup(own); !errors.As(err, new(user.UnknownUserError)) {
+		t.Errorf("user %s of this binary's pid, from an earlier process, is still there (lookup: %v)", own, err)
 	}
+}
+
+// startIn starts a sleep in the cgroup dir ("": this process's), as cred
+// (nil: root), killed when the test ends.
+func startIn(t *testing.T, dir string, cred *syscall.Credential) *exec.Cmd {
+	t.Helper()
+	cmd := exec.Command("sleep", "60")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
+	if dir != "" {
+		fd, err := syscall.Open(dir, syscall.O_RDONLY|syscall.O_DIRECTORY|syscall.O_CLOEXEC, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer syscall.Close(fd)
+		cmd.SysProcAttr.UseCgroupFD, cmd.SysProcAttr.CgroupFD = true, fd
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	return cmd
 }
