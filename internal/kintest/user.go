@@ -1,13 +1,15 @@
 package kintest
 
 import (
+	"context"
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"os/exec"
 	"os/user"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -88,21 +90,20 @@ func DelegatedCgroup(t testing.TB, u User) string {
 
 // removeCgroupTree kills what runs in dir and removes it, children first.
 func removeCgroupTree(t testing.TB, dir string) {
-	os.WriteFile(filepath.Join(dir, "cgroup.kill"), []byte("1"), 0)
-	WaitFor(t, 10*time.Second, "the delegated cgroup to empty", func() bool {
-		b, _ := os.ReadFile(filepath.Join(dir, "cgroup.events"))
-		return !strings.Contains(string(b), "populated 1")
-	})
-	var dirs []string
-	filepath.WalkDir(dir, func(p string, e os.DirEntry, err error) error {
-		if err == nil && e.IsDir() {
-			dirs = append(dirs, p)
-		}
-		return nil
-	})
-	for i := len(dirs) - 1; i >= 0; i-- {
-		if err := syscall.Rmdir(dirs[i]); err != nil {
-			t.Errorf("remove cgroup %s: %v", dirs[i], err)
-		}
+	if err := removeCgroup(dir); err != nil {
+		t.Errorf("remove the delegated cgroup %s: %v", dir, err)
 	}
+}
+
+// removeCgroup kills what runs in dir, waits until it is empty (at most
+// 10 s), and removes it, children first. A dir that is not there is
+// removed already.
+func removeCgroup(dir string) error {
+	if err := cgroup.Kill(dir); errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	err := cgroup.WaitEmpty(ctx, dir)
+	return errors.Join(err, cgroup.RemoveTree(dir))
 }

@@ -10,7 +10,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/kin-agents/kin/internal/supervisor/cgroup"
@@ -166,32 +165,9 @@ func runsAs(uid int) bool {
 	return false
 }
 
-// removeStaleCgroup kills what runs in dir and removes it, children first,
-// as far as it can (a sweep reports nothing: the next one tries again).
-func removeStaleCgroup(dir string) {
-	if _, err := os.Stat(dir); err != nil {
-		return
-	}
-	os.WriteFile(filepath.Join(dir, "cgroup.kill"), []byte("1"), 0)
-	deadline := time.Now().Add(10 * time.Second)
-	for delay := time.Millisecond; time.Now().Before(deadline); delay = min(delay*2, 50*time.Millisecond) {
-		b, _ := os.ReadFile(filepath.Join(dir, "cgroup.events"))
-		if !bytes.Contains(b, []byte("populated 1")) {
-			break
-		}
-		time.Sleep(delay)
-	}
-	var dirs []string
-	filepath.WalkDir(dir, func(p string, e os.DirEntry, err error) error {
-		if err == nil && e.IsDir() {
-			dirs = append(dirs, p)
-		}
-		return nil
-	})
-	for i := len(dirs) - 1; i >= 0; i-- {
-		syscall.Rmdir(dirs[i])
-	}
-}
+// removeStaleCgroup is removeCgroup as far as it goes: a sweep reports
+// nothing, and the next one tries again.
+func removeStaleCgroup(dir string) { removeCgroup(dir) }
 
 // alive reports whether pid is a process that has not exited.
 func alive(pid int) bool {
