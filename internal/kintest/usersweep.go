@@ -2,7 +2,6 @@ package kintest
 
 import (
 	"bufio"
-	"bytes"
 	"os"
 	"os/exec"
 	"os/user"
@@ -12,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/kin-agents/kin/internal/proctest"
 	"github.com/kin-agents/kin/internal/supervisor/cgroup"
 )
 
@@ -44,7 +44,7 @@ func sweepStaleUsers(ownPID bool) {
 		if pid == self {
 			return ownPID
 		}
-		return !alive(pid)
+		return !proctest.Alive(pid)
 	}
 	for _, name := range staleUsers(stale) {
 		pid, _ := userPID(name)
@@ -168,13 +168,3 @@ func runsAs(uid int) bool {
 // removeStaleCgroup is removeCgroup as far as it goes: a sweep reports
 // nothing, and the next one tries again.
 func removeStaleCgroup(dir string) { removeCgroup(dir) }
-
-// alive reports whether pid is a process that has not exited.
-func alive(pid int) bool {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return false
-	}
-	i := bytes.LastIndex(b, []byte(") ")) // after the command, which may hold ") "
-	return i >= 0 && i+2 < len(b) && b[i+2] != 'Z' && b[i+2] != 'X'
-}

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kin-agents/kin/internal/proctest"
 	"github.com/kin-agents/kin/internal/supervisor/cgroup"
 )
 
@@ -84,7 +85,7 @@ func TestSweepRemovesUsersOfDeadTestBinaries(t *testing.T) {
 		}
 	}
 	for _, p := range []*exec.Cmd{inside, outside, inOrphan} {
-		WaitFor(t, 10*time.Second, fmt.Sprintf("process %d of the dead binary to end", p.Process.Pid), func() bool { return !alive(p.Process.Pid) })
+		WaitFor(t, 10*time.Second, fmt.Sprintf("process %d of the dead binary to end", p.Process.Pid), func() bool { return !proctest.Alive(p.Process.Pid) })
 		err := p.Wait()
 		if ws, ok := p.ProcessState.Sys().(syscall.WaitStatus); !ok || !ws.Signaled() || ws.Signal() != syscall.SIGKILL {
 			t.Errorf("process %d ended with %v, want killed", p.Process.Pid, err)

@@ -306,7 +306,7 @@ func TestMainStopsTheServerAndRemovesItsFiles(t *testing.T) {
 		t.Fatal("the helper wrote no report")
 	}
 	// Main waited for the server: it is gone the moment the binary is.
-	if alive(r.pid) {
+	if proctest.Alive(r.pid) {
 		t.Errorf("postgres (pid %d) outlived its test binary's Main", r.pid)
 	}
 	if _, err := os.Stat(r.dir); !os.IsNotExist(err) {
@@ -347,7 +347,7 @@ func TestKilledTestBinaryTakesTheServer(t *testing.T) {
 		return ok
 	})
 	data := filepath.Join(r.dir, "data")
-	if !alive(r.pid) || !isServerOf(r.pid, data) {
+	if !proctest.Alive(r.pid) || !isServerOf(r.pid, data) {
 		t.Fatalf("pid %d is not the helper's running server", r.pid)
 	}
 	pidfile, err := os.ReadFile(filepath.Join(data, "postmaster.pid"))
@@ -357,7 +357,7 @@ func TestKilledTestBinaryTakesTheServer(t *testing.T) {
 
 	cmd.Process.Kill() // SIGKILL: no Main, no cleanup
 	cmd.Wait()
-	waitFor(t, 30*time.Second, fmt.Sprintf("postgres (pid %d) to die with its test binary", r.pid), func() bool { return !alive(r.pid) })
+	waitFor(t, 30*time.Second, fmt.Sprintf("postgres (pid %d) to die with its test binary", r.pid), func() bool { return !proctest.Alive(r.pid) })
 	waitFor(t, 30*time.Second, "the server's processes to end", func() bool { return len(proctest.WithArg(r.dir)) == 0 })
 	if _, err := os.Stat(r.dir); err != nil {
 		t.Fatalf("the killed binary's directory is already gone (%v): nothing left to sweep", err)

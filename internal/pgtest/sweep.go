@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/kin-agents/kin/internal/proctest"
 )
 
 // Sweep removes what test binaries that died before their cleanup left
@@ -29,7 +31,7 @@ func sweepStale() {
 		dirs, _ := filepath.Glob(filepath.Join(parent, "kinpg-*-*"))
 		for _, dir := range dirs {
 			pidStr, _, _ := strings.Cut(strings.TrimPrefix(filepath.Base(dir), "kinpg-"), "-")
-			if pid, err := strconv.Atoi(pidStr); err == nil && pid != os.Getpid() && !alive(pid) {
+			if pid, err := strconv.Atoi(pidStr); err == nil && pid != os.Getpid() && !proctest.Alive(pid) {
 				removeStale(dir)
 			}
 		}
@@ -49,7 +51,7 @@ func sweepStale() {
 			continue // not one pgtest made, whatever its name
 		}
 		name := fields[0]
-		if pid, err := strconv.Atoi(strings.TrimPrefix(name, userPrefix)); err == nil && strings.HasPrefix(name, userPrefix) && pid != os.Getpid() && !alive(pid) {
+		if pid, err := strconv.Atoi(strings.TrimPrefix(name, userPrefix)); err == nil && strings.HasPrefix(name, userPrefix) && pid != os.Getpid() && !proctest.Alive(pid) {
 			exec.Command("userdel", name).Run()
 		}
 	}
@@ -59,10 +61,10 @@ func sweepStale() {
 // killing its server if it still runs.
 func removeStale(dir string) {
 	data := filepath.Join(dir, "data")
-	if pid := postmasterPID(data); pid > 0 && alive(pid) && isServerOf(pid, data) {
+	if pid := postmasterPID(data); pid > 0 && proctest.Alive(pid) && isServerOf(pid, data) {
 		syscall.Kill(pid, syscall.SIGKILL) // the server pgtest started, by its pid
 		deadline := time.Now().Add(10 * time.Second)
-		for delay := time.Millisecond; alive(pid) && time.Now().Before(deadline); delay = min(delay*2, 50*time.Millisecond) {
+		for delay := time.Millisecond; proctest.Alive(pid) && time.Now().Before(deadline); delay = min(delay*2, 50*time.Millisecond) {
 			time.Sleep(delay)
 		}
 	}
@@ -121,14 +123,4 @@ func removeShm(data string) bool {
 	}
 	unix.SysvShmCtl(id, unix.IPC_RMID, nil)
 	return true
-}
-
-// alive says whether pid runs (a zombie has ended).
-func alive(pid int) bool {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return false
-	}
-	i := bytes.LastIndex(b, []byte(") ")) // after the command, which may hold ") "
-	return i >= 0 && i+2 < len(b) && b[i+2] != 'Z' && b[i+2] != 'X'
 }

@@ -2,8 +2,8 @@
 // the cascade, PID namespace and sandbox tests mark the processes they start
 // with an argument no other process has, and look for it in /proc. It also
 // tells benchmarks this process's CPU time (CPU) and the ext4 inodes it
-// allocates and frees (CountInodes), and tests whether a process is reaped
-// (Pidfd) or ignores a signal (SignalIgnored). It uses only the standard
+// allocates and frees (CountInodes), and tests whether a process has exited
+// (Alive), is reaped (Pidfd) or ignores a signal (SignalIgnored). It uses only the standard
 // library, so any package's own tests may import it.
 package proctest
 
@@ -47,4 +47,16 @@ func CPU() time.Duration {
 		return 0
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// Alive reports whether pid is a process that has not exited (neither a
+// zombie nor gone). The main thread of a Go program stays until its process
+// ends, so a Go program is alive until it has exited.
+func Alive(pid int) bool {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return false
+	}
+	i := bytes.LastIndex(b, []byte(") ")) // after the command, which may hold ") "
+	return i >= 0 && i+2 < len(b) && b[i+2] != 'Z' && b[i+2] != 'X'
 }
