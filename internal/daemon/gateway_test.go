@@ -22,6 +22,7 @@ import (
 
 	"github.com/kin-agents/kin/internal/fakemodel"
 	"github.com/kin-agents/kin/internal/kintest"
+	"github.com/kin-agents/kin/internal/proctest"
 	"github.com/kin-agents/kin/kin"
 )
 
@@ -852,6 +853,12 @@ func TestModelCallCrossingACapClaimsTheEndBeforeItsAnswer(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		// The stop's SIGTERM must find the trap in place: on a loaded
+		// machine the shell may not have run it yet when the calls are done.
+		kintest.WaitFor(t, 10*time.Second, "the shell to ignore SIGTERM", func() bool {
+			ignored, _ := proctest.SignalIgnored(a.PID, unix.SIGTERM)
+			return ignored
+		})
 		cred := d.ModelCredential(a.ID)
 		for call := range 2 {
 			if code, _, b := modelCall(t, d, "/v1/chat/completions", cred, chatBody); code != 200 {
