@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/kin-agents/kin/internal/kintest"
+	"github.com/kin-agents/kin/internal/proctest"
 	"github.com/kin-agents/kin/kin"
 )
 
@@ -252,10 +253,10 @@ func TestKill9LeavesAgentsAndRestartComesBackOnTheSameHome(t *testing.T) {
 	oldPid, oldToken := a.Pid(), a.Token
 
 	a.Kill9(t)
-	if a.Running() || alive(oldPid) {
+	if a.Running() || proctest.Alive(oldPid) {
 		t.Fatalf("a's daemon (pid %d) survived Kill9", oldPid)
 	}
-	if !alive(ag.PID) {
+	if !proctest.Alive(ag.PID) {
 		t.Fatalf("a's agent (pid %d) died with its daemon", ag.PID)
 	}
 	// The store still says it runs: b reads it there.
@@ -280,13 +281,13 @@ func TestKill9LeavesAgentsAndRestartComesBackOnTheSameHome(t *testing.T) {
 		got, err = a.Client.Agent(context.Background(), ag.ID)
 		return err == nil && !got.Reconciling
 	})
-	if !got.Running() || got.PID != ag.PID || !alive(ag.PID) {
-		t.Errorf("after the restart a's agent is %+v (process alive: %v), want it re-adopted, running as pid %d", got, alive(ag.PID), ag.PID)
+	if !got.Running() || got.PID != ag.PID || !proctest.Alive(ag.PID) {
+		t.Errorf("after the restart a's agent is %+v (process alive: %v), want it re-adopted, running as pid %d", got, proctest.Alive(ag.PID), ag.PID)
 	}
 	if err := a.Stop(); err != nil {
 		t.Errorf("stop a: %v", err)
 	}
-	if alive(ag.PID) {
+	if proctest.Alive(ag.PID) {
 		t.Errorf("a's agent (pid %d) outlived a clean stop of its daemon", ag.PID)
 	}
 }
@@ -331,7 +332,7 @@ func (l *left) check(t *testing.T) {
 		}
 	}
 	for _, pid := range l.Pids {
-		if alive(pid) {
+		if proctest.Alive(pid) {
 			t.Errorf("process %d is left", pid)
 		}
 	}
@@ -454,9 +455,9 @@ func TestSweepRemovesWhatAKilledTestBinaryLeft(t *testing.T) {
 	<-exited
 	daemon, store, agent := l.Pids[1], l.Pids[0], l.Pids[2]
 	kintest.WaitFor(t, 30*time.Second, "the daemon and the store's server to die with their test binary (PDEATHSIG)", func() bool {
-		return !alive(daemon) && !alive(store)
+		return !proctest.Alive(daemon) && !proctest.Alive(store)
 	})
-	if !alive(agent) {
+	if !proctest.Alive(agent) {
 		t.Fatalf("the agent (pid %d) died with its daemon: nothing left to sweep", agent)
 	}
 	if _, err := os.Stat(netnsDir + "/" + l.Netns[0]); err != nil {
@@ -464,7 +465,7 @@ func TestSweepRemovesWhatAKilledTestBinaryLeft(t *testing.T) {
 	}
 
 	sweep()
-	kintest.WaitFor(t, 30*time.Second, "the agent to be gone", func() bool { return !alive(agent) })
+	kintest.WaitFor(t, 30*time.Second, "the agent to be gone", func() bool { return !proctest.Alive(agent) })
 	l.check(t)
 }
 

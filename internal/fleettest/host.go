@@ -21,6 +21,7 @@ import (
 
 	"github.com/kin-agents/kin/client"
 	"github.com/kin-agents/kin/internal/exampletest"
+	"github.com/kin-agents/kin/internal/proctest"
 )
 
 // startWithin bounds a daemon's start, until its start-up line.
@@ -399,7 +400,7 @@ func killNetns(ns string) error {
 		}
 		var live []int
 		for _, f := range strings.Fields(string(out)) {
-			if pid, err := strconv.Atoi(f); err == nil && alive(pid) {
+			if pid, err := strconv.Atoi(f); err == nil && proctest.Alive(pid) {
 				live = append(live, pid)
 				syscall.Kill(pid, syscall.SIGKILL)
 			}
@@ -446,16 +447,6 @@ func removeCgroup(dir string) error {
 		}
 	}
 	return errors.Join(errs...)
-}
-
-// alive says whether pid runs (a zombie has ended).
-func alive(pid int) bool {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return false
-	}
-	i := bytes.LastIndex(b, []byte(") "))
-	return i >= 0 && i+2 < len(b) && b[i+2] != 'Z' && b[i+2] != 'X'
 }
 
 func appendLine(path, line string) error {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/kin-agents/kin/internal/ctxfuse"
 	"github.com/kin-agents/kin/internal/pgtest"
+	"github.com/kin-agents/kin/internal/proctest"
 )
 
 // What a fleet makes, by name; the first group is the test binary's pid.
@@ -34,7 +35,7 @@ func sweep() {
 			return false
 		}
 		pid, err := strconv.Atoi(m[1])
-		return err == nil && pid != os.Getpid() && !alive(pid)
+		return err == nil && pid != os.Getpid() && !proctest.Alive(pid)
 	}
 	var namespaces []string
 	ents, _ := os.ReadDir(netnsDir)

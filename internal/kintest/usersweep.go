@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/kin-agents/kin/internal/proctest"
@@ -46,23 +47,26 @@ func sweepStaleUsers(ownPID bool) {
 		}
 		return !proctest.Alive(pid)
 	}
+	root := "" // the cgroup v2 mount, where DelegatedCgroup made the users' groups
+	if m, err := cgroup.FindMount(); err == nil && m.Writable {
+		root = m.Dir
+	}
 	for _, name := range staleUsers(stale) {
 		pid, _ := userPID(name)
 		if !stale(pid) { // checked again: its pid may live again by now
 			continue
 		}
-		removeStaleUser(name)
+		removeStaleUser(name, root)
 	}
-	m, err := cgroup.FindMount()
-	if err != nil || !m.Writable {
+	if root == "" {
 		return
 	}
-	dirs, _ := filepath.Glob(filepath.Join(m.Dir, delegatedPrefix+userPrefix+"*"))
+	dirs, _ := filepath.Glob(filepath.Join(root, delegatedPrefix+userPrefix+"*"))
 	for _, dir := range dirs {
 		name := strings.TrimPrefix(filepath.Base(dir), delegatedPrefix)
 		if pid, ok := userPID(name); ok && stale(pid) {
 			if _, err := user.Lookup(name); err != nil { // its user's sweep above left it
-				removeStaleCgroup(dir)
+				removeCgroup(dir)
 			}
 		}
 	}
@@ -111,15 +115,14 @@ func userPID(name string) (int, bool) {
 }
 
 // removeStaleUser kills name's processes, removes its delegated cgroup
-// (what runs in it killed first) and deletes the user once both are gone.
-// What it cannot remove yet stays for the next sweep: the user too, so
-// that its cgroup is found again.
-func removeStaleUser(name string) {
+// under the cgroup v2 mount root ("": none) with what runs in it, and
+// deletes the user once both are gone. What it cannot remove yet stays for
+// the next sweep: the user too, so that its cgroup is found again.
+func removeStaleUser(name, root string) {
 	exec.Command("pkill", "-9", "-u", name).Run()
-	if m, err := cgroup.FindMount(); err == nil && m.Writable {
-		dir := filepath.Join(m.Dir, delegatedPrefix+name)
-		removeStaleCgroup(dir)
-		if _, err := os.Stat(dir); err == nil {
+	if root != "" {
+		dir := filepath.Join(root, delegatedPrefix+name)
+		if removeCgroup(dir) != nil {
 			return
 		}
 	}
@@ -135,36 +138,19 @@ func removeStaleUser(name string) {
 	exec.Command("userdel", name).Run()
 }
 
-// runsAs reports whether a process that has not exited runs as uid (its
-// real uid).
+// runsAs reports whether a process that has not exited runs as uid (the
+// owner of its /proc directory: its effective uid, which pkill -u matches).
 func runsAs(uid int) bool {
 	ents, _ := os.ReadDir("/proc")
 	for _, e := range ents {
-		if _, err := strconv.Atoi(e.Name()); err != nil {
-			continue
-		}
-		b, err := os.ReadFile("/proc/" + e.Name() + "/status")
+		pid, err := strconv.Atoi(e.Name())
 		if err != nil {
 			continue
 		}
-		var state string
-		real := -1
-		for _, line := range strings.Split(string(b), "\n") {
-			if v, ok := strings.CutPrefix(line, "State:"); ok {
-				state = strings.TrimSpace(v)
-			} else if v, ok := strings.CutPrefix(line, "Uid:"); ok {
-				if f := strings.Fields(v); len(f) > 0 {
-					real, _ = strconv.Atoi(f[0])
-				}
-			}
-		}
-		if real == uid && !strings.HasPrefix(state, "Z") && !strings.HasPrefix(state, "X") {
+		var st syscall.Stat_t
+		if syscall.Stat("/proc/"+e.Name(), &st) == nil && int(st.Uid) == uid && proctest.Alive(pid) {
 			return true
 		}
 	}
 	return false
 }
-
-// removeStaleCgroup is removeCgroup as far as it goes: a sweep reports
-// nothing, and the next one tries again.
-func removeStaleCgroup(dir string) { removeCgroup(dir) }

@@ -68,7 +68,7 @@ func TestSweepRemovesUsersOfDeadTestBinaries(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	t.Cleanup(func() { removeStaleCgroup(cg); removeStaleCgroup(orphan) })
+	t.Cleanup(func() { removeCgroup(cg); removeCgroup(orphan) })
 	cred := &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}
 	inside := startIn(t, filepath.Join(cg, "agents"), cred)
 	outside := startIn(t, "", cred) // only pkill finds it

@@ -29,14 +29,11 @@ type Inodes struct {
 // report no inode figures. Where tracefs is not mounted it reads the
 // events' ids from a mount that only a child of its own sees (root).
 func CountInodes() (*Inodes, error) {
-	allocID, err := tracepoint("ext4/ext4_allocate_inode")
+	ids, err := tracepoints("ext4/ext4_allocate_inode", "ext4/ext4_free_inode")
 	if err != nil {
 		return nil, err
 	}
-	freeID, err := tracepoint("ext4/ext4_free_inode")
-	if err != nil {
-		return nil, err
-	}
+	allocID, freeID := ids[0], ids[1]
 	tasks, err := os.ReadDir("/proc/self/task")
 	if err != nil {
 		return nil, err
@@ -99,25 +96,40 @@ func perfEventOpen(attr *perfEventAttr, tid int) (int, error) {
 	return int(fd), nil
 }
 
-// tracepoint reads the id of the tracepoint event (e.g.
+// tracepoints reads the ids of the tracepoint events (e.g.
 // "ext4/ext4_free_inode") from tracefs: where it is mounted, else from a
 // mount of its own (privateTracefs).
-func tracepoint(event string) (uint64, error) {
+func tracepoints(events ...string) ([]uint64, error) {
 	var err error
 	for _, dir := range []string{"/sys/kernel/tracing", "/sys/kernel/debug/tracing"} {
-		var b []byte
-		if b, err = os.ReadFile(dir + "/events/" + event + "/id"); err == nil {
-			return strconv.ParseUint(strings.TrimSpace(string(b)), 10, 64)
+		var ids []uint64
+		if ids, err = readIDs(dir, events); err == nil {
+			return ids, nil
 		}
 	}
-	b, perr := privateTracefs(event)
+	ids, perr := privateTracefs(events)
 	if perr != nil {
-		return 0, fmt.Errorf("%w; and %w", err, perr)
+		return nil, fmt.Errorf("%w; and %w", err, perr)
 	}
-	return strconv.ParseUint(strings.TrimSpace(string(b)), 10, 64)
+	return ids, nil
 }
 
-// privateTracefs reads event's id from a tracefs mounted for the read
+// readIDs reads each event's id under the tracefs at dir.
+func readIDs(dir string, events []string) ([]uint64, error) {
+	ids := make([]uint64, len(events))
+	for i, ev := range events {
+		b, err := os.ReadFile(dir + "/events/" + ev + "/id")
+		if err != nil {
+			return nil, err
+		}
+		if ids[i], err = strconv.ParseUint(strings.TrimSpace(string(b)), 10, 64); err != nil {
+			return nil, fmt.Errorf("%s's id: %w", ev, err)
+		}
+	}
+	return ids, nil
+}
+
+// privateTracefs reads the events' ids from a tracefs mounted for the read
 // only, where the machine has the file system but none mounted (the
 // counters themselves need no mount): in a child (sh, mount, cat) that
 // has a mount namespace of its own, which Go's fork makes private before
@@ -125,13 +137,15 @@ func tracepoint(event string) (uint64, error) {
 // namespace never changes (a thread of it that took another namespace and
 // happened to be the main thread would stay in it: the runtime never ends
 // the main thread). It needs CAP_SYS_ADMIN.
-func privateTracefs(event string) ([]byte, error) {
+func privateTracefs(events []string) ([]uint64, error) {
 	dir, err := os.MkdirTemp("", "kintracefs")
 	if err != nil {
 		return nil, err
 	}
 	defer os.Remove(dir)
-	cmd := exec.Command("sh", "-c", `mount -t tracefs -o nosuid,nodev,noexec tracefs "$1" && cat "$1/events/$2/id"`, "sh", dir, event)
+	// Each id on a line of its own, in the events' order.
+	script := `dir=$1; shift; mount -t tracefs -o nosuid,nodev,noexec tracefs "$dir" || exit; for ev; do cat "$dir/events/$ev/id" || exit; done`
+	cmd := exec.Command("sh", append([]string{"-c", script, "sh", dir}, events...)...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Unshareflags: syscall.CLONE_NEWNS}
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
@@ -139,7 +153,17 @@ func privateTracefs(event string) ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("a tracefs in a mount namespace of its own: %v: %s", err, bytes.TrimSpace(stderr.Bytes()))
 	}
-	return out, nil
+	lines := strings.Fields(string(out))
+	if len(lines) != len(events) {
+		return nil, fmt.Errorf("a tracefs in a mount namespace of its own gave %d ids for %d events: %q", len(lines), len(events), out)
+	}
+	ids := make([]uint64, len(events))
+	for i, l := range lines {
+		if ids[i], err = strconv.ParseUint(l, 10, 64); err != nil {
+			return nil, fmt.Errorf("%s's id: %w", events[i], err)
+		}
+	}
+	return ids, nil
 }
 
 // Read returns the inodes allocated and freed since CountInodes.

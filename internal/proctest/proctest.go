@@ -2,9 +2,10 @@
 // the cascade, PID namespace and sandbox tests mark the processes they start
 // with an argument no other process has, and look for it in /proc. It also
 // tells benchmarks this process's CPU time (CPU) and the ext4 inodes it
-// allocates and frees (CountInodes), and tests whether a process has exited
-// (Alive), is reaped (Pidfd) or ignores a signal (SignalIgnored). It uses only the standard
-// library, so any package's own tests may import it.
+// allocates and frees (CountInodes), and tests whether a process has
+// exited (Alive), is reaped (Pidfd) or ignores a signal (SignalIgnored).
+// It uses only the standard library, so any package's own tests may
+// import it.
 package proctest
 
 import (

@@ -164,22 +164,14 @@ func TestWriterSettlesUnlessWaitedFor(t *testing.T) {
 		}
 	}
 	t.Cleanup(func() { stop() })
-	await := func(ch chan struct{}, what string) {
-		t.Helper()
-		select {
-		case <-ch:
-		case <-time.After(10 * time.Second):
-			t.Fatal(what)
-		}
-	}
 	// An event of no agent: the writer applies it without a file to
 	// write. Each is committed once the writer waits for one.
 	commit := func() int64 {
 		t.Helper()
-		await(waiting, "the writer did not come to wait for a commit")
+		within(t, waiting, "the writer did not come to wait for a commit")
 		var seq int64
 		commitNoAgentEvent(t, st, &seq)
-		await(settled, "the commit did not wake the writer")
+		within(t, settled, "the commit did not wake the writer")
 		return seq
 	}
 

@@ -76,7 +76,7 @@ func TestYieldGateRunsQueuedWorkAfterYieldMax(t *testing.T) {
 	release := g.hold()
 	runs := make(chan struct{}, 2)
 	g.afterFree(func() { runs <- struct{}{} })
-	within(t, chanOf(runs), "queued work waited past yieldMax")
+	within(t, runs, "queued work waited past yieldMax")
 	release()
 	// A second run would come from the release, on a goroutine of its
 	// own: watched for 50 ms.
@@ -89,13 +89,6 @@ func TestYieldGateRunsQueuedWorkAfterYieldMax(t *testing.T) {
 	if n := len(runs); n != 1 {
 		t.Fatalf("%d runs of work given to the free gate, want 1", n)
 	}
-}
-
-// chanOf turns one value sent on ch into a closed channel.
-func chanOf(ch <-chan struct{}) <-chan struct{} {
-	out := make(chan struct{})
-	go func() { <-ch; close(out) }()
-	return out
 }
 
 // TestWriterYieldsToLargeStops: while a large cancellation holds the gate
@@ -163,7 +156,7 @@ func TestStopLeavesGroupRemovalsToTheGate(t *testing.T) {
 		t.Fatalf("the stop let its groups go %d time(s) while the gate was held", n)
 	}
 	free()
-	within(t, chanOf(released), "the stop's groups were not let go once the gate was free")
+	within(t, released, "the stop's groups were not let go once the gate was free")
 	if _, err := run.stopAndRecord(context.Background(), &cancellation{cancelParams: cancelParams{Root: 2}}); err != nil {
 		t.Fatal(err)
 	}
