@@ -55,12 +55,23 @@ func TestPIDNamespacesContainWhatEscapesProcessGroups(t *testing.T) {
 		t.Fatal(err)
 	}
 	var esc int
-	waitFor(t, 10*time.Second, "the escaper", func() bool {
-		pids := proctest.WithArg(mark)
-		if len(pids) == 1 {
-			esc = pids[0]
+	var seen []int
+	defer func() {
+		if esc == 0 { // what the wait last saw, if it failed
+			for _, pid := range seen {
+				b, _ := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cmdline")
+				t.Logf("process %d with the mark: %q", pid, b)
+			}
 		}
-		return len(pids) == 1
+	}()
+	// 30 s: five execs in a new PID namespace, on a machine whose other
+	// core may run the rest of the suite (CI once timed out at 10 s).
+	waitFor(t, 30*time.Second, "the escaper (sleep "+mark+")", func() bool {
+		seen = proctest.WithArg(mark)
+		if len(seen) == 1 {
+			esc = seen[0]
+		}
+		return len(seen) == 1
 	})
 	if id, ok := s.AgentOfPID(esc); !ok || id != 2 {
 		t.Fatalf("AgentOfPID(escaper %d) = %v, %v; want 2", esc, id, ok)
